@@ -1,0 +1,22 @@
+//! Generated protobuf and gRPC types for voxpool, one module per `package`.
+//!
+//! The `.proto` files under `proto/voxpool/<service>/v1/` are the wire contract; the Rust here
+//! is generated at build time (never checked in). [`FILE_DESCRIPTOR_SET`] feeds the gRPC server
+//! reflection services so `grpcurl list` / `describe` work without local proto files.
+
+pub use prost;
+pub use prost_types;
+pub use tonic;
+
+/// Encoded `google.protobuf.FileDescriptorSet` of every voxpool proto, for server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/voxpool_descriptor.bin"));
+
+/// `voxpool.scheduler.v1`: the pool scheduler that leases vendor keys.
+pub mod scheduler {
+    /// Version 1 of the scheduler API.
+    pub mod v1 {
+        #![allow(missing_docs, clippy::doc_lazy_continuation)]
+        tonic::include_proto!("voxpool.scheduler.v1");
+    }
+}

@@ -1,0 +1,176 @@
+//! The scheduler's error enum and its one exhaustive mapping to `tonic::Status`.
+//!
+//! No catch-all arm: a new variant must be classified. Messages are lowercase, name the pool,
+//! key or field involved and say what to do; details carry `google.rpc` ErrorInfo (reason +
+//! metadata), RetryInfo, BadRequest or ResourceInfo.
+
+use std::{collections::HashMap, time::Duration};
+
+use tonic::{Code, Status};
+use voxpool_shared::status::{invalid_argument, not_found, with_info};
+
+use crate::store::StoreError;
+
+/// Every way a scheduler RPC can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum SchedulerError {
+    /// A request field is malformed or out of range.
+    #[error("invalid {field}: {message}")]
+    InvalidArgument {
+        /// Proto field path, e.g. `lease_ttl_ms` or `upstream_ids[1]`.
+        field: String,
+        /// What is wrong and what is accepted.
+        message: String,
+    },
+    /// The pool is not in the config.
+    #[error("pool {pool:?} is not configured (known pools: {known})")]
+    UnknownPool {
+        /// The requested pool.
+        pool: String,
+        /// Comma-separated configured pool ids.
+        known: String,
+    },
+    /// The key is not in the pool.
+    #[error("key {key:?} is not in pool {pool:?}")]
+    UnknownKey {
+        /// Pool id.
+        pool: String,
+        /// Requested key id.
+        key: String,
+    },
+    /// Every eligible available key is at capacity.
+    #[error(
+        "pool {pool:?} is full ({in_flight}/{capacity} in flight on eligible keys){}; retry in {retry_after_ms}ms",
+        if *waited_ms > 0 { format!(" after waiting {waited_ms}ms") } else { String::new() }
+    )]
+    PoolFull {
+        /// Pool id.
+        pool: String,
+        /// Sum of capacities of eligible available keys.
+        capacity: u64,
+        /// Sum of their in-flight leases.
+        in_flight: u64,
+        /// Retry hint (ms).
+        retry_after_ms: u64,
+        /// How long this request waited (ms).
+        waited_ms: u64,
+    },
+    /// `exclude_keys` / `upstream_ids` leave no key of the pool.
+    #[error("no key of pool {pool:?} is eligible: exclude_keys and upstream_ids rule out all {keys} keys")]
+    NoEligibleKey {
+        /// Pool id.
+        pool: String,
+        /// Number of keys in the pool.
+        keys: usize,
+    },
+    /// Every eligible key is cooling or disabled.
+    #[error("{}", unavailable_message(pool, *next_available_ms, *now_ms))]
+    KeysUnavailable {
+        /// Pool id.
+        pool: String,
+        /// Earliest cooldown end (store clock, ms) or `None` when all are disabled.
+        next_available_ms: Option<i64>,
+        /// Store clock at the attempt (ms).
+        now_ms: i64,
+    },
+    /// The gRPC deadline ended the wait for a slot.
+    #[error("no slot of pool {pool:?} freed before the request deadline (waited {waited_ms}ms)")]
+    WaitDeadline {
+        /// Pool id.
+        pool: String,
+        /// How long the request waited (ms).
+        waited_ms: u64,
+    },
+    /// Renew on a lease that expired or was released.
+    #[error("lease {lease_id} is not live (expired or released); acquire a new lease")]
+    LeaseNotLive {
+        /// The lease id.
+        lease_id: String,
+    },
+    /// Report on a lease that is gone, with no usable `key_id` fallback.
+    #[error("lease {lease_id} is not live and no known key_id was given; report with key_id set")]
+    ReportKeyUnknown {
+        /// The lease id.
+        lease_id: String,
+    },
+    /// The lease store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn unavailable_message(pool: &str, next: Option<i64>, now: i64) -> String {
+    match next {
+        Some(t) => format!(
+            "every eligible key of pool {pool:?} is cooling or disabled; the first returns in {}ms (at {t} ms since epoch, store clock)",
+            (t - now).max(0)
+        ),
+        None => format!(
+            "every eligible key of pool {pool:?} is disabled; an admin must EnableKey or raise its capacity"
+        ),
+    }
+}
+
+impl From<SchedulerError> for Status {
+    fn from(e: SchedulerError) -> Self {
+        let message = e.to_string();
+        match e {
+            SchedulerError::InvalidArgument { field, message } => invalid_argument(&field, message),
+            SchedulerError::UnknownPool { pool, .. } => not_found("voxpool.dev/Pool", &pool, message),
+            SchedulerError::UnknownKey { pool, key } => {
+                not_found("voxpool.dev/Key", &format!("{pool}/{key}"), message)
+            }
+            SchedulerError::PoolFull { pool, capacity, in_flight, retry_after_ms, waited_ms } => with_info(
+                Code::ResourceExhausted,
+                message,
+                "POOL_FULL",
+                HashMap::from([
+                    ("pool".to_owned(), pool),
+                    ("capacity".to_owned(), capacity.to_string()),
+                    ("in_flight".to_owned(), in_flight.to_string()),
+                    ("waited_ms".to_owned(), waited_ms.to_string()),
+                ]),
+                Some(Duration::from_millis(retry_after_ms)),
+            ),
+            SchedulerError::NoEligibleKey { pool, keys } => with_info(
+                Code::ResourceExhausted,
+                message,
+                "NO_ELIGIBLE_KEY",
+                HashMap::from([("pool".to_owned(), pool), ("keys".to_owned(), keys.to_string())]),
+                None,
+            ),
+            SchedulerError::KeysUnavailable { pool, next_available_ms, now_ms } => {
+                let mut md = HashMap::from([("pool".to_owned(), pool)]);
+                let retry = next_available_ms.map(|t| {
+                    md.insert("next_available_ms".to_owned(), t.to_string());
+                    Duration::from_millis(u64::try_from(t - now_ms).unwrap_or(0))
+                });
+                with_info(Code::Unavailable, message, "KEYS_UNAVAILABLE", md, retry)
+            }
+            SchedulerError::WaitDeadline { pool, waited_ms } => with_info(
+                Code::DeadlineExceeded,
+                message,
+                "WAIT_DEADLINE",
+                HashMap::from([("pool".to_owned(), pool), ("waited_ms".to_owned(), waited_ms.to_string())]),
+                None,
+            ),
+            SchedulerError::LeaseNotLive { lease_id } => with_info(
+                Code::FailedPrecondition,
+                message,
+                "LEASE_NOT_LIVE",
+                HashMap::from([("lease_id".to_owned(), lease_id)]),
+                None,
+            ),
+            SchedulerError::ReportKeyUnknown { lease_id } => {
+                not_found("voxpool.dev/Lease", &lease_id, message)
+            }
+            SchedulerError::Store(StoreError::Unavailable(_)) => with_info(
+                Code::Unavailable,
+                message,
+                "STORE_UNAVAILABLE",
+                HashMap::new(),
+                Some(Duration::from_millis(500)),
+            ),
+            SchedulerError::Store(StoreError::Protocol(_)) => Status::internal(message),
+        }
+    }
+}

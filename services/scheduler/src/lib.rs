@@ -1,0 +1,21 @@
+//! The voxpool pool scheduler: leases on TTS vendor keys.
+//!
+//! A *pool* is the set of keys (vendor app ids) serving one TTS model; each key has a
+//! *capacity* (the vendor's concurrency cap). [`PoolScheduler`](service::SchedulerService)
+//! hands out *leases*, picking the available key with the lowest *utilization*
+//! (in-flight / capacity) and never exceeding a key's capacity, across every replica that
+//! shares one [`LeaseStore`](store::LeaseStore).
+//!
+//! Modules:
+//! - [`model`]: domain types (keys, leases, outcomes, key states, pool status).
+//! - [`store`]: the `LeaseStore` trait and its two backends (in-process memory, Redis + Lua).
+//! - [`service`]: the gRPC service (validation, FIFO waiting, error mapping).
+//! - [`error`]: the service error enum and its exhaustive mapping to `tonic::Status`.
+//! - [`server`]: wiring used by the binary and by tests (config -> store -> gRPC server).
+
+pub mod error;
+pub mod model;
+pub mod server;
+pub mod service;
+pub mod store;
+mod waiters;

@@ -1,0 +1,82 @@
+//! `voxpool-scheduler`: the PoolScheduler gRPC server.
+//!
+//! Exits non-zero with a one-line reason on a bad config, an unreachable store or a port in
+//! use. `--help` documents every flag; each flag also reads `VOXPOOL_<FLAG>`.
+
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
+
+use clap::Parser;
+use voxpool_shared::{
+    auth::AdminAuth,
+    config::{Config, Credentials},
+};
+
+/// Leases TTS vendor keys to callers: least utilization first, never over a key's capacity,
+/// shared across replicas through Redis.
+#[derive(Debug, Parser)]
+#[command(name = "voxpool-scheduler", version)]
+struct Args {
+    /// Pools configuration file (TOML).
+    #[arg(long, env = "VOXPOOL_CONFIG")]
+    config: PathBuf,
+    /// Address to serve gRPC on.
+    #[arg(long, env = "VOXPOOL_LISTEN", default_value = "127.0.0.1:50051")]
+    listen: SocketAddr,
+    /// Lease store: `memory` (single replica) or `redis://host:port/db` (any number of replicas;
+    /// also `rediss://` and `unix:///path/redis.sock`).
+    #[arg(long, env = "VOXPOOL_STORE", default_value = "memory")]
+    store: String,
+    /// File holding the admin bearer token (else VOXPOOL_ADMIN_TOKEN; without either, admin
+    /// RPCs are refused).
+    #[arg(long, env = "VOXPOOL_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
+    /// Validate the config, print OK or every problem, and exit.
+    #[arg(long)]
+    check_config: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    voxpool_shared::telemetry::init_logging();
+    let config = match Config::load_validated(&args.config, Credentials::Ignore) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("voxpool-scheduler: bad config: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.check_config {
+        println!("OK");
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("voxpool-scheduler: cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args, config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(reason) => {
+            eprintln!("voxpool-scheduler: {reason}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args, config: Config) -> Result<(), String> {
+    let token_env = std::env::var("VOXPOOL_ADMIN_TOKEN").ok();
+    let auth = AdminAuth::load(args.admin_token_file.as_deref(), token_env.as_deref()).map_err(|e| e.to_string())?;
+    let store = voxpool_scheduler::server::open_store(&args.store, &config).await?;
+    let listener = voxpool_shared::serve::bind(args.listen).await?;
+    let shutdown = voxpool_shared::serve::shutdown_token();
+    tracing::info!(
+        listen = %args.listen,
+        store = %voxpool_scheduler::server::redact_url(&args.store),
+        pools = config.pools.len(),
+        admin = auth.is_enabled(),
+        "voxpool-scheduler serving"
+    );
+    voxpool_scheduler::server::serve(listener, store, &config, auth, shutdown).await
+}

@@ -1,0 +1,419 @@
+//! Domain types of the scheduler, independent of gRPC and of the store backend.
+//!
+//! Times are milliseconds since the Unix epoch on the *store's* clock (invariant 6: one
+//! clock), durations are milliseconds. Key ids are `upstream_id/key_id`.
+
+use std::fmt;
+
+use voxpool_shared::config::{Config, SchedulerSettings};
+
+/// One key of a pool as the store knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeySpec {
+    /// `upstream_id/key_id`.
+    pub key_id: String,
+    /// Concurrent requests allowed, from the config file.
+    pub capacity: u32,
+}
+
+/// A pool's keys, as seeded into the store from the config file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolSpec {
+    /// Pool id (tts model id).
+    pub pool: String,
+    /// Every key of every upstream of the pool.
+    pub keys: Vec<KeySpec>,
+}
+
+impl PoolSpec {
+    /// The pools of a (validated) config file.
+    pub fn from_config(config: &Config) -> Vec<PoolSpec> {
+        config
+            .pools
+            .iter()
+            .map(|p| PoolSpec {
+                pool: p.id.clone(),
+                keys: p
+                    .upstreams
+                    .iter()
+                    .flat_map(|u| {
+                        u.keys.iter().map(move |k| KeySpec {
+                            key_id: format!("{}/{}", u.id, k.id),
+                            capacity: k.capacity,
+                        })
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+/// The upstream part of a key id (`acct-a` in `acct-a/app-1`).
+pub fn upstream_of(key_id: &str) -> &str {
+    key_id.split_once('/').map_or(key_id, |(u, _)| u)
+}
+
+/// The random part of a lease id: 128 bits as 32 lowercase hex digits.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseToken(String);
+
+impl LeaseToken {
+    /// A fresh unguessable token from the OS-seeded CSPRNG.
+    pub fn random() -> Self {
+        let bytes: [u8; 16] = rand::random();
+        Self(hex::encode(bytes))
+    }
+
+    /// Parses 32 lowercase hex digits.
+    pub fn parse(s: &str) -> Option<Self> {
+        (s.len() == 32 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+            .then(|| Self(s.to_owned()))
+    }
+
+    /// The 32 hex digits.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A lease id as callers see it: `<pool>/<32 hex digits>`. The pool part lets Release and
+/// Renew find the lease with one script on the pool's hash slot.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseId {
+    /// The pool the lease is in.
+    pub pool: String,
+    /// The random part.
+    pub token: LeaseToken,
+}
+
+impl LeaseId {
+    /// Parses `<pool>/<32 hex>`; `None` when malformed.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (pool, token) = s.rsplit_once('/')?;
+        if !voxpool_shared::config::is_valid_id(pool) {
+            return None;
+        }
+        Some(Self {
+            pool: pool.to_owned(),
+            token: LeaseToken::parse(token)?,
+        })
+    }
+}
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.pool, self.token.as_str())
+    }
+}
+
+/// A granted lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The lease's id.
+    pub id: LeaseId,
+    /// `upstream/key`.
+    pub key_id: String,
+    /// Expiry on the store clock (ms since epoch).
+    pub expires_at_ms: i64,
+    /// In-flight leases on the key including this one.
+    pub key_in_flight: u32,
+    /// The key's capacity at grant time.
+    pub key_capacity: u32,
+}
+
+/// What Acquire asks of the store (already validated).
+#[derive(Clone, Debug)]
+pub struct AcquireParams {
+    /// Pool id.
+    pub pool: String,
+    /// The token the new lease gets (generated before the call so a cancelled call can be
+    /// undone).
+    pub token: LeaseToken,
+    /// Keys not to lease.
+    pub exclude_keys: Vec<String>,
+    /// Only keys of these upstreams (empty = all).
+    pub upstream_ids: Vec<String>,
+    /// Lease time to live (ms).
+    pub ttl_ms: u64,
+}
+
+/// Result of one acquire attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AcquireResult {
+    /// A slot was leased.
+    Granted(Lease),
+    /// Every eligible available key is at capacity.
+    Full {
+        /// Sum of capacities of the pool's available keys.
+        capacity: u64,
+        /// Sum of in-flight leases on them.
+        in_flight: u64,
+        /// Suggested wait before retrying (ms).
+        retry_after_ms: u64,
+    },
+    /// No eligible key is available: all cooling or disabled.
+    Unavailable {
+        /// Earliest cooldown end among eligible keys (store clock), `None` when every eligible
+        /// key is disabled.
+        next_available_ms: Option<i64>,
+        /// The store's clock at the attempt.
+        now_ms: i64,
+    },
+    /// The filters (`exclude_keys`, `upstream_ids`) leave no key at all.
+    NoEligibleKey,
+}
+
+/// The outcome of a vendor call (see VENDORS.md for the classification).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Audio came back.
+    Success,
+    /// 429 or the vendor's concurrency/rate error.
+    RateLimited,
+    /// 5xx or a vendor busy code.
+    UpstreamError,
+    /// Connect/read timeout or reset.
+    Timeout,
+    /// Credential rejected.
+    KeyInvalid,
+    /// Balance or lifetime quota spent.
+    QuotaExhausted,
+    /// The request was bad; says nothing about the key.
+    ClientError,
+}
+
+impl Outcome {
+    /// Stable lowercase name used in the store and in logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::RateLimited => "rate_limited",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::Timeout => "timeout",
+            Outcome::KeyInvalid => "key_invalid",
+            Outcome::QuotaExhausted => "quota_exhausted",
+            Outcome::ClientError => "client_error",
+        }
+    }
+}
+
+/// Whether a key takes leases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyState {
+    /// Takes leases while below capacity.
+    Available,
+    /// Skipped until its cooldown ends.
+    Cooling,
+    /// Skipped until an admin enables it (or capacity is 0, or a credential cooldown runs).
+    Disabled,
+}
+
+/// Why a key is cooling; decides the reported state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoolReason {
+    /// After RATE_LIMITED.
+    RateLimited,
+    /// After consecutive UPSTREAM_ERROR/TIMEOUT.
+    Failures,
+    /// After KEY_INVALID/QUOTA_EXHAUSTED: reported as DISABLED until it ends or EnableKey.
+    Credential,
+}
+
+impl CoolReason {
+    /// Stable name stored with the cooldown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CoolReason::RateLimited => "rate_limited",
+            CoolReason::Failures => "failures",
+            CoolReason::Credential => "credential",
+        }
+    }
+
+    /// Parses [`CoolReason::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "rate_limited" => Some(CoolReason::RateLimited),
+            "failures" => Some(CoolReason::Failures),
+            "credential" => Some(CoolReason::Credential),
+            _ => None,
+        }
+    }
+}
+
+/// A report to apply to a key.
+#[derive(Clone, Debug)]
+pub struct ReportParams {
+    /// The lease the vendor call ran under.
+    pub id: LeaseId,
+    /// Fallback key when the lease is already gone (`upstream/key`).
+    pub key_id: Option<String>,
+    /// What happened.
+    pub outcome: Outcome,
+    /// Vendor Retry-After (ms), 0 = default.
+    pub retry_after_ms: u64,
+    /// Also release the lease.
+    pub release: bool,
+}
+
+/// Result of a report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportResult {
+    /// The key reported on.
+    pub key_id: String,
+    /// Its state afterwards.
+    pub state: KeyState,
+    /// Cooldown end (store clock) or 0.
+    pub cooldown_until_ms: i64,
+    /// Whether this call released the lease.
+    pub released: bool,
+}
+
+/// Health policy applied by reports; from [`SchedulerSettings`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthPolicy {
+    /// Cooldown after RATE_LIMITED with no Retry-After (ms).
+    pub rate_limit_cooldown_ms: u64,
+    /// Consecutive failures before cooling.
+    pub failure_threshold: u32,
+    /// First failure cooldown (ms), doubled per further failure.
+    pub failure_backoff_base_ms: u64,
+    /// Failure cooldown cap (ms).
+    pub failure_backoff_max_ms: u64,
+    /// Cooldown after KEY_INVALID / QUOTA_EXHAUSTED (ms).
+    pub credential_cooldown_ms: u64,
+}
+
+impl From<&SchedulerSettings> for HealthPolicy {
+    fn from(s: &SchedulerSettings) -> Self {
+        Self {
+            rate_limit_cooldown_ms: s.rate_limit_cooldown_ms,
+            failure_threshold: s.failure_threshold,
+            failure_backoff_base_ms: s.failure_backoff_base_ms,
+            failure_backoff_max_ms: s.failure_backoff_max_ms,
+            credential_cooldown_ms: s.credential_cooldown_ms,
+        }
+    }
+}
+
+impl HealthPolicy {
+    /// Cooldown after the `failures`-th consecutive failure, or `None` below the threshold:
+    /// `base * 2^(failures - threshold)`, capped at the max.
+    pub fn failure_cooldown_ms(&self, failures: u32) -> Option<u64> {
+        if failures < self.failure_threshold {
+            return None;
+        }
+        let exp = (failures - self.failure_threshold).min(32);
+        Some(
+            self.failure_backoff_base_ms
+                .saturating_mul(1u64 << exp)
+                .min(self.failure_backoff_max_ms),
+        )
+    }
+}
+
+/// One key's live state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyStatus {
+    /// `upstream/key`.
+    pub key_id: String,
+    /// Live capacity.
+    pub capacity: u32,
+    /// Live leases.
+    pub in_flight: u32,
+    /// Available, cooling or disabled.
+    pub state: KeyState,
+    /// Cooldown end or 0.
+    pub cooldown_until_ms: i64,
+    /// Consecutive UPSTREAM_ERROR/TIMEOUT reports.
+    pub consecutive_failures: u32,
+}
+
+impl KeyStatus {
+    /// in_flight / capacity, 0 when capacity is 0.
+    pub fn utilization(&self) -> f64 {
+        if self.capacity == 0 {
+            0.0
+        } else {
+            f64::from(self.in_flight) / f64::from(self.capacity)
+        }
+    }
+}
+
+/// A pool's live state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolStatus {
+    /// Pool id.
+    pub pool: String,
+    /// Every key, sorted by key id.
+    pub keys: Vec<KeyStatus>,
+    /// Store clock when read.
+    pub now_ms: i64,
+}
+
+impl PoolStatus {
+    /// Sum of capacities of available keys.
+    pub fn capacity(&self) -> u64 {
+        self.available().map(|k| u64::from(k.capacity)).sum()
+    }
+
+    /// Sum of in-flight leases on available keys.
+    pub fn in_flight(&self) -> u64 {
+        self.available().map(|k| u64::from(k.in_flight)).sum()
+    }
+
+    /// Pool utilization: in-flight / capacity over available keys, 0 when capacity is 0.
+    pub fn utilization(&self) -> f64 {
+        let cap = self.capacity();
+        if cap == 0 {
+            0.0
+        } else {
+            self.in_flight() as f64 / cap as f64
+        }
+    }
+
+    fn available(&self) -> impl Iterator<Item = &KeyStatus> {
+        self.keys.iter().filter(|k| k.state == KeyState::Available)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_ids_round_trip_and_reject_garbage() {
+        let id = LeaseId {
+            pool: "volc-standard".into(),
+            token: LeaseToken::random(),
+        };
+        assert_eq!(LeaseId::parse(&id.to_string()), Some(id));
+        for bad in [
+            "",
+            "volc-standard",
+            "volc-standard/xyz",
+            "/0123456789abcdef0123456789abcdef",
+            "Volc/0123456789abcdef0123456789abcdef",
+            "p/0123456789ABCDEF0123456789ABCDEF",
+            "p/0123456789abcdef0123456789abcde",
+        ] {
+            assert_eq!(LeaseId::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn failure_backoff_doubles_from_threshold_and_caps() {
+        let p = HealthPolicy {
+            rate_limit_cooldown_ms: 1000,
+            failure_threshold: 3,
+            failure_backoff_base_ms: 1000,
+            failure_backoff_max_ms: 5000,
+            credential_cooldown_ms: 1,
+        };
+        assert_eq!(p.failure_cooldown_ms(2), None);
+        assert_eq!(p.failure_cooldown_ms(3), Some(1000));
+        assert_eq!(p.failure_cooldown_ms(4), Some(2000));
+        assert_eq!(p.failure_cooldown_ms(5), Some(4000));
+        assert_eq!(p.failure_cooldown_ms(6), Some(5000));
+        assert_eq!(p.failure_cooldown_ms(400), Some(5000));
+    }
+}

@@ -1,0 +1,124 @@
+//! Wiring shared by the `voxpool-scheduler` binary and the tests: choose and seed the store,
+//! build the gRPC server with health and reflection, keep health in step with the store.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic_health::ServingStatus;
+use voxpool_shared::{auth::AdminAuth, config::Config};
+
+use crate::{
+    model::PoolSpec,
+    service::SchedulerService,
+    store::{LeaseStore, memory::MemoryStore, redis::RedisStore},
+};
+
+/// The gRPC service name health reports under (besides `""` for the whole process).
+pub const SERVICE_NAME: &str = "voxpool.scheduler.v1.PoolScheduler";
+
+/// How often the health task pings the store.
+const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Opens the store named by `--store` (`memory` or a `redis://` / `rediss://` / `unix://` URL)
+/// and seeds it with the config's pools. Errors are one-line reasons for the operator.
+pub async fn open_store(spec: &str, config: &Config) -> Result<Arc<dyn LeaseStore>, String> {
+    let store: Arc<dyn LeaseStore> = if spec == "memory" {
+        Arc::new(MemoryStore::new())
+    } else if spec.starts_with("redis://") || spec.starts_with("rediss://") || spec.starts_with("unix://") || spec.starts_with("redis+unix://") {
+        let timeout = Duration::from_millis(config.scheduler.store_timeout_ms);
+        Arc::new(
+            RedisStore::connect(spec, timeout, config.scheduler.reap_batch)
+                .await
+                .map_err(|e| format!("store {}: {e}", redact_url(spec)))?,
+        )
+    } else {
+        return Err(format!(
+            "--store must be \"memory\" or a redis:// URL, got {:?}",
+            redact_url(spec)
+        ));
+    };
+    store
+        .seed(&PoolSpec::from_config(config))
+        .await
+        .map_err(|e| format!("seeding pools into the store: {e}"))?;
+    Ok(store)
+}
+
+/// A store URL with any password replaced by `***`, safe to print.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}***{}", &url[..scheme + 3], &url[at..]),
+        _ => url.to_owned(),
+    }
+}
+
+/// Serves PoolScheduler, health and reflection on `listener` until `shutdown` is cancelled,
+/// then drains in-flight RPCs. Health turns NOT_SERVING while the store does not answer.
+pub async fn serve(
+    listener: TcpListener,
+    store: Arc<dyn LeaseStore>,
+    config: &Config,
+    auth: AdminAuth,
+    shutdown: CancellationToken,
+) -> Result<(), String> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let (reflection_v1, reflection_v1alpha) =
+        voxpool_shared::serve::reflection_services().map_err(|e| format!("reflection: {e}"))?;
+    let service = SchedulerService::new(store.clone(), config, auth);
+
+    let health_task = {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let mut last = None;
+            loop {
+                let status = match store.ping().await {
+                    Ok(()) => ServingStatus::Serving,
+                    Err(e) => {
+                        if last != Some(ServingStatus::NotServing) {
+                            tracing::error!(error = %e, "lease store unreachable; health is NOT_SERVING");
+                        }
+                        ServingStatus::NotServing
+                    }
+                };
+                if last != Some(status) {
+                    reporter.set_service_status("", status).await;
+                    reporter.set_service_status(SERVICE_NAME, status).await;
+                    last = Some(status);
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => {
+                        reporter.set_service_status("", ServingStatus::NotServing).await;
+                        reporter.set_service_status(SERVICE_NAME, ServingStatus::NotServing).await;
+                        break;
+                    }
+                    _ = tokio::time::sleep(HEALTH_INTERVAL) => {}
+                }
+            }
+        })
+    };
+
+    let result = tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(service.into_server())
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled_owned())
+        .await
+        .map_err(|e| format!("grpc server: {e}"));
+    health_task.abort();
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn store_urls_never_print_passwords() {
+        assert_eq!(redact_url("redis://:hunter2@h:6379/0"), "redis://***@h:6379/0");
+        assert_eq!(redact_url("redis://u:p@h/0"), "redis://***@h/0");
+        assert_eq!(redact_url("redis://h:6379/0"), "redis://h:6379/0");
+    }
+}

@@ -1,0 +1,21 @@
+-- ARGV: 1 batch, 2 op ('capacity' | 'disable' | 'enable'), 3 key, 4 capacity.
+-- Returns {'ok', key, capacity, in_flight, state, cooldown_until, failures} | {'unknown'}.
+local now = now_ms()
+local k, op = ARGV[3], ARGV[2]
+if redis.call('HEXISTS', K_CAP, k) == 0 then return {'unknown'} end
+if op == 'capacity' then
+  redis.call('HSET', K_CAP, k, ARGV[4])
+elseif op == 'disable' then
+  redis.call('SADD', K_DIS, k)
+elseif op == 'enable' then
+  redis.call('SREM', K_DIS, k)
+  redis.call('ZREM', K_COOL, k)
+  redis.call('HDEL', K_COOLWHY, k)
+  redis.call('HDEL', K_FAILS, k)
+else
+  return redis.error_reply('unknown admin op')
+end
+refresh(k)
+local st, untl = key_state(k, now)
+return {'ok', k, num(redis.call('HGET', K_CAP, k)), num(redis.call('HGET', K_INF, k)), st, untl,
+  num(redis.call('HGET', K_FAILS, k))}

@@ -1,0 +1,51 @@
+-- ARGV: 1 batch, 2 lease token, 3 outcome, 4 retry_after ms, 5 release '1'|'0',
+--       6 fallback key ('' = none), 7 rate-limit cooldown, 8 failure threshold,
+--       9 failure backoff base, 10 failure backoff max, 11 credential cooldown.
+-- Returns {'ok', key, state, cooldown_until, released} | {'unknown'}.
+local now = now_ms()
+local token = ARGV[2]
+local k = redis.call('HGET', K_LEASE, token)
+if not k then
+  if ARGV[6] ~= '' then k = ARGV[6] else return {'unknown'} end
+end
+if redis.call('HEXISTS', K_CAP, k) == 0 then return {'unknown'} end
+
+-- A new cooldown never shortens an existing one.
+local function cool(untl, why)
+  local cur = redis.call('ZSCORE', K_COOL, k)
+  if not cur or tonumber(cur) < untl then
+    redis.call('ZADD', K_COOL, untl, k)
+    redis.call('HSET', K_COOLWHY, k, why)
+  end
+end
+
+local outcome = ARGV[3]
+if outcome == 'success' then
+  redis.call('HDEL', K_FAILS, k)
+elseif outcome == 'rate_limited' then
+  local wait = tonumber(ARGV[4])
+  if wait <= 0 then wait = tonumber(ARGV[7]) end
+  cool(now + wait, 'rate_limited')
+elseif outcome == 'upstream_error' or outcome == 'timeout' then
+  local f = redis.call('HINCRBY', K_FAILS, k, 1)
+  local threshold = tonumber(ARGV[8])
+  if f >= threshold then
+    local wait = math.min(tonumber(ARGV[9]) * 2 ^ math.min(f - threshold, 32), tonumber(ARGV[10]))
+    cool(now + wait, 'failures')
+  end
+elseif outcome == 'key_invalid' or outcome == 'quota_exhausted' then
+  cool(now + tonumber(ARGV[11]), 'credential')
+end
+
+local released = 0
+if ARGV[5] == '1' then
+  local exp = redis.call('ZSCORE', K_LEASES, token)
+  if exp then
+    if tonumber(exp) > now then released = 1 end
+    drop_lease(token)
+  end
+end
+refresh(k)
+reap(now)
+local st, untl = key_state(k, now)
+return {'ok', k, st, untl, released}

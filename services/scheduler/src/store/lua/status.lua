@@ -1,0 +1,20 @@
+-- ARGV: 1 batch. Returns {now, key, capacity, in_flight, state, cooldown_until, failures, ...};
+-- just {now} for a pool that was never seeded.
+local now = now_ms()
+for _ = 1, 1000 do
+  if reap(now) < BATCH then break end
+end
+uncool(now)
+local out = {now}
+local keys = redis.call('HKEYS', K_CAP)
+table.sort(keys)
+for _, k in ipairs(keys) do
+  local st, untl = key_state(k, now)
+  out[#out + 1] = k
+  out[#out + 1] = num(redis.call('HGET', K_CAP, k))
+  out[#out + 1] = num(redis.call('HGET', K_INF, k))
+  out[#out + 1] = st
+  out[#out + 1] = untl
+  out[#out + 1] = num(redis.call('HGET', K_FAILS, k))
+end
+return out

@@ -1,0 +1,358 @@
+//! In-process lease store: the single-replica embedded default (`--store memory`).
+//!
+//! Same semantics as the Redis store (same conformance suite), held under one mutex so each
+//! operation is atomic. The clock is the system clock plus a per-pool test offset
+//! ([`LeaseStore::advance_clock`]). State is lost when the process exits, which is exactly a
+//! single replica's lifetime: run the Redis store for more than one replica.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Mutex,
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use async_trait::async_trait;
+use rand::Rng;
+
+use super::{LeaseStore, StoreError, StoreResult};
+use crate::model::{
+    AcquireParams, AcquireResult, CoolReason, HealthPolicy, KeyState, KeyStatus, Lease, LeaseId,
+    Outcome, PoolSpec, PoolStatus, ReportParams, ReportResult, upstream_of,
+};
+
+/// Retry hint bounds for a full pool (ms).
+pub(crate) const RETRY_HINT_MIN_MS: u64 = 50;
+pub(crate) const RETRY_HINT_MAX_MS: u64 = 1_000;
+
+#[derive(Debug, Default)]
+struct KeyEntry {
+    capacity: u32,
+    config_capacity: u32,
+    in_flight: u32,
+    cool_until_ms: i64,
+    cool_reason: Option<CoolReason>,
+    disabled: bool,
+    failures: u32,
+}
+
+impl KeyEntry {
+    fn state(&self, now: i64) -> KeyState {
+        if self.capacity == 0 || self.disabled {
+            KeyState::Disabled
+        } else if self.cool_until_ms > now {
+            match self.cool_reason {
+                Some(CoolReason::Credential) => KeyState::Disabled,
+                _ => KeyState::Cooling,
+            }
+        } else {
+            KeyState::Available
+        }
+    }
+
+    fn status(&self, key_id: &str, now: i64) -> KeyStatus {
+        KeyStatus {
+            key_id: key_id.to_owned(),
+            capacity: self.capacity,
+            in_flight: self.in_flight,
+            state: self.state(now),
+            cooldown_until_ms: if self.cool_until_ms > now { self.cool_until_ms } else { 0 },
+            consecutive_failures: self.failures,
+        }
+    }
+
+    fn cool(&mut self, until: i64, reason: CoolReason) {
+        // A new cooldown never shortens an existing one.
+        if until > self.cool_until_ms {
+            self.cool_until_ms = until;
+            self.cool_reason = Some(reason);
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct PoolState {
+    keys: BTreeMap<String, KeyEntry>,
+    /// lease token -> (key id, expiry ms)
+    leases: HashMap<String, (String, i64)>,
+    clock_offset_ms: i64,
+}
+
+impl PoolState {
+    fn now(&self) -> i64 {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        wall + self.clock_offset_ms
+    }
+
+    /// Reclaims every expired lease (expiry <= now).
+    fn reap(&mut self, now: i64) {
+        let keys = &mut self.keys;
+        self.leases.retain(|_, (key, exp)| {
+            if *exp > now {
+                return true;
+            }
+            if let Some(k) = keys.get_mut(key.as_str()) {
+                k.in_flight = k.in_flight.saturating_sub(1);
+            }
+            false
+        });
+    }
+
+    /// Removes a live lease and frees its slot. Returns false if it was not live.
+    fn free(&mut self, token: &str, now: i64) -> bool {
+        match self.leases.get(token) {
+            Some((_, exp)) if *exp > now => {}
+            _ => return false,
+        }
+        if let Some((key, _)) = self.leases.remove(token) {
+            if let Some(k) = self.keys.get_mut(&key) {
+                k.in_flight = k.in_flight.saturating_sub(1);
+            }
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The in-process [`LeaseStore`].
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    pools: Mutex<HashMap<String, PoolState>>,
+}
+
+impl MemoryStore {
+    /// An empty store; call [`LeaseStore::seed`] before use.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with_pool<T>(&self, pool: &str, f: impl FnOnce(&mut PoolState, i64) -> T) -> StoreResult<Option<T>> {
+        let mut pools = self
+            .pools
+            .lock()
+            .map_err(|_| StoreError::Protocol("memory store mutex poisoned".into()))?;
+        Ok(pools.get_mut(pool).map(|p| {
+            let now = p.now();
+            p.reap(now);
+            f(p, now)
+        }))
+    }
+}
+
+/// Applies a vendor outcome to a key's health (shared rule, mirrored by the Redis script).
+fn apply_outcome(k: &mut KeyEntry, outcome: Outcome, retry_after_ms: u64, policy: &HealthPolicy, now: i64) {
+    let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    match outcome {
+        Outcome::Success => k.failures = 0,
+        Outcome::RateLimited => {
+            let wait = if retry_after_ms > 0 { retry_after_ms } else { policy.rate_limit_cooldown_ms };
+            k.cool(now.saturating_add(ms(wait)), CoolReason::RateLimited);
+        }
+        Outcome::UpstreamError | Outcome::Timeout => {
+            k.failures = k.failures.saturating_add(1);
+            if let Some(wait) = policy.failure_cooldown_ms(k.failures) {
+                k.cool(now.saturating_add(ms(wait)), CoolReason::Failures);
+            }
+        }
+        Outcome::KeyInvalid | Outcome::QuotaExhausted => {
+            k.cool(now.saturating_add(ms(policy.credential_cooldown_ms)), CoolReason::Credential);
+        }
+        Outcome::ClientError => {}
+    }
+}
+
+#[async_trait]
+impl LeaseStore for MemoryStore {
+    async fn seed(&self, specs: &[PoolSpec]) -> StoreResult<()> {
+        let mut pools = self
+            .pools
+            .lock()
+            .map_err(|_| StoreError::Protocol("memory store mutex poisoned".into()))?;
+        for spec in specs {
+            let pool = pools.entry(spec.pool.clone()).or_default();
+            pool.keys.retain(|id, _| spec.keys.iter().any(|k| &k.key_id == id));
+            for key in &spec.keys {
+                let entry = pool.keys.entry(key.key_id.clone()).or_default();
+                if entry.config_capacity != key.capacity {
+                    entry.capacity = key.capacity;
+                    entry.config_capacity = key.capacity;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn acquire(&self, p: &AcquireParams) -> StoreResult<AcquireResult> {
+        let result = self.with_pool(&p.pool, |pool, now| {
+            let eligible: Vec<&String> = pool
+                .keys
+                .keys()
+                .filter(|id| !p.exclude_keys.iter().any(|e| e == *id))
+                .filter(|id| p.upstream_ids.is_empty() || p.upstream_ids.iter().any(|u| u == upstream_of(id)))
+                .collect();
+            if eligible.is_empty() {
+                return AcquireResult::NoEligibleKey;
+            }
+            let available: Vec<(&String, &KeyEntry)> = eligible
+                .iter()
+                .map(|id| (*id, &pool.keys[*id]))
+                .filter(|(_, k)| k.state(now) == KeyState::Available)
+                .collect();
+            if available.is_empty() {
+                let next = eligible
+                    .iter()
+                    .map(|id| &pool.keys[*id])
+                    .filter(|k| !k.disabled && k.capacity > 0 && k.cool_until_ms > now)
+                    .map(|k| k.cool_until_ms)
+                    .min();
+                return AcquireResult::Unavailable { next_available_ms: next, now_ms: now };
+            }
+            // Lowest utilization among keys with room; compare in_flight/capacity exactly.
+            let mut best: Vec<&String> = Vec::new();
+            let mut best_ratio: Option<(u32, u32)> = None;
+            for (id, k) in &available {
+                if k.in_flight >= k.capacity {
+                    continue;
+                }
+                let ratio = (k.in_flight, k.capacity);
+                match best_ratio {
+                    None => {
+                        best_ratio = Some(ratio);
+                        best = vec![id];
+                    }
+                    Some((bi, bc)) => {
+                        let lhs = u64::from(ratio.0) * u64::from(bc);
+                        let rhs = u64::from(bi) * u64::from(ratio.1);
+                        if lhs < rhs {
+                            best_ratio = Some(ratio);
+                            best = vec![id];
+                        } else if lhs == rhs {
+                            best.push(id);
+                        }
+                    }
+                }
+            }
+            if best.is_empty() {
+                let capacity: u64 = available.iter().map(|(_, k)| u64::from(k.capacity)).sum();
+                let in_flight: u64 = available.iter().map(|(_, k)| u64::from(k.in_flight)).sum();
+                let soonest = pool
+                    .leases
+                    .values()
+                    .filter(|(key, _)| eligible.contains(&key))
+                    .map(|(_, exp)| *exp)
+                    .min()
+                    .unwrap_or(now);
+                let retry = u64::try_from(soonest - now)
+                    .unwrap_or(0)
+                    .clamp(RETRY_HINT_MIN_MS, RETRY_HINT_MAX_MS);
+                return AcquireResult::Full { capacity, in_flight, retry_after_ms: retry };
+            }
+            let chosen = best[rand::rng().random_range(0..best.len())].clone();
+            let expires = now.saturating_add(i64::try_from(p.ttl_ms).unwrap_or(i64::MAX));
+            pool.leases
+                .insert(p.token.as_str().to_owned(), (chosen.clone(), expires));
+            let k = pool.keys.get_mut(&chosen).expect("chosen key exists");
+            k.in_flight += 1;
+            AcquireResult::Granted(Lease {
+                id: LeaseId { pool: p.pool.clone(), token: p.token.clone() },
+                key_id: chosen,
+                expires_at_ms: expires,
+                key_in_flight: k.in_flight,
+                key_capacity: k.capacity,
+            })
+        })?;
+        result.ok_or_else(|| StoreError::Protocol(format!("pool {:?} was never seeded", p.pool)))
+    }
+
+    async fn release(&self, id: &LeaseId) -> StoreResult<bool> {
+        Ok(self
+            .with_pool(&id.pool, |pool, now| pool.free(id.token.as_str(), now))?
+            .unwrap_or(false))
+    }
+
+    async fn renew(&self, id: &LeaseId, ttl_ms: u64) -> StoreResult<Option<Lease>> {
+        Ok(self
+            .with_pool(&id.pool, |pool, now| {
+                let expires = now.saturating_add(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+                let (key, exp) = pool.leases.get_mut(id.token.as_str())?;
+                *exp = expires;
+                let key = key.clone();
+                let k = pool.keys.get(&key)?;
+                Some(Lease {
+                    id: id.clone(),
+                    key_id: key,
+                    expires_at_ms: expires,
+                    key_in_flight: k.in_flight,
+                    key_capacity: k.capacity,
+                })
+            })?
+            .flatten())
+    }
+
+    async fn report(&self, r: &ReportParams, policy: &HealthPolicy) -> StoreResult<Option<ReportResult>> {
+        Ok(self
+            .with_pool(&r.id.pool, |pool, now| {
+                let key_id = match pool.leases.get(r.id.token.as_str()) {
+                    Some((key, _)) => key.clone(),
+                    None => r.key_id.clone().filter(|k| pool.keys.contains_key(k))?,
+                };
+                let released = r.release && pool.free(r.id.token.as_str(), now);
+                let k = pool.keys.get_mut(&key_id)?;
+                apply_outcome(k, r.outcome, r.retry_after_ms, policy, now);
+                let st = k.status(&key_id, now);
+                Some(ReportResult {
+                    key_id,
+                    state: st.state,
+                    cooldown_until_ms: st.cooldown_until_ms,
+                    released,
+                })
+            })?
+            .flatten())
+    }
+
+    async fn status(&self, pool: &str) -> StoreResult<Option<PoolStatus>> {
+        self.with_pool(pool, |p, now| PoolStatus {
+            pool: pool.to_owned(),
+            keys: p.keys.iter().map(|(id, k)| k.status(id, now)).collect(),
+            now_ms: now,
+        })
+    }
+
+    async fn set_capacity(&self, pool: &str, key_id: &str, capacity: u32) -> StoreResult<Option<KeyStatus>> {
+        Ok(self
+            .with_pool(pool, |p, now| {
+                let k = p.keys.get_mut(key_id)?;
+                k.capacity = capacity;
+                Some(k.status(key_id, now))
+            })?
+            .flatten())
+    }
+
+    async fn set_disabled(&self, pool: &str, key_id: &str, disabled: bool) -> StoreResult<Option<KeyStatus>> {
+        Ok(self
+            .with_pool(pool, |p, now| {
+                let k = p.keys.get_mut(key_id)?;
+                k.disabled = disabled;
+                if !disabled {
+                    k.cool_until_ms = 0;
+                    k.cool_reason = None;
+                    k.failures = 0;
+                }
+                Some(k.status(key_id, now))
+            })?
+            .flatten())
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        Ok(())
+    }
+
+    async fn advance_clock(&self, pool: &str, ms: u64) -> StoreResult<()> {
+        self.with_pool(pool, |p, _| {
+            p.clock_offset_ms = p.clock_offset_ms.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
+        })?;
+        Ok(())
+    }
+}

@@ -1,0 +1,92 @@
+//! The `LeaseStore` trait: where in-flight counts, leases, cooldowns and capacities live.
+//!
+//! Two backends implement the same semantics and pass the same conformance suite
+//! (`tests/conformance.rs`):
+//! - [`memory::MemoryStore`]: in-process, for a single replica (the embedded default).
+//! - [`redis::RedisStore`]: Redis sorted sets driven by Lua scripts, shared by any number of
+//!   replicas; time is Redis `TIME` read inside each script.
+//!
+//! Every method is one atomic step on the store: a grant, release, renewal or report either
+//! happens whole or not at all, so concurrent callers (threads or replicas) can never push a
+//! key past its capacity (invariant 1) or drive a count below zero (invariant 3).
+
+pub mod memory;
+pub mod redis;
+
+use async_trait::async_trait;
+
+use crate::model::{
+    AcquireParams, AcquireResult, HealthPolicy, KeyStatus, Lease, LeaseId, PoolSpec, PoolStatus,
+    ReportParams, ReportResult,
+};
+
+/// Store failures. Domain outcomes (full, cooling, unknown lease) are results, not errors.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store could not be reached or timed out; the caller may retry.
+    #[error("lease store unreachable: {0}")]
+    Unavailable(String),
+    /// The store answered something this code does not understand (a bug or a foreign
+    /// writer on our keys).
+    #[error("lease store returned an unexpected reply: {0}")]
+    Protocol(String),
+}
+
+/// Result of Release / Renew / admin calls on a lease or key that may not exist.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Backend of the scheduler. All times are the store's clock in ms since the epoch.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + 'static {
+    /// Registers pools and their keys. A key new to the store gets the configured capacity;
+    /// an existing key keeps its live in-flight count, and keeps an admin-set capacity unless
+    /// the configured capacity changed since the last seed. Keys no longer configured stop
+    /// taking leases. Never resets live counts (restarting a replica hands out no new slots).
+    async fn seed(&self, pools: &[PoolSpec]) -> StoreResult<()>;
+
+    /// Leases one slot on the least-utilized eligible available key, ties broken at random.
+    async fn acquire(&self, params: &AcquireParams) -> StoreResult<AcquireResult>;
+
+    /// Frees a lease. `Ok(true)` if this call freed it, `Ok(false)` if it was already released
+    /// or had expired (its slot was or is now reclaimed).
+    async fn release(&self, id: &LeaseId) -> StoreResult<bool>;
+
+    /// Extends a live lease to now + `ttl_ms`. `Ok(None)` when it expired or was released;
+    /// an expired lease is never resurrected.
+    async fn renew(&self, id: &LeaseId, ttl_ms: u64) -> StoreResult<Option<Lease>>;
+
+    /// Applies a vendor outcome to the lease's key (or `params.key_id` when the lease is gone)
+    /// and optionally releases the lease. `Ok(None)` when neither identifies a known key.
+    async fn report(
+        &self,
+        params: &ReportParams,
+        policy: &HealthPolicy,
+    ) -> StoreResult<Option<ReportResult>>;
+
+    /// Live state of every key of the pool; `Ok(None)` for an unknown pool.
+    async fn status(&self, pool: &str) -> StoreResult<Option<PoolStatus>>;
+
+    /// Admin: sets a key's live capacity (0 disables). `Ok(None)` for an unknown key.
+    async fn set_capacity(
+        &self,
+        pool: &str,
+        key_id: &str,
+        capacity: u32,
+    ) -> StoreResult<Option<KeyStatus>>;
+
+    /// Admin: disables (`true`) or enables (`false`) a key. Enabling also clears its
+    /// cooldown and failure count. `Ok(None)` for an unknown key.
+    async fn set_disabled(
+        &self,
+        pool: &str,
+        key_id: &str,
+        disabled: bool,
+    ) -> StoreResult<Option<KeyStatus>>;
+
+    /// Round-trips to the store (health checks).
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// Test hook: moves this store's clock for `pool` forward by `ms`. Production code never
+    /// calls it; tests use it to expire leases and end cooldowns without sleeping.
+    async fn advance_clock(&self, pool: &str, ms: u64) -> StoreResult<()>;
+}

@@ -1,0 +1,160 @@
+//! Bearer-token authorization for admin RPCs.
+//!
+//! The token comes from `VOXPOOL_ADMIN_TOKEN` or `--admin-token-file FILE`; callers send
+//! `authorization: Bearer <token>` metadata. Comparison is constant-time. With no token
+//! configured, admin RPCs are refused with a message that says how to configure one.
+
+use std::path::Path;
+
+use subtle::ConstantTimeEq;
+use tonic::{Status, metadata::MetadataMap};
+
+use crate::secret::Secret;
+
+/// Errors loading the admin token.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminTokenError {
+    /// The token file could not be read.
+    #[error("cannot read admin token file {path}: {source}")]
+    Read {
+        /// The file named by `--admin-token-file`.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The token (from the file or the environment) is empty.
+    #[error("admin token from {origin} is empty")]
+    Empty {
+        /// `VOXPOOL_ADMIN_TOKEN` or the file path.
+        origin: String,
+    },
+}
+
+/// The admin bearer token, or its absence (admin RPCs then refused).
+#[derive(Clone, Debug)]
+pub struct AdminAuth {
+    token: Option<Secret>,
+}
+
+impl AdminAuth {
+    /// Admin RPCs accept `token`.
+    pub fn with_token(token: Secret) -> Self {
+        Self { token: Some(token) }
+    }
+
+    /// No token configured: every admin RPC is refused with FAILED_PRECONDITION.
+    pub fn disabled() -> Self {
+        Self { token: None }
+    }
+
+    /// Loads the token from `file` if given, else from `env_value` (the value of
+    /// `VOXPOOL_ADMIN_TOKEN`, if set). Errors: unreadable file, empty token.
+    pub fn load(file: Option<&Path>, env_value: Option<&str>) -> Result<Self, AdminTokenError> {
+        let (origin, raw) = match (file, env_value) {
+            (Some(path), _) => {
+                let raw = std::fs::read_to_string(path).map_err(|source| AdminTokenError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                (path.display().to_string(), raw)
+            }
+            (None, Some(value)) => ("VOXPOOL_ADMIN_TOKEN".to_owned(), value.to_owned()),
+            (None, None) => return Ok(Self::disabled()),
+        };
+        let token = Secret::new(raw);
+        if token.is_empty() {
+            return Err(AdminTokenError::Empty { origin });
+        }
+        Ok(Self::with_token(token))
+    }
+
+    /// True when a token is configured.
+    pub fn is_enabled(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// Checks `authorization: Bearer <token>` in `metadata`.
+    ///
+    /// Errors: FAILED_PRECONDITION when no token is configured on the server;
+    /// UNAUTHENTICATED when the header is missing, malformed or carries another token.
+    pub fn authorize(&self, metadata: &MetadataMap) -> Result<(), Status> {
+        let Some(expected) = &self.token else {
+            return Err(Status::failed_precondition(
+                "admin RPCs are disabled on this server: start it with VOXPOOL_ADMIN_TOKEN set \
+                 or --admin-token-file FILE",
+            ));
+        };
+        let header = metadata
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| {
+                Status::unauthenticated(
+                    "admin RPC needs metadata 'authorization: Bearer <admin token>'",
+                )
+            })?;
+        let presented = header
+            .strip_prefix("Bearer ")
+            .or_else(|| header.strip_prefix("bearer "))
+            .ok_or_else(|| {
+                Status::unauthenticated("authorization metadata must be 'Bearer <admin token>'")
+            })?
+            .trim();
+        if bool::from(presented.as_bytes().ct_eq(expected.expose().as_bytes())) {
+            Ok(())
+        } else {
+            Err(Status::unauthenticated("admin token rejected"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn md(value: &str) -> MetadataMap {
+        let mut m = MetadataMap::new();
+        m.insert("authorization", value.parse().unwrap());
+        m
+    }
+
+    #[test]
+    fn accepts_only_the_configured_token() {
+        let auth = AdminAuth::with_token(Secret::new("s3cret"));
+        assert!(auth.authorize(&md("Bearer s3cret")).is_ok());
+        let err = auth.authorize(&md("Bearer nope")).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unauthenticated);
+        assert!(!err.message().contains("s3cret"));
+        assert_eq!(
+            auth.authorize(&MetadataMap::new()).unwrap_err().code(),
+            tonic::Code::Unauthenticated
+        );
+        assert_eq!(
+            auth.authorize(&md("s3cret")).unwrap_err().code(),
+            tonic::Code::Unauthenticated
+        );
+    }
+
+    #[test]
+    fn refuses_with_instructions_when_unconfigured() {
+        let err = AdminAuth::disabled()
+            .authorize(&md("Bearer x"))
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+        assert!(err.message().contains("VOXPOOL_ADMIN_TOKEN"));
+    }
+
+    #[test]
+    fn loads_from_file_trimmed_and_rejects_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tok");
+        std::fs::write(&path, "abc\n").unwrap();
+        let auth = AdminAuth::load(Some(&path), None).unwrap();
+        assert!(auth.authorize(&md("Bearer abc")).is_ok());
+        std::fs::write(&path, "\n").unwrap();
+        assert!(matches!(
+            AdminAuth::load(Some(&path), None),
+            Err(AdminTokenError::Empty { .. })
+        ));
+        assert!(!AdminAuth::load(None, None).unwrap().is_enabled());
+    }
+}

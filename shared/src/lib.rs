@@ -1,0 +1,19 @@
+//! Common crate of the voxpool services.
+//!
+//! - [`config`]: the pools file (TOML + `VOXPOOL_` environment), validated with path-named errors.
+//! - [`secret`]: a string that never prints (vendor credentials, the admin token).
+//! - [`auth`]: bearer-token check for admin RPCs (constant-time compare).
+//! - [`status`]: `tonic::Status` builders that attach `google.rpc` error details.
+//! - [`serve`]: binding, health, reflection and graceful shutdown shared by every binary.
+//! - [`telemetry`]: `tracing` setup (pretty or JSON logs, `RUST_LOG` filter).
+//! - `testing` (feature `testing`): real `redis-server` processes for tests.
+
+pub mod auth;
+pub mod config;
+pub mod secret;
+pub mod serve;
+pub mod status;
+pub mod telemetry;
+
+#[cfg(feature = "testing")]
+pub mod testing;
