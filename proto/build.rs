@@ -11,6 +11,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let protos = [
         "voxpool/scheduler/v1/scheduler.proto",
+        "voxpool/catalog/v1/catalog.proto",
+        "voxpool/synthesis/v1/synthesis.proto",
     ];
     for proto in &protos {
         println!("cargo:rerun-if-changed={proto}");

@@ -20,3 +20,21 @@ pub mod scheduler {
         tonic::include_proto!("voxpool.scheduler.v1");
     }
 }
+
+/// `voxpool.catalog.v1`: voice packs, snapshots and card binding.
+pub mod catalog {
+    /// Version 1 of the catalog API.
+    pub mod v1 {
+        #![allow(missing_docs, clippy::doc_lazy_continuation)]
+        tonic::include_proto!("voxpool.catalog.v1");
+    }
+}
+
+/// `voxpool.synthesis.v1`: text to speech through the pool.
+pub mod synthesis {
+    /// Version 1 of the synthesis API.
+    pub mod v1 {
+        #![allow(missing_docs, clippy::doc_lazy_continuation)]
+        tonic::include_proto!("voxpool.synthesis.v1");
+    }
+}

@@ -5,6 +5,7 @@
 //! - [`auth`]: bearer-token check for admin RPCs (constant-time compare).
 //! - [`status`]: `tonic::Status` builders that attach `google.rpc` error details.
 //! - [`serve`]: binding, health, reflection and graceful shutdown shared by every binary.
+//! - [`snapshot`]: the frozen voice-pack snapshot, its card JSON form and its digest.
 //! - [`telemetry`]: `tracing` setup (pretty or JSON logs, `RUST_LOG` filter).
 //! - `testing` (feature `testing`): real `redis-server` processes for tests.
 
@@ -12,6 +13,7 @@ pub mod auth;
 pub mod config;
 pub mod secret;
 pub mod serve;
+pub mod snapshot;
 pub mod status;
 pub mod telemetry;
 

@@ -29,14 +29,14 @@ pub fn reflection_services() -> Result<
     let v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(voxpool_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_reflection::pb::FILE_DESCRIPTOR_SET_V1)
-        .register_encoded_file_descriptor_set(tonic_reflection::pb::FILE_DESCRIPTOR_SET_V1ALPHA)
+        .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET)
         .build_v1()?;
     let v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(voxpool_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_reflection::pb::FILE_DESCRIPTOR_SET_V1)
-        .register_encoded_file_descriptor_set(tonic_reflection::pb::FILE_DESCRIPTOR_SET_V1ALPHA)
+        .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
     Ok((v1, v1alpha))
 }
