@@ -1,0 +1,3 @@
+//! The voxpool synthesis service (work in progress).
+
+pub mod vendor;

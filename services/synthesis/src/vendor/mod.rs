@@ -1,0 +1,146 @@
+//! Vendor adapters: one module per TTS vendor, all behind [`VendorAdapter`].
+//!
+//! An adapter does three things, and only these:
+//! 1. [`VendorAdapter::check`]: maps the snapshot's vendor-neutral params (pitch %, rate
+//!    multiplier, volume %, `extra`) and the requested format / sample rate onto what the
+//!    vendor can express, or refuses with a [`ParamError`] naming the param, the value and
+//!    the provider (invariant 8: applied or refused, never dropped or clamped).
+//! 2. [`VendorAdapter::synthesize`]: one HTTP call (or one engine process) with one key's
+//!    credential, returning audio or a [`VendorFailure`] classified into a scheduler outcome
+//!    as ../shared/docs/VENDORS.md says (body codes, not only HTTP status; `Retry-After` read).
+//! 3. [`VendorAdapter::text_limit`]: the vendor's per-request text limit, so the orchestrator
+//!    splits longer text at sentence boundaries.
+//!
+//! Adapters never see the scheduler, never retry and never log credentials: failover,
+//! reporting and releasing are the orchestrator's job.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use async_trait::async_trait;
+use voxpool_shared::{secret::Secret, snapshot::Snapshot};
+
+/// Audio container/encoding requested by the caller (mirrors the proto `AudioFormat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AudioFormat {
+    /// RIFF/WAVE, 16-bit PCM.
+    Wav,
+    /// MPEG-1 layer III.
+    Mp3,
+    /// Opus in Ogg.
+    OggOpus,
+    /// Raw signed 16-bit little-endian mono, no header.
+    Pcm,
+}
+
+/// A vendor's per-request text limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TextLimit {
+    /// At most this many Unicode scalar values (e.g. OpenAI: 4096).
+    Chars(usize),
+    /// At most this many UTF-8 bytes (e.g. Volcengine: 1024).
+    Utf8Bytes(usize),
+}
+
+/// A param (or format / sample rate) the vendor cannot apply. Maps to INVALID_ARGUMENT.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{provider} cannot apply {param} = {value}: {reason}")]
+pub struct ParamError {
+    /// The snapshot field, e.g. `params.pitchPct`, `extra.style`, `format`, `sample_rate_hz`.
+    pub param: String,
+    /// The offending value as given.
+    pub value: String,
+    /// Provider id.
+    pub provider: String,
+    /// Why, with the accepted range or alternatives.
+    pub reason: String,
+}
+
+/// The key a call runs under (from the lease and the config).
+#[derive(Clone, Debug)]
+pub struct KeyCredential {
+    /// `upstream/key` as the scheduler names it.
+    pub key_id: String,
+    /// The vendor app id (the key part of `key_id`), e.g. Volcengine `appid`.
+    pub app_id: String,
+    /// The credential (token / API key); `None` for the local engine. `Debug` is redacted.
+    pub secret: Option<Secret>,
+}
+
+/// The upstream (account / endpoint) a key belongs to, from the config.
+#[derive(Clone, Debug, Default)]
+pub struct UpstreamTarget {
+    /// Upstream id.
+    pub id: String,
+    /// Base URL; `None` = the adapter's default.
+    pub base_url: Option<String>,
+    /// Region (Azure).
+    pub region: Option<String>,
+    /// Adapter options (e.g. Volcengine `cluster`).
+    pub params: BTreeMap<String, serde_json::Value>,
+}
+
+/// One vendor call.
+#[derive(Clone, Debug)]
+pub struct VendorRequest<'a> {
+    /// Text of this chunk (already within [`VendorAdapter::text_limit`]).
+    pub text: &'a str,
+    /// The frozen voice.
+    pub voice: &'a Snapshot,
+    /// The pool's vendor model id (the config's `model`); the snapshot's `model` wins when set.
+    pub pool_model: &'a str,
+    /// Requested output.
+    pub format: AudioFormat,
+    /// Requested sample rate (Hz); `None` = vendor default.
+    pub sample_rate_hz: Option<u32>,
+    /// The key and its credential.
+    pub key: &'a KeyCredential,
+    /// The key's upstream.
+    pub upstream: &'a UpstreamTarget,
+    /// Per-attempt timeout.
+    pub timeout: Duration,
+    /// Unique id for this attempt (vendors such as Volcengine want a fresh reqid).
+    pub attempt_id: &'a str,
+}
+
+/// Audio returned by a vendor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VendorAudio {
+    /// Encoded audio in `format`.
+    pub bytes: Vec<u8>,
+    /// Its format.
+    pub format: AudioFormat,
+    /// Its sample rate (Hz), when known.
+    pub sample_rate_hz: Option<u32>,
+}
+
+/// How a vendor call failed, classified for the scheduler (VENDORS.md error table).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VendorFailure {
+    /// Scheduler outcome: RateLimited, UpstreamError, Timeout, KeyInvalid, QuotaExhausted or
+    /// ClientError.
+    pub outcome: voxpool_proto::scheduler::v1::Outcome,
+    /// HTTP status, when there was a response.
+    pub http_status: Option<u16>,
+    /// `Retry-After` in ms, when the vendor sent one.
+    pub retry_after_ms: Option<u64>,
+    /// Vendor message with secrets removed (never a credential or the request body).
+    pub message: String,
+}
+
+/// A TTS vendor.
+#[async_trait]
+pub trait VendorAdapter: Send + Sync + 'static {
+    /// Provider id (`openai`, `azure`, `volcengine`, `elevenlabs`, `minimax`, `dashscope`,
+    /// `espeak`).
+    fn provider(&self) -> &'static str;
+
+    /// Per-request text limit of the vendor.
+    fn text_limit(&self) -> TextLimit;
+
+    /// Refuses params, extra options, formats or sample rates the vendor cannot apply.
+    /// Called once per request before any lease is taken.
+    fn check(&self, voice: &Snapshot, format: AudioFormat, sample_rate_hz: Option<u32>) -> Result<(), ParamError>;
+
+    /// One call with one key. Never retries.
+    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure>;
+}
