@@ -56,7 +56,9 @@ pub enum SchedulerError {
         waited_ms: u64,
     },
     /// `exclude_keys` / `upstream_ids` leave no key of the pool.
-    #[error("no key of pool {pool:?} is eligible: exclude_keys and upstream_ids rule out all {keys} keys")]
+    #[error(
+        "no key of pool {pool:?} is eligible: exclude_keys and upstream_ids rule out all {keys} keys"
+    )]
     NoEligibleKey {
         /// Pool id.
         pool: String,
@@ -115,11 +117,19 @@ impl From<SchedulerError> for Status {
         let message = e.to_string();
         match e {
             SchedulerError::InvalidArgument { field, message } => invalid_argument(&field, message),
-            SchedulerError::UnknownPool { pool, .. } => not_found("voxpool.dev/Pool", &pool, message),
+            SchedulerError::UnknownPool { pool, .. } => {
+                not_found("voxpool.dev/Pool", &pool, message)
+            }
             SchedulerError::UnknownKey { pool, key } => {
                 not_found("voxpool.dev/Key", &format!("{pool}/{key}"), message)
             }
-            SchedulerError::PoolFull { pool, capacity, in_flight, retry_after_ms, waited_ms } => with_info(
+            SchedulerError::PoolFull {
+                pool,
+                capacity,
+                in_flight,
+                retry_after_ms,
+                waited_ms,
+            } => with_info(
                 Code::ResourceExhausted,
                 message,
                 "POOL_FULL",
@@ -135,10 +145,17 @@ impl From<SchedulerError> for Status {
                 Code::ResourceExhausted,
                 message,
                 "NO_ELIGIBLE_KEY",
-                HashMap::from([("pool".to_owned(), pool), ("keys".to_owned(), keys.to_string())]),
+                HashMap::from([
+                    ("pool".to_owned(), pool),
+                    ("keys".to_owned(), keys.to_string()),
+                ]),
                 None,
             ),
-            SchedulerError::KeysUnavailable { pool, next_available_ms, now_ms } => {
+            SchedulerError::KeysUnavailable {
+                pool,
+                next_available_ms,
+                now_ms,
+            } => {
                 let mut md = HashMap::from([("pool".to_owned(), pool)]);
                 let retry = next_available_ms.map(|t| {
                     md.insert("next_available_ms".to_owned(), t.to_string());
@@ -150,7 +167,10 @@ impl From<SchedulerError> for Status {
                 Code::DeadlineExceeded,
                 message,
                 "WAIT_DEADLINE",
-                HashMap::from([("pool".to_owned(), pool), ("waited_ms".to_owned(), waited_ms.to_string())]),
+                HashMap::from([
+                    ("pool".to_owned(), pool),
+                    ("waited_ms".to_owned(), waited_ms.to_string()),
+                ]),
                 None,
             ),
             SchedulerError::LeaseNotLive { lease_id } => with_info(

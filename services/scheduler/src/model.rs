@@ -66,8 +66,10 @@ impl LeaseToken {
 
     /// Parses 32 lowercase hex digits.
     pub fn parse(s: &str) -> Option<Self> {
-        (s.len() == 32 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
-            .then(|| Self(s.to_owned()))
+        (s.len() == 32
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+        .then(|| Self(s.to_owned()))
     }
 
     /// The 32 hex digits.

@@ -26,7 +26,11 @@ const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
 pub async fn open_store(spec: &str, config: &Config) -> Result<Arc<dyn LeaseStore>, String> {
     let store: Arc<dyn LeaseStore> = if spec == "memory" {
         Arc::new(MemoryStore::new())
-    } else if spec.starts_with("redis://") || spec.starts_with("rediss://") || spec.starts_with("unix://") || spec.starts_with("redis+unix://") {
+    } else if spec.starts_with("redis://")
+        || spec.starts_with("rediss://")
+        || spec.starts_with("unix://")
+        || spec.starts_with("redis+unix://")
+    {
         let timeout = Duration::from_millis(config.scheduler.store_timeout_ms);
         Arc::new(
             RedisStore::connect(spec, timeout, config.scheduler.reap_batch)
@@ -49,7 +53,9 @@ pub async fn open_store(spec: &str, config: &Config) -> Result<Arc<dyn LeaseStor
 /// A store URL with any password replaced by `***`, safe to print.
 pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}***{}", &url[..scheme + 3], &url[at..]),
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}***{}", &url[..scheme + 3], &url[at..])
+        }
         _ => url.to_owned(),
     }
 }
@@ -117,7 +123,10 @@ mod tests {
 
     #[test]
     fn store_urls_never_print_passwords() {
-        assert_eq!(redact_url("redis://:hunter2@h:6379/0"), "redis://***@h:6379/0");
+        assert_eq!(
+            redact_url("redis://:hunter2@h:6379/0"),
+            "redis://***@h:6379/0"
+        );
         assert_eq!(redact_url("redis://u:p@h/0"), "redis://***@h/0");
         assert_eq!(redact_url("redis://h:6379/0"), "redis://h:6379/0");
     }

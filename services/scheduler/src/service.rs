@@ -19,8 +19,8 @@ use voxpool_shared::{
 use crate::{
     error::SchedulerError,
     model::{
-        AcquireParams, AcquireResult, HealthPolicy, KeyState, KeyStatus, Lease, LeaseId, LeaseToken,
-        Outcome, PoolStatus, ReportParams, upstream_of,
+        AcquireParams, AcquireResult, HealthPolicy, KeyState, KeyStatus, Lease, LeaseId,
+        LeaseToken, Outcome, PoolStatus, ReportParams, upstream_of,
     },
     store::{LeaseStore, StoreError},
     waiters::WaitQueues,
@@ -34,8 +34,9 @@ pub const MAX_REQUEST_ID_CHARS: usize = 128;
 pub const MAX_WAIT_TIMEOUT_MS: i64 = 600_000;
 /// Longest accepted `retry_after_ms` in a report (24 hours).
 pub const MAX_RETRY_AFTER_MS: i64 = 86_400_000;
-/// Margin kept before the gRPC deadline so the answer still reaches the caller in time.
-const DEADLINE_MARGIN: Duration = Duration::from_millis(10);
+/// Margin kept before the gRPC deadline so our DEADLINE_EXCEEDED (with details) reaches the
+/// caller before its own timer fires.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(50);
 
 #[derive(Debug)]
 struct PoolInfo {
@@ -63,7 +64,10 @@ impl std::fmt::Debug for SchedulerService {
 }
 
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> SchedulerError {
-    SchedulerError::InvalidArgument { field: field.into(), message: message.into() }
+    SchedulerError::InvalidArgument {
+        field: field.into(),
+        message: message.into(),
+    }
 }
 
 /// The gRPC deadline (`grpc-timeout` metadata) as an instant, if the caller set one.
@@ -140,12 +144,17 @@ impl SchedulerService {
 
     fn pool(&self, field: &str, pool: &str) -> Result<&PoolInfo, SchedulerError> {
         if pool.is_empty() {
-            return Err(invalid(field, "required: a pool id such as \"volc-standard\""));
+            return Err(invalid(
+                field,
+                "required: a pool id such as \"volc-standard\"",
+            ));
         }
-        self.pools.get(pool).ok_or_else(|| SchedulerError::UnknownPool {
-            pool: pool.to_owned(),
-            known: self.pool_names.clone(),
-        })
+        self.pools
+            .get(pool)
+            .ok_or_else(|| SchedulerError::UnknownPool {
+                pool: pool.to_owned(),
+                known: self.pool_names.clone(),
+            })
     }
 
     fn ttl(&self, field: &str, ttl_ms: i64) -> Result<u64, SchedulerError> {
@@ -153,7 +162,10 @@ impl SchedulerService {
         match u64::try_from(ttl_ms) {
             Ok(0) => Ok(self.settings.default_lease_ttl_ms),
             Ok(t) if t <= max => Ok(t),
-            _ => Err(invalid(field, format!("must be 0 (server default) or 1..={max} ms, got {ttl_ms}"))),
+            _ => Err(invalid(
+                field,
+                format!("must be 0 (server default) or 1..={max} ms, got {ttl_ms}"),
+            )),
         }
     }
 
@@ -169,25 +181,38 @@ impl SchedulerService {
         }
     }
 
-    fn validate_acquire(&self, r: &pb::AcquireRequest) -> Result<(AcquireParams, Duration), SchedulerError> {
+    fn validate_acquire(
+        &self,
+        r: &pb::AcquireRequest,
+    ) -> Result<(AcquireParams, Duration), SchedulerError> {
         let pool = self.pool("pool", &r.pool)?;
         if r.exclude_keys.len() > MAX_FILTER_ENTRIES {
             return Err(invalid(
                 "exclude_keys",
-                format!("at most {MAX_FILTER_ENTRIES} entries, got {}", r.exclude_keys.len()),
+                format!(
+                    "at most {MAX_FILTER_ENTRIES} entries, got {}",
+                    r.exclude_keys.len()
+                ),
             ));
         }
         if r.upstream_ids.len() > MAX_FILTER_ENTRIES {
             return Err(invalid(
                 "upstream_ids",
-                format!("at most {MAX_FILTER_ENTRIES} entries, got {}", r.upstream_ids.len()),
+                format!(
+                    "at most {MAX_FILTER_ENTRIES} entries, got {}",
+                    r.upstream_ids.len()
+                ),
             ));
         }
         for (i, u) in r.upstream_ids.iter().enumerate() {
             if !pool.upstreams.contains(u) {
                 return Err(invalid(
                     format!("upstream_ids[{i}]"),
-                    format!("pool {:?} has no upstream {u:?} (upstreams: {})", r.pool, pool.upstreams.join(", ")),
+                    format!(
+                        "pool {:?} has no upstream {u:?} (upstreams: {})",
+                        r.pool,
+                        pool.upstreams.join(", ")
+                    ),
                 ));
             }
         }
@@ -195,16 +220,27 @@ impl SchedulerService {
         if !(0..=MAX_WAIT_TIMEOUT_MS).contains(&r.wait_timeout_ms) {
             return Err(invalid(
                 "wait_timeout_ms",
-                format!("must be 0..={MAX_WAIT_TIMEOUT_MS} ms, got {}", r.wait_timeout_ms),
+                format!(
+                    "must be 0..={MAX_WAIT_TIMEOUT_MS} ms, got {}",
+                    r.wait_timeout_ms
+                ),
             ));
         }
         if r.request_id.chars().count() > MAX_REQUEST_ID_CHARS {
-            return Err(invalid("request_id", format!("at most {MAX_REQUEST_ID_CHARS} characters")));
+            return Err(invalid(
+                "request_id",
+                format!("at most {MAX_REQUEST_ID_CHARS} characters"),
+            ));
         }
         let params = AcquireParams {
             pool: r.pool.clone(),
             token: LeaseToken::random(),
-            exclude_keys: r.exclude_keys.iter().filter(|k| pool.keys.contains(k)).cloned().collect(),
+            exclude_keys: r
+                .exclude_keys
+                .iter()
+                .filter(|k| pool.keys.contains(k))
+                .cloned()
+                .collect(),
             upstream_ids: r.upstream_ids.clone(),
             ttl_ms,
         };
@@ -216,7 +252,10 @@ impl SchedulerService {
         params.token = LeaseToken::random();
         let mut undo = UndoGrant {
             store: self.store.clone(),
-            id: Some(LeaseId { pool: params.pool.clone(), token: params.token.clone() }),
+            id: Some(LeaseId {
+                pool: params.pool.clone(),
+                token: params.token.clone(),
+            }),
         };
         let result = self.store.acquire(params).await;
         undo.id = None;
@@ -225,33 +264,50 @@ impl SchedulerService {
 
     fn no_grant(&self, pool: &str, result: AcquireResult, waited: Duration) -> SchedulerError {
         match result {
-            AcquireResult::Full { capacity, in_flight, retry_after_ms } => SchedulerError::PoolFull {
+            AcquireResult::Full {
+                capacity,
+                in_flight,
+                retry_after_ms,
+            } => SchedulerError::PoolFull {
                 pool: pool.to_owned(),
                 capacity,
                 in_flight,
                 retry_after_ms,
                 waited_ms: waited.as_millis() as u64,
             },
-            AcquireResult::Unavailable { next_available_ms, now_ms } => SchedulerError::KeysUnavailable {
+            AcquireResult::Unavailable {
+                next_available_ms,
+                now_ms,
+            } => SchedulerError::KeysUnavailable {
                 pool: pool.to_owned(),
                 next_available_ms,
                 now_ms,
             },
-            AcquireResult::NoEligibleKey | AcquireResult::Granted(_) => SchedulerError::NoEligibleKey {
-                pool: pool.to_owned(),
-                keys: self.pools.get(pool).map_or(0, |p| p.keys.len()),
-            },
+            AcquireResult::NoEligibleKey | AcquireResult::Granted(_) => {
+                SchedulerError::NoEligibleKey {
+                    pool: pool.to_owned(),
+                    keys: self.pools.get(pool).map_or(0, |p| p.keys.len()),
+                }
+            }
         }
     }
 
     /// Acquire with FIFO waiting. See the module doc.
-    pub async fn acquire(&self, r: &pb::AcquireRequest, deadline: Option<Instant>) -> Result<Lease, SchedulerError> {
+    pub async fn acquire(
+        &self,
+        r: &pb::AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Lease, SchedulerError> {
         let (mut params, wait) = self.validate_acquire(r)?;
         let pool = params.pool.clone();
-        let queue = self.queues.get(&pool).cloned().ok_or_else(|| SchedulerError::UnknownPool {
-            pool: pool.clone(),
-            known: self.pool_names.clone(),
-        })?;
+        let queue = self
+            .queues
+            .get(&pool)
+            .cloned()
+            .ok_or_else(|| SchedulerError::UnknownPool {
+                pool: pool.clone(),
+                known: self.pool_names.clone(),
+            })?;
         let start = Instant::now();
         // Without waiters ahead (or when not waiting at all) try at once.
         if wait.is_zero() || queue.waiting() == 0 {
@@ -271,7 +327,10 @@ impl SchedulerService {
         let ended = |last: Option<AcquireResult>| {
             let waited = start.elapsed();
             if by_deadline {
-                SchedulerError::WaitDeadline { pool: pool.clone(), waited_ms: waited.as_millis() as u64 }
+                SchedulerError::WaitDeadline {
+                    pool: pool.clone(),
+                    waited_ms: waited.as_millis() as u64,
+                }
             } else {
                 match last {
                     Some(res) => self.no_grant(&pool, res, waited),
@@ -297,7 +356,11 @@ impl SchedulerService {
             let last = match self.attempt(&mut params).await? {
                 AcquireResult::Granted(lease) => return Ok(lease),
                 AcquireResult::NoEligibleKey => {
-                    return Err(self.no_grant(&pool, AcquireResult::NoEligibleKey, start.elapsed()));
+                    return Err(self.no_grant(
+                        &pool,
+                        AcquireResult::NoEligibleKey,
+                        start.elapsed(),
+                    ));
                 }
                 other => other,
             };
@@ -312,6 +375,15 @@ impl SchedulerService {
         }
     }
 
+    fn status_pb(&self, s: &PoolStatus) -> pb::PoolStatus {
+        let mut out = pool_status_pb(s);
+        out.waiters = self
+            .queues
+            .get(&s.pool)
+            .map_or(0, |q| i32::try_from(q.waiting()).unwrap_or(i32::MAX));
+        out
+    }
+
     fn check_admin(&self, md: &MetadataMap) -> Result<(), Status> {
         self.auth.authorize(md)
     }
@@ -319,10 +391,16 @@ impl SchedulerService {
     fn admin_target<'a>(&self, pool: &'a str, key: &'a str) -> Result<(), SchedulerError> {
         let info = self.pool("pool", pool)?;
         if key.is_empty() {
-            return Err(invalid("key_id", "required: `upstream/key` as shown by GetPoolStatus"));
+            return Err(invalid(
+                "key_id",
+                "required: `upstream/key` as shown by GetPoolStatus",
+            ));
         }
         if !info.keys.iter().any(|k| k == key) {
-            return Err(SchedulerError::UnknownKey { pool: pool.to_owned(), key: key.to_owned() });
+            return Err(SchedulerError::UnknownKey {
+                pool: pool.to_owned(),
+                key: key.to_owned(),
+            });
         }
         Ok(())
     }
@@ -371,6 +449,7 @@ pub fn pool_status_pb(s: &PoolStatus) -> pb::PoolStatus {
         utilization: s.utilization(),
         keys: s.keys.iter().map(|k| key_pb(&s.pool, k)).collect(),
         now_ms: s.now_ms,
+        waiters: 0,
     }
 }
 
@@ -385,14 +464,19 @@ fn outcome_of(raw: i32) -> Result<Outcome, SchedulerError> {
         Ok(pb::Outcome::ClientError) => Ok(Outcome::ClientError),
         Ok(pb::Outcome::Unspecified) | Err(_) => Err(invalid(
             "outcome",
-            format!("{raw} is not an outcome: use SUCCESS, RATE_LIMITED, UPSTREAM_ERROR, TIMEOUT, KEY_INVALID, QUOTA_EXHAUSTED or CLIENT_ERROR"),
+            format!(
+                "{raw} is not an outcome: use SUCCESS, RATE_LIMITED, UPSTREAM_ERROR, TIMEOUT, KEY_INVALID, QUOTA_EXHAUSTED or CLIENT_ERROR"
+            ),
         )),
     }
 }
 
 #[tonic::async_trait]
 impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
-    async fn acquire(&self, request: Request<pb::AcquireRequest>) -> Result<Response<pb::Lease>, Status> {
+    async fn acquire(
+        &self,
+        request: Request<pb::AcquireRequest>,
+    ) -> Result<Response<pb::Lease>, Status> {
         let deadline = grpc_deadline(request.metadata());
         let r = request.into_inner();
         let lease = SchedulerService::acquire(self, &r, deadline).await?;
@@ -400,24 +484,43 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         Ok(Response::new(lease_pb(lease)))
     }
 
-    async fn release(&self, request: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseResponse>, Status> {
+    async fn release(
+        &self,
+        request: Request<pb::ReleaseRequest>,
+    ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let id = Self::lease_id("lease_id", &request.get_ref().lease_id)?;
-        let released = self.store.release(&id).await.map_err(SchedulerError::from)?;
+        let released = self
+            .store
+            .release(&id)
+            .await
+            .map_err(SchedulerError::from)?;
         if released {
             self.notify(&id.pool);
         }
         Ok(Response::new(pb::ReleaseResponse { released }))
     }
 
-    async fn report(&self, request: Request<pb::ReportRequest>) -> Result<Response<pb::ReportResponse>, Status> {
+    async fn report(
+        &self,
+        request: Request<pb::ReportRequest>,
+    ) -> Result<Response<pb::ReportResponse>, Status> {
         let r = request.into_inner();
         let id = Self::lease_id("lease_id", &r.lease_id)?;
         let outcome = outcome_of(r.outcome)?;
         if !(0..=MAX_RETRY_AFTER_MS).contains(&r.retry_after_ms) {
-            return Err(invalid("retry_after_ms", format!("must be 0..={MAX_RETRY_AFTER_MS} ms, got {}", r.retry_after_ms)).into());
+            return Err(invalid(
+                "retry_after_ms",
+                format!(
+                    "must be 0..={MAX_RETRY_AFTER_MS} ms, got {}",
+                    r.retry_after_ms
+                ),
+            )
+            .into());
         }
         if r.latency_ms < 0 {
-            return Err(invalid("latency_ms", format!("must be >= 0, got {}", r.latency_ms)).into());
+            return Err(
+                invalid("latency_ms", format!("must be >= 0, got {}", r.latency_ms)).into(),
+            );
         }
         let params = ReportParams {
             id: id.clone(),
@@ -431,7 +534,9 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             .report(&params, &self.policy)
             .await
             .map_err(SchedulerError::from)?
-            .ok_or_else(|| SchedulerError::ReportKeyUnknown { lease_id: r.lease_id.clone() })?;
+            .ok_or_else(|| SchedulerError::ReportKeyUnknown {
+                lease_id: r.lease_id.clone(),
+            })?;
         if result.released {
             self.notify(&id.pool);
         }
@@ -447,7 +552,10 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         }))
     }
 
-    async fn renew(&self, request: Request<pb::RenewRequest>) -> Result<Response<pb::Lease>, Status> {
+    async fn renew(
+        &self,
+        request: Request<pb::RenewRequest>,
+    ) -> Result<Response<pb::Lease>, Status> {
         let r = request.into_inner();
         let id = Self::lease_id("lease_id", &r.lease_id)?;
         let ttl = self.ttl("lease_ttl_ms", r.lease_ttl_ms)?;
@@ -456,11 +564,16 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             .renew(&id, ttl)
             .await
             .map_err(SchedulerError::from)?
-            .ok_or(SchedulerError::LeaseNotLive { lease_id: r.lease_id })?;
+            .ok_or(SchedulerError::LeaseNotLive {
+                lease_id: r.lease_id,
+            })?;
         Ok(Response::new(lease_pb(lease)))
     }
 
-    async fn get_pool_status(&self, request: Request<pb::GetPoolStatusRequest>) -> Result<Response<pb::PoolStatus>, Status> {
+    async fn get_pool_status(
+        &self,
+        request: Request<pb::GetPoolStatusRequest>,
+    ) -> Result<Response<pb::PoolStatus>, Status> {
         let pool = &request.get_ref().pool;
         self.pool("pool", pool)?;
         let status = self
@@ -468,42 +581,70 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             .status(pool)
             .await
             .map_err(SchedulerError::from)?
-            .ok_or_else(|| SchedulerError::UnknownPool { pool: pool.clone(), known: self.pool_names.clone() })?;
-        Ok(Response::new(pool_status_pb(&status)))
+            .ok_or_else(|| SchedulerError::UnknownPool {
+                pool: pool.clone(),
+                known: self.pool_names.clone(),
+            })?;
+        Ok(Response::new(self.status_pb(&status)))
     }
 
-    async fn list_pools(&self, _request: Request<pb::ListPoolsRequest>) -> Result<Response<pb::ListPoolsResponse>, Status> {
+    async fn list_pools(
+        &self,
+        _request: Request<pb::ListPoolsRequest>,
+    ) -> Result<Response<pb::ListPoolsResponse>, Status> {
         let mut names: Vec<&String> = self.pools.keys().collect();
         names.sort();
         let mut pools = Vec::with_capacity(names.len());
         for name in names {
-            if let Some(s) = self.store.status(name).await.map_err(SchedulerError::from)? {
-                pools.push(pool_status_pb(&s));
+            if let Some(s) = self
+                .store
+                .status(name)
+                .await
+                .map_err(SchedulerError::from)?
+            {
+                pools.push(self.status_pb(&s));
             }
         }
         Ok(Response::new(pb::ListPoolsResponse { pools }))
     }
 
-    async fn set_key_capacity(&self, request: Request<pb::SetKeyCapacityRequest>) -> Result<Response<pb::KeyStatus>, Status> {
+    async fn set_key_capacity(
+        &self,
+        request: Request<pb::SetKeyCapacityRequest>,
+    ) -> Result<Response<pb::KeyStatus>, Status> {
         self.check_admin(request.metadata())?;
         let r = request.into_inner();
         self.admin_target(&r.pool, &r.key_id)?;
         let capacity = u32::try_from(r.capacity)
             .ok()
             .filter(|c| *c <= MAX_KEY_CAPACITY)
-            .ok_or_else(|| invalid("capacity", format!("must be 0..={MAX_KEY_CAPACITY} (0 disables the key), got {}", r.capacity)))?;
+            .ok_or_else(|| {
+                invalid(
+                    "capacity",
+                    format!(
+                        "must be 0..={MAX_KEY_CAPACITY} (0 disables the key), got {}",
+                        r.capacity
+                    ),
+                )
+            })?;
         let status = self
             .store
             .set_capacity(&r.pool, &r.key_id, capacity)
             .await
             .map_err(SchedulerError::from)?
-            .ok_or(SchedulerError::UnknownKey { pool: r.pool.clone(), key: r.key_id.clone() })?;
+            .ok_or(SchedulerError::UnknownKey {
+                pool: r.pool.clone(),
+                key: r.key_id.clone(),
+            })?;
         tracing::info!(pool = %r.pool, key = %r.key_id, capacity, "admin set key capacity");
         self.notify(&r.pool);
         Ok(Response::new(key_pb(&r.pool, &status)))
     }
 
-    async fn disable_key(&self, request: Request<pb::DisableKeyRequest>) -> Result<Response<pb::KeyStatus>, Status> {
+    async fn disable_key(
+        &self,
+        request: Request<pb::DisableKeyRequest>,
+    ) -> Result<Response<pb::KeyStatus>, Status> {
         self.check_admin(request.metadata())?;
         let r = request.into_inner();
         self.admin_target(&r.pool, &r.key_id)?;
@@ -512,12 +653,18 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             .set_disabled(&r.pool, &r.key_id, true)
             .await
             .map_err(SchedulerError::from)?
-            .ok_or(SchedulerError::UnknownKey { pool: r.pool.clone(), key: r.key_id.clone() })?;
+            .ok_or(SchedulerError::UnknownKey {
+                pool: r.pool.clone(),
+                key: r.key_id.clone(),
+            })?;
         tracing::info!(pool = %r.pool, key = %r.key_id, "admin disabled key");
         Ok(Response::new(key_pb(&r.pool, &status)))
     }
 
-    async fn enable_key(&self, request: Request<pb::EnableKeyRequest>) -> Result<Response<pb::KeyStatus>, Status> {
+    async fn enable_key(
+        &self,
+        request: Request<pb::EnableKeyRequest>,
+    ) -> Result<Response<pb::KeyStatus>, Status> {
         self.check_admin(request.metadata())?;
         let r = request.into_inner();
         self.admin_target(&r.pool, &r.key_id)?;
@@ -526,7 +673,10 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             .set_disabled(&r.pool, &r.key_id, false)
             .await
             .map_err(SchedulerError::from)?
-            .ok_or(SchedulerError::UnknownKey { pool: r.pool.clone(), key: r.key_id.clone() })?;
+            .ok_or(SchedulerError::UnknownKey {
+                pool: r.pool.clone(),
+                key: r.key_id.clone(),
+            })?;
         tracing::info!(pool = %r.pool, key = %r.key_id, "admin enabled key");
         self.notify(&r.pool);
         Ok(Response::new(key_pb(&r.pool, &status)))

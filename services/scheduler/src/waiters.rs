@@ -66,7 +66,12 @@ pub(crate) struct WaitQueues(HashMap<String, Arc<WaitQueue>>);
 
 impl WaitQueues {
     pub(crate) fn new<'a>(pools: impl IntoIterator<Item = &'a str>) -> Self {
-        Self(pools.into_iter().map(|p| (p.to_owned(), Arc::default())).collect())
+        Self(
+            pools
+                .into_iter()
+                .map(|p| (p.to_owned(), Arc::default()))
+                .collect(),
+        )
     }
 
     pub(crate) fn get(&self, pool: &str) -> Option<&Arc<WaitQueue>> {

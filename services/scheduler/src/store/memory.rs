@@ -55,7 +55,11 @@ impl KeyEntry {
             capacity: self.capacity,
             in_flight: self.in_flight,
             state: self.state(now),
-            cooldown_until_ms: if self.cool_until_ms > now { self.cool_until_ms } else { 0 },
+            cooldown_until_ms: if self.cool_until_ms > now {
+                self.cool_until_ms
+            } else {
+                0
+            },
             consecutive_failures: self.failures,
         }
     }
@@ -128,7 +132,11 @@ impl MemoryStore {
         Self::default()
     }
 
-    fn with_pool<T>(&self, pool: &str, f: impl FnOnce(&mut PoolState, i64) -> T) -> StoreResult<Option<T>> {
+    fn with_pool<T>(
+        &self,
+        pool: &str,
+        f: impl FnOnce(&mut PoolState, i64) -> T,
+    ) -> StoreResult<Option<T>> {
         let mut pools = self
             .pools
             .lock()
@@ -142,12 +150,22 @@ impl MemoryStore {
 }
 
 /// Applies a vendor outcome to a key's health (shared rule, mirrored by the Redis script).
-fn apply_outcome(k: &mut KeyEntry, outcome: Outcome, retry_after_ms: u64, policy: &HealthPolicy, now: i64) {
+fn apply_outcome(
+    k: &mut KeyEntry,
+    outcome: Outcome,
+    retry_after_ms: u64,
+    policy: &HealthPolicy,
+    now: i64,
+) {
     let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     match outcome {
         Outcome::Success => k.failures = 0,
         Outcome::RateLimited => {
-            let wait = if retry_after_ms > 0 { retry_after_ms } else { policy.rate_limit_cooldown_ms };
+            let wait = if retry_after_ms > 0 {
+                retry_after_ms
+            } else {
+                policy.rate_limit_cooldown_ms
+            };
             k.cool(now.saturating_add(ms(wait)), CoolReason::RateLimited);
         }
         Outcome::UpstreamError | Outcome::Timeout => {
@@ -157,7 +175,10 @@ fn apply_outcome(k: &mut KeyEntry, outcome: Outcome, retry_after_ms: u64, policy
             }
         }
         Outcome::KeyInvalid | Outcome::QuotaExhausted => {
-            k.cool(now.saturating_add(ms(policy.credential_cooldown_ms)), CoolReason::Credential);
+            k.cool(
+                now.saturating_add(ms(policy.credential_cooldown_ms)),
+                CoolReason::Credential,
+            );
         }
         Outcome::ClientError => {}
     }
@@ -172,7 +193,8 @@ impl LeaseStore for MemoryStore {
             .map_err(|_| StoreError::Protocol("memory store mutex poisoned".into()))?;
         for spec in specs {
             let pool = pools.entry(spec.pool.clone()).or_default();
-            pool.keys.retain(|id, _| spec.keys.iter().any(|k| &k.key_id == id));
+            pool.keys
+                .retain(|id, _| spec.keys.iter().any(|k| &k.key_id == id));
             for key in &spec.keys {
                 let entry = pool.keys.entry(key.key_id.clone()).or_default();
                 if entry.config_capacity != key.capacity {
@@ -190,7 +212,9 @@ impl LeaseStore for MemoryStore {
                 .keys
                 .keys()
                 .filter(|id| !p.exclude_keys.iter().any(|e| e == *id))
-                .filter(|id| p.upstream_ids.is_empty() || p.upstream_ids.iter().any(|u| u == upstream_of(id)))
+                .filter(|id| {
+                    p.upstream_ids.is_empty() || p.upstream_ids.iter().any(|u| u == upstream_of(id))
+                })
                 .collect();
             if eligible.is_empty() {
                 return AcquireResult::NoEligibleKey;
@@ -207,7 +231,10 @@ impl LeaseStore for MemoryStore {
                     .filter(|k| !k.disabled && k.capacity > 0 && k.cool_until_ms > now)
                     .map(|k| k.cool_until_ms)
                     .min();
-                return AcquireResult::Unavailable { next_available_ms: next, now_ms: now };
+                return AcquireResult::Unavailable {
+                    next_available_ms: next,
+                    now_ms: now,
+                };
             }
             // Lowest utilization among keys with room; compare in_flight/capacity exactly.
             let mut best: Vec<&String> = Vec::new();
@@ -247,7 +274,11 @@ impl LeaseStore for MemoryStore {
                 let retry = u64::try_from(soonest - now)
                     .unwrap_or(0)
                     .clamp(RETRY_HINT_MIN_MS, RETRY_HINT_MAX_MS);
-                return AcquireResult::Full { capacity, in_flight, retry_after_ms: retry };
+                return AcquireResult::Full {
+                    capacity,
+                    in_flight,
+                    retry_after_ms: retry,
+                };
             }
             let chosen = best[rand::rng().random_range(0..best.len())].clone();
             let expires = now.saturating_add(i64::try_from(p.ttl_ms).unwrap_or(i64::MAX));
@@ -256,7 +287,10 @@ impl LeaseStore for MemoryStore {
             let k = pool.keys.get_mut(&chosen).expect("chosen key exists");
             k.in_flight += 1;
             AcquireResult::Granted(Lease {
-                id: LeaseId { pool: p.pool.clone(), token: p.token.clone() },
+                id: LeaseId {
+                    pool: p.pool.clone(),
+                    token: p.token.clone(),
+                },
                 key_id: chosen,
                 expires_at_ms: expires,
                 key_in_flight: k.in_flight,
@@ -291,7 +325,11 @@ impl LeaseStore for MemoryStore {
             .flatten())
     }
 
-    async fn report(&self, r: &ReportParams, policy: &HealthPolicy) -> StoreResult<Option<ReportResult>> {
+    async fn report(
+        &self,
+        r: &ReportParams,
+        policy: &HealthPolicy,
+    ) -> StoreResult<Option<ReportResult>> {
         Ok(self
             .with_pool(&r.id.pool, |pool, now| {
                 let key_id = match pool.leases.get(r.id.token.as_str()) {
@@ -320,7 +358,12 @@ impl LeaseStore for MemoryStore {
         })
     }
 
-    async fn set_capacity(&self, pool: &str, key_id: &str, capacity: u32) -> StoreResult<Option<KeyStatus>> {
+    async fn set_capacity(
+        &self,
+        pool: &str,
+        key_id: &str,
+        capacity: u32,
+    ) -> StoreResult<Option<KeyStatus>> {
         Ok(self
             .with_pool(pool, |p, now| {
                 let k = p.keys.get_mut(key_id)?;
@@ -330,7 +373,12 @@ impl LeaseStore for MemoryStore {
             .flatten())
     }
 
-    async fn set_disabled(&self, pool: &str, key_id: &str, disabled: bool) -> StoreResult<Option<KeyStatus>> {
+    async fn set_disabled(
+        &self,
+        pool: &str,
+        key_id: &str,
+        disabled: bool,
+    ) -> StoreResult<Option<KeyStatus>> {
         Ok(self
             .with_pool(pool, |p, now| {
                 let k = p.keys.get_mut(key_id)?;
@@ -351,7 +399,9 @@ impl LeaseStore for MemoryStore {
 
     async fn advance_clock(&self, pool: &str, ms: u64) -> StoreResult<()> {
         self.with_pool(pool, |p, _| {
-            p.clock_offset_ms = p.clock_offset_ms.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
+            p.clock_offset_ms = p
+                .clock_offset_ms
+                .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX));
         })?;
         Ok(())
     }

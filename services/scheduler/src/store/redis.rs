@@ -71,7 +71,9 @@ pub struct RedisStore {
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The URL may carry a password: never print it.
-        f.debug_struct("RedisStore").field("timeout", &self.timeout).finish_non_exhaustive()
+        f.debug_struct("RedisStore")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
     }
 }
 
@@ -97,10 +99,13 @@ impl RedisStore {
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
             .set_number_of_retries(1);
-        let conn = tokio::time::timeout(timeout * 2, client.get_connection_manager_with_config(config))
-            .await
-            .map_err(|_| StoreError::Unavailable(format!("no answer from redis within {timeout:?}")))?
-            .map_err(map_err)?;
+        let conn = tokio::time::timeout(
+            timeout * 2,
+            client.get_connection_manager_with_config(config),
+        )
+        .await
+        .map_err(|_| StoreError::Unavailable(format!("no answer from redis within {timeout:?}")))?
+        .map_err(map_err)?;
         let store = Self {
             conn,
             scripts: std::sync::Arc::new(Scripts::new()),
@@ -123,7 +128,9 @@ impl RedisStore {
         let mut conn = self.conn.clone();
         tokio::time::timeout(self.timeout, inv.invoke_async::<Value>(&mut conn))
             .await
-            .map_err(|_| StoreError::Unavailable(format!("redis did not answer within {:?}", self.timeout)))?
+            .map_err(|_| {
+                StoreError::Unavailable(format!("redis did not answer within {:?}", self.timeout))
+            })?
             .map_err(map_err)
     }
 }
@@ -139,7 +146,9 @@ fn map_err(e: redis::RedisError) -> StoreError {
 fn items(v: Value) -> StoreResult<Vec<Value>> {
     match v {
         Value::Array(items) => Ok(items),
-        other => Err(StoreError::Protocol(format!("expected an array, got {other:?}"))),
+        other => Err(StoreError::Protocol(format!(
+            "expected an array, got {other:?}"
+        ))),
     }
 }
 
@@ -148,7 +157,9 @@ fn text(v: &Value) -> StoreResult<String> {
         Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Ok(s.clone()),
         Value::Int(i) => Ok(i.to_string()),
-        other => Err(StoreError::Protocol(format!("expected a string, got {other:?}"))),
+        other => Err(StoreError::Protocol(format!(
+            "expected a string, got {other:?}"
+        ))),
     }
 }
 
@@ -208,7 +219,10 @@ impl LeaseStore for RedisStore {
         let reply = items(self.run(&self.scripts.acquire, &p.pool, args).await?)?;
         match text(get(&reply, 0)?)?.as_str() {
             "ok" => Ok(AcquireResult::Granted(Lease {
-                id: LeaseId { pool: p.pool.clone(), token: p.token.clone() },
+                id: LeaseId {
+                    pool: p.pool.clone(),
+                    token: p.token.clone(),
+                },
                 key_id: text(get(&reply, 1)?)?,
                 expires_at_ms: int(get(&reply, 2)?)?,
                 key_in_flight: u32_of(get(&reply, 3)?)?,
@@ -234,15 +248,23 @@ impl LeaseStore for RedisStore {
 
     async fn release(&self, id: &LeaseId) -> StoreResult<bool> {
         let reply = self
-            .run(&self.scripts.release, &id.pool, vec![id.token.as_str().to_owned()])
+            .run(
+                &self.scripts.release,
+                &id.pool,
+                vec![id.token.as_str().to_owned()],
+            )
             .await?;
         Ok(int(&reply)? == 1)
     }
 
     async fn renew(&self, id: &LeaseId, ttl_ms: u64) -> StoreResult<Option<Lease>> {
         let reply = items(
-            self.run(&self.scripts.renew, &id.pool, vec![id.token.as_str().to_owned(), ttl_ms.to_string()])
-                .await?,
+            self.run(
+                &self.scripts.renew,
+                &id.pool,
+                vec![id.token.as_str().to_owned(), ttl_ms.to_string()],
+            )
+            .await?,
         )?;
         if text(get(&reply, 0)?)? != "ok" {
             return Ok(None);
@@ -256,7 +278,11 @@ impl LeaseStore for RedisStore {
         }))
     }
 
-    async fn report(&self, r: &ReportParams, policy: &HealthPolicy) -> StoreResult<Option<ReportResult>> {
+    async fn report(
+        &self,
+        r: &ReportParams,
+        policy: &HealthPolicy,
+    ) -> StoreResult<Option<ReportResult>> {
         let args = vec![
             r.id.token.as_str().to_owned(),
             r.outcome.as_str().to_owned(),
@@ -300,23 +326,46 @@ impl LeaseStore for RedisStore {
                 })
             })
             .collect::<StoreResult<Vec<_>>>()?;
-        Ok(Some(PoolStatus { pool: pool.to_owned(), keys, now_ms }))
+        Ok(Some(PoolStatus {
+            pool: pool.to_owned(),
+            keys,
+            now_ms,
+        }))
     }
 
-    async fn set_capacity(&self, pool: &str, key_id: &str, capacity: u32) -> StoreResult<Option<KeyStatus>> {
+    async fn set_capacity(
+        &self,
+        pool: &str,
+        key_id: &str,
+        capacity: u32,
+    ) -> StoreResult<Option<KeyStatus>> {
         self.admin(pool, "capacity", key_id, capacity).await
     }
 
-    async fn set_disabled(&self, pool: &str, key_id: &str, disabled: bool) -> StoreResult<Option<KeyStatus>> {
-        self.admin(pool, if disabled { "disable" } else { "enable" }, key_id, 0).await
+    async fn set_disabled(
+        &self,
+        pool: &str,
+        key_id: &str,
+        disabled: bool,
+    ) -> StoreResult<Option<KeyStatus>> {
+        self.admin(pool, if disabled { "disable" } else { "enable" }, key_id, 0)
+            .await
     }
 
     async fn ping(&self) -> StoreResult<()> {
         let mut conn = self.conn.clone();
-        tokio::time::timeout(self.timeout, redis::cmd("PING").query_async::<String>(&mut conn))
-            .await
-            .map_err(|_| StoreError::Unavailable(format!("redis did not answer PING within {:?}", self.timeout)))?
-            .map_err(map_err)?;
+        tokio::time::timeout(
+            self.timeout,
+            redis::cmd("PING").query_async::<String>(&mut conn),
+        )
+        .await
+        .map_err(|_| {
+            StoreError::Unavailable(format!(
+                "redis did not answer PING within {:?}",
+                self.timeout
+            ))
+        })?
+        .map_err(map_err)?;
         Ok(())
     }
 
@@ -325,7 +374,10 @@ impl LeaseStore for RedisStore {
         let [.., clock] = pool_keys(pool);
         tokio::time::timeout(
             self.timeout,
-            redis::cmd("INCRBY").arg(clock).arg(ms).query_async::<i64>(&mut conn),
+            redis::cmd("INCRBY")
+                .arg(clock)
+                .arg(ms)
+                .query_async::<i64>(&mut conn),
         )
         .await
         .map_err(|_| StoreError::Unavailable("redis timeout".into()))?
@@ -335,7 +387,13 @@ impl LeaseStore for RedisStore {
 }
 
 impl RedisStore {
-    async fn admin(&self, pool: &str, op: &str, key_id: &str, capacity: u32) -> StoreResult<Option<KeyStatus>> {
+    async fn admin(
+        &self,
+        pool: &str,
+        op: &str,
+        key_id: &str,
+        capacity: u32,
+    ) -> StoreResult<Option<KeyStatus>> {
         let reply = items(
             self.run(
                 &self.scripts.admin,

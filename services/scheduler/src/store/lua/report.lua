@@ -4,6 +4,9 @@
 -- Returns {'ok', key, state, cooldown_until, released} | {'unknown'}.
 local now = now_ms()
 local token = ARGV[2]
+-- An expired lease no longer names its key (same as after reaping): reclaim it now.
+local exp = redis.call('ZSCORE', K_LEASES, token)
+if exp and tonumber(exp) <= now then drop_lease(token) end
 local k = redis.call('HGET', K_LEASE, token)
 if not k then
   if ARGV[6] ~= '' then k = ARGV[6] else return {'unknown'} end

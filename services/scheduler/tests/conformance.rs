@@ -1,0 +1,1059 @@
+//! One conformance suite, run through gRPC against both lease stores (`memory::*` and
+//! `redis::*`, the latter on a private real redis-server). Each test names the behaviour it
+//! checks; together they try to break invariants 1-6 of ARCHITECTURE.md.
+
+mod common;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use common::{Backend, Harness, admin, pool_toml, start, uniform_pool};
+use tonic::Code;
+use tonic_types::StatusExt;
+use voxpool_proto::scheduler::v1::{self as pb, KeyState, Outcome};
+
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() { super::$name(super::Backend::Memory).await }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() { super::$name(super::Backend::Redis).await }
+            )*
+        }
+    };
+}
+
+conformance!(
+    acquire_spreads_load_across_keys,
+    heterogeneous_capacities_fill_proportionally,
+    never_over_capacity_with_500_concurrent_acquirers,
+    full_pool_without_wait_is_resource_exhausted_with_details,
+    waiters_get_released_slots_in_fifo_order,
+    wait_timeout_ends_with_resource_exhausted,
+    grpc_deadline_bounds_the_wait,
+    cancelled_wait_leaves_nothing_behind,
+    expired_lease_returns_its_slot_and_cannot_be_renewed,
+    renew_extends_a_live_lease,
+    release_is_idempotent_and_counts_never_go_negative,
+    rate_limited_cools_the_key_for_retry_after,
+    rate_limited_without_retry_after_uses_the_default,
+    consecutive_failures_cool_with_capped_backoff_and_success_resets,
+    credential_failures_disable_the_key_until_enable,
+    a_new_cooldown_never_shortens_an_existing_one,
+    every_key_cooling_is_unavailable_naming_the_earliest_return,
+    every_key_disabled_is_unavailable_saying_so,
+    exclude_keys_and_upstream_ids_are_honoured,
+    excluding_every_key_is_resource_exhausted,
+    unknown_pool_is_not_found,
+    report_with_release_frees_the_slot_in_the_same_call,
+    late_report_with_key_id_still_reaches_the_key,
+    bad_input_is_invalid_argument_naming_the_field,
+    admin_rpcs_need_the_bearer_token,
+    lowering_capacity_never_oversells_and_zero_disables,
+    reseeding_keeps_live_in_flight_counts,
+    config_capacity_change_wins_over_admin_override_on_reseed,
+);
+
+fn in_flight_by_key(s: &pb::PoolStatus) -> HashMap<String, i32> {
+    s.keys
+        .iter()
+        .map(|k| (k.key_id.clone(), k.in_flight))
+        .collect()
+}
+
+async fn acquire_spreads_load_across_keys(b: Backend) {
+    let h = start(b, &uniform_pool(2, 5, 10)).await;
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let mut c = h.client();
+            tokio::spawn(async move {
+                c.acquire(pb::AcquireRequest {
+                    pool: "p".into(),
+                    ..Default::default()
+                })
+                .await
+            })
+        })
+        .collect();
+    let mut per_key: HashMap<String, usize> = HashMap::new();
+    for t in tasks {
+        let lease = t.await.unwrap().expect("granted").into_inner();
+        *per_key.entry(lease.key_id).or_default() += 1;
+    }
+    assert_eq!(per_key.len(), 10, "every key took leases: {per_key:?}");
+    for (key, n) in &per_key {
+        assert!(
+            (4..=6).contains(n),
+            "key {key} holds {n}, expected 4..=6: {per_key:?}"
+        );
+    }
+    let status = h.status("p").await;
+    assert_eq!(status.in_flight, 50);
+    assert!((status.utilization - 0.5).abs() < 1e-9);
+    // Ties are spread, not always the first key: sequential single acquires on an idle pool
+    // land on different keys.
+    let h2 = start(b, &uniform_pool(1, 10, 10)).await;
+    let mut firsts = std::collections::HashSet::new();
+    for _ in 0..10 {
+        let l = h2.acquire("p").await.unwrap();
+        firsts.insert(l.key_id.clone());
+        assert!(h2.release(&l.lease_id).await);
+    }
+    assert!(
+        firsts.len() >= 3,
+        "idle-pool picks should vary, got {firsts:?}"
+    );
+}
+
+async fn heterogeneous_capacities_fill_proportionally(b: Backend) {
+    let h = start(b, &pool_toml("p", &[vec![2, 4], vec![8]])).await;
+    for _ in 0..7 {
+        h.acquire("p").await.unwrap();
+    }
+    let s = in_flight_by_key(&h.status("p").await);
+    assert_eq!(s["u0/k0"], 1, "{s:?}");
+    assert_eq!(s["u0/k1"], 2, "{s:?}");
+    assert_eq!(s["u1/k0"], 4, "{s:?}");
+}
+
+async fn never_over_capacity_with_500_concurrent_acquirers(b: Backend) {
+    let h = start(b, &uniform_pool(2, 5, 10)).await;
+    // The test's own record of held leases per key, independent of the store's counts.
+    let held: Arc<Mutex<HashMap<String, i32>>> = Arc::default();
+    let peak: Arc<Mutex<HashMap<String, i32>>> = Arc::default();
+    let tasks: Vec<_> = (0..500)
+        .map(|i| {
+            let mut c = h.client();
+            let (held, peak) = (held.clone(), peak.clone());
+            tokio::spawn(async move {
+                let mut granted = 0;
+                for _ in 0..3 {
+                    let r = c
+                        .acquire(pb::AcquireRequest {
+                            pool: "p".into(),
+                            wait_timeout_ms: 2_000,
+                            request_id: format!("t{i}"),
+                            ..Default::default()
+                        })
+                        .await;
+                    let Ok(lease) = r else { continue };
+                    let lease = lease.into_inner();
+                    {
+                        let mut held = held.lock().unwrap();
+                        let n = held.entry(lease.key_id.clone()).or_default();
+                        *n += 1;
+                        let mut peak = peak.lock().unwrap();
+                        let p = peak.entry(lease.key_id.clone()).or_default();
+                        *p = (*p).max(*n);
+                    }
+                    tokio::task::yield_now().await;
+                    *held.lock().unwrap().get_mut(&lease.key_id).unwrap() -= 1;
+                    let released = c
+                        .release(pb::ReleaseRequest {
+                            lease_id: lease.lease_id,
+                        })
+                        .await
+                        .unwrap();
+                    assert!(released.into_inner().released);
+                    granted += 1;
+                }
+                granted
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    let peak = peak.lock().unwrap().clone();
+    assert_eq!(peak.len(), 10, "{peak:?}");
+    for (key, p) in &peak {
+        assert!(
+            *p <= 10,
+            "key {key} reached {p} concurrent leases, capacity is 10"
+        );
+    }
+    assert!(total > 500, "most acquires were served ({total})");
+    let s = h.status("p").await;
+    assert_eq!(s.in_flight, 0, "every slot returned");
+
+    // And with every slot held at once: exactly 100 grants out of 500 immediate tries.
+    let tasks: Vec<_> = (0..500)
+        .map(|_| {
+            let mut c = h.client();
+            tokio::spawn(async move {
+                c.acquire(pb::AcquireRequest {
+                    pool: "p".into(),
+                    ..Default::default()
+                })
+                .await
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => ok += 1,
+            Err(s) => assert_eq!(s.code(), Code::ResourceExhausted, "{s:?}"),
+        }
+    }
+    assert_eq!(ok, 100);
+    for k in h.status("p").await.keys {
+        assert_eq!(k.in_flight, 10, "{k:?}");
+    }
+}
+
+async fn full_pool_without_wait_is_resource_exhausted_with_details(b: Backend) {
+    let h = start(b, &uniform_pool(1, 2, 1)).await;
+    h.acquire("p").await.unwrap();
+    h.acquire("p").await.unwrap();
+    let err = h.acquire("p").await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert!(
+        err.message().contains("pool \"p\" is full (2/2 in flight"),
+        "{}",
+        err.message()
+    );
+    let d = err.get_error_details();
+    let info = d.error_info().expect("ErrorInfo");
+    assert_eq!(info.reason, "POOL_FULL");
+    assert_eq!(info.metadata["pool"], "p");
+    assert_eq!(info.metadata["capacity"], "2");
+    assert_eq!(info.metadata["in_flight"], "2");
+    assert!(
+        d.retry_info().and_then(|r| r.retry_delay).is_some(),
+        "RetryInfo present"
+    );
+}
+
+async fn waiters_get_released_slots_in_fifo_order(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 1)).await;
+    let first = h.acquire("p").await.unwrap();
+    let spawn_waiter = |name: &'static str| {
+        let mut c = h.client();
+        tokio::spawn(async move {
+            let lease = c
+                .acquire(pb::AcquireRequest {
+                    pool: "p".into(),
+                    wait_timeout_ms: 10_000,
+                    request_id: name.into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            (name, lease)
+        })
+    };
+    let w1 = spawn_waiter("w1");
+    h.wait_until("p", "w1 queued", |s| s.waiters == 1).await;
+    let w2 = spawn_waiter("w2");
+    h.wait_until("p", "w2 queued", |s| s.waiters == 2).await;
+    assert!(h.release(&first.lease_id).await);
+    let (name, l1) = w1.await.unwrap();
+    assert_eq!(name, "w1");
+    assert!(
+        !w2.is_finished(),
+        "w2 must still wait while w1 holds the only slot"
+    );
+    assert!(h.release(&l1.lease_id).await);
+    let (name, l2) = w2.await.unwrap();
+    assert_eq!(name, "w2");
+    assert!(h.release(&l2.lease_id).await);
+    assert_eq!(h.status("p").await.in_flight, 0);
+}
+
+async fn wait_timeout_ends_with_resource_exhausted(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 1)).await;
+    h.acquire("p").await.unwrap();
+    let err = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            wait_timeout_ms: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("after waiting"), "{}", err.message());
+    assert_eq!(h.status("p").await.waiters, 0);
+}
+
+async fn grpc_deadline_bounds_the_wait(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 1)).await;
+    h.acquire("p").await.unwrap();
+    let mut req = tonic::Request::new(pb::AcquireRequest {
+        pool: "p".into(),
+        wait_timeout_ms: 60_000,
+        ..Default::default()
+    });
+    req.set_timeout(Duration::from_millis(1_000));
+    let started = std::time::Instant::now();
+    let err = h.client().acquire(req).await.unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the 60 s wait was cut by the deadline"
+    );
+    h.wait_until("p", "waiter gone", |s| s.waiters == 0).await;
+}
+
+async fn cancelled_wait_leaves_nothing_behind(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 1)).await;
+    let held = h.acquire("p").await.unwrap();
+    let mut c = h.client();
+    let waiter = tokio::spawn(async move {
+        c.acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            wait_timeout_ms: 60_000,
+            ..Default::default()
+        })
+        .await
+    });
+    h.wait_until("p", "waiter queued", |s| s.waiters == 1).await;
+    waiter.abort();
+    h.wait_until("p", "cancelled waiter left the queue", |s| s.waiters == 0)
+        .await;
+    assert!(h.release(&held.lease_id).await);
+    let s = h.status("p").await;
+    assert_eq!(
+        s.in_flight, 0,
+        "no lease was granted to the cancelled waiter"
+    );
+    let again = h.acquire("p").await.expect("slot free at once");
+    assert!(h.release(&again.lease_id).await);
+}
+
+async fn expired_lease_returns_its_slot_and_cannot_be_renewed(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 1)).await;
+    let lease = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            lease_ttl_ms: 1_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let status = h.status("p").await;
+    assert_eq!(lease.expires_at_ms - status.now_ms <= 1_000, true);
+    assert_eq!(status.in_flight, 1);
+    h.advance("p", 1_001).await;
+    assert_eq!(h.status("p").await.in_flight, 0, "expired slot returned");
+    let err = h
+        .client()
+        .renew(pb::RenewRequest {
+            lease_id: lease.lease_id.clone(),
+            lease_ttl_ms: 1_000,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(
+        !h.release(&lease.lease_id).await,
+        "release after expiry is a no-op"
+    );
+    assert_eq!(h.status("p").await.in_flight, 0);
+    // The slot is really free.
+    h.acquire("p").await.unwrap();
+}
+
+async fn renew_extends_a_live_lease(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 1)).await;
+    let lease = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            lease_ttl_ms: 1_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    h.advance("p", 600).await;
+    let renewed = h
+        .client()
+        .renew(pb::RenewRequest {
+            lease_id: lease.lease_id.clone(),
+            lease_ttl_ms: 1_000,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        renewed.expires_at_ms >= lease.expires_at_ms + 500,
+        "{renewed:?} vs {lease:?}"
+    );
+    assert_eq!(renewed.key_id, lease.key_id);
+    h.advance("p", 600).await;
+    assert_eq!(
+        h.status("p").await.in_flight,
+        1,
+        "still live after the original expiry"
+    );
+    h.advance("p", 500).await;
+    assert_eq!(
+        h.status("p").await.in_flight,
+        0,
+        "expired after the renewed ttl"
+    );
+}
+
+async fn release_is_idempotent_and_counts_never_go_negative(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 2)).await;
+    let lease = h.acquire("p").await.unwrap();
+    assert!(h.release(&lease.lease_id).await);
+    assert!(!h.release(&lease.lease_id).await);
+    assert!(!h.release(&lease.lease_id).await);
+    assert!(
+        !h.release("p/0123456789abcdef0123456789abcdef").await,
+        "unknown lease"
+    );
+    let s = h.status("p").await;
+    assert_eq!(s.in_flight, 0);
+    assert!(s.keys.iter().all(|k| k.in_flight == 0));
+    // Both slots still usable: nothing was double-freed into extra capacity.
+    h.acquire("p").await.unwrap();
+    h.acquire("p").await.unwrap();
+    assert_eq!(
+        h.acquire("p").await.unwrap_err().code(),
+        Code::ResourceExhausted
+    );
+}
+
+async fn rate_limited_cools_the_key_for_retry_after(b: Backend) {
+    let h = start(b, &uniform_pool(1, 2, 5)).await;
+    let lease = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            exclude_keys: vec!["u0/k1".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(lease.key_id, "u0/k0");
+    let r = h
+        .report(&lease.lease_id, Outcome::RateLimited, 5_000, true)
+        .await;
+    assert_eq!(r.key_state(), KeyState::Cooling);
+    assert!(r.released);
+    let k = h.key("p", "u0/k0").await;
+    assert_eq!(k.state(), KeyState::Cooling);
+    let remaining = k.cooldown_until_ms - h.status("p").await.now_ms;
+    assert!(
+        (4_000..=5_000).contains(&remaining),
+        "cooldown ~5s, got {remaining}"
+    );
+    for _ in 0..5 {
+        assert_eq!(
+            h.acquire("p").await.unwrap().key_id,
+            "u0/k1",
+            "cooling key is skipped"
+        );
+    }
+    h.advance("p", 5_001).await;
+    assert_eq!(h.key("p", "u0/k0").await.state(), KeyState::Available);
+    assert_eq!(h.acquire("p").await.unwrap().key_id, "u0/k0");
+}
+
+async fn rate_limited_without_retry_after_uses_the_default(b: Backend) {
+    let h = start(b, &uniform_pool(1, 2, 5)).await;
+    let lease = h.acquire("p").await.unwrap();
+    let r = h
+        .report(&lease.lease_id, Outcome::RateLimited, 0, true)
+        .await;
+    let now = h.status("p").await.now_ms;
+    assert!(
+        (1..=1_000).contains(&(r.cooldown_until_ms - now)),
+        "default 1000 ms, got {}",
+        r.cooldown_until_ms - now
+    );
+}
+
+async fn consecutive_failures_cool_with_capped_backoff_and_success_resets(b: Backend) {
+    // threshold 3, base 1000, max 4000 (common::SETTINGS)
+    let h = start(b, &uniform_pool(1, 1, 5)).await;
+    let h = &h;
+    let fail = |outcome| async move {
+        let l = h.acquire("p").await.unwrap();
+        h.report(&l.lease_id, outcome, 0, true).await
+    };
+    assert_eq!(
+        fail(Outcome::UpstreamError).await.key_state(),
+        KeyState::Available
+    );
+    assert_eq!(
+        fail(Outcome::Timeout).await.key_state(),
+        KeyState::Available
+    );
+    let third = fail(Outcome::UpstreamError).await;
+    assert_eq!(third.key_state(), KeyState::Cooling);
+    let now = h.status("p").await.now_ms;
+    assert!((1..=1_000).contains(&(third.cooldown_until_ms - now)));
+    assert_eq!(h.key("p", "u0/k0").await.consecutive_failures, 3);
+    let expected = [2_000, 4_000, 4_000];
+    for want in expected {
+        h.advance("p", 4_001).await;
+        let r = fail(Outcome::Timeout).await;
+        let now = h.status("p").await.now_ms;
+        let got = r.cooldown_until_ms - now;
+        assert!(
+            got <= want && got > want - 1_000,
+            "backoff ~{want}, got {got}"
+        );
+    }
+    h.advance("p", 4_001).await;
+    let l = h.acquire("p").await.unwrap();
+    let r = h.report(&l.lease_id, Outcome::Success, 0, true).await;
+    assert_eq!(r.key_state(), KeyState::Available);
+    assert_eq!(
+        h.key("p", "u0/k0").await.consecutive_failures,
+        0,
+        "success resets"
+    );
+    assert_eq!(
+        fail(Outcome::UpstreamError).await.key_state(),
+        KeyState::Available,
+        "count restarted"
+    );
+}
+
+async fn credential_failures_disable_the_key_until_enable(b: Backend) {
+    let h = start(b, &uniform_pool(1, 2, 10)).await;
+    let l = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            exclude_keys: vec!["u0/k1".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let r = h.report(&l.lease_id, Outcome::KeyInvalid, 0, true).await;
+    assert_eq!(r.key_state(), KeyState::Disabled);
+    for _ in 0..6 {
+        let l = h
+            .acquire_with(pb::AcquireRequest {
+                pool: "p".into(),
+                lease_ttl_ms: 600_000,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(l.key_id, "u0/k1");
+    }
+    h.advance("p", 60_000).await;
+    assert_eq!(
+        h.key("p", "u0/k0").await.state(),
+        KeyState::Disabled,
+        "a minute is not the long cooldown"
+    );
+    let k = h
+        .client()
+        .enable_key(admin(pb::EnableKeyRequest {
+            pool: "p".into(),
+            key_id: "u0/k0".into(),
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(k.state(), KeyState::Available);
+    assert_eq!(h.acquire("p").await.unwrap().key_id, "u0/k0");
+    // QUOTA_EXHAUSTED behaves the same.
+    let l = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            exclude_keys: vec!["u0/k1".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        h.report(&l.lease_id, Outcome::QuotaExhausted, 0, true)
+            .await
+            .key_state(),
+        KeyState::Disabled
+    );
+}
+
+async fn a_new_cooldown_never_shortens_an_existing_one(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 5)).await;
+    let l1 = h.acquire("p").await.unwrap();
+    let l2 = h.acquire("p").await.unwrap();
+    let long = h
+        .report(&l1.lease_id, Outcome::RateLimited, 10_000, true)
+        .await;
+    let short = h
+        .report(&l2.lease_id, Outcome::RateLimited, 1_000, true)
+        .await;
+    assert_eq!(short.cooldown_until_ms, long.cooldown_until_ms);
+    assert_eq!(
+        h.key("p", "u0/k0").await.cooldown_until_ms,
+        long.cooldown_until_ms
+    );
+}
+
+async fn every_key_cooling_is_unavailable_naming_the_earliest_return(b: Backend) {
+    let h = start(b, &uniform_pool(1, 2, 5)).await;
+    let a = h.acquire("p").await.unwrap();
+    let b2 = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            exclude_keys: vec![a.key_id.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    h.report(&a.lease_id, Outcome::RateLimited, 3_000, true)
+        .await;
+    let early = h
+        .report(&b2.lease_id, Outcome::RateLimited, 2_000, true)
+        .await;
+    let err = h.acquire("p").await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("cooling"), "{}", err.message());
+    let d = err.get_error_details();
+    let info = d.error_info().expect("ErrorInfo");
+    assert_eq!(info.reason, "KEYS_UNAVAILABLE");
+    assert_eq!(
+        info.metadata["next_available_ms"],
+        early.cooldown_until_ms.to_string()
+    );
+    assert!(d.retry_info().is_some());
+}
+
+async fn every_key_disabled_is_unavailable_saying_so(b: Backend) {
+    let h = start(b, &uniform_pool(1, 2, 5)).await;
+    for key in ["u0/k0", "u0/k1"] {
+        h.client()
+            .disable_key(admin(pb::DisableKeyRequest {
+                pool: "p".into(),
+                key_id: key.into(),
+            }))
+            .await
+            .unwrap();
+    }
+    let err = h.acquire("p").await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    assert!(err.message().contains("disabled"), "{}", err.message());
+    assert!(err.message().contains("EnableKey"), "{}", err.message());
+}
+
+async fn exclude_keys_and_upstream_ids_are_honoured(b: Backend) {
+    let h = start(b, &uniform_pool(3, 3, 10)).await;
+    for _ in 0..20 {
+        let l = h
+            .acquire_with(pb::AcquireRequest {
+                pool: "p".into(),
+                upstream_ids: vec!["u2".into()],
+                exclude_keys: vec!["u2/k0".into()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(l.upstream_id, "u2");
+        assert_ne!(l.key_id, "u2/k0");
+    }
+    let s = in_flight_by_key(&h.status("p").await);
+    assert_eq!(s["u2/k1"] + s["u2/k2"], 20);
+    assert_eq!(s["u2/k1"], 10, "least utilization within the filter: {s:?}");
+    // With the filtered keys full, the pool is full for this caller even though others idle.
+    let err = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            upstream_ids: vec!["u2".into()],
+            exclude_keys: vec!["u2/k0".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+}
+
+async fn excluding_every_key_is_resource_exhausted(b: Backend) {
+    let h = start(b, &uniform_pool(1, 2, 5)).await;
+    let err = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            exclude_keys: vec!["u0/k0".into(), "u0/k1".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert_eq!(
+        err.get_error_details().error_info().unwrap().reason,
+        "NO_ELIGIBLE_KEY"
+    );
+}
+
+async fn unknown_pool_is_not_found(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 1)).await;
+    let err = h.acquire("nope").await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    assert!(err.message().contains("\"nope\""), "{}", err.message());
+    assert!(
+        err.message().contains("known pools: p"),
+        "{}",
+        err.message()
+    );
+    let err = h
+        .client()
+        .get_pool_status(pb::GetPoolStatusRequest {
+            pool: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+}
+
+async fn report_with_release_frees_the_slot_in_the_same_call(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 1)).await;
+    let l = h.acquire("p").await.unwrap();
+    let r = h.report(&l.lease_id, Outcome::Success, 0, true).await;
+    assert!(r.released);
+    assert_eq!(r.key_id, "u0/k0");
+    assert_eq!(h.status("p").await.in_flight, 0);
+    assert!(!h.release(&l.lease_id).await);
+    // Report without release keeps the lease.
+    let l = h.acquire("p").await.unwrap();
+    let r = h.report(&l.lease_id, Outcome::ClientError, 0, false).await;
+    assert!(!r.released);
+    assert_eq!(
+        r.key_state(),
+        KeyState::Available,
+        "client errors say nothing about the key"
+    );
+    assert_eq!(h.status("p").await.in_flight, 1);
+}
+
+async fn late_report_with_key_id_still_reaches_the_key(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 1)).await;
+    let l = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            lease_ttl_ms: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    h.advance("p", 200).await;
+    let err = h
+        .client()
+        .report(pb::ReportRequest {
+            lease_id: l.lease_id.clone(),
+            outcome: Outcome::RateLimited as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    let r = h
+        .client()
+        .report(pb::ReportRequest {
+            lease_id: l.lease_id.clone(),
+            outcome: Outcome::RateLimited as i32,
+            retry_after_ms: 2_000,
+            release: true,
+            key_id: l.key_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.key_state(), KeyState::Cooling);
+    assert!(!r.released, "the lease had expired");
+    assert_eq!(h.status("p").await.in_flight, 0);
+}
+
+async fn bad_input_is_invalid_argument_naming_the_field(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 1)).await;
+    let acquire_cases: Vec<(pb::AcquireRequest, Code, &str)> = vec![
+        (
+            pb::AcquireRequest {
+                pool: "".into(),
+                ..Default::default()
+            },
+            Code::InvalidArgument,
+            "pool",
+        ),
+        (
+            pb::AcquireRequest {
+                pool: "p".into(),
+                lease_ttl_ms: -1,
+                ..Default::default()
+            },
+            Code::InvalidArgument,
+            "lease_ttl_ms",
+        ),
+        (
+            pb::AcquireRequest {
+                pool: "p".into(),
+                lease_ttl_ms: 600_001,
+                ..Default::default()
+            },
+            Code::InvalidArgument,
+            "lease_ttl_ms",
+        ),
+        (
+            pb::AcquireRequest {
+                pool: "p".into(),
+                wait_timeout_ms: -5,
+                ..Default::default()
+            },
+            Code::InvalidArgument,
+            "wait_timeout_ms",
+        ),
+        (
+            pb::AcquireRequest {
+                pool: "p".into(),
+                exclude_keys: (0..10_000).map(|i| format!("u0/k{i}")).collect(),
+                ..Default::default()
+            },
+            Code::InvalidArgument,
+            "exclude_keys",
+        ),
+        (
+            pb::AcquireRequest {
+                pool: "p".into(),
+                upstream_ids: vec!["zz".into()],
+                ..Default::default()
+            },
+            Code::InvalidArgument,
+            "upstream_ids[0]",
+        ),
+        (
+            pb::AcquireRequest {
+                pool: "p".into(),
+                request_id: "x".repeat(200),
+                ..Default::default()
+            },
+            Code::InvalidArgument,
+            "request_id",
+        ),
+    ];
+    for (req, code, field) in acquire_cases {
+        let err = h.acquire_with(req).await.unwrap_err();
+        assert_eq!(err.code(), code, "{field}: {err:?}");
+        let br = err.get_error_details();
+        let v = &br
+            .bad_request()
+            .expect("BadRequest detail")
+            .field_violations[0];
+        assert_eq!(v.field, field);
+        assert!(err.message().contains(field), "{}", err.message());
+    }
+    for bad in [
+        "",
+        "nope",
+        "p/xyz",
+        "p/0123456789ABCDEF0123456789ABCDEF",
+        "../../etc",
+    ] {
+        let err = h
+            .client()
+            .release(pb::ReleaseRequest {
+                lease_id: bad.into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{bad:?}");
+        assert!(err.message().contains("lease_id"));
+    }
+    let l = h.acquire("p").await.unwrap();
+    for outcome in [0, 99, -1] {
+        let err = h
+            .client()
+            .report(pb::ReportRequest {
+                lease_id: l.lease_id.clone(),
+                outcome,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(err.message().contains("outcome"), "{}", err.message());
+    }
+    let err = h
+        .client()
+        .report(pb::ReportRequest {
+            lease_id: l.lease_id.clone(),
+            outcome: 1,
+            retry_after_ms: -3,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("retry_after_ms"));
+    let err = h
+        .client()
+        .renew(pb::RenewRequest {
+            lease_id: l.lease_id.clone(),
+            lease_ttl_ms: -1,
+        })
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("lease_ttl_ms"));
+    // Still serving, and nothing leaked: only the one lease above is held.
+    assert_eq!(h.status("p").await.in_flight, 1);
+    assert!(h.release(&l.lease_id).await);
+}
+
+async fn admin_rpcs_need_the_bearer_token(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 1)).await;
+    let req = || pb::DisableKeyRequest {
+        pool: "p".into(),
+        key_id: "u0/k0".into(),
+    };
+    let err = h.client().disable_key(req()).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated);
+    let mut wrong = tonic::Request::new(req());
+    wrong
+        .metadata_mut()
+        .insert("authorization", "Bearer wrong".parse().unwrap());
+    let err = h.client().disable_key(wrong).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated);
+    assert!(!err.message().contains(common::ADMIN_TOKEN));
+    assert_eq!(
+        h.key("p", "u0/k0").await.state(),
+        KeyState::Available,
+        "nothing changed"
+    );
+    let k = h
+        .client()
+        .disable_key(admin(req()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(k.state(), KeyState::Disabled);
+    let err = h
+        .client()
+        .disable_key(admin(pb::DisableKeyRequest {
+            pool: "p".into(),
+            key_id: "u0/nope".into(),
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let err = h
+        .client()
+        .set_key_capacity(admin(pb::SetKeyCapacityRequest {
+            pool: "p".into(),
+            key_id: "u0/k0".into(),
+            capacity: -1,
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("capacity"));
+}
+
+async fn lowering_capacity_never_oversells_and_zero_disables(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 10)).await;
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(h.acquire("p").await.unwrap());
+    }
+    let k = h
+        .client()
+        .set_key_capacity(admin(pb::SetKeyCapacityRequest {
+            pool: "p".into(),
+            key_id: "u0/k0".into(),
+            capacity: 3,
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((k.capacity, k.in_flight), (3, 5));
+    assert_eq!(
+        h.acquire("p").await.unwrap_err().code(),
+        Code::ResourceExhausted
+    );
+    for l in held.drain(..3) {
+        assert!(h.release(&l.lease_id).await);
+    }
+    // 2 in flight, capacity 3: exactly one more.
+    h.acquire("p").await.unwrap();
+    assert_eq!(
+        h.acquire("p").await.unwrap_err().code(),
+        Code::ResourceExhausted
+    );
+    let k = h
+        .client()
+        .set_key_capacity(admin(pb::SetKeyCapacityRequest {
+            pool: "p".into(),
+            key_id: "u0/k0".into(),
+            capacity: 0,
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(k.state(), KeyState::Disabled);
+    assert_eq!(h.acquire("p").await.unwrap_err().code(), Code::Unavailable);
+}
+
+async fn reseeding_keeps_live_in_flight_counts(b: Backend) {
+    let h = start(b, &uniform_pool(1, 2, 2)).await;
+    for _ in 0..4 {
+        h.acquire("p").await.unwrap();
+    }
+    // A replica restart: a fresh store handle (for Redis a new connection) seeds the same
+    // config, and a new server serves from it.
+    let store = common::open_store(b, &h.config, h.redis.as_ref()).await;
+    let store = if matches!(b, Backend::Memory) {
+        // The in-process store lives and dies with its replica; re-seed the same one.
+        h.store
+            .seed(&voxpool_scheduler::model::PoolSpec::from_config(&h.config))
+            .await
+            .unwrap();
+        h.store.clone()
+    } else {
+        store
+    };
+    let h2 = common::start_on(store, h.config.clone(), None).await;
+    assert_eq!(
+        h2.status("p").await.in_flight,
+        4,
+        "live counts survived the re-seed"
+    );
+    assert_eq!(
+        h2.acquire("p").await.unwrap_err().code(),
+        Code::ResourceExhausted,
+        "no new slots handed out"
+    );
+}
+
+async fn config_capacity_change_wins_over_admin_override_on_reseed(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 4)).await;
+    h.client()
+        .set_key_capacity(admin(pb::SetKeyCapacityRequest {
+            pool: "p".into(),
+            key_id: "u0/k0".into(),
+            capacity: 2,
+        }))
+        .await
+        .unwrap();
+    // Same config again: the admin override stays.
+    h.store
+        .seed(&voxpool_scheduler::model::PoolSpec::from_config(&h.config))
+        .await
+        .unwrap();
+    assert_eq!(h.key("p", "u0/k0").await.capacity, 2);
+    // Config changed to 6: the new configured value wins.
+    let changed = voxpool_shared::config::Config::from_toml_str(&uniform_pool(1, 1, 6)).unwrap();
+    h.store
+        .seed(&voxpool_scheduler::model::PoolSpec::from_config(&changed))
+        .await
+        .unwrap();
+    assert_eq!(h.key("p", "u0/k0").await.capacity, 6);
+}
+
+#[allow(dead_code)]
+fn _assert_harness_is_send(h: Harness) -> impl Send {
+    h
+}
