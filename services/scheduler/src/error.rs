@@ -190,6 +190,13 @@ impl From<SchedulerError> for Status {
                 HashMap::new(),
                 Some(Duration::from_millis(500)),
             ),
+            SchedulerError::Store(StoreError::NotSeeded(pool)) => with_info(
+                Code::Unavailable,
+                message,
+                "POOL_NOT_SEEDED",
+                HashMap::from([("pool".to_owned(), pool)]),
+                Some(Duration::from_millis(500)),
+            ),
             SchedulerError::Store(StoreError::Protocol(_)) => Status::internal(message),
         }
     }

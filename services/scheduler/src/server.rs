@@ -74,12 +74,27 @@ pub async fn serve(
         voxpool_shared::serve::reflection_services().map_err(|e| format!("reflection: {e}"))?;
     let service = SchedulerService::new(store.clone(), config, auth);
 
+    let specs = PoolSpec::from_config(config);
     let health_task = {
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let mut last = None;
             loop {
                 let status = match store.ping().await {
+                    // Back from an outage: the store may have lost its data (a Redis restart
+                    // without persistence), so seed again. Seeding never resets live counts.
+                    Ok(()) if last == Some(ServingStatus::NotServing) => {
+                        match store.seed(&specs).await {
+                            Ok(()) => {
+                                tracing::info!("lease store reachable again; pools re-seeded");
+                                ServingStatus::Serving
+                            }
+                            Err(e) => {
+                                tracing::error!(error = %e, "re-seeding the lease store failed");
+                                ServingStatus::NotServing
+                            }
+                        }
+                    }
                     Ok(()) => ServingStatus::Serving,
                     Err(e) => {
                         if last != Some(ServingStatus::NotServing) {

@@ -20,7 +20,7 @@ use crate::{
     error::SchedulerError,
     model::{
         AcquireParams, AcquireResult, HealthPolicy, KeyState, KeyStatus, Lease, LeaseId,
-        LeaseToken, Outcome, PoolStatus, ReportParams, upstream_of,
+        LeaseToken, Outcome, PoolSpec, PoolStatus, ReportParams, upstream_of,
     },
     store::{LeaseStore, StoreError},
     waiters::WaitQueues,
@@ -47,6 +47,7 @@ struct PoolInfo {
 /// The PoolScheduler implementation, generic over the store through a trait object.
 pub struct SchedulerService {
     store: Arc<dyn LeaseStore>,
+    specs: Vec<PoolSpec>,
     pools: HashMap<String, PoolInfo>,
     pool_names: String,
     settings: SchedulerSettings,
@@ -127,6 +128,7 @@ impl SchedulerService {
         let mut names: Vec<&str> = pools.keys().map(String::as_str).collect();
         names.sort_unstable();
         Self {
+            specs: PoolSpec::from_config(config),
             queues: WaitQueues::new(names.iter().copied()),
             pool_names: names.join(", "),
             store,
@@ -257,9 +259,27 @@ impl SchedulerService {
                 token: params.token.clone(),
             }),
         };
-        let result = self.store.acquire(params).await;
+        let mut result = self.store.acquire(params).await;
+        if let Err(StoreError::NotSeeded(pool)) = &result {
+            // The store lost the pool (e.g. Redis restarted empty): seed again, retry once.
+            tracing::warn!(pool = %pool, "pool missing from the lease store; re-seeding");
+            self.store.seed(&self.specs).await?;
+            result = self.store.acquire(params).await;
+        }
         undo.id = None;
         result
+    }
+
+    /// Pool status, re-seeding once if the store lost the pool.
+    async fn read_status(&self, pool: &str) -> Result<PoolStatus, SchedulerError> {
+        if let Some(s) = self.store.status(pool).await? {
+            return Ok(s);
+        }
+        self.store.seed(&self.specs).await?;
+        self.store
+            .status(pool)
+            .await?
+            .ok_or_else(|| StoreError::NotSeeded(pool.to_owned()).into())
     }
 
     fn no_grant(&self, pool: &str, result: AcquireResult, waited: Duration) -> SchedulerError {
@@ -576,15 +596,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
     ) -> Result<Response<pb::PoolStatus>, Status> {
         let pool = &request.get_ref().pool;
         self.pool("pool", pool)?;
-        let status = self
-            .store
-            .status(pool)
-            .await
-            .map_err(SchedulerError::from)?
-            .ok_or_else(|| SchedulerError::UnknownPool {
-                pool: pool.clone(),
-                known: self.pool_names.clone(),
-            })?;
+        let status = self.read_status(pool).await?;
         Ok(Response::new(self.status_pb(&status)))
     }
 
@@ -596,14 +608,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         names.sort();
         let mut pools = Vec::with_capacity(names.len());
         for name in names {
-            if let Some(s) = self
-                .store
-                .status(name)
-                .await
-                .map_err(SchedulerError::from)?
-            {
-                pools.push(self.status_pb(&s));
-            }
+            pools.push(self.status_pb(&self.read_status(name).await?));
         }
         Ok(Response::new(pb::ListPoolsResponse { pools }))
     }

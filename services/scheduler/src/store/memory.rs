@@ -297,7 +297,7 @@ impl LeaseStore for MemoryStore {
                 key_capacity: k.capacity,
             })
         })?;
-        result.ok_or_else(|| StoreError::Protocol(format!("pool {:?} was never seeded", p.pool)))
+        result.ok_or_else(|| StoreError::NotSeeded(p.pool.clone()))
     }
 
     async fn release(&self, id: &LeaseId) -> StoreResult<bool> {

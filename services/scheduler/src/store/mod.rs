@@ -26,6 +26,10 @@ pub enum StoreError {
     /// The store could not be reached or timed out; the caller may retry.
     #[error("lease store unreachable: {0}")]
     Unavailable(String),
+    /// The pool has no keys in the store: it was never seeded, or the store lost its data
+    /// (a Redis restart without persistence). The service re-seeds and retries.
+    #[error("pool {0:?} is not seeded in the lease store")]
+    NotSeeded(String),
     /// The store answered something this code does not understand (a bug or a foreign
     /// writer on our keys).
     #[error("lease store returned an unexpected reply: {0}")]

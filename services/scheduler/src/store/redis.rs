@@ -242,6 +242,7 @@ impl LeaseStore for RedisStore {
                 })
             }
             "none" => Ok(AcquireResult::NoEligibleKey),
+            "unseeded" => Err(StoreError::NotSeeded(p.pool.clone())),
             other => Err(StoreError::Protocol(format!("acquire replied {other:?}"))),
         }
     }

@@ -2,7 +2,8 @@
 --       #upstreams, upstreams...
 -- Returns {'ok', key, expires_at, key_in_flight, key_capacity}
 --       | {'full', capacity, in_flight, ms_until_soonest_expiry}
---       | {'unavailable', earliest_cooldown_end or -1, now} | {'none'}
+--       | {'unavailable', earliest_cooldown_end or -1, now} | {'none'} | {'unseeded'}
+if redis.call('EXISTS', K_CAP) == 0 then return {'unseeded'} end
 local now = now_ms()
 reap(now)
 uncool(now)

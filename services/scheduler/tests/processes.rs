@@ -1,0 +1,406 @@
+//! Tests that run the real `voxpool-scheduler` binary: two replicas on one Redis, a replica
+//! killed with SIGKILL, Redis going away and coming back, and start-up failures.
+
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use tonic::{Code, transport::Channel};
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
+use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
+use voxpool_shared::testing::RedisServer;
+
+const BIN: &str = env!("CARGO_BIN_EXE_voxpool-scheduler");
+
+/// A scheduler process, killed on drop.
+struct Replica {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn write_config(dir: &Path, keys: usize, capacity: u32) -> PathBuf {
+    let mut t = String::from("[[pools]]\nid = \"p\"\nprovider = \"espeak\"\n");
+    for u in 0..2 {
+        t.push_str(&format!("[[pools.upstreams]]\nid = \"u{u}\"\n"));
+        for k in 0..keys / 2 {
+            t.push_str(&format!(
+                "[[pools.upstreams.keys]]\nid = \"k{k}\"\ncapacity = {capacity}\n"
+            ));
+        }
+    }
+    t.push_str("[scheduler]\nwait_poll_ms = 5\n");
+    let path = dir.join("config.toml");
+    std::fs::write(&path, t).unwrap();
+    path
+}
+
+/// Starts a replica on 127.0.0.1:0 and reads its bound address from the first stdout line.
+fn spawn(config: &Path, store: &str) -> Replica {
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(config)
+        .args(["--listen", "127.0.0.1:0", "--store", store])
+        .env("VOXPOOL_ADMIN_TOKEN", "t")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn voxpool-scheduler");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("voxpool-scheduler listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    Replica { child, addr }
+}
+
+async fn client(r: &Replica) -> PoolSchedulerClient<Channel> {
+    PoolSchedulerClient::connect(format!("http://{}", r.addr))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_scheduler_processes_on_one_redis_never_oversell() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 10, 5);
+    let a = spawn(&config, &redis.url());
+    let b = spawn(&config, &redis.url());
+    let clients = [client(&a).await, client(&b).await];
+    // The test's own record of leases held per key, across both replicas.
+    let held: Arc<Mutex<HashMap<String, i32>>> = Arc::default();
+    let peak: Arc<Mutex<HashMap<String, i32>>> = Arc::default();
+    let tasks: Vec<_> = (0..300)
+        .map(|i| {
+            let mut c = clients[i % 2].clone();
+            let (held, peak) = (held.clone(), peak.clone());
+            tokio::spawn(async move {
+                for _ in 0..3 {
+                    let lease = match c
+                        .acquire(pb::AcquireRequest {
+                            pool: "p".into(),
+                            wait_timeout_ms: 5_000,
+                            ..Default::default()
+                        })
+                        .await
+                    {
+                        Ok(l) => l.into_inner(),
+                        Err(s) => {
+                            assert_eq!(s.code(), Code::ResourceExhausted, "{s:?}");
+                            continue;
+                        }
+                    };
+                    {
+                        let mut held = held.lock().unwrap();
+                        let n = held.entry(lease.key_id.clone()).or_default();
+                        *n += 1;
+                        let mut peak = peak.lock().unwrap();
+                        let p = peak.entry(lease.key_id.clone()).or_default();
+                        *p = (*p).max(*n);
+                    }
+                    // Simulated vendor work so leases from both replicas overlap.
+                    tokio::time::sleep(Duration::from_millis(1 + (i % 3) as u64)).await;
+                    *held.lock().unwrap().get_mut(&lease.key_id).unwrap() -= 1;
+                    c.release(pb::ReleaseRequest {
+                        lease_id: lease.lease_id,
+                    })
+                    .await
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let peak = peak.lock().unwrap().clone();
+    assert_eq!(peak.len(), 10, "every key used: {peak:?}");
+    assert!(
+        peak.values().all(|p| *p <= 5),
+        "a key exceeded its capacity of 5: {peak:?}"
+    );
+    assert!(
+        peak.values().any(|p| *p == 5),
+        "the pool was driven to saturation: {peak:?}"
+    );
+    let mut c = clients[0].clone();
+    let status = c
+        .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status.in_flight, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_of_a_killed_replica_return_within_the_lease_ttl() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 2, 1);
+    let mut a = spawn(&config, &redis.url());
+    let b = spawn(&config, &redis.url());
+    let mut ca = client(&a).await;
+    for _ in 0..2 {
+        ca.acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            lease_ttl_ms: 1_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    a.child.kill().unwrap(); // SIGKILL: no release, no goodbye
+    a.child.wait().unwrap();
+    let mut cb = client(&b).await;
+    let err = cb
+        .acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        Code::ResourceExhausted,
+        "slots still held by the dead replica's leases"
+    );
+    let started = Instant::now();
+    let lease = cb
+        .acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            wait_timeout_ms: 10_000,
+            ..Default::default()
+        })
+        .await
+        .expect("a slot returns once the dead replica's lease expires")
+        .into_inner();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "returned within the TTL, not the wait bound"
+    );
+    assert!(
+        cb.release(pb::ReleaseRequest {
+            lease_id: lease.lease_id
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .released
+    );
+}
+
+fn restart_redis_at(redis: &RedisServer) -> Child {
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--unixsocket",
+        ])
+        .arg(redis.socket())
+        .args(["--unixsocketperm", "700", "--dir"])
+        .arg(redis.dir())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !Command::new("redis-cli")
+        .arg("-s")
+        .arg(redis.socket())
+        .arg("PING")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"PONG"))
+    {
+        assert!(Instant::now() < deadline, "redis did not come back");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+async fn health(addr: &str) -> ServingStatus {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = HealthClient::new(channel);
+    let r = h
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    ServingStatus::try_from(r.status).unwrap()
+}
+
+async fn wait_health(addr: &str, want: ServingStatus) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while health(addr).await != want {
+        assert!(Instant::now() < deadline, "health never became {want:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_redis_is_unavailable_and_not_serving_then_recovers() {
+    let mut redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 2, 1);
+    let r = spawn(&config, &redis.url());
+    let mut c = client(&r).await;
+    wait_health(&r.addr, ServingStatus::Serving).await;
+    redis.kill();
+    let started = Instant::now();
+    let err = c
+        .acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(
+        err.message().contains("lease store unreachable"),
+        "{}",
+        err.message()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "bounded by the store timeout, no hang"
+    );
+    wait_health(&r.addr, ServingStatus::NotServing).await;
+    // Redis comes back empty (no persistence): the scheduler re-seeds and serves again.
+    let mut revived = restart_redis_at(&redis);
+    wait_health(&r.addr, ServingStatus::Serving).await;
+    let lease = c
+        .acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        c.release(pb::ReleaseRequest {
+            lease_id: lease.lease_id
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .released
+    );
+    let _ = revived.kill();
+    let _ = revived.wait();
+}
+
+#[test]
+fn start_up_failures_exit_non_zero_with_a_one_line_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write_config(dir.path(), 2, 1);
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[[pools]]\nid = \"p\"\nprovider = \"espeak\"\ncapacty = 3\n",
+    )
+    .unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_addr = taken.local_addr().unwrap().to_string();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--config".into(), bad.display().to_string()],
+            "bad config",
+        ),
+        (
+            vec![
+                "--config".into(),
+                dir.path().join("missing.toml").display().to_string(),
+            ],
+            "does not exist",
+        ),
+        (
+            vec![
+                "--config".into(),
+                good.display().to_string(),
+                "--listen".into(),
+                taken_addr.clone(),
+            ],
+            "cannot listen on",
+        ),
+        (
+            vec![
+                "--config".into(),
+                good.display().to_string(),
+                "--store".into(),
+                "redis://127.0.0.1:1/0".into(),
+            ],
+            "lease store unreachable",
+        ),
+        (
+            vec![
+                "--config".into(),
+                good.display().to_string(),
+                "--store".into(),
+                "mysql://x".into(),
+            ],
+            "--store must be",
+        ),
+    ];
+    for (args, reason) in cases {
+        let out = Command::new(BIN)
+            .args(&args)
+            .env_remove("VOXPOOL_ADMIN_TOKEN")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} should fail");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.contains(reason),
+            "{args:?}: expected {reason:?} in {stderr:?}"
+        );
+    }
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&good)
+        .arg("--check-config")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/config/example.toml"
+        ))
+        .arg("--check-config")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the repo's example config loads as is"
+    );
+}
