@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# `make bench`: runs every benchmark of the workspace (release profile) and writes a dated
+# markdown report with the machine description to target/bench-reports/.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out_dir=${CARGO_TARGET_DIR:-target}/bench-reports
+mkdir -p "$out_dir"
+report="$out_dir/$(date -u +%Y-%m-%dT%H%M%SZ).md"
+{
+    echo "# voxpool benchmarks, $(date -u +'%Y-%m-%d %H:%M UTC')"
+    echo
+    echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/{print $2}') GiB RAM, $(uname -sr); $(redis-server --version | cut -d' ' -f1-3); $(rustc --version)"
+    echo
+} > "$report"
+cargo bench --workspace --benches -- 2>/dev/null | tee -a "$report"
+echo
+echo "report written to $report"
