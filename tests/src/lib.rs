@@ -1,0 +1,95 @@
+//! Helpers for end-to-end tests: find the workspace's binaries, run them on `127.0.0.1:0`,
+//! read their bound address, and pull the grpcurl walk-through out of the README.
+//!
+//! `cargo test --workspace` builds every package's binaries before any test runs, so the
+//! binaries sit next to the test executable's parent directory (`target/debug`).
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+};
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+/// `target/<profile>` of the running test (its executable lives in `<that>/deps`).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent().and_then(Path::parent).expect("target dir").to_path_buf()
+}
+
+/// Path of a workspace binary; panics with a hint when it was not built.
+pub fn binary(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(path.exists(), "{} not built: run `cargo build --workspace --bins` (make test does)", path.display());
+    path
+}
+
+/// A child process killed on drop, with the address it reported on its first stdout line.
+pub struct Service {
+    /// The process.
+    pub child: Child,
+    /// `host:port` it listens on.
+    pub addr: String,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `command` (which must print `<name> listening on <addr>` as its first stdout line).
+pub fn start(mut command: Command) -> Service {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read first line");
+    let addr = line
+        .split(" listening on ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{command:?} printed {line:?} instead of its address"))
+        .trim()
+        .to_owned();
+    Service { child, addr }
+}
+
+/// The shell commands of the README code block that follows `<!-- walkthrough:NAME … -->`,
+/// with `\` line continuations joined and comments dropped.
+pub fn walkthrough(name: &str) -> Vec<String> {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
+    let marker = format!("<!-- walkthrough:{name}");
+    let start = readme.find(&marker).unwrap_or_else(|| panic!("README has no {marker}"));
+    let rest = &readme[start..];
+    let block_start = rest.find("```sh\n").expect("a ```sh block after the marker") + 6;
+    let block = &rest[block_start..];
+    let block = &block[..block.find("```").expect("closing fence")];
+    let mut commands = Vec::new();
+    let mut current = String::new();
+    for line in block.lines() {
+        let line = line.trim_end();
+        if current.is_empty() && (line.trim_start().starts_with('#') || line.trim().is_empty()) {
+            continue;
+        }
+        if let Some(head) = line.strip_suffix('\\') {
+            current.push_str(head);
+            current.push(' ');
+        } else {
+            current.push_str(line);
+            commands.push(std::mem::take(&mut current));
+        }
+    }
+    commands
+}
+
+/// Whether the real grpcurl is on PATH.
+pub fn grpcurl_available() -> bool {
+    Command::new("grpcurl").arg("-version").output().is_ok_and(|o| o.status.success())
+}
