@@ -52,10 +52,11 @@ impl AdminAuth {
     pub fn load(file: Option<&Path>, env_value: Option<&str>) -> Result<Self, AdminTokenError> {
         let (origin, raw) = match (file, env_value) {
             (Some(path), _) => {
-                let raw = std::fs::read_to_string(path).map_err(|source| AdminTokenError::Read {
-                    path: path.display().to_string(),
-                    source,
-                })?;
+                let raw =
+                    std::fs::read_to_string(path).map_err(|source| AdminTokenError::Read {
+                        path: path.display().to_string(),
+                        source,
+                    })?;
                 (path.display().to_string(), raw)
             }
             (None, Some(value)) => ("VOXPOOL_ADMIN_TOKEN".to_owned(), value.to_owned()),

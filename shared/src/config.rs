@@ -280,9 +280,8 @@ impl Config {
                 path.display()
             )));
         }
-        Self::figment(Toml::file(path)).map_err(|e| {
-            ConfigError::Load(format!("config file {}: {e}", path.display()))
-        })
+        Self::figment(Toml::file(path))
+            .map_err(|e| ConfigError::Load(format!("config file {}: {e}", path.display())))
     }
 
     /// Parses TOML text (tests, embedded examples), with the same environment overrides.
@@ -315,9 +314,13 @@ impl Config {
     /// Returns every problem found, each naming its path. Credential values never appear.
     pub fn validate(&self, credentials: Credentials) -> Result<(), ConfigError> {
         let mut problems = Vec::new();
-        let mut push = |path: String, message: String| problems.push(ConfigProblem { path, message });
+        let mut push =
+            |path: String, message: String| problems.push(ConfigProblem { path, message });
         if self.pools.is_empty() {
-            push("pools".into(), "at least one [[pools]] entry is required".into());
+            push(
+                "pools".into(),
+                "at least one [[pools]] entry is required".into(),
+            );
         }
         let mut pool_ids = HashSet::new();
         for (pi, pool) in self.pools.iter().enumerate() {
@@ -331,7 +334,10 @@ impl Config {
                     ),
                 );
             } else if !pool_ids.insert(pool.id.as_str()) {
-                push(format!("{pp}.id"), format!("duplicate pool id {:?}", pool.id));
+                push(
+                    format!("{pp}.id"),
+                    format!("duplicate pool id {:?}", pool.id),
+                );
             }
             if !PROVIDERS.contains(&pool.provider.as_str()) {
                 push(
@@ -344,7 +350,10 @@ impl Config {
                 );
             }
             if pool.upstreams.is_empty() {
-                push(format!("{pp}.upstreams"), "a pool needs at least one upstream".into());
+                push(
+                    format!("{pp}.upstreams"),
+                    "a pool needs at least one upstream".into(),
+                );
             }
             let mut upstream_ids = HashSet::new();
             for (ui, up) in pool.upstreams.iter().enumerate() {
@@ -355,10 +364,16 @@ impl Config {
                         format!("{:?} is not a valid id: use 1-64 of [a-z0-9._-]", up.id),
                     );
                 } else if !upstream_ids.insert(up.id.as_str()) {
-                    push(format!("{up_path}.id"), format!("duplicate upstream id {:?} in pool {:?}", up.id, pool.id));
+                    push(
+                        format!("{up_path}.id"),
+                        format!("duplicate upstream id {:?} in pool {:?}", up.id, pool.id),
+                    );
                 }
                 if up.keys.is_empty() {
-                    push(format!("{up_path}.keys"), "an upstream needs at least one key".into());
+                    push(
+                        format!("{up_path}.keys"),
+                        "an upstream needs at least one key".into(),
+                    );
                 }
                 let mut key_ids = HashSet::new();
                 for (ki, key) in up.keys.iter().enumerate() {
@@ -366,10 +381,16 @@ impl Config {
                     if !is_valid_key_id(&key.id) {
                         push(
                             format!("{kp}.id"),
-                            format!("{:?} is not a valid key id: use 1-64 of [A-Za-z0-9._-]", key.id),
+                            format!(
+                                "{:?} is not a valid key id: use 1-64 of [A-Za-z0-9._-]",
+                                key.id
+                            ),
                         );
                     } else if !key_ids.insert(key.id.as_str()) {
-                        push(format!("{kp}.id"), format!("duplicate key id {:?} in upstream {:?}", key.id, up.id));
+                        push(
+                            format!("{kp}.id"),
+                            format!("duplicate key id {:?} in upstream {:?}", key.id, up.id),
+                        );
                     }
                     if key.capacity == 0 || key.capacity > MAX_KEY_CAPACITY {
                         push(
@@ -400,7 +421,10 @@ impl Config {
         if s.default_lease_ttl_ms == 0 || s.default_lease_ttl_ms > s.max_lease_ttl_ms {
             push(
                 "scheduler.default_lease_ttl_ms".into(),
-                format!("must be 1..=max_lease_ttl_ms ({}), got {}", s.max_lease_ttl_ms, s.default_lease_ttl_ms),
+                format!(
+                    "must be 1..=max_lease_ttl_ms ({}), got {}",
+                    s.max_lease_ttl_ms, s.default_lease_ttl_ms
+                ),
             );
         }
         if s.failure_backoff_base_ms > s.failure_backoff_max_ms {
@@ -410,7 +434,10 @@ impl Config {
             );
         }
         if s.failure_threshold == 0 {
-            push("scheduler.failure_threshold".into(), "must be at least 1".into());
+            push(
+                "scheduler.failure_threshold".into(),
+                "must be at least 1".into(),
+            );
         }
         if s.store_timeout_ms == 0 || s.wait_poll_ms == 0 || s.reap_batch == 0 {
             push(
@@ -470,7 +497,10 @@ credential = { env = "VOXPOOL_TEST_NEVER_SET_1" }
     fn missing_credential_variable_is_named_not_printed() {
         let c = Config::from_toml_str(GOOD).unwrap();
         let err = c.validate(Credentials::Require).unwrap_err().to_string();
-        assert!(err.contains("pools[0].upstreams[0].keys[0].credential"), "{err}");
+        assert!(
+            err.contains("pools[0].upstreams[0].keys[0].credential"),
+            "{err}"
+        );
         assert!(err.contains("VOXPOOL_TEST_NEVER_SET_1 is not set"), "{err}");
     }
 
@@ -486,11 +516,22 @@ credential = { env = "VOXPOOL_TEST_NEVER_SET_1" }
         let text = format!(
             "{GOOD}\n[[pools.upstreams.keys]]\nid = \"app-1\"\ncapacity = 0\n\n[[pools]]\nid = \"volc-standard\"\nprovider = \"nope\"\n"
         );
-        let err = Config::from_toml_str(&text).unwrap().validate(Credentials::Ignore).unwrap_err();
-        let ConfigError::Invalid(problems) = err else { panic!("expected Invalid") };
+        let err = Config::from_toml_str(&text)
+            .unwrap()
+            .validate(Credentials::Ignore)
+            .unwrap_err();
+        let ConfigError::Invalid(problems) = err else {
+            panic!("expected Invalid")
+        };
         let paths: Vec<_> = problems.iter().map(|p| p.path.as_str()).collect();
-        assert!(paths.contains(&"pools[0].upstreams[0].keys[1].id"), "{paths:?}");
-        assert!(paths.contains(&"pools[0].upstreams[0].keys[1].capacity"), "{paths:?}");
+        assert!(
+            paths.contains(&"pools[0].upstreams[0].keys[1].id"),
+            "{paths:?}"
+        );
+        assert!(
+            paths.contains(&"pools[0].upstreams[0].keys[1].capacity"),
+            "{paths:?}"
+        );
         assert!(paths.contains(&"pools[1].id"), "{paths:?}");
         assert!(paths.contains(&"pools[1].provider"), "{paths:?}");
         assert!(paths.contains(&"pools[1].upstreams"), "{paths:?}");

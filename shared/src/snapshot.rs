@@ -159,7 +159,11 @@ impl Params {
     /// The canonical JSON object (see the module doc).
     pub fn canonical(&self) -> String {
         let mut parts = Vec::new();
-        for (name, v) in [("pitchPct", self.pitch_pct), ("rate", self.rate), ("volumePct", self.volume_pct)] {
+        for (name, v) in [
+            ("pitchPct", self.pitch_pct),
+            ("rate", self.rate),
+            ("volumePct", self.volume_pct),
+        ] {
             if let Some(v) = v {
                 parts.push(format!("\"{name}\":{}", canonical_number(v)));
             }
@@ -175,7 +179,10 @@ pub struct Snapshot {
     /// The pack this was frozen from.
     pub pack_id: String,
     /// The pack's version at freeze time.
-    #[serde(serialize_with = "int64_as_string", deserialize_with = "int64_from_any")]
+    #[serde(
+        serialize_with = "int64_as_string",
+        deserialize_with = "int64_from_any"
+    )]
     pub pack_version: i64,
     /// Provider id (adapter).
     pub provider: String,
@@ -233,7 +240,11 @@ fn rfc3339<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
 
 /// Shortest round-trip decimal, no exponent, no trailing `.0`, `-0` as `0`.
 pub fn canonical_number(v: f64) -> String {
-    if v == 0.0 { "0".to_owned() } else { format!("{v}") }
+    if v == 0.0 {
+        "0".to_owned()
+    } else {
+        format!("{v}")
+    }
 }
 
 fn json_str(s: &str) -> String {
@@ -241,7 +252,14 @@ fn json_str(s: &str) -> String {
 }
 
 fn json_list(items: &[String]) -> String {
-    format!("[{}]", items.iter().map(|s| json_str(s)).collect::<Vec<_>>().join(","))
+    format!(
+        "[{}]",
+        items
+            .iter()
+            .map(|s| json_str(s))
+            .collect::<Vec<_>>()
+            .join(",")
+    )
 }
 
 /// Why a snapshot is not usable.
@@ -281,7 +299,10 @@ impl Snapshot {
 
     /// `sha256:` + lowercase hex of SHA-256 over [`Snapshot::canonical`].
     pub fn compute_digest(&self) -> String {
-        format!("sha256:{}", hex::encode(Sha256::digest(self.canonical().as_bytes())))
+        format!(
+            "sha256:{}",
+            hex::encode(Sha256::digest(self.canonical().as_bytes()))
+        )
     }
 
     /// Sets `digest` from the content.
@@ -341,7 +362,10 @@ impl Snapshot {
 
     /// From the proto message. Errors name the field (`snapshot.tier`, `snapshot.frozen_at`).
     pub fn from_pb(p: &pb::VoicePackSnapshot) -> Result<Self, SnapshotError> {
-        let err = |field: &str, message: &str| SnapshotError { field: format!("snapshot.{field}"), message: message.into() };
+        let err = |field: &str, message: &str| SnapshotError {
+            field: format!("snapshot.{field}"),
+            message: message.into(),
+        };
         Ok(Self {
             pack_id: p.pack_id.clone(),
             pack_version: p.pack_version,
@@ -352,7 +376,8 @@ impl Snapshot {
             upstream_ids: p.upstream_ids.clone(),
             params: Params::from_pb(p.params.as_ref()),
             extra: p.extra.clone().into_iter().collect(),
-            tier: Tier::from_pb(p.tier).ok_or_else(|| err("tier", "required: LITE, STANDARD, PRO or PREMIUM"))?,
+            tier: Tier::from_pb(p.tier)
+                .ok_or_else(|| err("tier", "required: LITE, STANDARD, PRO or PREMIUM"))?,
             frozen_at: p
                 .frozen_at
                 .as_ref()
@@ -390,7 +415,11 @@ mod tests {
             voice_id: "en-us".into(),
             tts_model_id: "espeak-local".into(),
             upstream_ids: vec![],
-            params: Params { pitch_pct: Some(10.0), rate: Some(1.2), volume_pct: None },
+            params: Params {
+                pitch_pct: Some(10.0),
+                rate: Some(1.2),
+                volume_pct: None,
+            },
             extra: BTreeMap::from([("style".into(), "calm \"ü\"".into())]),
             tier: Tier::Pro,
             frozen_at: DateTime::from_timestamp(1_790_000_000, 123_000_000).unwrap(),

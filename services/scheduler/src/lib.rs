@@ -10,10 +10,12 @@
 //! - [`model`]: domain types (keys, leases, outcomes, key states, pool status).
 //! - [`store`]: the `LeaseStore` trait and its two backends (in-process memory, Redis + Lua).
 //! - [`service`]: the gRPC service (validation, FIFO waiting, error mapping).
+//! - [`metrics`]: OpenTelemetry instruments (per-key in-flight, utilization, acquires, cooldowns).
 //! - [`error`]: the service error enum and its exhaustive mapping to `tonic::Status`.
 //! - [`server`]: wiring used by the binary and by tests (config -> store -> gRPC server).
 
 pub mod error;
+pub mod metrics;
 pub mod model;
 pub mod server;
 pub mod service;

@@ -37,7 +37,6 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    voxpool_shared::telemetry::init_logging();
     let config = match Config::load_validated(&args.config, Credentials::Ignore) {
         Ok(c) => c,
         Err(e) => {
@@ -66,6 +65,13 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args, config: Config) -> Result<(), String> {
+    let telemetry = voxpool_shared::telemetry::Telemetry::init("voxpool-scheduler")?;
+    let result = serve(args, config).await;
+    telemetry.shutdown().await;
+    result
+}
+
+async fn serve(args: Args, config: Config) -> Result<(), String> {
     let token_env = std::env::var("VOXPOOL_ADMIN_TOKEN").ok();
     let auth = AdminAuth::load(args.admin_token_file.as_deref(), token_env.as_deref())
         .map_err(|e| e.to_string())?;

@@ -11,6 +11,7 @@ use voxpool_shared::{auth::AdminAuth, config::Config};
 
 use crate::{
     model::PoolSpec,
+    metrics::{SchedulerMetrics, StatusCache},
     service::SchedulerService,
     store::{LeaseStore, memory::MemoryStore, redis::RedisStore},
 };
@@ -72,7 +73,9 @@ pub async fn serve(
     let (reporter, health) = tonic_health::server::health_reporter();
     let (reflection_v1, reflection_v1alpha) =
         voxpool_shared::serve::reflection_services().map_err(|e| format!("reflection: {e}"))?;
-    let service = SchedulerService::new(store.clone(), config, auth);
+    let metrics = Arc::new(SchedulerMetrics::new());
+    let cache = metrics.cache();
+    let service = SchedulerService::new(store.clone(), config, auth, metrics);
 
     let specs = PoolSpec::from_config(config);
     let health_task = {
@@ -103,6 +106,9 @@ pub async fn serve(
                         ServingStatus::NotServing
                     }
                 };
+                if status == ServingStatus::Serving {
+                    refresh_cache(store.as_ref(), &specs, &cache).await;
+                }
                 if last != Some(status) {
                     reporter.set_service_status("", status).await;
                     reporter.set_service_status(SERVICE_NAME, status).await;
@@ -121,6 +127,7 @@ pub async fn serve(
     };
 
     let result = tonic::transport::Server::builder()
+        .trace_fn(voxpool_shared::telemetry::server_span)
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -144,5 +151,20 @@ mod tests {
         );
         assert_eq!(redact_url("redis://u:p@h/0"), "redis://***@h/0");
         assert_eq!(redact_url("redis://h:6379/0"), "redis://h:6379/0");
+    }
+}
+
+/// Reads every pool's status into the metrics cache (best effort: a failed read keeps the
+/// previous values).
+async fn refresh_cache(store: &dyn LeaseStore, specs: &[PoolSpec], cache: &StatusCache) {
+    let mut pools = Vec::with_capacity(specs.len());
+    for spec in specs {
+        match store.status(&spec.pool).await {
+            Ok(Some(s)) => pools.push(s),
+            Ok(None) | Err(_) => return,
+        }
+    }
+    if let Ok(mut c) = cache.write() {
+        *c = pools;
     }
 }

@@ -9,6 +9,7 @@
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use tokio::time::Instant;
+use tracing::Instrument;
 use tonic::{Request, Response, Status, metadata::MetadataMap};
 use voxpool_proto::scheduler::v1 as pb;
 use voxpool_shared::{
@@ -18,6 +19,7 @@ use voxpool_shared::{
 
 use crate::{
     error::SchedulerError,
+    metrics::SchedulerMetrics,
     model::{
         AcquireParams, AcquireResult, HealthPolicy, KeyState, KeyStatus, Lease, LeaseId,
         LeaseToken, Outcome, PoolSpec, PoolStatus, ReportParams, upstream_of,
@@ -54,6 +56,7 @@ pub struct SchedulerService {
     policy: HealthPolicy,
     queues: WaitQueues,
     auth: AdminAuth,
+    metrics: Arc<SchedulerMetrics>,
 }
 
 impl std::fmt::Debug for SchedulerService {
@@ -111,7 +114,12 @@ impl Drop for UndoGrant {
 impl SchedulerService {
     /// Builds the service over `store` for the pools of `config` (already validated and
     /// seeded into the store).
-    pub fn new(store: Arc<dyn LeaseStore>, config: &Config, auth: AdminAuth) -> Self {
+    pub fn new(
+        store: Arc<dyn LeaseStore>,
+        config: &Config,
+        auth: AdminAuth,
+        metrics: Arc<SchedulerMetrics>,
+    ) -> Self {
         let pools: HashMap<String, PoolInfo> = config
             .pools
             .iter()
@@ -136,6 +144,7 @@ impl SchedulerService {
             settings: config.scheduler.clone(),
             policy: HealthPolicy::from(&config.scheduler),
             auth,
+            metrics,
         }
     }
 
@@ -312,12 +321,13 @@ impl SchedulerService {
         }
     }
 
-    /// Acquire with FIFO waiting. See the module doc.
+    /// Acquire with FIFO waiting (see the module doc). Returns the lease and whether it had
+    /// to wait for it.
     pub async fn acquire(
         &self,
         r: &pb::AcquireRequest,
         deadline: Option<Instant>,
-    ) -> Result<Lease, SchedulerError> {
+    ) -> Result<(Lease, bool), SchedulerError> {
         let (mut params, wait) = self.validate_acquire(r)?;
         let pool = params.pool.clone();
         let queue = self
@@ -332,7 +342,7 @@ impl SchedulerService {
         // Without waiters ahead (or when not waiting at all) try at once.
         if wait.is_zero() || queue.waiting() == 0 {
             match self.attempt(&mut params).await? {
-                AcquireResult::Granted(lease) => return Ok(lease),
+                AcquireResult::Granted(lease) => return Ok((lease, false)),
                 other if wait.is_zero() || other == AcquireResult::NoEligibleKey => {
                     return Err(self.no_grant(&pool, other, Duration::ZERO));
                 }
@@ -374,7 +384,7 @@ impl SchedulerService {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let last = match self.attempt(&mut params).await? {
-                AcquireResult::Granted(lease) => return Ok(lease),
+                AcquireResult::Granted(lease) => return Ok((lease, true)),
                 AcquireResult::NoEligibleKey => {
                     return Err(self.no_grant(
                         &pool,
@@ -499,8 +509,21 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
     ) -> Result<Response<pb::Lease>, Status> {
         let deadline = grpc_deadline(request.metadata());
         let r = request.into_inner();
-        let lease = SchedulerService::acquire(self, &r, deadline).await?;
-        tracing::debug!(pool = %r.pool, key = %lease.key_id, request_id = %r.request_id, "lease granted");
+        let span = tracing::info_span!("scheduler.acquire", pool = %r.pool, request_id = %r.request_id, key = tracing::field::Empty);
+        let started = Instant::now();
+        let result = SchedulerService::acquire(self, &r, deadline).instrument(span.clone()).await;
+        let label = match &result {
+            Ok((_, false)) => "granted",
+            Ok((_, true)) => "waited",
+            Err(SchedulerError::PoolFull { .. } | SchedulerError::NoEligibleKey { .. }) => "exhausted",
+            Err(SchedulerError::KeysUnavailable { .. } | SchedulerError::Store(_)) => "unavailable",
+            Err(SchedulerError::WaitDeadline { .. }) => "deadline",
+            Err(_) => "invalid",
+        };
+        self.metrics.acquire(&r.pool, label, started.elapsed().as_secs_f64());
+        let (lease, _) = result?;
+        span.record("key", lease.key_id.as_str());
+        tracing::debug!(parent: &span, "lease granted");
         Ok(Response::new(lease_pb(lease)))
     }
 
@@ -561,6 +584,15 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             self.notify(&id.pool);
         }
         if result.state != KeyState::Available {
+            let reason = match outcome {
+                Outcome::RateLimited => Some("rate_limited"),
+                Outcome::UpstreamError | Outcome::Timeout => Some("failures"),
+                Outcome::KeyInvalid | Outcome::QuotaExhausted => Some("credential"),
+                Outcome::Success | Outcome::ClientError => None,
+            };
+            if let Some(reason) = reason {
+                self.metrics.cooldown(&id.pool, &result.key_id, reason);
+            }
             tracing::info!(pool = %id.pool, key = %result.key_id, outcome = outcome.as_str(),
                 cooldown_until_ms = result.cooldown_until_ms, "key out of rotation after report");
         }

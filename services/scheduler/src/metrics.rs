@@ -1,0 +1,161 @@
+//! Scheduler metrics (OpenTelemetry; exported over OTLP when configured, no-ops otherwise).
+//!
+//! | instrument | kind | unit | attributes |
+//! |---|---|---|---|
+//! | `voxpool.key.in_flight` | gauge | `{lease}` | `pool`, `upstream`, `key` |
+//! | `voxpool.key.capacity` | gauge | `{lease}` | `pool`, `upstream`, `key` |
+//! | `voxpool.key.utilization` | gauge | `1` (0..1) | `pool`, `upstream`, `key` |
+//! | `voxpool.key.state` | gauge | `1` (1 = in this state) | `pool`, `upstream`, `key`, `state` |
+//! | `voxpool.pool.in_flight` / `.capacity` | gauge | `{lease}` | `pool` |
+//! | `voxpool.pool.utilization` | gauge | `1` (0..1) | `pool` |
+//! | `voxpool.scheduler.acquires` | counter | `{acquire}` | `pool`, `result` (granted, waited, exhausted, unavailable, deadline, invalid) |
+//! | `voxpool.scheduler.acquire.duration` | histogram | `s` | `pool`, `result` |
+//! | `voxpool.scheduler.cooldowns` | counter | `{cooldown}` | `pool`, `upstream`, `key`, `reason` |
+//!
+//! Gauges read a per-replica snapshot of every pool's status, refreshed each second by the
+//! health task, so exporting never touches the store. Attribute values come from the config
+//! (pool, upstream and key ids), so cardinality is bounded by it; credentials never appear.
+
+use std::sync::{Arc, RwLock};
+
+use opentelemetry::{
+    KeyValue, global,
+    metrics::{Counter, Histogram, ObservableGauge},
+};
+
+use crate::model::{KeyState, PoolStatus, upstream_of};
+
+/// Latest status of every pool, as seen by this replica.
+pub type StatusCache = Arc<RwLock<Vec<PoolStatus>>>;
+
+/// The scheduler's instruments.
+pub struct SchedulerMetrics {
+    acquires: Counter<u64>,
+    acquire_duration: Histogram<f64>,
+    cooldowns: Counter<u64>,
+    cache: StatusCache,
+    _gauges: Vec<ObservableGauge<f64>>,
+}
+
+impl std::fmt::Debug for SchedulerMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerMetrics").finish_non_exhaustive()
+    }
+}
+
+fn key_attrs(pool: &str, key: &str) -> Vec<KeyValue> {
+    vec![
+        KeyValue::new("pool", pool.to_owned()),
+        KeyValue::new("upstream", upstream_of(key).to_owned()),
+        KeyValue::new("key", key.to_owned()),
+    ]
+}
+
+fn state_name(s: KeyState) -> &'static str {
+    match s {
+        KeyState::Available => "available",
+        KeyState::Cooling => "cooling",
+        KeyState::Disabled => "disabled",
+    }
+}
+
+impl SchedulerMetrics {
+    /// Registers the instruments on the global meter provider.
+    pub fn new() -> Self {
+        let meter = global::meter("voxpool-scheduler");
+        let cache: StatusCache = Arc::default();
+        let gauge = |name: &'static str, unit: &'static str, description: &'static str, f: fn(&PoolStatus, &mut Vec<(f64, Vec<KeyValue>)>)| {
+            let cache = cache.clone();
+            meter
+                .f64_observable_gauge(name)
+                .with_unit(unit)
+                .with_description(description)
+                .with_callback(move |obs| {
+                    let Ok(pools) = cache.read() else { return };
+                    let mut points = Vec::new();
+                    for p in pools.iter() {
+                        f(p, &mut points);
+                    }
+                    for (v, attrs) in points {
+                        obs.observe(v, &attrs);
+                    }
+                })
+                .build()
+        };
+        let gauges = vec![
+            gauge("voxpool.key.in_flight", "{lease}", "live leases on the key", |p, out| {
+                out.extend(p.keys.iter().map(|k| (f64::from(k.in_flight), key_attrs(&p.pool, &k.key_id))));
+            }),
+            gauge("voxpool.key.capacity", "{lease}", "concurrent requests the key allows", |p, out| {
+                out.extend(p.keys.iter().map(|k| (f64::from(k.capacity), key_attrs(&p.pool, &k.key_id))));
+            }),
+            gauge("voxpool.key.utilization", "1", "in-flight / capacity of the key", |p, out| {
+                out.extend(p.keys.iter().map(|k| (k.utilization(), key_attrs(&p.pool, &k.key_id))));
+            }),
+            gauge("voxpool.key.state", "1", "1 for the key's current state", |p, out| {
+                for k in &p.keys {
+                    for s in [KeyState::Available, KeyState::Cooling, KeyState::Disabled] {
+                        let mut attrs = key_attrs(&p.pool, &k.key_id);
+                        attrs.push(KeyValue::new("state", state_name(s)));
+                        out.push((if k.state == s { 1.0 } else { 0.0 }, attrs));
+                    }
+                }
+            }),
+            gauge("voxpool.pool.in_flight", "{lease}", "live leases on available keys", |p, out| {
+                out.push((p.in_flight() as f64, vec![KeyValue::new("pool", p.pool.clone())]));
+            }),
+            gauge("voxpool.pool.capacity", "{lease}", "capacity of available keys", |p, out| {
+                out.push((p.capacity() as f64, vec![KeyValue::new("pool", p.pool.clone())]));
+            }),
+            gauge("voxpool.pool.utilization", "1", "pool in-flight / capacity over available keys", |p, out| {
+                out.push((p.utilization(), vec![KeyValue::new("pool", p.pool.clone())]));
+            }),
+        ];
+        Self {
+            acquires: meter
+                .u64_counter("voxpool.scheduler.acquires")
+                .with_unit("{acquire}")
+                .with_description("Acquire calls by result")
+                .build(),
+            acquire_duration: meter
+                .f64_histogram("voxpool.scheduler.acquire.duration")
+                .with_unit("s")
+                .with_description("time from Acquire call to its answer, including waiting")
+                .build(),
+            cooldowns: meter
+                .u64_counter("voxpool.scheduler.cooldowns")
+                .with_unit("{cooldown}")
+                .with_description("keys taken out of rotation by a report, by reason")
+                .build(),
+            cache,
+            _gauges: gauges,
+        }
+    }
+
+    /// The cache the gauges read; the health task refreshes it.
+    pub fn cache(&self) -> StatusCache {
+        self.cache.clone()
+    }
+
+    /// Records one Acquire: `result` is granted, waited, exhausted, unavailable, deadline or
+    /// invalid; `seconds` from call to answer.
+    pub fn acquire(&self, pool: &str, result: &'static str, seconds: f64) {
+        let attrs = [KeyValue::new("pool", pool.to_owned()), KeyValue::new("result", result)];
+        self.acquires.add(1, &attrs);
+        self.acquire_duration.record(seconds, &attrs);
+    }
+
+    /// Records a key leaving rotation after a report (`reason`: rate_limited, failures,
+    /// credential).
+    pub fn cooldown(&self, pool: &str, key: &str, reason: &'static str) {
+        let mut attrs = key_attrs(pool, key);
+        attrs.push(KeyValue::new("reason", reason));
+        self.cooldowns.add(1, &attrs);
+    }
+}
+
+impl Default for SchedulerMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
