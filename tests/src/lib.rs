@@ -4,6 +4,8 @@
 //! `cargo test --workspace` builds every package's binaries before any test runs, so the
 //! binaries sit next to the test executable's parent directory (`target/debug`).
 
+pub mod otlp;
+
 use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
@@ -12,19 +14,29 @@ use std::{
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
 }
 
 /// `target/<profile>` of the running test (its executable lives in `<that>/deps`).
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    exe.parent().and_then(Path::parent).expect("target dir").to_path_buf()
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf()
 }
 
 /// Path of a workspace binary; panics with a hint when it was not built.
 pub fn binary(name: &str) -> PathBuf {
     let path = bin_dir().join(name);
-    assert!(path.exists(), "{} not built: run `cargo build --workspace --bins` (make test does)", path.display());
+    assert!(
+        path.exists(),
+        "{} not built: run `cargo build --workspace --bins` (make test does)",
+        path.display()
+    );
     path
 }
 
@@ -51,7 +63,9 @@ pub fn start(mut command: Command) -> Service {
         .spawn()
         .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
     let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read first line");
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read first line");
     let addr = line
         .split(" listening on ")
         .nth(1)
@@ -66,9 +80,14 @@ pub fn start(mut command: Command) -> Service {
 pub fn walkthrough(name: &str) -> Vec<String> {
     let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
     let marker = format!("<!-- walkthrough:{name}");
-    let start = readme.find(&marker).unwrap_or_else(|| panic!("README has no {marker}"));
+    let start = readme
+        .find(&marker)
+        .unwrap_or_else(|| panic!("README has no {marker}"));
     let rest = &readme[start..];
-    let block_start = rest.find("```sh\n").expect("a ```sh block after the marker") + 6;
+    let block_start = rest
+        .find("```sh\n")
+        .expect("a ```sh block after the marker")
+        + 6;
     let block = &rest[block_start..];
     let block = &block[..block.find("```").expect("closing fence")];
     let mut commands = Vec::new();
@@ -91,5 +110,8 @@ pub fn walkthrough(name: &str) -> Vec<String> {
 
 /// Whether the real grpcurl is on PATH.
 pub fn grpcurl_available() -> bool {
-    Command::new("grpcurl").arg("-version").output().is_ok_and(|o| o.status.success())
+    Command::new("grpcurl")
+        .arg("-version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }

@@ -1,0 +1,115 @@
+//! Telemetry reaches a real OTLP receiver: metric names, units and plausible values, and
+//! spans with the service names.
+
+use std::{process::Command, time::Duration};
+
+use voxpool_e2e::{binary, otlp, start, workspace_root};
+use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduler_exports_pool_metrics_and_spans_over_otlp() {
+    let (endpoint, received) = otlp::start().await;
+    let mut cmd = Command::new(binary("voxpool-scheduler"));
+    cmd.current_dir(workspace_root())
+        .args([
+            "--config",
+            "deploy/config/example.toml",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env_remove("OTEL_SERVICE_NAME");
+    let scheduler = start(cmd);
+    let mut client = PoolSchedulerClient::connect(format!("http://{}", scheduler.addr))
+        .await
+        .unwrap();
+    let lease = client
+        .acquire(pb::AcquireRequest {
+            pool: "volc-standard".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    // Poll the receiver (a readiness signal) until a gauge shows the held lease.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let metrics = received.metrics();
+        let held = metrics.iter().any(|m| {
+            m.metric.name == "voxpool.key.in_flight"
+                && otlp::points(&m.metric).iter().any(|(v, attrs)| {
+                    *v == 1.0
+                        && attrs.contains(&format!("key={}", lease.key_id))
+                        && attrs.contains(&"pool=volc-standard".to_owned())
+                })
+        });
+        if held {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no in-flight gauge of 1 arrived; got {:?}",
+            metrics.iter().map(|m| &m.metric.name).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let metrics = received.metrics();
+    let unit = |name: &str| {
+        metrics
+            .iter()
+            .find(|m| m.metric.name == name)
+            .map(|m| m.metric.unit.clone())
+    };
+    assert_eq!(unit("voxpool.key.in_flight").as_deref(), Some("{lease}"));
+    assert_eq!(unit("voxpool.key.capacity").as_deref(), Some("{lease}"));
+    assert_eq!(unit("voxpool.key.utilization").as_deref(), Some("1"));
+    assert_eq!(unit("voxpool.pool.utilization").as_deref(), Some("1"));
+    assert_eq!(
+        unit("voxpool.scheduler.acquires").as_deref(),
+        Some("{acquire}")
+    );
+    assert_eq!(
+        unit("voxpool.scheduler.acquire.duration").as_deref(),
+        Some("s")
+    );
+    assert!(metrics.iter().all(|m| m.service == "voxpool-scheduler"));
+    let util = metrics
+        .iter()
+        .rev()
+        .find(|m| m.metric.name == "voxpool.pool.utilization")
+        .map(|m| otlp::points(&m.metric))
+        .unwrap();
+    let (v, _) = util
+        .iter()
+        .find(|(_, a)| a.contains(&"pool=volc-standard".to_owned()))
+        .unwrap();
+    assert!(
+        (v - 1.0 / 30.0).abs() < 1e-9,
+        "1 lease over 30 slots, got {v}"
+    );
+    // No metric attribute ever carries a credential reference's value or the admin token.
+    for m in &metrics {
+        for (_, attrs) in otlp::points(&m.metric) {
+            assert!(attrs.iter().all(|a| !a.contains("VOLC_TOKEN")), "{attrs:?}");
+        }
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !received
+        .spans()
+        .iter()
+        .any(|(svc, s)| svc == "voxpool-scheduler" && s.name.contains("Acquire"))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no Acquire span arrived: {:?}",
+            received
+                .spans()
+                .iter()
+                .map(|(_, s)| s.name.clone())
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
