@@ -1,6 +1,7 @@
 //! Common crate of the voxpool services.
 //!
 //! - [`config`]: the pools file (TOML + `VOXPOOL_` environment), validated with path-named errors.
+//! - [`limits`]: request timeout, message size, load shedding and TLS flags for servers.
 //! - [`secret`]: a string that never prints (vendor credentials, the admin token).
 //! - [`auth`]: bearer-token check for admin RPCs (constant-time compare).
 //! - [`status`]: `tonic::Status` builders that attach `google.rpc` error details.
@@ -11,6 +12,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod limits;
 pub mod secret;
 pub mod serve;
 pub mod snapshot;

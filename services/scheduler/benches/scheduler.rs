@@ -29,29 +29,50 @@ use voxpool_scheduler::{
 use voxpool_shared::{auth::AdminAuth, config::Config, testing::RedisServer};
 
 fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn pool_config(keys: usize) -> Config {
-    let mut t = String::from("[[pools]]\nid = \"bench\"\nprovider = \"espeak\"\n[[pools.upstreams]]\nid = \"u\"\n");
+    let mut t = String::from(
+        "[[pools]]\nid = \"bench\"\nprovider = \"espeak\"\n[[pools.upstreams]]\nid = \"u\"\n",
+    );
     for k in 0..keys {
-        t.push_str(&format!("[[pools.upstreams.keys]]\nid = \"k{k}\"\ncapacity = 10\n"));
+        t.push_str(&format!(
+            "[[pools.upstreams.keys]]\nid = \"k{k}\"\ncapacity = 10\n"
+        ));
     }
     Config::from_toml_str(&t).expect("bench config")
 }
 
-async fn serve(store: Arc<dyn LeaseStore>, config: &Config) -> (PoolSchedulerClient<tonic::transport::Channel>, CancellationToken) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+async fn serve(
+    store: Arc<dyn LeaseStore>,
+    config: &Config,
+) -> (
+    PoolSchedulerClient<tonic::transport::Channel>,
+    CancellationToken,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let shutdown = CancellationToken::new();
     let (c, s) = (config.clone(), shutdown.clone());
     tokio::spawn(async move { server::serve(listener, store, &c, AdminAuth::disabled(), s).await });
-    let client = PoolSchedulerClient::connect(format!("http://{addr}")).await.expect("connect");
+    let client = PoolSchedulerClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
     (client, shutdown)
 }
 
 /// Closed loop: `workers` tasks each doing Acquire+Release back to back for `secs`.
-async fn pairs_per_sec_grpc(client: &PoolSchedulerClient<tonic::transport::Channel>, workers: u64, secs: u64) -> f64 {
+async fn pairs_per_sec_grpc(
+    client: &PoolSchedulerClient<tonic::transport::Channel>,
+    workers: u64,
+    secs: u64,
+) -> f64 {
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> = (0..workers)
@@ -60,11 +81,18 @@ async fn pairs_per_sec_grpc(client: &PoolSchedulerClient<tonic::transport::Chann
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
                     let lease = c
-                        .acquire(pb::AcquireRequest { pool: "bench".into(), ..Default::default() })
+                        .acquire(pb::AcquireRequest {
+                            pool: "bench".into(),
+                            ..Default::default()
+                        })
                         .await
                         .expect("acquire")
                         .into_inner();
-                    c.release(pb::ReleaseRequest { lease_id: lease.lease_id }).await.expect("release");
+                    c.release(pb::ReleaseRequest {
+                        lease_id: lease.lease_id,
+                    })
+                    .await
+                    .expect("release");
                     done.fetch_add(1, Ordering::Relaxed);
                 }
             })
@@ -82,12 +110,18 @@ async fn pairs_per_sec_grpc(client: &PoolSchedulerClient<tonic::transport::Chann
 }
 
 /// Same loop calling the store (Lua scripts) directly.
-async fn pairs_per_sec_raw(store: &Arc<dyn LeaseStore>, pool: &str, workers: u64, secs: u64) -> f64 {
+async fn pairs_per_sec_raw(
+    store: &Arc<dyn LeaseStore>,
+    pool: &str,
+    workers: u64,
+    secs: u64,
+) -> f64 {
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> = (0..workers)
         .map(|_| {
-            let (store, done, stop, pool) = (store.clone(), done.clone(), stop.clone(), pool.to_owned());
+            let (store, done, stop, pool) =
+                (store.clone(), done.clone(), stop.clone(), pool.to_owned());
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
                     let params = AcquireParams {
@@ -97,7 +131,9 @@ async fn pairs_per_sec_raw(store: &Arc<dyn LeaseStore>, pool: &str, workers: u64
                         upstream_ids: vec![],
                         ttl_ms: 30_000,
                     };
-                    let AcquireResult::Granted(lease) = store.acquire(&params).await.expect("acquire") else {
+                    let AcquireResult::Granted(lease) =
+                        store.acquire(&params).await.expect("acquire")
+                    else {
                         panic!("bench pool must never be full");
                     };
                     store.release(&lease.id).await.expect("release");
@@ -118,7 +154,11 @@ async fn pairs_per_sec_raw(store: &Arc<dyn LeaseStore>, pool: &str, workers: u64
 }
 
 /// Open loop at `rate` pairs/s for `secs`; returns Acquire latencies (µs), sorted.
-async fn acquire_latencies(client: &PoolSchedulerClient<tonic::transport::Channel>, rate: f64, secs: u64) -> Vec<u64> {
+async fn acquire_latencies(
+    client: &PoolSchedulerClient<tonic::transport::Channel>,
+    rate: f64,
+    secs: u64,
+) -> Vec<u64> {
     let interval = Duration::from_secs_f64(1.0 / rate.max(1.0));
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
@@ -130,12 +170,19 @@ async fn acquire_latencies(client: &PoolSchedulerClient<tonic::transport::Channe
         tasks.push(tokio::spawn(async move {
             let t0 = Instant::now();
             let lease = c
-                .acquire(pb::AcquireRequest { pool: "bench".into(), ..Default::default() })
+                .acquire(pb::AcquireRequest {
+                    pool: "bench".into(),
+                    ..Default::default()
+                })
                 .await
                 .expect("acquire")
                 .into_inner();
             let us = t0.elapsed().as_micros() as u64;
-            c.release(pb::ReleaseRequest { lease_id: lease.lease_id }).await.expect("release");
+            c.release(pb::ReleaseRequest {
+                lease_id: lease.lease_id,
+            })
+            .await
+            .expect("release");
             us
         }));
     }
@@ -162,7 +209,10 @@ fn verdict(ok: bool) -> &'static str {
 fn main() {
     let secs = env_or("BENCH_SECONDS", 3);
     let workers = env_or("BENCH_CONCURRENCY", 32);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let redis = RedisServer::start();
     rt.block_on(async {
         let small = pool_config(10);

@@ -33,6 +33,8 @@ struct Args {
     /// Validate the config, print OK or every problem, and exit.
     #[arg(long)]
     check_config: bool,
+    #[command(flatten)]
+    server: voxpool_shared::limits::ServerFlags,
 }
 
 fn main() -> ExitCode {
@@ -90,5 +92,6 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
         admin = auth.is_enabled(),
         "voxpool-scheduler serving"
     );
-    voxpool_scheduler::server::serve(listener, store, &config, auth, shutdown).await
+    voxpool_scheduler::server::serve_with(listener, store, &config, auth, &args.server, shutdown)
+        .await
 }

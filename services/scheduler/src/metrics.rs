@@ -64,7 +64,10 @@ impl SchedulerMetrics {
     pub fn new() -> Self {
         let meter = global::meter("voxpool-scheduler");
         let cache: StatusCache = Arc::default();
-        let gauge = |name: &'static str, unit: &'static str, description: &'static str, f: fn(&PoolStatus, &mut Vec<(f64, Vec<KeyValue>)>)| {
+        let gauge = |name: &'static str,
+                     unit: &'static str,
+                     description: &'static str,
+                     f: fn(&PoolStatus, &mut Vec<(f64, Vec<KeyValue>)>)| {
             let cache = cache.clone();
             meter
                 .f64_observable_gauge(name)
@@ -83,33 +86,86 @@ impl SchedulerMetrics {
                 .build()
         };
         let gauges = vec![
-            gauge("voxpool.key.in_flight", "{lease}", "live leases on the key", |p, out| {
-                out.extend(p.keys.iter().map(|k| (f64::from(k.in_flight), key_attrs(&p.pool, &k.key_id))));
-            }),
-            gauge("voxpool.key.capacity", "{lease}", "concurrent requests the key allows", |p, out| {
-                out.extend(p.keys.iter().map(|k| (f64::from(k.capacity), key_attrs(&p.pool, &k.key_id))));
-            }),
-            gauge("voxpool.key.utilization", "1", "in-flight / capacity of the key", |p, out| {
-                out.extend(p.keys.iter().map(|k| (k.utilization(), key_attrs(&p.pool, &k.key_id))));
-            }),
-            gauge("voxpool.key.state", "1", "1 for the key's current state", |p, out| {
-                for k in &p.keys {
-                    for s in [KeyState::Available, KeyState::Cooling, KeyState::Disabled] {
-                        let mut attrs = key_attrs(&p.pool, &k.key_id);
-                        attrs.push(KeyValue::new("state", state_name(s)));
-                        out.push((if k.state == s { 1.0 } else { 0.0 }, attrs));
+            gauge(
+                "voxpool.key.in_flight",
+                "{lease}",
+                "live leases on the key",
+                |p, out| {
+                    out.extend(
+                        p.keys
+                            .iter()
+                            .map(|k| (f64::from(k.in_flight), key_attrs(&p.pool, &k.key_id))),
+                    );
+                },
+            ),
+            gauge(
+                "voxpool.key.capacity",
+                "{lease}",
+                "concurrent requests the key allows",
+                |p, out| {
+                    out.extend(
+                        p.keys
+                            .iter()
+                            .map(|k| (f64::from(k.capacity), key_attrs(&p.pool, &k.key_id))),
+                    );
+                },
+            ),
+            gauge(
+                "voxpool.key.utilization",
+                "1",
+                "in-flight / capacity of the key",
+                |p, out| {
+                    out.extend(
+                        p.keys
+                            .iter()
+                            .map(|k| (k.utilization(), key_attrs(&p.pool, &k.key_id))),
+                    );
+                },
+            ),
+            gauge(
+                "voxpool.key.state",
+                "1",
+                "1 for the key's current state",
+                |p, out| {
+                    for k in &p.keys {
+                        for s in [KeyState::Available, KeyState::Cooling, KeyState::Disabled] {
+                            let mut attrs = key_attrs(&p.pool, &k.key_id);
+                            attrs.push(KeyValue::new("state", state_name(s)));
+                            out.push((if k.state == s { 1.0 } else { 0.0 }, attrs));
+                        }
                     }
-                }
-            }),
-            gauge("voxpool.pool.in_flight", "{lease}", "live leases on available keys", |p, out| {
-                out.push((p.in_flight() as f64, vec![KeyValue::new("pool", p.pool.clone())]));
-            }),
-            gauge("voxpool.pool.capacity", "{lease}", "capacity of available keys", |p, out| {
-                out.push((p.capacity() as f64, vec![KeyValue::new("pool", p.pool.clone())]));
-            }),
-            gauge("voxpool.pool.utilization", "1", "pool in-flight / capacity over available keys", |p, out| {
-                out.push((p.utilization(), vec![KeyValue::new("pool", p.pool.clone())]));
-            }),
+                },
+            ),
+            gauge(
+                "voxpool.pool.in_flight",
+                "{lease}",
+                "live leases on available keys",
+                |p, out| {
+                    out.push((
+                        p.in_flight() as f64,
+                        vec![KeyValue::new("pool", p.pool.clone())],
+                    ));
+                },
+            ),
+            gauge(
+                "voxpool.pool.capacity",
+                "{lease}",
+                "capacity of available keys",
+                |p, out| {
+                    out.push((
+                        p.capacity() as f64,
+                        vec![KeyValue::new("pool", p.pool.clone())],
+                    ));
+                },
+            ),
+            gauge(
+                "voxpool.pool.utilization",
+                "1",
+                "pool in-flight / capacity over available keys",
+                |p, out| {
+                    out.push((p.utilization(), vec![KeyValue::new("pool", p.pool.clone())]));
+                },
+            ),
         ];
         Self {
             acquires: meter
@@ -140,7 +196,10 @@ impl SchedulerMetrics {
     /// Records one Acquire: `result` is granted, waited, exhausted, unavailable, deadline or
     /// invalid; `seconds` from call to answer.
     pub fn acquire(&self, pool: &str, result: &'static str, seconds: f64) {
-        let attrs = [KeyValue::new("pool", pool.to_owned()), KeyValue::new("result", result)];
+        let attrs = [
+            KeyValue::new("pool", pool.to_owned()),
+            KeyValue::new("result", result),
+        ];
         self.acquires.add(1, &attrs);
         self.acquire_duration.record(seconds, &attrs);
     }

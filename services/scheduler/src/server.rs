@@ -7,11 +7,11 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
-use voxpool_shared::{auth::AdminAuth, config::Config};
+use voxpool_shared::{auth::AdminAuth, config::Config, limits::ServerFlags};
 
 use crate::{
-    model::PoolSpec,
     metrics::{SchedulerMetrics, StatusCache},
+    model::PoolSpec,
     service::SchedulerService,
     store::{LeaseStore, memory::MemoryStore, redis::RedisStore},
 };
@@ -70,6 +70,26 @@ pub async fn serve(
     auth: AdminAuth,
     shutdown: CancellationToken,
 ) -> Result<(), String> {
+    serve_with(
+        listener,
+        store,
+        config,
+        auth,
+        &ServerFlags::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve`] with explicit server limits (timeout, message size, load shedding, TLS).
+pub async fn serve_with(
+    listener: TcpListener,
+    store: Arc<dyn LeaseStore>,
+    config: &Config,
+    auth: AdminAuth,
+    flags: &ServerFlags,
+    shutdown: CancellationToken,
+) -> Result<(), String> {
     let (reporter, health) = tonic_health::server::health_reporter();
     let (reflection_v1, reflection_v1alpha) =
         voxpool_shared::serve::reflection_services().map_err(|e| format!("reflection: {e}"))?;
@@ -126,12 +146,17 @@ pub async fn serve(
         })
     };
 
-    let result = tonic::transport::Server::builder()
+    let scheduler = service
+        .into_server()
+        .max_decoding_message_size(flags.max_message_bytes)
+        .max_encoding_message_size(flags.max_message_bytes);
+    let result = flags
+        .server()?
         .trace_fn(voxpool_shared::telemetry::server_span)
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(service.into_server())
+        .add_service(scheduler)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled_owned())
         .await
         .map_err(|e| format!("grpc server: {e}"));

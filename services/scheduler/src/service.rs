@@ -9,8 +9,8 @@
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use tokio::time::Instant;
-use tracing::Instrument;
 use tonic::{Request, Response, Status, metadata::MetadataMap};
+use tracing::Instrument;
 use voxpool_proto::scheduler::v1 as pb;
 use voxpool_shared::{
     auth::AdminAuth,
@@ -511,16 +511,21 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         let r = request.into_inner();
         let span = tracing::info_span!("scheduler.acquire", pool = %r.pool, request_id = %r.request_id, key = tracing::field::Empty);
         let started = Instant::now();
-        let result = SchedulerService::acquire(self, &r, deadline).instrument(span.clone()).await;
+        let result = SchedulerService::acquire(self, &r, deadline)
+            .instrument(span.clone())
+            .await;
         let label = match &result {
             Ok((_, false)) => "granted",
             Ok((_, true)) => "waited",
-            Err(SchedulerError::PoolFull { .. } | SchedulerError::NoEligibleKey { .. }) => "exhausted",
+            Err(SchedulerError::PoolFull { .. } | SchedulerError::NoEligibleKey { .. }) => {
+                "exhausted"
+            }
             Err(SchedulerError::KeysUnavailable { .. } | SchedulerError::Store(_)) => "unavailable",
             Err(SchedulerError::WaitDeadline { .. }) => "deadline",
             Err(_) => "invalid",
         };
-        self.metrics.acquire(&r.pool, label, started.elapsed().as_secs_f64());
+        self.metrics
+            .acquire(&r.pool, label, started.elapsed().as_secs_f64());
         let (lease, _) = result?;
         span.record("key", lease.key_id.as_str());
         tracing::debug!(parent: &span, "lease granted");

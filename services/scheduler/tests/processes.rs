@@ -50,10 +50,15 @@ fn write_config(dir: &Path, keys: usize, capacity: u32) -> PathBuf {
 
 /// Starts a replica on 127.0.0.1:0 and reads its bound address from the first stdout line.
 fn spawn(config: &Path, store: &str) -> Replica {
+    spawn_with(config, store, &[])
+}
+
+fn spawn_with(config: &Path, store: &str, extra: &[&str]) -> Replica {
     let mut child = Command::new(BIN)
         .arg("--config")
         .arg(config)
         .args(["--listen", "127.0.0.1:0", "--store", store])
+        .args(extra)
         .env("VOXPOOL_ADMIN_TOKEN", "t")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -85,19 +90,30 @@ async fn two_scheduler_processes_on_one_redis_never_oversell() {
     let a = spawn(&config, &redis.url());
     let b = spawn(&config, &redis.url());
     let clients = [client(&a).await, client(&b).await];
-    // The test's own record of leases held per key, across both replicas.
+    // The test's own record of leases held per key, across both replicas. No lease is
+    // released before all 50 slots were held at once (signalled, not timed), so the run is
+    // guaranteed to push every key to its capacity.
     let held: Arc<Mutex<HashMap<String, i32>>> = Arc::default();
     let peak: Arc<Mutex<HashMap<String, i32>>> = Arc::default();
+    let total = Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let (saturated_tx, saturated_rx) = tokio::sync::watch::channel(false);
+    let saturated_tx = Arc::new(saturated_tx);
     let tasks: Vec<_> = (0..300)
         .map(|i| {
             let mut c = clients[i % 2].clone();
-            let (held, peak) = (held.clone(), peak.clone());
+            let (held, peak, total, tx, mut rx) = (
+                held.clone(),
+                peak.clone(),
+                total.clone(),
+                saturated_tx.clone(),
+                saturated_rx.clone(),
+            );
             tokio::spawn(async move {
                 for _ in 0..3 {
                     let lease = match c
                         .acquire(pb::AcquireRequest {
                             pool: "p".into(),
-                            wait_timeout_ms: 5_000,
+                            wait_timeout_ms: 20_000,
                             ..Default::default()
                         })
                         .await
@@ -116,9 +132,14 @@ async fn two_scheduler_processes_on_one_redis_never_oversell() {
                         let p = peak.entry(lease.key_id.clone()).or_default();
                         *p = (*p).max(*n);
                     }
-                    // Simulated vendor work so leases from both replicas overlap.
-                    tokio::time::sleep(Duration::from_millis(1 + (i % 3) as u64)).await;
+                    if total.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == 50 {
+                        tx.send_replace(true);
+                    }
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(15), rx.wait_for(|s| *s)).await;
+                    tokio::task::yield_now().await;
                     *held.lock().unwrap().get_mut(&lease.key_id).unwrap() -= 1;
+                    total.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                     c.release(pb::ReleaseRequest {
                         lease_id: lease.lease_id,
                     })
@@ -131,6 +152,7 @@ async fn two_scheduler_processes_on_one_redis_never_oversell() {
     for t in tasks {
         t.await.unwrap();
     }
+    assert!(*saturated_rx.borrow(), "all 50 slots were held at once");
     let peak = peak.lock().unwrap().clone();
     assert_eq!(peak.len(), 10, "every key used: {peak:?}");
     assert!(
@@ -402,5 +424,112 @@ fn start_up_failures_exit_non_zero_with_a_one_line_reason() {
     assert!(
         out.status.success(),
         "the repo's example config loads as is"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_beyond_max_concurrent_requests_is_shed_with_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 2, 1);
+    let r = spawn_with(&config, "memory", &["--max-concurrent-requests", "2"]);
+    let mut c = client(&r).await;
+    let held: Vec<_> = [c.clone(), c.clone()]
+        .into_iter()
+        .map(|mut c| async move {
+            c.acquire(pb::AcquireRequest {
+                pool: "p".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+        })
+        .collect();
+    for h in held {
+        h.await;
+    }
+    // Two waiters now occupy both request slots of the process.
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let mut c = c.clone();
+            tokio::spawn(async move {
+                c.acquire(pb::AcquireRequest {
+                    pool: "p".into(),
+                    wait_timeout_ms: 30_000,
+                    ..Default::default()
+                })
+                .await
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let shed = loop {
+        match c
+            .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
+            .await
+        {
+            Err(s) if s.code() == Code::Unavailable => break s,
+            Err(s) => panic!("unexpected {s:?}"),
+            Ok(_) => {
+                assert!(Instant::now() < deadline, "never shed");
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    assert!(
+        shed.message().contains("server overloaded"),
+        "{}",
+        shed.message()
+    );
+    for w in waiters {
+        w.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_serving_accepts_tls_clients_and_refuses_plaintext() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 2, 1);
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.signing_key.serialize_pem()).unwrap();
+    let r = spawn_with(
+        &config,
+        "memory",
+        &[
+            "--tls-cert",
+            cert_path.to_str().unwrap(),
+            "--tls-key",
+            key_path.to_str().unwrap(),
+        ],
+    );
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(cert.cert.pem()))
+        .domain_name("localhost");
+    let channel = Channel::from_shared(format!("https://{}", r.addr))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = PoolSchedulerClient::new(channel);
+    let status = c
+        .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status.capacity, 2);
+    let plain = PoolSchedulerClient::connect(format!("http://{}", r.addr)).await;
+    let refused = match plain {
+        Err(_) => true,
+        Ok(mut p) => p
+            .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
+            .await
+            .is_err(),
+    };
+    assert!(
+        refused,
+        "a plaintext client must not get an answer from a TLS server"
     );
 }
