@@ -1,1 +1,153 @@
-fn main() {}
+//! `voxpool-synthesis`: the Synthesis gRPC server.
+//!
+//! Exits non-zero with a one-line reason on a bad config, a missing credential under
+//! `--require-credentials`, or a port in use. `--help` documents every flag; each flag also
+//! reads `VOXPOOL_<FLAG>`.
+
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::Parser;
+use voxpool_shared::config::{Config, Credentials};
+use voxpool_synthesis::{
+    pools::Pools,
+    server::{self, Options},
+    vendor::registry::{self, AdapterOptions},
+};
+
+/// Synthesizes speech from a frozen voice snapshot through leased vendor keys, failing over to
+/// other keys of the same pool with the same voice.
+#[derive(Debug, Parser)]
+#[command(name = "voxpool-synthesis", version)]
+struct Args {
+    /// Pools configuration file (TOML), the same file the scheduler loads.
+    #[arg(long, env = "VOXPOOL_CONFIG")]
+    config: PathBuf,
+    /// Address to serve gRPC on.
+    #[arg(long, env = "VOXPOOL_LISTEN", default_value = "127.0.0.1:50053")]
+    listen: SocketAddr,
+    /// PoolScheduler URL.
+    #[arg(
+        long,
+        env = "VOXPOOL_SCHEDULER",
+        default_value = "http://127.0.0.1:50051"
+    )]
+    scheduler: String,
+    /// VoiceCatalog URL (used for requests that name a pack id).
+    #[arg(
+        long,
+        env = "VOXPOOL_CATALOG",
+        default_value = "http://127.0.0.1:50052"
+    )]
+    catalog: String,
+    /// Lease time to live in milliseconds; renewed every third of it during a vendor call.
+    /// At most the config's scheduler.max_lease_ttl_ms.
+    #[arg(long, env = "VOXPOOL_LEASE_TTL_MS", default_value_t = 15_000)]
+    lease_ttl_ms: u64,
+    /// The espeak-ng executable used by pools of provider `espeak`.
+    #[arg(long, env = "VOXPOOL_ESPEAK_BIN", default_value = "espeak-ng")]
+    espeak_bin: PathBuf,
+    /// Refuse to start when any key's credential cannot be read. Without it such keys are
+    /// left out of rotation and a pool with no usable key answers FAILED_PRECONDITION.
+    #[arg(long, env = "VOXPOOL_REQUIRE_CREDENTIALS")]
+    require_credentials: bool,
+    /// Validate the config (and credentials with --require-credentials), print OK, and exit.
+    #[arg(long)]
+    check_config: bool,
+    #[command(flatten)]
+    server: voxpool_shared::limits::ServerFlags,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    voxpool_shared::telemetry::init_logging();
+    let policy = if args.require_credentials {
+        Credentials::Require
+    } else {
+        Credentials::Ignore
+    };
+    let config = match Config::load_validated(&args.config, policy) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("voxpool-synthesis: bad config: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.check_config {
+        println!("OK");
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("voxpool-synthesis: cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args, config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(reason) => {
+            eprintln!("voxpool-synthesis: {reason}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn warn_about_credentials(pools: &Pools) {
+    for pool in pools.iter() {
+        for problem in pool.credential_problems() {
+            tracing::warn!(pool = %pool.id, problem = %problem, "key left out of rotation: no credential");
+        }
+        if !pool.has_usable_key() {
+            tracing::warn!(pool = %pool.id, "pool has no usable key; its requests answer FAILED_PRECONDITION");
+        }
+    }
+}
+
+async fn run(args: Args, config: Config) -> Result<(), String> {
+    let telemetry = voxpool_shared::telemetry::Telemetry::init("voxpool-synthesis")?;
+    let result = serve(args, config).await;
+    telemetry.shutdown().await;
+    result
+}
+
+async fn serve(args: Args, config: Config) -> Result<(), String> {
+    let adapters = registry::builtin(&AdapterOptions {
+        espeak_program: args.espeak_bin.clone(),
+    });
+    for pool in &config.pools {
+        if !adapters.contains_key(pool.provider.as_str()) {
+            tracing::warn!(pool = %pool.id, provider = %pool.provider, "no adapter for this provider in this build; its requests answer FAILED_PRECONDITION");
+        }
+    }
+    if config.pools.iter().any(|p| p.provider == "espeak")
+        && tokio::process::Command::new(&args.espeak_bin)
+            .arg("--version")
+            .output()
+            .await
+            .is_err()
+    {
+        tracing::warn!(espeak_bin = %args.espeak_bin.display(), "espeak-ng cannot be run; espeak pools will fail (install the espeak-ng package)");
+    }
+    let options = Options {
+        scheduler_url: args.scheduler.clone(),
+        catalog_url: args.catalog.clone(),
+        lease_ttl: Duration::from_millis(args.lease_ttl_ms),
+    };
+    let core = server::build(&config, adapters, &options)?;
+    warn_about_credentials(&core.pools);
+    let listener = voxpool_shared::serve::bind(args.listen).await?;
+    let shutdown = voxpool_shared::serve::shutdown_token();
+    let bound = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the bound address: {e}"))?;
+    // First stdout line: the bound address (useful with --listen 127.0.0.1:0).
+    println!("voxpool-synthesis listening on {bound}");
+    tracing::info!(
+        listen = %bound,
+        scheduler = %args.scheduler,
+        catalog = %args.catalog,
+        pools = config.pools.len(),
+        "voxpool-synthesis serving"
+    );
+    server::serve_with(listener, core, &args.server, shutdown).await
+}

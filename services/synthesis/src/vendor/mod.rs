@@ -14,6 +14,18 @@
 //! Adapters never see the scheduler, never retry and never log credentials: failover,
 //! reporting and releasing are the orchestrator's job.
 
+pub mod espeak;
+pub mod registry;
+// Cloud adapters: `pub mod <name>;` lines go here (openai, azure, volcengine, elevenlabs,
+// minimax, dashscope), and one `add` line each in `registry::builtin`.
+pub mod azure;
+pub mod dashscope;
+pub mod elevenlabs;
+pub mod http;
+pub mod minimax;
+pub mod openai;
+pub mod volcengine;
+
 use std::{collections::BTreeMap, time::Duration};
 
 use async_trait::async_trait;
@@ -139,7 +151,12 @@ pub trait VendorAdapter: Send + Sync + 'static {
 
     /// Refuses params, extra options, formats or sample rates the vendor cannot apply.
     /// Called once per request before any lease is taken.
-    fn check(&self, voice: &Snapshot, format: AudioFormat, sample_rate_hz: Option<u32>) -> Result<(), ParamError>;
+    fn check(
+        &self,
+        voice: &Snapshot,
+        format: AudioFormat,
+        sample_rate_hz: Option<u32>,
+    ) -> Result<(), ParamError>;
 
     /// One call with one key. Never retries.
     async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure>;

@@ -1,0 +1,151 @@
+//! Audio checks and joining of the pieces synthesized for one request.
+//!
+//! - [`validate`] runs on every vendor answer before it is reported as SUCCESS: the format
+//!   must be the one asked for and the bytes must look like it (a parseable PCM WAV, an MP3
+//!   frame or ID3 tag, an Ogg page, whole 16-bit samples), so a vendor's error body is never
+//!   returned as audio; a failure counts as UPSTREAM_ERROR and fails over.
+//! - [`Joiner`] turns the pieces of split text into one output: PCM by concatenation, MP3 by
+//!   concatenating frames (ID3v2 tags of later pieces dropped), WAV by concatenating the
+//!   sample data under ONE header whose sizes match the bytes (pieces must share sample rate,
+//!   channels and bit depth). Ogg Opus streams cannot be joined by concatenation: a second
+//!   piece is refused (the service refuses multi-chunk OGG_OPUS requests up front).
+
+pub mod join;
+pub mod wav;
+
+pub use join::Joiner;
+
+use crate::vendor::{AudioFormat, VendorAudio};
+
+/// Why a vendor answer or a set of pieces is not usable audio.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AudioError {
+    /// The vendor returned another format than requested.
+    #[error("asked for {expected:?} audio, got {got:?}")]
+    WrongFormat {
+        /// Requested.
+        expected: AudioFormat,
+        /// Returned.
+        got: AudioFormat,
+    },
+    /// A WAV that does not parse.
+    #[error("invalid WAV: {0}")]
+    Wav(#[from] wav::WavError),
+    /// Bytes that are not the claimed encoding.
+    #[error("not {format:?} audio: {reason}")]
+    NotAudio {
+        /// Claimed format.
+        format: AudioFormat,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Pieces with different layouts (sample rate, channels, bit depth).
+    #[error("piece {index} is {got}, the first piece is {first}; pieces must share one layout")]
+    Mismatch {
+        /// 0-based piece index.
+        index: usize,
+        /// Layout of the first piece.
+        first: String,
+        /// Layout of this piece.
+        got: String,
+    },
+    /// Ogg Opus pieces cannot be concatenated.
+    #[error(
+        "OGG_OPUS audio cannot be joined from several pieces; use WAV, PCM or MP3 for long text"
+    )]
+    CannotJoinOpus,
+}
+
+/// Checks that `audio` is plausibly what was asked for (module doc).
+pub fn validate(audio: &VendorAudio, expected: AudioFormat) -> Result<(), AudioError> {
+    if audio.format != expected {
+        return Err(AudioError::WrongFormat {
+            expected,
+            got: audio.format,
+        });
+    }
+    let b = &audio.bytes;
+    let not = |reason: &str| {
+        Err(AudioError::NotAudio {
+            format: expected,
+            reason: reason.to_owned(),
+        })
+    };
+    match expected {
+        AudioFormat::Wav => wav::parse(b).map(|_| ()).map_err(AudioError::from),
+        AudioFormat::Pcm if b.len() % 2 == 1 => not("odd byte count for 16-bit samples"),
+        AudioFormat::Pcm => Ok(()),
+        AudioFormat::Mp3
+            if b.starts_with(b"ID3") || (b.len() >= 2 && b[0] == 0xFF && b[1] & 0xE0 == 0xE0) =>
+        {
+            Ok(())
+        }
+        AudioFormat::Mp3 => not("no ID3 tag or MPEG frame sync at the start"),
+        AudioFormat::OggOpus if b.starts_with(b"OggS") => Ok(()),
+        AudioFormat::OggOpus => not("no Ogg page at the start"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn audio(format: AudioFormat, bytes: &[u8]) -> VendorAudio {
+        VendorAudio {
+            bytes: bytes.to_vec(),
+            format,
+            sample_rate_hz: None,
+        }
+    }
+
+    #[test]
+    fn json_error_bodies_fail_validation_for_every_container() {
+        let body = br#"{"error":"quota"}"#;
+        assert!(validate(&audio(AudioFormat::Wav, body), AudioFormat::Wav).is_err());
+        assert!(validate(&audio(AudioFormat::Mp3, body), AudioFormat::Mp3).is_err());
+        assert!(validate(&audio(AudioFormat::OggOpus, body), AudioFormat::OggOpus).is_err());
+        assert!(validate(&audio(AudioFormat::Pcm, b"abc"), AudioFormat::Pcm).is_err());
+    }
+
+    #[test]
+    fn a_different_format_than_requested_is_refused() {
+        let err = validate(
+            &audio(AudioFormat::Mp3, &[0xFF, 0xFB, 0x90]),
+            AudioFormat::Wav,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            AudioError::WrongFormat {
+                expected: AudioFormat::Wav,
+                got: AudioFormat::Mp3
+            }
+        );
+    }
+
+    #[test]
+    fn plausible_audio_passes() {
+        assert!(
+            validate(
+                &audio(AudioFormat::Mp3, &[0xFF, 0xFB, 0x90, 0]),
+                AudioFormat::Mp3
+            )
+            .is_ok()
+        );
+        assert!(
+            validate(
+                &audio(AudioFormat::Mp3, b"ID3\x04\0\0\0\0\0\0"),
+                AudioFormat::Mp3
+            )
+            .is_ok()
+        );
+        assert!(
+            validate(
+                &audio(AudioFormat::OggOpus, b"OggS\0\x02"),
+                AudioFormat::OggOpus
+            )
+            .is_ok()
+        );
+        assert!(validate(&audio(AudioFormat::Pcm, &[0, 1, 2, 3]), AudioFormat::Pcm).is_ok());
+    }
+}

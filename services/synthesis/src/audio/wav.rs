@@ -1,0 +1,205 @@
+//! A careful RIFF/WAVE reader and a canonical PCM WAV writer.
+//!
+//! [`parse`] walks the chunks by their declared sizes (word-aligned, pad byte skipped), reads
+//! `fmt ` (PCM or WAVE_FORMAT_EXTENSIBLE with a PCM sub-format), skips every other chunk
+//! (`LIST`, `fact`, …) and returns the `data` bytes. Writers that cannot seek leave placeholder
+//! sizes: a `data` chunk declaring `0xFFFFFFFF`, `0x7FFFFFFF`, or espeak-ng's `--stdout`
+//! value (`0x7FFFF000`, about 2 GiB) — anything from [`PLACEHOLDER_MIN`] up — while fewer bytes
+//! follow is read to the end of the input. The RIFF size itself is never trusted. A trailing
+//! partial sample frame is dropped. Anything else that does not add up is an error, so a
+//! vendor's JSON error body can never pass for audio.
+
+/// Smallest `data` size treated as a "size unknown" placeholder when fewer bytes follow.
+pub const PLACEHOLDER_MIN: u32 = 0x7FFF_0000;
+
+/// Length of the header [`write`] produces.
+pub const HEADER_LEN: usize = 44;
+
+const FORMAT_PCM: u16 = 1;
+const FORMAT_EXTENSIBLE: u16 = 0xFFFE;
+
+/// The sample layout of a PCM WAV.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WavSpec {
+    /// Interleaved channels (1 = mono).
+    pub channels: u16,
+    /// Samples per second per channel (Hz).
+    pub sample_rate: u32,
+    /// Bits per sample (8, 16, 24 or 32).
+    pub bits_per_sample: u16,
+}
+
+impl WavSpec {
+    /// Bytes per sample frame (all channels).
+    pub fn block_align(self) -> usize {
+        usize::from(self.channels) * usize::from(self.bits_per_sample).div_ceil(8)
+    }
+}
+
+impl std::fmt::Display for WavSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} Hz, {} ch, {}-bit",
+            self.sample_rate, self.channels, self.bits_per_sample
+        )
+    }
+}
+
+/// A parsed WAV: its layout and its PCM sample bytes (borrowed from the input).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wav<'a> {
+    /// Sample layout from `fmt `.
+    pub spec: WavSpec,
+    /// The `data` payload, whole sample frames only.
+    pub data: &'a [u8],
+}
+
+/// Why bytes are not a usable PCM WAV. Messages are short and never include the bytes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WavError {
+    /// Does not start with `RIFF....WAVE`.
+    #[error("not a RIFF/WAVE file (starts with {0:?})")]
+    NotWave(String),
+    /// A chunk header or body runs past the end of the input.
+    #[error("chunk {id:?} declares {declared} bytes but only {available} follow")]
+    Truncated {
+        /// Chunk id.
+        id: String,
+        /// Declared size.
+        declared: u32,
+        /// Bytes present after the chunk header.
+        available: usize,
+    },
+    /// No `fmt ` chunk before `data`.
+    #[error("no fmt chunk before the data chunk")]
+    MissingFmt,
+    /// No `data` chunk.
+    #[error("no data chunk")]
+    MissingData,
+    /// A format other than integer PCM, or a nonsensical layout.
+    #[error("unsupported WAV encoding: {0}")]
+    Unsupported(String),
+    /// The data is too long for one RIFF file (4 GiB).
+    #[error("{0} bytes of audio do not fit one WAV file")]
+    TooLong(usize),
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn chunk_id(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).escape_debug().to_string()
+}
+
+fn parse_fmt(body: &[u8]) -> Result<WavSpec, WavError> {
+    if body.len() < 16 {
+        return Err(WavError::Unsupported(format!(
+            "fmt chunk of {} bytes",
+            body.len()
+        )));
+    }
+    let mut tag = u16_at(body, 0);
+    if tag == FORMAT_EXTENSIBLE && body.len() >= 26 {
+        tag = u16_at(body, 24);
+    }
+    let spec = WavSpec {
+        channels: u16_at(body, 2),
+        sample_rate: u32_at(body, 4),
+        bits_per_sample: u16_at(body, 14),
+    };
+    if tag != FORMAT_PCM {
+        return Err(WavError::Unsupported(format!(
+            "format tag {tag:#06x} (only integer PCM)"
+        )));
+    }
+    if spec.channels == 0
+        || spec.sample_rate == 0
+        || !matches!(spec.bits_per_sample, 8 | 16 | 24 | 32)
+    {
+        return Err(WavError::Unsupported(spec.to_string()));
+    }
+    Ok(spec)
+}
+
+/// Parses a PCM WAV (module doc).
+pub fn parse(bytes: &[u8]) -> Result<Wav<'_>, WavError> {
+    if bytes.len() < 12 || &bytes[0..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
+        return Err(WavError::NotWave(chunk_id(&bytes[..bytes.len().min(12)])));
+    }
+    let mut pos = 12;
+    let mut spec = None;
+    while pos + 8 <= bytes.len() {
+        let id = &bytes[pos..pos + 4];
+        let size = u32_at(bytes, pos + 4);
+        let body_start = pos + 8;
+        let available = bytes.len() - body_start;
+        let declared = size as usize;
+        if id == b"data" {
+            let spec = spec.ok_or(WavError::MissingFmt)?;
+            let len = if declared <= available {
+                declared
+            } else if size >= PLACEHOLDER_MIN {
+                available
+            } else {
+                return Err(WavError::Truncated {
+                    id: "data".into(),
+                    declared: size,
+                    available,
+                });
+            };
+            let whole = len - len % WavSpec::block_align(spec).max(1);
+            return Ok(Wav {
+                spec,
+                data: &bytes[body_start..body_start + whole],
+            });
+        }
+        if declared > available {
+            return Err(WavError::Truncated {
+                id: chunk_id(id),
+                declared: size,
+                available,
+            });
+        }
+        if id == b"fmt " {
+            spec = Some(parse_fmt(&bytes[body_start..body_start + declared])?);
+        }
+        pos = body_start + declared + declared % 2;
+    }
+    Err(WavError::MissingData)
+}
+
+/// A canonical 44-byte-header PCM WAV of `data`, whose RIFF and data sizes match the bytes.
+pub fn write(spec: WavSpec, data: &[u8]) -> Result<Vec<u8>, WavError> {
+    let data_len = u32::try_from(data.len())
+        .ok()
+        .filter(|n| n.checked_add(36).is_some())
+        .ok_or(WavError::TooLong(data.len()))?;
+    let block_align =
+        u16::try_from(spec.block_align()).map_err(|_| WavError::Unsupported(spec.to_string()))?;
+    let byte_rate = spec.sample_rate.saturating_mul(u32::from(block_align));
+    let mut out = Vec::with_capacity(HEADER_LEN + data.len());
+    out.extend_from_slice(b"RIFF");
+    out.extend_from_slice(&(36 + data_len).to_le_bytes());
+    out.extend_from_slice(b"WAVEfmt ");
+    out.extend_from_slice(&16u32.to_le_bytes());
+    out.extend_from_slice(&FORMAT_PCM.to_le_bytes());
+    out.extend_from_slice(&spec.channels.to_le_bytes());
+    out.extend_from_slice(&spec.sample_rate.to_le_bytes());
+    out.extend_from_slice(&byte_rate.to_le_bytes());
+    out.extend_from_slice(&block_align.to_le_bytes());
+    out.extend_from_slice(&spec.bits_per_sample.to_le_bytes());
+    out.extend_from_slice(b"data");
+    out.extend_from_slice(&data_len.to_le_bytes());
+    out.extend_from_slice(data);
+    Ok(out)
+}
+
+#[cfg(test)]
+#[path = "wav_tests.rs"]
+mod tests;

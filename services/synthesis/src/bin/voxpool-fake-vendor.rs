@@ -1,0 +1,170 @@
+//! `voxpool-fake-vendor`: one fake TTS vendor (any of the six wire formats) for load
+//! experiments. It prints its base URL (`http://127.0.0.1:PORT`) alone on the first line of
+//! stdout, serves until Ctrl-C / SIGTERM, then prints the per-key counters as JSON. The same
+//! counters are served live at `GET /_fake/stats`.
+//!
+//! ```text
+//! voxpool-fake-vendor --vendor volcengine --listen 127.0.0.1:0 --cap 10 --latency-ms 800 \
+//!     --latency-max-ms 1200 --p-server-error 0.01 --retry-after-secs 1
+//! ```
+
+use std::{net::SocketAddr, process::ExitCode, time::Duration};
+
+use clap::Parser;
+use voxpool_synthesis::fake::{FakeConfig, FakeVendor, FaultRates, Latency, VendorKind};
+
+/// A fake TTS vendor with a per-key concurrency cap, latency and fault injection.
+#[derive(Debug, Parser)]
+#[command(name = "voxpool-fake-vendor", version)]
+struct Args {
+    /// Wire format: openai, azure, volcengine, elevenlabs, minimax or dashscope.
+    #[arg(long, env = "VOXPOOL_FAKE_VENDOR")]
+    vendor: VendorKind,
+    /// Address to listen on (port 0 picks a free port; the bound address is printed).
+    #[arg(long, env = "VOXPOOL_FAKE_LISTEN", default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Concurrent requests allowed per key (credential or appid); 0 = unlimited.
+    #[arg(long, env = "VOXPOOL_FAKE_CAP", default_value_t = 10)]
+    cap: u32,
+    /// Latency of an admitted request, in ms (the lower bound with --latency-max-ms).
+    #[arg(long, env = "VOXPOOL_FAKE_LATENCY_MS", default_value_t = 0)]
+    latency_ms: u64,
+    /// Upper bound of a uniform latency, in ms.
+    #[arg(
+        long,
+        env = "VOXPOOL_FAKE_LATENCY_MAX_MS",
+        conflicts_with = "latency_stddev_ms"
+    )]
+    latency_max_ms: Option<u64>,
+    /// Standard deviation of a normal latency around --latency-ms, in ms (cut at 0).
+    #[arg(long, env = "VOXPOOL_FAKE_LATENCY_STDDEV_MS")]
+    latency_stddev_ms: Option<u64>,
+    /// Probability of a bare HTTP 503.
+    #[arg(long, env = "VOXPOOL_FAKE_P_SERVER_ERROR", default_value_t = 0.0)]
+    p_server_error: f64,
+    /// Probability of the vendor's rate-limit error (beyond the cap).
+    #[arg(long, env = "VOXPOOL_FAKE_P_RATE_LIMITED", default_value_t = 0.0)]
+    p_rate_limited: f64,
+    /// Probability of the vendor's auth error.
+    #[arg(long, env = "VOXPOOL_FAKE_P_UNAUTHORIZED", default_value_t = 0.0)]
+    p_unauthorized: f64,
+    /// Probability of the vendor's busy error (a body code where the vendor has one).
+    #[arg(long, env = "VOXPOOL_FAKE_P_BODY_ERROR", default_value_t = 0.0)]
+    p_body_error: f64,
+    /// `Retry-After` seconds sent with rate-limit answers.
+    #[arg(long, env = "VOXPOOL_FAKE_RETRY_AFTER_SECS")]
+    retry_after_secs: Option<u64>,
+    /// Accept only this key (repeatable); default: any key.
+    #[arg(long = "key", env = "VOXPOOL_FAKE_KEYS", value_delimiter = ',')]
+    keys: Vec<String>,
+    /// Length of the returned audio, in ms.
+    #[arg(long, env = "VOXPOOL_FAKE_TONE_MS", default_value_t = 200)]
+    tone_ms: u32,
+}
+
+impl Args {
+    fn config(&self) -> Result<FakeConfig, String> {
+        let faults = FaultRates {
+            server_error: self.p_server_error,
+            rate_limited: self.p_rate_limited,
+            unauthorized: self.p_unauthorized,
+            body_error: self.p_body_error,
+        };
+        let all = [
+            faults.server_error,
+            faults.rate_limited,
+            faults.unauthorized,
+            faults.body_error,
+        ];
+        if all.iter().any(|p| !(0.0..=1.0).contains(p)) || all.iter().sum::<f64>() > 1.0 {
+            return Err("fault probabilities must each be in 0..1 and sum to at most 1".into());
+        }
+        let base = Duration::from_millis(self.latency_ms);
+        let latency = match (self.latency_max_ms, self.latency_stddev_ms) {
+            (Some(max), _) if max < self.latency_ms => {
+                return Err("--latency-max-ms must not be below --latency-ms".into());
+            }
+            (Some(max), _) => Latency::Uniform {
+                min: base,
+                max: Duration::from_millis(max),
+            },
+            (None, Some(sd)) => Latency::Normal {
+                mean: base,
+                stddev: Duration::from_millis(sd),
+            },
+            (None, None) => Latency::Fixed(base),
+        };
+        let mut config = FakeConfig::new(self.vendor)
+            .cap(self.cap)
+            .latency(latency)
+            .faults(faults);
+        config.retry_after_secs = self.retry_after_secs;
+        config.tone_ms = self.tone_ms;
+        if !self.keys.is_empty() {
+            config = config.valid_keys(self.keys.clone());
+        }
+        Ok(config)
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let config = match args.config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("voxpool-fake-vendor: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("voxpool-fake-vendor: cannot listen on {}: {e}", args.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    let fake = match FakeVendor::serve(listener, config) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("voxpool-fake-vendor: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", fake.base_url());
+    eprintln!(
+        "voxpool-fake-vendor: {} fake on {} (cap {} per key); stats at {}/_fake/stats",
+        fake.vendor(),
+        fake.addr(),
+        args.cap,
+        fake.base_url()
+    );
+    shutdown_signal().await;
+    match serde_json::to_string_pretty(&fake.stats()) {
+        Ok(stats) => println!("{stats}"),
+        Err(e) => eprintln!("voxpool-fake-vendor: cannot print stats: {e}"),
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,90 @@
+//! [`Core`]: everything a request needs, shared by the unary and streaming RPCs, and
+//! [`Job`]: one validated request ready to run.
+
+use std::{sync::Arc, time::Duration};
+
+use voxpool_shared::{config::SynthesisSettings, snapshot::Snapshot};
+
+use crate::{
+    catalog::Catalog,
+    deadline::Deadline,
+    lease::Scheduler,
+    pools::{Pool, Pools},
+    vendor::{AudioFormat, VendorAdapter, registry::Registry},
+};
+
+/// Shared state of the service.
+pub struct Core {
+    /// Pools from the config, credentials resolved.
+    pub pools: Pools,
+    /// Adapters by provider id.
+    pub adapters: Registry,
+    /// The scheduler client.
+    pub scheduler: Scheduler,
+    /// The catalog client.
+    pub catalog: Catalog,
+    /// `[synthesis]` settings of the config.
+    pub settings: SynthesisSettings,
+    /// TTL asked for each lease; renewed every third of it during a call.
+    pub lease_ttl: Duration,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut providers: Vec<&str> = self.adapters.keys().copied().collect();
+        providers.sort_unstable();
+        f.debug_struct("Core")
+            .field("pools", &self.pools.names())
+            .field("providers", &providers)
+            .field("scheduler", &self.scheduler.url())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One validated request: the voice, the pool and adapter serving it, and the text chunks.
+#[derive(Clone)]
+pub struct Job {
+    /// The pool (`snapshot.ttsModelId`).
+    pub pool: Arc<Pool>,
+    /// The pool's adapter.
+    pub adapter: Arc<dyn VendorAdapter>,
+    /// The frozen voice: identical for every chunk and every failover attempt (invariant 9).
+    pub voice: Arc<Snapshot>,
+    /// Text chunks within the adapter's limit, in order; whitespace-only chunks removed.
+    pub chunks: Vec<String>,
+    /// Output format.
+    pub format: AudioFormat,
+    /// Requested sample rate; `None` = vendor default.
+    pub sample_rate_hz: Option<u32>,
+    /// The caller's (or a generated) request id.
+    pub request_id: String,
+    /// When the request must be answered.
+    pub deadline: Deadline,
+}
+
+impl Job {
+    /// The sample rate to ask for on chunks after the first: the caller's, else the rate the
+    /// first chunk came back at when the adapter accepts asking for it explicitly (so joined
+    /// pieces share one rate), else the vendor default.
+    pub fn rate_for_later_chunks(&self, first: Option<u32>) -> Option<u32> {
+        self.sample_rate_hz.or_else(|| {
+            first.filter(|r| {
+                self.adapter
+                    .check(&self.voice, self.format, Some(*r))
+                    .is_ok()
+            })
+        })
+    }
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("pool", &self.pool.id)
+            .field("pack", &self.voice.pack_id)
+            .field("chunks", &self.chunks.len())
+            .field("format", &self.format)
+            .field("request_id", &self.request_id)
+            .finish_non_exhaustive()
+    }
+}

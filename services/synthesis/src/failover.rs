@@ -1,0 +1,220 @@
+//! Failover for one text chunk (invariant 9): lease a key of the snapshot's pool, call the
+//! vendor, and on a retryable outcome (RATE_LIMITED, UPSTREAM_ERROR, TIMEOUT, KEY_INVALID,
+//! QUOTA_EXHAUSTED) lease another key — same pool, same snapshot, only the snapshot's
+//! `upstreamIds` — excluding every key already tried, until audio arrives,
+//! `synthesis.max_attempts` calls were made, no eligible key is left, or the deadline passes.
+//! CLIENT_ERROR returns at once.
+//!
+//! Scheduler answers: POOL_FULL waits (the scheduler queues FIFO for up to the remaining
+//! deadline; after that a jittered backoff honouring its RetryInfo) — RESOURCE_EXHAUSTED once
+//! the deadline leaves no room; NO_ELIGIBLE_KEY / KEYS_UNAVAILABLE end failover with every
+//! attempt listed; an unreachable scheduler is UNAVAILABLE naming its URL.
+
+use std::time::Duration;
+
+use voxpool_proto::scheduler::v1::{AcquireRequest, Outcome};
+
+use crate::{
+    attempt::{self, AttemptEnd, CallInput},
+    core::{Core, Job},
+    error::SynthesisError,
+    lease::{AcquireError, LeaseGuard},
+    metrics,
+    record::AttemptRecord,
+    vendor::VendorAudio,
+};
+
+/// Longest `wait_timeout_ms` the scheduler accepts.
+const MAX_WAIT_MS: u128 = 600_000;
+/// Backoff when the scheduler gives no retry hint.
+const DEFAULT_BACKOFF: Duration = Duration::from_millis(100);
+
+fn jittered(base: Duration) -> Duration {
+    let factor = 0.5 + rand::random::<f64>();
+    base.mul_f64(factor).max(Duration::from_millis(5))
+}
+
+impl Core {
+    /// Synthesizes chunk `index` of `job` with failover (module doc), appending every attempt
+    /// to `attempts`. `sample_rate_hz` pins the rate of later chunks to the first one's.
+    /// Returns the audio and the key that produced it.
+    pub async fn synthesize_chunk(
+        &self,
+        job: &Job,
+        index: usize,
+        sample_rate_hz: Option<u32>,
+        attempts: &mut Vec<AttemptRecord>,
+    ) -> Result<(VendorAudio, String), SynthesisError> {
+        let pool = &job.pool;
+        let unusable = pool.unusable_keys();
+        let max_attempts = usize::try_from(self.settings.max_attempts)
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let chunk = if job.chunks.len() > 1 {
+            format!("chunk {} of {}: ", index + 1, job.chunks.len())
+        } else {
+            String::new()
+        };
+        let mut tried: Vec<String> = Vec::new();
+        let input = |key, upstream| CallInput {
+            adapter: job.adapter.clone(),
+            voice: job.voice.clone(),
+            text: job.chunks[index].clone(),
+            pool_model: pool.model.clone(),
+            format: job.format,
+            sample_rate_hz: sample_rate_hz.or(job.sample_rate_hz),
+            key,
+            upstream,
+            attempt_timeout: Duration::from_millis(self.settings.attempt_timeout_ms),
+        };
+        let exhausted =
+            |why: String, attempts: &[AttemptRecord], retry_after| SynthesisError::Exhausted {
+                pool: pool.id.clone(),
+                why: format!("{chunk}{why}"),
+                attempts: attempts.to_vec(),
+                retry_after,
+            };
+        let deadline_exceeded = |attempts: &[AttemptRecord]| SynthesisError::DeadlineExceeded {
+            pool: Some(pool.id.clone()),
+            budget_ms: job.deadline.budget_ms(),
+            attempts: attempts.to_vec(),
+        };
+        loop {
+            if tried.len() >= max_attempts {
+                let why = format!(
+                    "{} attempts failed (synthesis.max_attempts = {max_attempts})",
+                    tried.len()
+                );
+                return Err(exhausted(why, attempts, None));
+            }
+            let remaining = job.deadline.remaining();
+            if remaining.is_zero() {
+                return Err(deadline_exceeded(attempts));
+            }
+            let request = AcquireRequest {
+                pool: pool.id.clone(),
+                exclude_keys: unusable.iter().chain(&tried).cloned().collect(),
+                upstream_ids: job.voice.upstream_ids.clone(),
+                lease_ttl_ms: i64::try_from(self.lease_ttl.as_millis()).unwrap_or(i64::MAX),
+                wait_timeout_ms: i64::try_from(remaining.as_millis().min(MAX_WAIT_MS)).unwrap_or(0),
+                request_id: job.request_id.clone(),
+            };
+            let lease = match self.scheduler.acquire(request, remaining).await {
+                Ok(lease) => lease,
+                Err(AcquireError::PoolFull {
+                    message,
+                    retry_after,
+                }) => {
+                    let delay = jittered(retry_after.unwrap_or(DEFAULT_BACKOFF));
+                    if delay >= job.deadline.remaining() {
+                        return Err(SynthesisError::PoolFull {
+                            pool: pool.id.clone(),
+                            message,
+                            retry_after,
+                            attempts: attempts.clone(),
+                        });
+                    }
+                    tokio::time::sleep(delay).await;
+                    continue;
+                }
+                Err(AcquireError::NoEligibleKey { .. })
+                    if tried.is_empty() && !unusable.is_empty() =>
+                {
+                    return Err(SynthesisError::NoCredentials {
+                        pool: pool.id.clone(),
+                        problems: pool.credential_problems(),
+                    });
+                }
+                Err(AcquireError::NoEligibleKey { message }) if tried.is_empty() => {
+                    return Err(exhausted(
+                        format!("no key is eligible ({message})"),
+                        attempts,
+                        None,
+                    ));
+                }
+                Err(AcquireError::NoEligibleKey { .. }) => {
+                    let mut why = format!("all {} keys failed", tried.len());
+                    if !unusable.is_empty() {
+                        why.push_str(&format!(" ({} more have no credential)", unusable.len()));
+                    }
+                    return Err(exhausted(why, attempts, None));
+                }
+                Err(AcquireError::KeysUnavailable {
+                    message,
+                    retry_after,
+                }) => {
+                    let why = if tried.is_empty() {
+                        format!("no key is available: {message}")
+                    } else {
+                        format!(
+                            "{} keys failed and the others are cooling or disabled: {message}",
+                            tried.len()
+                        )
+                    };
+                    return Err(exhausted(why, attempts, retry_after));
+                }
+                Err(AcquireError::Deadline { .. }) => return Err(deadline_exceeded(attempts)),
+                Err(AcquireError::Unreachable { message }) => {
+                    return Err(SynthesisError::SchedulerUnavailable {
+                        url: self.scheduler.url().to_owned(),
+                        message,
+                    });
+                }
+                Err(AcquireError::Mismatch { message }) => {
+                    return Err(SynthesisError::SchedulerMismatch {
+                        url: self.scheduler.url().to_owned(),
+                        message,
+                    });
+                }
+            };
+            let key_id = lease.key_id.clone();
+            let guard = LeaseGuard::new(self.scheduler.clone(), lease);
+            let Some((Ok(key), upstream)) = pool
+                .keys
+                .get(&key_id)
+                .map(|k| (k.credential.clone(), k.upstream.clone()))
+            else {
+                guard.release().await;
+                return Err(SynthesisError::SchedulerMismatch {
+                    url: self.scheduler.url().to_owned(),
+                    message: format!(
+                        "it leased key {key_id:?} of pool {:?}, which has no usable key by that id here",
+                        pool.id
+                    ),
+                });
+            };
+            tracing::debug!(pool = %pool.id, key = %key_id, chunk = index, request_id = %job.request_id, "vendor call");
+            let (end, record) =
+                attempt::run(guard, &input(key, upstream), job.deadline, self.lease_ttl).await;
+            let client_error = record
+                .as_ref()
+                .filter(|r| r.outcome == Outcome::ClientError)
+                .cloned();
+            if let Some(r) = record {
+                if r.outcome != Outcome::Success {
+                    tracing::info!(pool = %pool.id, key = %r.key_id, outcome = r.outcome.as_str_name(), status = ?r.http_status, message = %r.message, "vendor call failed");
+                }
+                metrics::attempt(&pool.id, &r);
+                attempts.push(r);
+            }
+            match end {
+                AttemptEnd::Audio(audio) => return Ok((audio, key_id)),
+                AttemptEnd::Failed => {
+                    if let Some(attempt) = client_error {
+                        return Err(SynthesisError::VendorRejected {
+                            pool: pool.id.clone(),
+                            attempt: Box::new(attempt),
+                        });
+                    }
+                    tried.push(key_id);
+                }
+                AttemptEnd::Deadline => return Err(deadline_exceeded(attempts)),
+                AttemptEnd::Panicked => {
+                    return Err(SynthesisError::AdapterPanicked {
+                        provider: job.adapter.provider().to_owned(),
+                    });
+                }
+            }
+        }
+    }
+}

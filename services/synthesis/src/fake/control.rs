@@ -1,0 +1,374 @@
+//! The behaviour knobs and the per-key bookkeeping shared by every fake vendor: the concurrency
+//! cap, latency, injected faults (random or scripted), pausing, and the counters that measure
+//! the highest concurrency a key saw (the vendor-side check of invariant 1, "never oversell").
+//!
+//! # Counting
+//! A request is counted from the moment its key is known (after the auth header is read) until
+//! its handler returns the response, including requests refused for being over the cap:
+//! `peak_concurrency` is what the vendor *saw*, which is what an oversell test must bound.
+//! `peak_admitted` counts only requests let through, so it never exceeds the cap.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
+
+use rand::Rng as _;
+use serde::Serialize;
+use tokio::sync::watch;
+
+/// How long an admitted request takes before it answers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Latency {
+    /// Always this long (`Duration::ZERO` = answer at once).
+    Fixed(Duration),
+    /// Uniform between the two bounds.
+    Uniform {
+        /// Shortest.
+        min: Duration,
+        /// Longest.
+        max: Duration,
+    },
+    /// Normal around `mean` with `stddev`, cut at zero.
+    Normal {
+        /// Mean.
+        mean: Duration,
+        /// Standard deviation.
+        stddev: Duration,
+    },
+    /// Log-normal: `median · e^(sigma·Z)`, Z standard normal (a right-skewed service time
+    /// with a long tail, like real TTS calls). Its mean is `median · e^(sigma²/2)`.
+    LogNormal {
+        /// Median (the scale `e^mu`).
+        median: Duration,
+        /// Shape: standard deviation of the log (0 = always `median`).
+        sigma: f64,
+    },
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Latency::Fixed(Duration::ZERO)
+    }
+}
+
+impl Latency {
+    /// One draw.
+    pub fn sample(&self) -> Duration {
+        match *self {
+            Latency::Fixed(d) => d,
+            Latency::Uniform { min, max } if max > min => rand::rng().random_range(min..=max),
+            Latency::Uniform { min, .. } => min,
+            Latency::Normal { mean, stddev } => {
+                let mut rng = rand::rng();
+                // Box–Muller: u1 in (0, 1] keeps ln finite.
+                let u1: f64 = 1.0 - rng.random::<f64>();
+                let u2: f64 = rng.random();
+                let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+                Duration::from_secs_f64((mean.as_secs_f64() + z * stddev.as_secs_f64()).max(0.0))
+            }
+            Latency::LogNormal { median, sigma } => {
+                let z = standard_normal();
+                let secs = median.as_secs_f64() * (sigma.max(0.0) * z).exp();
+                // Capped at an hour so an absurd sigma cannot overflow `Duration`.
+                Duration::from_secs_f64(secs.clamp(0.0, 3600.0))
+            }
+        }
+    }
+}
+
+/// One draw of a standard normal variable (Box–Muller; u1 in (0, 1] keeps ln finite).
+fn standard_normal() -> f64 {
+    let mut rng = rand::rng();
+    let u1: f64 = 1.0 - rng.random::<f64>();
+    let u2: f64 = rng.random();
+    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+}
+
+/// An error a fake can be told to answer with, each rendered in the vendor's own shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The vendor's concurrency / rate-limit error (what the cap also answers).
+    RateLimited {
+        /// Sent as `Retry-After` where the vendor uses headers.
+        retry_after_secs: Option<u64>,
+    },
+    /// The vendor's "busy / overloaded" error (a 5xx, a busy body code, ElevenLabs `system_busy`).
+    Busy,
+    /// A bare HTTP 503 with a plain-text body.
+    ServerError,
+    /// The vendor's authentication error.
+    Unauthorized,
+    /// The vendor's balance / quota error.
+    QuotaExhausted,
+    /// The vendor's invalid-request / invalid-text error.
+    InvalidText,
+    /// HTTP 200 whose body is the vendor's error document (its rate-limit error) instead of audio.
+    ErrorIn200,
+}
+
+/// Probabilities (0..1 each, summed ≤ 1) of answering an admitted request with a fault.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FaultRates {
+    /// Bare HTTP 503.
+    pub server_error: f64,
+    /// The vendor's rate-limit error (429 or its body code).
+    pub rate_limited: f64,
+    /// The vendor's auth error (401).
+    pub unauthorized: f64,
+    /// The vendor's busy error ([`Fault::Busy`]: a body code where the vendor has one).
+    pub body_error: f64,
+}
+
+impl FaultRates {
+    fn draw(&self, retry_after_secs: Option<u64>) -> Option<Fault> {
+        let total = self.server_error + self.rate_limited + self.unauthorized + self.body_error;
+        if total <= 0.0 {
+            return None;
+        }
+        let r: f64 = rand::rng().random();
+        let mut edge = self.server_error;
+        if r < edge {
+            return Some(Fault::ServerError);
+        }
+        edge += self.rate_limited;
+        if r < edge {
+            return Some(Fault::RateLimited { retry_after_secs });
+        }
+        edge += self.unauthorized;
+        if r < edge {
+            return Some(Fault::Unauthorized);
+        }
+        edge += self.body_error;
+        (r < edge).then_some(Fault::Busy)
+    }
+}
+
+/// One entry of a scripted sequence (consumed in order by admitted requests, before the
+/// random faults apply).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Answer normally.
+    Serve,
+    /// Answer with this fault.
+    Fail(Fault),
+}
+
+/// Counters of one key (the credential or appid presented).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KeyStats {
+    /// Requests seen (including refused ones).
+    pub total_requests: u64,
+    /// Requests being handled now (including ones being refused).
+    pub in_flight: u64,
+    /// Highest `in_flight` ever: what the vendor saw at once.
+    pub peak_concurrency: u64,
+    /// Admitted requests being handled now.
+    pub admitted_in_flight: u64,
+    /// Highest `admitted_in_flight` ever (never above the cap).
+    pub peak_admitted: u64,
+    /// Requests refused for being over the cap.
+    pub rejected_over_cap: u64,
+    /// Admitted requests answered with an injected fault.
+    pub faults_injected: u64,
+    /// Requests answered with audio.
+    pub successes: u64,
+}
+
+/// Behaviour that can change while the fake runs.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) cap: u32,
+    pub(crate) latency: Latency,
+    pub(crate) faults: FaultRates,
+    pub(crate) retry_after_secs: Option<u64>,
+    pub(crate) valid_keys: Option<BTreeSet<String>>,
+    pub(crate) tone_ms: u32,
+}
+
+/// One request as the fake received it (credentials left out).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RecordedRequest {
+    /// The key it was counted under.
+    pub key: String,
+    /// Path and query.
+    pub uri: String,
+    /// Non-secret headers (lowercase names).
+    pub headers: BTreeMap<String, String>,
+    /// The body as text (lossy UTF-8).
+    pub body: String,
+}
+
+/// How many requests are kept for [`RecordedRequest`] inspection.
+const RECORD_LIMIT: usize = 1000;
+
+/// The state shared by a fake's handlers and its [`FakeVendor`](super::FakeVendor) handle.
+pub(crate) struct Shared {
+    pub(crate) settings: Mutex<Settings>,
+    keys: Mutex<HashMap<String, KeyStats>>,
+    script: Mutex<VecDeque<Step>>,
+    recorded: Mutex<VecDeque<RecordedRequest>>,
+    ids: Mutex<HashSet<String>>,
+    pub(crate) paused: watch::Sender<bool>,
+    pub(crate) total: watch::Sender<u64>,
+}
+
+/// Locks, recovering from poisoning (a panicked test thread must not wedge the fake).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A counted request; uncounted when dropped (so a cancelled handler frees its slot too).
+pub(crate) struct Slot {
+    shared: Arc<Shared>,
+    key: String,
+    admitted: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut keys = lock(&self.shared.keys);
+        if let Some(k) = keys.get_mut(&self.key) {
+            k.in_flight = k.in_flight.saturating_sub(1);
+            if self.admitted {
+                k.admitted_in_flight = k.admitted_in_flight.saturating_sub(1);
+            }
+        }
+    }
+}
+
+/// The result of counting a request against its key's cap.
+pub(crate) enum Admission {
+    /// Within the cap.
+    Admitted(Slot),
+    /// Over the cap: answer with the vendor's rate-limit error.
+    OverCap(Slot, Fault),
+}
+
+impl Shared {
+    pub(crate) fn new(settings: Settings) -> Arc<Self> {
+        Arc::new(Self {
+            settings: Mutex::new(settings),
+            keys: Mutex::new(HashMap::new()),
+            script: Mutex::new(VecDeque::new()),
+            recorded: Mutex::new(VecDeque::new()),
+            ids: Mutex::new(HashSet::new()),
+            paused: watch::channel(false).0,
+            total: watch::channel(0).0,
+        })
+    }
+
+    pub(crate) fn settings(&self) -> Settings {
+        lock(&self.settings).clone()
+    }
+
+    /// True when the key may be used (no allow-list, or listed).
+    pub(crate) fn key_allowed(&self, key: &str) -> bool {
+        lock(&self.settings)
+            .valid_keys
+            .as_ref()
+            .is_none_or(|keys| keys.contains(key))
+    }
+
+    /// Counts a request of `key` and applies the cap.
+    pub(crate) fn enter(self: &Arc<Self>, key: &str) -> Admission {
+        let (cap, retry_after_secs) = {
+            let s = lock(&self.settings);
+            (s.cap, s.retry_after_secs)
+        };
+        let admitted = {
+            let mut keys = lock(&self.keys);
+            let k = keys.entry(key.to_owned()).or_default();
+            k.total_requests += 1;
+            k.in_flight += 1;
+            k.peak_concurrency = k.peak_concurrency.max(k.in_flight);
+            let admitted = cap == 0 || k.admitted_in_flight < u64::from(cap);
+            if admitted {
+                k.admitted_in_flight += 1;
+                k.peak_admitted = k.peak_admitted.max(k.admitted_in_flight);
+            } else {
+                k.rejected_over_cap += 1;
+            }
+            admitted
+        };
+        self.total.send_modify(|t| *t += 1);
+        let slot = Slot {
+            shared: Arc::clone(self),
+            key: key.to_owned(),
+            admitted,
+        };
+        if admitted {
+            Admission::Admitted(slot)
+        } else {
+            Admission::OverCap(slot, Fault::RateLimited { retry_after_secs })
+        }
+    }
+
+    /// For an admitted request: the scripted or random fault, or — after the latency and any
+    /// pause — `None` (serve audio).
+    pub(crate) async fn proceed(&self, slot: &Slot) -> Option<Fault> {
+        let settings = self.settings();
+        let scripted = lock(&self.script).pop_front();
+        let fault = match scripted {
+            Some(Step::Fail(f)) => Some(f),
+            Some(Step::Serve) => None,
+            None => settings.faults.draw(settings.retry_after_secs),
+        };
+        if fault.is_some() {
+            self.bump(&slot.key, |k| k.faults_injected += 1);
+            return fault;
+        }
+        let delay = settings.latency.sample();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let mut paused = self.paused.subscribe();
+        // The sender lives as long as `self`, so this only ends when unpaused.
+        let _ = paused.wait_for(|p| !*p).await;
+        None
+    }
+
+    /// Marks a request of `slot` as answered with audio.
+    pub(crate) fn served(&self, slot: &Slot) {
+        self.bump(&slot.key, |k| k.successes += 1);
+    }
+
+    fn bump(&self, key: &str, f: impl FnOnce(&mut KeyStats)) {
+        if let Some(k) = lock(&self.keys).get_mut(key) {
+            f(k);
+        }
+    }
+
+    pub(crate) fn stats(&self) -> BTreeMap<String, KeyStats> {
+        lock(&self.keys)
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
+    }
+
+    pub(crate) fn push_script(&self, steps: impl IntoIterator<Item = Step>) {
+        lock(&self.script).extend(steps);
+    }
+
+    pub(crate) fn record(&self, request: RecordedRequest) {
+        let mut recorded = lock(&self.recorded);
+        if recorded.len() == RECORD_LIMIT {
+            recorded.pop_front();
+        }
+        recorded.push_back(request);
+    }
+
+    /// True the first time `id` is seen (request ids that must be unique; bounded memory).
+    pub(crate) fn first_use(&self, id: &str) -> bool {
+        let mut ids = lock(&self.ids);
+        if ids.len() >= 100_000 {
+            ids.clear();
+        }
+        ids.insert(id.to_owned())
+    }
+
+    pub(crate) fn recorded(&self) -> Vec<RecordedRequest> {
+        lock(&self.recorded).iter().cloned().collect()
+    }
+}

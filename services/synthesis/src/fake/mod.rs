@@ -1,0 +1,442 @@
+//! Fake TTS vendor servers: one per vendor wire format of VENDORS.md (same paths, same auth
+//! headers, request bodies validated, the vendor's own error shapes), for adapter tests and for
+//! load experiments (`voxpool-fake-vendor`).
+//!
+//! Each fake binds a listener (tests: `127.0.0.1:0`, see [`FakeVendor::start`]) and enforces a
+//! **per-key concurrency cap** (key = the credential presented, or the Volcengine `appid`),
+//! answering the excess with that vendor's rate-limit error (OpenAI 429
+//! `rate_limit_exceeded`, Volcengine HTTP 200 code 3003, ElevenLabs 429
+//! `too_many_concurrent_requests`, MiniMax `base_resp` 1002, DashScope 429 `Throttling`, Azure
+//! 429). It counts per key the total requests and the **highest concurrency seen** ([`KeyStats`];
+//! the measuring side of invariant 1), adds latency ([`Latency`]) and injects faults at random
+//! ([`FaultRates`]) or from a script ([`Step`]). Audio is small and real ([`audio`]).
+//!
+//! Every fake also answers `GET /_fake/stats` with the per-key counters as JSON, so a separate
+//! process (a load experiment) can read what the vendor side saw.
+//!
+//! Invalid-key answers echo the presented key in their message on purpose (OpenAI, Volcengine):
+//! adapter tests then prove that failures never carry the credential.
+
+pub mod audio;
+mod azure;
+mod control;
+mod dashscope;
+mod elevenlabs;
+mod minimax;
+mod openai;
+mod volcengine;
+mod xml;
+
+use std::{collections::BTreeMap, fmt, io, net::SocketAddr, str::FromStr, sync::Arc};
+
+use axum::{
+    Json,
+    extract::State,
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+pub use control::{Fault, FaultRates, KeyStats, Latency, RecordedRequest, Step};
+use control::{Settings, Shared};
+use tokio::{net::TcpListener, task::JoinHandle};
+use voxpool_shared::snapshot::Snapshot;
+
+/// Which vendor's wire format a fake speaks (the provider ids of API.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum VendorKind {
+    /// OpenAI-compatible `/v1/audio/speech`.
+    OpenAi,
+    /// Azure Speech `/cognitiveservices/v1`.
+    Azure,
+    /// Volcengine `/api/v1/tts`.
+    Volcengine,
+    /// ElevenLabs `/v1/text-to-speech/{voice_id}`.
+    ElevenLabs,
+    /// MiniMax `/v1/t2a_v2`.
+    MiniMax,
+    /// DashScope `/api/v1/services/audio/tts/SpeechSynthesizer`.
+    DashScope,
+}
+
+impl VendorKind {
+    /// Every vendor.
+    pub const ALL: [VendorKind; 6] = [
+        VendorKind::OpenAi,
+        VendorKind::Azure,
+        VendorKind::Volcengine,
+        VendorKind::ElevenLabs,
+        VendorKind::MiniMax,
+        VendorKind::DashScope,
+    ];
+
+    /// The provider id (`openai`, `azure`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VendorKind::OpenAi => "openai",
+            VendorKind::Azure => "azure",
+            VendorKind::Volcengine => "volcengine",
+            VendorKind::ElevenLabs => "elevenlabs",
+            VendorKind::MiniMax => "minimax",
+            VendorKind::DashScope => "dashscope",
+        }
+    }
+}
+
+impl fmt::Display for VendorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for VendorKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        VendorKind::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown vendor {s:?}; expected one of {}",
+                    VendorKind::ALL.map(VendorKind::as_str).join(", ")
+                )
+            })
+    }
+}
+
+/// How a fake behaves.
+#[derive(Clone, Debug)]
+pub struct FakeConfig {
+    /// The wire format.
+    pub vendor: VendorKind,
+    /// Concurrent requests allowed per key; 0 = unlimited.
+    pub cap: u32,
+    /// Latency of admitted requests.
+    pub latency: Latency,
+    /// Random faults.
+    pub faults: FaultRates,
+    /// `Retry-After` seconds sent with rate-limit answers (cap and random ones).
+    pub retry_after_secs: Option<u64>,
+    /// When set, only these keys are accepted (others get the vendor's auth error).
+    pub valid_keys: Option<Vec<String>>,
+    /// Length of the returned audio.
+    pub tone_ms: u32,
+}
+
+impl FakeConfig {
+    /// Defaults: cap 10 per key, no latency, no faults, any key, 200 ms of audio.
+    pub fn new(vendor: VendorKind) -> Self {
+        Self {
+            vendor,
+            cap: 10,
+            latency: Latency::default(),
+            faults: FaultRates::default(),
+            retry_after_secs: None,
+            valid_keys: None,
+            tone_ms: 200,
+        }
+    }
+
+    /// Sets the per-key cap.
+    pub fn cap(mut self, cap: u32) -> Self {
+        self.cap = cap;
+        self
+    }
+
+    /// Sets the latency.
+    pub fn latency(mut self, latency: Latency) -> Self {
+        self.latency = latency;
+        self
+    }
+
+    /// Sets the random fault rates.
+    pub fn faults(mut self, faults: FaultRates) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// Sets the `Retry-After` of rate-limit answers.
+    pub fn retry_after_secs(mut self, secs: u64) -> Self {
+        self.retry_after_secs = Some(secs);
+        self
+    }
+
+    /// Accepts only these keys.
+    pub fn valid_keys<I: IntoIterator<Item = S>, S: Into<String>>(mut self, keys: I) -> Self {
+        self.valid_keys = Some(keys.into_iter().map(Into::into).collect());
+        self
+    }
+
+    fn settings(&self) -> Settings {
+        Settings {
+            cap: self.cap,
+            latency: self.latency,
+            faults: self.faults,
+            retry_after_secs: self.retry_after_secs,
+            valid_keys: self
+                .valid_keys
+                .as_ref()
+                .map(|k| k.iter().cloned().collect()),
+            tone_ms: self.tone_ms,
+        }
+    }
+}
+
+/// A running fake vendor. Dropping it stops the server (held requests are released first).
+pub struct FakeVendor {
+    vendor: VendorKind,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+}
+
+impl fmt::Debug for FakeVendor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FakeVendor")
+            .field("vendor", &self.vendor)
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl FakeVendor {
+    /// Binds `127.0.0.1:0` and serves.
+    pub async fn start(config: FakeConfig) -> io::Result<Self> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        Self::serve(listener, config)
+    }
+
+    /// Serves on an already bound listener (must be called inside a Tokio runtime).
+    pub fn serve(listener: TcpListener, config: FakeConfig) -> io::Result<Self> {
+        let addr = listener.local_addr()?;
+        let shared = Shared::new(config.settings());
+        let routes = match config.vendor {
+            VendorKind::OpenAi => openai::routes(),
+            VendorKind::Azure => azure::routes(),
+            VendorKind::Volcengine => volcengine::routes(),
+            VendorKind::ElevenLabs => elevenlabs::routes(),
+            VendorKind::MiniMax => minimax::routes(),
+            VendorKind::DashScope => dashscope::routes(),
+        };
+        let app = routes
+            .route("/_fake/stats", get(stats_handler))
+            .with_state(Arc::clone(&shared));
+        let vendor = config.vendor;
+        let task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::warn!(vendor = vendor.as_str(), error = %e, "fake vendor server stopped");
+            }
+        });
+        Ok(Self {
+            vendor,
+            addr,
+            shared,
+            task,
+        })
+    }
+
+    /// The vendor it speaks.
+    pub fn vendor(&self) -> VendorKind {
+        self.vendor
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>`: the `base_url` to give an adapter's upstream.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Counters per key.
+    pub fn stats(&self) -> BTreeMap<String, KeyStats> {
+        self.shared.stats()
+    }
+
+    /// Counters of one key (zeros if never seen).
+    pub fn key_stats(&self, key: &str) -> KeyStats {
+        self.shared.stats().remove(key).unwrap_or_default()
+    }
+
+    /// Appends steps to the script consumed by the next admitted requests.
+    pub fn script(&self, steps: impl IntoIterator<Item = Step>) {
+        self.shared.push_script(steps);
+    }
+
+    /// Changes the per-key cap from now on.
+    pub fn set_cap(&self, cap: u32) {
+        control::lock(&self.shared.settings).cap = cap;
+    }
+
+    /// Changes the latency from now on.
+    pub fn set_latency(&self, latency: Latency) {
+        control::lock(&self.shared.settings).latency = latency;
+    }
+
+    /// Holds every admitted request (after its latency) until [`FakeVendor::resume`]: a test
+    /// can then fill a key's slots deterministically, or make a request outlive its timeout.
+    pub fn pause(&self) {
+        self.shared.paused.send_replace(true);
+    }
+
+    /// Releases held requests.
+    pub fn resume(&self) {
+        self.shared.paused.send_replace(false);
+    }
+
+    /// Waits until at least `n` requests (all keys, refused ones included) have been counted.
+    pub async fn wait_for_requests(&self, n: u64) {
+        let mut total = self.shared.total.subscribe();
+        // The sender lives in `self.shared`, so this only ends when the count is reached.
+        let _ = total.wait_for(|t| *t >= n).await;
+    }
+
+    /// The last requests received (up to 1000), credentials removed.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.recorded()
+    }
+}
+
+impl Drop for FakeVendor {
+    fn drop(&mut self) {
+        self.resume();
+        self.task.abort();
+    }
+}
+
+async fn stats_handler(State(shared): State<Arc<Shared>>) -> Json<BTreeMap<String, KeyStats>> {
+    Json(shared.stats())
+}
+
+/// A sealed snapshot of `provider` / `model` / `voice_id` with no params, no extra and the
+/// locale `en-US`, for tests and experiments (set `params` / `extra` / `locales` as needed).
+pub fn snapshot(provider: &str, model: &str, voice_id: &str) -> Snapshot {
+    let json = serde_json::json!({
+        "packId": "vp_fake",
+        "packVersion": "1",
+        "provider": provider,
+        "model": model,
+        "voiceId": voice_id,
+        "ttsModelId": format!("{provider}-fake"),
+        "tier": "STANDARD",
+        "frozenAt": "2026-01-01T00:00:00Z",
+        "digest": "",
+        "locales": ["en-US"],
+    });
+    match serde_json::from_value::<Snapshot>(json) {
+        Ok(s) => s.seal(),
+        Err(e) => unreachable!("the constant snapshot JSON always parses: {e}"),
+    }
+}
+
+// ---- helpers shared by the vendor modules ----
+
+/// Header names never recorded.
+const SECRET_HEADERS: &[&str] = &[
+    "authorization",
+    "xi-api-key",
+    "ocp-apim-subscription-key",
+    "cookie",
+];
+
+fn record(shared: &Shared, key: &str, uri: &axum::http::Uri, headers: &HeaderMap, body: &[u8]) {
+    let headers = headers
+        .iter()
+        .filter(|(name, _)| !SECRET_HEADERS.contains(&name.as_str()))
+        .map(|(name, value)| {
+            (
+                name.as_str().to_owned(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    shared.record(RecordedRequest {
+        key: key.to_owned(),
+        uri: uri.to_string(),
+        headers,
+        body: String::from_utf8_lossy(body).into_owned(),
+    });
+}
+
+/// The token of `Authorization: Bearer <token>` (case-insensitive scheme).
+fn bearer(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty())
+        .then(|| token.trim().to_owned())
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+fn json(status: StatusCode, body: serde_json::Value) -> Response {
+    (status, Json(body)).into_response()
+}
+
+fn with_retry_after(mut response: Response, secs: Option<u64>) -> Response {
+    if let Some(secs) = secs {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
+}
+
+fn audio(content_type: &'static str, bytes: Vec<u8>) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, content_type)],
+        bytes,
+    )
+        .into_response()
+}
+
+fn bare_503() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::CONTENT_TYPE, "text/plain")],
+        "service unavailable",
+    )
+        .into_response()
+}
+
+fn internal(message: String) -> Response {
+    (StatusCode::INTERNAL_SERVER_ERROR, message).into_response()
+}
+
+/// A field of a JSON object as a number within `lo..=hi`, if present.
+fn number_in(v: &serde_json::Value, field: &str, lo: f64, hi: f64) -> Result<Option<f64>, String> {
+    match v.get(field) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(n) => match n.as_f64() {
+            Some(x) if (lo..=hi).contains(&x) => Ok(Some(x)),
+            _ => Err(format!("{field} must be a number in {lo}..{hi}, got {n}")),
+        },
+    }
+}
+
+/// A required non-empty string field.
+fn required_str<'a>(v: &'a serde_json::Value, field: &str) -> Result<&'a str, String> {
+    v.get(field)
+        .and_then(serde_json::Value::as_str)
+        .filter(|s| !s.trim().is_empty())
+        .ok_or_else(|| format!("{field} is required (a non-empty string)"))
+}
+
+/// Refuses fields of `v` outside `allowed`.
+fn only_fields(v: &serde_json::Value, what: &str, allowed: &[&str]) -> Result<(), String> {
+    match v.as_object() {
+        None => Err(format!("{what} must be a JSON object")),
+        Some(map) => match map.keys().find(|k| !allowed.contains(&k.as_str())) {
+            Some(k) => Err(format!("unrecognized field {what}.{k}")),
+            None => Ok(()),
+        },
+    }
+}

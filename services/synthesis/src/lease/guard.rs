@@ -1,0 +1,128 @@
+//! [`LeaseGuard`]: a held lease that goes back to the scheduler on every path (invariant 3):
+//! Report + release on a normal end, Release on deadline / caller gone, and a spawned Release
+//! from `Drop` when the guard is dropped while armed (cancelled RPC, panic, early return).
+//! [`LeaseGuard::keep_alive`] renews the lease every third of its TTL during a vendor call.
+
+use std::time::Duration;
+
+use tonic::Code;
+use voxpool_proto::scheduler::v1 as pb;
+
+use super::Scheduler;
+
+/// A held lease that is given back on every path (module doc).
+#[derive(Debug)]
+pub struct LeaseGuard {
+    scheduler: Scheduler,
+    lease: pb::Lease,
+    armed: bool,
+}
+
+impl LeaseGuard {
+    /// Takes charge of `lease`.
+    pub fn new(scheduler: Scheduler, lease: pb::Lease) -> Self {
+        Self {
+            scheduler,
+            lease,
+            armed: true,
+        }
+    }
+
+    /// The lease.
+    pub fn lease(&self) -> &pb::Lease {
+        &self.lease
+    }
+
+    /// Reports the vendor call's outcome and releases in one call; falls back to Release. The
+    /// guard stays armed until the scheduler confirms, so a caller that goes away during the
+    /// report still gets its lease released by `Drop`.
+    pub async fn finish(
+        mut self,
+        outcome: pb::Outcome,
+        retry_after_ms: Option<u64>,
+        latency_ms: u64,
+    ) {
+        let request = pb::ReportRequest {
+            lease_id: self.lease.lease_id.clone(),
+            outcome: outcome as i32,
+            retry_after_ms: retry_after_ms
+                .map_or(0, |ms| i64::try_from(ms.min(86_400_000)).unwrap_or(0)),
+            latency_ms: i64::try_from(latency_ms).unwrap_or(i64::MAX),
+            release: true,
+            key_id: self.lease.key_id.clone(),
+        };
+        match self.scheduler.report(request).await {
+            Ok(_) => self.armed = false,
+            Err(status) => {
+                tracing::warn!(lease = %self.lease.lease_id, key = %self.lease.key_id, error = %status.message(), "report failed; releasing");
+                self.release_now().await;
+            }
+        }
+    }
+
+    /// Releases without a report (caller gone, adapter failure).
+    pub async fn release(mut self) {
+        self.release_now().await;
+    }
+
+    /// Releases without a report in a background task, so an answer that is due now (the
+    /// deadline passed) is not held up by the scheduler round trip.
+    pub fn release_in_background(self) {
+        drop(self);
+    }
+
+    async fn release_now(&mut self) {
+        match self.scheduler.release(&self.lease.lease_id).await {
+            Ok(_) => self.armed = false,
+            Err(status) => {
+                tracing::warn!(lease = %self.lease.lease_id, error = %status.message(), "release failed; retrying once in the background, else the lease expires at its TTL");
+            }
+        }
+    }
+
+    /// Renews the lease every `ttl / 3` until dropped; stops renewing (stays pending) when the
+    /// scheduler says the lease is gone.
+    pub async fn keep_alive(&self, ttl: Duration) {
+        let period = (ttl / 3).max(Duration::from_millis(10));
+        loop {
+            tokio::time::sleep(period).await;
+            match self.scheduler.renew(&self.lease.lease_id, ttl).await {
+                Ok(_) => tracing::debug!(lease = %self.lease.lease_id, "lease renewed"),
+                Err(status)
+                    if matches!(status.code(), Code::FailedPrecondition | Code::NotFound) =>
+                {
+                    tracing::warn!(lease = %self.lease.lease_id, key = %self.lease.key_id, "lease expired during a vendor call");
+                    std::future::pending::<()>().await;
+                }
+                Err(status) => {
+                    tracing::warn!(lease = %self.lease.lease_id, error = %status.message(), "lease renewal failed; retrying");
+                }
+            }
+        }
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let scheduler = self.scheduler.clone();
+        let lease_id = std::mem::take(&mut self.lease.lease_id);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move {
+                    match scheduler.release(&lease_id).await {
+                        Ok(_) => tracing::debug!(lease = %lease_id, "released an abandoned lease"),
+                        Err(status) => {
+                            tracing::warn!(lease = %lease_id, error = %status.message(), "could not release an abandoned lease; it expires at its TTL");
+                        }
+                    }
+                });
+            }
+            Err(_) => {
+                tracing::warn!(lease = %lease_id, "no runtime to release an abandoned lease; it expires at its TTL")
+            }
+        }
+    }
+}

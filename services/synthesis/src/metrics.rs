@@ -1,0 +1,118 @@
+//! Synthesis metrics (OpenTelemetry; exported over OTLP when configured, no-ops otherwise).
+//!
+//! | instrument | kind | unit | attributes |
+//! |---|---|---|---|
+//! | `voxpool.synthesis.requests` | counter | `{request}` | `rpc` (unary, stream), `pool`, `code` |
+//! | `voxpool.synthesis.request.duration` | histogram | `s` | `rpc`, `pool`, `code` |
+//! | `voxpool.synthesis.attempts` | counter | `{attempt}` | `pool`, `upstream`, `key`, `outcome` |
+//! | `voxpool.synthesis.attempt.duration` | histogram | `s` | `pool`, `upstream`, `outcome` |
+//!
+//! `pool` is a configured pool id, or `-` when the request failed before a pool was chosen (a
+//! caller-supplied tts model id never becomes an attribute), so cardinality is bounded by the
+//! config. `code` is the gRPC status code name (`OK`, `INVALID_ARGUMENT`, …); `outcome` the
+//! scheduler outcome name (`SUCCESS`, `RATE_LIMITED`, …). Credentials never appear.
+
+use std::{sync::OnceLock, time::Duration};
+
+use opentelemetry::{
+    KeyValue, global,
+    metrics::{Counter, Histogram},
+};
+use tonic::Code;
+
+use crate::record::AttemptRecord;
+
+/// The synthesis instruments.
+struct Instruments {
+    requests: Counter<u64>,
+    request_duration: Histogram<f64>,
+    attempts: Counter<u64>,
+    attempt_duration: Histogram<f64>,
+}
+
+fn instruments() -> &'static Instruments {
+    static INSTRUMENTS: OnceLock<Instruments> = OnceLock::new();
+    INSTRUMENTS.get_or_init(|| {
+        let meter = global::meter("voxpool-synthesis");
+        Instruments {
+            requests: meter
+                .u64_counter("voxpool.synthesis.requests")
+                .with_unit("{request}")
+                .with_description("Synthesize / SynthesizeStream calls by status code")
+                .build(),
+            request_duration: meter
+                .f64_histogram("voxpool.synthesis.request.duration")
+                .with_unit("s")
+                .with_description("time from request to the last audio byte or the error")
+                .build(),
+            attempts: meter
+                .u64_counter("voxpool.synthesis.attempts")
+                .with_unit("{attempt}")
+                .with_description("vendor calls by outcome")
+                .build(),
+            attempt_duration: meter
+                .f64_histogram("voxpool.synthesis.attempt.duration")
+                .with_unit("s")
+                .with_description("vendor call latency by outcome")
+                .build(),
+        }
+    })
+}
+
+/// The `code` attribute: the gRPC code name as the spec spells it.
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// Records one finished request (`rpc` = `unary` | `stream`; `pool` = `-` when none was chosen).
+pub fn request(rpc: &'static str, pool: &str, code: Code, elapsed: Duration) {
+    let attrs = [
+        KeyValue::new("rpc", rpc),
+        KeyValue::new("pool", pool.to_owned()),
+        KeyValue::new("code", code_name(code)),
+    ];
+    let m = instruments();
+    m.requests.add(1, &attrs);
+    m.request_duration.record(elapsed.as_secs_f64(), &attrs);
+}
+
+/// Records one vendor call of pool `pool`.
+pub fn attempt(pool: &str, a: &AttemptRecord) {
+    let outcome = a.outcome.as_str_name();
+    let m = instruments();
+    m.attempts.add(
+        1,
+        &[
+            KeyValue::new("pool", pool.to_owned()),
+            KeyValue::new("upstream", a.upstream_id.clone()),
+            KeyValue::new("key", a.key_id.clone()),
+            KeyValue::new("outcome", outcome),
+        ],
+    );
+    m.attempt_duration.record(
+        Duration::from_millis(a.latency_ms).as_secs_f64(),
+        &[
+            KeyValue::new("pool", pool.to_owned()),
+            KeyValue::new("upstream", a.upstream_id.clone()),
+            KeyValue::new("outcome", outcome),
+        ],
+    );
+}

@@ -1,0 +1,199 @@
+//! The pools of the config as synthesis needs them: provider, model, upstream targets and each
+//! key's resolved credential.
+//!
+//! # Credential policy
+//! Credentials are resolved once at startup. A key whose credential cannot be read (variable
+//! unset, file missing) is kept out of rotation: every Acquire for its pool lists it in
+//! `exclude_keys`, and a startup warning names the key and the variable. A pool with no usable
+//! key refuses requests with FAILED_PRECONDITION naming every missing variable, so
+//! `make run` with the example config serves the espeak pool while the Volcengine pool explains
+//! what to set. `--require-credentials` turns any missing credential into a startup failure
+//! (production). The `espeak` provider needs no credential.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
+
+use voxpool_shared::config::{Config, PoolConfig};
+
+use crate::vendor::{KeyCredential, UpstreamTarget};
+
+/// One key of a pool with its credential, or why it has none.
+#[derive(Clone, Debug)]
+pub struct PoolKey {
+    /// Key and credential, when usable.
+    pub credential: Result<Arc<KeyCredential>, String>,
+    /// The key's upstream.
+    pub upstream: Arc<UpstreamTarget>,
+}
+
+/// One configured pool.
+#[derive(Debug)]
+pub struct Pool {
+    /// Pool id (= tts model id).
+    pub id: String,
+    /// Provider id of every upstream.
+    pub provider: String,
+    /// Vendor model id from the config.
+    pub model: String,
+    /// Upstream ids in config order.
+    pub upstream_ids: Vec<String>,
+    /// Keys by `upstream/key`.
+    pub keys: BTreeMap<String, PoolKey>,
+}
+
+impl Pool {
+    fn from_config(p: &PoolConfig) -> Self {
+        let mut keys = BTreeMap::new();
+        for u in &p.upstreams {
+            let upstream = Arc::new(UpstreamTarget {
+                id: u.id.clone(),
+                base_url: u.base_url.clone(),
+                region: u.region.clone(),
+                params: u.params.clone(),
+            });
+            for k in &u.keys {
+                let key_id = format!("{}/{}", u.id, k.id);
+                let secret = match (&k.credential, p.provider == "espeak") {
+                    (_, true) => Ok(None),
+                    (Some(c), false) => c.resolve().map(Some),
+                    (None, false) => Err(
+                        "no credential configured (add credential = { env = \"NAME\" })".to_owned(),
+                    ),
+                };
+                let credential = secret.map(|secret| {
+                    Arc::new(KeyCredential {
+                        key_id: key_id.clone(),
+                        app_id: k.id.clone(),
+                        secret,
+                    })
+                });
+                keys.insert(
+                    key_id,
+                    PoolKey {
+                        credential,
+                        upstream: upstream.clone(),
+                    },
+                );
+            }
+        }
+        Self {
+            id: p.id.clone(),
+            provider: p.provider.clone(),
+            model: p.model.clone(),
+            upstream_ids: p.upstreams.iter().map(|u| u.id.clone()).collect(),
+            keys,
+        }
+    }
+
+    /// `upstream/key: reason` for every key without a usable credential.
+    pub fn credential_problems(&self) -> Vec<String> {
+        self.keys
+            .iter()
+            .filter_map(|(id, k)| k.credential.as_ref().err().map(|e| format!("{id}: {e}")))
+            .collect()
+    }
+
+    /// Keys that must never be leased (no credential).
+    pub fn unusable_keys(&self) -> Vec<String> {
+        self.keys
+            .iter()
+            .filter(|(_, k)| k.credential.is_err())
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// True when at least one key has a credential.
+    pub fn has_usable_key(&self) -> bool {
+        self.keys.values().any(|k| k.credential.is_ok())
+    }
+}
+
+/// Every configured pool by id.
+#[derive(Debug)]
+pub struct Pools {
+    pools: HashMap<String, Arc<Pool>>,
+    names: String,
+}
+
+impl Pools {
+    /// Builds the pools of a validated config, resolving credentials (module doc).
+    pub fn from_config(config: &Config) -> Self {
+        let pools: HashMap<String, Arc<Pool>> = config
+            .pools
+            .iter()
+            .map(|p| (p.id.clone(), Arc::new(Pool::from_config(p))))
+            .collect();
+        let mut names: Vec<&str> = pools.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        let names = names.join(", ");
+        Self { pools, names }
+    }
+
+    /// The pool with id `id`.
+    pub fn get(&self, id: &str) -> Option<&Arc<Pool>> {
+        self.pools.get(id)
+    }
+
+    /// Comma-separated pool ids, sorted.
+    pub fn names(&self) -> &str {
+        &self.names
+    }
+
+    /// Every pool, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Pool>> {
+        self.pools.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOML: &str = r#"
+[[pools]]
+id = "espeak-local"
+provider = "espeak"
+[[pools.upstreams]]
+id = "local"
+[[pools.upstreams.keys]]
+id = "engine-1"
+capacity = 2
+
+[[pools]]
+id = "volc"
+provider = "volcengine"
+[[pools.upstreams]]
+id = "acct-a"
+[[pools.upstreams.keys]]
+id = "app-1"
+capacity = 10
+credential = { env = "VOXPOOL_SYNTH_TEST_NEVER_SET" }
+[[pools.upstreams.keys]]
+id = "app-2"
+capacity = 10
+credential = { env = "PATH" }
+"#;
+
+    #[test]
+    fn keys_without_credentials_are_named_and_excluded_but_others_stay_usable() {
+        let config = Config::from_toml_str(TOML).unwrap();
+        let pools = Pools::from_config(&config);
+        let espeak = pools.get("espeak-local").unwrap();
+        assert!(espeak.credential_problems().is_empty());
+        assert!(
+            espeak.keys["local/engine-1"]
+                .credential
+                .as_ref()
+                .unwrap()
+                .secret
+                .is_none()
+        );
+        let volc = pools.get("volc").unwrap();
+        assert_eq!(volc.unusable_keys(), ["acct-a/app-1"]);
+        assert!(volc.credential_problems()[0].contains("VOXPOOL_SYNTH_TEST_NEVER_SET is not set"));
+        assert!(volc.has_usable_key());
+        assert_eq!(pools.names(), "espeak-local, volc");
+    }
+}

@@ -1,0 +1,263 @@
+//! Request validation: from a `SynthesizeRequest` to a [`Job`], refusing everything that can
+//! be refused before a lease is taken (text, format, voice, digest, pool, provider, adapter
+//! params — invariant 8), so a bad request never holds a key.
+//!
+//! Order: request id, text (empty / whitespace-only / over `max_text_chars`), format and
+//! sample rate, the voice (`snapshot` | `snapshot_json` | `pack_id` via the catalog), its
+//! digest, its provider, its pool (`ttsModelId`), provider = pool provider, the adapter and the
+//! credentials, the snapshot's upstreams, the adapter's `check`, then the split of the text.
+
+use std::sync::Arc;
+
+use voxpool_proto::synthesis::v1::{self as pb, synthesize_request::Voice};
+use voxpool_shared::{config::PROVIDERS, snapshot::Snapshot};
+
+use crate::{
+    core::{Core, Job},
+    deadline::Deadline,
+    error::SynthesisError,
+    text,
+    vendor::AudioFormat,
+};
+
+/// Longest accepted `request_id`.
+pub const MAX_REQUEST_ID_CHARS: usize = 128;
+/// Longest accepted `snapshot_json` (bytes).
+pub const MAX_SNAPSHOT_JSON_BYTES: usize = 64 * 1024;
+/// Highest accepted `sample_rate_hz`.
+pub const MAX_SAMPLE_RATE_HZ: i32 = 384_000;
+
+fn invalid(field: &str, message: impl Into<String>) -> SynthesisError {
+    SynthesisError::InvalidArgument {
+        field: field.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// The proto format as the adapters' enum; unspecified = WAV.
+pub fn audio_format(raw: i32) -> Result<AudioFormat, SynthesisError> {
+    match pb::AudioFormat::try_from(raw) {
+        Ok(pb::AudioFormat::Unspecified | pb::AudioFormat::Wav) => Ok(AudioFormat::Wav),
+        Ok(pb::AudioFormat::Mp3) => Ok(AudioFormat::Mp3),
+        Ok(pb::AudioFormat::OggOpus) => Ok(AudioFormat::OggOpus),
+        Ok(pb::AudioFormat::Pcm) => Ok(AudioFormat::Pcm),
+        Err(_) => Err(invalid(
+            "format",
+            format!("{raw} is not a format: use WAV, MP3, OGG_OPUS or PCM"),
+        )),
+    }
+}
+
+/// The adapters' format as the proto enum.
+pub fn audio_format_pb(f: AudioFormat) -> pb::AudioFormat {
+    match f {
+        AudioFormat::Wav => pb::AudioFormat::Wav,
+        AudioFormat::Mp3 => pb::AudioFormat::Mp3,
+        AudioFormat::OggOpus => pb::AudioFormat::OggOpus,
+        AudioFormat::Pcm => pb::AudioFormat::Pcm,
+    }
+}
+
+fn check_text(text: &str, max_chars: usize) -> Result<(), SynthesisError> {
+    if text.trim().is_empty() {
+        return Err(invalid(
+            "text",
+            "must contain something to say (it is empty or whitespace only)",
+        ));
+    }
+    let chars = text.chars().count();
+    if chars > max_chars {
+        return Err(invalid(
+            "text",
+            format!(
+                "{chars} characters is over the limit of {max_chars} (synthesis.max_text_chars); send shorter requests"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn new_request_id() -> String {
+    format!("syn-{:032x}", rand::random::<u128>())
+}
+
+impl Core {
+    /// Validates `r` and resolves its voice (module doc). Every error is a refusal made before
+    /// any lease.
+    pub async fn prepare(
+        &self,
+        r: pb::SynthesizeRequest,
+        deadline: Deadline,
+    ) -> Result<Job, SynthesisError> {
+        if r.request_id.chars().count() > MAX_REQUEST_ID_CHARS {
+            return Err(invalid(
+                "request_id",
+                format!("at most {MAX_REQUEST_ID_CHARS} characters"),
+            ));
+        }
+        check_text(&r.text, self.settings.max_text_chars)?;
+        let format = audio_format(r.format)?;
+        let sample_rate_hz = match r.sample_rate_hz {
+            0 => None,
+            hz @ 1..=MAX_SAMPLE_RATE_HZ => u32::try_from(hz).ok(),
+            hz => {
+                return Err(invalid(
+                    "sample_rate_hz",
+                    format!("must be 0 (vendor default) or 1..={MAX_SAMPLE_RATE_HZ} Hz, got {hz}"),
+                ));
+            }
+        };
+        let voice = self.resolve_voice(r.voice, deadline).await?;
+        voice
+            .verify_digest()
+            .map_err(|e| invalid(&e.field, e.message))?;
+        if !PROVIDERS.contains(&voice.provider.as_str()) {
+            return Err(SynthesisError::UnknownProvider {
+                provider: voice.provider.clone(),
+                known: PROVIDERS.join(", "),
+            });
+        }
+        let pool = self
+            .pools
+            .get(&voice.tts_model_id)
+            .cloned()
+            .ok_or_else(|| SynthesisError::UnknownPool {
+                tts_model_id: voice.tts_model_id.clone(),
+                known: self.pools.names().to_owned(),
+            })?;
+        if voice.provider != pool.provider {
+            return Err(SynthesisError::ProviderMismatch {
+                pool: pool.id.clone(),
+                pool_provider: pool.provider.clone(),
+                provider: voice.provider.clone(),
+            });
+        }
+        let adapter = self
+            .adapters
+            .get(pool.provider.as_str())
+            .cloned()
+            .ok_or_else(|| SynthesisError::NoAdapter {
+                pool: pool.id.clone(),
+                provider: pool.provider.clone(),
+            })?;
+        if !pool.has_usable_key() {
+            return Err(SynthesisError::NoCredentials {
+                pool: pool.id.clone(),
+                problems: pool.credential_problems(),
+            });
+        }
+        if let Some(upstream) = voice
+            .upstream_ids
+            .iter()
+            .find(|u| !pool.upstream_ids.contains(u))
+        {
+            return Err(SynthesisError::UnknownUpstream {
+                pool: pool.id.clone(),
+                upstream: upstream.clone(),
+                known: pool.upstream_ids.join(", "),
+            });
+        }
+        adapter
+            .check(&voice, format, sample_rate_hz)
+            .map_err(SynthesisError::Param)?;
+        let chunks: Vec<String> = text::split(&r.text, adapter.text_limit())
+            .into_iter()
+            .filter(|c| !c.trim().is_empty())
+            .map(str::to_owned)
+            .collect();
+        if format == AudioFormat::OggOpus && chunks.len() > 1 {
+            return Err(invalid(
+                "format",
+                format!(
+                    "OGG_OPUS audio cannot be joined, and this text needs {} vendor calls ({:?} per call); ask for WAV, PCM or MP3, or send shorter text",
+                    chunks.len(),
+                    adapter.text_limit()
+                ),
+            ));
+        }
+        let request_id = if r.request_id.is_empty() {
+            new_request_id()
+        } else {
+            r.request_id
+        };
+        Ok(Job {
+            pool,
+            adapter,
+            voice: Arc::new(voice),
+            chunks,
+            format,
+            sample_rate_hz,
+            request_id,
+            deadline,
+        })
+    }
+
+    async fn resolve_voice(
+        &self,
+        voice: Option<Voice>,
+        deadline: Deadline,
+    ) -> Result<Snapshot, SynthesisError> {
+        match voice {
+            None => Err(invalid(
+                "voice",
+                "set one of snapshot, snapshot_json or pack_id",
+            )),
+            Some(Voice::Snapshot(pb)) => {
+                Snapshot::from_pb(&pb).map_err(|e| invalid(&e.field, e.message))
+            }
+            Some(Voice::SnapshotJson(json)) => {
+                if json.trim().is_empty() {
+                    return Err(invalid(
+                        "snapshot_json",
+                        "empty: pass the snapshot's JSON form as stored in a card",
+                    ));
+                }
+                if json.len() > MAX_SNAPSHOT_JSON_BYTES {
+                    return Err(invalid(
+                        "snapshot_json",
+                        format!("{} bytes, at most {MAX_SNAPSHOT_JSON_BYTES}", json.len()),
+                    ));
+                }
+                Snapshot::from_json(&json).map_err(|e| invalid("snapshot_json", e.message))
+            }
+            Some(Voice::PackId(id)) => {
+                if id.trim().is_empty() {
+                    return Err(invalid("pack_id", "empty: pass a voice pack id"));
+                }
+                self.catalog.freeze(&id, deadline.remaining()).await
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_must_be_non_blank_and_within_the_limit() {
+        assert!(check_text("hi", 10).is_ok());
+        for bad in ["", "   \n\t "] {
+            let e = check_text(bad, 10).unwrap_err().to_string();
+            assert!(e.starts_with("invalid text:"), "{e}");
+        }
+        let e = check_text("ééééééééééé", 10).unwrap_err().to_string();
+        assert!(e.contains("11 characters is over the limit of 10"), "{e}");
+    }
+
+    #[test]
+    fn formats_map_both_ways_and_unknown_values_name_the_field() {
+        assert_eq!(audio_format(0).unwrap(), AudioFormat::Wav);
+        assert_eq!(audio_format(4).unwrap(), AudioFormat::Pcm);
+        assert_eq!(
+            audio_format_pb(AudioFormat::OggOpus),
+            pb::AudioFormat::OggOpus
+        );
+        assert!(
+            audio_format(99)
+                .unwrap_err()
+                .to_string()
+                .starts_with("invalid format: 99 is not a format")
+        );
+    }
+}

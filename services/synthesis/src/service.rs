@@ -1,0 +1,211 @@
+//! The `voxpool.synthesis.v1.Synthesis` gRPC service.
+//!
+//! `Synthesize` validates the request ([`crate::request`]), synthesizes the text chunks in
+//! order with failover ([`crate::failover`]) and joins them ([`crate::audio::Joiner`]); audio
+//! larger than one message may be (`--max-message-bytes`) is RESOURCE_EXHAUSTED pointing to
+//! the stream. `SynthesizeStream` does the same and sends audio as it is produced (see
+//! [`crate::stream`]); the concatenation of its chunks equals the `Synthesize` audio for the
+//! same request. Dropping a call (the caller cancels or its deadline passes) drops the work,
+//! and every held lease is released by its guard.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::time::Instant;
+use tonic::{Code, Request, Response, Status};
+use voxpool_proto::synthesis::v1::{
+    self as pb,
+    synthesis_server::{Synthesis, SynthesisServer},
+};
+
+use crate::{
+    audio::{AudioError, Joiner},
+    core::{Core, Job},
+    deadline::Deadline,
+    error::SynthesisError,
+    metrics,
+    record::AttemptRecord,
+    request::audio_format_pb,
+    stream,
+};
+
+/// Default largest gRPC message (bytes) accepted or sent, as the shared `--max-message-bytes`.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
+
+/// The Synthesis implementation over a shared [`Core`].
+#[derive(Clone, Debug)]
+pub struct SynthesisService {
+    core: Arc<Core>,
+    max_message_bytes: usize,
+}
+
+/// The audio of a whole job.
+#[derive(Debug)]
+pub struct Synthesized {
+    /// Joined audio.
+    pub audio: Vec<u8>,
+    /// Sample rate (Hz), when known.
+    pub sample_rate_hz: Option<u32>,
+    /// The key of the last chunk.
+    pub key_id: String,
+    /// Every attempt.
+    pub attempts: Vec<AttemptRecord>,
+}
+
+/// Wraps a join failure with its pool.
+pub fn audio_error(pool: &str, e: AudioError) -> SynthesisError {
+    SynthesisError::Audio {
+        pool: pool.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+impl SynthesisService {
+    /// The service over `core`, with messages up to `max_message_bytes` both ways (keep it far
+    /// above `max_text_chars` × 4, so oversized text is INVALID_ARGUMENT naming `text`).
+    pub fn new(core: Arc<Core>, max_message_bytes: usize) -> Self {
+        Self {
+            core,
+            max_message_bytes,
+        }
+    }
+
+    /// The gRPC server wrapper with the message limits applied.
+    pub fn into_server(self) -> SynthesisServer<Self> {
+        let limit = self.max_message_bytes;
+        SynthesisServer::new(self)
+            .max_decoding_message_size(limit)
+            .max_encoding_message_size(limit)
+    }
+
+    fn deadline<T>(&self, request: &Request<T>) -> Deadline {
+        Deadline::from_metadata(
+            request.metadata(),
+            Duration::from_millis(self.core.settings.default_deadline_ms),
+        )
+    }
+
+    /// Prepares and runs a unary request; returns the pool once known, and the outcome.
+    async fn unary(
+        &self,
+        request: pb::SynthesizeRequest,
+        deadline: Deadline,
+    ) -> (
+        Option<String>,
+        Result<pb::SynthesizeResponse, SynthesisError>,
+    ) {
+        let job = match self.core.prepare(request, deadline).await {
+            Ok(job) => job,
+            Err(e) => return (None, Err(e)),
+        };
+        let pool = Some(job.pool.id.clone());
+        let done = match run_job(&self.core, &job).await {
+            Ok(done) => done,
+            Err(e) => return (pool, Err(e)),
+        };
+        // Room for the other response fields and framing.
+        let limit = self
+            .max_message_bytes
+            .saturating_sub(64 * 1024 + done.attempts.len() * 1024);
+        if done.audio.len() > limit {
+            return (
+                pool,
+                Err(SynthesisError::ResponseTooLarge {
+                    bytes: done.audio.len(),
+                    limit,
+                }),
+            );
+        }
+        tracing::info!(pool = %job.pool.id, key = %done.key_id, request_id = %job.request_id, chunks = job.chunks.len(),
+            attempts = done.attempts.len(), bytes = done.audio.len(), "synthesized");
+        let response = pb::SynthesizeResponse {
+            audio: done.audio,
+            format: audio_format_pb(job.format) as i32,
+            sample_rate_hz: done
+                .sample_rate_hz
+                .and_then(|r| i32::try_from(r).ok())
+                .unwrap_or(0),
+            key_id: done.key_id,
+            attempts: done.attempts.iter().map(AttemptRecord::to_pb).collect(),
+        };
+        (pool, Ok(response))
+    }
+}
+
+/// Runs every chunk of `job` and joins the audio.
+pub async fn run_job(core: &Core, job: &Job) -> Result<Synthesized, SynthesisError> {
+    let mut attempts = Vec::new();
+    let mut joiner = Joiner::new(job.format);
+    let mut audio = Vec::new();
+    let mut key_id = String::new();
+    for index in 0..job.chunks.len() {
+        let (piece, key) = core
+            .synthesize_chunk(
+                job,
+                index,
+                job.rate_for_later_chunks(joiner.sample_rate_hz()),
+                &mut attempts,
+            )
+            .await?;
+        audio.extend(
+            joiner
+                .push(&piece)
+                .map_err(|e| audio_error(&job.pool.id, e))?,
+        );
+        key_id = key;
+    }
+    let sample_rate_hz = joiner.sample_rate_hz().or(job.sample_rate_hz);
+    audio.extend(joiner.finish().map_err(|e| audio_error(&job.pool.id, e))?);
+    Ok(Synthesized {
+        audio,
+        sample_rate_hz,
+        key_id,
+        attempts,
+    })
+}
+
+#[tonic::async_trait]
+impl Synthesis for SynthesisService {
+    async fn synthesize(
+        &self,
+        request: Request<pb::SynthesizeRequest>,
+    ) -> Result<Response<pb::SynthesizeResponse>, Status> {
+        let started = Instant::now();
+        let deadline = self.deadline(&request);
+        let (pool, result) = self.unary(request.into_inner(), deadline).await;
+        let result = result.map_err(|e| {
+            tracing::info!(pool = pool.as_deref().unwrap_or("-"), error = %e, "synthesis failed");
+            Status::from(e)
+        });
+        let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
+        metrics::request(
+            "unary",
+            pool.as_deref().unwrap_or("-"),
+            code,
+            started.elapsed(),
+        );
+        result.map(Response::new)
+    }
+
+    type SynthesizeStreamStream = stream::AudioStream;
+
+    async fn synthesize_stream(
+        &self,
+        request: Request<pb::SynthesizeRequest>,
+    ) -> Result<Response<Self::SynthesizeStreamStream>, Status> {
+        let started = Instant::now();
+        let deadline = self.deadline(&request);
+        match self.core.prepare(request.into_inner(), deadline).await {
+            Ok(job) => Ok(Response::new(stream::start(
+                self.core.clone(),
+                job,
+                started,
+            ))),
+            Err(e) => {
+                tracing::info!(error = %e, "synthesis stream refused");
+                let status = Status::from(e);
+                metrics::request("stream", "-", status.code(), started.elapsed());
+                Err(status)
+            }
+        }
+    }
+}

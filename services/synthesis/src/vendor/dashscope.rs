@@ -1,0 +1,579 @@
+//! Alibaba Cloud DashScope (Model Studio) speech synthesis, HTTP variant: `POST
+//! {base}/api/v1/services/audio/tts/SpeechSynthesizer` (Alibaba Cloud Model Studio "TTS HTTP
+//! API", <https://www.alibabacloud.com/help/en/model-studio/qwen-audio-tts-http-api>, and the
+//! DashScope error code list, <https://www.alibabacloud.com/help/en/model-studio/error-code>;
+//! VENDORS.md "Alibaba DashScope"). Default base `https://dashscope.aliyuncs.com`; auth
+//! `Authorization: Bearer <key>`. The WebSocket API is not used: one HTTP call per attempt keeps
+//! the adapter's contract (one call, one key, no retries) simple.
+//!
+//! # SSE, not the plain response
+//! The request sets `X-DashScope-SSE: enable` and reads `text/event-stream`: each event's `data`
+//! is JSON with a base64 chunk in `output.audio.data`; the chunks are concatenated. Chosen
+//! because the plain (non-SSE) answer may carry only an `output.audio.url` to download
+//! separately (a second request outside the lease's key), while SSE always carries the bytes
+//! inline and reports mid-synthesis failures as events (`event:error`, a `:HTTP_STATUS/<n>`
+//! comment and `{"code","message"}` data) on an HTTP 200. A plain JSON answer is still
+//! understood (success with `output.audio.data`, or an error document).
+//!
+//! # Param conversion (all fields inside `input`, next to `text` and `voice`)
+//! | snapshot | wire | rule |
+//! |---|---|---|
+//! | `params.rate` r | `rate` = r | 0.5..2 |
+//! | `params.pitchPct` p | `pitch` = 1 + p/100 (multiplier) | 0.5..2 |
+//! | `params.volumePct` v | `volume` = 50 + v/2 (integer, 50 = default) | 0..100; an odd v (not a whole volume step) is refused, never rounded |
+//! | `extra.*` | — | refused (none supported) |
+//! | `PCM` / `MP3` | `format` `pcm` / `mp3` | |
+//! | `WAV` | `pcm`, then a RIFF header added here (streamed WAV chunks carry no final sizes) | |
+//! | `OGG_OPUS` | — | refused: the `opus` output's container is not documented |
+//! | rate | `sample_rate` | 8000, 16000, 22050, 24000, 44100, 48000 (default 22050, the vendor's) |
+//!
+//! Text limit: 2000 characters (the synchronous/SSE limit the vendor documents).
+//!
+//! # Errors (by `code`, then the status)
+//! `Throttling*` → `RATE_LIMITED`; `ModelServingError`, `InternalError*`, `ServiceUnavailable`
+//! → `UPSTREAM_ERROR`; `InvalidApiKey`, `AccessDenied*` → `KEY_INVALID`; `Arrearage` (account
+//! in arrears) → `QUOTA_EXHAUSTED`; `InvalidParameter*`, `BadRequest*`, `DataInspectionFailed`
+//! → `CLIENT_ERROR`; else by status (from `:HTTP_STATUS/` for events). A stream without audio →
+//! `UPSTREAM_ERROR`.
+
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use reqwest::Client;
+use serde_json::{Value, json};
+use voxpool_proto::scheduler::v1::Outcome;
+use voxpool_shared::{secret::Secret, snapshot::Snapshot};
+
+use super::{
+    AudioFormat, ParamError, TextLimit, VendorAdapter, VendorAudio, VendorFailure, VendorRequest,
+    http::{self, HttpReply},
+};
+
+const PROVIDER: &str = "dashscope";
+const DEFAULT_BASE: &str = "https://dashscope.aliyuncs.com";
+const PATH: &str = "/api/v1/services/audio/tts/SpeechSynthesizer";
+const DEFAULT_RATE: u32 = 22_050;
+const RATES: &[u32] = &[8_000, 16_000, 22_050, 24_000, 44_100, 48_000];
+
+/// The DashScope HTTP (SSE) speech synthesis adapter.
+#[derive(Clone, Debug)]
+pub struct DashScope {
+    client: Client,
+}
+
+impl DashScope {
+    /// An adapter sending through `client` (share one pooled client between adapters).
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Wire {
+    rate: Option<f64>,
+    pitch: Option<f64>,
+    volume: Option<i64>,
+    format: &'static str,
+    sample_rate: u32,
+    wrap_wav: bool,
+}
+
+fn wire(
+    voice: &Snapshot,
+    format: AudioFormat,
+    sample_rate_hz: Option<u32>,
+) -> Result<Wire, ParamError> {
+    http::require_voice_id(PROVIDER, voice)?;
+    http::refuse_unknown_extra(PROVIDER, voice, &[])?;
+    let p = &voice.params;
+    let rate = p
+        .rate
+        .map(|r| http::require_range(PROVIDER, "params.rate", r, r, 0.5, 2.0, "rate"))
+        .transpose()?;
+    let pitch = p
+        .pitch_pct
+        .map(|v| {
+            http::require_range(
+                PROVIDER,
+                "params.pitchPct",
+                v,
+                http::pct_to_ratio(v),
+                0.5,
+                2.0,
+                "pitch multiplier",
+            )
+        })
+        .transpose()?;
+    let volume = match p.volume_pct {
+        None => None,
+        Some(v) => {
+            let level = http::require_range(
+                PROVIDER,
+                "params.volumePct",
+                v,
+                50.0 + v / 2.0,
+                0.0,
+                100.0,
+                "volume",
+            )?;
+            if level.fract() != 0.0 {
+                return Err(http::refuse(
+                    PROVIDER,
+                    "params.volumePct",
+                    http::num(v),
+                    format!(
+                        "volume = 50 + v/2 = {} is not a whole step of DashScope's 0..100 volume; use an even percent",
+                        http::num(level)
+                    ),
+                ));
+            }
+            Some(level as i64)
+        }
+    };
+    let (format_name, wrap_wav) = match format {
+        AudioFormat::Pcm => ("pcm", false),
+        AudioFormat::Mp3 => ("mp3", false),
+        AudioFormat::Wav => ("pcm", true),
+        AudioFormat::OggOpus => {
+            return Err(http::refuse(
+                PROVIDER,
+                "format",
+                "OGG_OPUS",
+                "supported: MP3, PCM, WAV",
+            ));
+        }
+    };
+    let sample_rate = http::require_sample_rate(
+        PROVIDER,
+        format,
+        sample_rate_hz.unwrap_or(DEFAULT_RATE),
+        RATES,
+    )?;
+    Ok(Wire {
+        rate,
+        pitch,
+        volume,
+        format: format_name,
+        sample_rate,
+        wrap_wav,
+    })
+}
+
+fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
+    let mut input = json!({
+        "text": request.text,
+        "voice": request.voice.voice_id,
+        "format": wire.format,
+        "sample_rate": wire.sample_rate,
+    });
+    if let Some(rate) = wire.rate {
+        input["rate"] = json!(rate);
+    }
+    if let Some(pitch) = wire.pitch {
+        input["pitch"] = json!(pitch);
+    }
+    if let Some(volume) = wire.volume {
+        input["volume"] = json!(volume);
+    }
+    json!({"model": http::model_of(request.voice, request.pool_model), "input": input})
+}
+
+/// The outcome for a DashScope error code, when known.
+fn outcome_for_code(code: &str) -> Option<Outcome> {
+    let starts = |p: &str| code.starts_with(p);
+    Some(if starts("Throttling") {
+        Outcome::RateLimited
+    } else if code == "ModelServingError" || code == "ServiceUnavailable" || starts("InternalError")
+    {
+        Outcome::UpstreamError
+    } else if code == "InvalidApiKey" || starts("AccessDenied") {
+        Outcome::KeyInvalid
+    } else if code == "Arrearage" {
+        Outcome::QuotaExhausted
+    } else if starts("InvalidParameter") || starts("BadRequest") || starts("DataInspectionFailed") {
+        Outcome::ClientError
+    } else {
+        return None;
+    })
+}
+
+/// One server-sent event.
+#[derive(Debug, Default, PartialEq)]
+struct Event {
+    name: Option<String>,
+    http_status: Option<u16>,
+    data: String,
+}
+
+/// Splits a `text/event-stream` body into events (`event:`, `data:`, the `:HTTP_STATUS/<n>`
+/// comment; `id:` and other comments ignored).
+fn parse_sse(body: &str) -> Vec<Event> {
+    let normalized = body.replace("\r\n", "\n");
+    normalized
+        .split("\n\n")
+        .filter_map(|block| {
+            let mut event = Event::default();
+            let mut data = Vec::new();
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("data:") {
+                    data.push(v.strip_prefix(' ').unwrap_or(v));
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    event.name = Some(v.trim().to_owned());
+                } else if let Some(v) = line.strip_prefix(":HTTP_STATUS/") {
+                    event.http_status = v.trim().parse().ok();
+                }
+            }
+            event.data = data.join("\n");
+            (!event.data.is_empty() || event.name.is_some()).then_some(event)
+        })
+        .collect()
+}
+
+fn error_failure(
+    status: u16,
+    doc: &Value,
+    headers: &reqwest::header::HeaderMap,
+    secret: &Secret,
+) -> VendorFailure {
+    let code = doc["code"].as_str().unwrap_or_default();
+    let message = doc["message"].as_str().unwrap_or_default();
+    let outcome = outcome_for_code(code).unwrap_or_else(|| {
+        if status == 200 {
+            Outcome::UpstreamError
+        } else {
+            http::outcome_for_status(status)
+        }
+    });
+    http::failure(
+        PROVIDER,
+        outcome,
+        Some(status),
+        http::retry_after_ms(headers, SystemTime::now()),
+        format!("HTTP {status} {code}: {message}"),
+        Some(secret),
+    )
+}
+
+fn has_error_code(doc: &Value) -> bool {
+    doc["code"].as_str().is_some_and(|c| !c.is_empty())
+}
+
+/// Audio chunk of one answer document, if any.
+fn audio_chunk(doc: &Value) -> Result<Option<Vec<u8>>, String> {
+    match doc["output"]["audio"]["data"].as_str() {
+        None | Some("") => Ok(None),
+        Some(b64) => base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map(Some)
+            .map_err(|e| format!("output.audio.data is not base64: {e}")),
+    }
+}
+
+/// Reads a DashScope answer (SSE or plain JSON) into audio bytes or a classified failure.
+fn read_answer(reply: &HttpReply, secret: &Secret) -> Result<Vec<u8>, VendorFailure> {
+    let status = reply.status.as_u16();
+    let upstream = |m: String| {
+        http::failure(
+            PROVIDER,
+            Outcome::UpstreamError,
+            Some(status),
+            None,
+            m,
+            Some(secret),
+        )
+    };
+    let is_sse = http::media_type(&reply.headers).is_some_and(|m| m == "text/event-stream");
+    if !reply.status.is_success() || !is_sse {
+        let doc: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
+        if !reply.status.is_success() || has_error_code(&doc) {
+            if doc.is_null() {
+                let snippet =
+                    String::from_utf8_lossy(&reply.body[..reply.body.len().min(200)]).into_owned();
+                return Err(http::failure(
+                    PROVIDER,
+                    http::outcome_for_status(status),
+                    Some(status),
+                    http::retry_after_ms(&reply.headers, SystemTime::now()),
+                    format!("HTTP {status} {}", snippet.trim()),
+                    Some(secret),
+                ));
+            }
+            return Err(error_failure(status, &doc, &reply.headers, secret));
+        }
+        return audio_chunk(&doc)
+            .map_err(upstream)?
+            .ok_or_else(|| upstream("HTTP 200 without output.audio.data".to_owned()));
+    }
+    let text = String::from_utf8_lossy(&reply.body);
+    let mut audio = Vec::new();
+    for event in parse_sse(&text) {
+        let doc: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+        if event.name.as_deref() == Some("error") || has_error_code(&doc) {
+            return Err(error_failure(
+                event.http_status.unwrap_or(status),
+                &doc,
+                &reply.headers,
+                secret,
+            ));
+        }
+        if let Some(chunk) = audio_chunk(&doc).map_err(upstream)? {
+            audio.extend_from_slice(&chunk);
+        }
+    }
+    if audio.is_empty() {
+        return Err(upstream("event stream ended without audio".to_owned()));
+    }
+    Ok(audio)
+}
+
+#[async_trait]
+impl VendorAdapter for DashScope {
+    fn provider(&self) -> &'static str {
+        PROVIDER
+    }
+
+    fn text_limit(&self) -> TextLimit {
+        TextLimit::Chars(2000)
+    }
+
+    fn check(
+        &self,
+        voice: &Snapshot,
+        format: AudioFormat,
+        sample_rate_hz: Option<u32>,
+    ) -> Result<(), ParamError> {
+        wire(voice, format, sample_rate_hz).map(|_| ())
+    }
+
+    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure> {
+        let wire = wire(request.voice, request.format, request.sample_rate_hz)
+            .map_err(|e| http::param_failure(PROVIDER, &e))?;
+        let secret = http::require_secret(PROVIDER, request.key)?;
+        let url = format!(
+            "{}{PATH}",
+            http::base_url(request.upstream.base_url.as_deref(), DEFAULT_BASE)
+        );
+        let builder = self
+            .client
+            .post(url)
+            .bearer_auth(secret.expose())
+            .header("X-DashScope-SSE", "enable")
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .json(&body(&request, &wire));
+        let reply = http::send(PROVIDER, builder, request.timeout, Some(secret)).await?;
+        let audio = read_answer(&reply, secret)?;
+        let vendor_format = if wire.wrap_wav {
+            AudioFormat::Pcm
+        } else {
+            request.format
+        };
+        let fail = |m: String| {
+            http::failure(
+                PROVIDER,
+                Outcome::UpstreamError,
+                Some(reply.status.as_u16()),
+                None,
+                m,
+                Some(secret),
+            )
+        };
+        if !http::audio_matches(vendor_format, &audio) {
+            return Err(fail(format!(
+                "the stream's audio is not {}",
+                http::format_name(vendor_format)
+            )));
+        }
+        let bytes = if wire.wrap_wav {
+            http::wav_from_pcm16(&audio, wire.sample_rate).map_err(fail)?
+        } else {
+            audio
+        };
+        Ok(VendorAudio {
+            bytes,
+            format: request.format,
+            sample_rate_hz: Some(wire.sample_rate),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use voxpool_shared::snapshot::Params;
+
+    use super::*;
+
+    fn snapshot(params: Params, extra: &[(&str, &str)]) -> Snapshot {
+        let mut s = crate::fake::snapshot(PROVIDER, "cosyvoice-v2", "longxiaochun_v2");
+        s.params = params;
+        s.extra = extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        s
+    }
+
+    #[test]
+    fn params_map_to_rate_pitch_and_volume() {
+        let p = |pitch_pct, rate, volume_pct| Params {
+            pitch_pct,
+            rate,
+            volume_pct,
+        };
+        let w = |rate, pitch, volume| Wire {
+            rate,
+            pitch,
+            volume,
+            format: "mp3",
+            sample_rate: 22_050,
+            wrap_wav: false,
+        };
+        let cases = [
+            (p(None, None, None), w(None, None, None)),
+            (
+                p(Some(20.0), Some(1.5), Some(-40.0)),
+                w(Some(1.5), Some(1.2), Some(30)),
+            ),
+            (
+                p(Some(-50.0), Some(0.5), Some(-100.0)),
+                w(Some(0.5), Some(0.5), Some(0)),
+            ),
+            (
+                p(Some(0.0), Some(2.0), Some(100.0)),
+                w(Some(2.0), Some(1.0), Some(100)),
+            ),
+            (p(None, None, Some(0.0)), w(None, None, Some(50))),
+        ];
+        for (params, expected) in cases {
+            assert_eq!(
+                wire(&snapshot(params, &[]), AudioFormat::Mp3, None).unwrap(),
+                expected,
+                "{params:?}"
+            );
+        }
+        let wav = wire(
+            &snapshot(Params::default(), &[]),
+            AudioFormat::Wav,
+            Some(24_000),
+        )
+        .unwrap();
+        assert_eq!(
+            (wav.format, wav.sample_rate, wav.wrap_wav),
+            ("pcm", 24_000, true)
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_param() {
+        let p = |pitch_pct, rate, volume_pct| Params {
+            pitch_pct,
+            rate,
+            volume_pct,
+        };
+        let cases: Vec<http::Refusal> = vec![
+            (
+                p(None, Some(2.5), None),
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.rate",
+            ),
+            (
+                p(None, Some(0.3), None),
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.rate",
+            ),
+            (
+                p(Some(-60.0), None, None),
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.pitchPct",
+            ),
+            (
+                p(None, None, Some(5.0)),
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.volumePct",
+            ),
+            (
+                p(None, None, Some(-120.0)),
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.volumePct",
+            ),
+            (
+                p(None, None, None),
+                &[("instruction", "x")],
+                AudioFormat::Mp3,
+                None,
+                "extra.instruction",
+            ),
+            (
+                p(None, None, None),
+                &[],
+                AudioFormat::OggOpus,
+                None,
+                "format",
+            ),
+            (
+                p(None, None, None),
+                &[],
+                AudioFormat::Pcm,
+                Some(32_000),
+                "sample_rate_hz",
+            ),
+        ];
+        for (params, extra, format, rate, param) in cases {
+            let e = DashScope::new(Client::new())
+                .check(&snapshot(params, extra), format, rate)
+                .unwrap_err();
+            assert_eq!(e.param, param, "{e}");
+            assert_eq!(e.provider, PROVIDER);
+        }
+    }
+
+    #[test]
+    fn sse_events_are_split_with_status_comments() {
+        let body = "id:1\nevent:result\n:HTTP_STATUS/200\ndata:{\"a\":1}\n\nid:2\r\nevent:error\r\n:HTTP_STATUS/429\r\ndata:{\"code\":\"Throttling\"}\r\n\r\n";
+        assert_eq!(
+            parse_sse(body),
+            vec![
+                Event {
+                    name: Some("result".into()),
+                    http_status: Some(200),
+                    data: "{\"a\":1}".into()
+                },
+                Event {
+                    name: Some("error".into()),
+                    http_status: Some(429),
+                    data: "{\"code\":\"Throttling\"}".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn codes_classify_per_vendors_md() {
+        for (code, outcome) in [
+            ("Throttling", Some(Outcome::RateLimited)),
+            ("Throttling.RateQuota", Some(Outcome::RateLimited)),
+            ("Throttling.BurstRate", Some(Outcome::RateLimited)),
+            ("Throttling.AllocationQuota", Some(Outcome::RateLimited)),
+            ("ModelServingError", Some(Outcome::UpstreamError)),
+            ("InternalError.Algo", Some(Outcome::UpstreamError)),
+            ("InvalidApiKey", Some(Outcome::KeyInvalid)),
+            ("AccessDenied.Unpurchased", Some(Outcome::KeyInvalid)),
+            ("Arrearage", Some(Outcome::QuotaExhausted)),
+            ("InvalidParameter", Some(Outcome::ClientError)),
+            ("DataInspectionFailed", Some(Outcome::ClientError)),
+            ("Brand.New", None),
+        ] {
+            assert_eq!(outcome_for_code(code), outcome, "{code}");
+        }
+    }
+}

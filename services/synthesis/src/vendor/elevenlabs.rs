@@ -1,0 +1,497 @@
+//! ElevenLabs text to speech: `POST {base}/v1/text-to-speech/{voice_id}?output_format=…`
+//! (ElevenLabs API reference "Create speech",
+//! <https://elevenlabs.io/docs/api-reference/text-to-speech/convert>; VENDORS.md "ElevenLabs"
+//! for the error codes and concurrency limits). Default base
+//! `https://api.elevenlabs.io`; auth header `xi-api-key`. Body `text`, `model_id`,
+//! `voice_settings`. The answer is raw audio.
+//!
+//! # Param conversion
+//! | snapshot | wire | rule |
+//! |---|---|---|
+//! | `params.rate` | `voice_settings.speed` | same multiplier, 0.7..1.2 |
+//! | `params.pitchPct` | — | no pitch control: refused unless 0 |
+//! | `params.volumePct` | — | no volume control: refused unless 0 |
+//! | `extra.stability`, `extra.similarity_boost`, `extra.style` | `voice_settings.*` | numbers 0..1 |
+//! | `extra.use_speaker_boost` | `voice_settings.use_speaker_boost` | `true` / `false` |
+//! | `MP3` + rate | `output_format` `mp3_22050_32` / `mp3_44100_128` | 22050 or 44100 Hz (default 44100) |
+//! | `PCM` + rate | `pcm_<rate>` | 8000, 16000, 22050, 24000, 44100, 48000 (default 24000) |
+//! | `WAV` + rate | `pcm_<rate>`, then a RIFF header added here | as PCM |
+//! | `OGG_OPUS` | — | refused: the Opus outputs' container is not documented |
+//!
+//! Text limit: 5000 characters, conservative (the multilingual v2 model takes 10000).
+//!
+//! # Errors
+//! `{"detail":{"type","code","message","status"}}` (older answers carry the code in
+//! `status`): `too_many_concurrent_requests`/`concurrent_limit_exceeded`/`rate_limit_exceeded`
+//! → `RATE_LIMITED`; `system_busy` → `UPSTREAM_ERROR` (even though it is a 429);
+//! `quota_exceeded` → `QUOTA_EXHAUSTED` (ElevenLabs sends it as 401); `invalid_api_key` /
+//! `missing_permissions` → `KEY_INVALID`; `voice_not_found` → `CLIENT_ERROR`; else by status.
+
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use reqwest::{Client, Url};
+use serde_json::{Map, Value, json};
+use voxpool_proto::scheduler::v1::Outcome;
+use voxpool_shared::{secret::Secret, snapshot::Snapshot};
+
+use super::{
+    AudioFormat, ParamError, TextLimit, VendorAdapter, VendorAudio, VendorFailure, VendorRequest,
+    http::{self, HttpReply},
+};
+
+const PROVIDER: &str = "elevenlabs";
+const DEFAULT_BASE: &str = "https://api.elevenlabs.io";
+const PCM_RATES: &[u32] = &[8_000, 16_000, 22_050, 24_000, 44_100, 48_000];
+
+/// The ElevenLabs text-to-speech adapter.
+#[derive(Clone, Debug)]
+pub struct ElevenLabs {
+    client: Client,
+}
+
+impl ElevenLabs {
+    /// An adapter sending through `client` (share one pooled client between adapters).
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Wire {
+    output_format: String,
+    sample_rate_hz: u32,
+    /// The vendor sends PCM that this adapter wraps into WAV.
+    wrap_wav: bool,
+    voice_settings: Map<String, Value>,
+}
+
+fn wire(
+    voice: &Snapshot,
+    format: AudioFormat,
+    sample_rate_hz: Option<u32>,
+) -> Result<Wire, ParamError> {
+    http::require_voice_id(PROVIDER, voice)?;
+    http::refuse_unknown_extra(
+        PROVIDER,
+        voice,
+        &[
+            "similarity_boost",
+            "stability",
+            "style",
+            "use_speaker_boost",
+        ],
+    )?;
+    http::refuse_if_set(
+        PROVIDER,
+        "params.pitchPct",
+        voice.params.pitch_pct,
+        "ElevenLabs has no pitch control",
+    )?;
+    http::refuse_if_set(
+        PROVIDER,
+        "params.volumePct",
+        voice.params.volume_pct,
+        "ElevenLabs has no volume control",
+    )?;
+    let mut settings = Map::new();
+    for key in ["stability", "similarity_boost", "style"] {
+        if let Some(v) = http::extra_f64(PROVIDER, voice, key, 0.0, 1.0)? {
+            settings.insert(key.to_owned(), json!(v));
+        }
+    }
+    if let Some(b) = http::extra_bool(PROVIDER, voice, "use_speaker_boost")? {
+        settings.insert("use_speaker_boost".to_owned(), json!(b));
+    }
+    if let Some(r) = voice.params.rate {
+        settings.insert(
+            "speed".to_owned(),
+            json!(http::require_range(
+                PROVIDER,
+                "params.rate",
+                r,
+                r,
+                0.7,
+                1.2,
+                "speed"
+            )?),
+        );
+    }
+    let (output_format, rate, wrap_wav) = match format {
+        AudioFormat::Mp3 => {
+            let rate = http::require_sample_rate(
+                PROVIDER,
+                format,
+                sample_rate_hz.unwrap_or(44_100),
+                &[22_050, 44_100],
+            )?;
+            (
+                if rate == 22_050 {
+                    "mp3_22050_32".to_owned()
+                } else {
+                    "mp3_44100_128".to_owned()
+                },
+                rate,
+                false,
+            )
+        }
+        AudioFormat::Pcm | AudioFormat::Wav => {
+            let rate = http::require_sample_rate(
+                PROVIDER,
+                format,
+                sample_rate_hz.unwrap_or(24_000),
+                PCM_RATES,
+            )?;
+            (format!("pcm_{rate}"), rate, format == AudioFormat::Wav)
+        }
+        AudioFormat::OggOpus => {
+            return Err(http::refuse(
+                PROVIDER,
+                "format",
+                "OGG_OPUS",
+                "supported: MP3, PCM, WAV",
+            ));
+        }
+    };
+    Ok(Wire {
+        output_format,
+        sample_rate_hz: rate,
+        wrap_wav,
+        voice_settings: settings,
+    })
+}
+
+fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
+    let mut body = json!({
+        "text": request.text,
+        "model_id": http::model_of(request.voice, request.pool_model),
+    });
+    if !wire.voice_settings.is_empty() {
+        body["voice_settings"] = Value::Object(wire.voice_settings.clone());
+    }
+    body
+}
+
+fn endpoint(base_url: Option<&str>, voice_id: &str, output_format: &str) -> Result<Url, String> {
+    let base = http::base_url(base_url, DEFAULT_BASE);
+    let mut url = Url::parse(&base).map_err(|e| format!("upstream base_url is not a URL: {e}"))?;
+    url.path_segments_mut()
+        .map_err(|()| "upstream base_url cannot take a path".to_owned())?
+        .pop_if_empty()
+        .extend(["v1", "text-to-speech", voice_id]);
+    url.query_pairs_mut()
+        .append_pair("output_format", output_format);
+    Ok(url)
+}
+
+/// The outcome for an ElevenLabs error code (or `None` when unknown).
+fn outcome_for_code(code: &str) -> Option<Outcome> {
+    Some(match code {
+        "too_many_concurrent_requests" | "concurrent_limit_exceeded" | "rate_limit_exceeded" => {
+            Outcome::RateLimited
+        }
+        "system_busy" => Outcome::UpstreamError,
+        "quota_exceeded" => Outcome::QuotaExhausted,
+        "invalid_api_key" | "missing_permissions" | "unauthorized" => Outcome::KeyInvalid,
+        "voice_not_found" | "invalid_request" | "text_too_long" => Outcome::ClientError,
+        _ => return None,
+    })
+}
+
+fn classify(reply: &HttpReply, secret: &Secret) -> VendorFailure {
+    let status = reply.status.as_u16();
+    let doc: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
+    let detail = &doc["detail"];
+    let code = detail["code"]
+        .as_str()
+        .or_else(|| detail["status"].as_str())
+        .unwrap_or_default();
+    let message = detail["message"]
+        .as_str()
+        .or_else(|| detail.as_str())
+        .unwrap_or_default();
+    let outcome = outcome_for_code(code).unwrap_or_else(|| {
+        if status == 200 {
+            Outcome::UpstreamError
+        } else {
+            http::outcome_for_status(status)
+        }
+    });
+    let text = if code.is_empty() && message.is_empty() {
+        String::from_utf8_lossy(&reply.body[..reply.body.len().min(200)]).into_owned()
+    } else {
+        format!("{code}: {message}")
+    };
+    http::failure(
+        PROVIDER,
+        outcome,
+        Some(status),
+        http::retry_after_ms(&reply.headers, SystemTime::now()),
+        format!("HTTP {status} {text}"),
+        Some(secret),
+    )
+}
+
+#[async_trait]
+impl VendorAdapter for ElevenLabs {
+    fn provider(&self) -> &'static str {
+        PROVIDER
+    }
+
+    fn text_limit(&self) -> TextLimit {
+        TextLimit::Chars(5000)
+    }
+
+    fn check(
+        &self,
+        voice: &Snapshot,
+        format: AudioFormat,
+        sample_rate_hz: Option<u32>,
+    ) -> Result<(), ParamError> {
+        wire(voice, format, sample_rate_hz).map(|_| ())
+    }
+
+    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure> {
+        let wire = wire(request.voice, request.format, request.sample_rate_hz)
+            .map_err(|e| http::param_failure(PROVIDER, &e))?;
+        let secret = http::require_secret(PROVIDER, request.key)?;
+        let url = endpoint(
+            request.upstream.base_url.as_deref(),
+            &request.voice.voice_id,
+            &wire.output_format,
+        )
+        .map_err(|m| http::failure(PROVIDER, Outcome::UpstreamError, None, None, m, None))?;
+        let builder = self
+            .client
+            .post(url)
+            .header("xi-api-key", secret.expose())
+            .json(&body(&request, &wire));
+        let reply = http::send(PROVIDER, builder, request.timeout, Some(secret)).await?;
+        if !reply.status.is_success() || http::is_document(&reply.headers, &reply.body) {
+            return Err(classify(&reply, secret));
+        }
+        let vendor_format = if wire.wrap_wav {
+            AudioFormat::Pcm
+        } else {
+            request.format
+        };
+        http::raw_audio_or_failure(PROVIDER, &reply, vendor_format, Some(secret))?;
+        let bytes = if wire.wrap_wav {
+            http::wav_from_pcm16(&reply.body, wire.sample_rate_hz).map_err(|m| {
+                http::failure(
+                    PROVIDER,
+                    Outcome::UpstreamError,
+                    Some(200),
+                    None,
+                    m,
+                    Some(secret),
+                )
+            })?
+        } else {
+            reply.body.to_vec()
+        };
+        Ok(VendorAudio {
+            bytes,
+            format: request.format,
+            sample_rate_hz: Some(wire.sample_rate_hz),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use voxpool_shared::snapshot::Params;
+
+    use super::*;
+
+    fn snapshot(params: Params, extra: &[(&str, &str)]) -> Snapshot {
+        let mut s =
+            crate::fake::snapshot(PROVIDER, "eleven_multilingual_v2", "21m00Tcm4TlvDq8ikWAM");
+        s.params = params;
+        s.extra = extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        s
+    }
+
+    #[test]
+    fn rate_and_extra_map_to_voice_settings() {
+        let cases: Vec<(Params, http::Extra, Value)> = vec![
+            (Params::default(), &[], json!({})),
+            (
+                Params {
+                    rate: Some(1.2),
+                    ..Params::default()
+                },
+                &[],
+                json!({"speed": 1.2}),
+            ),
+            (
+                Params {
+                    rate: Some(0.7),
+                    pitch_pct: Some(0.0),
+                    volume_pct: Some(0.0),
+                },
+                &[],
+                json!({"speed": 0.7}),
+            ),
+            (
+                Params::default(),
+                &[
+                    ("stability", "0.3"),
+                    ("similarity_boost", "1"),
+                    ("style", "0"),
+                    ("use_speaker_boost", "true"),
+                ],
+                json!({"stability": 0.3, "similarity_boost": 1.0, "style": 0.0, "use_speaker_boost": true}),
+            ),
+        ];
+        for (params, extra, expected) in cases {
+            let w = wire(&snapshot(params, extra), AudioFormat::Mp3, None).unwrap();
+            assert_eq!(
+                Value::Object(w.voice_settings),
+                expected,
+                "{params:?} {extra:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn formats_pick_output_format() {
+        let cases = [
+            (AudioFormat::Mp3, None, "mp3_44100_128", 44_100, false),
+            (
+                AudioFormat::Mp3,
+                Some(22_050),
+                "mp3_22050_32",
+                22_050,
+                false,
+            ),
+            (AudioFormat::Pcm, None, "pcm_24000", 24_000, false),
+            (AudioFormat::Pcm, Some(16_000), "pcm_16000", 16_000, false),
+            (AudioFormat::Wav, Some(48_000), "pcm_48000", 48_000, true),
+        ];
+        for (format, rate, output_format, sample_rate_hz, wrap_wav) in cases {
+            let w = wire(&snapshot(Params::default(), &[]), format, rate).unwrap();
+            assert_eq!(
+                (w.output_format.as_str(), w.sample_rate_hz, w.wrap_wav),
+                (output_format, sample_rate_hz, wrap_wav)
+            );
+        }
+    }
+
+    #[test]
+    fn inexpressible_params_are_refused_by_name() {
+        let cases: Vec<http::Refusal> = vec![
+            (
+                Params {
+                    pitch_pct: Some(5.0),
+                    ..Params::default()
+                },
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.pitchPct",
+            ),
+            (
+                Params {
+                    volume_pct: Some(5.0),
+                    ..Params::default()
+                },
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.volumePct",
+            ),
+            (
+                Params {
+                    rate: Some(1.3),
+                    ..Params::default()
+                },
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.rate",
+            ),
+            (
+                Params {
+                    rate: Some(0.5),
+                    ..Params::default()
+                },
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.rate",
+            ),
+            (
+                Params::default(),
+                &[("stability", "1.5")],
+                AudioFormat::Mp3,
+                None,
+                "extra.stability",
+            ),
+            (
+                Params::default(),
+                &[("style", "happy")],
+                AudioFormat::Mp3,
+                None,
+                "extra.style",
+            ),
+            (
+                Params::default(),
+                &[("use_speaker_boost", "yes")],
+                AudioFormat::Mp3,
+                None,
+                "extra.use_speaker_boost",
+            ),
+            (
+                Params::default(),
+                &[("pitch", "1")],
+                AudioFormat::Mp3,
+                None,
+                "extra.pitch",
+            ),
+            (Params::default(), &[], AudioFormat::OggOpus, None, "format"),
+            (
+                Params::default(),
+                &[],
+                AudioFormat::Mp3,
+                Some(24_000),
+                "sample_rate_hz",
+            ),
+        ];
+        for (params, extra, format, rate, param) in cases {
+            let e = ElevenLabs::new(Client::new())
+                .check(&snapshot(params, extra), format, rate)
+                .unwrap_err();
+            assert_eq!(e.param, param, "{e}");
+            assert_eq!(e.provider, PROVIDER);
+        }
+    }
+
+    #[test]
+    fn voice_id_is_a_path_segment_and_format_a_query() {
+        let url = endpoint(Some("http://127.0.0.1:7/"), "a/b c", "pcm_16000").unwrap();
+        assert_eq!(
+            url.as_str(),
+            "http://127.0.0.1:7/v1/text-to-speech/a%2Fb%20c?output_format=pcm_16000"
+        );
+    }
+
+    #[test]
+    fn codes_win_over_statuses() {
+        for (code, outcome) in [
+            ("too_many_concurrent_requests", Outcome::RateLimited),
+            ("concurrent_limit_exceeded", Outcome::RateLimited),
+            ("rate_limit_exceeded", Outcome::RateLimited),
+            ("system_busy", Outcome::UpstreamError),
+            ("quota_exceeded", Outcome::QuotaExhausted),
+            ("invalid_api_key", Outcome::KeyInvalid),
+            ("voice_not_found", Outcome::ClientError),
+        ] {
+            assert_eq!(outcome_for_code(code), Some(outcome), "{code}");
+        }
+        assert_eq!(outcome_for_code("something_new"), None);
+    }
+}

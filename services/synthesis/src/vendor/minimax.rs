@@ -1,0 +1,527 @@
+//! MiniMax T2A v2: `POST {base}/v1/t2a_v2` (MiniMax API reference "Speech T2A HTTP",
+//! <https://platform.minimax.io/docs/api-reference/speech-t2a-http>, and its error code table;
+//! VENDORS.md "MiniMax T2A v2"). Default base `https://api.minimax.io`; bearer key. An upstream
+//! `params.group_id` is sent as the `GroupId` query parameter (older accounts need it).
+//! Non-streaming (`stream: false`); the answer is JSON with the audio as **hex** in
+//! `data.audio` and the status in `base_resp.status_code` (0 = success), usually with HTTP 200.
+//!
+//! # Param conversion
+//! | snapshot | wire | rule |
+//! |---|---|---|
+//! | `params.rate` r | `voice_setting.speed` = r | 0.5..2 |
+//! | `params.volumePct` v | `voice_setting.vol` = 1 + v/100 (linear gain, default 1) | (0, 10]: -100 % is refused |
+//! | `params.pitchPct` p | `voice_setting.pitch` = round(12·log2(1 + p/100)) semitones | see below; -12..12 |
+//! | `extra.*` | — | refused (none supported) |
+//! | `MP3` / `PCM` | `audio_setting.format` `mp3` / `pcm` | |
+//! | `WAV` | `pcm`, then a RIFF header added here | |
+//! | `OGG_OPUS` | — | refused |
+//! | rate | `audio_setting.sample_rate` | 8000, 16000, 22050, 24000, 32000, 44100 (default 32000) |
+//!
+//! **Pitch rule**: MiniMax takes whole semitones only. A percent is converted to
+//! `s = 12·log2(1 + p/100)` and sent as `round(s)` only when `|s − round(s)| ≤ 0.05` semitone
+//! (≈ 0.3 % of frequency, below what a listener hears); otherwise it is refused and the message
+//! names the two nearest representable percents (e.g. `12.246` for +2 st). So 12.246 → 2,
+//! -5.613 → -1, 10 → refused.
+//!
+//! Text limit: 5000 characters, conservative (the vendor documents fewer than 10000).
+//!
+//! # Errors (by `base_resp.status_code`, then the status)
+//! 1002/1039/1041 → `RATE_LIMITED`; 1000/1001 → `UPSTREAM_ERROR`; 1004 → `KEY_INVALID`;
+//! 1008 → `QUOTA_EXHAUSTED`; 2013/20132 → `CLIENT_ERROR`; others → by status, or
+//! `UPSTREAM_ERROR` with 200. Status 0 without decodable audio → `UPSTREAM_ERROR`.
+
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use reqwest::{Client, Url};
+use serde_json::{Value, json};
+use voxpool_proto::scheduler::v1::Outcome;
+use voxpool_shared::{secret::Secret, snapshot::Snapshot};
+
+use super::{
+    AudioFormat, ParamError, TextLimit, VendorAdapter, VendorAudio, VendorFailure, VendorRequest,
+    http::{self, HttpReply},
+};
+
+const PROVIDER: &str = "minimax";
+const DEFAULT_BASE: &str = "https://api.minimax.io";
+const DEFAULT_RATE: u32 = 32_000;
+const RATES: &[u32] = &[8_000, 16_000, 22_050, 24_000, 32_000, 44_100];
+/// Largest distance (in semitones) from a whole semitone that is still sent, rounded.
+const SEMITONE_TOLERANCE: f64 = 0.05;
+
+/// The MiniMax T2A v2 adapter.
+#[derive(Clone, Debug)]
+pub struct MiniMax {
+    client: Client,
+}
+
+impl MiniMax {
+    /// An adapter sending through `client` (share one pooled client between adapters).
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Wire {
+    speed: Option<f64>,
+    vol: Option<f64>,
+    pitch: Option<i64>,
+    format: &'static str,
+    sample_rate: u32,
+    wrap_wav: bool,
+}
+
+/// The percent that is exactly `semitones` (the inverse of the pitch rule).
+fn pct_of_semitones(semitones: f64) -> f64 {
+    (2f64.powf(semitones / 12.0) - 1.0) * 100.0
+}
+
+/// The pitch rule of the module doc.
+fn semitones(pct: f64) -> Result<i64, ParamError> {
+    let param = "params.pitchPct";
+    if !pct.is_finite() || pct <= -100.0 {
+        return Err(http::refuse(
+            PROVIDER,
+            param,
+            http::num(pct),
+            "not a pitch change (must be above -100%)",
+        ));
+    }
+    let s = 12.0 * http::pct_to_ratio(pct).log2();
+    let nearest = s.round();
+    if !(-12.0..=12.0).contains(&nearest) {
+        return Err(http::refuse(
+            PROVIDER,
+            param,
+            http::num(pct),
+            format!("{s:.2} semitones is outside MiniMax's -12..12 semitones"),
+        ));
+    }
+    if (s - nearest).abs() > SEMITONE_TOLERANCE {
+        let around = |st: f64| format!("{:.3} ({st:+} st)", pct_of_semitones(st));
+        return Err(http::refuse(
+            PROVIDER,
+            param,
+            http::num(pct),
+            format!(
+                "MiniMax takes whole semitones and this is {s:.2}; nearest representable pitchPct: {} or {}",
+                around(s.floor()),
+                around(s.ceil())
+            ),
+        ));
+    }
+    Ok(nearest as i64)
+}
+
+fn wire(
+    voice: &Snapshot,
+    format: AudioFormat,
+    sample_rate_hz: Option<u32>,
+) -> Result<Wire, ParamError> {
+    http::require_voice_id(PROVIDER, voice)?;
+    http::refuse_unknown_extra(PROVIDER, voice, &[])?;
+    let p = &voice.params;
+    let speed = p
+        .rate
+        .map(|r| http::require_range(PROVIDER, "params.rate", r, r, 0.5, 2.0, "speed"))
+        .transpose()?;
+    let vol = match p.volume_pct {
+        None => None,
+        Some(v) if http::pct_to_ratio(v) <= 0.0 => {
+            return Err(http::refuse(
+                PROVIDER,
+                "params.volumePct",
+                http::num(v),
+                "vol = 1 + v/100 must be above 0",
+            ));
+        }
+        Some(v) => Some(http::require_range(
+            PROVIDER,
+            "params.volumePct",
+            v,
+            http::pct_to_ratio(v),
+            0.0,
+            10.0,
+            "vol",
+        )?),
+    };
+    let pitch = p.pitch_pct.map(semitones).transpose()?;
+    let (format_name, wrap_wav) = match format {
+        AudioFormat::Mp3 => ("mp3", false),
+        AudioFormat::Pcm => ("pcm", false),
+        AudioFormat::Wav => ("pcm", true),
+        AudioFormat::OggOpus => {
+            return Err(http::refuse(
+                PROVIDER,
+                "format",
+                "OGG_OPUS",
+                "supported: MP3, PCM, WAV",
+            ));
+        }
+    };
+    let sample_rate = http::require_sample_rate(
+        PROVIDER,
+        format,
+        sample_rate_hz.unwrap_or(DEFAULT_RATE),
+        RATES,
+    )?;
+    Ok(Wire {
+        speed,
+        vol,
+        pitch,
+        format: format_name,
+        sample_rate,
+        wrap_wav,
+    })
+}
+
+fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
+    let mut voice_setting = json!({"voice_id": request.voice.voice_id});
+    if let Some(speed) = wire.speed {
+        voice_setting["speed"] = json!(speed);
+    }
+    if let Some(vol) = wire.vol {
+        voice_setting["vol"] = json!(vol);
+    }
+    if let Some(pitch) = wire.pitch {
+        voice_setting["pitch"] = json!(pitch);
+    }
+    json!({
+        "model": http::model_of(request.voice, request.pool_model),
+        "text": request.text,
+        "stream": false,
+        "voice_setting": voice_setting,
+        "audio_setting": {"sample_rate": wire.sample_rate, "bitrate": 128_000, "format": wire.format, "channel": 1},
+    })
+}
+
+/// The outcome of a nonzero `base_resp.status_code`, when known.
+fn outcome_for_code(code: i64) -> Option<Outcome> {
+    Some(match code {
+        1002 | 1039 | 1041 => Outcome::RateLimited,
+        1000 | 1001 => Outcome::UpstreamError,
+        1004 => Outcome::KeyInvalid,
+        1008 => Outcome::QuotaExhausted,
+        2013 | 20132 => Outcome::ClientError,
+        _ => return None,
+    })
+}
+
+fn classify(reply: &HttpReply, secret: &Secret) -> Result<Vec<u8>, VendorFailure> {
+    let status = reply.status.as_u16();
+    let doc: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
+    let code = doc["base_resp"]["status_code"].as_i64();
+    let message = doc["base_resp"]["status_msg"].as_str().unwrap_or_default();
+    if reply.status.is_success() && code == Some(0) {
+        let audio = doc["data"]["audio"]
+            .as_str()
+            .and_then(|h| hex::decode(h).ok())
+            .filter(|a| !a.is_empty());
+        return audio.ok_or_else(|| {
+            http::failure(
+                PROVIDER,
+                Outcome::UpstreamError,
+                Some(status),
+                None,
+                "status 0 without decodable audio",
+                Some(secret),
+            )
+        });
+    }
+    let outcome = code.and_then(outcome_for_code).unwrap_or_else(|| {
+        if status == 200 {
+            Outcome::UpstreamError
+        } else {
+            http::outcome_for_status(status)
+        }
+    });
+    let detail = match code {
+        Some(c) => format!("status_code {c}: {message}"),
+        None => String::from_utf8_lossy(&reply.body[..reply.body.len().min(200)]).into_owned(),
+    };
+    Err(http::failure(
+        PROVIDER,
+        outcome,
+        Some(status),
+        http::retry_after_ms(&reply.headers, SystemTime::now()),
+        format!("HTTP {status} {detail}"),
+        Some(secret),
+    ))
+}
+
+fn endpoint(base_url: Option<&str>, group_id: Option<&str>) -> Result<Url, String> {
+    let mut url = Url::parse(&format!(
+        "{}/v1/t2a_v2",
+        http::base_url(base_url, DEFAULT_BASE)
+    ))
+    .map_err(|e| format!("upstream base_url is not a URL: {e}"))?;
+    if let Some(group) = group_id {
+        url.query_pairs_mut().append_pair("GroupId", group);
+    }
+    Ok(url)
+}
+
+#[async_trait]
+impl VendorAdapter for MiniMax {
+    fn provider(&self) -> &'static str {
+        PROVIDER
+    }
+
+    fn text_limit(&self) -> TextLimit {
+        TextLimit::Chars(5000)
+    }
+
+    fn check(
+        &self,
+        voice: &Snapshot,
+        format: AudioFormat,
+        sample_rate_hz: Option<u32>,
+    ) -> Result<(), ParamError> {
+        wire(voice, format, sample_rate_hz).map(|_| ())
+    }
+
+    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure> {
+        let wire = wire(request.voice, request.format, request.sample_rate_hz)
+            .map_err(|e| http::param_failure(PROVIDER, &e))?;
+        let secret = http::require_secret(PROVIDER, request.key)?;
+        let url = endpoint(
+            request.upstream.base_url.as_deref(),
+            http::upstream_str(&request.upstream.params, "group_id"),
+        )
+        .map_err(|m| http::failure(PROVIDER, Outcome::UpstreamError, None, None, m, None))?;
+        let builder = self
+            .client
+            .post(url)
+            .bearer_auth(secret.expose())
+            .json(&body(&request, &wire));
+        let reply = http::send(PROVIDER, builder, request.timeout, Some(secret)).await?;
+        let audio = classify(&reply, secret)?;
+        let vendor_format = if wire.wrap_wav {
+            AudioFormat::Pcm
+        } else {
+            request.format
+        };
+        if !http::audio_matches(vendor_format, &audio) {
+            return Err(http::failure(
+                PROVIDER,
+                Outcome::UpstreamError,
+                Some(reply.status.as_u16()),
+                None,
+                format!(
+                    "data.audio is not {} audio",
+                    http::format_name(vendor_format)
+                ),
+                Some(secret),
+            ));
+        }
+        let bytes = if wire.wrap_wav {
+            http::wav_from_pcm16(&audio, wire.sample_rate).map_err(|m| {
+                http::failure(
+                    PROVIDER,
+                    Outcome::UpstreamError,
+                    Some(200),
+                    None,
+                    m,
+                    Some(secret),
+                )
+            })?
+        } else {
+            audio
+        };
+        Ok(VendorAudio {
+            bytes,
+            format: request.format,
+            sample_rate_hz: Some(wire.sample_rate),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use voxpool_shared::snapshot::Params;
+
+    use super::*;
+
+    fn snapshot(params: Params, extra: &[(&str, &str)]) -> Snapshot {
+        let mut s = crate::fake::snapshot(PROVIDER, "speech-02-hd", "male-qn-qingse");
+        s.params = params;
+        s.extra = extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        s
+    }
+
+    #[test]
+    fn pitch_percent_converts_to_whole_semitones_or_is_refused() {
+        let cases = [
+            (0.0, Some(0)),
+            (12.246, Some(2)),
+            (12.25, Some(2)),
+            (-5.613, Some(-1)),
+            (5.946, Some(1)),
+            (-50.0, Some(-12)),
+            (41.421, Some(6)),
+            (10.0, None),
+            (1.0, None),
+            (-30.0, None),
+        ];
+        for (pct, expected) in cases {
+            let got = semitones(pct);
+            match expected {
+                Some(st) => assert_eq!(got.unwrap(), st, "{pct}"),
+                None => {
+                    let e = got.unwrap_err();
+                    assert_eq!(e.param, "params.pitchPct");
+                    assert!(e.reason.contains("nearest representable pitchPct"), "{e}");
+                }
+            }
+        }
+        assert!(semitones(-100.0).is_err());
+    }
+
+    #[test]
+    fn params_map_to_voice_setting() {
+        let p = |pitch_pct, rate, volume_pct| Params {
+            pitch_pct,
+            rate,
+            volume_pct,
+        };
+        let w = |speed, vol, pitch| Wire {
+            speed,
+            vol,
+            pitch,
+            format: "mp3",
+            sample_rate: 32_000,
+            wrap_wav: false,
+        };
+        let cases = [
+            (p(None, None, None), w(None, None, None)),
+            (
+                p(None, Some(0.5), Some(-50.0)),
+                w(Some(0.5), Some(0.5), None),
+            ),
+            (
+                p(Some(12.246), Some(2.0), Some(100.0)),
+                w(Some(2.0), Some(2.0), Some(2)),
+            ),
+            (p(Some(0.0), None, Some(0.0)), w(None, Some(1.0), Some(0))),
+        ];
+        for (params, expected) in cases {
+            assert_eq!(
+                wire(&snapshot(params, &[]), AudioFormat::Mp3, None).unwrap(),
+                expected,
+                "{params:?}"
+            );
+        }
+        let wav = wire(
+            &snapshot(Params::default(), &[]),
+            AudioFormat::Wav,
+            Some(16_000),
+        )
+        .unwrap();
+        assert_eq!(
+            (wav.format, wav.sample_rate, wav.wrap_wav),
+            ("pcm", 16_000, true)
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_param() {
+        let p = |pitch_pct, rate, volume_pct| Params {
+            pitch_pct,
+            rate,
+            volume_pct,
+        };
+        let cases: Vec<http::Refusal> = vec![
+            (
+                p(Some(10.0), None, None),
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.pitchPct",
+            ),
+            (
+                p(None, Some(2.5), None),
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.rate",
+            ),
+            (
+                p(None, Some(0.25), None),
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.rate",
+            ),
+            (
+                p(None, None, Some(-100.0)),
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.volumePct",
+            ),
+            (
+                p(None, None, None),
+                &[("emotion", "happy")],
+                AudioFormat::Mp3,
+                None,
+                "extra.emotion",
+            ),
+            (
+                p(None, None, None),
+                &[],
+                AudioFormat::OggOpus,
+                None,
+                "format",
+            ),
+            (
+                p(None, None, None),
+                &[],
+                AudioFormat::Mp3,
+                Some(48_000),
+                "sample_rate_hz",
+            ),
+        ];
+        for (params, extra, format, rate, param) in cases {
+            let e = MiniMax::new(Client::new())
+                .check(&snapshot(params, extra), format, rate)
+                .unwrap_err();
+            assert_eq!(e.param, param, "{e}");
+            assert_eq!(e.provider, PROVIDER);
+        }
+    }
+
+    #[test]
+    fn status_codes_classify_per_vendors_md() {
+        for (code, outcome) in [
+            (1002, Some(Outcome::RateLimited)),
+            (1039, Some(Outcome::RateLimited)),
+            (1041, Some(Outcome::RateLimited)),
+            (1000, Some(Outcome::UpstreamError)),
+            (1001, Some(Outcome::UpstreamError)),
+            (1004, Some(Outcome::KeyInvalid)),
+            (1008, Some(Outcome::QuotaExhausted)),
+            (2013, Some(Outcome::ClientError)),
+            (20132, Some(Outcome::ClientError)),
+            (4242, None),
+        ] {
+            assert_eq!(outcome_for_code(code), outcome, "{code}");
+        }
+    }
+
+    #[test]
+    fn group_id_goes_into_the_query() {
+        assert_eq!(
+            endpoint(None, None).unwrap().as_str(),
+            "https://api.minimax.io/v1/t2a_v2"
+        );
+        assert_eq!(
+            endpoint(Some("http://h:1/"), Some("g 1")).unwrap().as_str(),
+            "http://h:1/v1/t2a_v2?GroupId=g+1"
+        );
+    }
+}

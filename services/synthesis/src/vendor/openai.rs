@@ -1,0 +1,388 @@
+//! OpenAI-compatible speech: `POST {base}/v1/audio/speech` (OpenAI API reference, "Audio →
+//! Create speech", <https://platform.openai.com/docs/api-reference/audio/createSpeech>; see
+//! VENDORS.md "OpenAI-compatible"). One adapter serves OpenAI and every relay or local server
+//! that speaks this shape. Default base: `https://api.openai.com`; a configured `base_url`
+//! ending in `/v1` is used as is (`{base_url}/audio/speech`).
+//!
+//! # Param conversion
+//! | snapshot | wire | rule |
+//! |---|---|---|
+//! | `params.rate` | `speed` | same multiplier; 0.25..4.0 or refused |
+//! | `params.pitchPct` | — | no pitch control: refused unless 0 |
+//! | `params.volumePct` | — | no volume control: refused unless 0 |
+//! | `extra.instructions` | `instructions` | passed through (gpt-4o-mini-tts style prompt) |
+//! | other `extra.*` | — | refused |
+//! | `WAV` / `MP3` / `OGG_OPUS` / `PCM` | `response_format` `wav` / `mp3` / `opus` / `pcm` | output is 24 kHz: any other `sample_rate_hz` is refused |
+//!
+//! Text limit: 4096 characters (`input`).
+//!
+//! # Errors
+//! Body `{"error":{"message","type","param","code"}}`: `insufficient_quota` → `QUOTA_EXHAUSTED`
+//! (even on 429), `rate_limit_exceeded` → `RATE_LIMITED`, `server_is_overloaded` →
+//! `UPSTREAM_ERROR`, `invalid_api_key` → `KEY_INVALID`; otherwise by status. A 200 whose body
+//! is a JSON document is classified by its code (or `UPSTREAM_ERROR`), never returned as audio.
+
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use reqwest::Client;
+use serde_json::{Value, json};
+use voxpool_proto::scheduler::v1::Outcome;
+use voxpool_shared::{secret::Secret, snapshot::Snapshot};
+
+use super::{
+    AudioFormat, ParamError, TextLimit, VendorAdapter, VendorAudio, VendorFailure, VendorRequest,
+    http::{self, HttpReply},
+};
+
+const PROVIDER: &str = "openai";
+const DEFAULT_BASE: &str = "https://api.openai.com";
+/// OpenAI speech output is always 24 kHz.
+const SAMPLE_RATE: u32 = 24_000;
+
+/// The OpenAI-compatible `/v1/audio/speech` adapter.
+#[derive(Clone, Debug)]
+pub struct OpenAi {
+    client: Client,
+}
+
+impl OpenAi {
+    /// An adapter sending through `client` (share one pooled client between adapters).
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+}
+
+/// The wire values a snapshot maps to.
+#[derive(Clone, Debug, PartialEq)]
+struct Wire {
+    speed: Option<f64>,
+    response_format: &'static str,
+    instructions: Option<String>,
+}
+
+fn wire(
+    voice: &Snapshot,
+    format: AudioFormat,
+    sample_rate_hz: Option<u32>,
+) -> Result<Wire, ParamError> {
+    http::require_voice_id(PROVIDER, voice)?;
+    http::refuse_unknown_extra(PROVIDER, voice, &["instructions"])?;
+    http::refuse_if_set(
+        PROVIDER,
+        "params.pitchPct",
+        voice.params.pitch_pct,
+        "OpenAI speech has no pitch control",
+    )?;
+    http::refuse_if_set(
+        PROVIDER,
+        "params.volumePct",
+        voice.params.volume_pct,
+        "OpenAI speech has no volume control",
+    )?;
+    let speed = voice
+        .params
+        .rate
+        .map(|r| http::require_range(PROVIDER, "params.rate", r, r, 0.25, 4.0, "speed"))
+        .transpose()?;
+    let response_format = match format {
+        AudioFormat::Wav => "wav",
+        AudioFormat::Mp3 => "mp3",
+        AudioFormat::OggOpus => "opus",
+        AudioFormat::Pcm => "pcm",
+    };
+    if let Some(rate) = sample_rate_hz {
+        http::require_sample_rate(PROVIDER, format, rate, &[SAMPLE_RATE])?;
+    }
+    Ok(Wire {
+        speed,
+        response_format,
+        instructions: voice.extra.get("instructions").cloned(),
+    })
+}
+
+fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
+    let mut body = json!({
+        "model": http::model_of(request.voice, request.pool_model),
+        "input": request.text,
+        "voice": request.voice.voice_id,
+        "response_format": wire.response_format,
+    });
+    if let Some(speed) = wire.speed {
+        body["speed"] = json!(speed);
+    }
+    if let Some(instructions) = &wire.instructions {
+        body["instructions"] = json!(instructions);
+    }
+    body
+}
+
+fn endpoint(base_url: Option<&str>) -> String {
+    let base = http::base_url(base_url, DEFAULT_BASE);
+    if base.ends_with("/v1") {
+        format!("{base}/audio/speech")
+    } else {
+        format!("{base}/v1/audio/speech")
+    }
+}
+
+/// Classifies an OpenAI error document (any status, including 200).
+fn classify(reply: &HttpReply, secret: &Secret) -> VendorFailure {
+    let status = reply.status.as_u16();
+    let doc: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
+    let error = &doc["error"];
+    let code = error["code"]
+        .as_str()
+        .or_else(|| error["type"].as_str())
+        .unwrap_or_default();
+    let kind = error["type"].as_str().unwrap_or_default();
+    let outcome = match (code, kind) {
+        ("insufficient_quota", _) | (_, "insufficient_quota") => Outcome::QuotaExhausted,
+        ("rate_limit_exceeded", _) => Outcome::RateLimited,
+        ("server_is_overloaded" | "server_error", _) => Outcome::UpstreamError,
+        ("invalid_api_key", _) => Outcome::KeyInvalid,
+        _ if status == 200 => Outcome::UpstreamError,
+        _ => http::outcome_for_status(status),
+    };
+    let text = error["message"].as_str().unwrap_or_default();
+    let detail = if code.is_empty() && text.is_empty() {
+        String::from_utf8_lossy(&reply.body[..reply.body.len().min(200)]).into_owned()
+    } else {
+        format!("{code}: {text}")
+    };
+    let retry_after = http::retry_after_ms(&reply.headers, SystemTime::now());
+    http::failure(
+        PROVIDER,
+        outcome,
+        Some(status),
+        retry_after,
+        format!("HTTP {status} {detail}"),
+        Some(secret),
+    )
+}
+
+#[async_trait]
+impl VendorAdapter for OpenAi {
+    fn provider(&self) -> &'static str {
+        PROVIDER
+    }
+
+    fn text_limit(&self) -> TextLimit {
+        TextLimit::Chars(4096)
+    }
+
+    fn check(
+        &self,
+        voice: &Snapshot,
+        format: AudioFormat,
+        sample_rate_hz: Option<u32>,
+    ) -> Result<(), ParamError> {
+        wire(voice, format, sample_rate_hz).map(|_| ())
+    }
+
+    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure> {
+        let wire = wire(request.voice, request.format, request.sample_rate_hz)
+            .map_err(|e| http::param_failure(PROVIDER, &e))?;
+        let secret = http::require_secret(PROVIDER, request.key)?;
+        let builder = self
+            .client
+            .post(endpoint(request.upstream.base_url.as_deref()))
+            .bearer_auth(secret.expose())
+            .json(&body(&request, &wire));
+        let reply = http::send(PROVIDER, builder, request.timeout, Some(secret)).await?;
+        if !reply.status.is_success() || http::is_document(&reply.headers, &reply.body) {
+            return Err(classify(&reply, secret));
+        }
+        http::raw_audio_or_failure(PROVIDER, &reply, request.format, Some(secret))?;
+        Ok(VendorAudio {
+            bytes: reply.body.to_vec(),
+            format: request.format,
+            sample_rate_hz: Some(SAMPLE_RATE),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use voxpool_shared::snapshot::Params;
+
+    use super::*;
+    use crate::vendor::{KeyCredential, UpstreamTarget};
+
+    fn snapshot(params: Params, extra: &[(&str, &str)]) -> Snapshot {
+        let mut s = crate::fake::snapshot(PROVIDER, "tts-1", "alloy");
+        s.params = params;
+        s.extra = extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        s
+    }
+
+    #[test]
+    fn params_map_to_wire_values() {
+        let p = |pitch_pct, rate, volume_pct| Params {
+            pitch_pct,
+            rate,
+            volume_pct,
+        };
+        let cases: Vec<(Params, http::Extra, AudioFormat, Wire)> = vec![
+            (
+                p(None, None, None),
+                &[],
+                AudioFormat::Mp3,
+                Wire {
+                    speed: None,
+                    response_format: "mp3",
+                    instructions: None,
+                },
+            ),
+            (
+                p(None, Some(1.5), None),
+                &[],
+                AudioFormat::Wav,
+                Wire {
+                    speed: Some(1.5),
+                    response_format: "wav",
+                    instructions: None,
+                },
+            ),
+            (
+                p(Some(0.0), Some(0.25), Some(0.0)),
+                &[],
+                AudioFormat::Pcm,
+                Wire {
+                    speed: Some(0.25),
+                    response_format: "pcm",
+                    instructions: None,
+                },
+            ),
+            (
+                p(None, Some(4.0), None),
+                &[("instructions", "calm")],
+                AudioFormat::OggOpus,
+                Wire {
+                    speed: Some(4.0),
+                    response_format: "opus",
+                    instructions: Some("calm".into()),
+                },
+            ),
+        ];
+        for (params, extra, format, expected) in cases {
+            assert_eq!(
+                wire(&snapshot(params, extra), format, None).unwrap(),
+                expected,
+                "{params:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn inexpressible_params_are_refused_by_name() {
+        let p = |pitch_pct, rate, volume_pct| Params {
+            pitch_pct,
+            rate,
+            volume_pct,
+        };
+        let cases: Vec<http::Refusal> = vec![
+            (
+                p(Some(10.0), None, None),
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.pitchPct",
+            ),
+            (
+                p(None, None, Some(-20.0)),
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.volumePct",
+            ),
+            (
+                p(None, Some(4.5), None),
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.rate",
+            ),
+            (
+                p(None, Some(0.2), None),
+                &[],
+                AudioFormat::Mp3,
+                None,
+                "params.rate",
+            ),
+            (
+                p(None, None, None),
+                &[("style", "x")],
+                AudioFormat::Mp3,
+                None,
+                "extra.style",
+            ),
+            (
+                p(None, None, None),
+                &[],
+                AudioFormat::Wav,
+                Some(16_000),
+                "sample_rate_hz",
+            ),
+        ];
+        for (params, extra, format, rate, param) in cases {
+            let e = OpenAi::new(Client::new())
+                .check(&snapshot(params, extra), format, rate)
+                .unwrap_err();
+            assert_eq!(e.param, param, "{e}");
+            assert_eq!(e.provider, PROVIDER);
+            assert!(e.to_string().contains(param), "{e}");
+        }
+    }
+
+    #[test]
+    fn body_carries_model_voice_speed_and_format() {
+        let voice = snapshot(
+            Params {
+                rate: Some(1.25),
+                ..Params::default()
+            },
+            &[],
+        );
+        let key = KeyCredential {
+            key_id: "u/k".into(),
+            app_id: "k".into(),
+            secret: None,
+        };
+        let upstream = UpstreamTarget::default();
+        let request = VendorRequest {
+            text: "hello",
+            voice: &voice,
+            pool_model: "pool-model",
+            format: AudioFormat::Wav,
+            sample_rate_hz: None,
+            key: &key,
+            upstream: &upstream,
+            timeout: Duration::from_secs(1),
+            attempt_id: "a1",
+        };
+        let w = wire(&voice, AudioFormat::Wav, None).unwrap();
+        assert_eq!(
+            body(&request, &w),
+            json!({"model": "tts-1", "input": "hello", "voice": "alloy", "response_format": "wav", "speed": 1.25})
+        );
+    }
+
+    #[test]
+    fn endpoint_accepts_bases_with_and_without_v1() {
+        assert_eq!(endpoint(None), "https://api.openai.com/v1/audio/speech");
+        assert_eq!(
+            endpoint(Some("http://relay/v1/")),
+            "http://relay/v1/audio/speech"
+        );
+        assert_eq!(
+            endpoint(Some("http://127.0.0.1:9")),
+            "http://127.0.0.1:9/v1/audio/speech"
+        );
+    }
+}

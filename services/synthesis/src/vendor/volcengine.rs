@@ -1,0 +1,652 @@
+//! Volcengine (ByteDance) speech synthesis, HTTP v1: `POST {base}/api/v1/tts` (Volcengine docs
+//! "语音合成 HTTP 接口", <https://www.volcengine.com/docs/6561/79820>; the same protocol's
+//! parameter table at BytePlus, <https://docs.byteplus.com/en/docs/speech/docs-request-parameters-2>;
+//! VENDORS.md "Volcengine" for codes and the large-model ranges). Default base
+//! `https://openspeech.bytedance.com`.
+//!
+//! Header `Authorization: Bearer;<token>` (a semicolon, not a space): the only place the
+//! credential goes. Body `app` {appid = [`KeyCredential::app_id`](super::KeyCredential), token =
+//! the documented placeholder `access_token` (the body token is not checked), cluster = the upstream's
+//! `params.cluster` or `volcano_tts`}, `user.uid`, `audio` {voice_type, encoding, rate, …},
+//! `request` {reqid = the attempt id (fresh per attempt: a reused reqid is error 3006), text,
+//! text_type `plain`, operation `query`}. The answer is JSON with base64 audio in `data` and
+//! `code` 3000 on success; errors come in the same JSON, often with HTTP 200.
+//!
+//! # Classic or large-model voice
+//! `extra.family` = `classic` | `large` decides. Without it a voice is large-model when its
+//! `voice_type` ends in `_bigtts` or the model id contains `seed-tts` or `bigtts` (the naming of
+//! Volcengine's large-model catalogue); otherwise classic.
+//!
+//! # Param conversion
+//! | snapshot | classic voice | large-model voice |
+//! |---|---|---|
+//! | `params.rate` r | `speed_ratio` = r, 0.2..3 | `speed_ratio` = r, 0.8..2 |
+//! | `params.volumePct` v | `volume_ratio` = 1 + v/100, 0.1..3 | `loudness_ratio` = 1 + v/100, 0.5..2 |
+//! | `params.pitchPct` p | `pitch_ratio` = 1 + p/100 (frequency multiplier), 0.1..3 | refused (no pitch) |
+//! | `extra.family` | see above | |
+//! | `WAV`/`MP3`/`OGG_OPUS`/`PCM` | `encoding` `wav`/`mp3`/`ogg_opus`/`pcm`, `rate` 8000/16000/24000 (default 24000) | |
+//!
+//! Unset params are not sent (vendor default 1.0). Text limit: 1024 UTF-8 bytes.
+//!
+//! # Errors (classified by the body, then the status)
+//! A message containing "grant not found", or HTTP 401/403 → `KEY_INVALID`; a message naming a
+//! `…lifetime` quota → `QUOTA_EXHAUSTED` (before the code: such a message may come with 3003);
+//! 3003 → `RATE_LIMITED`; 3005/3030/3031/3032/3040 → `UPSTREAM_ERROR`; 3001/3006/3010/3011/3050 →
+//! `CLIENT_ERROR`; anything else by status, or `UPSTREAM_ERROR`. Code 3000 without decodable
+//! audio → `UPSTREAM_ERROR`.
+
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use reqwest::Client;
+use serde_json::{Value, json};
+use voxpool_proto::scheduler::v1::Outcome;
+use voxpool_shared::{secret::Secret, snapshot::Snapshot};
+
+use super::{
+    AudioFormat, ParamError, TextLimit, VendorAdapter, VendorAudio, VendorFailure, VendorRequest,
+    http::{self, HttpReply},
+};
+
+const PROVIDER: &str = "volcengine";
+const DEFAULT_BASE: &str = "https://openspeech.bytedance.com";
+const DEFAULT_CLUSTER: &str = "volcano_tts";
+const DEFAULT_RATE: u32 = 24_000;
+const RATES: &[u32] = &[8_000, 16_000, 24_000];
+/// `app.token`: the vendor documents a fixed placeholder; the real token travels in the header.
+const BODY_TOKEN: &str = "access_token";
+
+/// The Volcengine v1 HTTP adapter.
+#[derive(Clone, Debug)]
+pub struct Volcengine {
+    client: Client,
+}
+
+impl Volcengine {
+    /// An adapter sending through `client` (share one pooled client between adapters).
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+}
+
+/// Classic voices accept pitch; large-model ("bigtts") voices do not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    Classic,
+    Large,
+}
+
+fn family(voice: &Snapshot, pool_model: &str) -> Result<Family, ParamError> {
+    match voice.extra.get("family").map(|s| s.trim()) {
+        Some("classic") => return Ok(Family::Classic),
+        Some("large") => return Ok(Family::Large),
+        Some(other) => {
+            return Err(http::refuse(
+                PROVIDER,
+                "extra.family",
+                other,
+                "expected classic or large",
+            ));
+        }
+        None => {}
+    }
+    let model = http::model_of(voice, pool_model).to_ascii_lowercase();
+    let large = voice.voice_id.ends_with("_bigtts")
+        || model.contains("seed-tts")
+        || model.contains("bigtts");
+    Ok(if large {
+        Family::Large
+    } else {
+        Family::Classic
+    })
+}
+
+/// The `audio` object's adjustable fields.
+#[derive(Clone, Debug, PartialEq)]
+struct Wire {
+    encoding: &'static str,
+    rate: u32,
+    speed_ratio: Option<f64>,
+    volume_ratio: Option<f64>,
+    loudness_ratio: Option<f64>,
+    pitch_ratio: Option<f64>,
+}
+
+fn wire(
+    voice: &Snapshot,
+    pool_model: &str,
+    format: AudioFormat,
+    sample_rate_hz: Option<u32>,
+) -> Result<Wire, ParamError> {
+    http::require_voice_id(PROVIDER, voice)?;
+    http::refuse_unknown_extra(PROVIDER, voice, &["family"])?;
+    let family = family(voice, pool_model)?;
+    let p = &voice.params;
+    let (speed_lo, speed_hi) = match family {
+        Family::Classic => (0.2, 3.0),
+        Family::Large => (0.8, 2.0),
+    };
+    let speed_ratio = p
+        .rate
+        .map(|r| {
+            http::require_range(
+                PROVIDER,
+                "params.rate",
+                r,
+                r,
+                speed_lo,
+                speed_hi,
+                "speed_ratio",
+            )
+        })
+        .transpose()?;
+    let ratio = http::pct_to_ratio;
+    let (volume_ratio, loudness_ratio) = match (family, p.volume_pct) {
+        (_, None) => (None, None),
+        (Family::Classic, Some(v)) => (
+            Some(http::require_range(
+                PROVIDER,
+                "params.volumePct",
+                v,
+                ratio(v),
+                0.1,
+                3.0,
+                "volume_ratio",
+            )?),
+            None,
+        ),
+        (Family::Large, Some(v)) => (
+            None,
+            Some(http::require_range(
+                PROVIDER,
+                "params.volumePct",
+                v,
+                ratio(v),
+                0.5,
+                2.0,
+                "loudness_ratio",
+            )?),
+        ),
+    };
+    let pitch_ratio = match (family, p.pitch_pct) {
+        (_, None) => None,
+        (Family::Classic, Some(v)) => Some(http::require_range(
+            PROVIDER,
+            "params.pitchPct",
+            v,
+            ratio(v),
+            0.1,
+            3.0,
+            "pitch_ratio",
+        )?),
+        (Family::Large, Some(0.0)) => None,
+        (Family::Large, Some(v)) => {
+            return Err(http::refuse(
+                PROVIDER,
+                "params.pitchPct",
+                http::num(v),
+                "large-model voices have no pitch control (set extra.family = classic only for a classic voice)",
+            ));
+        }
+    };
+    let encoding = match format {
+        AudioFormat::Wav => "wav",
+        AudioFormat::Mp3 => "mp3",
+        AudioFormat::OggOpus => "ogg_opus",
+        AudioFormat::Pcm => "pcm",
+    };
+    let rate = http::require_sample_rate(
+        PROVIDER,
+        format,
+        sample_rate_hz.unwrap_or(DEFAULT_RATE),
+        RATES,
+    )?;
+    Ok(Wire {
+        encoding,
+        rate,
+        speed_ratio,
+        volume_ratio,
+        loudness_ratio,
+        pitch_ratio,
+    })
+}
+
+fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
+    let cluster =
+        http::upstream_str(&request.upstream.params, "cluster").unwrap_or(DEFAULT_CLUSTER);
+    let mut audio = json!({
+        "voice_type": request.voice.voice_id,
+        "encoding": wire.encoding,
+        "rate": wire.rate,
+    });
+    for (name, v) in [
+        ("speed_ratio", wire.speed_ratio),
+        ("volume_ratio", wire.volume_ratio),
+        ("loudness_ratio", wire.loudness_ratio),
+        ("pitch_ratio", wire.pitch_ratio),
+    ] {
+        if let Some(v) = v {
+            audio[name] = json!(v);
+        }
+    }
+    json!({
+        "app": {"appid": request.key.app_id, "token": BODY_TOKEN, "cluster": cluster},
+        "user": {"uid": "voxpool"},
+        "audio": audio,
+        "request": {
+            "reqid": request.attempt_id,
+            "text": request.text,
+            "text_type": "plain",
+            "operation": "query",
+        },
+    })
+}
+
+/// The outcome of a Volcengine answer that is not a success (module doc, "Errors").
+fn outcome_of(status: u16, code: Option<i64>, message: &str) -> Outcome {
+    let lower = message.to_ascii_lowercase();
+    if status == 401 || status == 403 || lower.contains("grant not found") {
+        return Outcome::KeyInvalid;
+    }
+    if lower.contains("quota") && lower.contains("lifetime") {
+        return Outcome::QuotaExhausted;
+    }
+    match code {
+        Some(3003) => Outcome::RateLimited,
+        Some(3005 | 3030 | 3031 | 3032 | 3040) => Outcome::UpstreamError,
+        Some(3001 | 3006 | 3010 | 3011 | 3050) => Outcome::ClientError,
+        _ if status == 200 => Outcome::UpstreamError,
+        _ => http::outcome_for_status(status),
+    }
+}
+
+fn classify(reply: &HttpReply, secret: &Secret) -> Result<Vec<u8>, VendorFailure> {
+    let status = reply.status.as_u16();
+    let doc: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
+    let code = doc["code"].as_i64();
+    let message = doc["message"].as_str().unwrap_or_default();
+    if status == 200 && code == Some(3000) {
+        let audio = doc["data"]
+            .as_str()
+            .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
+            .filter(|a| !a.is_empty());
+        return audio.ok_or_else(|| {
+            http::failure(
+                PROVIDER,
+                Outcome::UpstreamError,
+                Some(status),
+                None,
+                "code 3000 without decodable audio",
+                Some(secret),
+            )
+        });
+    }
+    let detail = if code.is_none() && message.is_empty() {
+        String::from_utf8_lossy(&reply.body[..reply.body.len().min(200)]).into_owned()
+    } else {
+        format!(
+            "code {}: {message}",
+            code.map_or_else(|| "none".to_owned(), |c| c.to_string())
+        )
+    };
+    Err(http::failure(
+        PROVIDER,
+        outcome_of(status, code, message),
+        Some(status),
+        http::retry_after_ms(&reply.headers, SystemTime::now()),
+        format!("HTTP {status} {detail}"),
+        Some(secret),
+    ))
+}
+
+#[async_trait]
+impl VendorAdapter for Volcengine {
+    fn provider(&self) -> &'static str {
+        PROVIDER
+    }
+
+    fn text_limit(&self) -> TextLimit {
+        TextLimit::Utf8Bytes(1024)
+    }
+
+    fn check(
+        &self,
+        voice: &Snapshot,
+        format: AudioFormat,
+        sample_rate_hz: Option<u32>,
+    ) -> Result<(), ParamError> {
+        // `check` has no pool model: family inference then relies on the snapshot's model,
+        // the voice id or `extra.family`; `synthesize` re-checks with the pool model.
+        wire(voice, "", format, sample_rate_hz).map(|_| ())
+    }
+
+    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure> {
+        let wire = wire(
+            request.voice,
+            request.pool_model,
+            request.format,
+            request.sample_rate_hz,
+        )
+        .map_err(|e| http::param_failure(PROVIDER, &e))?;
+        let secret = http::require_secret(PROVIDER, request.key)?;
+        let url = format!(
+            "{}/api/v1/tts",
+            http::base_url(request.upstream.base_url.as_deref(), DEFAULT_BASE)
+        );
+        let builder = self
+            .client
+            .post(url)
+            .header(
+                reqwest::header::AUTHORIZATION,
+                format!("Bearer;{}", secret.expose()),
+            )
+            .json(&body(&request, &wire));
+        let reply = http::send(PROVIDER, builder, request.timeout, Some(secret)).await?;
+        let bytes = classify(&reply, secret)?;
+        if !http::audio_matches(request.format, &bytes) {
+            return Err(http::failure(
+                PROVIDER,
+                Outcome::UpstreamError,
+                Some(reply.status.as_u16()),
+                None,
+                format!(
+                    "code 3000 but data is not {} audio",
+                    http::format_name(request.format)
+                ),
+                Some(secret),
+            ));
+        }
+        Ok(VendorAudio {
+            bytes,
+            format: request.format,
+            sample_rate_hz: Some(wire.rate),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use voxpool_shared::snapshot::Params;
+
+    use super::*;
+    use crate::vendor::{KeyCredential, UpstreamTarget};
+
+    fn snapshot(model: &str, voice_id: &str, params: Params, extra: &[(&str, &str)]) -> Snapshot {
+        let mut s = crate::fake::snapshot(PROVIDER, model, voice_id);
+        s.params = params;
+        s.extra = extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        s
+    }
+
+    const CLASSIC: (&str, &str) = ("", "BV001_streaming");
+    const LARGE: (&str, &str) = ("", "zh_female_shuangkuaisisi_moon_bigtts");
+
+    #[test]
+    fn classic_and_large_voices_map_to_their_own_fields() {
+        let p = |pitch_pct, rate, volume_pct| Params {
+            pitch_pct,
+            rate,
+            volume_pct,
+        };
+        let w = |speed_ratio, volume_ratio, loudness_ratio, pitch_ratio| Wire {
+            encoding: "mp3",
+            rate: 24_000,
+            speed_ratio,
+            volume_ratio,
+            loudness_ratio,
+            pitch_ratio,
+        };
+        let cases: Vec<((&str, &str), Params, http::Extra, Wire)> = vec![
+            (CLASSIC, p(None, None, None), &[], w(None, None, None, None)),
+            (
+                CLASSIC,
+                p(Some(20.0), Some(1.5), Some(-50.0)),
+                &[],
+                w(Some(1.5), Some(0.5), None, Some(1.2)),
+            ),
+            (
+                CLASSIC,
+                p(Some(-50.0), Some(0.2), Some(100.0)),
+                &[],
+                w(Some(0.2), Some(2.0), None, Some(0.5)),
+            ),
+            (
+                CLASSIC,
+                p(None, Some(3.0), Some(-90.0)),
+                &[],
+                w(Some(3.0), Some(0.1), None, None),
+            ),
+            (
+                LARGE,
+                p(None, Some(0.8), Some(-50.0)),
+                &[],
+                w(Some(0.8), None, Some(0.5), None),
+            ),
+            (
+                LARGE,
+                p(Some(0.0), Some(2.0), Some(100.0)),
+                &[],
+                w(Some(2.0), None, Some(2.0), None),
+            ),
+            (
+                ("seed-tts-1.0", "custom_voice"),
+                p(None, None, Some(10.0)),
+                &[],
+                w(None, None, Some(1.1), None),
+            ),
+            (
+                LARGE,
+                p(Some(10.0), None, None),
+                &[("family", "classic")],
+                w(None, None, None, Some(1.1)),
+            ),
+            (
+                CLASSIC,
+                p(None, None, Some(10.0)),
+                &[("family", "large")],
+                w(None, None, Some(1.1), None),
+            ),
+        ];
+        for ((model, voice_id), params, extra, expected) in cases {
+            let got = wire(
+                &snapshot(model, voice_id, params, extra),
+                "",
+                AudioFormat::Mp3,
+                None,
+            )
+            .unwrap();
+            assert_eq!(got, expected, "{voice_id} {params:?} {extra:?}");
+        }
+    }
+
+    #[test]
+    fn out_of_range_and_inexpressible_params_are_refused() {
+        let p = |pitch_pct, rate, volume_pct| Params {
+            pitch_pct,
+            rate,
+            volume_pct,
+        };
+        let cases: Vec<((&str, &str), http::Refusal)> = vec![
+            (
+                LARGE,
+                (
+                    p(Some(10.0), None, None),
+                    &[],
+                    AudioFormat::Mp3,
+                    None,
+                    "params.pitchPct",
+                ),
+            ),
+            (
+                LARGE,
+                (
+                    p(None, Some(0.5), None),
+                    &[],
+                    AudioFormat::Mp3,
+                    None,
+                    "params.rate",
+                ),
+            ),
+            (
+                LARGE,
+                (
+                    p(None, None, Some(-60.0)),
+                    &[],
+                    AudioFormat::Mp3,
+                    None,
+                    "params.volumePct",
+                ),
+            ),
+            (
+                CLASSIC,
+                (
+                    p(None, Some(3.5), None),
+                    &[],
+                    AudioFormat::Mp3,
+                    None,
+                    "params.rate",
+                ),
+            ),
+            (
+                CLASSIC,
+                (
+                    p(None, None, Some(-95.0)),
+                    &[],
+                    AudioFormat::Mp3,
+                    None,
+                    "params.volumePct",
+                ),
+            ),
+            (
+                CLASSIC,
+                (
+                    p(None, None, None),
+                    &[("emotion", "happy")],
+                    AudioFormat::Mp3,
+                    None,
+                    "extra.emotion",
+                ),
+            ),
+            (
+                CLASSIC,
+                (
+                    p(None, None, None),
+                    &[("family", "huge")],
+                    AudioFormat::Mp3,
+                    None,
+                    "extra.family",
+                ),
+            ),
+            (
+                CLASSIC,
+                (
+                    p(None, None, None),
+                    &[],
+                    AudioFormat::Wav,
+                    Some(44_100),
+                    "sample_rate_hz",
+                ),
+            ),
+        ];
+        for ((model, voice_id), (params, extra, format, rate, param)) in cases {
+            let e = Volcengine::new(Client::new())
+                .check(&snapshot(model, voice_id, params, extra), format, rate)
+                .unwrap_err();
+            assert_eq!(e.param, param, "{e}");
+            assert_eq!(e.provider, PROVIDER);
+        }
+    }
+
+    #[test]
+    fn body_has_appid_cluster_reqid_and_audio_settings() {
+        let voice = snapshot(
+            "",
+            "BV001_streaming",
+            Params {
+                rate: Some(1.1),
+                ..Params::default()
+            },
+            &[],
+        );
+        let key = KeyCredential {
+            key_id: "acct/app-1".into(),
+            app_id: "app-1".into(),
+            secret: None,
+        };
+        let upstream = UpstreamTarget {
+            params: [("cluster".to_owned(), json!("volcano_icl"))]
+                .into_iter()
+                .collect(),
+            ..UpstreamTarget::default()
+        };
+        let request = VendorRequest {
+            text: "你好",
+            voice: &voice,
+            pool_model: "m",
+            format: AudioFormat::Pcm,
+            sample_rate_hz: Some(16_000),
+            key: &key,
+            upstream: &upstream,
+            timeout: Duration::from_secs(1),
+            attempt_id: "att-7",
+        };
+        let w = wire(&voice, "m", AudioFormat::Pcm, Some(16_000)).unwrap();
+        assert_eq!(
+            body(&request, &w),
+            json!({
+                "app": {"appid": "app-1", "token": "access_token", "cluster": "volcano_icl"},
+                "user": {"uid": "voxpool"},
+                "audio": {"voice_type": "BV001_streaming", "encoding": "pcm", "rate": 16000, "speed_ratio": 1.1},
+                "request": {"reqid": "att-7", "text": "你好", "text_type": "plain", "operation": "query"},
+            })
+        );
+    }
+
+    #[test]
+    fn body_codes_and_messages_classify_per_vendors_md() {
+        let cases = [
+            (
+                200,
+                Some(3003),
+                "quota exceeded for types: concurrency",
+                Outcome::RateLimited,
+            ),
+            (
+                200,
+                Some(3003),
+                "quota exceeded for types: text_words_lifetime",
+                Outcome::QuotaExhausted,
+            ),
+            (200, Some(3005), "server busy", Outcome::UpstreamError),
+            (200, Some(3030), "", Outcome::UpstreamError),
+            (200, Some(3040), "", Outcome::UpstreamError),
+            (200, Some(3001), "invalid request", Outcome::ClientError),
+            (
+                200,
+                Some(3001),
+                "[resource_id=volc.tts.default] requested grant not found",
+                Outcome::KeyInvalid,
+            ),
+            (401, None, "", Outcome::KeyInvalid),
+            (200, Some(3010), "text too long", Outcome::ClientError),
+            (200, Some(3011), "invalid text", Outcome::ClientError),
+            (200, Some(3050), "voice not found", Outcome::ClientError),
+            (200, Some(9999), "", Outcome::UpstreamError),
+            (502, None, "", Outcome::UpstreamError),
+            (429, None, "", Outcome::RateLimited),
+        ];
+        for (status, code, message, outcome) in cases {
+            assert_eq!(
+                outcome_of(status, code, message),
+                outcome,
+                "{status} {code:?} {message}"
+            );
+        }
+    }
+}

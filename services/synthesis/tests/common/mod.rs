@@ -1,0 +1,264 @@
+//! Test harness: an in-process PoolScheduler (memory store) and an in-process Synthesis server
+//! built with a chosen adapter registry, both on 127.0.0.1:0 and reached through real gRPC
+//! clients. Snapshot helpers build sealed snapshots; `scripted` holds a programmable adapter.
+#![allow(dead_code)]
+
+pub mod scripted;
+
+use std::{net::SocketAddr, time::Duration};
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+use voxpool_proto::{
+    scheduler::v1::{self as spb, pool_scheduler_client::PoolSchedulerClient},
+    synthesis::v1::{self as pb, synthesis_client::SynthesisClient},
+};
+use voxpool_shared::{auth::AdminAuth, config::Config, limits::ServerFlags, snapshot::Snapshot};
+use voxpool_synthesis::{
+    server::{self, Options},
+    vendor::registry::Registry,
+};
+
+/// Scheduler settings for tests: fast polling.
+pub const SCHEDULER_SETTINGS: &str =
+    "\n[scheduler]\nwait_poll_ms = 10\nrate_limit_cooldown_ms = 60000\n";
+
+/// Synthesis server options for a test.
+pub struct Opts {
+    /// Catalog URL (default: a closed port).
+    pub catalog: String,
+    /// Lease TTL (default 15 s).
+    pub lease_ttl: Duration,
+    /// Server limits (default: the binary's defaults).
+    pub flags: ServerFlags,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Self {
+            catalog: "http://127.0.0.1:1".into(),
+            lease_ttl: Duration::from_secs(15),
+            flags: ServerFlags::default(),
+        }
+    }
+}
+
+/// A running scheduler + synthesis pair.
+pub struct Stack {
+    pub synthesis: SynthesisClient<Channel>,
+    pub scheduler: PoolSchedulerClient<Channel>,
+    pub synthesis_addr: SocketAddr,
+    pub scheduler_addr: SocketAddr,
+    pub config: Config,
+    pub dir: tempfile::TempDir,
+    shutdown: CancellationToken,
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// `{dir}` in the TOML is replaced by a temp dir holding credential files `<key>` containing
+/// `secret-<key>` for every `{dir}/<key>` reference.
+fn materialize(toml: &str, dir: &std::path::Path) -> String {
+    let text = toml.replace("{dir}", &dir.display().to_string());
+    for part in text.split(&format!("{}/", dir.display())).skip(1) {
+        let name: String = part
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+            .collect();
+        std::fs::write(dir.join(&name), format!("secret-{name}\n")).expect("write credential file");
+    }
+    text
+}
+
+pub async fn start_scheduler(config: &Config, shutdown: CancellationToken) -> SocketAddr {
+    let store = voxpool_scheduler::server::open_store("memory", config)
+        .await
+        .expect("memory store");
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind scheduler");
+    let addr = listener.local_addr().expect("scheduler addr");
+    let config = config.clone();
+    tokio::spawn(async move {
+        voxpool_scheduler::server::serve(listener, store, &config, AdminAuth::disabled(), shutdown)
+            .await
+            .expect("scheduler serve");
+    });
+    addr
+}
+
+pub async fn client<T>(addr: SocketAddr, make: impl FnOnce(Channel) -> T) -> T {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    make(channel)
+}
+
+impl Stack {
+    /// Starts both servers for `toml` (pools + settings) with `registry`; the catalog URL points
+    /// at `catalog` (default: a closed port).
+    pub async fn start(toml: &str, registry: Registry) -> Self {
+        Self::start_with_catalog(toml, registry, "http://127.0.0.1:1").await
+    }
+
+    pub async fn start_with_catalog(toml: &str, registry: Registry, catalog: &str) -> Self {
+        let opts = Opts {
+            catalog: catalog.to_owned(),
+            ..Opts::default()
+        };
+        Self::start_with(toml, registry, opts).await
+    }
+
+    /// Like [`Stack::start`] with chosen options.
+    pub async fn start_with(toml: &str, registry: Registry, opts: Opts) -> Self {
+        let Opts {
+            catalog,
+            lease_ttl,
+            flags,
+        } = opts;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!("{}{SCHEDULER_SETTINGS}", materialize(toml, dir.path()));
+        let config = Config::from_toml_str(&text).expect("config parses");
+        config
+            .validate(voxpool_shared::config::Credentials::Ignore)
+            .expect("config valid");
+        let shutdown = CancellationToken::new();
+        let scheduler_addr = start_scheduler(&config, shutdown.clone()).await;
+        let options = Options {
+            scheduler_url: format!("http://{scheduler_addr}"),
+            catalog_url: catalog,
+            lease_ttl,
+        };
+        let core = server::build(&config, registry, &options).expect("build synthesis");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind synthesis");
+        let synthesis_addr = listener.local_addr().expect("synthesis addr");
+        let token = shutdown.clone();
+        tokio::spawn(async move {
+            server::serve_with(listener, core, &flags, token)
+                .await
+                .expect("synthesis serve")
+        });
+        let synthesis = client(synthesis_addr, |c| {
+            SynthesisClient::new(c).max_decoding_message_size(64 << 20)
+        })
+        .await;
+        let scheduler = client(scheduler_addr, PoolSchedulerClient::new).await;
+        Self {
+            synthesis,
+            scheduler,
+            synthesis_addr,
+            scheduler_addr,
+            config,
+            dir,
+            shutdown,
+        }
+    }
+
+    pub async fn pool_status(&self, pool: &str) -> spb::PoolStatus {
+        self.scheduler
+            .clone()
+            .get_pool_status(spb::GetPoolStatusRequest { pool: pool.into() })
+            .await
+            .expect("pool status")
+            .into_inner()
+    }
+
+    pub async fn in_flight(&self, pool: &str) -> i32 {
+        self.pool_status(pool).await.in_flight
+    }
+
+    /// Waits (bounded, 5 s) until the pool has no lease in flight: releases spawned by drop
+    /// guards are asynchronous.
+    pub async fn wait_until_idle(&self, pool: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let n = self.in_flight(pool).await;
+            if n == 0 {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "pool {pool} still has {n} leases in flight after 5 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn key(&self, pool: &str, key_id: &str) -> spb::KeyStatus {
+        self.pool_status(pool)
+            .await
+            .keys
+            .into_iter()
+            .find(|k| k.key_id == key_id)
+            .expect("key in pool status")
+    }
+
+    pub async fn synthesize(
+        &self,
+        request: pb::SynthesizeRequest,
+    ) -> Result<pb::SynthesizeResponse, tonic::Status> {
+        self.synthesis
+            .clone()
+            .synthesize(request)
+            .await
+            .map(tonic::Response::into_inner)
+    }
+}
+
+/// A sealed snapshot for `provider` on pool `pool` with `voice_id` and params JSON (`{}` = none).
+pub fn snapshot(provider: &str, pool: &str, voice_id: &str, params_json: &str) -> Snapshot {
+    let json = format!(
+        r#"{{"packId":"vp_test","packVersion":"1","provider":"{provider}","model":"","voiceId":"{voice_id}",
+            "ttsModelId":"{pool}","params":{params_json},"tier":"STANDARD","frozenAt":"2026-01-01T00:00:00Z","digest":""}}"#
+    );
+    Snapshot::from_json(&json).expect("test snapshot").seal()
+}
+
+/// The snapshot's JSON form, as a card stores it.
+pub fn json_of(s: &Snapshot) -> String {
+    serde_json::to_string(&s.to_json_value()).expect("json")
+}
+
+/// A request with the snapshot as JSON.
+pub fn request(s: &Snapshot, text: &str) -> pb::SynthesizeRequest {
+    pb::SynthesizeRequest {
+        voice: Some(pb::synthesize_request::Voice::SnapshotJson(json_of(s))),
+        text: text.into(),
+        ..Default::default()
+    }
+}
+
+/// A `[[pools]]` block of `provider` with upstreams `u0..` holding keys `k0..` of `capacity`;
+/// non-espeak keys read credentials from `{dir}/<upstream>-<key>`.
+pub fn pool_toml(
+    pool: &str,
+    provider: &str,
+    upstreams: usize,
+    keys_per: usize,
+    capacity: u32,
+) -> String {
+    let mut t = format!("[[pools]]\nid = \"{pool}\"\nprovider = \"{provider}\"\nmodel = \"m1\"\n");
+    for u in 0..upstreams {
+        t.push_str(&format!("[[pools.upstreams]]\nid = \"u{u}\"\n"));
+        for k in 0..keys_per {
+            t.push_str(&format!(
+                "[[pools.upstreams.keys]]\nid = \"k{k}\"\ncapacity = {capacity}\n"
+            ));
+            if provider != "espeak" {
+                t.push_str(&format!(
+                    "credential = {{ file = \"{{dir}}/u{u}-k{k}\" }}\n"
+                ));
+            }
+        }
+    }
+    t
+}

@@ -1,0 +1,223 @@
+//! [`Scripted`]: a `VendorAdapter` whose calls follow a script (fail with an outcome, block
+//! until cancelled, panic, or answer), recording every call it receives.
+
+use std::{
+    collections::VecDeque,
+    sync::{Arc, Mutex},
+};
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+use voxpool_proto::scheduler::v1::Outcome;
+use voxpool_shared::snapshot::Snapshot;
+use voxpool_synthesis::{
+    audio::wav::{self, WavSpec},
+    vendor::{
+        AudioFormat, ParamError, TextLimit, VendorAdapter, VendorAudio, VendorFailure,
+        VendorRequest, registry::Registry,
+    },
+};
+
+/// Sample rate of scripted audio.
+pub const RATE: u32 = 24_000;
+
+/// What the next call does.
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// Answer with audio derived from the text.
+    Audio,
+    /// Fail with this outcome, HTTP status and message.
+    Fail(Outcome, Option<u16>, &'static str),
+    /// Answer HTTP 200 with a JSON body instead of audio.
+    JsonBody,
+    /// Signal `started`, then hang until the call is dropped (which signals `dropped`).
+    Block,
+    /// Panic inside the adapter.
+    Panic,
+    /// Signal `started`, wait until the test calls [`Scripted::open_gate`], then answer audio.
+    Gate,
+}
+
+/// One call as the adapter saw it.
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub key_id: String,
+    pub secret: Option<String>,
+    pub upstream: String,
+    pub text: String,
+    pub voice_id: String,
+    pub params: voxpool_shared::snapshot::Params,
+    pub sample_rate_hz: Option<u32>,
+}
+
+pub struct Scripted {
+    provider: &'static str,
+    limit: TextLimit,
+    steps: Mutex<VecDeque<Step>>,
+    pub calls: Mutex<Vec<Call>>,
+    started: mpsc::UnboundedSender<()>,
+    dropped: mpsc::UnboundedSender<()>,
+    gate: tokio::sync::Semaphore,
+}
+
+/// Receivers for `Block` steps.
+pub struct Signals {
+    pub started: mpsc::UnboundedReceiver<()>,
+    pub dropped: mpsc::UnboundedReceiver<()>,
+}
+
+struct SignalOnDrop(mpsc::UnboundedSender<()>);
+
+impl Drop for SignalOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+    }
+}
+
+/// Audio bytes derived from `text` (deterministic): 40 samples per byte.
+pub fn samples_for(text: &str) -> Vec<u8> {
+    text.bytes()
+        .flat_map(|b| std::iter::repeat_n(i16::from(b) * 100, 40))
+        .flat_map(i16::to_le_bytes)
+        .collect()
+}
+
+impl Scripted {
+    /// A scripted adapter for `provider` with `limit`, following `steps` then answering audio.
+    pub fn new(provider: &'static str, limit: TextLimit, steps: Vec<Step>) -> (Arc<Self>, Signals) {
+        let (started, started_rx) = mpsc::unbounded_channel();
+        let (dropped, dropped_rx) = mpsc::unbounded_channel();
+        let me = Arc::new(Self {
+            provider,
+            limit,
+            steps: Mutex::new(steps.into()),
+            calls: Mutex::new(Vec::new()),
+            started,
+            dropped,
+            gate: tokio::sync::Semaphore::new(0),
+        });
+        (
+            me,
+            Signals {
+                started: started_rx,
+                dropped: dropped_rx,
+            },
+        )
+    }
+
+    /// A registry serving only this adapter.
+    pub fn registry(self: &Arc<Self>) -> Registry {
+        let mut r = Registry::new();
+        r.insert(self.provider, self.clone() as Arc<dyn VendorAdapter>);
+        r
+    }
+
+    /// Lets one `Gate` call answer.
+    pub fn open_gate(&self) {
+        self.gate.add_permits(1);
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().expect("calls lock").clone()
+    }
+}
+
+#[async_trait]
+impl VendorAdapter for Scripted {
+    fn provider(&self) -> &'static str {
+        self.provider
+    }
+
+    fn text_limit(&self) -> TextLimit {
+        self.limit
+    }
+
+    /// Refuses pitch (like OpenAI speech) and sample rates other than 0 / 24000.
+    fn check(
+        &self,
+        voice: &Snapshot,
+        _format: AudioFormat,
+        sample_rate_hz: Option<u32>,
+    ) -> Result<(), ParamError> {
+        if let Some(p) = voice.params.pitch_pct {
+            return Err(ParamError {
+                param: "params.pitchPct".into(),
+                value: p.to_string(),
+                provider: self.provider.into(),
+                reason: "this vendor has no pitch control".into(),
+            });
+        }
+        match sample_rate_hz {
+            None | Some(RATE) => Ok(()),
+            Some(r) => Err(ParamError {
+                param: "sample_rate_hz".into(),
+                value: r.to_string(),
+                provider: self.provider.into(),
+                reason: "24000 only".into(),
+            }),
+        }
+    }
+
+    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure> {
+        self.calls.lock().expect("calls lock").push(Call {
+            key_id: request.key.key_id.clone(),
+            secret: request.key.secret.as_ref().map(|s| s.expose().to_owned()),
+            upstream: request.upstream.id.clone(),
+            text: request.text.to_owned(),
+            voice_id: request.voice.voice_id.clone(),
+            params: request.voice.params,
+            sample_rate_hz: request.sample_rate_hz,
+        });
+        let step = self
+            .steps
+            .lock()
+            .expect("steps lock")
+            .pop_front()
+            .unwrap_or(Step::Audio);
+        let fail = |outcome, http_status, message: &str| VendorFailure {
+            outcome,
+            http_status,
+            retry_after_ms: (outcome == Outcome::RateLimited).then_some(60_000),
+            message: message.to_owned(),
+        };
+        if matches!(step, Step::Gate) {
+            let _ = self.started.send(());
+            let _permit = self.gate.acquire().await.expect("gate open");
+        }
+        match step {
+            Step::Audio | Step::Gate => {
+                let data = samples_for(request.text);
+                let bytes = match request.format {
+                    AudioFormat::Pcm => data,
+                    _ => wav::write(
+                        WavSpec {
+                            channels: 1,
+                            sample_rate: RATE,
+                            bits_per_sample: 16,
+                        },
+                        &data,
+                    )
+                    .expect("wav"),
+                };
+                Ok(VendorAudio {
+                    bytes,
+                    format: request.format,
+                    sample_rate_hz: Some(RATE),
+                })
+            }
+            Step::Fail(outcome, status, message) => Err(fail(outcome, status, message)),
+            Step::JsonBody => Ok(VendorAudio {
+                bytes: br#"{"error":{"message":"internal"}}"#.to_vec(),
+                format: request.format,
+                sample_rate_hz: None,
+            }),
+            Step::Block => {
+                let _signal = SignalOnDrop(self.dropped.clone());
+                let _ = self.started.send(());
+                std::future::pending::<()>().await;
+                unreachable!("pending never completes")
+            }
+            Step::Panic => panic!("scripted adapter panic"),
+        }
+    }
+}
