@@ -13,7 +13,8 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
         .map_err(|e| format!("cannot listen on {addr}: {e}"))
 }
 
-/// Server reflection v1 and v1alpha over every voxpool proto (and the health proto), so
+/// Server reflection v1 and v1alpha over every voxpool proto, the health and reflection
+/// protos and the `google.rpc` error details (so grpcurl can print them), so
 /// `grpcurl -plaintext HOST list` works with no local proto files.
 pub fn reflection_services() -> Result<
     (
@@ -29,12 +30,14 @@ pub fn reflection_services() -> Result<
     let v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(voxpool_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET)
         .build_v1()?;
     let v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(voxpool_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
