@@ -1,0 +1,37 @@
+//! Schema migrations of the voxpool catalog database.
+//!
+//! Builder-only (`SchemaManager`), so one set of migrations runs unchanged on SQLite and
+//! PostgreSQL. Modules are dated (`mYYYYMMDD_NNNNNN_*`) and never rewritten once applied: a
+//! schema change is a new module appended to [`Migrator::migrations`].
+//!
+//! Tables:
+//! - `voice_packs`: one row per pack; a unique index on `identity` (the fingerprint of
+//!   provider + model + voice id + canonical params + extra) makes "same voice, same params"
+//!   a single pack on every backend.
+//! - `voice_pack_revisions`: one row per pack version (primary key `(pack_id, version)`, so a
+//!   version can only be written once), holding the full pack as JSON.
+
+#![warn(missing_docs)]
+
+pub use sea_orm_migration::MigratorTrait;
+use sea_orm_migration::prelude::*;
+
+mod m20261130_000001_create_voice_packs;
+mod m20261130_000002_create_voice_pack_revisions;
+
+pub use m20261130_000001_create_voice_packs::VoicePacks;
+pub use m20261130_000002_create_voice_pack_revisions::VoicePackRevisions;
+
+/// Every catalog migration, oldest first. Run with [`MigratorTrait::up`] (the catalog does at
+/// start and in `voxpool-catalog migrate`).
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![
+            Box::new(m20261130_000001_create_voice_packs::Migration),
+            Box::new(m20261130_000002_create_voice_pack_revisions::Migration),
+        ]
+    }
+}

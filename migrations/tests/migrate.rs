@@ -1,0 +1,88 @@
+//! The migrations run unchanged on SQLite and PostgreSQL, are repeatable, reversible, and
+//! create the identity uniqueness and one-revision-per-version constraints.
+
+use sea_orm_migration::{
+    MigratorTrait, SchemaManager,
+    sea_orm::{ConnectionTrait, Database, DatabaseConnection},
+};
+use voxpool_migrations::Migrator;
+use voxpool_shared::testing::PostgresServer;
+
+async fn sqlite() -> (DatabaseConnection, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("dir");
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("m.db").display());
+    (Database::connect(url).await.expect("connect"), dir)
+}
+
+async fn postgres() -> DatabaseConnection {
+    Database::connect(PostgresServer::shared().create_database())
+        .await
+        .expect("connect")
+}
+
+const PACK_COLUMNS: &str = "id, display_name, description, provider, model, voice_id, tts_model_id, kind, \
+    upstream_ids, params, extra, identity, tier, locales, enabled, version, create_time_us, update_time_us";
+
+fn pack_row(id: &str, identity: &str) -> String {
+    format!(
+        "INSERT INTO voice_packs ({PACK_COLUMNS}) VALUES ('{id}', 'n', '', 'espeak', 'm', 'v', 'p', \
+         'STANDARD', '[]', '{{}}', '{{}}', '{identity}', 'LITE', '[]', TRUE, 1, 0, 0)"
+    )
+}
+
+async fn up_down_up_and_constraints(db: &DatabaseConnection) {
+    Migrator::up(db, None).await.expect("up");
+    Migrator::up(db, None).await.expect("up again is a no-op");
+    let manager = SchemaManager::new(db);
+    assert!(manager.has_table("voice_packs").await.expect("has table"));
+    assert!(
+        manager
+            .has_table("voice_pack_revisions")
+            .await
+            .expect("has table")
+    );
+
+    db.execute_unprepared(&pack_row("vp_a", "sha256:1"))
+        .await
+        .expect("insert");
+    assert!(
+        db.execute_unprepared(&pack_row("vp_b", "sha256:1"))
+            .await
+            .is_err(),
+        "identity is unique"
+    );
+    let revision = "INSERT INTO voice_pack_revisions (pack_id, version, action, pack, time_us) \
+                    VALUES ('vp_a', 1, 'create', '{}', 0)";
+    db.execute_unprepared(revision).await.expect("revision");
+    assert!(
+        db.execute_unprepared(revision).await.is_err(),
+        "one revision per version"
+    );
+    let orphan = "INSERT INTO voice_pack_revisions (pack_id, version, action, pack, time_us) \
+                  VALUES ('vp_zzz', 1, 'create', '{}', 0)";
+    assert!(
+        db.execute_unprepared(orphan).await.is_err(),
+        "revisions belong to a pack"
+    );
+
+    Migrator::down(db, None).await.expect("down");
+    assert!(!manager.has_table("voice_packs").await.expect("has table"));
+    Migrator::up(db, None).await.expect("up after down");
+    assert!(
+        manager
+            .has_table("voice_pack_revisions")
+            .await
+            .expect("has table")
+    );
+}
+
+#[tokio::test]
+async fn migrations_run_reverse_and_constrain_on_sqlite() {
+    let (db, _dir) = sqlite().await;
+    up_down_up_and_constraints(&db).await;
+}
+
+#[tokio::test]
+async fn migrations_run_reverse_and_constrain_on_postgres() {
+    up_down_up_and_constraints(&postgres().await).await;
+}

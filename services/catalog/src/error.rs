@@ -1,0 +1,300 @@
+//! The catalog's error enum and its one exhaustive mapping to `tonic::Status`.
+//!
+//! No catch-all arm: a new variant must be classified. Messages are lowercase, name the pack
+//! or field involved and say what to do; details carry `google.rpc` BadRequest (every field
+//! violation), ResourceInfo (the pack), ErrorInfo (reason + metadata) or PreconditionFailure.
+//! Database errors never reach `grpc-message`: they are logged with their cause and the
+//! caller gets a generic message.
+
+use std::collections::HashMap;
+
+use sea_orm::{DbErr, RuntimeErr};
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, FieldViolation, StatusExt};
+use voxpool_shared::status::{ERROR_DOMAIN, invalid_argument, not_found, with_info};
+
+/// The `ResourceInfo.resource_type` of a voice pack.
+pub const PACK_RESOURCE: &str = "voxpool.dev/VoicePack";
+
+/// One invalid request field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// Proto field path, e.g. `voice_pack.params.pitch_pct` or `update_mask.paths[1]`.
+    pub field: String,
+    /// What is wrong and what is accepted.
+    pub description: String,
+}
+
+/// Every way a catalog operation can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// One or more request fields are malformed or out of range (never empty).
+    #[error("{}", violations_message(violations))]
+    InvalidArgument {
+        /// The violations, in field order.
+        violations: Vec<Violation>,
+    },
+    /// No pack has this id.
+    #[error("voice pack {id:?} not found")]
+    NotFound {
+        /// The requested id.
+        id: String,
+    },
+    /// Another pack has the same identity (provider, model, voice_id, params, extra).
+    #[error(
+        "voice pack {existing_id:?} already has this provider, model, voice_id, params and extra; \
+         change params or extra to make a different pack"
+    )]
+    AlreadyExists {
+        /// The pack that holds the identity.
+        existing_id: String,
+    },
+    /// `expected_version` is not the pack's current version.
+    #[error(
+        "voice pack {id:?} is at version {current}, not the expected {expected}; read it again and retry"
+    )]
+    VersionConflict {
+        /// The pack.
+        id: String,
+        /// The version the caller read.
+        expected: i64,
+        /// The version in the database.
+        current: i64,
+    },
+    /// Without `expected_version`, concurrent writers kept winning the race.
+    #[error("voice pack {id:?} changed {attempts} times while this update was applied; retry")]
+    Contention {
+        /// The pack.
+        id: String,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// FreezeSnapshot / BindVoicePack on a disabled pack.
+    #[error("voice pack {id:?} is disabled; an admin must EnableVoicePack before it can be frozen")]
+    PackDisabled {
+        /// The pack.
+        id: String,
+    },
+    /// A stored row cannot be decoded (someone edited the database by hand).
+    #[error("stored voice pack {id:?} is unreadable: {message}")]
+    CorruptRow {
+        /// The pack.
+        id: String,
+        /// What could not be decoded.
+        message: String,
+    },
+    /// The database cannot be reached (connection refused, pool timeout, I/O).
+    #[error("the catalog database is unreachable; retry later")]
+    Unavailable {
+        /// The driver error (logged, never sent to callers).
+        source: DbErr,
+    },
+    /// Any other database failure.
+    #[error("the catalog database failed (details are in the catalog log)")]
+    Database {
+        /// The driver error (logged, never sent to callers).
+        source: DbErr,
+    },
+}
+
+fn violations_message(violations: &[Violation]) -> String {
+    violations
+        .iter()
+        .map(|v| format!("invalid {}: {}", v.field, v.description))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl CatalogError {
+    /// INVALID_ARGUMENT for one field.
+    pub fn invalid(field: impl Into<String>, description: impl Into<String>) -> Self {
+        CatalogError::InvalidArgument {
+            violations: vec![Violation {
+                field: field.into(),
+                description: description.into(),
+            }],
+        }
+    }
+}
+
+impl From<DbErr> for CatalogError {
+    fn from(source: DbErr) -> Self {
+        if is_unreachable(&source) {
+            CatalogError::Unavailable { source }
+        } else {
+            CatalogError::Database { source }
+        }
+    }
+}
+
+/// True for errors that mean "the database is not there" rather than "the statement failed".
+fn is_unreachable(e: &DbErr) -> bool {
+    match e {
+        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => true,
+        DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e)) => matches!(
+            **e,
+            sea_orm::sqlx::Error::Io(_)
+                | sea_orm::sqlx::Error::PoolTimedOut
+                | sea_orm::sqlx::Error::PoolClosed
+                | sea_orm::sqlx::Error::Tls(_)
+                | sea_orm::sqlx::Error::WorkerCrashed
+        ),
+        _ => false,
+    }
+}
+
+fn metadata(pairs: &[(&str, String)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect()
+}
+
+impl From<CatalogError> for Status {
+    fn from(e: CatalogError) -> Self {
+        let message = e.to_string();
+        match e {
+            CatalogError::InvalidArgument { violations } => match violations.as_slice() {
+                [one] => invalid_argument(&one.field, one.description.clone()),
+                _ => Status::with_error_details(
+                    Code::InvalidArgument,
+                    message,
+                    ErrorDetails::with_bad_request(
+                        violations
+                            .into_iter()
+                            .map(|v| FieldViolation::new(v.field, v.description))
+                            .collect::<Vec<_>>(),
+                    ),
+                ),
+            },
+            CatalogError::NotFound { id } => not_found(PACK_RESOURCE, &id, message),
+            CatalogError::AlreadyExists { existing_id } => {
+                let mut details = ErrorDetails::new();
+                details.set_resource_info(PACK_RESOURCE, existing_id.clone(), "", "");
+                details.set_error_info(
+                    "PACK_IDENTITY_EXISTS",
+                    ERROR_DOMAIN,
+                    metadata(&[("existing_pack_id", existing_id)]),
+                );
+                Status::with_error_details(Code::AlreadyExists, message, details)
+            }
+            CatalogError::VersionConflict {
+                id,
+                expected,
+                current,
+            } => with_info(
+                Code::Aborted,
+                message,
+                "VERSION_CONFLICT",
+                metadata(&[
+                    ("pack_id", id),
+                    ("expected_version", expected.to_string()),
+                    ("current_version", current.to_string()),
+                ]),
+                None,
+            ),
+            CatalogError::Contention { id, attempts } => with_info(
+                Code::Aborted,
+                message,
+                "WRITE_CONTENTION",
+                metadata(&[("pack_id", id), ("attempts", attempts.to_string())]),
+                None,
+            ),
+            CatalogError::PackDisabled { id } => {
+                let mut details = ErrorDetails::with_precondition_failure_violation(
+                    "PACK_DISABLED",
+                    format!("{PACK_RESOURCE}/{id}"),
+                    "the voice pack is disabled",
+                );
+                details.set_error_info("PACK_DISABLED", ERROR_DOMAIN, metadata(&[("pack_id", id)]));
+                Status::with_error_details(Code::FailedPrecondition, message, details)
+            }
+            CatalogError::CorruptRow { id, message: cause } => {
+                tracing::error!(pack_id = %id, cause = %cause, "stored voice pack is unreadable");
+                Status::internal(message)
+            }
+            CatalogError::Unavailable { source } => {
+                tracing::warn!(error = %source, "catalog database unreachable");
+                with_info(
+                    Code::Unavailable,
+                    message,
+                    "DATABASE_UNAVAILABLE",
+                    HashMap::new(),
+                    Some(std::time::Duration::from_secs(1)),
+                )
+            }
+            CatalogError::Database { source } => {
+                tracing::error!(error = %source, "catalog database error");
+                Status::internal(message)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_violation_is_listed_in_bad_request_details() {
+        let e = CatalogError::InvalidArgument {
+            violations: vec![
+                Violation {
+                    field: "voice_pack.tier".into(),
+                    description: "required".into(),
+                },
+                Violation {
+                    field: "voice_pack.model".into(),
+                    description: "required".into(),
+                },
+            ],
+        };
+        let s = Status::from(e);
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert!(
+            s.message().contains("invalid voice_pack.tier: required"),
+            "{}",
+            s.message()
+        );
+        let details = s.get_error_details();
+        let fields: Vec<_> = details
+            .bad_request()
+            .expect("bad request")
+            .field_violations
+            .iter()
+            .map(|v| v.field.clone())
+            .collect();
+        assert_eq!(fields, ["voice_pack.tier", "voice_pack.model"]);
+    }
+
+    #[test]
+    fn already_exists_names_the_existing_pack_in_message_and_details() {
+        let s = Status::from(CatalogError::AlreadyExists {
+            existing_id: "vp_abc".into(),
+        });
+        assert_eq!(s.code(), Code::AlreadyExists);
+        assert!(s.message().contains("vp_abc"));
+        let d = s.get_error_details();
+        assert_eq!(
+            d.resource_info().expect("resource info").resource_name,
+            "vp_abc"
+        );
+        assert_eq!(
+            d.error_info().expect("error info").metadata["existing_pack_id"],
+            "vp_abc"
+        );
+    }
+
+    #[test]
+    fn database_errors_do_not_leak_into_the_message() {
+        let s = Status::from(CatalogError::from(DbErr::Custom(
+            "SELECT secret_column".into(),
+        )));
+        assert_eq!(s.code(), Code::Internal);
+        assert!(!s.message().contains("secret_column"));
+        let s = Status::from(CatalogError::from(DbErr::ConnectionAcquire(
+            sea_orm::ConnAcquireErr::Timeout,
+        )));
+        assert_eq!(s.code(), Code::Unavailable);
+    }
+}

@@ -1,0 +1,36 @@
+//! The voxpool voice catalog: voice packs, frozen snapshots and card binding.
+//!
+//! A *voice pack* is provider + model + voice + prosody overrides + tier, pinned to a tts
+//! model id (a scheduler pool). Apps freeze a pack into an immutable, digest-sealed
+//! *snapshot* and store it in a character card; editing or disabling the pack later never
+//! changes a snapshot already frozen (ARCHITECTURE.md invariant 7).
+//!
+//! Modules:
+//! - [`model`]: domain types (pack content, stored pack, revisions).
+//! - [`validate`], [`mask`], [`filter`], [`page_token`]: request rules at the gRPC edge.
+//! - [`identity`]: the fingerprint that makes "same voice, same params" one pack.
+//! - [`freeze`], [`card`]: snapshots and binding them into card JSON.
+//! - [`repo`]: the `PackRepository` trait and its sea-orm implementation (SQLite, PostgreSQL).
+//! - [`service`]: the `VoiceCatalog` and `VoiceCatalogAdmin` gRPC services.
+//! - [`db`]: connecting (pool settings, redacted DSNs) and migrating.
+//! - [`seed`]: loading packs from a TOML/JSON seed file, idempotent by identity.
+//! - [`server`]: wiring for the binary and the tests (health, reflection, shutdown).
+//! - [`error`]: the error enum and its exhaustive mapping to `tonic::Status`.
+
+#![warn(missing_docs)]
+
+pub mod card;
+pub mod convert;
+pub mod db;
+pub mod error;
+pub mod filter;
+pub mod freeze;
+pub mod identity;
+pub mod mask;
+pub mod model;
+pub mod page_token;
+pub mod repo;
+pub mod seed;
+pub mod server;
+pub mod service;
+pub mod validate;

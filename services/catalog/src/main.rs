@@ -1,0 +1,124 @@
+//! `voxpool-catalog`: the voice catalog gRPC server, plus `migrate` and `seed` for operators.
+//!
+//! Exits non-zero with a one-line reason on a bad database URL, an unreachable database, a
+//! bad seed file or a port in use. `--help` documents every flag; each flag also reads
+//! `VOXPOOL_<FLAG>`. A DSN password is never printed.
+
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc};
+
+use clap::{Parser, Subcommand};
+use voxpool_catalog::{db, seed, server};
+use voxpool_shared::auth::AdminAuth;
+
+/// Voice packs (provider + model + voice + prosody params + tier, pinned to a tts model id),
+/// frozen snapshots and character-card binding, over SQLite or PostgreSQL.
+///
+/// Without a subcommand: run pending migrations, then serve gRPC (VoiceCatalog,
+/// VoiceCatalogAdmin, health, reflection). Admin RPCs need `authorization: Bearer <token>`
+/// with the token from VOXPOOL_ADMIN_TOKEN or --admin-token-file.
+#[derive(Debug, Parser)]
+#[command(name = "voxpool-catalog", version)]
+struct Args {
+    /// Address to serve gRPC on.
+    #[arg(long, env = "VOXPOOL_LISTEN", default_value = "127.0.0.1:50052")]
+    listen: SocketAddr,
+    /// Database: `sqlite://PATH?mode=rwc` (file, created if missing), `sqlite::memory:`, or
+    /// `postgres://user:password@host:port/db`.
+    #[arg(
+        long,
+        env = "VOXPOOL_DATABASE",
+        default_value = "sqlite://voxpool.db?mode=rwc",
+        hide_env_values = true,
+        global = true
+    )]
+    database: String,
+    /// Most database connections in the pool (an in-memory SQLite database always uses 1).
+    #[arg(long, env = "VOXPOOL_DB_POOL_SIZE", default_value_t = 8, global = true)]
+    db_pool_size: u32,
+    /// File holding the admin bearer token (else VOXPOOL_ADMIN_TOKEN; without either, admin
+    /// RPCs are refused).
+    #[arg(long, env = "VOXPOOL_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run pending database migrations and exit.
+    Migrate,
+    /// Create the packs listed in FILE (TOML `[[packs]]` or JSON) that are not in the catalog
+    /// yet; packs whose identity already exists are reported and skipped. Migrates first.
+    Seed {
+        /// Seed file, e.g. deploy/config/packs.toml.
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    voxpool_shared::telemetry::init_logging();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("voxpool-catalog: cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(reason) => {
+            eprintln!("voxpool-catalog: {reason}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    match args.command {
+        Some(Command::Migrate) => {
+            let conn = db::connect(&args.database, 1).await?;
+            db::migrate(&conn, &args.database).await?;
+            println!("migrations applied to {}", db::redact(&args.database));
+            Ok(())
+        }
+        Some(Command::Seed { ref file }) => {
+            let specs = seed::load(file)?;
+            let repo = server::open_repository(&args.database, args.db_pool_size).await?;
+            let outcomes = seed::apply(&repo, specs)
+                .await
+                .map_err(|e| format!("seeding: {e}"))?;
+            for outcome in &outcomes {
+                println!("{outcome}");
+            }
+            let created = outcomes
+                .iter()
+                .filter(|o| matches!(o, seed::SeedOutcome::Created { .. }))
+                .count();
+            println!(
+                "{} packs in {}: {created} created, {} already present",
+                outcomes.len(),
+                file.display(),
+                outcomes.len() - created
+            );
+            Ok(())
+        }
+        None => serve(args).await,
+    }
+}
+
+async fn serve(args: Args) -> Result<(), String> {
+    let token_env = std::env::var("VOXPOOL_ADMIN_TOKEN").ok();
+    let auth = AdminAuth::load(args.admin_token_file.as_deref(), token_env.as_deref())
+        .map_err(|e| e.to_string())?;
+    let repo = server::open_repository(&args.database, args.db_pool_size).await?;
+    let listener = voxpool_shared::serve::bind(args.listen).await?;
+    let shutdown = voxpool_shared::serve::shutdown_token();
+    tracing::info!(
+        listen = %args.listen,
+        database = %db::redact(&args.database),
+        admin = auth.is_enabled(),
+        "voxpool-catalog serving"
+    );
+    server::serve(listener, Arc::new(repo), auth, shutdown).await
+}

@@ -1,0 +1,274 @@
+//! `voxpool-catalog seed FILE`: load packs from a TOML or JSON file, idempotent by identity.
+//!
+//! # Format
+//! TOML: a `[[packs]]` table per pack. JSON: `{"packs": [...]}` or a bare `[...]`. Keys are
+//! the snake_case proto field names; unknown keys are errors:
+//!
+//! ```toml
+//! [[packs]]
+//! display_name = "English (US), bright"   # required, 1..200 characters
+//! description = "espeak-ng, a little higher and faster"
+//! provider = "espeak"                     # a known adapter
+//! model = "espeak-ng"
+//! voice_id = "en-us"
+//! tts_model_id = "espeak-local"           # the pool it runs on
+//! tier = "LITE"                           # LITE | STANDARD | PRO | PREMIUM
+//! kind = "STANDARD"                       # optional; CLONED needs upstream_ids
+//! upstream_ids = []                       # optional
+//! locales = ["en-US"]                     # optional
+//! params = { pitch_pct = 10, rate = 1.1, volume_pct = 0 }   # optional, each optional
+//! extra = { }                             # optional vendor options (part of the identity)
+//! ```
+//!
+//! Every entry is validated before anything is written (errors name `packs[i].field`). Then
+//! each is created; an entry whose identity (provider, model, voice_id, params, extra)
+//! already exists is reported with the existing pack's id and skipped, so running the same
+//! file twice changes nothing.
+
+use std::{collections::BTreeMap, path::Path};
+
+use serde::Deserialize;
+use voxpool_proto::catalog::v1 as pb;
+
+use crate::{error::CatalogError, model::PackSpec, repo::PackRepository, validate};
+
+/// The file's top level.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeedFile {
+    packs: Vec<SeedPack>,
+}
+
+/// One `[[packs]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeedPack {
+    display_name: String,
+    #[serde(default)]
+    description: String,
+    provider: String,
+    model: String,
+    voice_id: String,
+    tts_model_id: String,
+    tier: String,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    upstream_ids: Vec<String>,
+    #[serde(default)]
+    locales: Vec<String>,
+    #[serde(default)]
+    params: SeedParams,
+    #[serde(default)]
+    extra: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeedParams {
+    pitch_pct: Option<f64>,
+    rate: Option<f64>,
+    volume_pct: Option<f64>,
+}
+
+/// What one entry did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SeedOutcome {
+    /// A new pack was created.
+    Created {
+        /// Its id.
+        id: String,
+        /// Its display name.
+        display_name: String,
+    },
+    /// A pack with this identity already existed; nothing was written.
+    Existing {
+        /// The existing pack's id.
+        id: String,
+        /// The entry's display name.
+        display_name: String,
+    },
+}
+
+impl std::fmt::Display for SeedOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SeedOutcome::Created { id, display_name } => write!(f, "created {id} {display_name:?}"),
+            SeedOutcome::Existing { id, display_name } => {
+                write!(f, "exists  {id} {display_name:?} (same identity; skipped)")
+            }
+        }
+    }
+}
+
+/// Reads and validates a seed file (JSON when it ends in `.json` or starts with `{` or a
+/// single `[`, else TOML). Errors are one line naming the file and entry field.
+pub fn load(path: &Path) -> Result<Vec<PackSpec>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read seed file {}: {e}", path.display()))?;
+    parse(&text, path.extension().is_some_and(|e| e == "json"))
+        .map_err(|e| format!("seed file {}: {e}", path.display()))
+}
+
+/// Parses seed text (see [`load`]) and validates every entry.
+pub fn parse(text: &str, json: bool) -> Result<Vec<PackSpec>, String> {
+    let head = text.trim_start();
+    let packs = if head.starts_with('[') && !head.starts_with("[[") {
+        serde_json::from_str::<Vec<SeedPack>>(text).map_err(|e| e.to_string())?
+    } else if json || head.starts_with('{') {
+        serde_json::from_str::<SeedFile>(text)
+            .map_err(|e| e.to_string())?
+            .packs
+    } else {
+        toml::from_str::<SeedFile>(text)
+            .map_err(|e| e.to_string().replace('\n', " "))?
+            .packs
+    };
+    let mut specs = Vec::with_capacity(packs.len());
+    let mut problems = Vec::new();
+    for (i, p) in packs.into_iter().enumerate() {
+        match to_pb(&p, i).and_then(|m| validate::pack_spec(&m, &format!("packs[{i}]"))) {
+            Ok(spec) => specs.push(spec),
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    if problems.is_empty() {
+        Ok(specs)
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+fn to_pb(p: &SeedPack, i: usize) -> Result<pb::VoicePack, CatalogError> {
+    let tier = pb::Tier::from_str_name(&p.tier.to_ascii_uppercase())
+        .filter(|t| *t != pb::Tier::Unspecified)
+        .ok_or_else(|| {
+            CatalogError::invalid(
+                format!("packs[{i}].tier"),
+                format!("expected LITE, STANDARD, PRO or PREMIUM, got {:?}", p.tier),
+            )
+        })?;
+    let kind = match p.kind.as_deref() {
+        None => pb::voice_pack::Kind::Standard,
+        Some(k) => pb::voice_pack::Kind::from_str_name(&k.to_ascii_uppercase())
+            .filter(|k| *k != pb::voice_pack::Kind::Unspecified)
+            .ok_or_else(|| {
+                CatalogError::invalid(
+                    format!("packs[{i}].kind"),
+                    format!("expected STANDARD or CLONED, got {k:?}"),
+                )
+            })?,
+    };
+    Ok(pb::VoicePack {
+        display_name: p.display_name.clone(),
+        description: p.description.clone(),
+        provider: p.provider.clone(),
+        model: p.model.clone(),
+        voice_id: p.voice_id.clone(),
+        tts_model_id: p.tts_model_id.clone(),
+        kind: kind as i32,
+        upstream_ids: p.upstream_ids.clone(),
+        params: Some(pb::VoiceParams {
+            pitch_pct: p.params.pitch_pct,
+            rate: p.params.rate,
+            volume_pct: p.params.volume_pct,
+        }),
+        extra: p.extra.clone().into_iter().collect(),
+        tier: tier as i32,
+        locales: p.locales.clone(),
+        ..Default::default()
+    })
+}
+
+/// Creates every spec that is not already in the catalog (by identity), in file order.
+///
+/// Errors: the first database failure (entries before it stay created; re-running the
+/// seed completes the rest).
+pub async fn apply(
+    repo: &dyn PackRepository,
+    specs: Vec<PackSpec>,
+) -> Result<Vec<SeedOutcome>, CatalogError> {
+    let mut outcomes = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let display_name = spec.display_name.clone();
+        match repo.create(spec).await {
+            Ok(pack) => outcomes.push(SeedOutcome::Created {
+                id: pack.id,
+                display_name,
+            }),
+            Err(CatalogError::AlreadyExists { existing_id }) => {
+                outcomes.push(SeedOutcome::Existing {
+                    id: existing_id,
+                    display_name,
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(outcomes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_seed_file_is_valid() {
+        let specs =
+            parse(include_str!("../../../deploy/config/packs.toml"), false).expect("valid seed");
+        assert!(specs.iter().filter(|s| s.provider == "espeak").count() >= 3);
+        for provider in [
+            "openai",
+            "azure",
+            "volcengine",
+            "elevenlabs",
+            "minimax",
+            "dashscope",
+        ] {
+            assert!(
+                specs.iter().any(|s| s.provider == provider),
+                "no {provider} pack"
+            );
+        }
+    }
+
+    #[test]
+    fn json_list_and_object_forms_are_accepted() {
+        let entry = r#"{"display_name":"A","provider":"espeak","model":"espeak-ng","voice_id":"de","tts_model_id":"espeak-local","tier":"lite"}"#;
+        assert_eq!(parse(&format!("[{entry}]"), false).expect("list").len(), 1);
+        assert_eq!(
+            parse(&format!("{{\"packs\":[{entry}]}}"), true)
+                .expect("object")
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn entry_errors_name_the_entry_and_field() {
+        let text = r#"
+[[packs]]
+display_name = "ok"
+provider = "espeak"
+model = "espeak-ng"
+voice_id = "en-us"
+tts_model_id = "espeak-local"
+tier = "LITE"
+
+[[packs]]
+display_name = "bad"
+provider = "espeak"
+model = "espeak-ng"
+voice_id = "en-us"
+tts_model_id = "espeak-local"
+tier = "GOLD"
+params = { rate = 9 }
+"#;
+        let e = parse(text, false).unwrap_err();
+        assert!(e.contains("packs[1].tier"), "{e}");
+        let e = parse(&text.replace("GOLD", "PRO"), false).unwrap_err();
+        assert!(e.contains("packs[1].params.rate"), "{e}");
+        let e = parse("[[packs]]\ndisplay_nam = \"x\"\n", false).unwrap_err();
+        assert!(e.contains("display_nam"), "{e}");
+    }
+}

@@ -1,0 +1,133 @@
+//! `VoiceCatalogAdmin`: create, update (field mask + optimistic version), disable, enable,
+//! list everything, list revisions. Every RPC first checks `authorization: Bearer <token>`
+//! (constant-time; FAILED_PRECONDITION with instructions when no token is configured).
+
+use tonic::{Request, Response, Status};
+use voxpool_proto::catalog::v1::{self as pb, voice_catalog_admin_server::VoiceCatalogAdmin};
+use voxpool_shared::auth::AdminAuth;
+
+use super::{Repo, list::list, require_id};
+use crate::{
+    convert::{pack_to_pb, revision_to_pb, spec_to_pb},
+    error::CatalogError,
+    mask, validate,
+};
+
+/// The write-side service.
+#[derive(Clone)]
+pub struct AdminService {
+    repo: Repo,
+    auth: AdminAuth,
+}
+
+impl AdminService {
+    /// A service over `repo` guarded by `auth`.
+    pub fn new(repo: Repo, auth: AdminAuth) -> Self {
+        Self { repo, auth }
+    }
+
+    /// The tonic server wrapping this service.
+    pub fn into_server(self) -> pb::voice_catalog_admin_server::VoiceCatalogAdminServer<Self> {
+        pb::voice_catalog_admin_server::VoiceCatalogAdminServer::new(self)
+    }
+}
+
+/// The `voice_pack` field of a request, required.
+fn required_pack(p: Option<&pb::VoicePack>) -> Result<&pb::VoicePack, CatalogError> {
+    p.ok_or_else(|| CatalogError::invalid("voice_pack", "required"))
+}
+
+#[tonic::async_trait]
+impl VoiceCatalogAdmin for AdminService {
+    async fn create_voice_pack(
+        &self,
+        request: Request<pb::CreateVoicePackRequest>,
+    ) -> Result<Response<pb::VoicePack>, Status> {
+        self.auth.authorize(request.metadata())?;
+        let spec = validate::pack_spec(
+            required_pack(request.get_ref().voice_pack.as_ref())?,
+            "voice_pack",
+        )?;
+        let pack = self.repo.create(spec).await?;
+        tracing::info!(pack_id = %pack.id, provider = %pack.spec.provider, "voice pack created");
+        Ok(Response::new(pack_to_pb(&pack)))
+    }
+
+    async fn update_voice_pack(
+        &self,
+        request: Request<pb::UpdateVoicePackRequest>,
+    ) -> Result<Response<pb::VoicePack>, Status> {
+        self.auth.authorize(request.metadata())?;
+        let req = request.into_inner();
+        let patch = required_pack(req.voice_pack.as_ref())?;
+        require_id("voice_pack.id", &patch.id)?;
+        let paths = req.update_mask.map(|m| m.paths).unwrap_or_default();
+        mask::check_paths(&paths)?;
+        let expected = match req.expected_version {
+            0 => None,
+            v if v > 0 => Some(v),
+            v => {
+                return Err(CatalogError::invalid(
+                    "expected_version",
+                    format!("must be >= 0, got {v}"),
+                )
+                .into());
+            }
+        };
+        let edit = |current: &crate::model::VoicePack| {
+            let mut merged = spec_to_pb(&current.spec);
+            mask::apply(&mut merged, patch, &paths);
+            validate::pack_spec(&merged, "voice_pack")
+        };
+        let pack = self.repo.update(&patch.id, expected, &edit).await?;
+        tracing::info!(pack_id = %pack.id, version = pack.version, "voice pack updated");
+        Ok(Response::new(pack_to_pb(&pack)))
+    }
+
+    async fn disable_voice_pack(
+        &self,
+        request: Request<pb::DisableVoicePackRequest>,
+    ) -> Result<Response<pb::VoicePack>, Status> {
+        self.auth.authorize(request.metadata())?;
+        let id = &request.get_ref().id;
+        require_id("id", id)?;
+        let pack = self.repo.set_enabled(id, false).await?;
+        tracing::info!(pack_id = %pack.id, version = pack.version, "voice pack disabled");
+        Ok(Response::new(pack_to_pb(&pack)))
+    }
+
+    async fn enable_voice_pack(
+        &self,
+        request: Request<pb::EnableVoicePackRequest>,
+    ) -> Result<Response<pb::VoicePack>, Status> {
+        self.auth.authorize(request.metadata())?;
+        let id = &request.get_ref().id;
+        require_id("id", id)?;
+        let pack = self.repo.set_enabled(id, true).await?;
+        tracing::info!(pack_id = %pack.id, version = pack.version, "voice pack enabled");
+        Ok(Response::new(pack_to_pb(&pack)))
+    }
+
+    async fn list_all_voice_packs(
+        &self,
+        request: Request<pb::ListVoicePacksRequest>,
+    ) -> Result<Response<pb::ListVoicePacksResponse>, Status> {
+        self.auth.authorize(request.metadata())?;
+        Ok(Response::new(
+            list(&self.repo, request.get_ref(), false).await?,
+        ))
+    }
+
+    async fn list_voice_pack_revisions(
+        &self,
+        request: Request<pb::ListVoicePackRevisionsRequest>,
+    ) -> Result<Response<pb::ListVoicePackRevisionsResponse>, Status> {
+        self.auth.authorize(request.metadata())?;
+        let id = &request.get_ref().pack_id;
+        require_id("pack_id", id)?;
+        let revisions = self.repo.revisions(id).await?;
+        Ok(Response::new(pb::ListVoicePackRevisionsResponse {
+            revisions: revisions.iter().map(revision_to_pb).collect(),
+        }))
+    }
+}

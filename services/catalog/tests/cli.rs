@@ -1,0 +1,142 @@
+//! The `voxpool-catalog` binary: subcommands, exit codes and one-line reasons.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::{Backend, test_db};
+
+const BIN: &str = env!("CARGO_BIN_EXE_voxpool-catalog");
+const SEED: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../deploy/config/packs.toml"
+);
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("VOXPOOL_DATABASE")
+        .env_remove("VOXPOOL_ADMIN_TOKEN")
+        .env_remove("VOXPOOL_LISTEN")
+        .output()
+        .expect("run voxpool-catalog")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+async fn seeding_the_shipped_file_twice_creates_each_pack_once(backend: Backend) {
+    let db = test_db(backend);
+    let first = run(&["seed", SEED, "--database", &db.url]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let out = text(&first.stdout);
+    let created = out.lines().filter(|l| l.starts_with("created vp_")).count();
+    assert!(created >= 10, "{out}");
+    assert!(
+        out.contains(&format!("{created} created, 0 already present")),
+        "{out}"
+    );
+
+    let second = run(&["seed", SEED, "--database", &db.url]);
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    let out = text(&second.stdout);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("exists  vp_")).count(),
+        created,
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("0 created, {created} already present")),
+        "{out}"
+    );
+
+    let repo = voxpool_catalog::server::open_repository(&db.url, 1)
+        .await
+        .expect("open");
+    let query = voxpool_catalog::repo::ListQuery {
+        limit: 1_000,
+        ..Default::default()
+    };
+    let packs = voxpool_catalog::repo::PackRepository::list(&repo, &query)
+        .await
+        .expect("list");
+    assert_eq!(packs.len(), created);
+}
+db_test!(seeding_the_shipped_file_twice_creates_each_pack_once);
+
+async fn migrate_subcommand_applies_migrations_and_exits(backend: Backend) {
+    let db = test_db(backend);
+    let out = run(&["migrate", "--database", &db.url]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("migrations applied"));
+    let again = run(&["migrate", "--database", &db.url]);
+    assert!(
+        again.status.success(),
+        "migrate is repeatable: {}",
+        text(&again.stderr)
+    );
+}
+db_test!(migrate_subcommand_applies_migrations_and_exits);
+
+#[test]
+fn an_unreachable_database_exits_non_zero_with_one_line_and_no_password() {
+    let dir = tempfile::tempdir().expect("dir");
+    let url = format!(
+        "postgres://app:hunter2@localhost/db?host={}&port=5432",
+        dir.path().display()
+    );
+    let out = run(&["migrate", "--database", &url]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("voxpool-catalog: cannot open database"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
+#[test]
+fn a_bad_seed_file_exits_non_zero_naming_the_field() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("packs.toml");
+    std::fs::write(
+        &file,
+        "[[packs]]\ndisplay_name = \"x\"\nprovider = \"espeak\"\nmodel = \"m\"\nvoice_id = \"v\"\n\
+         tts_model_id = \"espeak-local\"\ntier = \"LITE\"\nparams = { pitch_pct = 80 }\n",
+    )
+    .expect("write");
+    let db = format!("sqlite://{}?mode=rwc", dir.path().join("c.db").display());
+    let out = run(&[
+        "seed",
+        file.to_str().expect("utf-8 path"),
+        "--database",
+        &db,
+    ]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("packs[0].params.pitch_pct"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn a_port_in_use_exits_non_zero_with_the_reason() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let dir = tempfile::tempdir().expect("dir");
+    let db = format!("sqlite://{}?mode=rwc", dir.path().join("c.db").display());
+    let out = run(&["--listen", &addr, "--database", &db]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+}
+
+#[test]
+fn an_unsupported_database_scheme_is_refused() {
+    let out = run(&["migrate", "--database", "mysql://u:secret@h/d"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("--database must be"), "{err}");
+    assert!(!err.contains("secret"), "{err}");
+}
