@@ -25,6 +25,9 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## check-deps: exactly one tonic and one prost in the lock file
+## check-deps: exactly one version of tonic and of prost in the lock file
 check-deps:
-	@! $(CARGO) tree -d --workspace -e normal,build 2>/dev/null | grep -E '^(tonic|prost) v'
+	@for c in tonic prost; do \
+	  n=$$(grep -A1 "^name = \"$$c\"$$" Cargo.lock | grep -c '^version'); \
+	  echo "$$c: $$n version(s)"; [ "$$n" = 1 ] || exit 1; \
+	done

@@ -289,7 +289,7 @@ impl Config {
         Self::figment(Toml::string(text)).map_err(|e| ConfigError::Load(e.to_string()))
     }
 
-    fn figment(file: figment::providers::Data<Toml>) -> Result<Self, figment::Error> {
+    fn figment(file: figment::providers::Data<Toml>) -> Result<Self, Box<figment::Error>> {
         Figment::from(Serialized::defaults(Config::default()))
             .merge(file)
             .merge(
@@ -301,6 +301,7 @@ impl Config {
                     .split("__"),
             )
             .extract()
+            .map_err(Box::new)
     }
 
     /// Loads and validates in one step.

@@ -59,7 +59,9 @@ impl ServerFlags {
     pub fn server(&self) -> Result<LimitedServer, String> {
         let mut builder = Server::builder().timeout(self.request_timeout);
         if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
-            let read = |p: &PathBuf| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
+            let read = |p: &PathBuf| {
+                std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+            };
             let identity = Identity::from_pem(read(cert)?, read(key)?);
             builder = builder
                 .tls_config(ServerTlsConfig::new().identity(identity))
@@ -80,7 +82,10 @@ impl ShedLayer {
     /// At most `limit` requests in flight (at least 1).
     pub fn new(limit: usize) -> Self {
         let limit = limit.max(1);
-        Self { permits: Arc::new(Semaphore::new(limit)), limit }
+        Self {
+            permits: Arc::new(Semaphore::new(limit)),
+            limit,
+        }
     }
 }
 
@@ -88,7 +93,11 @@ impl<S> Layer<S> for ShedLayer {
     type Service = Shed<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Shed { inner, permits: self.permits.clone(), limit: self.limit }
+        Shed {
+            inner,
+            permits: self.permits.clone(),
+            limit: self.limit,
+        }
     }
 }
 

@@ -29,7 +29,8 @@ use tonic::metadata::{KeyRef, MetadataKey, MetadataMap};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
-/// Installs the global log subscriber only (no OTLP). Safe to call more than once.
+/// Installs the global log subscriber only (no OTLP), for one-shot commands. Safe to call
+/// more than once; a server calls [`Telemetry::init`] instead (only the first install wins).
 pub fn init_logging() {
     let _ = install(None);
 }
@@ -40,17 +41,27 @@ fn install(tracer: Option<opentelemetry_sdk::trace::Tracer>) -> bool {
     let otel = tracer.map(|t| tracing_opentelemetry::layer().with_tracer(t));
     let registry = tracing_subscriber::registry().with(filter).with(otel);
     if json {
-        registry.with(fmt::layer().json().with_writer(std::io::stderr)).try_init().is_ok()
+        registry
+            .with(fmt::layer().json().with_writer(std::io::stderr))
+            .try_init()
+            .is_ok()
     } else {
-        registry.with(fmt::layer().with_writer(std::io::stderr)).try_init().is_ok()
+        registry
+            .with(fmt::layer().with_writer(std::io::stderr))
+            .try_init()
+            .is_ok()
     }
 }
 
 /// True when an OTLP endpoint is configured in the environment.
 pub fn otlp_configured() -> bool {
-    ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"]
-        .iter()
-        .any(|v| std::env::var(v).is_ok_and(|s| !s.trim().is_empty()))
+    [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    ]
+    .iter()
+    .any(|v| std::env::var(v).is_ok_and(|s| !s.trim().is_empty()))
 }
 
 /// The exporters to flush at shutdown (empty when OTLP is off).
@@ -94,7 +105,10 @@ impl Telemetry {
         global::set_tracer_provider(tracer.clone());
         global::set_meter_provider(meter.clone());
         install(Some(tracer.tracer("voxpool")));
-        Ok(Self { tracer: Some(tracer), meter: Some(meter) })
+        Ok(Self {
+            tracer: Some(tracer),
+            meter: Some(meter),
+        })
     }
 
     /// Flushes and shuts down the exporters, awaiting the flush.
@@ -103,15 +117,11 @@ impl Telemetry {
             return;
         }
         let _ = tokio::task::spawn_blocking(move || {
-            if let Some(meter) = self.meter {
-                if let Err(e) = meter.shutdown() {
-                    eprintln!("metrics flush at shutdown failed: {e}");
-                }
+            if let Some(Err(e)) = self.meter.map(|m| m.shutdown()) {
+                eprintln!("metrics flush at shutdown failed: {e}");
             }
-            if let Some(tracer) = self.tracer {
-                if let Err(e) = tracer.shutdown() {
-                    eprintln!("trace flush at shutdown failed: {e}");
-                }
+            if let Some(Err(e)) = self.tracer.map(|t| t.shutdown()) {
+                eprintln!("trace flush at shutdown failed: {e}");
             }
         })
         .await;
@@ -163,9 +173,14 @@ impl Extractor for MetadataExtractor<'_> {
 pub struct TraceContextInterceptor;
 
 impl tonic::service::Interceptor for TraceContextInterceptor {
-    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
         let cx = tracing::Span::current().context();
-        global::get_text_map_propagator(|p| p.inject_context(&cx, &mut MetadataInjector(request.metadata_mut())));
+        global::get_text_map_propagator(|p| {
+            p.inject_context(&cx, &mut MetadataInjector(request.metadata_mut()))
+        });
         Ok(request)
     }
 }
@@ -175,7 +190,8 @@ impl tonic::service::Interceptor for TraceContextInterceptor {
 pub fn server_span(request: &http::Request<()>) -> tracing::Span {
     let path = request.uri().path();
     let span = tracing::info_span!("grpc.server", otel.name = %path, otel.kind = "server", rpc.system = "grpc", rpc.method = %path);
-    let parent: Context = global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(request.headers())));
+    let parent: Context =
+        global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(request.headers())));
     let _ = span.set_parent(parent);
     span
 }

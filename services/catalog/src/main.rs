@@ -39,6 +39,8 @@ struct Args {
     /// RPCs are refused).
     #[arg(long, env = "VOXPOOL_ADMIN_TOKEN_FILE")]
     admin_token_file: Option<PathBuf>,
+    #[command(flatten)]
+    server: voxpool_shared::limits::ServerFlags,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -57,7 +59,6 @@ enum Command {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    voxpool_shared::telemetry::init_logging();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -75,6 +76,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    if args.command.is_some() {
+        voxpool_shared::telemetry::init_logging();
+    }
     match args.command {
         Some(Command::Migrate) => {
             let conn = db::connect(&args.database, 1).await?;
@@ -103,7 +107,12 @@ async fn run(args: Args) -> Result<(), String> {
             );
             Ok(())
         }
-        None => serve(args).await,
+        None => {
+            let telemetry = voxpool_shared::telemetry::Telemetry::init("voxpool-catalog")?;
+            let result = serve(args).await;
+            telemetry.shutdown().await;
+            result
+        }
     }
 }
 
@@ -120,5 +129,5 @@ async fn serve(args: Args) -> Result<(), String> {
         admin = auth.is_enabled(),
         "voxpool-catalog serving"
     );
-    server::serve(listener, Arc::new(repo), auth, shutdown).await
+    server::serve_with(listener, Arc::new(repo), auth, &args.server, shutdown).await
 }

@@ -8,6 +8,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 use voxpool_shared::auth::AdminAuth;
+use voxpool_shared::limits::ServerFlags;
 
 use crate::{
     db,
@@ -38,6 +39,17 @@ pub async fn serve(
     listener: TcpListener,
     repo: Arc<dyn PackRepository>,
     auth: AdminAuth,
+    shutdown: CancellationToken,
+) -> Result<(), String> {
+    serve_with(listener, repo, auth, &ServerFlags::default(), shutdown).await
+}
+
+/// [`serve`] with explicit server limits (request timeout, message size, load shedding, TLS).
+pub async fn serve_with(
+    listener: TcpListener,
+    repo: Arc<dyn PackRepository>,
+    auth: AdminAuth,
+    flags: &ServerFlags,
     shutdown: CancellationToken,
 ) -> Result<(), String> {
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -82,12 +94,25 @@ pub async fn serve(
         })
     };
 
-    let result = tonic::transport::Server::builder()
+    let max = flags.max_message_bytes;
+    let result = flags
+        .server()?
+        .trace_fn(voxpool_shared::telemetry::server_span)
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(CatalogService::new(repo.clone()).into_server())
-        .add_service(AdminService::new(repo, auth).into_server())
+        .add_service(
+            CatalogService::new(repo.clone())
+                .into_server()
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+        )
+        .add_service(
+            AdminService::new(repo, auth)
+                .into_server()
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+        )
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled_owned())
         .await
         .map_err(|e| format!("grpc server: {e}"));

@@ -28,6 +28,9 @@ use crate::model::{KeyState, PoolStatus, upstream_of};
 /// Latest status of every pool, as seen by this replica.
 pub type StatusCache = Arc<RwLock<Vec<PoolStatus>>>;
 
+/// Appends `(value, attributes)` points of one pool to a gauge's observation list.
+type PointsOf = fn(&PoolStatus, &mut Vec<(f64, Vec<KeyValue>)>);
+
 /// The scheduler's instruments.
 pub struct SchedulerMetrics {
     acquires: Counter<u64>,
@@ -64,27 +67,25 @@ impl SchedulerMetrics {
     pub fn new() -> Self {
         let meter = global::meter("voxpool-scheduler");
         let cache: StatusCache = Arc::default();
-        let gauge = |name: &'static str,
-                     unit: &'static str,
-                     description: &'static str,
-                     f: fn(&PoolStatus, &mut Vec<(f64, Vec<KeyValue>)>)| {
-            let cache = cache.clone();
-            meter
-                .f64_observable_gauge(name)
-                .with_unit(unit)
-                .with_description(description)
-                .with_callback(move |obs| {
-                    let Ok(pools) = cache.read() else { return };
-                    let mut points = Vec::new();
-                    for p in pools.iter() {
-                        f(p, &mut points);
-                    }
-                    for (v, attrs) in points {
-                        obs.observe(v, &attrs);
-                    }
-                })
-                .build()
-        };
+        let gauge =
+            |name: &'static str, unit: &'static str, description: &'static str, f: PointsOf| {
+                let cache = cache.clone();
+                meter
+                    .f64_observable_gauge(name)
+                    .with_unit(unit)
+                    .with_description(description)
+                    .with_callback(move |obs| {
+                        let Ok(pools) = cache.read() else { return };
+                        let mut points = Vec::new();
+                        for p in pools.iter() {
+                            f(p, &mut points);
+                        }
+                        for (v, attrs) in points {
+                            obs.observe(v, &attrs);
+                        }
+                    })
+                    .build()
+            };
         let gauges = vec![
             gauge(
                 "voxpool.key.in_flight",

@@ -164,21 +164,6 @@ pub async fn serve_with(
     result
 }
 
-#[cfg(test)]
-mod tests {
-    use super::redact_url;
-
-    #[test]
-    fn store_urls_never_print_passwords() {
-        assert_eq!(
-            redact_url("redis://:hunter2@h:6379/0"),
-            "redis://***@h:6379/0"
-        );
-        assert_eq!(redact_url("redis://u:p@h/0"), "redis://***@h/0");
-        assert_eq!(redact_url("redis://h:6379/0"), "redis://h:6379/0");
-    }
-}
-
 /// Reads every pool's status into the metrics cache (best effort: a failed read keeps the
 /// previous values).
 async fn refresh_cache(store: &dyn LeaseStore, specs: &[PoolSpec], cache: &StatusCache) {
@@ -191,5 +176,20 @@ async fn refresh_cache(store: &dyn LeaseStore, specs: &[PoolSpec], cache: &Statu
     }
     if let Ok(mut c) = cache.write() {
         *c = pools;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn store_urls_never_print_passwords() {
+        assert_eq!(
+            redact_url("redis://:hunter2@h:6379/0"),
+            "redis://***@h:6379/0"
+        );
+        assert_eq!(redact_url("redis://u:p@h/0"), "redis://***@h/0");
+        assert_eq!(redact_url("redis://h:6379/0"), "redis://h:6379/0");
     }
 }

@@ -59,7 +59,6 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    voxpool_shared::telemetry::init_logging();
     let policy = if args.require_credentials {
         Credentials::Require
     } else {
