@@ -447,42 +447,55 @@ async fn load_beyond_max_concurrent_requests_is_shed_with_unavailable() {
     for h in held {
         h.await;
     }
-    // Two waiters now occupy both request slots of the process.
-    let waiters: Vec<_> = (0..2)
-        .map(|_| {
-            let mut c = c.clone();
-            tokio::spawn(async move {
-                c.acquire(pb::AcquireRequest {
-                    pool: "p".into(),
-                    wait_timeout_ms: 30_000,
-                    ..Default::default()
-                })
-                .await
+    // Waiter 1 occupies one request slot; the status polls take the other.
+    let spawn_waiter = |mut c: PoolSchedulerClient<Channel>| {
+        tokio::spawn(async move {
+            c.acquire(pb::AcquireRequest {
+                pool: "p".into(),
+                wait_timeout_ms: 30_000,
+                ..Default::default()
             })
+            .await
         })
-        .collect();
+    };
+    let w1 = spawn_waiter(c.clone());
     let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = c
+            .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
+            .await
+            .unwrap()
+            .into_inner();
+        if s.waiters == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "waiter 1 never queued");
+    }
+    // Waiter 2 takes the last slot. From then on any third request is shed: either a status
+    // poll, or waiter 2 itself if it arrives while a poll holds the slot.
+    let w2 = spawn_waiter(c.clone());
     let shed = loop {
+        if w2.is_finished() {
+            break w2
+                .await
+                .unwrap()
+                .expect_err("waiter 2 cannot be granted while both keys are held");
+        }
         match c
             .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
             .await
         {
-            Err(s) if s.code() == Code::Unavailable => break s,
-            Err(s) => panic!("unexpected {s:?}"),
-            Ok(_) => {
-                assert!(Instant::now() < deadline, "never shed");
-                tokio::task::yield_now().await;
-            }
+            Err(s) => break s,
+            Ok(_) => assert!(Instant::now() < deadline, "nothing was ever shed"),
         }
     };
+    assert_eq!(shed.code(), Code::Unavailable, "{shed:?}");
     assert!(
         shed.message().contains("server overloaded"),
         "{}",
         shed.message()
     );
-    for w in waiters {
-        w.abort();
-    }
+    w1.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -512,7 +525,7 @@ async fn tls_serving_accepts_tls_clients_and_refuses_plaintext() {
         .unwrap()
         .connect()
         .await
-        .unwrap();
+        .unwrap_or_else(|e| panic!("TLS connect: {e}: {:?}", std::error::Error::source(&e)));
     let mut c = PoolSchedulerClient::new(channel);
     let status = c
         .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
