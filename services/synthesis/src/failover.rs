@@ -67,13 +67,15 @@ impl Core {
             upstream,
             attempt_timeout: Duration::from_millis(self.settings.attempt_timeout_ms),
         };
-        let exhausted =
-            |why: String, attempts: &[AttemptRecord], retry_after| SynthesisError::Exhausted {
+        let exhausted = |why: String, attempts: &[AttemptRecord], retry_after| {
+            metrics::exhausted(&pool.id);
+            SynthesisError::Exhausted {
                 pool: pool.id.clone(),
                 why: format!("{chunk}{why}"),
                 attempts: attempts.to_vec(),
                 retry_after,
-            };
+            }
+        };
         let deadline_exceeded = |attempts: &[AttemptRecord]| SynthesisError::DeadlineExceeded {
             pool: Some(pool.id.clone()),
             budget_ms: job.deadline.budget_ms(),
@@ -194,17 +196,23 @@ impl Core {
                 if r.outcome != Outcome::Success {
                     tracing::info!(pool = %pool.id, key = %r.key_id, outcome = r.outcome.as_str_name(), status = ?r.http_status, message = %r.message, "vendor call failed");
                 }
-                metrics::attempt(&pool.id, &r);
+                metrics::attempt(&pool.id, &pool.provider, &r);
                 attempts.push(r);
             }
             match end {
-                AttemptEnd::Audio(audio) => return Ok((audio, key_id)),
+                AttemptEnd::Audio(audio) => {
+                    metrics::characters(&pool.id, job.chunks[index].chars().count());
+                    return Ok((audio, key_id));
+                }
                 AttemptEnd::Failed => {
                     if let Some(attempt) = client_error {
                         return Err(SynthesisError::VendorRejected {
                             pool: pool.id.clone(),
                             attempt: Box::new(attempt),
                         });
+                    }
+                    if let Some(last) = attempts.last() {
+                        metrics::failover(&pool.id, last.outcome.as_str_name());
                     }
                     tried.push(key_id);
                 }

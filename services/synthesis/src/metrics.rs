@@ -6,6 +6,10 @@
 //! | `voxpool.synthesis.request.duration` | histogram | `s` | `rpc`, `pool`, `code` |
 //! | `voxpool.synthesis.attempts` | counter | `{attempt}` | `pool`, `upstream`, `key`, `outcome` |
 //! | `voxpool.synthesis.attempt.duration` | histogram | `s` | `pool`, `upstream`, `outcome` |
+//! | `voxpool.vendor.responses` | counter | `{response}` | `provider`, `pool`, `outcome`, `http.response.status_code` (0 = no HTTP answer) |
+//! | `voxpool.synthesis.failovers` | counter | `{failover}` | `pool`, `outcome` (of the failed attempt) |
+//! | `voxpool.synthesis.exhausted` | counter | `{request}` | `pool` |
+//! | `voxpool.synthesis.characters` | counter | `{character}` | `pool` |
 //!
 //! `pool` is a configured pool id, or `-` when the request failed before a pool was chosen (a
 //! caller-supplied tts model id never becomes an attribute), so cardinality is bounded by the
@@ -28,6 +32,10 @@ struct Instruments {
     request_duration: Histogram<f64>,
     attempts: Counter<u64>,
     attempt_duration: Histogram<f64>,
+    vendor_responses: Counter<u64>,
+    failovers: Counter<u64>,
+    exhausted: Counter<u64>,
+    characters: Counter<u64>,
 }
 
 fn instruments() -> &'static Instruments {
@@ -54,6 +62,28 @@ fn instruments() -> &'static Instruments {
                 .f64_histogram("voxpool.synthesis.attempt.duration")
                 .with_unit("s")
                 .with_description("vendor call latency by outcome")
+                .build(),
+            vendor_responses: meter
+                .u64_counter("voxpool.vendor.responses")
+                .with_unit("{response}")
+                .with_description(
+                    "vendor answers by provider, outcome and HTTP status (429s visible)",
+                )
+                .build(),
+            failovers: meter
+                .u64_counter("voxpool.synthesis.failovers")
+                .with_unit("{failover}")
+                .with_description("retries on another key after a failed vendor call")
+                .build(),
+            exhausted: meter
+                .u64_counter("voxpool.synthesis.exhausted")
+                .with_unit("{request}")
+                .with_description("requests that failed after every eligible key was tried")
+                .build(),
+            characters: meter
+                .u64_counter("voxpool.synthesis.characters")
+                .with_unit("{character}")
+                .with_description("characters synthesized successfully")
                 .build(),
         }
     })
@@ -94,10 +124,22 @@ pub fn request(rpc: &'static str, pool: &str, code: Code, elapsed: Duration) {
     m.request_duration.record(elapsed.as_secs_f64(), &attrs);
 }
 
-/// Records one vendor call of pool `pool`.
-pub fn attempt(pool: &str, a: &AttemptRecord) {
+/// Records one vendor call of pool `pool` (provider `provider`).
+pub fn attempt(pool: &str, provider: &str, a: &AttemptRecord) {
     let outcome = a.outcome.as_str_name();
     let m = instruments();
+    m.vendor_responses.add(
+        1,
+        &[
+            KeyValue::new("provider", provider.to_owned()),
+            KeyValue::new("pool", pool.to_owned()),
+            KeyValue::new("outcome", outcome),
+            KeyValue::new(
+                "http.response.status_code",
+                i64::from(a.http_status.unwrap_or(0)),
+            ),
+        ],
+    );
     m.attempts.add(
         1,
         &[
@@ -115,4 +157,29 @@ pub fn attempt(pool: &str, a: &AttemptRecord) {
             KeyValue::new("outcome", outcome),
         ],
     );
+}
+
+/// Records a failover off a key whose call ended with `outcome`.
+pub fn failover(pool: &str, outcome: &'static str) {
+    instruments().failovers.add(
+        1,
+        &[
+            KeyValue::new("pool", pool.to_owned()),
+            KeyValue::new("outcome", outcome),
+        ],
+    );
+}
+
+/// Records a request that ran out of keys or attempts.
+pub fn exhausted(pool: &str) {
+    instruments()
+        .exhausted
+        .add(1, &[KeyValue::new("pool", pool.to_owned())]);
+}
+
+/// Records `n` characters synthesized successfully.
+pub fn characters(pool: &str, n: usize) {
+    instruments()
+        .characters
+        .add(n as u64, &[KeyValue::new("pool", pool.to_owned())]);
 }
