@@ -1,0 +1,174 @@
+//! Maps the parsed command line onto the library and returns the process exit code.
+
+use std::io::Read as _;
+
+use crate::{
+    batch::{self, BatchConfig},
+    breaker::BreakerConfig,
+    cli::{BatchArgs, Cli, Command, PacksArgs, PacksCommand, PoolCommand, ProgressArg, SynthArgs},
+    manifest::{self, Voice},
+    ops::{
+        OpError,
+        packs::{Catalog, NewPack, render_list, render_pack},
+        pool,
+        synth::{SynthJob, synth},
+    },
+    progress::ProgressMode,
+    retry::RetryPolicy,
+    shutdown::Shutdown,
+};
+
+/// Runs a command; returns the exit code.
+pub async fn run(cli: Cli) -> u8 {
+    let result = match cli.command {
+        Command::Batch(args) => return run_batch(args).await,
+        Command::Pool {
+            command:
+                PoolCommand::Status {
+                    pool,
+                    watch,
+                    interval,
+                    scheduler,
+                },
+        } => pool::status(&scheduler, pool.as_deref(), watch.then_some(interval)).await,
+        Command::Packs(args) => run_packs(args).await,
+        Command::Synth(args) => run_synth(args).await,
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("voxctl: {e}");
+            e.exit_code
+        }
+    }
+}
+
+/// The batch configuration described by `args`.
+pub fn batch_config(args: BatchArgs) -> BatchConfig {
+    let mut config = BatchConfig::new(args.manifest, args.out);
+    config.format = args.format;
+    config.sample_rate_hz = args.sample_rate;
+    config.concurrency = args.concurrency as usize;
+    config.qps = args.qps;
+    config.synthesis = args.synthesis;
+    config.catalog = (!args.no_pack_check).then_some(args.catalog);
+    config.deadline = args.deadline;
+    config.retry = RetryPolicy {
+        max_attempts: args.max_attempts,
+        base: args.backoff_base,
+        cap: args.backoff_max,
+        ..RetryPolicy::default()
+    };
+    config.breaker = BreakerConfig {
+        window: args.breaker_window.max(1),
+        min_calls: (args.breaker_window / 2).max(1),
+        failure_ratio: args.breaker_ratio,
+        open_base: args.breaker_pause,
+        ..BreakerConfig::default()
+    };
+    config.max_chars = args.max_chars as usize;
+    config.report = args.report;
+    config.dry_run = args.dry_run;
+    config.strict = args.strict;
+    config.retry_failed = args.retry_failed;
+    config.force = args.force;
+    config.progress = match args.progress {
+        ProgressArg::Auto => ProgressMode::Auto,
+        ProgressArg::Bar => ProgressMode::Bar,
+        ProgressArg::Lines => ProgressMode::Lines(args.progress_interval),
+        ProgressArg::Quiet => ProgressMode::Quiet,
+    };
+    config
+}
+
+async fn run_batch(args: BatchArgs) -> u8 {
+    match batch::run(batch_config(args), Shutdown::on_signals()).await {
+        Ok(outcome) => outcome.exit_code,
+        Err(e) => {
+            eprintln!("voxctl: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+async fn run_packs(args: PacksArgs) -> Result<(), OpError> {
+    let mut catalog = Catalog::new(&args.catalog, args.admin_token.as_deref())?;
+    match args.command {
+        PacksCommand::List { filter, all } => {
+            println!("{}", render_list(&catalog.list(&filter, all).await?));
+        }
+        PacksCommand::Show { id } => println!("{}", render_pack(&catalog.show(&id).await?)),
+        PacksCommand::Create(c) => {
+            let new = NewPack {
+                display_name: c.display_name,
+                description: c.description,
+                provider: c.provider,
+                model: c.model,
+                voice_id: c.voice_id,
+                tts_model_id: c.tts_model_id,
+                kind: c.kind,
+                tier: c.tier,
+                upstream_ids: c.upstream_ids,
+                locales: c.locales,
+                pitch_pct: c.pitch_pct,
+                rate: c.rate,
+                volume_pct: c.volume_pct,
+                extra: c.extra,
+            };
+            let pack = catalog.create(new.to_pb()?).await?;
+            println!("{}", pack.id);
+            eprintln!(
+                "voxctl: created pack {} (version {})",
+                pack.id, pack.version
+            );
+        }
+        PacksCommand::Disable { id } => {
+            let pack = catalog.set_enabled(&id, false).await?;
+            eprintln!(
+                "voxctl: disabled pack {} (version {})",
+                pack.id, pack.version
+            );
+        }
+        PacksCommand::Enable { id } => {
+            let pack = catalog.set_enabled(&id, true).await?;
+            eprintln!(
+                "voxctl: enabled pack {} (version {})",
+                pack.id, pack.version
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn run_synth(args: SynthArgs) -> Result<(), OpError> {
+    let voice = match (&args.pack, &args.snapshot, &args.card) {
+        (Some(pack), _, _) => Voice::PackId(pack.clone()),
+        (_, Some(file), _) => manifest::from_snapshot_file(file).map_err(OpError::usage)?,
+        (_, _, Some(card)) => manifest::from_card_file(card).map_err(OpError::usage)?,
+        _ => return Err(OpError::usage("give one of --pack, --snapshot, --card")),
+    };
+    let text = if args.text == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| OpError::usage(format!("cannot read the text from stdin: {e}")))?;
+        text
+    } else {
+        args.text
+    };
+    synth(SynthJob {
+        voice,
+        text,
+        out: args.out,
+        format: args.format,
+        sample_rate_hz: args.sample_rate,
+        synthesis: args.synthesis,
+        deadline: args.deadline,
+        retry: RetryPolicy {
+            max_attempts: args.max_attempts,
+            ..RetryPolicy::default()
+        },
+        max_chars: args.max_chars as usize,
+    })
+    .await
+}

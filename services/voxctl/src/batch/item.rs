@@ -1,0 +1,202 @@
+//! One item, start to finish: split the text, synthesize every part (with retries), join the
+//! audio, write the file atomically, then record the outcome durably in the checkpoint.
+//!
+//! The `done` record is appended only after the file's rename, and the item counts as done only
+//! once the record is acknowledged (on disk), so a kill between the two redoes the item and
+//! never leaves a "done" item without its file.
+
+use std::{path::PathBuf, sync::Arc};
+
+use voxpool_proto::synthesis::v1::SynthesizeRequest;
+
+use super::plan::Todo;
+use crate::{
+    call::Caller,
+    checkpoint::{DoneRecord, FailedRecord, Journal, Record},
+    format::Format,
+    join::join,
+    output,
+    report::{ItemReport, Status},
+    retry::CallError,
+    split::split,
+    stats::Stats,
+};
+
+/// What every item of a run shares.
+pub struct ItemContext {
+    /// Makes the calls.
+    pub caller: Caller,
+    /// The checkpoint journal.
+    pub journal: Arc<Journal>,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Output format.
+    pub format: Format,
+    /// Requested sample rate (0 = vendor default).
+    pub sample_rate_hz: i32,
+    /// Longest text per request.
+    pub max_chars: usize,
+    /// Counters.
+    pub stats: Arc<Stats>,
+}
+
+/// The item's report, and whether its checkpoint record could not be written (the batch then
+/// stops dispatching).
+pub struct Processed {
+    /// The report.
+    pub report: ItemReport,
+    /// The checkpoint write failed.
+    pub journal_failed: bool,
+}
+
+struct Progress {
+    calls: u32,
+    keys: Vec<String>,
+    parts: usize,
+}
+
+impl Progress {
+    fn add_keys<'a>(&mut self, keys: impl IntoIterator<Item = &'a str>) {
+        for key in keys {
+            if !key.is_empty() && !self.keys.iter().any(|k| k == key) {
+                self.keys.push(key.to_owned());
+            }
+        }
+    }
+}
+
+/// Runs one item (see the module doc).
+pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
+    let _in_flight = ctx.stats.in_flight_guard();
+    let Todo { item, fp } = todo;
+    let parts: Vec<&str> = split(&item.text, ctx.max_chars)
+        .into_iter()
+        .filter(|p| !p.trim().is_empty())
+        .collect();
+    let mut progress = Progress {
+        calls: 0,
+        keys: Vec::new(),
+        parts: parts.len(),
+    };
+    let mut audio = Vec::with_capacity(parts.len());
+    let mut failure: Option<(String, String)> = None;
+    for (index, part) in parts.iter().enumerate() {
+        let request = SynthesizeRequest {
+            voice: Some(item.voice.to_pb()),
+            text: (*part).to_owned(),
+            format: ctx.format.to_pb() as i32,
+            sample_rate_hz: ctx.sample_rate_hz,
+            request_id: String::new(),
+        };
+        let called = ctx
+            .caller
+            .synthesize(&request, &format!("{}#{}", item.id, index + 1))
+            .await;
+        progress.calls += called.calls;
+        match called.result {
+            Ok(response) => {
+                progress.add_keys(response.attempts.iter().map(|a| a.key_id.as_str()));
+                progress.add_keys([response.key_id.as_str()]);
+                audio.push(response.audio);
+            }
+            Err(error) => {
+                failure = Some(describe(&error, index, parts.len()));
+                break;
+            }
+        }
+    }
+    let file = output::file_name(&item.id, ctx.format);
+    let written = match failure {
+        Some(f) => Err(f),
+        None => write(&ctx, &file, audio).await,
+    };
+    let mut report = ItemReport {
+        id: Some(item.id.clone()),
+        line: item.line,
+        status: Status::Ok,
+        resumed: false,
+        attempts: progress.calls,
+        keys: progress.keys.clone(),
+        code: None,
+        error: None,
+        file: None,
+        parts: progress.parts,
+        chars: item.chars(),
+    };
+    let record = match written {
+        Ok(bytes) => Record::Done(DoneRecord {
+            id: item.id.clone(),
+            fp,
+            file: file.clone(),
+            bytes,
+            attempts: progress.calls,
+            keys: progress.keys,
+            parts: progress.parts,
+            chars: item.chars(),
+        }),
+        Err((code, error)) => {
+            report.status = Status::Failed;
+            report.code = Some(code.clone());
+            report.error = Some(error.clone());
+            Record::Failed(FailedRecord {
+                id: item.id.clone(),
+                fp,
+                code,
+                error,
+                attempts: progress.calls,
+                keys: progress.keys,
+            })
+        }
+    };
+    let journal_failed = match ctx.journal.append(record).await {
+        Ok(()) => false,
+        Err(e) => {
+            report.status = Status::Failed;
+            report.code = Some("CHECKPOINT".into());
+            report.error = Some(format!("cannot record the item in the checkpoint: {e}"));
+            true
+        }
+    };
+    match report.status {
+        Status::Ok => {
+            report.file = Some(file);
+            Stats::bump(&ctx.stats.done);
+            ctx.stats
+                .chars_done
+                .fetch_add(report.chars as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        _ => Stats::bump(&ctx.stats.failed),
+    }
+    Processed {
+        report,
+        journal_failed,
+    }
+}
+
+fn describe(error: &CallError, index: usize, parts: usize) -> (String, String) {
+    let message = if parts > 1 {
+        format!("part {} of {parts}: {}", index + 1, error.message)
+    } else {
+        error.message.clone()
+    };
+    (error.code_name(), message)
+}
+
+/// Joins and writes the audio; returns the file size.
+async fn write(
+    ctx: &ItemContext,
+    file: &str,
+    audio: Vec<Vec<u8>>,
+) -> Result<u64, (String, String)> {
+    let local = |e: String| ("LOCAL".to_owned(), e);
+    let bytes = join(ctx.format, audio).map_err(|e| local(e.to_string()))?;
+    if bytes.is_empty() {
+        return Err(local("the server returned no audio".into()));
+    }
+    let (dir, name, size) = (ctx.out.clone(), file.to_owned(), bytes.len() as u64);
+    tokio::task::spawn_blocking(move || output::write_atomic(&dir, &name, &bytes))
+        .await
+        .map_err(|e| local(format!("writing {file} stopped: {e}")))?
+        .map_err(|e| local(format!("cannot write {file}: {e}")))?;
+    Ok(size)
+}

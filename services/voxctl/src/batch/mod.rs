@@ -1,0 +1,256 @@
+//! `voxctl batch`: a manifest in, one audio file per item out, resumable.
+//!
+//! Order of work: parse the manifest (every bad line reported with its number), optionally
+//! check pack ids against the catalog, stop here for `--dry-run` (or on problems with
+//! `--strict`), take the output directory (lock + checkpoint replay + identity check), remove
+//! temporary files a killed run left, plan (skip what earlier runs settled), run the rest with
+//! the shared breaker / rate limit / retries, then write the report and print the summary.
+
+mod config;
+mod dispatch;
+mod item;
+mod plan;
+
+use std::{
+    num::NonZeroU32,
+    sync::{Arc, atomic::Ordering::Relaxed},
+    time::{Duration, Instant},
+};
+
+use governor::{Quota, RateLimiter};
+use voxpool_proto::{
+    catalog::v1::voice_catalog_client::VoiceCatalogClient,
+    synthesis::v1::synthesis_client::SynthesisClient,
+};
+
+pub use self::{
+    config::{BatchConfig, BatchError, BatchOutcome},
+    plan::fingerprint,
+};
+use self::{dispatch::dispatch, item::ItemContext, plan::plan};
+use crate::{
+    breaker::Breaker,
+    call::Caller,
+    checkpoint::{Checkpoint, RunIdentity},
+    connect,
+    manifest::{Manifest, Voice, packs::check_packs},
+    output,
+    progress::Progress,
+    report::{self, ItemReport, Report, Status, Summary},
+    shutdown::Shutdown,
+    stats::Stats,
+};
+
+/// Runs a batch (see the module doc). Progress and the summary go to stderr.
+pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome, BatchError> {
+    let started = Instant::now();
+    if let Some(q) = config.qps.filter(|q| !(q.is_finite() && *q > 0.0)) {
+        return Err(BatchError::Usage(format!("--qps must be > 0, got {q}")));
+    }
+    let mut manifest = Manifest::load(&config.manifest)?;
+    check_pack_ids(&config, &mut manifest).await?;
+    for problem in &manifest.problems {
+        eprintln!("voxctl: {}: {problem}", config.manifest.display());
+    }
+    let invalid: Vec<ItemReport> = manifest.problems.iter().map(invalid_report).collect();
+    if config.dry_run {
+        eprintln!(
+            "voxctl: {}: {} valid item(s), {} invalid line(s)",
+            config.manifest.display(),
+            manifest.items.len(),
+            invalid.len()
+        );
+        let mut summary = Summary::default();
+        report::tally(&invalid, started.elapsed(), &mut summary);
+        summary.items += manifest.items.len();
+        let exit_code = if invalid.is_empty() { 0 } else { 2 };
+        return Ok(BatchOutcome {
+            summary,
+            items: invalid,
+            exit_code,
+        });
+    }
+    if config.strict && !invalid.is_empty() {
+        return Err(BatchError::Strict(invalid.len()));
+    }
+    let out_err = |source| BatchError::OutDir {
+        path: config.out.clone(),
+        source,
+    };
+    std::fs::create_dir_all(&config.out).map_err(out_err)?;
+    let checkpoint = open_checkpoint(&config, &manifest).await?;
+    let stale = output::remove_stale_temps(&config.out).map_err(out_err)?;
+    if stale > 0 {
+        eprintln!("voxctl: removed {stale} unfinished temporary file(s) of an interrupted run");
+    }
+    let plan = plan(
+        std::mem::take(&mut manifest.items),
+        &checkpoint.replayed,
+        &config.out,
+        config.format,
+        config.sample_rate_hz,
+        config.retry_failed,
+    );
+    if !plan.settled.is_empty() {
+        eprintln!(
+            "voxctl: resuming: {} item(s) settled by earlier runs, {} to do",
+            plan.settled.len(),
+            plan.todo.len()
+        );
+    }
+    let stats = Arc::new(Stats::default());
+    stats.total.store(plan.todo.len() as u64, Relaxed);
+    let breaker = Arc::new(Breaker::new(config.breaker));
+    let journal = Arc::new(checkpoint.journal);
+    let ctx = Arc::new(ItemContext {
+        caller: caller(&config, &breaker, &stats)?,
+        journal: Arc::clone(&journal),
+        out: config.out.clone(),
+        format: config.format,
+        sample_rate_hz: config.sample_rate_hz,
+        max_chars: config.max_chars,
+        stats: Arc::clone(&stats),
+    });
+    let run_started = Instant::now();
+    let progress = Progress::start(config.progress, Arc::clone(&stats), Arc::clone(&breaker));
+    let dispatched = dispatch(plan.todo, ctx, config.concurrency, &shutdown).await;
+    progress.finish().await;
+    let run_wall = run_started.elapsed();
+    if let Some(journal) = Arc::into_inner(journal) {
+        let _ = tokio::task::spawn_blocking(move || journal.close()).await;
+    }
+    let _ = output::sync_dir(&config.out);
+
+    let mut items = invalid;
+    items.extend(plan.settled);
+    items.extend(dispatched.reports);
+    items.sort_by_key(|r| r.line);
+    let view = stats.view();
+    let mut summary = Summary {
+        calls: view.calls,
+        retries: view.retries,
+        breaker_trips: breaker.trips(),
+        interrupted: dispatched.interrupted,
+        items_per_second: (view.done + view.failed) as f64 / run_wall.as_secs_f64().max(1e-9),
+        chars_per_second: view.chars_done as f64 / run_wall.as_secs_f64().max(1e-9),
+        ..Summary::default()
+    };
+    report::tally(&items, started.elapsed(), &mut summary);
+    if let Some(path) = &config.report {
+        let doc = Report {
+            manifest: config.manifest.display().to_string(),
+            manifest_digest: manifest.digest.clone(),
+            out: config.out.display().to_string(),
+            summary: summary.clone(),
+            items: items.clone(),
+        };
+        if let Err(e) = doc.write(path) {
+            eprintln!("voxctl: cannot write the report {}: {e}", path.display());
+        }
+    }
+    eprintln!("{}", report::render(&summary));
+    let exit_code = match (summary.all_ok(), summary.interrupted) {
+        (true, _) => 0,
+        (false, true) => 130,
+        (false, false) => 1,
+    };
+    Ok(BatchOutcome {
+        summary,
+        items,
+        exit_code,
+    })
+}
+
+fn invalid_report(problem: &crate::manifest::Problem) -> ItemReport {
+    ItemReport {
+        id: problem.id.clone(),
+        line: problem.line,
+        status: Status::Invalid,
+        resumed: false,
+        attempts: 0,
+        keys: vec![],
+        code: Some("MANIFEST".into()),
+        error: Some(problem.message.clone()),
+        file: None,
+        parts: 0,
+        chars: 0,
+    }
+}
+
+async fn check_pack_ids(config: &BatchConfig, manifest: &mut Manifest) -> Result<(), BatchError> {
+    let Some(url) = &config.catalog else {
+        return Ok(());
+    };
+    if !manifest
+        .items
+        .iter()
+        .any(|i| matches!(i.voice, Voice::PackId(_)))
+    {
+        return Ok(());
+    }
+    let client = VoiceCatalogClient::new(connect::channel(url)?);
+    match tokio::time::timeout(Duration::from_secs(10), check_packs(manifest, client)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(status)) => eprintln!(
+            "voxctl: warning: cannot check pack ids against the catalog at {url} ({}); synthesis will judge them per item",
+            status.message()
+        ),
+        Err(_) => eprintln!(
+            "voxctl: warning: the catalog at {url} did not answer within 10s; synthesis will judge pack ids per item"
+        ),
+    }
+    Ok(())
+}
+
+async fn open_checkpoint(
+    config: &BatchConfig,
+    manifest: &Manifest,
+) -> Result<Checkpoint, BatchError> {
+    let identity = RunIdentity {
+        manifest: manifest.digest.clone(),
+        format: config.format.as_str().to_owned(),
+        sample_rate_hz: config.sample_rate_hz,
+    };
+    let (out, force) = (config.out.clone(), config.force);
+    let checkpoint = tokio::task::spawn_blocking(move || Checkpoint::open(&out, identity, force))
+        .await
+        .map_err(|e| BatchError::Usage(format!("checkpoint open stopped: {e}")))??;
+    let replayed = &checkpoint.replayed;
+    if replayed.torn_tail {
+        eprintln!("voxctl: the checkpoint ended in a torn record (a killed run); it was dropped");
+    }
+    if !replayed.corrupt_lines.is_empty() {
+        eprintln!(
+            "voxctl: warning: ignored unreadable checkpoint line(s) {:?}; their items are redone",
+            replayed.corrupt_lines
+        );
+    }
+    Ok(checkpoint)
+}
+
+fn caller(
+    config: &BatchConfig,
+    breaker: &Arc<Breaker>,
+    stats: &Arc<Stats>,
+) -> Result<Caller, BatchError> {
+    let client = SynthesisClient::new(connect::channel(&config.synthesis)?)
+        .max_decoding_message_size(connect::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(connect::MAX_MESSAGE_BYTES);
+    let limiter = match config.qps {
+        None => None,
+        Some(q) => {
+            let quota = Quota::with_period(Duration::from_secs_f64(1.0 / q))
+                .ok_or_else(|| BatchError::Usage(format!("--qps {q} is too high")))?
+                .allow_burst(NonZeroU32::MIN);
+            Some(Arc::new(RateLimiter::direct(quota)))
+        }
+    };
+    Ok(Caller {
+        client,
+        breaker: Arc::clone(breaker),
+        limiter,
+        policy: config.retry,
+        deadline: config.deadline,
+        stats: Arc::clone(stats),
+    })
+}

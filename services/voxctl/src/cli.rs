@@ -1,0 +1,336 @@
+//! The command line (clap derive). Service addresses and the admin token also come from the
+//! environment (`VOXPOOL_SYNTHESIS`, `VOXPOOL_CATALOG`, `VOXPOOL_SCHEDULER`,
+//! `VOXPOOL_ADMIN_TOKEN`).
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::format::Format;
+
+/// Default Synthesis address.
+pub const DEFAULT_SYNTHESIS: &str = "http://127.0.0.1:50053";
+/// Default VoiceCatalog address.
+pub const DEFAULT_CATALOG: &str = "http://127.0.0.1:50052";
+/// Default PoolScheduler address.
+pub const DEFAULT_SCHEDULER: &str = "http://127.0.0.1:50051";
+
+/// voxpool's command-line client: batch synthesis with resume, and operator commands.
+#[derive(Debug, Parser)]
+#[command(name = "voxctl", version)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Synthesize every item of a JSON Lines manifest into DIR/<id>.<ext>, resumably.
+    ///
+    /// Each manifest line is {"id", "text"} plus one of "packId", "snapshot" (a frozen snapshot
+    /// object) or "card" (a card file whose data.extensions.airi.modules.speech.voicePack holds
+    /// one; relative to the manifest). Re-running the same command resumes: finished items are
+    /// skipped. Exit code: 0 every item ok, 1 some item failed or is invalid, 2 usage /
+    /// manifest refused (--strict, --dry-run with problems, checkpoint of another manifest),
+    /// 130 interrupted.
+    Batch(BatchArgs),
+    /// Scheduler pools.
+    Pool {
+        /// Pool subcommand.
+        #[command(subcommand)]
+        command: PoolCommand,
+    },
+    /// Voice packs in the catalog.
+    Packs(PacksArgs),
+    /// Synthesize one text into one file.
+    Synth(SynthArgs),
+}
+
+/// How progress is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProgressArg {
+    /// A bar on a terminal, plain lines otherwise.
+    Auto,
+    /// Always the bar.
+    Bar,
+    /// Plain lines every --progress-interval.
+    Lines,
+    /// Only breaker changes and the summary.
+    Quiet,
+}
+
+/// `voxctl batch`.
+#[derive(Debug, Args)]
+pub struct BatchArgs {
+    /// The manifest (JSON Lines).
+    pub manifest: PathBuf,
+    /// Output directory (created if missing); also holds the checkpoint.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "wav")]
+    pub format: Format,
+    /// Output sample rate in Hz (0 = the vendor's default).
+    #[arg(long, default_value_t = 0)]
+    pub sample_rate: i32,
+    /// Items synthesized at once.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub concurrency: u32,
+    /// Client-side limit of Synthesize calls per second (retries included; fractions allowed).
+    #[arg(long)]
+    pub qps: Option<f64>,
+    /// Synthesis service URL.
+    #[arg(long, env = "VOXPOOL_SYNTHESIS", default_value = DEFAULT_SYNTHESIS)]
+    pub synthesis: String,
+    /// Catalog URL, used to check the manifest's pack ids before running.
+    #[arg(long, env = "VOXPOOL_CATALOG", default_value = DEFAULT_CATALOG)]
+    pub catalog: String,
+    /// Do not check pack ids against the catalog (synthesis still refuses unknown packs).
+    #[arg(long)]
+    pub no_pack_check: bool,
+    /// Deadline of one Synthesize call (e.g. 30s, 2m).
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub deadline: Duration,
+    /// Most calls per request, first included (a split item makes one request per part).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_attempts: u32,
+    /// First backoff ceiling between retries (full jitter below it; RetryInfo is a floor).
+    #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+    pub backoff_base: Duration,
+    /// Highest backoff ceiling.
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    pub backoff_max: Duration,
+    /// Longest text per request; longer items are split at paragraphs, then sentences, and
+    /// joined into one file. Match the server's max_text_chars.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_chars: u32,
+    /// Write a JSON report (every item: status, attempts, keys, error) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Validate the manifest only (cards, snapshots, pack ids); synthesize nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Stop before synthesizing anything if any manifest line is invalid.
+    #[arg(long)]
+    pub strict: bool,
+    /// Also redo items that failed in earlier runs (they are skipped by default).
+    #[arg(long)]
+    pub retry_failed: bool,
+    /// Resume even if DIR was produced from another manifest or format (changed items are
+    /// redone, unchanged finished ones skipped).
+    #[arg(long)]
+    pub force: bool,
+    /// How progress is shown on stderr.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub progress: ProgressArg,
+    /// Period of the plain progress lines.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub progress_interval: Duration,
+    /// Circuit breaker: recent calls considered.
+    #[arg(long, default_value_t = 20)]
+    pub breaker_window: usize,
+    /// Circuit breaker: share (0..1) of UNAVAILABLE among recent calls that pauses the batch.
+    #[arg(long, default_value_t = 0.5)]
+    pub breaker_ratio: f64,
+    /// Circuit breaker: first pause before a probe (doubles per failed probe, up to 30s).
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub breaker_pause: Duration,
+}
+
+/// `voxctl pool ...`.
+#[derive(Debug, Subcommand)]
+pub enum PoolCommand {
+    /// Per-key in-flight/capacity bars, state and cooldowns of POOL (default: every pool).
+    Status {
+        /// Pool id; every pool when omitted.
+        pool: Option<String>,
+        /// Redraw every --interval until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
+        /// Redraw period of --watch.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        interval: Duration,
+        /// Scheduler URL.
+        #[arg(long, env = "VOXPOOL_SCHEDULER", default_value = DEFAULT_SCHEDULER)]
+        scheduler: String,
+    },
+}
+
+/// `voxctl packs ...`.
+#[derive(Debug, Args)]
+pub struct PacksArgs {
+    /// Catalog URL.
+    #[arg(long, global = true, env = "VOXPOOL_CATALOG", default_value = DEFAULT_CATALOG)]
+    pub catalog: String,
+    /// Admin bearer token (for create, disable, enable, list --all).
+    #[arg(
+        long = "admin-token",
+        env = "VOXPOOL_ADMIN_TOKEN",
+        hide_env_values = true,
+        global = true
+    )]
+    pub admin_token: Option<String>,
+    /// Packs subcommand.
+    #[command(subcommand)]
+    pub command: PacksCommand,
+}
+
+/// The packs subcommands.
+#[derive(Debug, Subcommand)]
+// Parsed once per process: the size difference between variants does not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum PacksCommand {
+    /// List packs (enabled ones; --all includes disabled, needs the admin token).
+    List {
+        /// Filter, e.g. `tier=PRO AND locale=en-US`.
+        #[arg(long, default_value = "")]
+        filter: String,
+        /// Include disabled packs.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Every field of one pack.
+    Show {
+        /// Pack id.
+        id: String,
+    },
+    /// Create a pack (admin).
+    Create(CreatePackArgs),
+    /// Disable a pack (admin): hidden from listings, refused for new snapshots.
+    Disable {
+        /// Pack id.
+        id: String,
+    },
+    /// Enable a disabled pack (admin).
+    Enable {
+        /// Pack id.
+        id: String,
+    },
+}
+
+/// `voxctl packs create`.
+#[derive(Debug, Args)]
+pub struct CreatePackArgs {
+    /// Display name (1..200 characters).
+    #[arg(long)]
+    pub display_name: String,
+    /// Description.
+    #[arg(long, default_value = "")]
+    pub description: String,
+    /// Provider id: openai, azure, volcengine, elevenlabs, minimax, dashscope, espeak.
+    #[arg(long)]
+    pub provider: String,
+    /// Vendor model id.
+    #[arg(long, default_value = "")]
+    pub model: String,
+    /// Vendor voice id.
+    #[arg(long)]
+    pub voice_id: String,
+    /// TTS model id (the scheduler pool) the pack pins.
+    #[arg(long)]
+    pub tts_model_id: String,
+    /// STANDARD or CLONED.
+    #[arg(long, default_value = "STANDARD")]
+    pub kind: String,
+    /// LITE, STANDARD, PRO or PREMIUM.
+    #[arg(long, default_value = "STANDARD")]
+    pub tier: String,
+    /// An account (upstream id) holding the voice; repeatable; required for CLONED.
+    #[arg(long = "upstream-id")]
+    pub upstream_ids: Vec<String>,
+    /// A BCP 47 locale; repeatable.
+    #[arg(long = "locale")]
+    pub locales: Vec<String>,
+    /// Relative pitch in percent (-50..50).
+    #[arg(long, allow_negative_numbers = true)]
+    pub pitch_pct: Option<f64>,
+    /// Speaking-rate multiplier (0.25..4).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Relative volume in percent (-100..100).
+    #[arg(long, allow_negative_numbers = true)]
+    pub volume_pct: Option<f64>,
+    /// A vendor option `key=value`; repeatable.
+    #[arg(long)]
+    pub extra: Vec<String>,
+}
+
+/// `voxctl synth`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("voice").required(true).args(["pack", "snapshot", "card"])))]
+pub struct SynthArgs {
+    /// The text (`-` reads standard input).
+    pub text: String,
+    /// Voice pack id.
+    #[arg(long)]
+    pub pack: Option<String>,
+    /// A snapshot JSON file.
+    #[arg(long)]
+    pub snapshot: Option<PathBuf>,
+    /// A card JSON file with a bound voice pack.
+    #[arg(long)]
+    pub card: Option<PathBuf>,
+    /// Output file.
+    #[arg(short = 'o', long = "out")]
+    pub out: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "wav")]
+    pub format: Format,
+    /// Output sample rate in Hz (0 = the vendor's default).
+    #[arg(long, default_value_t = 0)]
+    pub sample_rate: i32,
+    /// Synthesis service URL.
+    #[arg(long, env = "VOXPOOL_SYNTHESIS", default_value = DEFAULT_SYNTHESIS)]
+    pub synthesis: String,
+    /// Deadline of one call.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub deadline: Duration,
+    /// Most calls, first included.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_attempts: u32,
+    /// Longest text per request.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_chars: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn batch_defaults_match_the_documented_ones() {
+        let cli = Cli::try_parse_from(["voxctl", "batch", "m.jsonl", "--out", "d"]).expect("parse");
+        let Command::Batch(b) = cli.command else {
+            panic!("not batch");
+        };
+        assert_eq!(
+            (b.concurrency, b.max_attempts, b.max_chars),
+            (16, 5, 20_000)
+        );
+        assert_eq!(b.deadline, Duration::from_secs(60));
+        assert_eq!(b.format, Format::Wav);
+    }
+
+    #[test]
+    fn synth_needs_exactly_one_voice() {
+        assert!(Cli::try_parse_from(["voxctl", "synth", "hi", "-o", "x.wav"]).is_err());
+        assert!(
+            Cli::try_parse_from([
+                "voxctl", "synth", "hi", "-o", "x.wav", "--pack", "a", "--card", "c"
+            ])
+            .is_err()
+        );
+        assert!(
+            Cli::try_parse_from(["voxctl", "synth", "hi", "-o", "x.wav", "--pack", "a"]).is_ok()
+        );
+    }
+}

@@ -1,0 +1,81 @@
+//! gRPC channels to the voxpool services and the admin bearer token.
+//!
+//! Channels connect lazily (the first call connects; a later call reconnects after a failure),
+//! so a service that is down when voxctl starts is handled by the retry/breaker logic instead
+//! of failing the whole run up front.
+
+use std::time::Duration;
+
+use tonic::{
+    Request, Status,
+    metadata::MetadataValue,
+    service::Interceptor,
+    transport::{Channel, Endpoint},
+};
+
+/// Largest response accepted (long items produce large audio).
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
+/// A URL that is not a valid endpoint.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid service URL {url:?}: {source}")]
+pub struct UrlError {
+    /// The URL given.
+    pub url: String,
+    /// Why.
+    #[source]
+    pub source: tonic::transport::Error,
+}
+
+/// A lazily connecting channel to `url` (`http://host:port`).
+pub fn channel(url: &str) -> Result<Channel, UrlError> {
+    let endpoint = Endpoint::from_shared(url.to_owned()).map_err(|source| UrlError {
+        url: url.to_owned(),
+        source,
+    })?;
+    Ok(endpoint
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_while_idle(true)
+        .connect_lazy())
+}
+
+/// Adds `authorization: Bearer <token>` to every request.
+#[derive(Clone)]
+pub struct AdminToken(Option<MetadataValue<tonic::metadata::Ascii>>);
+
+impl AdminToken {
+    /// From the token text (`VOXPOOL_ADMIN_TOKEN`); `None` sends no header (the server then
+    /// answers UNAUTHENTICATED, which names the variable).
+    pub fn new(token: Option<&str>) -> Result<Self, String> {
+        match token.map(str::trim).filter(|t| !t.is_empty()) {
+            None => Ok(Self(None)),
+            Some(t) => format!("Bearer {t}")
+                .parse()
+                .map(|v| Self(Some(v)))
+                .map_err(|_| "VOXPOOL_ADMIN_TOKEN holds characters not allowed in a header".into()),
+        }
+    }
+}
+
+impl Interceptor for AdminToken {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "AdminToken(set)"
+        } else {
+            "AdminToken(none)"
+        })
+    }
+}

@@ -1,0 +1,59 @@
+//! Output audio formats: the CLI spelling, the proto enum and the file extension of each.
+
+use clap::ValueEnum;
+use voxpool_proto::synthesis::v1::AudioFormat;
+
+/// An output format that `--format` accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// RIFF/WAVE, 16-bit PCM (the default).
+    Wav,
+    /// MPEG audio layer III.
+    Mp3,
+    /// Opus in an Ogg container.
+    OggOpus,
+    /// Raw signed 16-bit little-endian mono, no header.
+    Pcm,
+}
+
+impl Format {
+    /// The proto enum sent in `SynthesizeRequest.format`.
+    pub fn to_pb(self) -> AudioFormat {
+        match self {
+            Format::Wav => AudioFormat::Wav,
+            Format::Mp3 => AudioFormat::Mp3,
+            Format::OggOpus => AudioFormat::OggOpus,
+            Format::Pcm => AudioFormat::Pcm,
+        }
+    }
+
+    /// File extension without the dot (`wav`, `mp3`, `ogg`, `pcm`).
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Wav => "wav",
+            Format::Mp3 => "mp3",
+            Format::OggOpus => "ogg",
+            Format::Pcm => "pcm",
+        }
+    }
+
+    /// The proto enum name (`WAV`), as recorded in the checkpoint.
+    pub fn as_str(self) -> &'static str {
+        self.to_pb().as_str_name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_format_has_a_distinct_extension_and_proto_value() {
+        let all = [Format::Wav, Format::Mp3, Format::OggOpus, Format::Pcm];
+        let mut exts: Vec<_> = all.iter().map(|f| f.extension()).collect();
+        exts.dedup();
+        assert_eq!(exts.len(), 4);
+        assert_eq!(Format::OggOpus.as_str(), "OGG_OPUS");
+        assert_eq!(Format::Wav.to_pb() as i32, 1);
+    }
+}

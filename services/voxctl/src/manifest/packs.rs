@@ -1,0 +1,63 @@
+//! Checks the pack ids a manifest names against the catalog before anything runs, so an
+//! unknown or disabled pack is reported with its manifest lines instead of failing every item
+//! of it on the server.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tonic::{Code, transport::Channel};
+use voxpool_proto::catalog::v1::{GetVoicePackRequest, voice_catalog_client::VoiceCatalogClient};
+
+use super::{Manifest, Problem, Voice};
+
+/// Moves every item whose pack is unknown or disabled from `items` to `problems`.
+///
+/// Returns an error (and changes nothing) when the catalog cannot answer, so the caller can warn
+/// and let synthesis judge the packs instead.
+pub async fn check_packs(
+    manifest: &mut Manifest,
+    mut catalog: VoiceCatalogClient<Channel>,
+) -> Result<usize, tonic::Status> {
+    let ids: BTreeSet<String> = manifest
+        .items
+        .iter()
+        .filter_map(|item| match &item.voice {
+            Voice::PackId(id) => Some(id.clone()),
+            Voice::Snapshot { .. } => None,
+        })
+        .collect();
+    let mut bad: BTreeMap<String, String> = BTreeMap::new();
+    for id in ids {
+        let request = GetVoicePackRequest { id: id.clone() };
+        match catalog.get_voice_pack(request).await {
+            Ok(pack) if pack.get_ref().enabled => {}
+            Ok(_) => {
+                bad.insert(id.clone(), format!("pack {id:?} is disabled"));
+            }
+            Err(status) if status.code() == Code::NotFound => {
+                bad.insert(id.clone(), format!("unknown pack {id:?}"));
+            }
+            Err(status) => return Err(status),
+        }
+    }
+    let mut moved = 0;
+    let items = std::mem::take(&mut manifest.items);
+    for item in items {
+        let reason = match &item.voice {
+            Voice::PackId(id) => bad.get(id),
+            Voice::Snapshot { .. } => None,
+        };
+        match reason {
+            Some(message) => {
+                moved += 1;
+                manifest.problems.push(Problem {
+                    line: item.line,
+                    id: Some(item.id),
+                    message: message.clone(),
+                });
+            }
+            None => manifest.items.push(item),
+        }
+    }
+    manifest.problems.sort_by_key(|p| p.line);
+    Ok(moved)
+}

@@ -1,0 +1,48 @@
+//! Operator commands: pool status, voice packs, one-off synthesis.
+
+pub mod packs;
+pub mod pool;
+pub mod synth;
+
+/// A failed operator command: the message to print and the exit code.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct OpError {
+    /// One line, lowercase, concrete.
+    pub message: String,
+    /// Exit code (1 = the server refused or is unreachable, 2 = bad usage).
+    pub exit_code: u8,
+}
+
+impl OpError {
+    /// A server-side or I/O failure (exit 1).
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            exit_code: 1,
+        }
+    }
+
+    /// A usage error (exit 2).
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            exit_code: 2,
+        }
+    }
+
+    /// From a gRPC status of `what` (e.g. `GetVoicePack`).
+    pub fn status(what: &str, status: &tonic::Status) -> Self {
+        Self::failed(format!(
+            "{what}: {}: {}",
+            crate::retry::code_name(status.code()),
+            status.message()
+        ))
+    }
+}
+
+impl From<crate::connect::UrlError> for OpError {
+    fn from(e: crate::connect::UrlError) -> Self {
+        Self::usage(e.to_string())
+    }
+}

@@ -1,0 +1,156 @@
+//! `voxctl pool status [POOL] [--watch]`: per-key in-flight/capacity as bars, state and
+//! cooldowns, from the scheduler's `GetPoolStatus` / `ListPools`.
+
+use std::{fmt::Write as _, io::IsTerminal as _, time::Duration};
+
+use voxpool_proto::scheduler::v1::{
+    GetPoolStatusRequest, KeyState, KeyStatus, ListPoolsRequest, PoolStatus,
+    pool_scheduler_client::PoolSchedulerClient,
+};
+
+use super::OpError;
+use crate::connect;
+
+/// Width of the in-flight bars, in characters.
+const BAR: usize = 20;
+
+/// Prints the status of `pool` (or every pool) once, or every `interval` until Ctrl-C.
+pub async fn status(
+    scheduler: &str,
+    pool: Option<&str>,
+    watch: Option<Duration>,
+) -> Result<(), OpError> {
+    let mut client = PoolSchedulerClient::new(connect::channel(scheduler)?);
+    let tty = std::io::stdout().is_terminal();
+    loop {
+        let pools = fetch(&mut client, pool).await?;
+        let text = pools.iter().map(render).collect::<Vec<_>>().join("\n");
+        match watch {
+            Some(_) if tty => print!("\x1b[2J\x1b[H{text}"),
+            _ => print!("{text}"),
+        }
+        let Some(every) = watch else {
+            return Ok(());
+        };
+        println!();
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    }
+}
+
+async fn fetch(
+    client: &mut PoolSchedulerClient<tonic::transport::Channel>,
+    pool: Option<&str>,
+) -> Result<Vec<PoolStatus>, OpError> {
+    match pool {
+        Some(pool) => client
+            .get_pool_status(GetPoolStatusRequest { pool: pool.into() })
+            .await
+            .map(|r| vec![r.into_inner()])
+            .map_err(|s| OpError::status("GetPoolStatus", &s)),
+        None => client
+            .list_pools(ListPoolsRequest {})
+            .await
+            .map(|r| r.into_inner().pools)
+            .map_err(|s| OpError::status("ListPools", &s)),
+    }
+}
+
+/// Renders one pool: a header line, then one line per key.
+pub fn render(pool: &PoolStatus) -> String {
+    let mut out = format!(
+        "pool {}  {}/{} in flight ({:.0}%)  waiters {}\n",
+        pool.pool,
+        pool.in_flight,
+        pool.capacity,
+        pool.utilization * 100.0,
+        pool.waiters
+    );
+    let width = pool.keys.iter().map(|k| k.key_id.len()).max().unwrap_or(0);
+    for key in &pool.keys {
+        let _ = writeln!(out, "  {}", key_line(key, width, pool.now_ms));
+    }
+    out
+}
+
+fn key_line(key: &KeyStatus, width: usize, now_ms: i64) -> String {
+    let filled = if key.capacity > 0 {
+        ((key.in_flight.max(0) as usize * BAR) / key.capacity as usize).min(BAR)
+    } else {
+        0
+    };
+    let state = KeyState::try_from(key.state)
+        .map(|s| s.as_str_name())
+        .unwrap_or("UNKNOWN");
+    let mut line = format!(
+        "{:<width$}  [{}{}] {:>3}/{:<3} {state}",
+        key.key_id,
+        "#".repeat(filled),
+        "·".repeat(BAR - filled),
+        key.in_flight,
+        key.capacity,
+    );
+    if key.cooldown_until_ms > now_ms && key.cooldown_until_ms > 0 {
+        let left = Duration::from_millis((key.cooldown_until_ms - now_ms) as u64);
+        let _ = write!(line, " for {:.1}s", left.as_secs_f64());
+    }
+    if key.consecutive_failures > 0 {
+        let _ = write!(line, "  failures {}", key.consecutive_failures);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_render_as_bars_with_state_cooldown_and_failures() {
+        let pool = PoolStatus {
+            pool: "p".into(),
+            capacity: 20,
+            in_flight: 15,
+            utilization: 0.75,
+            now_ms: 10_000,
+            waiters: 2,
+            keys: vec![
+                KeyStatus {
+                    key_id: "u/a".into(),
+                    capacity: 10,
+                    in_flight: 5,
+                    state: KeyState::Available as i32,
+                    ..KeyStatus::default()
+                },
+                KeyStatus {
+                    key_id: "u/bb".into(),
+                    capacity: 10,
+                    in_flight: 10,
+                    state: KeyState::Cooling as i32,
+                    cooldown_until_ms: 12_500,
+                    consecutive_failures: 3,
+                    ..KeyStatus::default()
+                },
+            ],
+        };
+        let text = render(&pool);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "pool p  15/20 in flight (75%)  waiters 2");
+        assert_eq!(
+            lines[1],
+            format!(
+                "  u/a   [{}{}]   5/10  AVAILABLE",
+                "#".repeat(10),
+                "·".repeat(10)
+            )
+        );
+        assert_eq!(
+            lines[2],
+            format!(
+                "  u/bb  [{}]  10/10  COOLING for 2.5s  failures 3",
+                "#".repeat(20)
+            )
+        );
+    }
+}

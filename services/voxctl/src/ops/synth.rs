@@ -1,0 +1,110 @@
+//! `voxctl synth --pack ID "text" -o out.wav`: one text to one file, with the batch's retries,
+//! splitting of long text and atomic write.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use voxpool_proto::synthesis::v1::{SynthesizeRequest, synthesis_client::SynthesisClient};
+
+use super::OpError;
+use crate::{
+    breaker::{Breaker, BreakerConfig},
+    call::Caller,
+    connect,
+    format::Format,
+    join::join,
+    manifest::Voice,
+    output,
+    retry::RetryPolicy,
+    split::split,
+    stats::Stats,
+};
+
+/// One synthesis job.
+#[derive(Clone, Debug)]
+pub struct SynthJob {
+    /// The voice.
+    pub voice: Voice,
+    /// The text.
+    pub text: String,
+    /// Output file.
+    pub out: PathBuf,
+    /// Format.
+    pub format: Format,
+    /// Sample rate (0 = vendor default).
+    pub sample_rate_hz: i32,
+    /// Synthesis URL.
+    pub synthesis: String,
+    /// Per-call deadline.
+    pub deadline: Duration,
+    /// Retries.
+    pub retry: RetryPolicy,
+    /// Longest text per request.
+    pub max_chars: usize,
+}
+
+/// Synthesizes the job; prints where the audio went and which keys served it.
+pub async fn synth(job: SynthJob) -> Result<(), OpError> {
+    if job.text.trim().is_empty() {
+        return Err(OpError::usage("the text is empty"));
+    }
+    let client = SynthesisClient::new(connect::channel(&job.synthesis)?)
+        .max_decoding_message_size(connect::MAX_MESSAGE_BYTES);
+    let caller = Caller {
+        client,
+        breaker: Arc::new(Breaker::new(BreakerConfig::default())),
+        limiter: None,
+        policy: job.retry,
+        deadline: job.deadline,
+        stats: Arc::new(Stats::default()),
+    };
+    let parts: Vec<&str> = split(&job.text, job.max_chars)
+        .into_iter()
+        .filter(|p| !p.trim().is_empty())
+        .collect();
+    let (mut audio, mut keys, mut calls) = (Vec::new(), Vec::new(), 0);
+    for (i, part) in parts.iter().enumerate() {
+        let request = SynthesizeRequest {
+            voice: Some(job.voice.to_pb()),
+            text: (*part).to_owned(),
+            format: job.format.to_pb() as i32,
+            sample_rate_hz: job.sample_rate_hz,
+            request_id: String::new(),
+        };
+        let called = caller
+            .synthesize(&request, &format!("voxctl-synth#{}", i + 1))
+            .await;
+        calls += called.calls;
+        let response = called
+            .result
+            .map_err(|e| OpError::failed(format!("Synthesize: {e}")))?;
+        if !keys.contains(&response.key_id) {
+            keys.push(response.key_id);
+        }
+        audio.push(response.audio);
+    }
+    let bytes = join(job.format, audio).map_err(|e| OpError::failed(e.to_string()))?;
+    let dir = match job.out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = job
+        .out
+        .file_name()
+        .ok_or_else(|| OpError::usage("-o needs a file name"))?
+        .to_string_lossy()
+        .into_owned();
+    output::write_atomic(dir, &name, &bytes)
+        .map_err(|e| OpError::failed(format!("cannot write {}: {e}", job.out.display())))?;
+    eprintln!(
+        "voxctl: wrote {} ({} bytes, {} part(s)) via {} in {calls} call(s)",
+        job.out.display(),
+        bytes.len(),
+        parts.len(),
+        keys.join(", ")
+    );
+    Ok(())
+}

@@ -1,0 +1,248 @@
+//! The per-item report (`--report FILE`, JSON) and the final summary printed to stderr.
+
+use std::{collections::HashMap, path::Path, time::Duration};
+
+use serde::Serialize;
+
+/// What became of an item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Its file is in place (this run, or an earlier one when `resumed`).
+    Ok,
+    /// It failed (this run, or an earlier one when `resumed` and not retried).
+    Failed,
+    /// Its manifest line is invalid.
+    Invalid,
+    /// The run was interrupted before it finished.
+    NotStarted,
+}
+
+/// One item in the report.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ItemReport {
+    /// Item id (absent for a line without a readable id).
+    pub id: Option<String>,
+    /// Manifest line.
+    pub line: usize,
+    /// Outcome.
+    pub status: Status,
+    /// Whether the outcome comes from the checkpoint of an earlier run.
+    pub resumed: bool,
+    /// Synthesize calls made.
+    pub attempts: u32,
+    /// Vendor keys used or tried (`upstream/key`).
+    pub keys: Vec<String>,
+    /// gRPC code name or local error class.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// The error (the server's message for gRPC errors).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Output file name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// Parts the text was split into.
+    pub parts: usize,
+    /// Characters of text.
+    pub chars: usize,
+}
+
+/// Totals of a run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// Manifest lines that hold an item (valid or not).
+    pub items: usize,
+    /// Items whose file is in place.
+    pub ok: usize,
+    /// Of `ok`, done by an earlier run.
+    pub ok_resumed: usize,
+    /// Items that failed.
+    pub failed: usize,
+    /// Of `failed`, failed in an earlier run and not retried (`--retry-failed` redoes them).
+    pub failed_resumed: usize,
+    /// Invalid manifest lines.
+    pub invalid: usize,
+    /// Items not finished because the run was interrupted.
+    pub not_started: usize,
+    /// Wall time of this run, seconds.
+    pub wall_seconds: f64,
+    /// Items finished (ok or failed) by this run per second.
+    pub items_per_second: f64,
+    /// Characters synthesized by this run per second.
+    pub chars_per_second: f64,
+    /// Synthesize calls made by this run.
+    pub calls: u64,
+    /// Of `calls`, retries.
+    pub retries: u64,
+    /// Times the circuit breaker opened.
+    pub breaker_trips: u64,
+    /// Whether a Ctrl-C stopped the run.
+    pub interrupted: bool,
+    /// Most frequent errors (`CODE: message`) with their counts, most frequent first.
+    pub top_errors: Vec<(String, usize)>,
+}
+
+impl Summary {
+    /// Whether every item succeeded.
+    pub fn all_ok(&self) -> bool {
+        self.ok == self.items
+    }
+}
+
+/// The `--report` document.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// The manifest path.
+    pub manifest: String,
+    /// Its digest.
+    pub manifest_digest: String,
+    /// The output directory.
+    pub out: String,
+    /// Totals.
+    pub summary: Summary,
+    /// Every manifest item, in manifest order.
+    pub items: Vec<ItemReport>,
+}
+
+impl Report {
+    /// Writes the report atomically (temp file + rename) as pretty JSON.
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let name = path
+            .file_name()
+            .ok_or_else(|| std::io::Error::other("--report needs a file name"))?;
+        crate::output::write_atomic(dir, &name.to_string_lossy(), &json)
+    }
+}
+
+/// Fills `summary`'s counts and top errors from the item reports.
+pub fn tally(items: &[ItemReport], wall: Duration, summary: &mut Summary) {
+    summary.items = items.len();
+    let mut errors: HashMap<String, usize> = HashMap::new();
+    for item in items {
+        match item.status {
+            Status::Ok => {
+                summary.ok += 1;
+                summary.ok_resumed += usize::from(item.resumed);
+            }
+            Status::Failed => {
+                summary.failed += 1;
+                summary.failed_resumed += usize::from(item.resumed);
+            }
+            Status::Invalid => summary.invalid += 1,
+            Status::NotStarted => summary.not_started += 1,
+        }
+        if let (Some(error), false) = (&item.error, item.resumed) {
+            let code = item.code.as_deref().unwrap_or("MANIFEST");
+            *errors
+                .entry(format!("{code}: {}", truncate(error, 120)))
+                .or_default() += 1;
+        }
+    }
+    let mut top: Vec<_> = errors.into_iter().collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    top.truncate(5);
+    summary.top_errors = top;
+    summary.wall_seconds = wall.as_secs_f64();
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+/// The human summary (several lines, no trailing newline).
+pub fn render(summary: &Summary) -> String {
+    let mut lines = vec![format!(
+        "voxctl: {} items: {} ok ({} from earlier runs), {} failed{}, {} invalid, {} not started",
+        summary.items,
+        summary.ok,
+        summary.ok_resumed,
+        summary.failed,
+        if summary.failed_resumed > 0 {
+            format!(
+                " ({} from earlier runs; --retry-failed redoes them)",
+                summary.failed_resumed
+            )
+        } else {
+            String::new()
+        },
+        summary.invalid,
+        summary.not_started,
+    )];
+    lines.push(format!(
+        "voxctl: wall {:.1}s, {:.1} items/s, {:.0} chars/s, {} calls ({} retries), circuit breaker opened {} time(s){}",
+        summary.wall_seconds,
+        summary.items_per_second,
+        summary.chars_per_second,
+        summary.calls,
+        summary.retries,
+        summary.breaker_trips,
+        if summary.interrupted { ", interrupted" } else { "" },
+    ));
+    if !summary.top_errors.is_empty() {
+        lines.push("voxctl: top errors:".into());
+        for (error, n) in &summary.top_errors {
+            lines.push(format!("  {n:>6} × {error}"));
+        }
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(status: Status, resumed: bool, error: Option<&str>) -> ItemReport {
+        ItemReport {
+            id: Some("a".into()),
+            line: 1,
+            status,
+            resumed,
+            attempts: 1,
+            keys: vec![],
+            code: error.map(|_| "UNAVAILABLE".into()),
+            error: error.map(Into::into),
+            file: None,
+            parts: 1,
+            chars: 3,
+        }
+    }
+
+    #[test]
+    fn tally_counts_every_status_and_ranks_errors_of_this_run() {
+        let items = [
+            item(Status::Ok, false, None),
+            item(Status::Ok, true, None),
+            item(Status::Failed, false, Some("down")),
+            item(Status::Failed, false, Some("down")),
+            item(Status::Failed, true, Some("old")),
+            item(Status::Invalid, false, None),
+            item(Status::NotStarted, false, None),
+        ];
+        let mut s = Summary::default();
+        tally(&items, Duration::from_secs(2), &mut s);
+        assert_eq!(
+            (s.items, s.ok, s.ok_resumed, s.failed, s.failed_resumed),
+            (7, 2, 1, 3, 1)
+        );
+        assert_eq!((s.invalid, s.not_started), (1, 1));
+        assert_eq!(s.top_errors, [("UNAVAILABLE: down".to_owned(), 2)]);
+        assert!(!s.all_ok());
+        let text = render(&s);
+        assert!(
+            text.contains("7 items: 2 ok") && text.contains("2 × UNAVAILABLE: down"),
+            "{text}"
+        );
+    }
+}

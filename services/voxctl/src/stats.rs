@@ -1,0 +1,77 @@
+//! Live counters of a batch run, shared by the workers and the progress display.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Counters updated as items and calls finish.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Items this run will try (excludes items skipped from the checkpoint).
+    pub total: AtomicU64,
+    /// Items finished successfully in this run.
+    pub done: AtomicU64,
+    /// Items failed in this run.
+    pub failed: AtomicU64,
+    /// Items being worked on.
+    pub in_flight: AtomicU64,
+    /// Characters of the items done in this run.
+    pub chars_done: AtomicU64,
+    /// Synthesize calls made.
+    pub calls: AtomicU64,
+    /// Calls that were retries.
+    pub retries: AtomicU64,
+}
+
+/// A consistent-enough copy of [`Stats`] for display.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatsView {
+    /// See [`Stats::total`].
+    pub total: u64,
+    /// See [`Stats::done`].
+    pub done: u64,
+    /// See [`Stats::failed`].
+    pub failed: u64,
+    /// See [`Stats::in_flight`].
+    pub in_flight: u64,
+    /// See [`Stats::chars_done`].
+    pub chars_done: u64,
+    /// See [`Stats::calls`].
+    pub calls: u64,
+    /// See [`Stats::retries`].
+    pub retries: u64,
+}
+
+impl Stats {
+    /// Reads every counter.
+    pub fn view(&self) -> StatsView {
+        StatsView {
+            total: self.total.load(Relaxed),
+            done: self.done.load(Relaxed),
+            failed: self.failed.load(Relaxed),
+            in_flight: self.in_flight.load(Relaxed),
+            chars_done: self.chars_done.load(Relaxed),
+            calls: self.calls.load(Relaxed),
+            retries: self.retries.load(Relaxed),
+        }
+    }
+
+    /// Adds one to a counter.
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Relaxed);
+    }
+
+    /// Marks an item in flight until the guard drops.
+    pub fn in_flight_guard(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Relaxed);
+        InFlight(self)
+    }
+}
+
+/// Decrements [`Stats::in_flight`] on drop (also when the item's task is aborted).
+#[derive(Debug)]
+pub struct InFlight<'a>(&'a Stats);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Relaxed);
+    }
+}
