@@ -12,6 +12,8 @@ report="$out_dir/$(date -u +%Y-%m-%dT%H%M%SZ).md"
     echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/{print $2}') GiB RAM, $(uname -sr); $(redis-server --version | cut -d' ' -f1-3); $(rustc --version)"
     echo
 } > "$report"
+# Benches that drive the real stack look for release binaries next to them.
+cargo build --release -p voxpool-scheduler -p voxpool-synthesis -p voxpool-catalog --bins
 cargo bench --workspace --benches -- 2>/dev/null | tee -a "$report"
 echo
 echo "report written to $report"
