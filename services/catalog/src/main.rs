@@ -122,7 +122,9 @@ async fn serve(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let repo = server::open_repository(&args.database, args.db_pool_size).await?;
     let listener = voxpool_shared::serve::bind(args.listen).await?;
-    let bound = listener.local_addr().map_err(|e| format!("cannot read bound address: {e}"))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read bound address: {e}"))?;
     // First stdout line: the bound address (useful with --listen 127.0.0.1:0).
     println!("voxpool-catalog listening on {bound}");
     let shutdown = voxpool_shared::serve::shutdown_token();
