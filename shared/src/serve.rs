@@ -81,3 +81,50 @@ async fn wait_for_signal() {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
+
+/// Loads and validates a binary's config file. On failure prints
+/// `<name>: bad config: <every problem>` to stderr and returns exit code 2.
+pub fn load_config(
+    name: &str,
+    path: &std::path::Path,
+    credentials: crate::config::Credentials,
+) -> Result<crate::config::Config, std::process::ExitCode> {
+    crate::config::Config::load_validated(path, credentials).map_err(|e| {
+        eprintln!("{name}: bad config: {e}");
+        std::process::ExitCode::from(2)
+    })
+}
+
+/// Runs `main` on a multi-thread Tokio runtime. An error prints `<name>: <reason>` (one
+/// line) to stderr and exits 1.
+pub fn block_on(
+    name: &str,
+    main: impl std::future::Future<Output = Result<(), String>>,
+) -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{name}: cannot start runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(main) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(reason) => {
+            eprintln!("{name}: {reason}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Installs telemetry for service `name` ([`crate::telemetry::Telemetry::init`]), runs
+/// `serve`, then flushes telemetry (awaited) whatever `serve` returned.
+pub async fn with_telemetry(
+    name: &str,
+    serve: impl std::future::Future<Output = Result<(), String>>,
+) -> Result<(), String> {
+    let telemetry = crate::telemetry::Telemetry::init(name)?;
+    let result = serve.await;
+    telemetry.shutdown().await;
+    result
+}

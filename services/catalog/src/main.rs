@@ -59,20 +59,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("voxpool-catalog: cannot start runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(reason) => {
-            eprintln!("voxpool-catalog: {reason}");
-            ExitCode::FAILURE
-        }
-    }
+    voxpool_shared::serve::block_on("voxpool-catalog", run(args))
 }
 
 async fn run(args: Args) -> Result<(), String> {
@@ -107,12 +94,7 @@ async fn run(args: Args) -> Result<(), String> {
             );
             Ok(())
         }
-        None => {
-            let telemetry = voxpool_shared::telemetry::Telemetry::init("voxpool-catalog")?;
-            let result = serve(args).await;
-            telemetry.shutdown().await;
-            result
-        }
+        None => voxpool_shared::serve::with_telemetry("voxpool-catalog", serve(args)).await,
     }
 }
 

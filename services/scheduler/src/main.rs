@@ -39,38 +39,22 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let config = match Config::load_validated(&args.config, Credentials::Ignore) {
+    let config = match voxpool_shared::serve::load_config(
+        "voxpool-scheduler",
+        &args.config,
+        Credentials::Ignore,
+    ) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("voxpool-scheduler: bad config: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     if args.check_config {
         println!("OK");
         return ExitCode::SUCCESS;
     }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("voxpool-scheduler: cannot start runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args, config)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(reason) => {
-            eprintln!("voxpool-scheduler: {reason}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-async fn run(args: Args, config: Config) -> Result<(), String> {
-    let telemetry = voxpool_shared::telemetry::Telemetry::init("voxpool-scheduler")?;
-    let result = serve(args, config).await;
-    telemetry.shutdown().await;
-    result
+    voxpool_shared::serve::block_on(
+        "voxpool-scheduler",
+        voxpool_shared::serve::with_telemetry("voxpool-scheduler", serve(args, config)),
+    )
 }
 
 async fn serve(args: Args, config: Config) -> Result<(), String> {

@@ -64,31 +64,19 @@ fn main() -> ExitCode {
     } else {
         Credentials::Ignore
     };
-    let config = match Config::load_validated(&args.config, policy) {
+    let config = match voxpool_shared::serve::load_config("voxpool-synthesis", &args.config, policy)
+    {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("voxpool-synthesis: bad config: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     if args.check_config {
         println!("OK");
         return ExitCode::SUCCESS;
     }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("voxpool-synthesis: cannot start runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args, config)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(reason) => {
-            eprintln!("voxpool-synthesis: {reason}");
-            ExitCode::FAILURE
-        }
-    }
+    voxpool_shared::serve::block_on(
+        "voxpool-synthesis",
+        voxpool_shared::serve::with_telemetry("voxpool-synthesis", serve(args, config)),
+    )
 }
 
 fn warn_about_credentials(pools: &Pools) {
@@ -100,13 +88,6 @@ fn warn_about_credentials(pools: &Pools) {
             tracing::warn!(pool = %pool.id, "pool has no usable key; its requests answer FAILED_PRECONDITION");
         }
     }
-}
-
-async fn run(args: Args, config: Config) -> Result<(), String> {
-    let telemetry = voxpool_shared::telemetry::Telemetry::init("voxpool-synthesis")?;
-    let result = serve(args, config).await;
-    telemetry.shutdown().await;
-    result
 }
 
 async fn serve(args: Args, config: Config) -> Result<(), String> {
