@@ -59,6 +59,7 @@ impl ServerFlags {
     pub fn server(&self) -> Result<LimitedServer, String> {
         let mut builder = Server::builder().timeout(self.request_timeout);
         if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            install_crypto_provider();
             let read = |p: &PathBuf| {
                 std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
             };
@@ -69,6 +70,13 @@ impl ServerFlags {
         }
         Ok(builder.layer(ShedLayer::new(self.max_concurrent_requests)))
     }
+}
+
+/// Makes ring the process-wide rustls crypto provider (once; later calls do nothing). The
+/// workspace links more than one provider (reqwest brings aws-lc-rs), and rustls refuses to
+/// guess between them: without this, building a TLS config fails at start-up.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// Sheds requests beyond a global in-flight limit with UNAVAILABLE.

@@ -4,7 +4,6 @@
 use std::{sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 use voxpool_shared::auth::AdminAuth;
@@ -56,12 +55,21 @@ pub async fn serve_with(
     let (reflection_v1, reflection_v1alpha) =
         voxpool_shared::serve::reflection_services().map_err(|e| format!("reflection: {e}"))?;
 
+    // Health is known before the first request: every name is registered now, from one ping.
+    let first = if repo.ping().await.is_ok() {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    };
+    for name in ["", SERVICE_NAME, ADMIN_SERVICE_NAME] {
+        reporter.set_service_status(name, first).await;
+    }
     let health_task = {
         let shutdown = shutdown.clone();
         let repo = repo.clone();
         tokio::spawn(async move {
             let names = ["", SERVICE_NAME, ADMIN_SERVICE_NAME];
-            let mut last = None;
+            let mut last = Some(first);
             loop {
                 let status = match repo.ping().await {
                     Ok(()) => ServingStatus::Serving,
@@ -113,7 +121,10 @@ pub async fn serve_with(
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
         )
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled_owned())
+        .serve_with_incoming_shutdown(
+            voxpool_shared::serve::incoming(listener),
+            shutdown.cancelled_owned(),
+        )
         .await
         .map_err(|e| format!("grpc server: {e}"));
     health_task.abort();

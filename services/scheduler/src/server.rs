@@ -4,7 +4,6 @@
 use std::{sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 use voxpool_shared::{auth::AdminAuth, config::Config, limits::ServerFlags};
@@ -98,10 +97,18 @@ pub async fn serve_with(
     let service = SchedulerService::new(store.clone(), config, auth, metrics);
 
     let specs = PoolSpec::from_config(config);
+    // Health is known before the first request: both names are registered now, from one ping.
+    let first = if store.ping().await.is_ok() {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    };
+    reporter.set_service_status("", first).await;
+    reporter.set_service_status(SERVICE_NAME, first).await;
     let health_task = {
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let mut last = None;
+            let mut last = Some(first);
             loop {
                 let status = match store.ping().await {
                     // Back from an outage: the store may have lost its data (a Redis restart
@@ -157,7 +164,10 @@ pub async fn serve_with(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(scheduler)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled_owned())
+        .serve_with_incoming_shutdown(
+            voxpool_shared::serve::incoming(listener),
+            shutdown.cancelled_owned(),
+        )
         .await
         .map_err(|e| format!("grpc server: {e}"));
     health_task.abort();

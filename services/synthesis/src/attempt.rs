@@ -141,10 +141,14 @@ pub async fn run(
     let timeout = input.attempt_timeout.min(deadline.remaining());
     let cutoff = (started + timeout + GRACE).min(deadline.at());
     let call = spawn_call(input, timeout, attempt_id());
+    let mut lost = None;
     let result = tokio::select! {
         biased;
         joined = call => Some(joined),
-        () = guard.keep_alive(lease_ttl) => None,
+        why = guard.keep_alive(lease_ttl) => {
+            lost = Some(why);
+            None
+        }
         () = tokio::time::sleep_until(cutoff) => None,
     };
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -183,6 +187,22 @@ pub async fn run(
         None if deadline.passed() => {
             guard.release_in_background();
             return (AttemptEnd::Deadline, None);
+        }
+        None if lost.is_some() => {
+            // Fenced: the slot may already belong to another caller, so the call was aborted
+            // to keep the vendor within the key's capacity. Not the key's fault: no report.
+            let why = lost.map(|l| l.to_string()).unwrap_or_default();
+            guard.release_in_background();
+            let failure = VendorFailure {
+                outcome: Outcome::Timeout,
+                http_status: None,
+                retry_after_ms: None,
+                message: format!("call aborted after {latency_ms}ms: {why}"),
+            };
+            return (
+                AttemptEnd::Failed,
+                Some(record(Outcome::Timeout, Some(&failure))),
+            );
         }
         None => VendorFailure {
             outcome: Outcome::Timeout,

@@ -5,7 +5,6 @@
 use std::{sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 use voxpool_shared::{config::Config, limits::ServerFlags};
@@ -128,7 +127,10 @@ pub async fn serve_with(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(SynthesisService::new(core, flags.max_message_bytes).into_server())
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled_owned())
+        .serve_with_incoming_shutdown(
+            voxpool_shared::serve::incoming(listener),
+            shutdown.cancelled_owned(),
+        )
         .await
         .map_err(|e| format!("grpc server: {e}"));
     health_task.abort();

@@ -464,6 +464,42 @@ async fn a_call_longer_than_the_lease_ttl_keeps_its_lease_by_renewing() {
 }
 
 #[tokio::test]
+async fn a_call_is_aborted_when_its_lease_can_no_longer_be_renewed() {
+    // Fencing: once the scheduler is gone the slot may be handed to someone else after the
+    // TTL, so the vendor call must stop rather than run on as an unleased extra request.
+    let (adapter, mut signals) = Scripted::new("openai", TextLimit::Chars(4096), vec![Step::Block]);
+    let ttl = Duration::from_millis(600);
+    let stack = common::Stack::start_with(
+        &openai_pool(1, 1, 1),
+        adapter.registry(),
+        common::Opts {
+            lease_ttl: ttl,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut client = stack.synthesis.clone();
+    let req = request(&snapshot("openai", "p", "alloy", "{}"), "hi");
+    let call = tokio::spawn(async move { client.synthesize(req).await });
+    tokio::time::timeout(WAIT, signals.started.recv())
+        .await
+        .expect("vendor call started");
+    stack.stop_scheduler();
+    tokio::time::timeout(WAIT, signals.dropped.recv())
+        .await
+        .expect("the vendor call was aborted once its lease could not be renewed");
+    let err = tokio::time::timeout(WAIT, call)
+        .await
+        .expect("answered")
+        .expect("join")
+        .unwrap_err();
+    assert!(
+        matches!(err.code(), Code::Unavailable | Code::ResourceExhausted),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
 async fn audio_over_the_message_limit_points_to_the_stream() {
     let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![]);
     let flags = voxpool_shared::limits::ServerFlags {

@@ -80,25 +80,59 @@ impl LeaseGuard {
         }
     }
 
-    /// Renews the lease every `ttl / 3` until dropped; stops renewing (stays pending) when the
-    /// scheduler says the lease is gone.
-    pub async fn keep_alive(&self, ttl: Duration) {
+    /// Renews the lease every `ttl / 3` while a vendor call runs, and returns (so the caller
+    /// aborts the call) as soon as the lease can no longer be trusted: the scheduler says it
+    /// expired, or no renewal succeeded before the lease would have expired (scheduler
+    /// unreachable). This fencing keeps the vendor within the key's capacity even when the
+    /// scheduler goes away mid-call: once the slot may have been handed to someone else, this
+    /// call must stop. The local estimate of expiry is conservative (`ttl * 5 / 6` after the
+    /// last successful renewal, measured from when it was sent).
+    pub async fn keep_alive(&self, ttl: Duration) -> LeaseLost {
         let period = (ttl / 3).max(Duration::from_millis(10));
+        let trust = ttl - ttl / 6;
+        let mut valid_until = tokio::time::Instant::now() + trust;
         loop {
-            tokio::time::sleep(period).await;
+            let next = (tokio::time::Instant::now() + period).min(valid_until);
+            tokio::time::sleep_until(next).await;
+            if tokio::time::Instant::now() >= valid_until {
+                tracing::warn!(lease = %self.lease.lease_id, key = %self.lease.key_id, "lease could not be renewed in time; aborting the vendor call");
+                return LeaseLost::NotRenewed;
+            }
+            let sent = tokio::time::Instant::now();
             match self.scheduler.renew(&self.lease.lease_id, ttl).await {
-                Ok(_) => tracing::debug!(lease = %self.lease.lease_id, "lease renewed"),
+                Ok(_) => {
+                    valid_until = sent + trust;
+                    tracing::debug!(lease = %self.lease.lease_id, "lease renewed");
+                }
                 Err(status)
                     if matches!(status.code(), Code::FailedPrecondition | Code::NotFound) =>
                 {
-                    tracing::warn!(lease = %self.lease.lease_id, key = %self.lease.key_id, "lease expired during a vendor call");
-                    std::future::pending::<()>().await;
+                    tracing::warn!(lease = %self.lease.lease_id, key = %self.lease.key_id, "lease expired during a vendor call; aborting the call");
+                    return LeaseLost::Expired;
                 }
                 Err(status) => {
                     tracing::warn!(lease = %self.lease.lease_id, error = %status.message(), "lease renewal failed; retrying");
                 }
             }
         }
+    }
+}
+
+/// Why [`LeaseGuard::keep_alive`] gave up on a lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseLost {
+    /// The scheduler says the lease expired or was released.
+    Expired,
+    /// No renewal succeeded before the lease would have expired.
+    NotRenewed,
+}
+
+impl std::fmt::Display for LeaseLost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LeaseLost::Expired => "the scheduler says the lease expired",
+            LeaseLost::NotRenewed => "the scheduler could not renew the lease in time",
+        })
     }
 }
 

@@ -53,6 +53,7 @@ pub struct Stack {
     pub config: Config,
     pub dir: tempfile::TempDir,
     shutdown: CancellationToken,
+    scheduler_stop: CancellationToken,
 }
 
 impl Drop for Stack {
@@ -130,7 +131,8 @@ impl Stack {
             .validate(voxpool_shared::config::Credentials::Ignore)
             .expect("config valid");
         let shutdown = CancellationToken::new();
-        let scheduler_addr = start_scheduler(&config, shutdown.clone()).await;
+        let scheduler_stop = shutdown.child_token();
+        let scheduler_addr = start_scheduler(&config, scheduler_stop.clone()).await;
         let options = Options {
             scheduler_url: format!("http://{scheduler_addr}"),
             catalog_url: catalog,
@@ -160,7 +162,13 @@ impl Stack {
             config,
             dir,
             shutdown,
+            scheduler_stop,
         }
+    }
+
+    /// Stops the scheduler only (synthesis keeps running).
+    pub fn stop_scheduler(&self) {
+        self.scheduler_stop.cancel();
     }
 
     pub async fn pool_status(&self, pool: &str) -> spb::PoolStatus {
