@@ -1,0 +1,185 @@
+//! Synthesis overhead benchmark (`make bench`; not a test): what the full voxpool path adds to
+//! one vendor call. Against a zero-latency fake OpenAI-compatible vendor, one client measures
+//! sequentially, in alternating rounds so background load hits both sides alike:
+//!
+//! - **direct**: the `openai` adapter calling the fake with a key (what any client pays);
+//! - **through voxpool**: `Synthesize` on an in-process synthesis server, which Acquires from an
+//!   in-process scheduler (Redis store, private redis-server), calls the same adapter, then
+//!   Reports + releases.
+//!
+//! Prints p50/p99 of both and the p50 difference against the floor (≤ 1 ms added).
+//! Knobs: `OVERHEAD_REQUESTS` per side (default 2000), `OVERHEAD_ROUNDS` (default 10),
+//! `OVERHEAD_MAX_SECONDS` (default 60: later rounds are skipped past it).
+
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use voxpool_proto::{
+    scheduler::v1::pool_scheduler_client::PoolSchedulerClient,
+    synthesis::v1::{self as pb, synthesis_client::SynthesisClient},
+};
+use voxpool_shared::{auth::AdminAuth, config::Config, secret::Secret, testing::RedisServer};
+use voxpool_synthesis::{
+    fake::{FakeConfig, FakeVendor, VendorKind},
+    server::{self, Options},
+    vendor::{
+        AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorRequest,
+        http::shared_client,
+        openai::OpenAi,
+        registry::{self, AdapterOptions},
+    },
+};
+
+const FLOOR_MS: f64 = 1.0;
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+fn main() {
+    let per_side = env_or("OVERHEAD_REQUESTS", 2000).max(1);
+    let rounds = env_or("OVERHEAD_ROUNDS", 10).clamp(1, per_side);
+    let budget = Duration::from_secs(env_or("OVERHEAD_MAX_SECONDS", 60) as u64);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    rt.block_on(async {
+        let mut fake_config = FakeConfig::new(VendorKind::OpenAi).cap(0);
+        fake_config.tone_ms = 200;
+        let fake = FakeVendor::start(fake_config).await.expect("fake vendor");
+        let credential = dir.path().join("k00");
+        std::fs::write(&credential, "k00\n").expect("credential file");
+        let toml = format!(
+            "[[pools]]\nid = \"openai-fake\"\nprovider = \"openai\"\nmodel = \"tts-1\"\n\
+             [[pools.upstreams]]\nid = \"u\"\nbase_url = \"{}\"\n\
+             [[pools.upstreams.keys]]\nid = \"k00\"\ncapacity = 10\ncredential = {{ file = \"{}\" }}\n",
+            fake.base_url(),
+            credential.display()
+        );
+        let config = Config::from_toml_str(&toml).expect("config");
+        let shutdown = CancellationToken::new();
+
+        // Scheduler (Redis store) and synthesis, in process on 127.0.0.1:0.
+        let store = voxpool_scheduler::server::open_store(&redis.url(), &config)
+            .await
+            .expect("store");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let scheduler_addr = listener.local_addr().expect("addr");
+        let (c, s) = (config.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            voxpool_scheduler::server::serve(listener, store, &c, AdminAuth::disabled(), s).await
+        });
+        let options = Options {
+            scheduler_url: format!("http://{scheduler_addr}"),
+            catalog_url: "http://127.0.0.1:1".into(),
+            lease_ttl: server::DEFAULT_LEASE_TTL,
+        };
+        let core = server::build(&config, registry::builtin(&AdapterOptions::default()), &options)
+            .expect("synthesis core");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let synthesis_addr = listener.local_addr().expect("addr");
+        let s = shutdown.clone();
+        tokio::spawn(async move { server::serve(listener, core, s).await });
+        // Both servers answer before measuring.
+        let mut scheduler = PoolSchedulerClient::connect(format!("http://{scheduler_addr}"))
+            .await
+            .expect("scheduler");
+        let _ = scheduler
+            .list_pools(voxpool_proto::scheduler::v1::ListPoolsRequest::default())
+            .await
+            .expect("scheduler answers");
+        let mut synthesis = SynthesisClient::connect(format!("http://{synthesis_addr}"))
+            .await
+            .expect("synthesis");
+
+        let voice = voxpool_synthesis::fake::snapshot("openai", "tts-1", "alloy");
+        let request = pb::SynthesizeRequest {
+            voice: Some(pb::synthesize_request::Voice::Snapshot(voice.to_pb())),
+            text: "Hello there.".into(),
+            format: pb::AudioFormat::Wav as i32,
+            ..Default::default()
+        };
+        let adapter = OpenAi::new(shared_client().expect("http client"));
+        let key = KeyCredential {
+            key_id: "u/k00".into(),
+            app_id: "k00".into(),
+            secret: Some(Secret::new("k00")),
+        };
+        let upstream = UpstreamTarget {
+            id: "u".into(),
+            base_url: Some(fake.base_url()),
+            ..Default::default()
+        };
+        let direct_call = || VendorRequest {
+            text: "Hello there.",
+            voice: &voice,
+            pool_model: "tts-1",
+            format: AudioFormat::Wav,
+            sample_rate_hz: None,
+            key: &key,
+            upstream: &upstream,
+            timeout: Duration::from_secs(10),
+            attempt_id: "bench",
+        };
+
+        // Warm-up: connections, scripts, caches.
+        for _ in 0..100 {
+            adapter.synthesize(direct_call()).await.expect("direct call");
+            synthesis.synthesize(request.clone()).await.expect("synthesize");
+        }
+        let per_round = per_side / rounds;
+        let (mut direct, mut full) = (Vec::new(), Vec::new());
+        let measuring = Instant::now();
+        for _ in 0..rounds {
+            if measuring.elapsed() > budget {
+                break;
+            }
+            for _ in 0..per_round {
+                let t = Instant::now();
+                adapter.synthesize(direct_call()).await.expect("direct call");
+                direct.push(t.elapsed());
+            }
+            for _ in 0..per_round {
+                let t = Instant::now();
+                synthesis.synthesize(request.clone()).await.expect("synthesize");
+                full.push(t.elapsed());
+            }
+        }
+        shutdown.cancel();
+        direct.sort_unstable();
+        full.sort_unstable();
+        let (d50, d99) = (pct(&direct, 0.5), pct(&direct, 0.99));
+        let (f50, f99) = (pct(&full, 0.5), pct(&full, 0.99));
+        let added = f50 - d50;
+        println!("## Synthesis overhead\n");
+        println!(
+            "One sequential client, {} requests per side in alternating rounds of {per_round}, zero-latency \
+             fake OpenAI-compatible vendor (200 ms WAV), scheduler on a private redis-server.\n",
+            full.len()
+        );
+        println!("| path | p50 ms | p99 ms |");
+        println!("|---|---:|---:|");
+        println!("| openai adapter → fake vendor (direct) | {d50:.3} | {d99:.3} |");
+        println!("| Synthesize → scheduler Acquire → adapter → Report (voxpool) | {f50:.3} | {f99:.3} |");
+        println!();
+        println!(
+            "- p50 added by voxpool: {added:.3} ms (floor ≤ {FLOOR_MS} ms): {}\n",
+            if added <= FLOOR_MS { "meets floor" } else { "BELOW FLOOR" }
+        );
+    });
+}

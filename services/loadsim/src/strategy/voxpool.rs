@@ -1,0 +1,158 @@
+//! voxpool: a request Acquires a lease from its scheduler replica (waiting, bounded, while the
+//! pool is full), calls the vendor with the leased key, then Reports the outcome and releases
+//! in the same call. Replicas are real `voxpool-scheduler` gRPC servers, in process, each with
+//! its own connection to one shared Redis, so they share state exactly like separate
+//! processes do. On a 429 (which leasing should make impossible) the request reports
+//! RATE_LIMITED and fails over to another key, excluding the ones tried.
+
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
+use voxpool_scheduler::server;
+use voxpool_shared::{auth::AdminAuth, config::Config};
+
+use super::RequestOutcome;
+use crate::{
+    config::SimConfig,
+    vendor::{CallOutcome, VendorClient},
+};
+
+/// Extra time the gRPC deadline of an Acquire gets over its wait.
+const DEADLINE_MARGIN: Duration = Duration::from_secs(2);
+
+/// gRPC deadline of Report and Release.
+const SMALL_RPC_DEADLINE: Duration = Duration::from_secs(5);
+
+fn bounded<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(SMALL_RPC_DEADLINE);
+    request
+}
+
+/// The scheduler config of the simulated pool: one upstream `u` with keys `k00..` of
+/// capacity `cap` (the fake vendor's cap), provider `openai`, default scheduler settings.
+pub fn pool_config(config: &SimConfig, pool: &str) -> Result<Config, String> {
+    let mut t = format!("[[pools]]\nid = \"{pool}\"\nprovider = \"openai\"\nmodel = \"tts-1\"\n");
+    t.push_str("[[pools.upstreams]]\nid = \"u\"\n");
+    for i in 0..config.keys {
+        t.push_str(&format!(
+            "[[pools.upstreams.keys]]\nid = \"{}\"\ncapacity = {}\n",
+            config.key_name(i),
+            config.cap
+        ));
+    }
+    Config::from_toml_str(&t).map_err(|e| format!("simulation config: {e}"))
+}
+
+/// A scheduler replica (served in process until the deployment stops) and its client.
+#[derive(Debug)]
+pub struct Replica {
+    client: PoolSchedulerClient<Channel>,
+    pool: String,
+    attempts: u32,
+    wait: Duration,
+}
+
+impl Replica {
+    /// Opens the Redis store (seeding `pool`), serves PoolScheduler on `127.0.0.1:0` until
+    /// `shutdown`, and connects a client to it.
+    pub async fn start(
+        config: &SimConfig,
+        redis_url: &str,
+        pool: &str,
+        shutdown: CancellationToken,
+    ) -> Result<Self, String> {
+        let scheduler_config = pool_config(config, pool)?;
+        let store = server::open_store(redis_url, &scheduler_config).await?;
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("bind scheduler: {e}"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| format!("scheduler address: {e}"))?;
+        tokio::spawn(async move {
+            let served = server::serve(
+                listener,
+                store,
+                &scheduler_config,
+                AdminAuth::disabled(),
+                shutdown,
+            )
+            .await;
+            if let Err(e) = served {
+                eprintln!("poolsim: scheduler replica stopped: {e}");
+            }
+        });
+        let client = PoolSchedulerClient::connect(format!("http://{addr}"))
+            .await
+            .map_err(|e| format!("connect to scheduler replica: {e}"))?;
+        Ok(Self {
+            client,
+            pool: pool.to_owned(),
+            attempts: config.attempts,
+            wait: config.wait,
+        })
+    }
+
+    /// One request: Acquire (waiting while full), vendor call, Report + release.
+    pub async fn request(&self, vendor: &VendorClient) -> RequestOutcome {
+        let mut client = self.client.clone();
+        let mut exclude = Vec::new();
+        for attempt in 0..self.attempts {
+            let mut acquire = tonic::Request::new(pb::AcquireRequest {
+                pool: self.pool.clone(),
+                exclude_keys: exclude.clone(),
+                wait_timeout_ms: i64::try_from(self.wait.as_millis()).unwrap_or(i64::MAX),
+                ..Default::default()
+            });
+            acquire.set_timeout(self.wait + DEADLINE_MARGIN);
+            let lease = match client.acquire(acquire).await {
+                Ok(lease) => lease.into_inner(),
+                Err(status) => {
+                    return RequestOutcome::Failed {
+                        reason: format!("Acquire {:?}", status.code()),
+                    };
+                }
+            };
+            // The fake counts a key under its bearer credential: the key part of `u/k00`.
+            let key = lease.key_id.rsplit('/').next().unwrap_or(&lease.key_id);
+            let started = Instant::now();
+            let outcome = vendor.speak(key).await;
+            let reported = match &outcome {
+                CallOutcome::Ok => pb::Outcome::Success,
+                CallOutcome::RateLimited => pb::Outcome::RateLimited,
+                CallOutcome::Failed(_) => pb::Outcome::UpstreamError,
+            };
+            let report = pb::ReportRequest {
+                lease_id: lease.lease_id.clone(),
+                outcome: reported as i32,
+                latency_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+                release: true,
+                key_id: lease.key_id.clone(),
+                ..Default::default()
+            };
+            if client.report(bounded(report)).await.is_err() {
+                // Not expected in process; the lease expires at its TTL otherwise.
+                let release = pb::ReleaseRequest {
+                    lease_id: lease.lease_id,
+                };
+                let _ = client.release(bounded(release)).await;
+            }
+            match outcome {
+                CallOutcome::Ok => {
+                    return RequestOutcome::Success {
+                        attempts: attempt + 1,
+                    };
+                }
+                CallOutcome::RateLimited => exclude.push(lease.key_id),
+                CallOutcome::Failed(reason) => return RequestOutcome::Failed { reason },
+            }
+        }
+        RequestOutcome::Failed {
+            reason: "every attempt answered 429".into(),
+        }
+    }
+}

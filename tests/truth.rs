@@ -1,0 +1,307 @@
+//! The truth test (issue 6): invariant 1 checked where it matters, at the vendor, with several
+//! replicas and a replica dying mid-run.
+//!
+//! One private Redis, two `voxpool-scheduler` processes on it (A, B), two `voxpool-synthesis`
+//! processes (X talks to A, Y to B), and an in-process fake OpenAI-compatible vendor with
+//! 10 keys × cap 10 that counts every request's concurrency per key (refused ones included).
+//! 300 concurrent callers send 600 Synthesize requests, half through each synthesis replica;
+//! when half of them have ended, scheduler A is killed with SIGKILL. Then:
+//! - the vendor never saw more than 10 concurrent requests on any key and answered no 429;
+//! - every request ended, before its deadline (+ margin), in success or a documented error
+//!   (API.md: RESOURCE_EXHAUSTED / UNAVAILABLE / DEADLINE_EXCEEDED), and every request routed
+//!   through the surviving path (Y → B) succeeded;
+//! - once the lease TTL has passed, the pool's in-flight count (asked of B) is back to 0:
+//!   the leases X held through A were freed by expiry.
+//!
+//! The kill is triggered by a count of finished requests, not by time; the only waits are
+//! bounded (per-request gRPC deadlines, a bounded poll of GetPoolStatus).
+
+use std::{
+    path::Path,
+    process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use tokio::time::Instant;
+use tonic::{Code, transport::Channel};
+use voxpool_e2e::{Service, binary, start};
+use voxpool_proto::{
+    scheduler::v1::{self as spb, pool_scheduler_client::PoolSchedulerClient},
+    synthesis::v1::{self as pb, synthesis_client::SynthesisClient},
+};
+use voxpool_shared::testing::RedisServer;
+use voxpool_synthesis::fake::{FakeConfig, FakeVendor, Latency, VendorKind};
+
+const POOL: &str = "openai-fake";
+const KEYS: usize = 10;
+const CAP: u32 = 10;
+const CALLERS: usize = 300;
+const REQUESTS_PER_CALLER: usize = 2;
+const TOTAL: usize = CALLERS * REQUESTS_PER_CALLER;
+/// Scheduler A dies when this many requests have ended.
+const KILL_AFTER: usize = TOTAL / 2;
+const LEASE_TTL_MS: u64 = 3_000;
+/// Each request's gRPC deadline.
+const DEADLINE: Duration = Duration::from_secs(20);
+/// How late past its deadline a request may end (process scheduling on loaded machines).
+const MARGIN: Duration = Duration::from_secs(3);
+
+/// Pool `openai-fake` (the fake snapshot's tts model id): upstream `u` at the fake vendor,
+/// keys `k0..k9` of capacity 10 whose credential files hold their own names (the fake counts a
+/// key under its bearer token). A vendor call can never outlive its lease: the attempt
+/// timeout (2.5 s) is below the lease TTL (3 s), even when renewals fail with A gone.
+fn write_config(dir: &Path, base_url: &str) -> std::path::PathBuf {
+    let mut t = format!(
+        "[[pools]]\nid = \"{POOL}\"\nprovider = \"openai\"\nmodel = \"tts-1\"\n\
+         [[pools.upstreams]]\nid = \"u\"\nbase_url = \"{base_url}\"\n"
+    );
+    for k in 0..KEYS {
+        let credential = dir.join(format!("k{k}"));
+        std::fs::write(&credential, format!("k{k}\n")).expect("credential file");
+        t.push_str(&format!(
+            "[[pools.upstreams.keys]]\nid = \"k{k}\"\ncapacity = {CAP}\ncredential = {{ file = \"{}\" }}\n",
+            credential.display()
+        ));
+    }
+    t.push_str(&format!(
+        "[scheduler]\ndefault_lease_ttl_ms = {LEASE_TTL_MS}\nwait_poll_ms = 10\n\
+         [synthesis]\nattempt_timeout_ms = 2500\ndefault_deadline_ms = 20000\n"
+    ));
+    let path = dir.join("config.toml");
+    std::fs::write(&path, t).expect("config file");
+    path
+}
+
+fn quiet(mut command: Command) -> Command {
+    command.env("RUST_LOG", "error");
+    for var in [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    ] {
+        command.env_remove(var);
+    }
+    command
+}
+
+fn scheduler(config: &Path, redis: &str) -> Service {
+    let mut c = Command::new(binary("voxpool-scheduler"));
+    c.arg("--config")
+        .arg(config)
+        .args(["--listen", "127.0.0.1:0", "--store", redis])
+        .env("VOXPOOL_ADMIN_TOKEN", "truth-test");
+    start(quiet(c))
+}
+
+fn synthesis(config: &Path, scheduler: &Service) -> Service {
+    let mut c = Command::new(binary("voxpool-synthesis"));
+    c.arg("--config")
+        .arg(config)
+        .args(["--listen", "127.0.0.1:0"])
+        .args(["--scheduler", &format!("http://{}", scheduler.addr)])
+        .args(["--catalog", "http://127.0.0.1:1"])
+        .args(["--lease-ttl-ms", &LEASE_TTL_MS.to_string()]);
+    start(quiet(c))
+}
+
+async fn channel(addr: &str) -> Channel {
+    Channel::from_shared(format!("http://{addr}"))
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// How one request ended.
+#[derive(Debug)]
+struct Ended {
+    via_survivor: bool,
+    code: Code,
+    message: String,
+    took: Duration,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn vendor_never_sees_more_than_capacity_when_a_scheduler_replica_dies() {
+    let redis = RedisServer::start();
+    let fake = FakeVendor::start(FakeConfig::new(VendorKind::OpenAi).cap(CAP).latency(
+        Latency::Uniform {
+            min: Duration::from_millis(100),
+            max: Duration::from_millis(300),
+        },
+    ))
+    .await
+    .expect("fake vendor");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), &fake.base_url());
+    let mut sched_a = scheduler(&config, &redis.url());
+    let sched_b = scheduler(&config, &redis.url());
+    let synth_x = synthesis(&config, &sched_a);
+    let synth_y = synthesis(&config, &sched_b);
+    let clients = [
+        SynthesisClient::new(channel(&synth_x.addr).await),
+        SynthesisClient::new(channel(&synth_y.addr).await),
+    ];
+    let voice = voxpool_synthesis::fake::snapshot("openai", "tts-1", "alloy");
+    assert_eq!(voice.tts_model_id, POOL);
+
+    let ended = Arc::new(AtomicUsize::new(0));
+    let (kill_tx, mut kill_rx) = tokio::sync::watch::channel(false);
+    let kill_tx = Arc::new(kill_tx);
+    let tasks: Vec<_> = (0..CALLERS)
+        .map(|i| {
+            let mut client = clients[i % 2].clone();
+            let (ended, kill_tx) = (Arc::clone(&ended), Arc::clone(&kill_tx));
+            let request = pb::SynthesizeRequest {
+                voice: Some(pb::synthesize_request::Voice::Snapshot(voice.to_pb())),
+                text: "The vendor counts every request.".into(),
+                format: pb::AudioFormat::Wav as i32,
+                ..Default::default()
+            };
+            tokio::spawn(async move {
+                let mut out = Vec::with_capacity(REQUESTS_PER_CALLER);
+                for n in 0..REQUESTS_PER_CALLER {
+                    let mut req = tonic::Request::new(pb::SynthesizeRequest {
+                        request_id: format!("truth-{i}-{n}"),
+                        ..request.clone()
+                    });
+                    req.set_timeout(DEADLINE);
+                    let began = Instant::now();
+                    // The client-side bound: nothing can hang past deadline + margin.
+                    let result =
+                        tokio::time::timeout(DEADLINE + MARGIN, client.synthesize(req)).await;
+                    let took = began.elapsed();
+                    let (code, message) = match result {
+                        Ok(Ok(r)) => {
+                            assert!(!r.get_ref().audio.is_empty(), "success without audio");
+                            (Code::Ok, String::new())
+                        }
+                        Ok(Err(s)) => (s.code(), s.message().to_owned()),
+                        Err(_) => (Code::DeadlineExceeded, "hung past deadline + margin".into()),
+                    };
+                    out.push(Ended {
+                        via_survivor: i % 2 == 1,
+                        code,
+                        message,
+                        took,
+                    });
+                    if ended.fetch_add(1, Ordering::SeqCst) + 1 == KILL_AFTER {
+                        kill_tx.send_replace(true);
+                    }
+                }
+                out
+            })
+        })
+        .collect();
+
+    // Kill A (SIGKILL) once half the requests have ended.
+    tokio::time::timeout(DEADLINE * 2, kill_rx.wait_for(|k| *k))
+        .await
+        .expect("half of the requests ended")
+        .expect("kill signal");
+    sched_a.child.kill().expect("kill -9 scheduler A");
+    let _ = sched_a.child.wait();
+
+    let mut results = Vec::with_capacity(TOTAL);
+    for task in tasks {
+        let per_caller = tokio::time::timeout(DEADLINE * 2 + MARGIN, task)
+            .await
+            .expect("caller finished")
+            .expect("caller did not panic");
+        results.extend(per_caller);
+    }
+    let last_end = Instant::now();
+
+    // None lost, none hung, only documented errors, survivors all served.
+    assert_eq!(results.len(), TOTAL, "every request accounted for");
+    let documented = [
+        Code::Ok,
+        Code::ResourceExhausted,
+        Code::Unavailable,
+        Code::DeadlineExceeded,
+    ];
+    for r in &results {
+        assert!(documented.contains(&r.code), "undocumented outcome: {r:?}");
+        assert!(
+            r.took <= DEADLINE + MARGIN,
+            "request ran past its deadline: {r:?}"
+        );
+        assert!(!r.message.contains("hung past"), "{r:?}");
+        if r.via_survivor {
+            assert_eq!(
+                r.code,
+                Code::Ok,
+                "a request through the surviving replicas failed: {r:?}"
+            );
+        }
+    }
+    let ok = results.iter().filter(|r| r.code == Code::Ok).count();
+    let via_dead_failed = results
+        .iter()
+        .filter(|r| !r.via_survivor && r.code != Code::Ok)
+        .count();
+    assert!(ok >= KILL_AFTER, "only {ok} of {TOTAL} succeeded");
+
+    // At the vendor: never more than the cap on any key, no 429 at all, and the cap was reached
+    // (the run did push every key to its limit).
+    let stats = fake.stats();
+    assert_eq!(stats.len(), KEYS, "every key served: {stats:?}");
+    for (key, s) in &stats {
+        assert!(
+            s.peak_concurrency <= u64::from(CAP),
+            "key {key} saw {} concurrent requests (cap {CAP})",
+            s.peak_concurrency
+        );
+        assert_eq!(s.rejected_over_cap, 0, "key {key} answered 429s: {s:?}");
+    }
+    let peak = stats
+        .values()
+        .map(|s| s.peak_concurrency)
+        .max()
+        .unwrap_or(0);
+    assert_eq!(peak, u64::from(CAP), "the load never reached a key's cap");
+    let served: u64 = stats.values().map(|s| s.successes).sum();
+    assert!(
+        served >= ok as u64,
+        "vendor served {served}, callers got {ok}"
+    );
+
+    // After the lease TTL, the survivor reports nothing in flight: A's orphaned leases expired.
+    let mut status = PoolSchedulerClient::new(channel(&sched_b.addr).await);
+    let limit = last_end + Duration::from_millis(LEASE_TTL_MS) + Duration::from_secs(10);
+    let mut orphaned = None;
+    let in_flight = loop {
+        let s = status
+            .get_pool_status(spb::GetPoolStatusRequest { pool: POOL.into() })
+            .await
+            .expect("pool status from B")
+            .into_inner();
+        orphaned.get_or_insert(s.in_flight);
+        if s.in_flight == 0 || Instant::now() >= limit {
+            break s.in_flight;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        in_flight,
+        0,
+        "pool still has {in_flight} leases in flight {} ms after the last request ended",
+        LEASE_TTL_MS + 10_000
+    );
+    let mut codes = std::collections::BTreeMap::<String, usize>::new();
+    for r in &results {
+        *codes.entry(format!("{:?}", r.code)).or_default() += 1;
+    }
+    eprintln!(
+        "truth: {ok}/{TOTAL} succeeded ({codes:?}), {via_dead_failed} failed through the killed \
+         replica; vendor peak {peak}/{CAP} per key, {served} served; {} leases in flight when the \
+         load ended, 0 after {} ms",
+        orphaned.unwrap_or(0),
+        last_end.elapsed().as_millis()
+    );
+    drop((synth_x, synth_y, sched_b));
+}
