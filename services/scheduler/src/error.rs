@@ -95,6 +95,15 @@ pub enum SchedulerError {
         /// The lease id.
         lease_id: String,
     },
+    /// This replica is draining for shutdown; a waiting Acquire ends so the caller can retry
+    /// on another replica.
+    #[error(
+        "this scheduler replica is shutting down; retry (another replica will answer) for pool {pool:?}"
+    )]
+    ShuttingDown {
+        /// Pool id.
+        pool: String,
+    },
     /// The lease store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -183,6 +192,13 @@ impl From<SchedulerError> for Status {
             SchedulerError::ReportKeyUnknown { lease_id } => {
                 not_found("voxpool.dev/Lease", &lease_id, message)
             }
+            SchedulerError::ShuttingDown { pool } => with_info(
+                Code::Unavailable,
+                message,
+                "SHUTTING_DOWN",
+                HashMap::from([("pool".to_owned(), pool)]),
+                Some(Duration::from_millis(100)),
+            ),
             SchedulerError::Store(StoreError::Unavailable(_)) => with_info(
                 Code::Unavailable,
                 message,

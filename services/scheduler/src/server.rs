@@ -94,7 +94,8 @@ pub async fn serve_with(
         voxpool_shared::serve::reflection_services().map_err(|e| format!("reflection: {e}"))?;
     let metrics = Arc::new(SchedulerMetrics::new());
     let cache = metrics.cache();
-    let service = SchedulerService::new(store.clone(), config, auth, metrics);
+    let service =
+        SchedulerService::new(store.clone(), config, auth, metrics).with_shutdown(shutdown.clone());
 
     let specs = PoolSpec::from_config(config);
     // Health is known before the first request: both names are registered now, from one ping.

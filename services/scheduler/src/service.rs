@@ -57,6 +57,7 @@ pub struct SchedulerService {
     queues: WaitQueues,
     auth: AdminAuth,
     metrics: Arc<SchedulerMetrics>,
+    shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl std::fmt::Debug for SchedulerService {
@@ -103,8 +104,19 @@ impl Drop for UndoGrant {
         if let Some(id) = self.id.take() {
             let store = self.store.clone();
             tokio::spawn(async move {
-                if let Err(e) = store.release(&id).await {
-                    tracing::warn!(lease = %id, error = %e, "could not undo a cancelled grant; it expires at its TTL");
+                // The store may be the reason we are here (a stalled Redis that runs the grant
+                // later): retry for a while so the slot comes back before its TTL.
+                for attempt in 0..10u32 {
+                    match store.release(&id).await {
+                        Ok(_) => return,
+                        Err(e) if attempt == 9 => {
+                            tracing::warn!(lease = %id, error = %e, "could not undo an abandoned grant; it expires at its TTL");
+                        }
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt + 1)))
+                                .await
+                        }
+                    }
                 }
             });
         }
@@ -145,7 +157,16 @@ impl SchedulerService {
             policy: HealthPolicy::from(&config.scheduler),
             auth,
             metrics,
+            shutdown: tokio_util::sync::CancellationToken::new(),
         }
+    }
+
+    /// Ends every waiting Acquire with UNAVAILABLE when `shutdown` is cancelled, so a draining
+    /// replica does not hold long waits (up to `MAX_WAIT_TIMEOUT_MS`) past its grace period;
+    /// the callers retry on another replica.
+    pub fn with_shutdown(mut self, shutdown: tokio_util::sync::CancellationToken) -> Self {
+        self.shutdown = shutdown;
+        self
     }
 
     /// The gRPC server wrapper for this service.
@@ -275,7 +296,11 @@ impl SchedulerService {
             self.store.seed(&self.specs).await?;
             result = self.store.acquire(params).await;
         }
-        undo.id = None;
+        // Keep the undo armed when the store failed: a timed-out script may still run later
+        // and grant this token to nobody.
+        if result.is_ok() {
+            undo.id = None;
+        }
         result
     }
 
@@ -340,20 +365,20 @@ impl SchedulerService {
             })?;
         let start = Instant::now();
         // Without waiters ahead (or when not waiting at all) try at once.
-        if wait.is_zero() || queue.waiting() == 0 {
-            match self.attempt(&mut params).await? {
-                AcquireResult::Granted(lease) => return Ok((lease, false)),
-                other if wait.is_zero() || other == AcquireResult::NoEligibleKey => {
-                    return Err(self.no_grant(&pool, other, Duration::ZERO));
-                }
-                _ => {}
-            }
-        }
         let wait_end = start + wait;
         let (end, by_deadline) = match deadline {
             Some(d) if d < wait_end => (d, true),
             _ => (wait_end, false),
         };
+        if wait.is_zero() || queue.waiting() == 0 {
+            match self.attempt(&mut params).await? {
+                AcquireResult::Granted(lease) => return Ok((lease, false)),
+                other if wait.is_zero() || hopeless(&other, end) => {
+                    return Err(self.no_grant(&pool, other, Duration::ZERO));
+                }
+                _ => {}
+            }
+        }
         let ended = |last: Option<AcquireResult>| {
             let waited = start.elapsed();
             if by_deadline {
@@ -375,8 +400,13 @@ impl SchedulerService {
             }
         };
         let _waiting = queue.join();
-        let Ok(_head) = tokio::time::timeout_at(end, queue.head()).await else {
-            return Err(ended(None));
+        let shutting_down = || SchedulerError::ShuttingDown { pool: pool.clone() };
+        let _head = tokio::select! {
+            head = tokio::time::timeout_at(end, queue.head()) => match head {
+                Ok(head) => head,
+                Err(_) => return Err(ended(None)),
+            },
+            () = self.shutdown.cancelled() => return Err(shutting_down()),
         };
         let poll = Duration::from_millis(self.settings.wait_poll_ms);
         loop {
@@ -385,12 +415,8 @@ impl SchedulerService {
             notified.as_mut().enable();
             let last = match self.attempt(&mut params).await? {
                 AcquireResult::Granted(lease) => return Ok((lease, true)),
-                AcquireResult::NoEligibleKey => {
-                    return Err(self.no_grant(
-                        &pool,
-                        AcquireResult::NoEligibleKey,
-                        start.elapsed(),
-                    ));
+                other if hopeless(&other, end) => {
+                    return Err(self.no_grant(&pool, other, start.elapsed()));
                 }
                 other => other,
             };
@@ -401,6 +427,7 @@ impl SchedulerService {
                 _ = &mut notified => {}
                 _ = tokio::time::sleep(poll) => {}
                 _ = tokio::time::sleep_until(end) => {}
+                () = self.shutdown.cancelled() => return Err(shutting_down()),
             }
         }
     }
@@ -433,6 +460,28 @@ impl SchedulerService {
             });
         }
         Ok(())
+    }
+}
+
+/// True when waiting until `end` cannot turn `result` into a grant: no key is eligible, every
+/// eligible key is disabled, or the first cooling key returns only after `end`. Such an
+/// Acquire answers at once instead of holding the caller (and a request slot) until its
+/// deadline.
+fn hopeless(result: &AcquireResult, end: Instant) -> bool {
+    match result {
+        AcquireResult::NoEligibleKey => true,
+        AcquireResult::Unavailable {
+            next_available_ms: None,
+            ..
+        } => true,
+        AcquireResult::Unavailable {
+            next_available_ms: Some(t),
+            now_ms,
+        } => {
+            let back_in = Duration::from_millis(u64::try_from(t - now_ms).unwrap_or(0));
+            Instant::now() + back_in > end
+        }
+        AcquireResult::Full { .. } | AcquireResult::Granted(_) => false,
     }
 }
 
@@ -520,7 +569,11 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             Err(SchedulerError::PoolFull { .. } | SchedulerError::NoEligibleKey { .. }) => {
                 "exhausted"
             }
-            Err(SchedulerError::KeysUnavailable { .. } | SchedulerError::Store(_)) => "unavailable",
+            Err(
+                SchedulerError::KeysUnavailable { .. }
+                | SchedulerError::Store(_)
+                | SchedulerError::ShuttingDown { .. },
+            ) => "unavailable",
             Err(SchedulerError::WaitDeadline { .. }) => "deadline",
             Err(_) => "invalid",
         };

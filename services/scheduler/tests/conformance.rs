@@ -61,6 +61,8 @@ conformance!(
     lowering_capacity_never_oversells_and_zero_disables,
     reseeding_keeps_live_in_flight_counts,
     config_capacity_change_wins_over_admin_override_on_reseed,
+    a_wait_that_cannot_end_in_a_grant_answers_at_once,
+    a_waiter_gets_a_key_whose_cooldown_ends_within_the_wait,
 );
 
 fn in_flight_by_key(s: &pb::PoolStatus) -> HashMap<String, i32> {
@@ -1051,6 +1053,85 @@ async fn config_capacity_change_wins_over_admin_override_on_reseed(b: Backend) {
         .await
         .unwrap();
     assert_eq!(h.key("p", "u0/k0").await.capacity, 6);
+}
+
+async fn a_wait_that_cannot_end_in_a_grant_answers_at_once(b: Backend) {
+    let h = start(b, &uniform_pool(1, 2, 1)).await;
+    for key in ["u0/k0", "u0/k1"] {
+        h.client()
+            .disable_key(admin(pb::DisableKeyRequest {
+                pool: "p".into(),
+                key_id: key.into(),
+            }))
+            .await
+            .unwrap();
+    }
+    let started = std::time::Instant::now();
+    let err = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            wait_timeout_ms: 60_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "answered without sitting out the 60 s wait"
+    );
+    // A cooldown that ends after the wait is just as hopeless.
+    h.client()
+        .enable_key(admin(pb::EnableKeyRequest {
+            pool: "p".into(),
+            key_id: "u0/k0".into(),
+        }))
+        .await
+        .unwrap();
+    let l = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            lease_ttl_ms: 600_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    h.report(&l.lease_id, Outcome::RateLimited, 3_600_000, true)
+        .await;
+    let err = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            wait_timeout_ms: 60_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert_eq!(h.status("p").await.waiters, 0);
+}
+
+async fn a_waiter_gets_a_key_whose_cooldown_ends_within_the_wait(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 1)).await;
+    let l = h.acquire("p").await.unwrap();
+    h.report(&l.lease_id, Outcome::RateLimited, 2_000, true)
+        .await;
+    let mut c = h.client();
+    let waiter = tokio::spawn(async move {
+        c.acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            wait_timeout_ms: 30_000,
+            ..Default::default()
+        })
+        .await
+    });
+    h.wait_until("p", "waiter queued", |s| s.waiters == 1).await;
+    h.advance("p", 2_001).await;
+    let lease = waiter
+        .await
+        .unwrap()
+        .expect("granted once the cooldown ended")
+        .into_inner();
+    assert_eq!(lease.key_id, "u0/k0");
 }
 
 #[allow(dead_code)]

@@ -546,3 +546,63 @@ async fn tls_serving_accepts_tls_clients_and_refuses_plaintext() {
         "a plaintext client must not get an answer from a TLS server"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_waiting_acquires_and_exits_promptly() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 2, 1);
+    let mut r = spawn(&config, "memory");
+    let mut c = client(&r).await;
+    for _ in 0..2 {
+        c.acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let mut w = c.clone();
+    let waiter = tokio::spawn(async move {
+        w.acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            wait_timeout_ms: 600_000,
+            ..Default::default()
+        })
+        .await
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c
+        .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .waiters
+        != 1
+    {
+        assert!(Instant::now() < deadline, "waiter never queued");
+        tokio::task::yield_now().await;
+    }
+    let signalled = Instant::now();
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(r.child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let err = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter is answered, not held for its 10-minute wait")
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("shutting down"), "{}", err.message());
+    let exit = tokio::task::spawn_blocking(move || r.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "graceful exit, got {exit:?}");
+    assert!(
+        signalled.elapsed() < Duration::from_secs(20),
+        "drained promptly"
+    );
+}
