@@ -115,13 +115,65 @@ pub struct KeyConfig {
 }
 
 /// A reference to a credential: an environment variable or a file. Never the value itself.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase", deny_unknown_fields)]
+///
+/// Written `{ env = "NAME" }` or `{ file = "/path" }`: exactly one of the two, no other field.
+/// A string in its place (a secret pasted inline) is refused without echoing it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
 pub enum CredentialRef {
     /// `{ env = "NAME" }`: the value of environment variable NAME.
     Env(String),
     /// `{ file = "/run/secrets/x" }`: the file's contents, trimmed.
     File(PathBuf),
+}
+
+impl<'de> Deserialize<'de> for CredentialRef {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Reference;
+        impl<'de> serde::de::Visitor<'de> for Reference {
+            type Value = CredentialRef;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(r#"a credential reference { env = "NAME" } or { file = "/path" }"#)
+            }
+
+            fn visit_str<E: serde::de::Error>(self, _secret: &str) -> Result<Self::Value, E> {
+                Err(E::custom(
+                    r#"credential must be a reference, { env = "NAME" } or { file = "/path" }, never the secret itself (the value is not shown)"#,
+                ))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                use serde::de::Error;
+                let (mut env, mut file) = (None, None);
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "env" => env = Some(map.next_value::<String>()?),
+                        "file" => file = Some(map.next_value::<PathBuf>()?),
+                        other => {
+                            return Err(A::Error::custom(format!(
+                                "unknown credential field {other:?}: expected env or file"
+                            )));
+                        }
+                    }
+                }
+                match (env, file) {
+                    (Some(e), None) => Ok(CredentialRef::Env(e)),
+                    (None, Some(f)) => Ok(CredentialRef::File(f)),
+                    (Some(_), Some(_)) => Err(A::Error::custom(
+                        "credential sets both env and file: keep one",
+                    )),
+                    (None, None) => Err(A::Error::custom(
+                        r#"empty credential: set env = "NAME" or file = "/path""#,
+                    )),
+                }
+            }
+        }
+        d.deserialize_any(Reference)
+    }
 }
 
 impl CredentialRef {
@@ -503,6 +555,42 @@ credential = { env = "VOXPOOL_TEST_NEVER_SET_1" }
             "{err}"
         );
         assert!(err.contains("VOXPOOL_TEST_NEVER_SET_1 is not set"), "{err}");
+    }
+
+    #[test]
+    fn credentials_are_references_with_exactly_one_known_field() {
+        for (bad, want) in [
+            (
+                r#"credential = "sk-inline-secret-123456""#,
+                "never the secret itself",
+            ),
+            (
+                r#"credential = { env = "A", foo = 1 }"#,
+                "unknown credential field \"foo\"",
+            ),
+            (
+                r#"credential = { env = "A", file = "/x" }"#,
+                "both env and file",
+            ),
+            (r#"credential = {}"#, "empty credential"),
+        ] {
+            let text = GOOD.replace(r#"credential = { env = "VOXPOOL_TEST_NEVER_SET_1" }"#, bad);
+            let err = Config::from_toml_str(&text).unwrap_err().to_string();
+            assert!(err.contains(want), "{bad}: {err}");
+            assert!(
+                !err.contains("sk-inline-secret"),
+                "the inline secret was echoed: {err}"
+            );
+        }
+        let text = GOOD.replace(
+            r#"{ env = "VOXPOOL_TEST_NEVER_SET_1" }"#,
+            r#"{ file = "/run/secrets/x" }"#,
+        );
+        let c = Config::from_toml_str(&text).unwrap();
+        assert_eq!(
+            c.pools[0].upstreams[0].keys[0].credential,
+            Some(CredentialRef::File("/run/secrets/x".into()))
+        );
     }
 
     #[test]

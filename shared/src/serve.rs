@@ -13,10 +13,13 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
         .map_err(|e| format!("cannot listen on {addr}: {e}"))
 }
 
-/// Server reflection v1 and v1alpha over every voxpool proto, the health and reflection
-/// protos and the `google.rpc` error details (so grpcurl can print them), so
-/// `grpcurl -plaintext HOST list` works with no local proto files.
-pub fn reflection_services() -> Result<
+/// Server reflection v1 and v1alpha for a server that serves `services` (fully-qualified
+/// names such as `voxpool.scheduler.v1.PoolScheduler`): `grpcurl -plaintext HOST list` shows
+/// exactly those plus health and reflection, and `describe` resolves every type they use,
+/// including the `google.rpc` error details, with no local proto files.
+pub fn reflection_services(
+    services: &[&str],
+) -> Result<
     (
         tonic_reflection::server::v1::ServerReflectionServer<
             impl tonic_reflection::server::v1::ServerReflection,
@@ -27,21 +30,26 @@ pub fn reflection_services() -> Result<
     ),
     tonic_reflection::server::Error,
 > {
-    let v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(voxpool_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(voxpool_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
-    Ok((v1, v1alpha))
+    let names = services.iter().copied().chain([
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+        "grpc.reflection.v1alpha.ServerReflection",
+    ]);
+    let builder = || {
+        let mut b = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(voxpool_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(
+                tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+            );
+        for name in names.clone() {
+            b = b.with_service_name(name);
+        }
+        b
+    };
+    Ok((builder().build_v1()?, builder().build_v1alpha()?))
 }
 
 /// Returns a token cancelled on the first SIGTERM or SIGINT; a second signal exits the

@@ -53,7 +53,8 @@ pub async fn serve_with(
 ) -> Result<(), String> {
     let (reporter, health) = tonic_health::server::health_reporter();
     let (reflection_v1, reflection_v1alpha) =
-        voxpool_shared::serve::reflection_services().map_err(|e| format!("reflection: {e}"))?;
+        voxpool_shared::serve::reflection_services(&[SERVICE_NAME, ADMIN_SERVICE_NAME])
+            .map_err(|e| format!("reflection: {e}"))?;
 
     // Health is known before the first request: every name is registered now, from one ping.
     let first = if repo.ping().await.is_ok() {

@@ -91,7 +91,8 @@ pub async fn serve_with(
 ) -> Result<(), String> {
     let (reporter, health) = tonic_health::server::health_reporter();
     let (reflection_v1, reflection_v1alpha) =
-        voxpool_shared::serve::reflection_services().map_err(|e| format!("reflection: {e}"))?;
+        voxpool_shared::serve::reflection_services(&[SERVICE_NAME])
+            .map_err(|e| format!("reflection: {e}"))?;
     let metrics = Arc::new(SchedulerMetrics::new());
     let cache = metrics.cache();
     let service =
