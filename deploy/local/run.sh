@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make run`: scheduler (in-process store), catalog (SQLite, seeded with deploy/config/packs.toml)
 # and synthesis (local espeak-ng engine) on their default ports, with the example config.
-# Ctrl-C stops all three.
+# Ctrl-C stops all three; if one of them dies, the others are stopped too and its name is said.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -14,22 +14,35 @@ DB="sqlite://$PWD/$DATA/voxpool.db?mode=rwc"
 
 command -v espeak-ng >/dev/null || echo "warning: espeak-ng not found (apt-get install espeak-ng): synthesis will fail" >&2
 
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+declare -A names=()
+cleanup() { kill "${!names[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
-"$BIN/voxpool-scheduler" --config "$CONFIG" --store memory &
-pids+=($!)
-if [ -x "$BIN/voxpool-catalog" ]; then
-    "$BIN/voxpool-catalog" --database "$DB" migrate
-    "$BIN/voxpool-catalog" --database "$DB" seed deploy/config/packs.toml
-    "$BIN/voxpool-catalog" --database "$DB" &
-    pids+=($!)
-fi
-if [ -x "$BIN/voxpool-synthesis" ]; then
-    "$BIN/voxpool-synthesis" --config "$CONFIG" &
-    pids+=($!)
-fi
+# start NAME PORT CMD...: runs CMD in the background and waits until PORT accepts connections.
+start() {
+    local name=$1 port=$2; shift 2
+    "$@" &
+    local pid=$!
+    names[$pid]=$name
+    for _ in $(seq 1 100); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "make run: $name exited during start-up (see its message above)" >&2
+            exit 1
+        fi
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+        sleep 0.1
+    done
+    echo "make run: $name did not listen on 127.0.0.1:$port within 10 s" >&2
+    exit 1
+}
+
+"$BIN/voxpool-catalog" --database "$DB" migrate
+"$BIN/voxpool-catalog" --database "$DB" seed deploy/config/packs.toml
+start scheduler 50051 "$BIN/voxpool-scheduler" --config "$CONFIG" --store memory
+start catalog 50052 "$BIN/voxpool-catalog" --database "$DB"
+start synthesis 50053 "$BIN/voxpool-synthesis" --config "$CONFIG"
 echo "voxpool running: scheduler 127.0.0.1:50051, catalog 127.0.0.1:50052, synthesis 127.0.0.1:50053"
 echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token). Ctrl-C stops everything."
-wait -n "${pids[@]}"
+set +e
+wait -n "${!names[@]}"
+echo "make run: a service stopped; stopping the others" >&2

@@ -46,8 +46,10 @@ fn install(tracer: Option<opentelemetry_sdk::trace::Tracer>) -> bool {
             .try_init()
             .is_ok()
     } else {
+        // Colours only on a terminal: redirected logs stay plain text.
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
         registry
-            .with(fmt::layer().with_writer(std::io::stderr))
+            .with(fmt::layer().with_ansi(ansi).with_writer(std::io::stderr))
             .try_init()
             .is_ok()
     }
