@@ -113,3 +113,93 @@ async fn scheduler_exports_pool_metrics_and_spans_over_otlp() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_spans_synthesis_and_scheduler_and_synthesis_metrics_arrive() {
+    use voxpool_proto::synthesis::v1::{
+        SynthesizeRequest, synthesis_client::SynthesisClient, synthesize_request::Voice,
+    };
+    let (endpoint, received) = otlp::start().await;
+    let otel = |cmd: &mut Command| {
+        cmd.current_dir(workspace_root())
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+            .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
+            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+            .env_remove("OTEL_SERVICE_NAME");
+    };
+    let mut cmd = Command::new(binary("voxpool-scheduler"));
+    cmd.args([
+        "--config",
+        "deploy/config/example.toml",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    otel(&mut cmd);
+    let scheduler = start(cmd);
+    let mut cmd = Command::new(binary("voxpool-synthesis"));
+    cmd.args([
+        "--config",
+        "deploy/config/example.toml",
+        "--listen",
+        "127.0.0.1:0",
+        "--scheduler",
+    ])
+    .arg(format!("http://{}", scheduler.addr));
+    otel(&mut cmd);
+    let synthesis = start(cmd);
+    let mut client = SynthesisClient::connect(format!("http://{}", synthesis.addr))
+        .await
+        .unwrap();
+    let snap = voxpool_e2e::voice::snapshot("espeak", "espeak-ng", "en-us", "espeak-local");
+    let resp = client
+        .synthesize(SynthesizeRequest {
+            voice: Some(Voice::Snapshot(snap.to_pb())),
+            text: "Tracing across services.".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("espeak synthesis")
+        .into_inner();
+    assert!(!resp.audio.is_empty());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let spans = received.spans();
+        let synth_traces: std::collections::HashSet<Vec<u8>> = spans
+            .iter()
+            .filter(|(svc, _)| svc == "voxpool-synthesis")
+            .map(|(_, s)| s.trace_id.clone())
+            .collect();
+        let shared = spans.iter().any(|(svc, s)| {
+            svc == "voxpool-scheduler"
+                && s.name.contains("Acquire")
+                && synth_traces.contains(&s.trace_id)
+        });
+        let metrics = received.metrics();
+        let has = |name: &str, unit: &str| {
+            metrics.iter().any(|m| {
+                m.service == "voxpool-synthesis" && m.metric.name == name && m.metric.unit == unit
+            })
+        };
+        if shared
+            && has("voxpool.synthesis.requests", "{request}")
+            && has("voxpool.vendor.responses", "{response}")
+            && has("voxpool.synthesis.characters", "{character}")
+            && has("voxpool.synthesis.request.duration", "s")
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no shared trace or synthesis metrics: spans {:?}, metrics {:?}",
+            spans
+                .iter()
+                .map(|(svc, s)| format!("{svc}:{}", s.name))
+                .collect::<Vec<_>>(),
+            metrics
+                .iter()
+                .map(|m| format!("{}:{}", m.service, m.metric.name))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -5,6 +5,7 @@
 //! binaries sit next to the test executable's parent directory (`target/debug`).
 
 pub mod otlp;
+pub mod voice;
 
 use std::{
     io::{BufRead, BufReader},
@@ -56,10 +57,15 @@ impl Drop for Service {
 }
 
 /// Starts `command` (which must print `<name> listening on <addr>` as its first stdout line).
-pub fn start(mut command: Command) -> Service {
+pub fn start(command: Command) -> Service {
+    start_with_stderr(command, Stdio::inherit())
+}
+
+/// [`start`] with the child's stderr (its logs) sent to `stderr`, e.g. a file to inspect.
+pub fn start_with_stderr(mut command: Command, stderr: Stdio) -> Service {
     let mut child = command
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
     let mut line = String::new();
