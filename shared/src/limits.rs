@@ -72,6 +72,35 @@ impl ServerFlags {
     }
 }
 
+/// An endpoint for one of our gRPC servers at `url` (`http://…` or `https://…`), named by
+/// `flag` in errors (e.g. `--scheduler`). For `https://` the server certificate is checked
+/// against the PEM bundle in `VOXPOOL_TLS_CA` when set (a private CA), else against the
+/// public web PKI roots. Errors: a malformed URL, an unreadable CA file.
+pub fn client_endpoint(flag: &str, url: &str) -> Result<tonic::transport::Endpoint, String> {
+    let endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())
+        .map_err(|e| format!("{flag} {url:?} is not a URL: {e}"))?;
+    if !url.starts_with("https://") {
+        return Ok(endpoint);
+    }
+    install_crypto_provider();
+    let tls = match std::env::var_os("VOXPOOL_TLS_CA") {
+        Some(path) => {
+            let pem = std::fs::read(&path).map_err(|e| {
+                format!(
+                    "cannot read VOXPOOL_TLS_CA {}: {e}",
+                    std::path::Path::new(&path).display()
+                )
+            })?;
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(pem))
+        }
+        None => tonic::transport::ClientTlsConfig::new().with_webpki_roots(),
+    };
+    endpoint
+        .tls_config(tls)
+        .map_err(|e| format!("{flag} {url:?}: TLS setup failed: {e}"))
+}
+
 /// Makes ring the process-wide rustls crypto provider (once; later calls do nothing). The
 /// workspace links more than one provider (reqwest brings aws-lc-rs), and rustls refuses to
 /// guess between them: without this, building a TLS config fails at start-up.

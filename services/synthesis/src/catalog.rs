@@ -20,8 +20,7 @@ pub struct Catalog {
 impl Catalog {
     /// A client for `url` that connects on first use.
     pub fn connect_lazy(url: &str) -> Result<Self, String> {
-        let channel = Channel::from_shared(url.to_owned())
-            .map_err(|e| format!("--catalog {url:?} is not a URL: {e}"))?
+        let channel = voxpool_shared::limits::client_endpoint("--catalog", url)?
             .connect_timeout(Duration::from_secs(2))
             .connect_lazy();
         Ok(Self {

@@ -106,8 +106,7 @@ fn classify(status: &Status) -> AcquireError {
 impl Scheduler {
     /// A client for `url` (`http://host:port`) that connects on first use.
     pub fn connect_lazy(url: &str) -> Result<Self, String> {
-        let channel = Channel::from_shared(url.to_owned())
-            .map_err(|e| format!("--scheduler {url:?} is not a URL: {e}"))?
+        let channel = voxpool_shared::limits::client_endpoint("--scheduler", url)?
             .connect_timeout(Duration::from_secs(2))
             .connect_lazy();
         Ok(Self {
