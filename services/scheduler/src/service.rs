@@ -445,6 +445,19 @@ impl SchedulerService {
         self.auth.authorize(md)
     }
 
+    /// The key status an admin store call answered, or UnknownKey when the store no longer
+    /// has the key (config and store disagree, e.g. during a rolling config change).
+    fn admin_result(
+        pool: &str,
+        key: &str,
+        answer: Result<Option<KeyStatus>, StoreError>,
+    ) -> Result<KeyStatus, SchedulerError> {
+        answer?.ok_or_else(|| SchedulerError::UnknownKey {
+            pool: pool.to_owned(),
+            key: key.to_owned(),
+        })
+    }
+
     fn admin_target<'a>(&self, pool: &'a str, key: &'a str) -> Result<(), SchedulerError> {
         let info = self.pool("pool", pool)?;
         if key.is_empty() {
@@ -722,15 +735,11 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
                     ),
                 )
             })?;
-        let status = self
-            .store
-            .set_capacity(&r.pool, &r.key_id, capacity)
-            .await
-            .map_err(SchedulerError::from)?
-            .ok_or(SchedulerError::UnknownKey {
-                pool: r.pool.clone(),
-                key: r.key_id.clone(),
-            })?;
+        let status = Self::admin_result(
+            &r.pool,
+            &r.key_id,
+            self.store.set_capacity(&r.pool, &r.key_id, capacity).await,
+        )?;
         tracing::info!(pool = %r.pool, key = %r.key_id, capacity, "admin set key capacity");
         self.notify(&r.pool);
         Ok(Response::new(key_pb(&r.pool, &status)))
@@ -743,15 +752,11 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         self.check_admin(request.metadata())?;
         let r = request.into_inner();
         self.admin_target(&r.pool, &r.key_id)?;
-        let status = self
-            .store
-            .set_disabled(&r.pool, &r.key_id, true)
-            .await
-            .map_err(SchedulerError::from)?
-            .ok_or(SchedulerError::UnknownKey {
-                pool: r.pool.clone(),
-                key: r.key_id.clone(),
-            })?;
+        let status = Self::admin_result(
+            &r.pool,
+            &r.key_id,
+            self.store.set_disabled(&r.pool, &r.key_id, true).await,
+        )?;
         tracing::info!(pool = %r.pool, key = %r.key_id, "admin disabled key");
         Ok(Response::new(key_pb(&r.pool, &status)))
     }
@@ -763,15 +768,11 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         self.check_admin(request.metadata())?;
         let r = request.into_inner();
         self.admin_target(&r.pool, &r.key_id)?;
-        let status = self
-            .store
-            .set_disabled(&r.pool, &r.key_id, false)
-            .await
-            .map_err(SchedulerError::from)?
-            .ok_or(SchedulerError::UnknownKey {
-                pool: r.pool.clone(),
-                key: r.key_id.clone(),
-            })?;
+        let status = Self::admin_result(
+            &r.pool,
+            &r.key_id,
+            self.store.set_disabled(&r.pool, &r.key_id, false).await,
+        )?;
         tracing::info!(pool = %r.pool, key = %r.key_id, "admin enabled key");
         self.notify(&r.pool);
         Ok(Response::new(key_pb(&r.pool, &status)))

@@ -431,10 +431,20 @@ async fn a_cloned_voice_only_uses_the_upstreams_that_hold_it() {
     );
 }
 
-#[tokio::test]
-async fn a_call_longer_than_the_lease_ttl_keeps_its_lease_by_renewing() {
-    let (adapter, mut signals) = Scripted::new("openai", TextLimit::Chars(4096), vec![Step::Gate]);
-    let ttl = Duration::from_millis(300);
+/// One single-key openai pool whose only vendor call runs `step` under leases of `ttl`; returns
+/// once the call has started, with the Synthesize call still running.
+async fn call_in_flight(
+    step: Step,
+    ttl: Duration,
+) -> (
+    std::sync::Arc<Scripted>,
+    common::scripted::Signals,
+    Stack,
+    tokio::task::JoinHandle<
+        Result<tonic::Response<voxpool_proto::synthesis::v1::SynthesizeResponse>, tonic::Status>,
+    >,
+) {
+    let (adapter, mut signals) = Scripted::new("openai", TextLimit::Chars(4096), vec![step]);
     let stack = common::Stack::start_with(
         &openai_pool(1, 1, 1),
         adapter.registry(),
@@ -450,6 +460,13 @@ async fn a_call_longer_than_the_lease_ttl_keeps_its_lease_by_renewing() {
     tokio::time::timeout(WAIT, signals.started.recv())
         .await
         .expect("vendor call started");
+    (adapter, signals, stack, call)
+}
+
+#[tokio::test]
+async fn a_call_longer_than_the_lease_ttl_keeps_its_lease_by_renewing() {
+    let ttl = Duration::from_millis(300);
+    let (adapter, _signals, stack, call) = call_in_flight(Step::Gate, ttl).await;
     // Let three TTLs pass on the store's clock: without renewals the lease would be reaped.
     tokio::time::sleep(ttl * 3).await;
     assert_eq!(
@@ -467,23 +484,8 @@ async fn a_call_longer_than_the_lease_ttl_keeps_its_lease_by_renewing() {
 async fn a_call_is_aborted_when_its_lease_can_no_longer_be_renewed() {
     // Fencing: once the scheduler is gone the slot may be handed to someone else after the
     // TTL, so the vendor call must stop rather than run on as an unleased extra request.
-    let (adapter, mut signals) = Scripted::new("openai", TextLimit::Chars(4096), vec![Step::Block]);
-    let ttl = Duration::from_millis(600);
-    let stack = common::Stack::start_with(
-        &openai_pool(1, 1, 1),
-        adapter.registry(),
-        common::Opts {
-            lease_ttl: ttl,
-            ..Default::default()
-        },
-    )
-    .await;
-    let mut client = stack.synthesis.clone();
-    let req = request(&snapshot("openai", "p", "alloy", "{}"), "hi");
-    let call = tokio::spawn(async move { client.synthesize(req).await });
-    tokio::time::timeout(WAIT, signals.started.recv())
-        .await
-        .expect("vendor call started");
+    let (_adapter, mut signals, stack, call) =
+        call_in_flight(Step::Block, Duration::from_millis(600)).await;
     stack.stop_scheduler();
     tokio::time::timeout(WAIT, signals.dropped.recv())
         .await
