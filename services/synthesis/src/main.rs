@@ -57,6 +57,11 @@ struct Args {
     server: voxpool_shared::limits::ServerFlags,
 }
 
+/// mimalloc instead of the system allocator, as in `voxpool-scheduler`: gRPC and HTTP
+/// requests allocate and free many small buffers, which glibc malloc serves slowly.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let policy = if args.require_credentials {
