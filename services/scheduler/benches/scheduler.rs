@@ -8,10 +8,24 @@
 //!    maximum throughput (floor p99 <= 2 ms).
 //! 3. Cost of a 10,000-key pool relative to a 10-key pool, raw scripts (floor <= 1.2x).
 //!
-//! Knobs (environment): `BENCH_SECONDS` per measurement (default 3), `BENCH_CONCURRENCY`
-//! closed-loop workers (default 32).
+//! Each measurement runs `BENCH_ROUNDS` times, interleaved (gRPC+memory, gRPC+Redis, raw, then
+//! again), and the report gives the median with the range: on a shared machine a neighbour's
+//! burst then moves one round, not one side of a ratio. Ratios are taken per round, between
+//! measurements made back to back.
+//!
+//! The server is the binary's `server::serve` in this process, with the binary's allocator
+//! (mimalloc), log subscriber and release profile (fat LTO); the benchmark's gRPC client runs
+//! in the same process, so client, server and Redis share the machine's cores.
+//!
+//! Knobs (environment): `BENCH_SECONDS` per measurement (default 2), `BENCH_ROUNDS`
+//! (default 5), `BENCH_CONCURRENCY` closed-loop workers (default 32).
+
+/// The allocator the `voxpool-scheduler` binary uses (see its `main.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::{
+    future::Future,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -28,6 +42,8 @@ use voxpool_scheduler::{
 };
 use voxpool_shared::{auth::AdminAuth, config::Config, testing::RedisServer};
 
+type Client = PoolSchedulerClient<tonic::transport::Channel>;
+
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -35,25 +51,27 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// The gRPC bench pool: `keys` keys of capacity 100, so an open-loop burst (requests keep
+/// arriving while the machine stalls) queues instead of finding the pool full.
 fn pool_config(keys: usize) -> Config {
     let mut t = String::from(
         "[[pools]]\nid = \"bench\"\nprovider = \"espeak\"\n[[pools.upstreams]]\nid = \"u\"\n",
     );
     for k in 0..keys {
         t.push_str(&format!(
-            "[[pools.upstreams.keys]]\nid = \"k{k}\"\ncapacity = 10\n"
+            "[[pools.upstreams.keys]]\nid = \"k{k}\"\ncapacity = 100\n"
         ));
     }
     Config::from_toml_str(&t).expect("bench config")
 }
 
-async fn serve(
-    store: Arc<dyn LeaseStore>,
-    config: &Config,
-) -> (
-    PoolSchedulerClient<tonic::transport::Channel>,
-    CancellationToken,
-) {
+/// Serves `config` over gRPC on 127.0.0.1:0 with `store` (the same `server::serve` the binary
+/// runs) and connects a client to it. Cancel the token to stop the server.
+async fn serve(store: Arc<dyn LeaseStore>, config: &Config) -> (Client, CancellationToken) {
+    store
+        .seed(&PoolSpec::from_config(config))
+        .await
+        .expect("seed");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -61,38 +79,26 @@ async fn serve(
     let shutdown = CancellationToken::new();
     let (c, s) = (config.clone(), shutdown.clone());
     tokio::spawn(async move { server::serve(listener, store, &c, AdminAuth::disabled(), s).await });
-    let client = PoolSchedulerClient::connect(format!("http://{addr}"))
+    let client = Client::connect(format!("http://{addr}"))
         .await
         .expect("connect");
     (client, shutdown)
 }
 
-/// Closed loop: `workers` tasks each doing Acquire+Release back to back for `secs`.
-async fn pairs_per_sec_grpc(
-    client: &PoolSchedulerClient<tonic::transport::Channel>,
-    workers: u64,
-    secs: u64,
-) -> f64 {
+/// Closed loop: `workers` tasks each running `pair()` back to back for `secs`; pairs/s.
+async fn closed_loop<F, Fut>(workers: u64, secs: u64, pair: F) -> f64
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> = (0..workers)
         .map(|_| {
-            let (mut c, done, stop) = (client.clone(), done.clone(), stop.clone());
+            let (pair, done, stop) = (pair.clone(), done.clone(), stop.clone());
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
-                    let lease = c
-                        .acquire(pb::AcquireRequest {
-                            pool: "bench".into(),
-                            ..Default::default()
-                        })
-                        .await
-                        .expect("acquire")
-                        .into_inner();
-                    c.release(pb::ReleaseRequest {
-                        lease_id: lease.lease_id,
-                    })
-                    .await
-                    .expect("release");
+                    pair().await;
                     done.fetch_add(1, Ordering::Relaxed);
                 }
             })
@@ -104,96 +110,100 @@ async fn pairs_per_sec_grpc(
     let n = done.load(Ordering::Relaxed);
     let elapsed = started.elapsed().as_secs_f64();
     for t in tasks {
-        let _ = t.await;
+        t.await.expect("closed-loop worker");
     }
     n as f64 / elapsed
 }
 
-/// Same loop calling the store (Lua scripts) directly.
-async fn pairs_per_sec_raw(
+/// One Acquire+Release pair through gRPC; returns the Acquire latency.
+async fn grpc_pair(mut client: Client) -> Duration {
+    let sent = Instant::now();
+    let lease = client
+        .acquire(pb::AcquireRequest {
+            pool: "bench".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("acquire")
+        .into_inner();
+    let latency = sent.elapsed();
+    client
+        .release(pb::ReleaseRequest {
+            lease_id: lease.lease_id,
+        })
+        .await
+        .expect("release");
+    latency
+}
+
+/// One Acquire+Release pair calling the store (the Lua scripts) directly.
+async fn raw_pair(store: Arc<dyn LeaseStore>, pool: String) {
+    let params = AcquireParams {
+        pool,
+        token: LeaseToken::random(),
+        exclude_keys: vec![],
+        upstream_ids: vec![],
+        ttl_ms: 30_000,
+    };
+    let AcquireResult::Granted(lease) = store.acquire(&params).await.expect("acquire") else {
+        panic!("bench pool must never be full");
+    };
+    store.release(&lease.id).await.expect("release");
+}
+
+async fn grpc_pairs_per_sec(client: &Client, workers: u64, secs: u64) -> f64 {
+    let client = client.clone();
+    closed_loop(workers, secs, move || {
+        let c = client.clone();
+        async move {
+            grpc_pair(c).await;
+        }
+    })
+    .await
+}
+
+async fn raw_pairs_per_sec(
     store: &Arc<dyn LeaseStore>,
     pool: &str,
     workers: u64,
     secs: u64,
 ) -> f64 {
-    let done = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let tasks: Vec<_> = (0..workers)
-        .map(|_| {
-            let (store, done, stop, pool) =
-                (store.clone(), done.clone(), stop.clone(), pool.to_owned());
-            tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let params = AcquireParams {
-                        pool: pool.clone(),
-                        token: LeaseToken::random(),
-                        exclude_keys: vec![],
-                        upstream_ids: vec![],
-                        ttl_ms: 30_000,
-                    };
-                    let AcquireResult::Granted(lease) =
-                        store.acquire(&params).await.expect("acquire")
-                    else {
-                        panic!("bench pool must never be full");
-                    };
-                    store.release(&lease.id).await.expect("release");
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    let started = Instant::now();
-    tokio::time::sleep(Duration::from_secs(secs)).await;
-    stop.store(true, Ordering::Relaxed);
-    let n = done.load(Ordering::Relaxed);
-    let elapsed = started.elapsed().as_secs_f64();
-    for t in tasks {
-        let _ = t.await;
-    }
-    n as f64 / elapsed
+    let (store, pool) = (store.clone(), pool.to_owned());
+    closed_loop(workers, secs, move || raw_pair(store.clone(), pool.clone())).await
 }
 
 /// Open loop at `rate` pairs/s for `secs`; returns Acquire latencies (µs), sorted.
-async fn acquire_latencies(
-    client: &PoolSchedulerClient<tonic::transport::Channel>,
-    rate: f64,
-    secs: u64,
-) -> Vec<u64> {
+///
+/// Arrivals are evenly spaced by a pacing OS thread: tokio timers tick in whole milliseconds,
+/// which would send the requests of each millisecond as one burst.
+async fn acquire_latencies(client: &Client, rate: f64, secs: u64) -> Vec<u64> {
     let interval = Duration::from_secs_f64(1.0 / rate.max(1.0));
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let end = Instant::now() + Duration::from_secs(secs);
-    let mut tasks = Vec::new();
-    while Instant::now() < end {
-        ticker.tick().await;
-        let mut c = client.clone();
-        tasks.push(tokio::spawn(async move {
-            let t0 = Instant::now();
-            let lease = c
-                .acquire(pb::AcquireRequest {
-                    pool: "bench".into(),
-                    ..Default::default()
-                })
-                .await
-                .expect("acquire")
-                .into_inner();
-            let us = t0.elapsed().as_micros() as u64;
-            c.release(pb::ReleaseRequest {
-                lease_id: lease.lease_id,
-            })
-            .await
-            .expect("release");
-            us
-        }));
-    }
+    let count = (rate * secs as f64) as u32;
+    let handle = tokio::runtime::Handle::current();
+    let client = client.clone();
+    let pacer = std::thread::spawn(move || {
+        let start = Instant::now();
+        let mut tasks = Vec::with_capacity(count as usize);
+        for i in 0..count {
+            if let Some(wait) = (start + interval * i).checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            tasks.push(handle.spawn(grpc_pair(client.clone())));
+        }
+        tasks
+    });
+    let tasks = tokio::task::spawn_blocking(move || pacer.join().expect("pacer"))
+        .await
+        .expect("pacer join");
     let mut out = Vec::with_capacity(tasks.len());
     for t in tasks {
-        out.push(t.await.expect("task"));
+        out.push(t.await.expect("open-loop request").as_micros() as u64);
     }
     out.sort_unstable();
     out
 }
 
+/// Percentile `p` (0..=1) of sorted microseconds, in ms.
 fn pct(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -202,67 +212,149 @@ fn pct(sorted: &[u64], p: f64) -> f64 {
     sorted[i] as f64 / 1000.0
 }
 
+/// Median and range of one measurement's rounds.
+struct Rounds(Vec<f64>);
+
+impl Rounds {
+    fn median(&self) -> f64 {
+        let mut v = self.0.clone();
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
+    }
+
+    /// `median (min–max)` with `decimals` digits.
+    fn show(&self, decimals: usize) -> String {
+        let min = self.0.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = self.0.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        format!(
+            "{:.decimals$} ({:.decimals$}–{:.decimals$})",
+            self.median(),
+            min,
+            max
+        )
+    }
+}
+
 fn verdict(ok: bool) -> &'static str {
     if ok { "meets floor" } else { "BELOW FLOOR" }
 }
 
 fn main() {
-    let secs = env_or("BENCH_SECONDS", 3);
+    let secs = env_or("BENCH_SECONDS", 2);
+    let rounds = env_or("BENCH_ROUNDS", 5).max(1);
     let workers = env_or("BENCH_CONCURRENCY", 32);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
     let redis = RedisServer::start();
+    // The binary's log subscriber (RUST_LOG, default info): it formats every RPC's span.
+    voxpool_shared::telemetry::init_logging();
     rt.block_on(async {
         let small = pool_config(10);
         let timeout = Duration::from_secs(2);
-
-        let memory: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new());
-        memory.seed(&PoolSpec::from_config(&small)).await.expect("seed");
-        let (mem_client, mem_stop) = serve(memory, &small).await;
-        let grpc_memory = pairs_per_sec_grpc(&mem_client, workers, secs).await;
-        mem_stop.cancel();
-
-        let redis_store: Arc<dyn LeaseStore> = Arc::new(RedisStore::connect(&redis.url(), timeout, 64).await.expect("redis"));
-        redis_store.seed(&PoolSpec::from_config(&small)).await.expect("seed");
+        let redis_store: Arc<dyn LeaseStore> = Arc::new(
+            RedisStore::connect(&redis.url(), timeout, 64)
+                .await
+                .expect("redis"),
+        );
+        let (mem_client, mem_stop) = serve(Arc::new(MemoryStore::new()), &small).await;
         let (redis_client, redis_stop) = serve(redis_store.clone(), &small).await;
-        let grpc_redis = pairs_per_sec_grpc(&redis_client, workers, secs).await;
-        let raw_redis = pairs_per_sec_raw(&redis_store, "bench", workers, secs).await;
 
-        let lat = acquire_latencies(&redis_client, grpc_redis / 2.0, secs).await;
+        let (mut grpc_memory, mut grpc_redis, mut raw, mut ratio) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            grpc_memory.push(grpc_pairs_per_sec(&mem_client, workers, secs).await);
+            let g = grpc_pairs_per_sec(&redis_client, workers, secs).await;
+            let r = raw_pairs_per_sec(&redis_store, "bench", workers, secs).await;
+            grpc_redis.push(g);
+            raw.push(r);
+            ratio.push(g / r);
+        }
+        mem_stop.cancel();
+        let (grpc_memory, grpc_redis, raw, ratio) = (
+            Rounds(grpc_memory),
+            Rounds(grpc_redis),
+            Rounds(raw),
+            Rounds(ratio),
+        );
+
+        let half = grpc_redis.median() / 2.0;
+        let (mut p50, mut p99) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let lat = acquire_latencies(&redis_client, half, secs).await;
+            p50.push(pct(&lat, 0.50));
+            p99.push(pct(&lat, 0.99));
+        }
         redis_stop.cancel();
+        let (p50, p99) = (Rounds(p50), Rounds(p99));
 
-        let big = PoolSpec {
-            pool: "bench-10k".into(),
-            keys: (0..10_000).map(|k| KeySpec { key_id: format!("u/k{k}"), capacity: 10 }).collect(),
+        let spec = |pool: &str, keys: usize| PoolSpec {
+            pool: pool.into(),
+            keys: (0..keys)
+                .map(|k| KeySpec {
+                    key_id: format!("u/k{k}"),
+                    capacity: 10,
+                })
+                .collect(),
         };
-        let small_raw = PoolSpec {
-            pool: "bench-10".into(),
-            keys: (0..10).map(|k| KeySpec { key_id: format!("u/k{k}"), capacity: 10 }).collect(),
-        };
-        redis_store.seed(&[big, small_raw]).await.expect("seed big");
-        let ten = pairs_per_sec_raw(&redis_store, "bench-10", workers, secs).await;
-        let ten_k = pairs_per_sec_raw(&redis_store, "bench-10k", workers, secs).await;
+        redis_store
+            .seed(&[spec("bench-10k", 10_000), spec("bench-10", 10)])
+            .await
+            .expect("seed big");
+        let (mut ten, mut ten_k, mut cost) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let t = raw_pairs_per_sec(&redis_store, "bench-10", workers, secs).await;
+            let tk = raw_pairs_per_sec(&redis_store, "bench-10k", workers, secs).await;
+            ten.push(t);
+            ten_k.push(tk);
+            cost.push(t / tk);
+        }
+        let (ten, ten_k, cost) = (Rounds(ten), Rounds(ten_k), Rounds(cost));
 
-        let ratio = grpc_redis / raw_redis;
-        let (p50, p99) = (pct(&lat, 0.50), pct(&lat, 0.99));
-        let cost = ten / ten_k;
         println!("## Scheduler\n");
-        println!("{workers} closed-loop workers, {secs} s per measurement, one private redis-server on a unix socket.\n");
+        println!(
+            "{workers} closed-loop workers; {rounds} interleaved rounds of {secs} s per \
+             measurement, shown as median (min–max); one private redis-server on a unix socket.\n"
+        );
         println!("| measurement | value | floor | |");
         println!("|---|---|---|---|");
-        println!("| Acquire+Release pairs/s, gRPC + memory store | {grpc_memory:.0} | | |");
-        println!("| Acquire+Release pairs/s, gRPC + Redis store | {grpc_redis:.0} | | |");
-        println!("| Acquire+Release pairs/s, raw Lua on the same Redis | {raw_redis:.0} | | |");
-        println!("| ratio gRPC+Redis / raw | {ratio:.2} | >= 0.5 | {} |", verdict(ratio >= 0.5));
         println!(
-            "| Acquire p50 / p99 at {:.0} pairs/s (half of max), ms | {p50:.3} / {p99:.3} | p99 <= 2 | {} |",
-            grpc_redis / 2.0,
-            verdict(p99 <= 2.0)
+            "| Acquire+Release pairs/s, gRPC + memory store | {} | | |",
+            grpc_memory.show(0)
         );
-        println!("| raw pairs/s, 10-key pool | {ten:.0} | | |");
-        println!("| raw pairs/s, 10,000-key pool | {ten_k:.0} | | |");
-        println!("| cost 10,000 keys / 10 keys | {cost:.2} | <= 1.2 | {} |", verdict(cost <= 1.2));
+        println!(
+            "| Acquire+Release pairs/s, gRPC + Redis store | {} | | |",
+            grpc_redis.show(0)
+        );
+        println!(
+            "| Acquire+Release pairs/s, raw Lua on the same Redis | {} | | |",
+            raw.show(0)
+        );
+        println!(
+            "| ratio gRPC+Redis / raw | {} | >= 0.5 | {} |",
+            ratio.show(3),
+            verdict(ratio.median() >= 0.5)
+        );
+        println!(
+            "| Acquire p50 at {half:.0} pairs/s (half of max), ms | {} | | |",
+            p50.show(3)
+        );
+        println!(
+            "| Acquire p99 at {half:.0} pairs/s (half of max), ms | {} | <= 2 | {} |",
+            p99.show(3),
+            verdict(p99.median() <= 2.0)
+        );
+        println!("| raw pairs/s, 10-key pool | {} | | |", ten.show(0));
+        println!("| raw pairs/s, 10,000-key pool | {} | | |", ten_k.show(0));
+        println!(
+            "| cost 10,000 keys / 10 keys | {} | <= 1.2 | {} |",
+            cost.show(3),
+            verdict(cost.median() <= 1.2)
+        );
     });
 }
