@@ -1,6 +1,7 @@
 //! Server-side limits shared by every binary, as command-line flags and tower layers:
-//! request timeout, max message size, a global in-flight limit that sheds load with
-//! UNAVAILABLE instead of queueing without bound, and optional TLS (rustls).
+//! request timeout (answered DEADLINE_EXCEEDED), max message size, a global in-flight limit
+//! that sheds load with UNAVAILABLE instead of queueing without bound, and optional TLS
+//! (rustls).
 
 use std::{
     path::PathBuf,
@@ -20,8 +21,8 @@ use tower::{Layer, Service, layer::util::Stack};
 /// Flags every server binary flattens into its CLI.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ServerFlags {
-    /// Longest a request may run before it is cancelled (e.g. `15m`, `90s`). Also bounded by
-    /// the caller's gRPC deadline.
+    /// Longest a request may run before the server stops it and answers DEADLINE_EXCEEDED
+    /// (e.g. `15m`, `90s`). A shorter gRPC deadline set by the caller still applies.
     #[arg(long, env = "VOXPOOL_REQUEST_TIMEOUT", default_value = "15m", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
     /// Requests handled at once by this process; beyond it requests are shed with
@@ -51,13 +52,17 @@ impl Default for ServerFlags {
     }
 }
 
-/// A tonic server builder with the timeout, TLS and load-shedding layer applied.
-pub type LimitedServer = Server<Stack<ShedLayer, tower::layer::util::Identity>>;
+/// A tonic server builder with TLS and the [`LimitsLayer`] (request timeout, load shedding)
+/// applied.
+pub type LimitedServer = Server<Stack<LimitsLayer, tower::layer::util::Identity>>;
 
 impl ServerFlags {
     /// Builds the server. Errors: unreadable or invalid TLS files (one-line reason).
     pub fn server(&self) -> Result<LimitedServer, String> {
-        let mut builder = Server::builder().timeout(self.request_timeout);
+        // The request timeout lives in LimitsLayer, not `Server::timeout`: tonic answers its
+        // own timeout with CANCELLED, and a caller must be able to tell a server that ran out
+        // of time (DEADLINE_EXCEEDED) from one that gave up on it.
+        let mut builder = Server::builder();
         if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
             install_crypto_provider();
             let read = |p: &PathBuf| {
@@ -68,7 +73,10 @@ impl ServerFlags {
                 .tls_config(ServerTlsConfig::new().identity(identity))
                 .map_err(|e| format!("invalid TLS certificate or key: {e}"))?;
         }
-        Ok(builder.layer(ShedLayer::new(self.max_concurrent_requests)))
+        Ok(builder.layer(LimitsLayer::new(
+            self.max_concurrent_requests,
+            self.request_timeout,
+        )))
     }
 }
 
@@ -108,45 +116,51 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// Sheds requests beyond a global in-flight limit with UNAVAILABLE.
+/// Server limits as one layer: sheds requests beyond a global in-flight limit with
+/// UNAVAILABLE, and answers a request still unanswered after the request timeout with
+/// DEADLINE_EXCEEDED (its handler is dropped, so its own clean-up runs).
 #[derive(Clone, Debug)]
-pub struct ShedLayer {
+pub struct LimitsLayer {
     permits: Arc<Semaphore>,
     limit: usize,
+    timeout: Duration,
 }
 
-impl ShedLayer {
-    /// At most `limit` requests in flight (at least 1).
-    pub fn new(limit: usize) -> Self {
+impl LimitsLayer {
+    /// At most `limit` requests in flight (at least 1), each answered within `timeout`.
+    pub fn new(limit: usize, timeout: Duration) -> Self {
         let limit = limit.max(1);
         Self {
             permits: Arc::new(Semaphore::new(limit)),
             limit,
+            timeout,
         }
     }
 }
 
-impl<S> Layer<S> for ShedLayer {
-    type Service = Shed<S>;
+impl<S> Layer<S> for LimitsLayer {
+    type Service = Limits<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Shed {
+        Limits {
             inner,
             permits: self.permits.clone(),
             limit: self.limit,
+            timeout: self.timeout,
         }
     }
 }
 
-/// The service [`ShedLayer`] produces.
+/// The service [`LimitsLayer`] produces.
 #[derive(Clone, Debug)]
-pub struct Shed<S> {
+pub struct Limits<S> {
     inner: S,
     permits: Arc<Semaphore>,
     limit: usize,
+    timeout: Duration,
 }
 
-impl<S, B> Service<http::Request<B>> for Shed<S>
+impl<S, B> Service<http::Request<B>> for Limits<S>
 where
     S: Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
     S::Future: Send + 'static,
@@ -162,9 +176,17 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         match self.permits.clone().try_acquire_owned() {
             Ok(permit) => {
-                let fut = self.inner.call(request);
+                let (fut, timeout) = (self.inner.call(request), self.timeout);
                 Box::pin(async move {
-                    let response = fut.await;
+                    let response = match tokio::time::timeout(timeout, fut).await {
+                        Ok(response) => response,
+                        Err(_) => Ok(Status::deadline_exceeded(format!(
+                            "the server stopped this request after {} (--request-timeout); \
+                             retry with less work per request or ask the operator to raise it",
+                            humantime::format_duration(timeout)
+                        ))
+                        .into_http()),
+                    };
                     drop(permit);
                     response
                 })
@@ -177,5 +199,87 @@ where
                 Box::pin(async move { Ok(status.into_http()) })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use tower::ServiceExt;
+
+    use super::*;
+
+    type Handler = tower::util::BoxCloneSyncService<
+        http::Request<()>,
+        http::Response<tonic::body::Body>,
+        Infallible,
+    >;
+
+    /// A handler that never answers.
+    fn stuck() -> Handler {
+        Handler::new(tower::service_fn(|_: http::Request<()>| {
+            std::future::pending::<Result<http::Response<tonic::body::Body>, Infallible>>()
+        }))
+    }
+
+    /// A handler that answers OK at once.
+    fn prompt() -> Handler {
+        Handler::new(tower::service_fn(|_: http::Request<()>| async {
+            Ok::<_, Infallible>(Status::ok("").into_http())
+        }))
+    }
+
+    /// Calls `handler` behind `layer`; fails the test (instead of hanging) after 5 s.
+    async fn call(layer: &LimitsLayer, handler: Handler) -> http::Response<tonic::body::Body> {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            layer.layer(handler).oneshot(http::Request::new(())),
+        )
+        .await
+        .expect("the layer answered within 5 s")
+        .unwrap()
+    }
+
+    fn code_of(response: &http::Response<tonic::body::Body>) -> Status {
+        Status::from_header_map(response.headers()).expect("a grpc-status header")
+    }
+
+    #[tokio::test]
+    async fn a_request_past_the_request_timeout_is_answered_deadline_exceeded() {
+        let layer = LimitsLayer::new(8, Duration::from_millis(20));
+        let response = call(&layer, stuck()).await;
+        let status = code_of(&response);
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+        assert!(
+            status.message().contains("20ms (--request-timeout)"),
+            "{}",
+            status.message()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_timed_out_request_gives_its_in_flight_slot_back() {
+        let layer = LimitsLayer::new(1, Duration::from_millis(20));
+        let first = call(&layer, stuck()).await;
+        assert_eq!(code_of(&first).code(), tonic::Code::DeadlineExceeded);
+        // The only slot is free again: the next request is served, not shed.
+        let second = call(&layer, prompt()).await;
+        assert_eq!(code_of(&second).code(), tonic::Code::Ok);
+    }
+
+    #[tokio::test]
+    async fn a_request_beyond_the_in_flight_limit_is_shed_with_unavailable() {
+        let layer = LimitsLayer::new(1, Duration::from_secs(600));
+        let held = tokio::spawn(layer.layer(stuck()).oneshot(http::Request::new(())));
+        // The held request owns the only slot once its service was called; wait for that.
+        while layer.permits.available_permits() > 0 {
+            tokio::task::yield_now().await;
+        }
+        let shed = call(&layer, prompt()).await;
+        let status = code_of(&shed);
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert!(status.message().contains("--max-concurrent-requests"));
+        held.abort();
     }
 }

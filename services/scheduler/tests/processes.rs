@@ -428,6 +428,47 @@ fn start_up_failures_exit_non_zero_with_a_one_line_reason() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_past_the_request_timeout_is_answered_deadline_exceeded_and_leaves_no_waiter() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 2, 1);
+    let r = spawn_with(&config, "memory", &["--request-timeout", "300ms"]);
+    let mut c = client(&r).await;
+    for _ in 0..2 {
+        c.acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    // The pool is full and the caller would wait 30 s: the server's 300 ms ends it first.
+    let err = c
+        .acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            wait_timeout_ms: 30_000,
+            ..Default::default()
+        })
+        .await
+        .expect_err("nothing can be granted while both keys are held");
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    assert!(
+        err.message().contains("300ms (--request-timeout)"),
+        "{}",
+        err.message()
+    );
+    let status = c
+        .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        status.waiters, 0,
+        "the stopped wait left its place in the queue"
+    );
+    assert_eq!(status.in_flight, 2, "the stopped wait holds no slot");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn load_beyond_max_concurrent_requests_is_shed_with_unavailable() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), 2, 1);
