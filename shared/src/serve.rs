@@ -1,13 +1,12 @@
 //! Serving plumbing every voxpool binary shares: binding with a clear error, the health and
 //! reflection services, and shutdown on SIGTERM / SIGINT (a second signal exits at once).
 
-use std::net::SocketAddr;
-
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-/// Binds `addr`, turning "address in use" and friends into a one-line reason.
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+/// Binds `addr` (`host:port`; a host name is resolved and the first address that binds is
+/// used), turning "address in use", "not an address" and friends into a one-line reason.
+pub async fn bind(addr: &str) -> Result<TcpListener, String> {
     TcpListener::bind(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))

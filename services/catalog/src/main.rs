@@ -4,7 +4,7 @@
 //! bad seed file or a port in use. `--help` documents every flag; each flag also reads
 //! `VOXPOOL_<FLAG>`. A DSN password is never printed.
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc};
+use std::{path::PathBuf, process::ExitCode, sync::Arc};
 
 use clap::{Parser, Subcommand};
 use voxpool_catalog::{db, seed, server};
@@ -19,9 +19,10 @@ use voxpool_shared::auth::AdminAuth;
 #[derive(Debug, Parser)]
 #[command(name = "voxpool-catalog", version)]
 struct Args {
-    /// Address to serve gRPC on.
+    /// Address to serve gRPC on, `host:port`: an IP (`0.0.0.0:50051`, `[::]:50051`) or a
+    /// name resolved at start-up (`localhost:50051`). Port 0 picks a free port.
     #[arg(long, env = "VOXPOOL_LISTEN", default_value = "127.0.0.1:50052")]
-    listen: SocketAddr,
+    listen: String,
     /// Database: `sqlite://PATH?mode=rwc` (file, created if missing), `sqlite::memory:`, or
     /// `postgres://user:password@host:port/db`.
     #[arg(
@@ -108,7 +109,7 @@ async fn serve(args: Args) -> Result<(), String> {
     let auth = AdminAuth::load(args.admin_token_file.as_deref(), token_env.as_deref())
         .map_err(|e| e.to_string())?;
     let repo = server::open_repository(&args.database, args.db_pool_size).await?;
-    let listener = voxpool_shared::serve::bind(args.listen).await?;
+    let listener = voxpool_shared::serve::bind(&args.listen).await?;
     let bound = listener
         .local_addr()
         .map_err(|e| format!("cannot read bound address: {e}"))?;

@@ -3,7 +3,7 @@
 //! Exits non-zero with a one-line reason on a bad config, an unreachable store or a port in
 //! use. `--help` documents every flag; each flag also reads `VOXPOOL_<FLAG>`.
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
+use std::{path::PathBuf, process::ExitCode};
 
 use clap::Parser;
 use voxpool_shared::{
@@ -19,9 +19,10 @@ struct Args {
     /// Pools configuration file (TOML).
     #[arg(long, env = "VOXPOOL_CONFIG")]
     config: PathBuf,
-    /// Address to serve gRPC on.
+    /// Address to serve gRPC on, `host:port`: an IP (`0.0.0.0:50051`, `[::]:50051`) or a
+    /// name resolved at start-up (`localhost:50051`). Port 0 picks a free port.
     #[arg(long, env = "VOXPOOL_LISTEN", default_value = "127.0.0.1:50051")]
-    listen: SocketAddr,
+    listen: String,
     /// Lease store: `memory` (single replica) or `redis://host:port/db` (any number of replicas;
     /// also `rediss://` and `unix:///path/redis.sock`).
     #[arg(long, env = "VOXPOOL_STORE", default_value = "memory")]
@@ -68,7 +69,7 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
     let auth = AdminAuth::load(args.admin_token_file.as_deref(), token_env.as_deref())
         .map_err(|e| e.to_string())?;
     let store = voxpool_scheduler::server::open_store(&args.store, &config).await?;
-    let listener = voxpool_shared::serve::bind(args.listen).await?;
+    let listener = voxpool_shared::serve::bind(&args.listen).await?;
     let bound = listener
         .local_addr()
         .map_err(|e| format!("cannot read bound address: {e}"))?;

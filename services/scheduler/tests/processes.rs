@@ -54,11 +54,17 @@ fn spawn(config: &Path, store: &str) -> Replica {
 }
 
 fn spawn_with(config: &Path, store: &str, extra: &[&str]) -> Replica {
+    let mut args = vec!["--listen", "127.0.0.1:0", "--store", store];
+    args.extend_from_slice(extra);
+    spawn_args(config, &args)
+}
+
+/// Starts a replica with exactly `args` after `--config`.
+fn spawn_args(config: &Path, args: &[&str]) -> Replica {
     let mut child = Command::new(BIN)
         .arg("--config")
         .arg(config)
-        .args(["--listen", "127.0.0.1:0", "--store", store])
-        .args(extra)
+        .args(args)
         .env("VOXPOOL_ADMIN_TOKEN", "t")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -338,6 +344,21 @@ async fn unreachable_redis_is_unavailable_and_not_serving_then_recovers() {
     let _ = revived.wait();
 }
 
+#[tokio::test]
+async fn listen_accepts_a_host_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 2, 1);
+    let r = spawn_args(&config, &["--listen", "localhost:0"]);
+    let pools = client(&r)
+        .await
+        .list_pools(pb::ListPoolsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .pools;
+    assert_eq!(pools.len(), 1, "served on {}", r.addr);
+}
+
 #[test]
 fn start_up_failures_exit_non_zero_with_a_one_line_reason() {
     let dir = tempfile::tempdir().unwrap();
@@ -370,6 +391,15 @@ fn start_up_failures_exit_non_zero_with_a_one_line_reason() {
                 taken_addr.clone(),
             ],
             "cannot listen on",
+        ),
+        (
+            vec![
+                "--config".into(),
+                good.display().to_string(),
+                "--listen".into(),
+                "no-port-here".into(),
+            ],
+            "cannot listen on no-port-here",
         ),
         (
             vec![

@@ -4,7 +4,7 @@
 //! `--require-credentials`, or a port in use. `--help` documents every flag; each flag also
 //! reads `VOXPOOL_<FLAG>`.
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
+use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Parser;
 use voxpool_shared::config::{Config, Credentials};
@@ -22,9 +22,10 @@ struct Args {
     /// Pools configuration file (TOML), the same file the scheduler loads.
     #[arg(long, env = "VOXPOOL_CONFIG")]
     config: PathBuf,
-    /// Address to serve gRPC on.
+    /// Address to serve gRPC on, `host:port`: an IP (`0.0.0.0:50051`, `[::]:50051`) or a
+    /// name resolved at start-up (`localhost:50051`). Port 0 picks a free port.
     #[arg(long, env = "VOXPOOL_LISTEN", default_value = "127.0.0.1:50053")]
-    listen: SocketAddr,
+    listen: String,
     /// PoolScheduler URL.
     #[arg(
         long,
@@ -120,7 +121,7 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
     };
     let core = server::build(&config, adapters, &options)?;
     warn_about_credentials(&core.pools);
-    let listener = voxpool_shared::serve::bind(args.listen).await?;
+    let listener = voxpool_shared::serve::bind(&args.listen).await?;
     let shutdown = voxpool_shared::serve::shutdown_token();
     let bound = listener
         .local_addr()
