@@ -169,7 +169,7 @@ impl Core {
             return Err(invalid(
                 "format",
                 format!(
-                    "OGG_OPUS audio cannot be joined, and this text needs {} vendor calls ({:?} per call); ask for WAV, PCM or MP3, or send shorter text",
+                    "OGG_OPUS audio cannot be joined, and this text needs {} vendor calls (at most {} per call); ask for WAV, PCM or MP3, or send shorter text",
                     chunks.len(),
                     adapter.text_limit()
                 ),

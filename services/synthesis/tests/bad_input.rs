@@ -56,7 +56,7 @@ async fn bad_requests_are_clear_errors_and_the_server_keeps_serving() {
                 ..request(&good, "hi")
             },
             Code::InvalidArgument,
-            "invalid format",
+            "espeak cannot apply format = OGG_OPUS",
         ),
         (
             "sample rate the engine lacks",

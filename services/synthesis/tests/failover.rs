@@ -530,3 +530,27 @@ async fn audio_over_the_message_limit_points_to_the_stream() {
     );
     assert_eq!(stack.in_flight("p").await, 0);
 }
+
+#[tokio::test]
+async fn ogg_opus_text_that_needs_several_calls_is_refused_naming_the_vendor_limit() {
+    let (adapter, _) = Scripted::new("openai", TextLimit::Chars(10), vec![]);
+    let stack = Stack::start(&openai_pool(1, 1, 1), adapter.registry()).await;
+    let err = stack
+        .synthesize(voxpool_proto::synthesis::v1::SynthesizeRequest {
+            format: voxpool_proto::synthesis::v1::AudioFormat::OggOpus as i32,
+            ..request(
+                &snapshot("openai", "p", "alloy", "{}"),
+                "Hello there. General Kenobi.",
+            )
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message()
+            .contains("needs 4 vendor calls (at most 10 characters per call)"),
+        "{}",
+        err.message()
+    );
+    assert!(adapter.calls().is_empty(), "refused before any vendor call");
+}

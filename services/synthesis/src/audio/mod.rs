@@ -32,7 +32,7 @@ pub enum AudioError {
     #[error("invalid WAV: {0}")]
     Wav(#[from] wav::WavError),
     /// Bytes that are not the claimed encoding.
-    #[error("not {format:?} audio: {reason}")]
+    #[error("not {format} audio: {reason}")]
     NotAudio {
         /// Claimed format.
         format: AudioFormat,

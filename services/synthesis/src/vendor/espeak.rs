@@ -162,7 +162,7 @@ fn check_output(format: AudioFormat, sample_rate_hz: Option<u32>) -> Result<(), 
     if !matches!(format, AudioFormat::Wav | AudioFormat::Pcm) {
         return Err(refuse(
             "format",
-            format!("{format:?}").to_uppercase(),
+            format.to_string(),
             "espeak-ng produces WAV or PCM only",
         ));
     }

@@ -93,10 +93,10 @@ fn only_wav_and_pcm_at_22050_hz_are_offered() {
         a.check(&v, AudioFormat::Mp3, None).unwrap_err().param,
         "format"
     );
-    assert_eq!(
-        a.check(&v, AudioFormat::OggOpus, None).unwrap_err().param,
-        "format"
-    );
+    let err = a.check(&v, AudioFormat::OggOpus, None).unwrap_err();
+    assert_eq!(err.param, "format");
+    // The value as the API spells it, not the Rust variant.
+    assert_eq!(err.value, "OGG_OPUS", "{err}");
     let err = a.check(&v, AudioFormat::Wav, Some(16_000)).unwrap_err();
     assert_eq!(err.param, "sample_rate_hz");
     assert!(err.reason.contains("22050"), "{err}");

@@ -44,6 +44,18 @@ pub enum AudioFormat {
     Pcm,
 }
 
+impl std::fmt::Display for AudioFormat {
+    /// The format's name in the API (`WAV`, `MP3`, `OGG_OPUS`, `PCM`), as callers spell it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AudioFormat::Wav => "WAV",
+            AudioFormat::Mp3 => "MP3",
+            AudioFormat::OggOpus => "OGG_OPUS",
+            AudioFormat::Pcm => "PCM",
+        })
+    }
+}
+
 /// A vendor's per-request text limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TextLimit {
@@ -51,6 +63,16 @@ pub enum TextLimit {
     Chars(usize),
     /// At most this many UTF-8 bytes (e.g. Volcengine: 1024).
     Utf8Bytes(usize),
+}
+
+impl std::fmt::Display for TextLimit {
+    /// For messages: `4096 characters`, `1024 UTF-8 bytes`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TextLimit::Chars(n) => write!(f, "{n} characters"),
+            TextLimit::Utf8Bytes(n) => write!(f, "{n} UTF-8 bytes"),
+        }
+    }
 }
 
 /// A param (or format / sample rate) the vendor cannot apply. Maps to INVALID_ARGUMENT.
