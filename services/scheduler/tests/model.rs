@@ -134,24 +134,6 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-fn redis_store() -> Arc<dyn LeaseStore> {
-    static SERVER: OnceLock<RedisServer> = OnceLock::new();
-    static STORE: OnceLock<Arc<dyn LeaseStore>> = OnceLock::new();
-    STORE
-        .get_or_init(|| {
-            let server = SERVER.get_or_init(RedisServer::start);
-            let store = runtime()
-                .block_on(RedisStore::connect(
-                    &server.url(),
-                    std::time::Duration::from_secs(2),
-                    64,
-                ))
-                .unwrap();
-            Arc::new(store)
-        })
-        .clone()
-}
-
 fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseError> {
     static CASE: AtomicUsize = AtomicUsize::new(0);
     let pool = format!("case-{}", CASE.fetch_add(1, Ordering::SeqCst));
@@ -365,16 +347,41 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
     })
 }
 
+/// Cases per store: random op sequences of 1 to 47 steps.
+const CASES: u32 = 96;
+
+fn op_sequences() -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(op(), 1..48)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: CASES, ..ProptestConfig::default() })]
 
     #[test]
-    fn memory_store_matches_the_model(ops in prop::collection::vec(op(), 1..48)) {
+    fn memory_store_matches_the_model(ops in op_sequences()) {
         run_case(Arc::new(MemoryStore::new()), ops)?;
     }
+}
 
-    #[test]
-    fn redis_store_matches_the_model(ops in prop::collection::vec(op(), 1..48)) {
-        run_case(redis_store(), ops)?;
+/// The same property against a real redis-server. The server is owned by this test (not a
+/// static), so it is stopped when the test ends instead of outliving the test binary.
+#[test]
+fn redis_store_matches_the_model() {
+    let server = RedisServer::start();
+    let store: Arc<dyn LeaseStore> = Arc::new(
+        runtime()
+            .block_on(RedisStore::connect(
+                &server.url(),
+                std::time::Duration::from_secs(2),
+                64,
+            ))
+            .unwrap(),
+    );
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: CASES,
+        ..ProptestConfig::default()
+    });
+    if let Err(e) = runner.run(&op_sequences(), |ops| run_case(store.clone(), ops)) {
+        panic!("{e}");
     }
 }
