@@ -23,7 +23,7 @@ use tower::{Layer, Service, layer::util::Stack};
 pub struct ServerFlags {
     /// Longest a request may run before the server stops it and answers DEADLINE_EXCEEDED
     /// (e.g. `15m`, `90s`). A shorter gRPC deadline set by the caller still applies.
-    #[arg(long, env = "VOXPOOL_REQUEST_TIMEOUT", default_value = "15m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "VOXPOOL_REQUEST_TIMEOUT", default_value = "15m", value_parser = positive_duration)]
     pub request_timeout: Duration,
     /// Requests handled at once by this process; beyond it requests are shed with
     /// UNAVAILABLE (retry with backoff) instead of queueing.
@@ -49,6 +49,16 @@ impl Default for ServerFlags {
             tls_cert: None,
             tls_key: None,
         }
+    }
+}
+
+/// Parses a duration such as `90s` or `15m` that must be above zero (a zero request timeout
+/// would stop every request that has to wait at all).
+fn positive_duration(raw: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(raw) {
+        Ok(d) if d.is_zero() => Err("must be above zero, e.g. 90s or 15m".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -243,6 +253,14 @@ mod tests {
 
     fn code_of(response: &http::Response<tonic::body::Body>) -> Status {
         Status::from_header_map(response.headers()).expect("a grpc-status header")
+    }
+
+    #[test]
+    fn a_zero_request_timeout_is_refused() {
+        assert!(positive_duration("0").is_err());
+        assert!(positive_duration("0ms").is_err());
+        assert_eq!(positive_duration("300ms"), Ok(Duration::from_millis(300)));
+        assert!(positive_duration("300").is_err(), "a unit is required");
     }
 
     #[tokio::test]

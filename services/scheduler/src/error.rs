@@ -89,8 +89,10 @@ pub enum SchedulerError {
         /// The lease id.
         lease_id: String,
     },
-    /// Report on a lease that is gone, with no usable `key_id` fallback.
-    #[error("lease {lease_id} is not live and no known key_id was given; report with key_id set")]
+    /// Report on a lease that is gone, without a `key_id` to report against.
+    #[error(
+        "lease {lease_id} is not live (expired or released) and no key_id was given; report with key_id set to the lease's keyId"
+    )]
     ReportKeyUnknown {
         /// The lease id.
         lease_id: String,

@@ -39,7 +39,7 @@ pub async fn open_store(spec: &str, config: &Config) -> Result<Arc<dyn LeaseStor
         )
     } else {
         return Err(format!(
-            "--store must be \"memory\" or a redis:// URL, got {:?}",
+            "--store must be \"memory\" or a Redis URL (redis://, rediss://, unix:///path/redis.sock), got {:?}",
             redact_url(spec)
         ));
     };

@@ -620,6 +620,17 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
     ) -> Result<Response<pb::ReportResponse>, Status> {
         let r = request.into_inner();
         let id = Self::lease_id("lease_id", &r.lease_id)?;
+        let pool = self.pool("lease_id", &id.pool)?;
+        if !r.key_id.is_empty() && !pool.keys.contains(&r.key_id) {
+            return Err(invalid(
+                "key_id",
+                format!(
+                    "{:?} is not a key of pool {:?}; send the keyId the lease was granted on",
+                    r.key_id, id.pool
+                ),
+            )
+            .into());
+        }
         let outcome = outcome_of(r.outcome)?;
         if !(0..=MAX_RETRY_AFTER_MS).contains(&r.retry_after_ms) {
             return Err(invalid(

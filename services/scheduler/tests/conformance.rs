@@ -892,6 +892,36 @@ async fn bad_input_is_invalid_argument_naming_the_field(b: Backend) {
         .await
         .unwrap_err();
     assert!(err.message().contains("retry_after_ms"));
+    // A key_id that is not a key of the lease's pool is named, not mistaken for a missing one.
+    let err = h
+        .client()
+        .report(pb::ReportRequest {
+            lease_id: l.lease_id.clone(),
+            outcome: 1,
+            key_id: "bogus/key".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message()
+            .contains("\"bogus/key\" is not a key of pool \"p\""),
+        "{}",
+        err.message()
+    );
+    // A lease id of a pool this scheduler does not serve: NOT_FOUND naming the known pools.
+    let err = h
+        .client()
+        .report(pb::ReportRequest {
+            lease_id: format!("nope/{}", "0".repeat(32)),
+            outcome: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    assert!(err.message().contains("nope"), "{}", err.message());
     let err = h
         .client()
         .renew(pb::RenewRequest {
