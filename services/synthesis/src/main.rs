@@ -97,6 +97,9 @@ fn warn_about_credentials(pools: &Pools) {
 }
 
 async fn serve(args: Args, config: Config) -> Result<(), String> {
+    // Bind first: a bad --listen or a port in use is the one line the operator sees, not the
+    // last line after the pool warnings below.
+    let listener = voxpool_shared::serve::bind(&args.listen).await?;
     let adapters = registry::builtin(&AdapterOptions {
         espeak_program: args.espeak_bin.clone(),
     });
@@ -121,7 +124,6 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
     };
     let core = server::build(&config, adapters, &options)?;
     warn_about_credentials(&core.pools);
-    let listener = voxpool_shared::serve::bind(&args.listen).await?;
     let shutdown = voxpool_shared::serve::shutdown_token();
     let bound = listener
         .local_addr()

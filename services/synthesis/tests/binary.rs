@@ -96,6 +96,14 @@ fn a_port_in_use_exits_non_zero_with_one_line() {
     assert!(!out.status.success());
     let line = one_line_stderr(&out);
     assert!(line.contains(&format!("cannot listen on {addr}")), "{line}");
+    // The example config has no credentials set, which is warned about at start-up; the port
+    // problem is found first, so the reason is all the operator reads.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).lines().count(),
+        1,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
