@@ -10,6 +10,8 @@
 //! string, array, number, boolean) the card is refused rather than overwritten. With
 //! duplicate keys the last one counts, as in `JSON.parse`.
 //!
+//! A leading UTF-8 byte order mark is allowed and kept.
+//!
 //! Errors (INVALID_ARGUMENT naming `card_json`): over [`MAX_CARD_BYTES`], not JSON, not an
 //! object, or a non-object on the path.
 
@@ -58,10 +60,13 @@ impl<'a> CardEdit<'a> {
                 ),
             ));
         }
-        if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(card) {
+        // A UTF-8 byte order mark (editors on Windows write one) is not JSON, but RFC 8259
+        // lets a parser ignore it: skip it for reading and keep it in the card.
+        let body = card.strip_prefix('\u{FEFF}').unwrap_or(card);
+        if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(body) {
             return Err(CatalogError::invalid(FIELD, format!("not valid JSON: {e}")));
         }
-        let root = scan::skip_ws(card.as_bytes(), 0);
+        let root = scan::skip_ws(card.as_bytes(), card.len() - body.len());
         if card.as_bytes().get(root) != Some(&b'{') {
             return Err(CatalogError::invalid(
                 FIELD,

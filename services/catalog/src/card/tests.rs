@@ -122,3 +122,13 @@ fn a_card_of_exactly_the_limit_is_accepted() {
     assert_eq!(card.len(), MAX_CARD_BYTES);
     assert!(bind(&card, SNAP).is_ok());
 }
+
+#[test]
+fn a_leading_byte_order_mark_is_accepted_and_kept() {
+    let with_bom = format!("\u{FEFF}{RICH}");
+    let out = bind(&with_bom, SNAP).expect("bind a card that starts with a BOM");
+    assert_eq!(out, format!("\u{FEFF}{}", bind(RICH, SNAP).expect("bind")));
+    // Only at the very start: a BOM elsewhere is still not JSON.
+    let (field, _) = field_of(bind("{}\u{FEFF}", SNAP).unwrap_err());
+    assert_eq!(field, "card_json");
+}
