@@ -46,10 +46,10 @@ fn scheduler_walkthrough_runs_as_written() {
             .replace("127.0.0.1:50051", &scheduler.addr)
             .replace("<leaseId>", &lease_id);
         let out = run(&c);
-        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) {
-            if let Some(id) = v.get("leaseId").and_then(|x| x.as_str()) {
-                lease_id = id.to_owned();
-            }
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&out)
+            && let Some(id) = v.get("leaseId").and_then(|x| x.as_str())
+        {
+            lease_id = id.to_owned();
         }
         outputs.push((c, out));
     }
