@@ -1,15 +1,29 @@
 //! Serving plumbing every voxpool binary shares: binding with a clear error, the health and
 //! reflection services, and shutdown on SIGTERM / SIGINT (a second signal exits at once).
 
+use std::net::SocketAddr;
+
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// Binds `addr` (`host:port`; a host name is resolved and the first address that binds is
-/// used), turning "address in use", "not an address" and friends into a one-line reason.
-pub async fn bind(addr: &str) -> Result<TcpListener, String> {
-    TcpListener::bind(addr)
+/// used) and returns the listener with the address it is bound to (the real port when
+/// `addr` asked for port 0). Errors: "address in use", "not an address" and friends as a
+/// one-line reason naming `addr`.
+pub async fn bind(addr: &str) -> Result<(TcpListener, SocketAddr), String> {
+    let listener = TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the address bound for {addr}: {e}"))?;
+    Ok((listener, bound))
+}
+
+/// Prints `<binary> listening on <address>` as the binary's first stdout line: how scripts
+/// and tests learn the port a `--listen host:0` picked. Call it once, when about to serve.
+pub fn announce(binary: &str, bound: SocketAddr) {
+    println!("{binary} listening on {bound}");
 }
 
 /// Server reflection v1 and v1alpha for a server that serves `services` (fully-qualified

@@ -69,12 +69,8 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
     let auth = AdminAuth::load(args.admin_token_file.as_deref(), token_env.as_deref())
         .map_err(|e| e.to_string())?;
     let store = voxpool_scheduler::server::open_store(&args.store, &config).await?;
-    let listener = voxpool_shared::serve::bind(&args.listen).await?;
-    let bound = listener
-        .local_addr()
-        .map_err(|e| format!("cannot read bound address: {e}"))?;
-    // First stdout line: the bound address (useful with --listen 127.0.0.1:0).
-    println!("voxpool-scheduler listening on {bound}");
+    let (listener, bound) = voxpool_shared::serve::bind(&args.listen).await?;
+    voxpool_shared::serve::announce("voxpool-scheduler", bound);
     let shutdown = voxpool_shared::serve::shutdown_token();
     tracing::info!(
         listen = %bound,

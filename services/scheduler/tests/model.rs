@@ -347,15 +347,21 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
     })
 }
 
-/// Cases per store: random op sequences of 1 to 47 steps.
-const CASES: u32 = 96;
+/// 96 cases per store.
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: 96,
+        ..ProptestConfig::default()
+    }
+}
 
+/// Random op sequences of 1 to 47 steps.
 fn op_sequences() -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(op(), 1..48)
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: CASES, ..ProptestConfig::default() })]
+    #![proptest_config(config())]
 
     #[test]
     fn memory_store_matches_the_model(ops in op_sequences()) {
@@ -377,10 +383,7 @@ fn redis_store_matches_the_model() {
             ))
             .unwrap(),
     );
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: CASES,
-        ..ProptestConfig::default()
-    });
+    let mut runner = proptest::test_runner::TestRunner::new(config());
     if let Err(e) = runner.run(&op_sequences(), |ops| run_case(store.clone(), ops)) {
         panic!("{e}");
     }

@@ -99,7 +99,7 @@ fn warn_about_credentials(pools: &Pools) {
 async fn serve(args: Args, config: Config) -> Result<(), String> {
     // Bind first: a bad --listen or a port in use is the one line the operator sees, not the
     // last line after the pool warnings below.
-    let listener = voxpool_shared::serve::bind(&args.listen).await?;
+    let (listener, bound) = voxpool_shared::serve::bind(&args.listen).await?;
     let adapters = registry::builtin(&AdapterOptions {
         espeak_program: args.espeak_bin.clone(),
     });
@@ -125,11 +125,7 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
     let core = server::build(&config, adapters, &options)?;
     warn_about_credentials(&core.pools);
     let shutdown = voxpool_shared::serve::shutdown_token();
-    let bound = listener
-        .local_addr()
-        .map_err(|e| format!("cannot read the bound address: {e}"))?;
-    // First stdout line: the bound address (useful with --listen 127.0.0.1:0).
-    println!("voxpool-synthesis listening on {bound}");
+    voxpool_shared::serve::announce("voxpool-synthesis", bound);
     tracing::info!(
         listen = %bound,
         scheduler = %args.scheduler,
