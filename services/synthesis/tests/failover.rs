@@ -208,16 +208,7 @@ async fn unsupported_param_is_refused_before_any_lease() {
     let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![]);
     let stack = Stack::start(&openai_pool(1, 1, 1), adapter.registry()).await;
     // Hold the pool's only slot: a request that tried to lease would wait for it.
-    let held = stack
-        .scheduler
-        .clone()
-        .acquire(spb::AcquireRequest {
-            pool: "p".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("test holds the only slot")
-        .into_inner();
+    let held = stack.hold_slot("p").await;
     let mut req = request(
         &snapshot("openai", "p", "alloy", r#"{"pitchPct":10}"#),
         "hi",
@@ -337,16 +328,7 @@ async fn an_adapter_panic_is_internal_releases_the_lease_and_the_server_keeps_se
 async fn a_full_pool_makes_the_request_wait_for_a_slot() {
     let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![]);
     let stack = Stack::start(&openai_pool(1, 1, 1), adapter.registry()).await;
-    let held = stack
-        .scheduler
-        .clone()
-        .acquire(spb::AcquireRequest {
-            pool: "p".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("test holds the only slot")
-        .into_inner();
+    let held = stack.hold_slot("p").await;
     let mut client = stack.synthesis.clone();
     let req = request(&snapshot("openai", "p", "alloy", "{}"), "hi");
     let call = tokio::spawn(async move { client.synthesize(req).await });
@@ -384,16 +366,7 @@ async fn a_full_pool_makes_the_request_wait_for_a_slot() {
 async fn a_full_pool_until_the_deadline_is_deadline_exceeded() {
     let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![]);
     let stack = Stack::start(&openai_pool(1, 1, 1), adapter.registry()).await;
-    let held = stack
-        .scheduler
-        .clone()
-        .acquire(spb::AcquireRequest {
-            pool: "p".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("test holds the only slot")
-        .into_inner();
+    let held = stack.hold_slot("p").await;
     let mut call = tonic::Request::new(request(&snapshot("openai", "p", "alloy", "{}"), "hi"));
     call.set_timeout(Duration::from_millis(500));
     let err = stack.synthesis.clone().synthesize(call).await.unwrap_err();

@@ -180,6 +180,20 @@ impl Stack {
             .into_inner()
     }
 
+    /// Takes a slot of `pool` directly from the scheduler, as another caller would (e.g. to
+    /// fill a pool of capacity 1); give it back with a Release of the returned lease.
+    pub async fn hold_slot(&self, pool: &str) -> spb::Lease {
+        self.scheduler
+            .clone()
+            .acquire(spb::AcquireRequest {
+                pool: pool.into(),
+                ..Default::default()
+            })
+            .await
+            .expect("test holds a slot")
+            .into_inner()
+    }
+
     pub async fn in_flight(&self, pool: &str) -> i32 {
         self.pool_status(pool).await.in_flight
     }
