@@ -1,10 +1,21 @@
 //! One vendor call under one lease: run the adapter in its own task (a panic cannot take the
-//! lease with it), renew the lease while it runs, bound it by the attempt timeout and the
-//! request deadline, validate the audio, then report the outcome and release.
+//! lease with it), renew the lease while it runs, bound it by the attempt timeout, validate the
+//! audio, then report the outcome and release.
 //!
-//! A timeout caused by the caller's short deadline is not the key's fault: the lease is released
-//! without a report. Audio that fails [`crate::audio::validate`] (e.g. a JSON error body with
-//! HTTP 200) is reported as UPSTREAM_ERROR and fails over.
+//! # A lease covers the vendor's work, not the caller's patience (invariant 1 at the vendor)
+//! A vendor keeps working on a request whose client went away, so once a request has been
+//! sent its key stays busy at the vendor until the vendor answers. The whole attempt (call,
+//! renewals, report, release) therefore runs in a task of its own, tracked by the service's
+//! [`TaskTracker`]: when the caller cancels or its deadline passes, the request path stops
+//! waiting and answers, while the task lets the call finish (the audio is discarded), reports
+//! the real outcome and only then releases the lease. The call is bounded by
+//! `synthesis.attempt_timeout_ms` alone (plus [`GRACE`]), never by the caller's deadline.
+//! A synthesis process that dies leaves the lease to its TTL; one that shuts down gracefully
+//! waits for these tasks (see [`crate::server`]).
+//!
+//! Audio that fails [`crate::audio::validate`] (e.g. a JSON error body with HTTP 200) is
+//! reported as UPSTREAM_ERROR and fails over. Each finished call is counted in the metrics
+//! here, abandoned or not, so the vendor-response metrics match what the vendor served.
 
 use std::{
     pin::Pin,
@@ -14,6 +25,7 @@ use std::{
 };
 
 use tokio::{task::JoinHandle, time::Instant};
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use voxpool_proto::scheduler::v1::Outcome;
 use voxpool_shared::snapshot::Snapshot;
@@ -22,6 +34,7 @@ use crate::{
     audio,
     deadline::Deadline,
     lease::LeaseGuard,
+    metrics,
     record::AttemptRecord,
     vendor::{
         AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorAudio, VendorFailure,
@@ -35,6 +48,10 @@ const GRACE: Duration = Duration::from_secs(1);
 /// Everything one call needs, owned so it can run in its own task.
 #[derive(Clone)]
 pub struct CallInput {
+    /// The pool's id (metrics, logs).
+    pub pool_id: String,
+    /// The pool's provider id (metrics).
+    pub provider: String,
     /// The adapter.
     pub adapter: Arc<dyn VendorAdapter>,
     /// The frozen voice.
@@ -62,7 +79,8 @@ pub enum AttemptEnd {
     Audio(VendorAudio),
     /// A classified failure; reported (see the record's outcome).
     Failed,
-    /// The request deadline passed during the call; released without a report.
+    /// The request deadline passed during the call: the caller is answered now, while the
+    /// call finishes in the background and is reported and released then (module doc).
     Deadline,
     /// The adapter panicked; released without a report.
     Panicked,
@@ -128,18 +146,50 @@ fn attempt_id() -> String {
     )
 }
 
-/// Runs one call under `guard` (module doc). Returns how it ended and, unless it was cut
-/// short by the deadline or a panic, the attempt's record.
+/// Runs one call under `guard` (module doc) in a task of `tracker`, and waits for it until
+/// `deadline`. Returns how it ended and, unless the deadline came first or the adapter
+/// panicked, the attempt's record. Dropping the returned future (the caller went away) leaves
+/// the task running to the vendor's answer.
 pub async fn run(
     guard: LeaseGuard,
     input: &CallInput,
     deadline: Deadline,
     lease_ttl: Duration,
+    tracker: &TaskTracker,
+) -> (AttemptEnd, Option<AttemptRecord>) {
+    let input = input.clone();
+    let attempt = tracker.spawn(
+        async move {
+            let (end, record) = call_under_lease(guard, &input, lease_ttl).await;
+            if let Some(r) = &record {
+                metrics::attempt(&input.pool_id, &input.provider, r);
+            }
+            (end, record)
+        }
+        .instrument(tracing::Span::current()),
+    );
+    tokio::select! {
+        joined = attempt => joined.unwrap_or_else(|e| {
+            // Only a panic outside the adapter (which has its own task) gets here.
+            tracing::error!(panic = e.is_panic(), "attempt task failed");
+            (AttemptEnd::Panicked, None)
+        }),
+        () = tokio::time::sleep_until(deadline.at()) => {
+            tracing::debug!("deadline passed during a vendor call; it finishes in the background");
+            (AttemptEnd::Deadline, None)
+        }
+    }
+}
+
+/// The attempt itself: the vendor call bounded by the attempt timeout, fenced by the lease's
+/// renewals, then the report (or a release when the call said nothing about the key).
+async fn call_under_lease(
+    guard: LeaseGuard,
+    input: &CallInput,
+    lease_ttl: Duration,
 ) -> (AttemptEnd, Option<AttemptRecord>) {
     let started = Instant::now();
-    let by_caller = deadline.remaining() < input.attempt_timeout;
-    let timeout = input.attempt_timeout.min(deadline.remaining());
-    let cutoff = (started + timeout + GRACE).min(deadline.at());
+    let timeout = input.attempt_timeout;
     let call = spawn_call(input, timeout, attempt_id());
     let mut lost = None;
     let result = tokio::select! {
@@ -149,7 +199,7 @@ pub async fn run(
             lost = Some(why);
             None
         }
-        () = tokio::time::sleep_until(cutoff) => None,
+        () = tokio::time::sleep_until(started + timeout + GRACE) => None,
     };
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let lease = guard.lease().clone();
@@ -184,15 +234,11 @@ pub async fn run(
             guard.release().await;
             return (AttemptEnd::Panicked, None);
         }
-        None if deadline.passed() => {
-            guard.release_in_background();
-            return (AttemptEnd::Deadline, None);
-        }
         None if lost.is_some() => {
             // Fenced: the slot may already belong to another caller, so the call was aborted
             // to keep the vendor within the key's capacity. Not the key's fault: no report.
             let why = lost.map(|l| l.to_string()).unwrap_or_default();
-            guard.release_in_background();
+            guard.release().await;
             let failure = VendorFailure {
                 outcome: Outcome::Timeout,
                 http_status: None,
@@ -211,10 +257,6 @@ pub async fn run(
             message: format!("no answer within {}ms", timeout.as_millis()),
         },
     };
-    if failure.outcome == Outcome::Timeout && by_caller {
-        guard.release_in_background();
-        return (AttemptEnd::Deadline, None);
-    }
     let outcome = match failure.outcome {
         Outcome::Success | Outcome::Unspecified => Outcome::UpstreamError,
         other => other,

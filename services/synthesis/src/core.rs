@@ -3,6 +3,8 @@
 
 use std::{sync::Arc, time::Duration};
 
+use tokio_util::task::TaskTracker;
+
 use voxpool_shared::{config::SynthesisSettings, snapshot::Snapshot};
 
 use crate::{
@@ -27,6 +29,9 @@ pub struct Core {
     pub settings: SynthesisSettings,
     /// TTL asked for each lease; renewed every third of it during a call.
     pub lease_ttl: Duration,
+    /// Every vendor call under way, including those whose caller has gone: each holds its
+    /// lease until the vendor answers (see [`crate::attempt`]); shutdown waits for them.
+    pub background: TaskTracker,
 }
 
 impl std::fmt::Debug for Core {

@@ -57,6 +57,8 @@ impl Core {
         };
         let mut tried: Vec<String> = Vec::new();
         let input = |key, upstream| CallInput {
+            pool_id: pool.id.clone(),
+            provider: pool.provider.clone(),
             adapter: job.adapter.clone(),
             voice: job.voice.clone(),
             text: job.chunks[index].clone(),
@@ -186,8 +188,14 @@ impl Core {
                 });
             };
             tracing::debug!(pool = %pool.id, key = %key_id, chunk = index, request_id = %job.request_id, "vendor call");
-            let (end, record) =
-                attempt::run(guard, &input(key, upstream), job.deadline, self.lease_ttl).await;
+            let (end, record) = attempt::run(
+                guard,
+                &input(key, upstream),
+                job.deadline,
+                self.lease_ttl,
+                &self.background,
+            )
+            .await;
             let client_error = record
                 .as_ref()
                 .filter(|r| r.outcome == Outcome::ClientError)
@@ -196,7 +204,6 @@ impl Core {
                 if r.outcome != Outcome::Success {
                     tracing::info!(pool = %pool.id, key = %r.key_id, outcome = r.outcome.as_str_name(), status = ?r.http_status, message = %r.message, "vendor call failed");
                 }
-                metrics::attempt(&pool.id, &pool.provider, &r);
                 attempts.push(r);
             }
             match end {

@@ -52,6 +52,7 @@ pub fn build(config: &Config, adapters: Registry, options: &Options) -> Result<A
         catalog: Catalog::connect_lazy(&options.catalog_url)?,
         settings: config.synthesis.clone(),
         lease_ttl: options.lease_ttl,
+        background: tokio_util::task::TaskTracker::new(),
     }))
 }
 
@@ -66,8 +67,9 @@ pub async fn serve(
 
 /// Serves Synthesis, health and reflection on `listener` with the shared server limits
 /// (request timeout, message size, load shedding, TLS) and per-RPC trace spans, until
-/// `shutdown` is cancelled, then drains in-flight RPCs (their leases are reported or released
-/// as they finish).
+/// `shutdown` is cancelled, then drains in-flight RPCs and waits for every vendor call still
+/// under way (those whose caller went away too) to be reported and released, at most
+/// `synthesis.attempt_timeout_ms` plus a second; a lease still held then expires at its TTL.
 pub async fn serve_with(
     listener: TcpListener,
     core: Arc<Core>,
@@ -127,7 +129,7 @@ pub async fn serve_with(
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(SynthesisService::new(core, flags.max_message_bytes).into_server())
+        .add_service(SynthesisService::new(core.clone(), flags.max_message_bytes).into_server())
         .serve_with_incoming_shutdown(
             voxpool_shared::serve::incoming(listener),
             shutdown.cancelled_owned(),
@@ -135,5 +137,16 @@ pub async fn serve_with(
         .await
         .map_err(|e| format!("grpc server: {e}"));
     health_task.abort();
+    core.background.close();
+    let bound = Duration::from_millis(core.settings.attempt_timeout_ms) + Duration::from_secs(1);
+    if tokio::time::timeout(bound, core.background.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            calls = core.background.len(),
+            "vendor calls still running at shutdown; their leases expire at their TTL"
+        );
+    }
     result
 }

@@ -5,8 +5,9 @@
 //! larger than one message may be (`--max-message-bytes`) is RESOURCE_EXHAUSTED pointing to
 //! the stream. `SynthesizeStream` does the same and sends audio as it is produced (see
 //! [`crate::stream`]); the concatenation of its chunks equals the `Synthesize` audio for the
-//! same request. Dropping a call (the caller cancels or its deadline passes) drops the work,
-//! and every held lease is released by its guard.
+//! same request. Dropping a call (the caller cancels or its deadline passes) stops waiting at
+//! once; a vendor call already sent runs on to the vendor's answer and holds its lease until
+//! then (`crate::attempt`), and later chunks are never started.
 
 use std::{sync::Arc, time::Duration};
 

@@ -248,9 +248,39 @@ async fn unsupported_param_is_refused_before_any_lease() {
         .expect("release");
 }
 
+/// Asserts that the only slot of pool `p` stays taken: an Acquire that waits a second for it is
+/// refused (while the vendor still works on an abandoned call, its lease must stay held).
+async fn assert_pool_stays_full(stack: &Stack) {
+    let err = stack
+        .scheduler
+        .clone()
+        .acquire(spb::AcquireRequest {
+            pool: "p".into(),
+            wait_timeout_ms: 1000,
+            ..Default::default()
+        })
+        .await
+        .expect_err("the slot must stay leased while the vendor works on the abandoned call");
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+}
+
+/// Lets the gated vendor call answer, then checks the lease was reported (a success, not
+/// blamed on the key) and released only then.
+async fn answer_and_expect_a_clean_release(stack: &Stack, adapter: &Scripted) {
+    adapter.open_gate();
+    stack.wait_until_idle("p").await;
+    let key = stack.key("p", "u0/k0").await;
+    assert_eq!(key.state, KeyState::Available as i32);
+    assert_eq!(
+        key.consecutive_failures, 0,
+        "an abandoned call the vendor served is not the key's fault"
+    );
+    assert_eq!(adapter.calls().len(), 1, "no second vendor call");
+}
+
 #[tokio::test]
-async fn caller_cancelling_mid_call_releases_the_lease() {
-    let (adapter, mut signals) = Scripted::new("openai", TextLimit::Chars(4096), vec![Step::Block]);
+async fn caller_cancelling_mid_call_keeps_the_lease_until_the_vendor_answers() {
+    let (adapter, mut signals) = Scripted::new("openai", TextLimit::Chars(4096), vec![Step::Gate]);
     let stack = Stack::start(&openai_pool(1, 1, 1), adapter.registry()).await;
     let mut client = stack.synthesis.clone();
     let req = request(&snapshot("openai", "p", "alloy", "{}"), "hi");
@@ -258,22 +288,15 @@ async fn caller_cancelling_mid_call_releases_the_lease() {
     tokio::time::timeout(WAIT, signals.started.recv())
         .await
         .expect("vendor call started");
-    assert_eq!(stack.in_flight("p").await, 1);
     call.abort();
-    tokio::time::timeout(WAIT, signals.dropped.recv())
-        .await
-        .expect("the vendor call is cancelled with the RPC");
-    stack.wait_until_idle("p").await;
-    let key = stack.key("p", "u0/k0").await;
-    assert_eq!(
-        key.consecutive_failures, 0,
-        "a cancelled call is not the key's fault"
-    );
+    assert!(call.await.is_err(), "the caller went away");
+    assert_pool_stays_full(&stack).await;
+    answer_and_expect_a_clean_release(&stack, &adapter).await;
 }
 
 #[tokio::test]
-async fn caller_cancelling_a_stream_releases_the_lease() {
-    let (adapter, mut signals) = Scripted::new("openai", TextLimit::Chars(4096), vec![Step::Block]);
+async fn caller_cancelling_a_stream_keeps_the_lease_until_the_vendor_answers() {
+    let (adapter, mut signals) = Scripted::new("openai", TextLimit::Chars(4096), vec![Step::Gate]);
     let stack = Stack::start(&openai_pool(1, 1, 1), adapter.registry()).await;
     let mut client = stack.synthesis.clone();
     let req = request(&snapshot("openai", "p", "alloy", "{}"), "hi");
@@ -286,24 +309,43 @@ async fn caller_cancelling_a_stream_releases_the_lease() {
         .await
         .expect("vendor call started");
     drop(stream);
-    tokio::time::timeout(WAIT, signals.dropped.recv())
-        .await
-        .expect("the vendor call is cancelled with the stream");
-    stack.wait_until_idle("p").await;
+    assert_pool_stays_full(&stack).await;
+    answer_and_expect_a_clean_release(&stack, &adapter).await;
 }
 
 #[tokio::test]
-async fn caller_deadline_gives_deadline_exceeded_and_does_not_blame_the_key() {
-    let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![Step::Block]);
+async fn caller_deadline_gives_deadline_exceeded_and_the_lease_is_held_until_the_vendor_answers() {
+    let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![Step::Gate]);
     let stack = Stack::start(&openai_pool(1, 1, 1), adapter.registry()).await;
     let mut call = tonic::Request::new(request(&snapshot("openai", "p", "alloy", "{}"), "hi"));
     call.set_timeout(Duration::from_millis(700));
     let err = stack.synthesis.clone().synthesize(call).await.unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    assert_pool_stays_full(&stack).await;
+    answer_and_expect_a_clean_release(&stack, &adapter).await;
+}
+
+#[tokio::test]
+async fn an_abandoned_call_the_vendor_never_answers_ends_at_the_attempt_timeout() {
+    let (adapter, mut signals) = Scripted::new("openai", TextLimit::Chars(4096), vec![Step::Block]);
+    let toml = format!(
+        "{}\n[synthesis]\nattempt_timeout_ms = 300\n",
+        openai_pool(1, 1, 1)
+    );
+    let stack = Stack::start(&toml, adapter.registry()).await;
+    let mut call = tonic::Request::new(request(&snapshot("openai", "p", "alloy", "{}"), "hi"));
+    call.set_timeout(Duration::from_millis(100));
+    let err = stack.synthesis.clone().synthesize(call).await.unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    tokio::time::timeout(WAIT, signals.dropped.recv())
+        .await
+        .expect("the vendor call is cut off at synthesis.attempt_timeout_ms");
     stack.wait_until_idle("p").await;
     let key = stack.key("p", "u0/k0").await;
-    assert_eq!(key.state, KeyState::Available as i32);
-    assert_eq!(key.consecutive_failures, 0);
+    assert_eq!(
+        key.consecutive_failures, 1,
+        "no answer within the attempt timeout is reported as the key's TIMEOUT"
+    );
 }
 
 #[tokio::test]

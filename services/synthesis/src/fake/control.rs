@@ -7,6 +7,11 @@
 //! its handler returns the response, including requests refused for being over the cap:
 //! `peak_concurrency` is what the vendor *saw*, which is what an oversell test must bound.
 //! `peak_admitted` counts only requests let through, so it never exceeds the cap.
+//!
+//! Like a real vendor, a fake keeps working on a request whose client went away: when a
+//! handler is dropped during its latency (the client disconnected, cancelled or hit its
+//! deadline), the request stays counted until its latency would have ended. That is what lets
+//! a test see a lease released too early as `cap + 1` at the vendor (ARCHITECTURE invariant 1).
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
@@ -219,21 +224,45 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A counted request; uncounted when dropped (so a cancelled handler frees its slot too).
+/// A counted request; uncounted when dropped, or — when dropped while the vendor is still
+/// "working" on it (module doc) — once that work would have ended.
 pub(crate) struct Slot {
     shared: Arc<Shared>,
     key: String,
     admitted: bool,
+    /// When the work started by [`Shared::proceed`] ends (`None`: no work under way).
+    busy_until: Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Slot {
+    fn uncount(shared: &Shared, key: &str, admitted: bool) {
+        let mut keys = lock(&shared.keys);
+        if let Some(k) = keys.get_mut(key) {
+            k.in_flight = k.in_flight.saturating_sub(1);
+            if admitted {
+                k.admitted_in_flight = k.admitted_in_flight.saturating_sub(1);
+            }
+        }
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut keys = lock(&self.shared.keys);
-        if let Some(k) = keys.get_mut(&self.key) {
-            k.in_flight = k.in_flight.saturating_sub(1);
-            if self.admitted {
-                k.admitted_in_flight = k.admitted_in_flight.saturating_sub(1);
+        let busy_until = lock(&self.busy_until).take();
+        let still_working = busy_until.filter(|t| *t > tokio::time::Instant::now());
+        match (still_working, tokio::runtime::Handle::try_current()) {
+            (Some(until), Ok(runtime)) => {
+                let (shared, key, admitted) = (
+                    Arc::clone(&self.shared),
+                    std::mem::take(&mut self.key),
+                    self.admitted,
+                );
+                runtime.spawn(async move {
+                    tokio::time::sleep_until(until).await;
+                    Slot::uncount(&shared, &key, admitted);
+                });
             }
+            _ => Slot::uncount(&self.shared, &self.key, self.admitted),
         }
     }
 }
@@ -297,6 +326,7 @@ impl Shared {
             shared: Arc::clone(self),
             key: key.to_owned(),
             admitted,
+            busy_until: Mutex::new(None),
         };
         if admitted {
             Admission::Admitted(slot)
@@ -321,7 +351,10 @@ impl Shared {
         }
         let delay = settings.latency.sample();
         if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
+            let until = tokio::time::Instant::now() + delay;
+            *lock(&slot.busy_until) = Some(until);
+            tokio::time::sleep_until(until).await;
+            *lock(&slot.busy_until) = None;
         }
         let mut paused = self.paused.subscribe();
         // The sender lives as long as `self`, so this only ends when unpaused.

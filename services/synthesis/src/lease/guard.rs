@@ -1,6 +1,8 @@
 //! [`LeaseGuard`]: a held lease that goes back to the scheduler on every path (invariant 3):
-//! Report + release on a normal end, Release on deadline / caller gone, and a spawned Release
-//! from `Drop` when the guard is dropped while armed (cancelled RPC, panic, early return).
+//! Report + release once the vendor answered, Release when the call says nothing about the key
+//! (fenced, adapter panic), and a spawned Release from `Drop` when the guard is dropped while
+//! armed (a task aborted at runtime shutdown, an early return). The guard lives in the
+//! attempt's own task, so a caller that goes away never drops it early (`crate::attempt`).
 //! [`LeaseGuard::keep_alive`] renews the lease every third of its TTL during a vendor call.
 
 use std::time::Duration;
@@ -63,12 +65,6 @@ impl LeaseGuard {
     /// Releases without a report (caller gone, adapter failure).
     pub async fn release(mut self) {
         self.release_now().await;
-    }
-
-    /// Releases without a report in a background task, so an answer that is due now (the
-    /// deadline passed) is not held up by the scheduler round trip.
-    pub fn release_in_background(self) {
-        drop(self);
     }
 
     async fn release_now(&mut self) {

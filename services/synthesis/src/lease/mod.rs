@@ -1,11 +1,12 @@
 //! The scheduler as synthesis uses it: Acquire with classified errors, and [`LeaseGuard`],
 //! which guarantees a lease is given back on every path (invariant 3, no leaks).
 //!
-//! - normal end: `Report(outcome, release = true)` in one call, falling back to `Release`
-//!   when the report fails;
-//! - deadline or caller gone: `Release` without a report (not the key's fault);
-//! - the guard dropped while armed (caller cancelled the RPC, a task panicked, an early
-//!   return): `Drop` spawns a `Release`. If even that cannot run, the lease expires at its TTL.
+//! - the vendor answered (also for a caller that has gone, see `crate::attempt`):
+//!   `Report(outcome, release = true)` in one call, falling back to `Release` when the report
+//!   fails;
+//! - the call was fenced or the adapter panicked: `Release` without a report;
+//! - the guard dropped while armed (a task aborted at runtime shutdown, an early return):
+//!   `Drop` spawns a `Release`. If even that cannot run, the lease expires at its TTL.
 //!
 //! While a vendor call runs, [`LeaseGuard::keep_alive`] renews the lease every third of its
 //! TTL, so a long call never loses its slot and a crashed replica's slots return within one

@@ -1,0 +1,113 @@
+//! Invariant 1 at the vendor: a lease covers the vendor's whole work, even when the caller has
+//! gone. The fake vendor, like a real one, keeps working on (and counting) a request whose
+//! client disconnected, so a lease released when the caller's deadline passes shows up there
+//! as `cap + 1` and a 429.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Stack, json_of};
+use tonic::Code;
+use voxpool_proto::synthesis::v1 as pb;
+use voxpool_synthesis::{
+    fake::{FakeConfig, FakeVendor, Latency, VendorKind},
+    vendor::registry::{self, AdapterOptions},
+};
+
+/// The vendor's cap per key, and the pool's configured capacity.
+const CAP: u32 = 3;
+/// How long the vendor works on every request.
+const VENDOR_LATENCY: Duration = Duration::from_millis(400);
+/// Every caller's deadline: well before the vendor answers.
+const CALLER_DEADLINE: Duration = Duration::from_millis(150);
+
+fn pool(base_url: &str) -> String {
+    let mut t = String::from("[[pools]]\nid = \"p\"\nprovider = \"openai\"\nmodel = \"m1\"\n");
+    t.push_str(&format!(
+        "[[pools.upstreams]]\nid = \"u0\"\nbase_url = \"{base_url}\"\n"
+    ));
+    for k in 0..2 {
+        t.push_str(&format!(
+            "[[pools.upstreams.keys]]\nid = \"k{k}\"\ncapacity = {CAP}\ncredential = {{ file = \"{{dir}}/u0-k{k}\" }}\n"
+        ));
+    }
+    t
+}
+
+#[tokio::test]
+async fn callers_whose_deadline_ends_before_the_vendor_answers_never_push_a_key_over_its_cap() {
+    let fake = FakeVendor::start(
+        FakeConfig::new(VendorKind::OpenAi)
+            .cap(CAP)
+            .latency(Latency::Fixed(VENDOR_LATENCY)),
+    )
+    .await
+    .expect("fake vendor starts");
+    let stack = Stack::start(
+        &pool(&fake.base_url()),
+        registry::builtin(&AdapterOptions::default()),
+    )
+    .await;
+    let voice = common::snapshot("openai", "p", "alloy", "{}");
+    let request = pb::SynthesizeRequest {
+        voice: Some(pb::synthesize_request::Voice::SnapshotJson(json_of(&voice))),
+        text: "Hello there.".into(),
+        ..Default::default()
+    };
+
+    // 24 callers, 8 calls each, every call abandoned at its deadline.
+    let mut callers = Vec::new();
+    for _ in 0..24 {
+        let mut client = stack.synthesis.clone();
+        let request = request.clone();
+        callers.push(tokio::spawn(async move {
+            let mut codes = Vec::new();
+            for _ in 0..8 {
+                let mut call = tonic::Request::new(request.clone());
+                call.set_timeout(CALLER_DEADLINE);
+                codes.push(match client.synthesize(call).await {
+                    Ok(_) => Code::Ok,
+                    Err(status) => status.code(),
+                });
+            }
+            codes
+        }));
+    }
+    let mut codes = Vec::new();
+    for caller in callers {
+        codes.extend(caller.await.expect("caller task"));
+    }
+    // The pool drains once the vendor has finished the abandoned work...
+    stack.wait_until_idle("p").await;
+    let stats = fake.stats();
+    let sent: u64 = stats.values().map(|k| k.total_requests).sum();
+    let refused: u64 = stats.values().map(|k| k.rejected_over_cap).sum();
+    println!("vendor requests: {sent}, vendor 429s: {refused}");
+    assert!(
+        codes.iter().all(|c| *c == Code::DeadlineExceeded),
+        "every call ends at its deadline, before the vendor answers: {codes:?}"
+    );
+
+    assert!(
+        sent >= u64::from(CAP),
+        "the callers reached the vendor: {stats:?}"
+    );
+    for (key, k) in &stats {
+        // ...and at no instant did the vendor see more than the cap on a key.
+        assert!(
+            k.peak_concurrency <= u64::from(CAP),
+            "key {key} saw {} concurrent requests at the vendor (cap {CAP}): {k:?}",
+            k.peak_concurrency
+        );
+        assert_eq!(k.rejected_over_cap, 0, "key {key} answered 429s: {k:?}");
+        assert_eq!(k.in_flight, 0, "the vendor finished every request of {key}");
+    }
+    for key in stack.pool_status("p").await.keys {
+        assert_eq!(
+            key.consecutive_failures, 0,
+            "abandoned calls that the vendor served are successes for {}",
+            key.key_id
+        );
+    }
+}
