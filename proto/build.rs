@@ -19,6 +19,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     tonic_prost_build::configure()
+        // Decode failures (e.g. invalid UTF-8 in a string field) are INVALID_ARGUMENT.
+        .codec_path("crate::codec::VoxpoolCodec")
         .file_descriptor_set_path(out_dir.join("voxpool_descriptor.bin"))
         .compile_protos(&protos, &[".", &include.display().to_string()])?;
     Ok(())

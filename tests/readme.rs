@@ -35,7 +35,7 @@ fn scheduler_walkthrough_runs_as_written() {
             "--listen",
             "127.0.0.1:0",
         ])
-        .env("VOXPOOL_ADMIN_TOKEN", "dev-admin-token");
+        .env("VOXPOOL_ADMIN_TOKEN", "dev-admin-token-local");
     let scheduler = start(cmd);
     let commands = walkthrough("scheduler");
     assert!(commands.len() >= 6, "walk-through too short: {commands:?}");

@@ -203,3 +203,114 @@ async fn one_trace_spans_synthesis_and_scheduler_and_synthesis_metrics_arrive() 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Resident memory of process `pid` in KiB (`VmRSS` of `/proc/<pid>/status`).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS line")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_pool_names_never_become_metric_series_or_memory() {
+    let (endpoint, received) = otlp::start().await;
+    let mut cmd = Command::new(binary("voxpool-scheduler"));
+    cmd.current_dir(workspace_root())
+        .args([
+            "--config",
+            "deploy/config/example.toml",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100");
+    let scheduler = start(cmd);
+    let mut client = PoolSchedulerClient::connect(format!("http://{}", scheduler.addr))
+        .await
+        .unwrap();
+    let unknown = |i: usize| format!("{i:05}-{}", "x".repeat(64 * 1024));
+    let mut send = async |range: std::ops::Range<usize>| {
+        for i in range {
+            let err = client
+                .acquire(pb::AcquireRequest {
+                    pool: unknown(i),
+                    ..Default::default()
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(err.code(), tonic::Code::NotFound);
+            assert!(err.message().len() < 512, "a short NOT_FOUND");
+        }
+    };
+    // Wait (a readiness signal: the exported counter) until `n` are counted under `unknown`.
+    let exported = async |n: usize| {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let counted: f64 = received
+                .metrics()
+                .iter()
+                .rev()
+                .find(|m| m.metric.name == "voxpool.scheduler.acquires")
+                .map(|m| otlp::points(&m.metric))
+                .unwrap_or_default()
+                .iter()
+                .filter(|(_, a)| a.contains(&"pool=unknown".to_owned()))
+                .map(|(v, _)| *v)
+                .sum();
+            if counted >= n as f64 {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the {n} unknown-pool Acquires were never exported under pool=unknown ({counted})"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    // 300 distinct names warm the process up (buffers, allocator pages, exports)...
+    send(0..300).await;
+    exported(300).await;
+    let before = rss_kib(scheduler.child.id());
+    // ...then 600 more: kept anywhere (labels, series, spans) they would add 37.5 MiB.
+    send(300..900).await;
+    exported(900).await;
+    let after = rss_kib(scheduler.child.id());
+    assert!(
+        after.saturating_sub(before) < 16 * 1024,
+        "resident memory grew from {before} KiB to {after} KiB over 600 unknown 64 KiB names"
+    );
+    let pools: std::collections::BTreeSet<String> = received
+        .metrics()
+        .iter()
+        .flat_map(|m| otlp::points(&m.metric))
+        .flat_map(|(_, attrs)| attrs)
+        .filter_map(|a| a.strip_prefix("pool=").map(str::to_owned))
+        .collect();
+    assert!(
+        pools.iter().all(|p| !p.contains("xxxxxxxx")),
+        "only configured pools (and `unknown`) label series: {:?}",
+        pools
+            .iter()
+            .map(|p| &p[..p.len().min(20)])
+            .collect::<Vec<_>>()
+    );
+    assert!(pools.contains("unknown"), "{pools:?}");
+    // The example config's 7 pools and `unknown`.
+    assert!(
+        pools.len() <= 8,
+        "bounded series: {} pool values",
+        pools.len()
+    );
+    let spans = received.spans();
+    assert!(
+        spans.iter().all(|(_, s)| s
+            .attributes
+            .iter()
+            .all(|kv| { format!("{:?}", kv.value).len() < 4096 })),
+        "no span attribute carries a 64 KiB name"
+    );
+}

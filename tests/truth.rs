@@ -93,7 +93,7 @@ fn scheduler(config: &Path, redis: &str) -> Service {
     c.arg("--config")
         .arg(config)
         .args(["--listen", "127.0.0.1:0", "--store", redis])
-        .env("VOXPOOL_ADMIN_TOKEN", "truth-test");
+        .env("VOXPOOL_ADMIN_TOKEN", "truth-test-admin-token");
     start(quiet(c))
 }
 

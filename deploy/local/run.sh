@@ -9,7 +9,7 @@ BIN=${CARGO_TARGET_DIR:-target}/debug
 CONFIG=${VOXPOOL_CONFIG:-deploy/config/example.toml}
 DATA=${VOXPOOL_RUN_DIR:-target/run}
 mkdir -p "$DATA"
-export VOXPOOL_ADMIN_TOKEN=${VOXPOOL_ADMIN_TOKEN:-dev-admin-token}
+export VOXPOOL_ADMIN_TOKEN=${VOXPOOL_ADMIN_TOKEN:-dev-admin-token-local}
 DB="sqlite://$PWD/$DATA/voxpool.db?mode=rwc"
 
 command -v espeak-ng >/dev/null || echo "warning: espeak-ng not found (apt-get install espeak-ng): synthesis will fail" >&2
@@ -42,7 +42,7 @@ start scheduler 50051 "$BIN/voxpool-scheduler" --config "$CONFIG" --store memory
 start catalog 50052 "$BIN/voxpool-catalog" --database "$DB"
 start synthesis 50053 "$BIN/voxpool-synthesis" --config "$CONFIG"
 echo "voxpool running: scheduler 127.0.0.1:50051, catalog 127.0.0.1:50052, synthesis 127.0.0.1:50053"
-echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token). Ctrl-C stops everything."
+echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token-local). Ctrl-C stops everything."
 set +e
 wait -n "${!names[@]}"
 echo "make run: a service stopped; stopping the others" >&2

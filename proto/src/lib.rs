@@ -4,6 +4,8 @@
 //! is generated at build time (never checked in). [`FILE_DESCRIPTOR_SET`] feeds the gRPC server
 //! reflection services so `grpcurl list` / `describe` work without local proto files.
 
+pub mod codec;
+
 pub use prost;
 pub use prost_types;
 pub use tonic;

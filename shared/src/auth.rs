@@ -1,8 +1,11 @@
 //! Bearer-token authorization for admin RPCs.
 //!
 //! The token comes from `VOXPOOL_ADMIN_TOKEN` or `--admin-token-file FILE`; callers send
-//! `authorization: Bearer <token>` metadata. Comparison is constant-time. With no token
-//! configured, admin RPCs are refused with a message that says how to configure one.
+//! `authorization: Bearer <token>` metadata: the scheme is case-insensitive (RFC 7235 §2.1),
+//! exactly one `authorization` entry is accepted (two are refused rather than letting one of
+//! them decide), and comparison is constant-time. Tokens shorter than [`MIN_TOKEN_CHARS`]
+//! are refused at start-up. With no token configured, admin RPCs are refused with a message
+//! that says how to configure one.
 
 use std::path::Path;
 
@@ -10,6 +13,9 @@ use subtle::ConstantTimeEq;
 use tonic::{Status, metadata::MetadataMap};
 
 use crate::secret::Secret;
+
+/// Shortest admin token accepted at start-up.
+pub const MIN_TOKEN_CHARS: usize = 16;
 
 /// Errors loading the admin token.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +33,16 @@ pub enum AdminTokenError {
     Empty {
         /// `VOXPOOL_ADMIN_TOKEN` or the file path.
         origin: String,
+    },
+    /// The token is too short to resist guessing.
+    #[error(
+        "admin token from {origin} has {chars} characters; use at least {MIN_TOKEN_CHARS} (e.g. `openssl rand -hex 24`)"
+    )]
+    TooShort {
+        /// `VOXPOOL_ADMIN_TOKEN` or the file path.
+        origin: String,
+        /// Its length in characters.
+        chars: usize,
     },
 }
 
@@ -66,6 +82,10 @@ impl AdminAuth {
         if token.is_empty() {
             return Err(AdminTokenError::Empty { origin });
         }
+        let chars = token.expose().chars().count();
+        if chars < MIN_TOKEN_CHARS {
+            return Err(AdminTokenError::TooShort { origin, chars });
+        }
         Ok(Self::with_token(token))
     }
 
@@ -85,21 +105,20 @@ impl AdminAuth {
                  or --admin-token-file FILE",
             ));
         };
-        let header = metadata
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| {
-                Status::unauthenticated(
-                    "admin RPC needs metadata 'authorization: Bearer <admin token>'",
-                )
-            })?;
-        let presented = header
-            .strip_prefix("Bearer ")
-            .or_else(|| header.strip_prefix("bearer "))
-            .ok_or_else(|| {
-                Status::unauthenticated("authorization metadata must be 'Bearer <admin token>'")
-            })?
-            .trim();
+        let mut headers = metadata.get_all("authorization").iter();
+        let (Some(header), None) = (headers.next(), headers.next()) else {
+            return Err(Status::unauthenticated(
+                "admin RPC needs exactly one metadata entry 'authorization: Bearer <admin token>'",
+            ));
+        };
+        let malformed =
+            || Status::unauthenticated("authorization metadata must be 'Bearer <admin token>'");
+        let header = header.to_str().map_err(|_| malformed())?;
+        let (scheme, presented) = header.split_once(' ').ok_or_else(malformed)?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(malformed());
+        }
+        let presented = presented.trim();
         if bool::from(presented.as_bytes().ct_eq(expected.expose().as_bytes())) {
             Ok(())
         } else {
@@ -116,6 +135,34 @@ mod tests {
         let mut m = MetadataMap::new();
         m.insert("authorization", value.parse().unwrap());
         m
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        let auth = AdminAuth::with_token(Secret::new("s3cret"));
+        for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+            assert!(
+                auth.authorize(&md(&format!("{scheme} s3cret"))).is_ok(),
+                "{scheme}"
+            );
+        }
+        assert!(auth.authorize(&md("Basic s3cret")).is_err());
+        assert!(auth.authorize(&md("Bearers3cret")).is_err());
+    }
+
+    #[test]
+    fn two_authorization_entries_are_refused_whichever_comes_first() {
+        let auth = AdminAuth::with_token(Secret::new("s3cret"));
+        for (a, b) in [
+            ("Bearer s3cret", "Bearer nope"),
+            ("Bearer nope", "Bearer s3cret"),
+        ] {
+            let mut m = md(a);
+            m.append("authorization", b.parse().unwrap());
+            let err = auth.authorize(&m).unwrap_err();
+            assert_eq!(err.code(), tonic::Code::Unauthenticated);
+            assert!(err.message().contains("exactly one"), "{}", err.message());
+        }
     }
 
     #[test]
@@ -148,9 +195,23 @@ mod tests {
     fn loads_from_file_trimmed_and_rejects_empty() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tok");
-        std::fs::write(&path, "abc\n").unwrap();
+        std::fs::write(&path, "0123456789abcdef\n").unwrap();
         let auth = AdminAuth::load(Some(&path), None).unwrap();
-        assert!(auth.authorize(&md("Bearer abc")).is_ok());
+        assert!(auth.authorize(&md("Bearer 0123456789abcdef")).is_ok());
+        std::fs::write(&path, "abc\n").unwrap();
+        let err = AdminAuth::load(Some(&path), None).unwrap_err();
+        assert!(
+            matches!(err, AdminTokenError::TooShort { chars: 3, .. }),
+            "{err}"
+        );
+        assert!(
+            !err.to_string().contains("abc\n"),
+            "the token is never echoed"
+        );
+        assert!(matches!(
+            AdminAuth::load(None, Some("x")),
+            Err(AdminTokenError::TooShort { .. })
+        ));
         std::fs::write(&path, "\n").unwrap();
         assert!(matches!(
             AdminAuth::load(Some(&path), None),

@@ -222,6 +222,10 @@ pub struct SchedulerSettings {
     pub store_timeout_ms: u64,
     /// Most expired leases reclaimed per script call. Default 64.
     pub reap_batch: u32,
+    /// Most Acquires that may wait at once in one pool's line on one replica; one more is
+    /// answered RESOURCE_EXHAUSTED naming this setting. Waiting Acquires do not count against
+    /// `--max-concurrent-requests`, so this is what bounds them. Default 1024.
+    pub max_waiters: u32,
 }
 
 impl Default for SchedulerSettings {
@@ -237,6 +241,7 @@ impl Default for SchedulerSettings {
             wait_poll_ms: 25,
             store_timeout_ms: 1_000,
             reap_batch: 64,
+            max_waiters: 1024,
         }
     }
 }
@@ -492,10 +497,12 @@ impl Config {
                 "must be at least 1".into(),
             );
         }
-        if s.store_timeout_ms == 0 || s.wait_poll_ms == 0 || s.reap_batch == 0 {
+        if s.store_timeout_ms == 0 || s.wait_poll_ms == 0 || s.reap_batch == 0 || s.max_waiters == 0
+        {
             push(
                 "scheduler".into(),
-                "store_timeout_ms, wait_poll_ms and reap_batch must be positive".into(),
+                "store_timeout_ms, wait_poll_ms, reap_batch and max_waiters must be positive"
+                    .into(),
             );
         }
         if self.synthesis.max_attempts == 0 {

@@ -7,6 +7,7 @@
 //! - [`status`]: `tonic::Status` builders that attach `google.rpc` error details.
 //! - [`serve`]: binding, health, reflection and graceful shutdown shared by every binary.
 //! - [`snapshot`]: the frozen voice-pack snapshot, its card JSON form and its digest.
+//! - [`untrusted`]: caller strings bounded and escaped for messages, logs and labels.
 //! - [`telemetry`]: `tracing` setup (pretty or JSON logs, `RUST_LOG` filter).
 //! - `testing` (feature `testing`): real `redis-server` processes for tests.
 
@@ -18,6 +19,7 @@ pub mod serve;
 pub mod snapshot;
 pub mod status;
 pub mod telemetry;
+pub mod untrusted;
 
 #[cfg(feature = "testing")]
 pub mod testing;

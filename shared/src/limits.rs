@@ -2,6 +2,12 @@
 //! request timeout (answered DEADLINE_EXCEEDED), max message size, a global in-flight limit
 //! that sheds load with UNAVAILABLE instead of queueing without bound, and optional TLS
 //! (rustls).
+//!
+//! The in-flight limit protects the short calls that keep the service alive (Release, Report,
+//! Renew, health, status, reflection): a request that is about to wait for a long time on
+//! something with its own bound (an Acquire waiting in a pool's line, bounded by
+//! `scheduler.max_waiters`) gives its slot back with [`step_aside`], so no number of waiters
+//! can shed those calls (ARCHITECTURE invariant 10).
 
 use std::{
     path::PathBuf,
@@ -11,7 +17,7 @@ use std::{
 };
 
 use futures::future::BoxFuture;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::{
     Status,
     transport::{Identity, Server, ServerTlsConfig},
@@ -126,6 +132,36 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// A request's slot under `--max-concurrent-requests`, put in the request's extensions by
+/// [`Limits`]. Cloning shares the one slot.
+#[derive(Clone, Debug)]
+pub struct InFlightSlot(Arc<std::sync::Mutex<Option<OwnedSemaphorePermit>>>);
+
+impl InFlightSlot {
+    fn new(permit: OwnedSemaphorePermit) -> Self {
+        Self(Arc::new(std::sync::Mutex::new(Some(permit))))
+    }
+
+    /// Gives the slot back now (later calls do nothing).
+    fn give_back(&self) {
+        let permit = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        drop(permit);
+    }
+}
+
+/// Lets `request` stop counting against `--max-concurrent-requests`: for a handler that is
+/// about to wait on something bounded by its own limit (module doc). Does nothing for a
+/// request that did not pass through [`LimitsLayer`].
+pub fn step_aside(request_extensions: &tonic::Extensions) {
+    if let Some(slot) = request_extensions.get::<InFlightSlot>() {
+        slot.give_back();
+    }
+}
+
 /// Server limits as one layer: sheds requests beyond a global in-flight limit with
 /// UNAVAILABLE, and answers a request still unanswered after the request timeout with
 /// DEADLINE_EXCEEDED (its handler is dropped, so its own clean-up runs).
@@ -183,9 +219,11 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         match self.permits.clone().try_acquire_owned() {
             Ok(permit) => {
+                let permit = InFlightSlot::new(permit);
+                request.extensions_mut().insert(permit.clone());
                 let (fut, timeout) = (self.inner.call(request), self.timeout);
                 Box::pin(async move {
                     let response = match tokio::time::timeout(timeout, fut).await {
@@ -197,7 +235,7 @@ where
                         ))
                         .into_http()),
                     };
-                    drop(permit);
+                    permit.give_back();
                     response
                 })
             }
@@ -298,6 +336,26 @@ mod tests {
         let status = code_of(&shed);
         assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
         assert!(status.message().contains("--max-concurrent-requests"));
+        held.abort();
+    }
+
+    #[tokio::test]
+    async fn a_request_that_steps_aside_no_longer_counts_against_the_limit() {
+        let layer = LimitsLayer::new(1, Duration::from_secs(600));
+        let (stepped, stepped_rx) = tokio::sync::oneshot::channel::<()>();
+        let stepped = Arc::new(std::sync::Mutex::new(Some(stepped)));
+        // A waiter: steps aside (as a waiting Acquire does), then never answers.
+        let waiter = Handler::new(tower::service_fn(move |r: http::Request<()>| {
+            step_aside(tonic::Request::from_http(r).extensions());
+            if let Some(tx) = stepped.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
+            std::future::pending::<Result<http::Response<tonic::body::Body>, Infallible>>()
+        }));
+        let held = tokio::spawn(layer.layer(waiter).oneshot(http::Request::new(())));
+        stepped_rx.await.expect("the waiter stepped aside");
+        let served = call(&layer, prompt()).await;
+        assert_eq!(code_of(&served).code(), tonic::Code::Ok, "not shed");
         held.abort();
     }
 }

@@ -83,6 +83,26 @@ impl RedisServer {
         self.dir.path()
     }
 
+    /// Freezes the server (SIGSTOP): connections stay open and nothing answers, as in a
+    /// stalled or partitioned Redis. [`RedisServer::resume`] undoes it.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a [`RedisServer::pause`]d server run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, which: &str) {
+        let status = Command::new("kill")
+            .arg(which)
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {which} redis-server failed");
+    }
+
     /// Stops the server as a crash would (SIGKILL), for unreachable-store tests.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -92,6 +112,11 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
+        // A paused server must be able to die.
+        let _ = Command::new("kill")
+            .arg("-CONT")
+            .arg(self.child.id().to_string())
+            .status();
         self.kill();
     }
 }

@@ -7,7 +7,10 @@
 use std::{collections::HashMap, time::Duration};
 
 use tonic::{Code, Status};
-use voxpool_shared::status::{invalid_argument, not_found, with_info};
+use voxpool_shared::{
+    status::{invalid_argument, not_found, with_info},
+    untrusted::{QUOTE_CHARS, quote},
+};
 
 use crate::store::StoreError;
 
@@ -23,7 +26,7 @@ pub enum SchedulerError {
         message: String,
     },
     /// The pool is not in the config.
-    #[error("pool {pool:?} is not configured (known pools: {known})")]
+    #[error("pool {} is not configured (known pools: {known})", quote(pool))]
     UnknownPool {
         /// The requested pool.
         pool: String,
@@ -31,7 +34,7 @@ pub enum SchedulerError {
         known: String,
     },
     /// The key is not in the pool.
-    #[error("key {key:?} is not in pool {pool:?}")]
+    #[error("key {} is not in pool {pool:?}", quote(key))]
     UnknownKey {
         /// Pool id.
         pool: String,
@@ -75,6 +78,16 @@ pub enum SchedulerError {
         /// Store clock at the attempt (ms).
         now_ms: i64,
     },
+    /// The pool's line already holds `scheduler.max_waiters` waiting Acquires.
+    #[error(
+        "pool {pool:?} already has {max_waiters} waiting Acquires on this replica (scheduler.max_waiters); retry with backoff, or send waitTimeoutMs 0 to be answered at once"
+    )]
+    TooManyWaiters {
+        /// Pool id.
+        pool: String,
+        /// The configured bound.
+        max_waiters: usize,
+    },
     /// The gRPC deadline ended the wait for a slot.
     #[error("no slot of pool {pool:?} freed before the request deadline (waited {waited_ms}ms)")]
     WaitDeadline {
@@ -111,6 +124,14 @@ pub enum SchedulerError {
     Store(#[from] StoreError),
 }
 
+/// At most the first [`QUOTE_CHARS`] characters of an untrusted value, for error details.
+fn prefix(value: &str) -> &str {
+    value
+        .char_indices()
+        .nth(QUOTE_CHARS)
+        .map_or(value, |(end, _)| &value[..end])
+}
+
 fn unavailable_message(pool: &str, next: Option<i64>, now: i64) -> String {
     match next {
         Some(t) => format!(
@@ -129,11 +150,13 @@ impl From<SchedulerError> for Status {
         match e {
             SchedulerError::InvalidArgument { field, message } => invalid_argument(&field, message),
             SchedulerError::UnknownPool { pool, .. } => {
-                not_found("voxpool.dev/Pool", &pool, message)
+                not_found("voxpool.dev/Pool", prefix(&pool), message)
             }
-            SchedulerError::UnknownKey { pool, key } => {
-                not_found("voxpool.dev/Key", &format!("{pool}/{key}"), message)
-            }
+            SchedulerError::UnknownKey { pool, key } => not_found(
+                "voxpool.dev/Key",
+                &format!("{pool}/{}", prefix(&key)),
+                message,
+            ),
             SchedulerError::PoolFull {
                 pool,
                 capacity,
@@ -151,6 +174,16 @@ impl From<SchedulerError> for Status {
                     ("waited_ms".to_owned(), waited_ms.to_string()),
                 ]),
                 Some(Duration::from_millis(retry_after_ms)),
+            ),
+            SchedulerError::TooManyWaiters { pool, max_waiters } => with_info(
+                Code::ResourceExhausted,
+                message,
+                "TOO_MANY_WAITERS",
+                HashMap::from([
+                    ("pool".to_owned(), pool),
+                    ("max_waiters".to_owned(), max_waiters.to_string()),
+                ]),
+                Some(Duration::from_millis(250)),
             ),
             SchedulerError::NoEligibleKey { pool, keys } => with_info(
                 Code::ResourceExhausted,

@@ -1,10 +1,14 @@
 //! The `voxpool.scheduler.v1.PoolScheduler` gRPC service.
 //!
 //! Owns request validation (INVALID_ARGUMENT naming the field), FIFO waiting when a pool is
-//! full (bounded by `wait_timeout_ms` and the gRPC deadline), cancellation safety (a lease
-//! granted to a caller that went away is released at once), admin authorization, and the
-//! conversion between proto messages and [`crate::model`] types. Counting and picking are the
-//! store's job ([`LeaseStore`]).
+//! full (bounded by `wait_timeout_ms`, the gRPC deadline and `scheduler.max_waiters`; see
+//! [`crate::waiters`]), cancellation safety (a lease granted to a caller that went away is
+//! released at once), admin authorization, and the conversion between proto messages and
+//! [`crate::model`] types. Counting and picking are the store's job ([`LeaseStore`]).
+//!
+//! Untrusted strings (invariant 10): ids and `request_id` holding control characters are
+//! INVALID_ARGUMENT before anything logs them; messages quote at most a short escaped prefix
+//! of a caller's value ([`quote`]); metric labels name only configured pools.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -15,6 +19,7 @@ use voxpool_proto::scheduler::v1 as pb;
 use voxpool_shared::{
     auth::AdminAuth,
     config::{Config, MAX_KEY_CAPACITY, SchedulerSettings},
+    untrusted::{check_field, quote},
 };
 
 use crate::{
@@ -25,13 +30,15 @@ use crate::{
         LeaseToken, Outcome, PoolSpec, PoolStatus, ReportParams, upstream_of,
     },
     store::{LeaseStore, StoreError},
-    waiters::WaitQueues,
+    waiters::{WaitQueue, WaitQueues},
 };
 
 /// Most entries accepted in `exclude_keys` / `upstream_ids`.
 pub const MAX_FILTER_ENTRIES: usize = 256;
 /// Longest accepted `request_id`.
 pub const MAX_REQUEST_ID_CHARS: usize = 128;
+/// Longest id (pool, key, upstream) checked for control characters before it is looked up.
+const MAX_ID_CHARS: usize = 1024;
 /// Longest accepted `wait_timeout_ms` (10 minutes).
 pub const MAX_WAIT_TIMEOUT_MS: i64 = 600_000;
 /// Longest accepted `retry_after_ms` in a report (24 hours).
@@ -181,6 +188,14 @@ impl SchedulerService {
                 "required: a pool id such as \"volc-standard\"",
             ));
         }
+        if let Err(voxpool_shared::untrusted::FieldProblem::ControlCharacter { found, at }) =
+            check_field(pool, MAX_ID_CHARS)
+        {
+            return Err(invalid(
+                field,
+                format!("must not contain control characters (found {found:?} at character {at})"),
+            ));
+        }
         self.pools
             .get(pool)
             .ok_or_else(|| SchedulerError::UnknownPool {
@@ -203,7 +218,7 @@ impl SchedulerService {
 
     fn lease_id(field: &str, raw: &str) -> Result<LeaseId, SchedulerError> {
         LeaseId::parse(raw).ok_or_else(|| {
-            invalid(field, format!("{raw:?} is not a lease id: expected <pool>/<32 lowercase hex digits> as returned by Acquire"))
+            invalid(field, format!("{} is not a lease id: expected <pool>/<32 lowercase hex digits> as returned by Acquire", quote(raw)))
         })
     }
 
@@ -241,8 +256,9 @@ impl SchedulerService {
                 return Err(invalid(
                     format!("upstream_ids[{i}]"),
                     format!(
-                        "pool {:?} has no upstream {u:?} (upstreams: {})",
+                        "pool {:?} has no upstream {} (upstreams: {})",
                         r.pool,
+                        quote(u),
                         pool.upstreams.join(", ")
                     ),
                 ));
@@ -256,12 +272,6 @@ impl SchedulerService {
                     "must be 0..={MAX_WAIT_TIMEOUT_MS} ms, got {}",
                     r.wait_timeout_ms
                 ),
-            ));
-        }
-        if r.request_id.chars().count() > MAX_REQUEST_ID_CHARS {
-            return Err(invalid(
-                "request_id",
-                format!("at most {MAX_REQUEST_ID_CHARS} characters"),
             ));
         }
         let params = AcquireParams {
@@ -279,8 +289,13 @@ impl SchedulerService {
         Ok((params, Duration::from_millis(r.wait_timeout_ms as u64)))
     }
 
-    /// One store attempt with a fresh token, undone if the caller goes away mid-call.
-    async fn attempt(&self, params: &mut AcquireParams) -> Result<AcquireResult, StoreError> {
+    /// One store attempt with a fresh token, undone if the caller goes away mid-call. What it
+    /// answered is shared with the pool's line (`queue`).
+    async fn attempt(
+        &self,
+        queue: &WaitQueue,
+        params: &mut AcquireParams,
+    ) -> Result<AcquireResult, StoreError> {
         params.token = LeaseToken::random();
         let mut undo = UndoGrant {
             store: self.store.clone(),
@@ -301,6 +316,7 @@ impl SchedulerService {
         if result.is_ok() {
             undo.id = None;
         }
+        queue.saw(&result);
         result
     }
 
@@ -347,11 +363,13 @@ impl SchedulerService {
     }
 
     /// Acquire with FIFO waiting (see the module doc). Returns the lease and whether it had
-    /// to wait for it.
+    /// to wait for it. `on_wait` runs once, when the request joins the pool's line (the gRPC
+    /// edge uses it to stop counting the request against `--max-concurrent-requests`).
     pub async fn acquire(
         &self,
         r: &pb::AcquireRequest,
         deadline: Option<Instant>,
+        on_wait: impl FnOnce(),
     ) -> Result<(Lease, bool), SchedulerError> {
         let (mut params, wait) = self.validate_acquire(r)?;
         let pool = params.pool.clone();
@@ -371,7 +389,7 @@ impl SchedulerService {
             _ => (wait_end, false),
         };
         if wait.is_zero() || queue.waiting() == 0 {
-            match self.attempt(&mut params).await? {
+            match self.attempt(&queue, &mut params).await? {
                 AcquireResult::Granted(lease) => return Ok((lease, false)),
                 other if wait.is_zero() || hopeless(&other, end) => {
                     return Err(self.no_grant(&pool, other, Duration::ZERO));
@@ -387,7 +405,7 @@ impl SchedulerService {
                     waited_ms: waited.as_millis() as u64,
                 }
             } else {
-                match last {
+                match last.or_else(|| queue.last_refusal()) {
                     Some(res) => self.no_grant(&pool, res, waited),
                     None => SchedulerError::PoolFull {
                         pool: pool.clone(),
@@ -399,21 +417,36 @@ impl SchedulerService {
                 }
             }
         };
-        let _waiting = queue.join();
+        let max_waiters = usize::try_from(self.settings.max_waiters).unwrap_or(usize::MAX);
+        let Some(_waiting) = queue.join(max_waiters) else {
+            return Err(SchedulerError::TooManyWaiters {
+                pool: pool.clone(),
+                max_waiters,
+            });
+        };
+        on_wait();
+        let mut store_failures = queue.store_failures();
+        // The head finds a store failure by itself: its own attempt fails within the store
+        // timeout. Everyone behind it learns of that failure at once.
+        let store_failed = |queue: &WaitQueue| SchedulerError::Store(queue.last_store_error());
         let shutting_down = || SchedulerError::ShuttingDown { pool: pool.clone() };
         let _head = tokio::select! {
+            // A store failure wins over becoming the head: the head would only find it again,
+            // one store timeout later.
+            biased;
+            _ = store_failures.changed() => return Err(store_failed(&queue)),
+            () = self.shutdown.cancelled() => return Err(shutting_down()),
             head = tokio::time::timeout_at(end, queue.head()) => match head {
                 Ok(head) => head,
                 Err(_) => return Err(ended(None)),
             },
-            () = self.shutdown.cancelled() => return Err(shutting_down()),
         };
         let poll = Duration::from_millis(self.settings.wait_poll_ms);
         loop {
             let notified = queue.freed().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let last = match self.attempt(&mut params).await? {
+            let last = match self.attempt(&queue, &mut params).await? {
                 AcquireResult::Granted(lease) => return Ok((lease, true)),
                 other if hopeless(&other, end) => {
                     return Err(self.no_grant(&pool, other, start.elapsed()));
@@ -570,18 +603,31 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::Lease>, Status> {
         let deadline = grpc_deadline(request.metadata());
-        let r = request.into_inner();
-        let span = tracing::info_span!("scheduler.acquire", pool = %r.pool, request_id = %r.request_id, key = tracing::field::Empty);
+        let (_, extensions, r) = request.into_parts();
+        // Checked before anything logs it: a newline would forge a log line.
+        if let Err(problem) = check_field(&r.request_id, MAX_REQUEST_ID_CHARS) {
+            return Err(invalid("request_id", problem.to_string()).into());
+        }
+        // Only configured pools name spans and metric series (bounded cardinality).
+        let pool_label = self
+            .pools
+            .get_key_value(r.pool.as_str())
+            .map_or("unknown", |(name, _)| name.as_str());
+        let span = tracing::info_span!("scheduler.acquire", pool = %pool_label, request_id = %r.request_id, key = tracing::field::Empty);
         let started = Instant::now();
-        let result = SchedulerService::acquire(self, &r, deadline)
-            .instrument(span.clone())
-            .await;
+        let result = SchedulerService::acquire(self, &r, deadline, || {
+            voxpool_shared::limits::step_aside(&extensions);
+        })
+        .instrument(span.clone())
+        .await;
         let label = match &result {
             Ok((_, false)) => "granted",
             Ok((_, true)) => "waited",
-            Err(SchedulerError::PoolFull { .. } | SchedulerError::NoEligibleKey { .. }) => {
-                "exhausted"
-            }
+            Err(
+                SchedulerError::PoolFull { .. }
+                | SchedulerError::NoEligibleKey { .. }
+                | SchedulerError::TooManyWaiters { .. },
+            ) => "exhausted",
             Err(
                 SchedulerError::KeysUnavailable { .. }
                 | SchedulerError::Store(_)
@@ -591,7 +637,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             Err(_) => "invalid",
         };
         self.metrics
-            .acquire(&r.pool, label, started.elapsed().as_secs_f64());
+            .acquire(pool_label, label, started.elapsed().as_secs_f64());
         let (lease, _) = result?;
         span.record("key", lease.key_id.as_str());
         tracing::debug!(parent: &span, "lease granted");
@@ -603,6 +649,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let id = Self::lease_id("lease_id", &request.get_ref().lease_id)?;
+        self.pool("lease_id", &id.pool)?;
         let released = self
             .store
             .release(&id)
@@ -625,8 +672,9 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             return Err(invalid(
                 "key_id",
                 format!(
-                    "{:?} is not a key of pool {:?}; send the keyId the lease was granted on",
-                    r.key_id, id.pool
+                    "{} is not a key of pool {:?}; send the keyId the lease was granted on",
+                    quote(&r.key_id),
+                    id.pool
                 ),
             )
             .into());
@@ -692,6 +740,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
     ) -> Result<Response<pb::Lease>, Status> {
         let r = request.into_inner();
         let id = Self::lease_id("lease_id", &r.lease_id)?;
+        self.pool("lease_id", &id.pool)?;
         let ttl = self.ttl("lease_ttl_ms", r.lease_ttl_ms)?;
         let lease = self
             .store

@@ -10,7 +10,7 @@ use std::{
     time::Duration,
 };
 
-use common::{Backend, Harness, admin, pool_toml, start, uniform_pool};
+use common::{Backend, Harness, admin, pool_toml, start, start_with, uniform_pool};
 use tonic::Code;
 use tonic_types::StatusExt;
 use voxpool_proto::scheduler::v1::{self as pb, KeyState, Outcome};
@@ -63,6 +63,10 @@ conformance!(
     config_capacity_change_wins_over_admin_override_on_reseed,
     a_wait_that_cannot_end_in_a_grant_answers_at_once,
     a_waiter_gets_a_key_whose_cooldown_ends_within_the_wait,
+    waiters_beyond_max_waiters_are_resource_exhausted_naming_it,
+    a_wait_that_never_reached_the_head_reports_the_real_counts,
+    a_huge_unknown_pool_name_gets_a_short_not_found,
+    control_characters_in_ids_are_invalid_argument,
 );
 
 fn in_flight_by_key(s: &pb::PoolStatus) -> HashMap<String, i32> {
@@ -1165,6 +1169,165 @@ async fn a_waiter_gets_a_key_whose_cooldown_ends_within_the_wait(b: Backend) {
 }
 
 #[allow(dead_code)]
+async fn waiters_beyond_max_waiters_are_resource_exhausted_naming_it(b: Backend) {
+    let h = start_with(b, &uniform_pool(1, 1, 1), "max_waiters = 3\n").await;
+    let held = h.acquire("p").await.unwrap();
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let mut c = h.client();
+            tokio::spawn(async move {
+                c.acquire(pb::AcquireRequest {
+                    pool: "p".into(),
+                    wait_timeout_ms: 60_000,
+                    ..Default::default()
+                })
+                .await
+            })
+        })
+        .collect();
+    h.wait_until("p", "three waiters queued", |s| s.waiters == 3)
+        .await;
+    let err = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            wait_timeout_ms: 60_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message().contains("scheduler.max_waiters"),
+        "{}",
+        err.message()
+    );
+    let details = err.get_error_details();
+    let info = details.error_info().expect("ErrorInfo");
+    assert_eq!(info.reason, "TOO_MANY_WAITERS");
+    assert_eq!(
+        info.metadata.get("max_waiters").map(String::as_str),
+        Some("3")
+    );
+    // A request that does not wait is still answered as before.
+    let err = h.acquire("p").await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert_eq!(
+        err.get_error_details()
+            .error_info()
+            .map(|i| i.reason.clone()),
+        Some("POOL_FULL".into())
+    );
+    assert!(h.release(&held.lease_id).await);
+    for w in waiters {
+        w.abort();
+    }
+    h.wait_until("p", "waiters gone", |s| s.waiters == 0).await;
+}
+
+async fn a_wait_that_never_reached_the_head_reports_the_real_counts(b: Backend) {
+    let h = start(b, &uniform_pool(1, 2, 1)).await;
+    let held: Vec<_> = [h.acquire("p").await.unwrap(), h.acquire("p").await.unwrap()].into();
+    // The head waits long; the second waiter's own wait ends while it is still behind it.
+    let mut c = h.client();
+    let head = tokio::spawn(async move {
+        c.acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            wait_timeout_ms: 60_000,
+            ..Default::default()
+        })
+        .await
+    });
+    h.wait_until("p", "head queued", |s| s.waiters == 1).await;
+    let err = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            wait_timeout_ms: 200,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message().contains("(2/2 in flight"),
+        "the pool's real counts, not 0/0: {}",
+        err.message()
+    );
+    let details = err.get_error_details();
+    let info = details.error_info().expect("ErrorInfo");
+    assert_eq!(info.metadata.get("capacity").map(String::as_str), Some("2"));
+    assert_eq!(
+        info.metadata.get("in_flight").map(String::as_str),
+        Some("2")
+    );
+    head.abort();
+    for l in held {
+        assert!(h.release(&l.lease_id).await);
+    }
+}
+
+async fn a_huge_unknown_pool_name_gets_a_short_not_found(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 1)).await;
+    let huge = "x".repeat(1 << 20);
+    let err = h.acquire(&huge).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{:?}", err.code());
+    assert!(
+        err.message().len() < 512,
+        "{} bytes of message",
+        err.message().len()
+    );
+    assert!(
+        err.message().contains("(1048576 bytes)"),
+        "{}",
+        err.message()
+    );
+    assert!(err.details().len() < 1024, "details stay short too");
+    let err = h
+        .client()
+        .get_pool_status(pb::GetPoolStatusRequest { pool: huge })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    assert!(err.message().len() < 512);
+}
+
+async fn control_characters_in_ids_are_invalid_argument(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 1)).await;
+    let cases = [
+        (
+            pb::AcquireRequest {
+                pool: "p".into(),
+                request_id: "req-1\nlevel=ERROR forged".into(),
+                ..Default::default()
+            },
+            "request_id",
+        ),
+        (
+            pb::AcquireRequest {
+                pool: "p\r\nx".into(),
+                ..Default::default()
+            },
+            "pool",
+        ),
+        (
+            pb::AcquireRequest {
+                pool: "p".into(),
+                request_id: "r".repeat(129),
+                ..Default::default()
+            },
+            "request_id",
+        ),
+    ];
+    for (req, field) in cases {
+        let err = h.acquire_with(req.clone()).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{req:?}: {err:?}");
+        let details = err.get_error_details();
+        let violations = &details.bad_request().expect("BadRequest").field_violations;
+        assert_eq!(violations[0].field, field, "{req:?}");
+        assert!(!err.message().contains('\n'), "{}", err.message());
+    }
+    assert_eq!(h.status("p").await.in_flight, 0, "nothing was granted");
+}
+
 fn _assert_harness_is_send(h: Harness) -> impl Send {
     h
 }

@@ -89,11 +89,12 @@ impl Core {
         r: pb::SynthesizeRequest,
         deadline: Deadline,
     ) -> Result<Job, SynthesisError> {
-        if r.request_id.chars().count() > MAX_REQUEST_ID_CHARS {
-            return Err(invalid(
-                "request_id",
-                format!("at most {MAX_REQUEST_ID_CHARS} characters"),
-            ));
+        // Checked first: the request id goes into every log line of the request, and a
+        // control character in it would forge one.
+        if let Err(problem) =
+            voxpool_shared::untrusted::check_field(&r.request_id, MAX_REQUEST_ID_CHARS)
+        {
+            return Err(invalid("request_id", problem.to_string()));
         }
         check_text(&r.text, self.settings.max_text_chars)?;
         let format = audio_format(r.format)?;

@@ -192,6 +192,15 @@ async fn bad_requests_are_clear_errors_and_the_server_keeps_serving() {
             "invalid request_id",
         ),
         (
+            "newline in the request id (a forged log line)",
+            pb::SynthesizeRequest {
+                request_id: "req-1\n2026-01-01T00:00:00Z ERROR forged".into(),
+                ..request(&good, "hi")
+            },
+            Code::InvalidArgument,
+            "invalid request_id: must not contain control characters",
+        ),
+        (
             "unknown espeak voice",
             request(&snapshot("espeak", "espeak-local", "xx-nope", "{}"), "hi"),
             Code::InvalidArgument,
@@ -250,7 +259,7 @@ async fn invalid_utf8_in_snapshot_json_is_refused_on_the_wire() {
         )
         .await
         .expect_err("invalid UTF-8 must be refused");
-    assert_eq!(err.code(), Code::Internal, "{err:?}");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("UTF-8"), "{}", err.message());
     let ok = stack
         .synthesize(request(

@@ -81,7 +81,14 @@ pub async fn open_store(
 }
 
 pub async fn start(backend: Backend, toml: &str) -> Harness {
-    let config = Config::from_toml_str(&format!("{toml}{SETTINGS}")).expect("config parses");
+    start_with(backend, toml, "").await
+}
+
+/// Like [`start`], with `scheduler_lines` (e.g. `"max_waiters = 3\n"`) added to the
+/// `[scheduler]` table.
+pub async fn start_with(backend: Backend, toml: &str, scheduler_lines: &str) -> Harness {
+    let config = Config::from_toml_str(&format!("{toml}{SETTINGS}{scheduler_lines}"))
+        .expect("config parses");
     config
         .validate(voxpool_shared::config::Credentials::Ignore)
         .expect("config valid");

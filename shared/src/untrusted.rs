@@ -1,0 +1,101 @@
+//! Strings that come from callers, made safe for messages, logs and metric labels.
+//!
+//! Invariant guarded (ARCHITECTURE invariant 10, "no single caller can keep the service from
+//! answering"): no caller-supplied string reaches an error message, a log line or a metric
+//! label unbounded or with control characters. [`quote`] shows at most [`QUOTE_CHARS`]
+//! characters of a value, escaped; [`check_field`] refuses over-long values and control
+//! characters (a newline in a request id would forge a log line) so the handler can answer
+//! INVALID_ARGUMENT naming the field.
+
+use std::fmt::Write as _;
+
+/// Most characters of an untrusted value that [`quote`] shows.
+pub const QUOTE_CHARS: usize = 64;
+
+/// `value` as a quoted, escaped string of at most [`QUOTE_CHARS`] characters; a longer value
+/// is cut and its full length said (`"abc…" (1048576 bytes)`). Safe in messages and logs.
+pub fn quote(value: &str) -> String {
+    let mut out = String::with_capacity(value.len().min(QUOTE_CHARS * 2) + 24);
+    let mut chars = value.chars();
+    let head: String = chars.by_ref().take(QUOTE_CHARS).collect();
+    let _ = write!(out, "{head:?}");
+    if chars.next().is_some() {
+        out.pop();
+        let _ = write!(out, "…\" ({} bytes)", value.len());
+    }
+    out
+}
+
+/// Why [`check_field`] refused a value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FieldProblem {
+    /// Longer than allowed.
+    #[error("at most {max} characters, got {got}")]
+    TooLong {
+        /// The limit.
+        max: usize,
+        /// The value's length in characters.
+        got: usize,
+    },
+    /// Holds a control character (newline, tab, NUL, escape, …).
+    #[error("must not contain control characters (found {found:?} at character {at})")]
+    ControlCharacter {
+        /// The character.
+        found: char,
+        /// Its index, in characters.
+        at: usize,
+    },
+}
+
+/// Checks that `value` has at most `max_chars` characters and no control character. Cost is
+/// one pass over at most `max_chars + 1` characters, whatever the value's size.
+pub fn check_field(value: &str, max_chars: usize) -> Result<(), FieldProblem> {
+    for (at, c) in value.chars().enumerate() {
+        if at >= max_chars {
+            return Err(FieldProblem::TooLong {
+                max: max_chars,
+                got: value.chars().count(),
+            });
+        }
+        if c.is_control() {
+            return Err(FieldProblem::ControlCharacter { found: c, at });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quote_escapes_and_bounds_any_input() {
+        assert_eq!(quote("volc"), "\"volc\"");
+        assert_eq!(quote("a\nb"), "\"a\\nb\"");
+        let huge = "x".repeat(1 << 20);
+        let q = quote(&huge);
+        assert!(q.len() < 100, "{q}");
+        assert!(q.ends_with("…\" (1048576 bytes)"), "{q}");
+        assert!(!quote(&"\n".repeat(10_000)).contains('\n'));
+    }
+
+    #[test]
+    fn check_field_refuses_control_characters_and_length() {
+        assert_eq!(check_field("req-1", 128), Ok(()));
+        assert_eq!(check_field("", 128), Ok(()));
+        assert_eq!(
+            check_field("a\nb", 128),
+            Err(FieldProblem::ControlCharacter { found: '\n', at: 1 })
+        );
+        assert!(matches!(
+            check_field("\u{1b}[31m", 128),
+            Err(FieldProblem::ControlCharacter { .. })
+        ));
+        assert_eq!(
+            check_field("abcd", 3),
+            Err(FieldProblem::TooLong { max: 3, got: 4 })
+        );
+        assert_eq!(check_field("abc", 3), Ok(()));
+        assert_eq!(check_field("日本語", 3), Ok(()));
+    }
+}
