@@ -1,5 +1,6 @@
 //! Common crate of the voxpool services.
 //!
+//! - [`contract`]: outcomes and error reasons shared by the scheduler and its clients.
 //! - [`config`]: the pools file (TOML + `VOXPOOL_` environment), validated with path-named errors.
 //! - [`limits`]: request timeout, message size, load shedding and TLS flags for servers.
 //! - [`secret`]: a string that never prints (vendor credentials, the admin token).
@@ -13,6 +14,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod contract;
 pub mod limits;
 pub mod secret;
 pub mod serve;

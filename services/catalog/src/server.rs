@@ -5,7 +5,6 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic_health::ServingStatus;
 use voxpool_shared::auth::AdminAuth;
 use voxpool_shared::limits::ServerFlags;
 
@@ -51,83 +50,31 @@ pub async fn serve_with(
     flags: &ServerFlags,
     shutdown: CancellationToken,
 ) -> Result<(), String> {
-    let (reporter, health) = tonic_health::server::health_reporter();
-    let (reflection_v1, reflection_v1alpha) =
-        voxpool_shared::serve::reflection_services(&[SERVICE_NAME, ADMIN_SERVICE_NAME])
-            .map_err(|e| format!("reflection: {e}"))?;
-
-    // Health is known before the first request: every name is registered now, from one ping.
-    let first = if repo.ping().await.is_ok() {
-        ServingStatus::Serving
-    } else {
-        ServingStatus::NotServing
-    };
-    for name in ["", SERVICE_NAME, ADMIN_SERVICE_NAME] {
-        reporter.set_service_status(name, first).await;
-    }
-    let health_task = {
-        let shutdown = shutdown.clone();
-        let repo = repo.clone();
-        tokio::spawn(async move {
-            let names = ["", SERVICE_NAME, ADMIN_SERVICE_NAME];
-            let mut last = Some(first);
-            loop {
-                let status = match repo.ping().await {
-                    Ok(()) => ServingStatus::Serving,
-                    Err(e) => {
-                        if last != Some(ServingStatus::NotServing) {
-                            tracing::error!(error = ?e, "catalog database unreachable; health is NOT_SERVING");
-                        }
-                        ServingStatus::NotServing
-                    }
-                };
-                if last != Some(status) {
-                    if status == ServingStatus::Serving && last.is_some() {
-                        tracing::info!("catalog database reachable again; health is SERVING");
-                    }
-                    for name in names {
-                        reporter.set_service_status(name, status).await;
-                    }
-                    last = Some(status);
-                }
-                tokio::select! {
-                    _ = shutdown.cancelled() => {
-                        for name in names {
-                            reporter.set_service_status(name, ServingStatus::NotServing).await;
-                        }
-                        break;
-                    }
-                    _ = tokio::time::sleep(HEALTH_INTERVAL) => {}
-                }
-            }
-        })
-    };
-
     let max = flags.max_message_bytes;
-    let result = flags
-        .server()?
-        .trace_fn(voxpool_shared::telemetry::server_span)
-        .add_service(health)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(
-            CatalogService::new(repo.clone())
-                .into_server()
-                .max_decoding_message_size(max)
-                .max_encoding_message_size(max),
-        )
-        .add_service(
-            AdminService::new(repo, auth)
-                .into_server()
-                .max_decoding_message_size(max)
-                .max_encoding_message_size(max),
-        )
-        .serve_with_incoming_shutdown(
-            voxpool_shared::serve::incoming(listener),
-            shutdown.cancelled_owned(),
-        )
-        .await
-        .map_err(|e| format!("grpc server: {e}"));
-    health_task.abort();
-    result
+    let catalog = CatalogService::new(repo.clone())
+        .into_server()
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+    let admin = AdminService::new(repo.clone(), auth)
+        .into_server()
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+    let probe = move |_: bool| {
+        let repo = repo.clone();
+        async move { repo.ping().await.map_err(|e| format!("{e:?}")) }
+    };
+    let health = voxpool_shared::serve::Health {
+        dependency: "catalog database",
+        interval: HEALTH_INTERVAL,
+        probe,
+    };
+    voxpool_shared::serve::serve_grpc(
+        listener,
+        flags,
+        &[SERVICE_NAME, ADMIN_SERVICE_NAME],
+        health,
+        |router| router.add_service(catalog).add_service(admin),
+        shutdown,
+    )
+    .await
 }

@@ -8,6 +8,7 @@ use std::{collections::HashMap, time::Duration};
 
 use tonic::{Code, Status};
 use voxpool_shared::{
+    contract::SchedulerReason,
     status::{invalid_argument, not_found, with_info},
     untrusted::{QUOTE_CHARS, quote},
 };
@@ -166,7 +167,7 @@ impl From<SchedulerError> for Status {
             } => with_info(
                 Code::ResourceExhausted,
                 message,
-                "POOL_FULL",
+                SchedulerReason::PoolFull.as_str(),
                 HashMap::from([
                     ("pool".to_owned(), pool),
                     ("capacity".to_owned(), capacity.to_string()),
@@ -178,7 +179,7 @@ impl From<SchedulerError> for Status {
             SchedulerError::TooManyWaiters { pool, max_waiters } => with_info(
                 Code::ResourceExhausted,
                 message,
-                "TOO_MANY_WAITERS",
+                SchedulerReason::TooManyWaiters.as_str(),
                 HashMap::from([
                     ("pool".to_owned(), pool),
                     ("max_waiters".to_owned(), max_waiters.to_string()),
@@ -188,7 +189,7 @@ impl From<SchedulerError> for Status {
             SchedulerError::NoEligibleKey { pool, keys } => with_info(
                 Code::ResourceExhausted,
                 message,
-                "NO_ELIGIBLE_KEY",
+                SchedulerReason::NoEligibleKey.as_str(),
                 HashMap::from([
                     ("pool".to_owned(), pool),
                     ("keys".to_owned(), keys.to_string()),
@@ -205,12 +206,18 @@ impl From<SchedulerError> for Status {
                     md.insert("next_available_ms".to_owned(), t.to_string());
                     Duration::from_millis(u64::try_from(t - now_ms).unwrap_or(0))
                 });
-                with_info(Code::Unavailable, message, "KEYS_UNAVAILABLE", md, retry)
+                with_info(
+                    Code::Unavailable,
+                    message,
+                    SchedulerReason::KeysUnavailable.as_str(),
+                    md,
+                    retry,
+                )
             }
             SchedulerError::WaitDeadline { pool, waited_ms } => with_info(
                 Code::DeadlineExceeded,
                 message,
-                "WAIT_DEADLINE",
+                SchedulerReason::WaitDeadline.as_str(),
                 HashMap::from([
                     ("pool".to_owned(), pool),
                     ("waited_ms".to_owned(), waited_ms.to_string()),
@@ -220,7 +227,7 @@ impl From<SchedulerError> for Status {
             SchedulerError::LeaseNotLive { lease_id } => with_info(
                 Code::FailedPrecondition,
                 message,
-                "LEASE_NOT_LIVE",
+                SchedulerReason::LeaseNotLive.as_str(),
                 HashMap::from([("lease_id".to_owned(), lease_id)]),
                 None,
             ),
@@ -230,21 +237,21 @@ impl From<SchedulerError> for Status {
             SchedulerError::ShuttingDown { pool } => with_info(
                 Code::Unavailable,
                 message,
-                "SHUTTING_DOWN",
+                SchedulerReason::ShuttingDown.as_str(),
                 HashMap::from([("pool".to_owned(), pool)]),
                 Some(Duration::from_millis(100)),
             ),
             SchedulerError::Store(StoreError::Unavailable(_)) => with_info(
                 Code::Unavailable,
                 message,
-                "STORE_UNAVAILABLE",
+                SchedulerReason::StoreUnavailable.as_str(),
                 HashMap::new(),
                 Some(Duration::from_millis(500)),
             ),
             SchedulerError::Store(StoreError::NotSeeded(pool)) => with_info(
                 Code::Unavailable,
                 message,
-                "POOL_NOT_SEEDED",
+                SchedulerReason::PoolNotSeeded.as_str(),
                 HashMap::from([("pool".to_owned(), pool)]),
                 Some(Duration::from_millis(500)),
             ),

@@ -9,11 +9,16 @@
 //! Modules:
 //! - [`model`]: domain types (keys, leases, outcomes, key states, pool status).
 //! - [`store`]: the `LeaseStore` trait and its two backends (in-process memory, Redis + Lua).
-//! - [`service`]: the gRPC service (validation, FIFO waiting, error mapping).
+//! - [`admission`]: how an Acquire becomes a lease: FIFO waiting, undo-on-cancel, re-seed
+//!   (domain types only).
+//! - [`service`]: the gRPC edge: thin handlers over request validation and the domain.
+//! - [`convert`]: domain types to and from their protobuf forms.
 //! - [`metrics`]: OpenTelemetry instruments (per-key in-flight, utilization, acquires, cooldowns).
 //! - [`error`]: the service error enum and its exhaustive mapping to `tonic::Status`.
 //! - [`server`]: wiring used by the binary and by tests (config -> store -> gRPC server).
 
+pub mod admission;
+pub mod convert;
 pub mod error;
 pub mod metrics;
 pub mod model;

@@ -139,11 +139,18 @@ pub struct AcquireParams {
     pub ttl_ms: u64,
 }
 
-/// Result of one acquire attempt.
+/// Result of one acquire attempt: a lease, or a refusal that cannot be mistaken for one.
 #[derive(Clone, Debug, PartialEq)]
 pub enum AcquireResult {
     /// A slot was leased.
     Granted(Lease),
+    /// No slot was leased, and why.
+    Refused(Refusal),
+}
+
+/// Why an acquire attempt leased nothing (invariant 4: never silent when full).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Refusal {
     /// Every eligible available key is at capacity.
     Full {
         /// Sum of capacities of the pool's available keys.
@@ -165,39 +172,9 @@ pub enum AcquireResult {
     NoEligibleKey,
 }
 
-/// The outcome of a vendor call (see VENDORS.md for the classification).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// Audio came back.
-    Success,
-    /// 429 or the vendor's concurrency/rate error.
-    RateLimited,
-    /// 5xx or a vendor busy code.
-    UpstreamError,
-    /// Connect/read timeout or reset.
-    Timeout,
-    /// Credential rejected.
-    KeyInvalid,
-    /// Balance or lifetime quota spent.
-    QuotaExhausted,
-    /// The request was bad; says nothing about the key.
-    ClientError,
-}
-
-impl Outcome {
-    /// Stable lowercase name used in the store and in logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Success => "success",
-            Outcome::RateLimited => "rate_limited",
-            Outcome::UpstreamError => "upstream_error",
-            Outcome::Timeout => "timeout",
-            Outcome::KeyInvalid => "key_invalid",
-            Outcome::QuotaExhausted => "quota_exhausted",
-            Outcome::ClientError => "client_error",
-        }
-    }
-}
+/// The outcome of a vendor call (see VENDORS.md for the classification): the contract type
+/// shared with synthesis.
+pub use voxpool_shared::contract::Outcome;
 
 /// Whether a key takes leases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

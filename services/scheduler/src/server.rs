@@ -5,7 +5,6 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic_health::ServingStatus;
 use voxpool_shared::{auth::AdminAuth, config::Config, limits::ServerFlags};
 
 use crate::{
@@ -89,91 +88,44 @@ pub async fn serve_with(
     flags: &ServerFlags,
     shutdown: CancellationToken,
 ) -> Result<(), String> {
-    let (reporter, health) = tonic_health::server::health_reporter();
-    let (reflection_v1, reflection_v1alpha) =
-        voxpool_shared::serve::reflection_services(&[SERVICE_NAME])
-            .map_err(|e| format!("reflection: {e}"))?;
     let metrics = Arc::new(SchedulerMetrics::new());
     let cache = metrics.cache();
-    let service =
-        SchedulerService::new(store.clone(), config, auth, metrics).with_shutdown(shutdown.clone());
-
-    let specs = PoolSpec::from_config(config);
-    // Health is known before the first request: both names are registered now, from one ping.
-    let first = if store.ping().await.is_ok() {
-        ServingStatus::Serving
-    } else {
-        ServingStatus::NotServing
-    };
-    reporter.set_service_status("", first).await;
-    reporter.set_service_status(SERVICE_NAME, first).await;
-    let health_task = {
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            let mut last = Some(first);
-            loop {
-                let status = match store.ping().await {
-                    // Back from an outage: the store may have lost its data (a Redis restart
-                    // without persistence), so seed again. Seeding never resets live counts.
-                    Ok(()) if last == Some(ServingStatus::NotServing) => {
-                        match store.seed(&specs).await {
-                            Ok(()) => {
-                                tracing::info!("lease store reachable again; pools re-seeded");
-                                ServingStatus::Serving
-                            }
-                            Err(e) => {
-                                tracing::error!(error = %e, "re-seeding the lease store failed");
-                                ServingStatus::NotServing
-                            }
-                        }
-                    }
-                    Ok(()) => ServingStatus::Serving,
-                    Err(e) => {
-                        if last != Some(ServingStatus::NotServing) {
-                            tracing::error!(error = %e, "lease store unreachable; health is NOT_SERVING");
-                        }
-                        ServingStatus::NotServing
-                    }
-                };
-                if status == ServingStatus::Serving {
-                    refresh_cache(store.as_ref(), &specs, &cache).await;
-                }
-                if last != Some(status) {
-                    reporter.set_service_status("", status).await;
-                    reporter.set_service_status(SERVICE_NAME, status).await;
-                    last = Some(status);
-                }
-                tokio::select! {
-                    _ = shutdown.cancelled() => {
-                        reporter.set_service_status("", ServingStatus::NotServing).await;
-                        reporter.set_service_status(SERVICE_NAME, ServingStatus::NotServing).await;
-                        break;
-                    }
-                    _ = tokio::time::sleep(HEALTH_INTERVAL) => {}
-                }
-            }
-        })
-    };
-
-    let scheduler = service
+    let service = SchedulerService::new(store.clone(), config, auth, metrics, shutdown.clone())
         .into_server()
         .max_decoding_message_size(flags.max_message_bytes)
         .max_encoding_message_size(flags.max_message_bytes);
-    let result = flags
-        .server()?
-        .trace_fn(voxpool_shared::telemetry::server_span)
-        .add_service(health)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(scheduler)
-        .serve_with_incoming_shutdown(
-            voxpool_shared::serve::incoming(listener),
-            shutdown.cancelled_owned(),
-        )
-        .await
-        .map_err(|e| format!("grpc server: {e}"));
-    health_task.abort();
-    result
+    let specs = PoolSpec::from_config(config);
+    // Health follows the store; when it answers again the pools are re-seeded (it may have
+    // restarted empty) before the replica reports SERVING.
+    let probe = move |was_serving: bool| {
+        let (store, specs, cache) = (store.clone(), specs.clone(), cache.clone());
+        async move {
+            store.ping().await.map_err(|e| e.to_string())?;
+            if !was_serving {
+                store
+                    .seed(&specs)
+                    .await
+                    .map_err(|e| format!("re-seeding the pools failed: {e}"))?;
+                tracing::info!("lease store reachable again; pools re-seeded");
+            }
+            refresh_cache(store.as_ref(), &specs, &cache).await;
+            Ok(())
+        }
+    };
+    let health = voxpool_shared::serve::Health {
+        dependency: "lease store",
+        interval: HEALTH_INTERVAL,
+        probe,
+    };
+    voxpool_shared::serve::serve_grpc(
+        listener,
+        flags,
+        &[SERVICE_NAME],
+        health,
+        |router| router.add_service(service),
+        shutdown,
+    )
+    .await
 }
 
 /// Reads every pool's status into the metrics cache (best effort: a failed read keeps the

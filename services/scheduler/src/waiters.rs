@@ -24,7 +24,10 @@ use std::{
 
 use tokio::sync::{Mutex, MutexGuard, Notify, watch};
 
-use crate::{model::AcquireResult, store::StoreError};
+use crate::{
+    model::{AcquireResult, Refusal},
+    store::StoreError,
+};
 
 /// A pool's line of waiting acquirers.
 #[derive(Debug)]
@@ -35,7 +38,7 @@ pub(crate) struct WaitQueue {
     /// Bumped on every store failure; the message of the last one beside it.
     store_failures: watch::Sender<u64>,
     last_store_error: StdMutex<String>,
-    last_refusal: StdMutex<Option<AcquireResult>>,
+    last_refusal: StdMutex<Option<Refusal>>,
 }
 
 impl Default for WaitQueue {
@@ -96,7 +99,7 @@ impl WaitQueue {
     pub(crate) fn saw(&self, result: &Result<AcquireResult, StoreError>) {
         match result {
             Ok(AcquireResult::Granted(_)) => {}
-            Ok(refusal) => {
+            Ok(AcquireResult::Refused(refusal)) => {
                 *self
                     .last_refusal
                     .lock()
@@ -136,7 +139,7 @@ impl WaitQueue {
     }
 
     /// The last refusal an attempt on this pool saw, if any.
-    pub(crate) fn last_refusal(&self) -> Option<AcquireResult> {
+    pub(crate) fn last_refusal(&self) -> Option<Refusal> {
         self.last_refusal
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

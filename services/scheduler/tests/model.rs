@@ -18,7 +18,7 @@ use proptest::prelude::*;
 use voxpool_scheduler::{
     model::{
         AcquireParams, AcquireResult, HealthPolicy, KeySpec, KeyState, LeaseId, LeaseToken,
-        Outcome, PoolSpec, ReportParams,
+        Outcome, PoolSpec, Refusal, ReportParams,
     },
     store::{LeaseStore, memory::MemoryStore, redis::RedisStore},
 };
@@ -223,19 +223,21 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                             m.ids.push(lease.id.clone());
                             m.leases.insert(idx, (lease.id, lease.key_id, m.now + ttl));
                         }
-                        AcquireResult::Full { .. } => {
+                        AcquireResult::Refused(Refusal::Full { .. }) => {
                             prop_assert!(
                                 with_room.is_empty() && !avail.is_empty(),
                                 "Full but model {m:?}"
                             );
                         }
-                        AcquireResult::Unavailable { .. } => {
+                        AcquireResult::Refused(Refusal::Unavailable { .. }) => {
                             prop_assert!(
                                 avail.is_empty() && !eligible.is_empty(),
                                 "Unavailable but model {m:?}"
                             );
                         }
-                        AcquireResult::NoEligibleKey => prop_assert!(eligible.is_empty()),
+                        AcquireResult::Refused(Refusal::NoEligibleKey) => {
+                            prop_assert!(eligible.is_empty())
+                        }
                     }
                 }
                 Op::Release(i) => {

@@ -27,7 +27,7 @@ use std::{
 use tokio::{task::JoinHandle, time::Instant};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
-use voxpool_proto::scheduler::v1::Outcome;
+use voxpool_shared::contract::Outcome;
 use voxpool_shared::snapshot::Snapshot;
 
 use crate::{
@@ -258,7 +258,7 @@ async fn call_under_lease(
         },
     };
     let outcome = match failure.outcome {
-        Outcome::Success | Outcome::Unspecified => Outcome::UpstreamError,
+        Outcome::Success => Outcome::UpstreamError,
         other => other,
     };
     guard

@@ -20,7 +20,8 @@ pub struct Deadline {
 impl Deadline {
     /// From the request metadata, falling back to `default` when the caller set none.
     pub fn from_metadata(md: &MetadataMap, default: Duration) -> Self {
-        let budget = grpc_timeout(md).map_or(default, |d| d.saturating_sub(MARGIN));
+        let budget =
+            voxpool_shared::serve::grpc_timeout(md).map_or(default, |d| d.saturating_sub(MARGIN));
         Self::after(budget)
     }
 
@@ -53,40 +54,9 @@ impl Deadline {
     }
 }
 
-/// The `grpc-timeout` header (`<digits><H|M|S|m|u|n>`), if present and well formed.
-pub fn grpc_timeout(md: &MetadataMap) -> Option<Duration> {
-    let raw = md.get("grpc-timeout")?.to_str().ok()?;
-    let (digits, unit) = raw.split_at(raw.len().checked_sub(1)?);
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.saturating_mul(3600)),
-        "M" => Duration::from_secs(n.saturating_mul(60)),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn grpc_timeout_units_parse() {
-        let mut md = MetadataMap::new();
-        for (raw, want) in [
-            ("5S", Duration::from_secs(5)),
-            ("250m", Duration::from_millis(250)),
-            ("2M", Duration::from_secs(120)),
-        ] {
-            md.insert("grpc-timeout", raw.parse().unwrap());
-            assert_eq!(grpc_timeout(&md), Some(want));
-        }
-        md.insert("grpc-timeout", "12x".parse().unwrap());
-        assert_eq!(grpc_timeout(&md), None);
-    }
 
     #[test]
     fn without_a_caller_deadline_the_default_budget_applies() {

@@ -9,7 +9,7 @@ use std::{collections::HashMap, time::Duration};
 
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
-use voxpool_proto::scheduler::v1::Outcome;
+use voxpool_shared::contract::Outcome;
 use voxpool_shared::status::{ERROR_DOMAIN, invalid_argument, not_found, with_info};
 
 use crate::{

@@ -12,7 +12,8 @@
 
 use std::time::Duration;
 
-use voxpool_proto::scheduler::v1::{AcquireRequest, Outcome};
+use voxpool_proto::scheduler::v1::AcquireRequest;
+use voxpool_shared::contract::Outcome;
 
 use crate::{
     attempt::{self, AttemptEnd, CallInput},
@@ -202,7 +203,7 @@ impl Core {
                 .cloned();
             if let Some(r) = record {
                 if r.outcome != Outcome::Success {
-                    tracing::info!(pool = %pool.id, key = %r.key_id, outcome = r.outcome.as_str_name(), status = ?r.http_status, message = %r.message, "vendor call failed");
+                    tracing::info!(pool = %pool.id, key = %r.key_id, outcome = r.outcome.wire_name(), status = ?r.http_status, message = %r.message, "vendor call failed");
                 }
                 attempts.push(r);
             }
@@ -219,7 +220,7 @@ impl Core {
                         });
                     }
                     if let Some(last) = attempts.last() {
-                        metrics::failover(&pool.id, last.outcome.as_str_name());
+                        metrics::failover(&pool.id, last.outcome.wire_name());
                     }
                     tried.push(key_id);
                 }

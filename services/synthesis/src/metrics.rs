@@ -126,7 +126,7 @@ pub fn request(rpc: &'static str, pool: &str, code: Code, elapsed: Duration) {
 
 /// Records one vendor call of pool `pool` (provider `provider`).
 pub fn attempt(pool: &str, provider: &str, a: &AttemptRecord) {
-    let outcome = a.outcome.as_str_name();
+    let outcome = a.outcome.wire_name();
     let m = instruments();
     m.vendor_responses.add(
         1,

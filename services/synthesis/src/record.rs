@@ -3,7 +3,8 @@
 
 use std::fmt;
 
-use voxpool_proto::{scheduler::v1::Outcome, synthesis::v1 as pb};
+use voxpool_proto::{scheduler::v1 as spb, synthesis::v1 as pb};
+use voxpool_shared::contract::Outcome;
 
 /// One vendor call made for a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,7 +30,7 @@ impl AttemptRecord {
     pub fn to_pb(&self) -> pb::Attempt {
         pb::Attempt {
             key_id: self.key_id.clone(),
-            outcome: self.outcome as i32,
+            outcome: spb::Outcome::from(self.outcome) as i32,
             http_status: self.http_status.map_or(0, i32::from),
             latency_ms: i64::try_from(self.latency_ms).unwrap_or(i64::MAX),
             message: self.message.clone(),
@@ -41,7 +42,7 @@ impl AttemptRecord {
 /// `acct-a/app-1 RATE_LIMITED (429) after 12ms: too many requests`.
 impl fmt::Display for AttemptRecord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.key_id, self.outcome.as_str_name())?;
+        write!(f, "{} {}", self.key_id, self.outcome.wire_name())?;
         if let Some(status) = self.http_status {
             write!(f, " ({status})")?;
         }

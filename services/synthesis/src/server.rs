@@ -6,7 +6,6 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic_health::ServingStatus;
 use voxpool_shared::{config::Config, limits::ServerFlags};
 
 use crate::{
@@ -76,67 +75,36 @@ pub async fn serve_with(
     flags: &ServerFlags,
     shutdown: CancellationToken,
 ) -> Result<(), String> {
-    let (reporter, health) = tonic_health::server::health_reporter();
-    let (reflection_v1, reflection_v1alpha) =
-        voxpool_shared::serve::reflection_services(&[SERVICE_NAME])
-            .map_err(|e| format!("reflection: {e}"))?;
-    // Health is known before the first request: check the scheduler once, then keep checking.
+    // No lease, no synthesis: health follows the scheduler.
     let scheduler = core.scheduler.clone();
-    let first = if scheduler.is_serving().await {
-        ServingStatus::Serving
-    } else {
-        ServingStatus::NotServing
-    };
-    if first == ServingStatus::NotServing {
-        tracing::warn!(scheduler = %scheduler.url(), "scheduler not serving yet; health is NOT_SERVING until it answers");
-    }
-    reporter.set_service_status("", first).await;
-    reporter.set_service_status(SERVICE_NAME, first).await;
-    let health_task = {
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            let mut last = Some(first);
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => {
-                        reporter.set_service_status("", ServingStatus::NotServing).await;
-                        reporter.set_service_status(SERVICE_NAME, ServingStatus::NotServing).await;
-                        break;
-                    }
-                    () = tokio::time::sleep(HEALTH_INTERVAL) => {}
-                }
-                let status = if scheduler.is_serving().await {
-                    ServingStatus::Serving
-                } else {
-                    ServingStatus::NotServing
-                };
-                if last != Some(status) {
-                    if status == ServingStatus::NotServing {
-                        tracing::warn!(scheduler = %scheduler.url(), "scheduler not serving; health is NOT_SERVING");
-                    } else {
-                        tracing::info!(scheduler = %scheduler.url(), "scheduler serving; health is SERVING");
-                    }
-                    reporter.set_service_status("", status).await;
-                    reporter.set_service_status(SERVICE_NAME, status).await;
-                    last = Some(status);
-                }
+    let probe = move |_: bool| {
+        let scheduler = scheduler.clone();
+        async move {
+            if scheduler.is_serving().await {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the scheduler at {} is not serving",
+                    scheduler.url()
+                ))
             }
-        })
+        }
     };
-    let result = flags
-        .server()?
-        .trace_fn(voxpool_shared::telemetry::server_span)
-        .add_service(health)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(SynthesisService::new(core.clone(), flags.max_message_bytes).into_server())
-        .serve_with_incoming_shutdown(
-            voxpool_shared::serve::incoming(listener),
-            shutdown.cancelled_owned(),
-        )
-        .await
-        .map_err(|e| format!("grpc server: {e}"));
-    health_task.abort();
+    let health = voxpool_shared::serve::Health {
+        dependency: "scheduler",
+        interval: HEALTH_INTERVAL,
+        probe,
+    };
+    let service = SynthesisService::new(core.clone(), flags.max_message_bytes).into_server();
+    let result = voxpool_shared::serve::serve_grpc(
+        listener,
+        flags,
+        &[SERVICE_NAME],
+        health,
+        |router| router.add_service(service),
+        shutdown,
+    )
+    .await;
     core.background.close();
     let bound = Duration::from_millis(core.settings.attempt_timeout_ms) + Duration::from_secs(1);
     if tokio::time::timeout(bound, core.background.wait())

@@ -5,7 +5,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use voxpool_proto::scheduler::v1::Outcome;
+use voxpool_shared::contract::Outcome;
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 use voxpool_synthesis::{
     fake::{FakeConfig, FakeVendor, Fault, Step, VendorKind},

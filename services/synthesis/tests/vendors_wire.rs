@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use voxpool_proto::scheduler::v1::Outcome;
+use voxpool_shared::contract::Outcome;
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 use voxpool_synthesis::{
     fake::{self, FakeConfig, FakeVendor, RecordedRequest, VendorKind},

@@ -17,7 +17,7 @@ use rand::Rng;
 use super::{LeaseStore, StoreError, StoreResult};
 use crate::model::{
     AcquireParams, AcquireResult, CoolReason, HealthPolicy, KeyState, KeyStatus, Lease, LeaseId,
-    Outcome, PoolSpec, PoolStatus, ReportParams, ReportResult, upstream_of,
+    Outcome, PoolSpec, PoolStatus, Refusal, ReportParams, ReportResult, upstream_of,
 };
 
 /// Retry hint bounds for a full pool (ms).
@@ -217,7 +217,7 @@ impl LeaseStore for MemoryStore {
                 })
                 .collect();
             if eligible.is_empty() {
-                return AcquireResult::NoEligibleKey;
+                return AcquireResult::Refused(Refusal::NoEligibleKey);
             }
             let available: Vec<(&String, &KeyEntry)> = eligible
                 .iter()
@@ -231,10 +231,10 @@ impl LeaseStore for MemoryStore {
                     .filter(|k| !k.disabled && k.capacity > 0 && k.cool_until_ms > now)
                     .map(|k| k.cool_until_ms)
                     .min();
-                return AcquireResult::Unavailable {
+                return AcquireResult::Refused(Refusal::Unavailable {
                     next_available_ms: next,
                     now_ms: now,
-                };
+                });
             }
             // Lowest utilization among keys with room; compare in_flight/capacity exactly.
             let mut best: Vec<&String> = Vec::new();
@@ -274,11 +274,11 @@ impl LeaseStore for MemoryStore {
                 let retry = u64::try_from(soonest - now)
                     .unwrap_or(0)
                     .clamp(RETRY_HINT_MIN_MS, RETRY_HINT_MAX_MS);
-                return AcquireResult::Full {
+                return AcquireResult::Refused(Refusal::Full {
                     capacity,
                     in_flight,
                     retry_after_ms: retry,
-                };
+                });
             }
             let chosen = best[rand::rng().random_range(0..best.len())].clone();
             let expires = now.saturating_add(i64::try_from(p.ttl_ms).unwrap_or(i64::MAX));

@@ -27,7 +27,7 @@ use super::{LeaseStore, StoreError, StoreResult};
 use crate::{
     model::{
         AcquireParams, AcquireResult, HealthPolicy, KeyState, KeyStatus, Lease, LeaseId, PoolSpec,
-        PoolStatus, ReportParams, ReportResult,
+        PoolStatus, Refusal, ReportParams, ReportResult,
     },
     store::memory::{RETRY_HINT_MAX_MS, RETRY_HINT_MIN_MS},
 };
@@ -228,20 +228,20 @@ impl LeaseStore for RedisStore {
                 key_in_flight: u32_of(get(&reply, 3)?)?,
                 key_capacity: u32_of(get(&reply, 4)?)?,
             })),
-            "full" => Ok(AcquireResult::Full {
+            "full" => Ok(AcquireResult::Refused(Refusal::Full {
                 capacity: int(get(&reply, 1)?)?.max(0) as u64,
                 in_flight: int(get(&reply, 2)?)?.max(0) as u64,
                 retry_after_ms: (int(get(&reply, 3)?)?.max(0) as u64)
                     .clamp(RETRY_HINT_MIN_MS, RETRY_HINT_MAX_MS),
-            }),
+            })),
             "unavailable" => {
                 let next = int(get(&reply, 1)?)?;
-                Ok(AcquireResult::Unavailable {
+                Ok(AcquireResult::Refused(Refusal::Unavailable {
                     next_available_ms: (next >= 0).then_some(next),
                     now_ms: int(get(&reply, 2)?)?,
-                })
+                }))
             }
-            "none" => Ok(AcquireResult::NoEligibleKey),
+            "none" => Ok(AcquireResult::Refused(Refusal::NoEligibleKey)),
             "unseeded" => Err(StoreError::NotSeeded(p.pool.clone())),
             other => Err(StoreError::Protocol(format!("acquire replied {other:?}"))),
         }

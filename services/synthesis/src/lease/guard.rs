@@ -40,13 +40,13 @@ impl LeaseGuard {
     /// report still gets its lease released by `Drop`.
     pub async fn finish(
         mut self,
-        outcome: pb::Outcome,
+        outcome: voxpool_shared::contract::Outcome,
         retry_after_ms: Option<u64>,
         latency_ms: u64,
     ) {
         let request = pb::ReportRequest {
             lease_id: self.lease.lease_id.clone(),
-            outcome: outcome as i32,
+            outcome: pb::Outcome::from(outcome) as i32,
             retry_after_ms: retry_after_ms
                 .map_or(0, |ms| i64::try_from(ms.min(86_400_000)).unwrap_or(0)),
             latency_ms: i64::try_from(latency_ms).unwrap_or(i64::MAX),

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tonic::{Code, Status, service::interceptor::InterceptedService, transport::Channel};
 use tonic_types::StatusExt;
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
-use voxpool_shared::telemetry::TraceContextInterceptor;
+use voxpool_shared::{contract::SchedulerReason, telemetry::TraceContextInterceptor};
 
 pub use guard::LeaseGuard;
 
@@ -74,31 +74,32 @@ pub enum AcquireError {
 }
 
 fn classify(status: &Status) -> AcquireError {
-    let details = status.get_error_details();
-    let reason = details
-        .error_info()
-        .map(|i| i.reason.as_str())
-        .unwrap_or("");
-    let retry_after = details.retry_info().and_then(|r| r.retry_delay);
+    let reason = SchedulerReason::of(status);
+    let retry_after = status
+        .get_error_details()
+        .retry_info()
+        .and_then(|r| r.retry_delay);
     let message = status.message().to_owned();
-    match status.code() {
-        Code::ResourceExhausted if reason == "NO_ELIGIBLE_KEY" => {
+    match (status.code(), reason) {
+        (Code::ResourceExhausted, Some(SchedulerReason::NoEligibleKey)) => {
             AcquireError::NoEligibleKey { message }
         }
-        Code::ResourceExhausted => AcquireError::PoolFull {
+        (Code::ResourceExhausted, _) => AcquireError::PoolFull {
             message,
             retry_after,
         },
-        Code::Unavailable if reason == "KEYS_UNAVAILABLE" => AcquireError::KeysUnavailable {
-            message,
-            retry_after,
-        },
-        Code::DeadlineExceeded | Code::Cancelled => AcquireError::Deadline { message },
-        Code::NotFound | Code::InvalidArgument | Code::FailedPrecondition => {
+        (Code::Unavailable, Some(SchedulerReason::KeysUnavailable)) => {
+            AcquireError::KeysUnavailable {
+                message,
+                retry_after,
+            }
+        }
+        (Code::DeadlineExceeded | Code::Cancelled, _) => AcquireError::Deadline { message },
+        (Code::NotFound | Code::InvalidArgument | Code::FailedPrecondition, _) => {
             AcquireError::Mismatch { message }
         }
-        Code::Unavailable => AcquireError::Unreachable { message },
-        code => AcquireError::Unreachable {
+        (Code::Unavailable, _) => AcquireError::Unreachable { message },
+        (code, _) => AcquireError::Unreachable {
             message: format!("{code:?}: {message}"),
         },
     }

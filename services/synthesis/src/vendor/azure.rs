@@ -315,7 +315,7 @@ impl VendorAdapter for Azure {
         .map_err(|m| {
             http::failure(
                 PROVIDER,
-                voxpool_proto::scheduler::v1::Outcome::UpstreamError,
+                voxpool_shared::contract::Outcome::UpstreamError,
                 None,
                 None,
                 m,
@@ -348,7 +348,7 @@ impl VendorAdapter for Azure {
                 String::from_utf8_lossy(&reply.body[..reply.body.len().min(200)]).into_owned();
             return Err(http::failure(
                 PROVIDER,
-                voxpool_proto::scheduler::v1::Outcome::UpstreamError,
+                voxpool_shared::contract::Outcome::UpstreamError,
                 Some(status),
                 None,
                 format!(

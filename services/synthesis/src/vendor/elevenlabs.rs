@@ -32,7 +32,7 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use reqwest::{Client, Url};
 use serde_json::{Map, Value, json};
-use voxpool_proto::scheduler::v1::Outcome;
+use voxpool_shared::contract::Outcome;
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{

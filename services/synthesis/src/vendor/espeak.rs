@@ -31,7 +31,7 @@ use std::{path::PathBuf, process::Stdio};
 
 use async_trait::async_trait;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use voxpool_proto::scheduler::v1::Outcome;
+use voxpool_shared::contract::Outcome;
 use voxpool_shared::snapshot::Snapshot;
 
 use super::{

@@ -29,7 +29,7 @@ use std::{
 
 use bytes::Bytes;
 use reqwest::{Client, RequestBuilder, StatusCode, header::HeaderMap};
-use voxpool_proto::scheduler::v1::Outcome;
+use voxpool_shared::contract::Outcome;
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{AudioFormat, KeyCredential, ParamError, VendorFailure};

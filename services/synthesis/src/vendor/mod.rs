@@ -152,7 +152,7 @@ pub struct VendorAudio {
 pub struct VendorFailure {
     /// Scheduler outcome: RateLimited, UpstreamError, Timeout, KeyInvalid, QuotaExhausted or
     /// ClientError.
-    pub outcome: voxpool_proto::scheduler::v1::Outcome,
+    pub outcome: voxpool_shared::contract::Outcome,
     /// HTTP status, when there was a response.
     pub http_status: Option<u16>,
     /// `Retry-After` in ms, when the vendor sent one.

@@ -41,7 +41,7 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use reqwest::Client;
 use serde_json::{Value, json};
-use voxpool_proto::scheduler::v1::Outcome;
+use voxpool_shared::contract::Outcome;
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{

@@ -174,8 +174,11 @@ impl VendorAdapter for Scripted {
             .expect("steps lock")
             .pop_front()
             .unwrap_or(Step::Audio);
-        let fail = |outcome, http_status, message: &str| VendorFailure {
-            outcome,
+        // Steps name the wire outcome (what tests compare attempts with); adapters report the
+        // contract's.
+        let fail = |outcome: Outcome, http_status, message: &str| VendorFailure {
+            outcome: voxpool_shared::contract::Outcome::try_from(outcome as i32)
+                .expect("a scripted outcome is a real outcome"),
             http_status,
             retry_after_ms: (outcome == Outcome::RateLimited).then_some(60_000),
             message: message.to_owned(),

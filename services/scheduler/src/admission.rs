@@ -1,0 +1,377 @@
+//! Admission: how an Acquire becomes a lease, on domain types only (no protobuf here).
+//!
+//! Owns the waiting policy of invariant 4 ("not silent when full"): try at once; when the pool
+//! is full and the caller may wait, join the pool's FIFO line ([`crate::waiters`]) and let the
+//! head retry the store on each release or poll, until a grant, the wait's end, the caller's
+//! deadline, a store failure, or shutdown. A wait that cannot end in a grant (no eligible
+//! key, every key disabled, the first cooldown ending after the wait) answers at once.
+//!
+//! Also owns two safety nets of invariant 3 ("no leaks"): a grant whose caller went away
+//! mid-call is released at once ([`UndoGrant`]), and a store that lost a pool (Redis
+//! restarted empty) is re-seeded from the config before the attempt is retried.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use voxpool_shared::config::SchedulerSettings;
+
+use crate::{
+    error::SchedulerError,
+    model::{
+        AcquireParams, AcquireResult, Lease, LeaseId, LeaseToken, PoolSpec, PoolStatus, Refusal,
+    },
+    store::{LeaseStore, StoreError},
+    waiters::{WaitQueue, WaitQueues},
+};
+
+/// One validated Acquire.
+#[derive(Clone, Debug)]
+pub struct AcquireRequest {
+    /// What the store is asked for (its token is replaced on every attempt).
+    pub params: AcquireParams,
+    /// How long the caller is willing to wait for a slot (zero: answer at once).
+    pub wait: Duration,
+    /// The caller's own deadline, if it sent one (already shortened by a safety margin).
+    pub deadline: Option<Instant>,
+}
+
+/// How an Acquire got its lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Granted {
+    /// At once.
+    Immediately,
+    /// After waiting in the pool's line.
+    AfterWaiting,
+}
+
+/// The admission policy over one store, for the configured pools.
+pub struct Admission {
+    store: Arc<dyn LeaseStore>,
+    specs: Vec<PoolSpec>,
+    keys_per_pool: HashMap<String, usize>,
+    queues: WaitQueues,
+    poll: Duration,
+    max_waiters: usize,
+    shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission")
+            .field("pools", &self.specs.len())
+            .field("max_waiters", &self.max_waiters)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Releases a lease on drop unless disarmed: a grant whose caller went away mid-call
+/// (cancelled RPC) must not hold a slot until its TTL.
+struct UndoGrant {
+    store: Arc<dyn LeaseStore>,
+    id: Option<LeaseId>,
+}
+
+impl Drop for UndoGrant {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            let store = self.store.clone();
+            tokio::spawn(async move {
+                // The store may be the reason we are here (a stalled Redis that runs the grant
+                // later): retry for a while so the slot comes back before its TTL.
+                for attempt in 0..10u32 {
+                    match store.release(&id).await {
+                        Ok(_) => return,
+                        Err(e) if attempt == 9 => {
+                            tracing::warn!(lease = %id, error = %e, "could not undo an abandoned grant; it expires at its TTL");
+                        }
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt + 1)))
+                                .await;
+                        }
+                    }
+                }
+            });
+        }
+    }
+}
+
+impl Admission {
+    /// The policy for the pools of `specs`, with the waiting settings of `settings`.
+    pub fn new(
+        store: Arc<dyn LeaseStore>,
+        specs: Vec<PoolSpec>,
+        settings: &SchedulerSettings,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            queues: WaitQueues::new(specs.iter().map(|s| s.pool.as_str())),
+            keys_per_pool: specs
+                .iter()
+                .map(|s| (s.pool.clone(), s.keys.len()))
+                .collect(),
+            specs,
+            store,
+            poll: Duration::from_millis(settings.wait_poll_ms),
+            max_waiters: usize::try_from(settings.max_waiters).unwrap_or(usize::MAX),
+            shutdown,
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn LeaseStore> {
+        &self.store
+    }
+
+    /// Requests waiting in `pool`'s line on this replica.
+    pub fn waiting(&self, pool: &str) -> usize {
+        self.queues.get(pool).map_or(0, |q| q.waiting())
+    }
+
+    /// Wakes `pool`'s head waiter: a slot may have freed up on this replica.
+    pub fn notify(&self, pool: &str) {
+        if let Some(q) = self.queues.get(pool) {
+            q.notify();
+        }
+    }
+
+    /// Pool status, re-seeding once if the store lost the pool.
+    pub async fn status(&self, pool: &str) -> Result<PoolStatus, SchedulerError> {
+        if let Some(s) = self.store.status(pool).await? {
+            return Ok(s);
+        }
+        self.store.seed(&self.specs).await?;
+        self.store
+            .status(pool)
+            .await?
+            .ok_or_else(|| StoreError::NotSeeded(pool.to_owned()).into())
+    }
+
+    /// One store attempt with a fresh token, undone if the caller goes away mid-call. What it
+    /// answered is shared with the pool's line (`queue`).
+    async fn attempt(
+        &self,
+        queue: &WaitQueue,
+        params: &mut AcquireParams,
+    ) -> Result<AcquireResult, StoreError> {
+        params.token = LeaseToken::random();
+        let mut undo = UndoGrant {
+            store: self.store.clone(),
+            id: Some(LeaseId {
+                pool: params.pool.clone(),
+                token: params.token.clone(),
+            }),
+        };
+        let mut result = self.store.acquire(params).await;
+        if let Err(StoreError::NotSeeded(pool)) = &result {
+            // The store lost the pool (e.g. Redis restarted empty): seed again, retry once.
+            tracing::warn!(pool = %pool, "pool missing from the lease store; re-seeding");
+            self.store.seed(&self.specs).await?;
+            result = self.store.acquire(params).await;
+        }
+        // Keep the undo armed when the store failed: a timed-out script may still run later
+        // and grant this token to nobody.
+        if result.is_ok() {
+            undo.id = None;
+        }
+        queue.saw(&result);
+        result
+    }
+
+    fn refused(&self, pool: &str, refusal: Refusal, waited: Duration) -> SchedulerError {
+        match refusal {
+            Refusal::Full {
+                capacity,
+                in_flight,
+                retry_after_ms,
+            } => SchedulerError::PoolFull {
+                pool: pool.to_owned(),
+                capacity,
+                in_flight,
+                retry_after_ms,
+                waited_ms: millis(waited),
+            },
+            Refusal::Unavailable {
+                next_available_ms,
+                now_ms,
+            } => SchedulerError::KeysUnavailable {
+                pool: pool.to_owned(),
+                next_available_ms,
+                now_ms,
+            },
+            Refusal::NoEligibleKey => SchedulerError::NoEligibleKey {
+                pool: pool.to_owned(),
+                keys: self.keys_per_pool.get(pool).copied().unwrap_or(0),
+            },
+        }
+    }
+
+    /// Admits `request` (module doc). `on_wait` runs once, when the request joins the pool's
+    /// line (the gRPC edge uses it to stop counting the request against
+    /// `--max-concurrent-requests`).
+    ///
+    /// Errors: every refusal as its [`SchedulerError`] (`PoolFull` with the pool's real
+    /// counts, `KeysUnavailable`, `NoEligibleKey`, `TooManyWaiters`, `WaitDeadline`,
+    /// `ShuttingDown`, `Store`, `UnknownPool`).
+    pub async fn acquire(
+        &self,
+        request: AcquireRequest,
+        on_wait: impl FnOnce(),
+    ) -> Result<(Lease, Granted), SchedulerError> {
+        let AcquireRequest {
+            mut params,
+            wait,
+            deadline,
+        } = request;
+        let pool = params.pool.clone();
+        let queue = self
+            .queues
+            .get(&pool)
+            .cloned()
+            .ok_or_else(|| SchedulerError::UnknownPool {
+                pool: pool.clone(),
+                known: self
+                    .specs
+                    .iter()
+                    .map(|s| s.pool.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })?;
+        let start = Instant::now();
+        let wait_end = start + wait;
+        let (end, by_deadline) = match deadline {
+            Some(d) if d < wait_end => (d, true),
+            _ => (wait_end, false),
+        };
+        // Without waiters ahead (or when not waiting at all) try at once.
+        if wait.is_zero() || queue.waiting() == 0 {
+            match self.attempt(&queue, &mut params).await? {
+                AcquireResult::Granted(lease) => return Ok((lease, Granted::Immediately)),
+                AcquireResult::Refused(refusal) if wait.is_zero() || hopeless(&refusal, end) => {
+                    return Err(self.refused(&pool, refusal, Duration::ZERO));
+                }
+                AcquireResult::Refused(_) => {}
+            }
+        }
+        let ended = |last: Option<Refusal>| {
+            let waited = start.elapsed();
+            if by_deadline {
+                return SchedulerError::WaitDeadline {
+                    pool: pool.clone(),
+                    waited_ms: millis(waited),
+                };
+            }
+            match last.or_else(|| queue.last_refusal()) {
+                Some(refusal) => self.refused(&pool, refusal, waited),
+                None => SchedulerError::PoolFull {
+                    pool: pool.clone(),
+                    capacity: 0,
+                    in_flight: 0,
+                    retry_after_ms: millis(self.poll),
+                    waited_ms: millis(waited),
+                },
+            }
+        };
+        let Some(_waiting) = queue.join(self.max_waiters) else {
+            return Err(SchedulerError::TooManyWaiters {
+                pool: pool.clone(),
+                max_waiters: self.max_waiters,
+            });
+        };
+        on_wait();
+        // The head finds a store failure by itself: its own attempt fails within the store
+        // timeout. Everyone behind it learns of that failure at once.
+        let mut store_failures = queue.store_failures();
+        let shutting_down = || SchedulerError::ShuttingDown { pool: pool.clone() };
+        let _head = tokio::select! {
+            // A store failure wins over becoming the head: the head would only find it again,
+            // one store timeout later.
+            biased;
+            _ = store_failures.changed() => return Err(SchedulerError::Store(queue.last_store_error())),
+            () = self.shutdown.cancelled() => return Err(shutting_down()),
+            head = tokio::time::timeout_at(end, queue.head()) => match head {
+                Ok(head) => head,
+                Err(_) => return Err(ended(None)),
+            },
+        };
+        loop {
+            let notified = queue.freed().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let last = match self.attempt(&queue, &mut params).await? {
+                AcquireResult::Granted(lease) => return Ok((lease, Granted::AfterWaiting)),
+                AcquireResult::Refused(refusal) if hopeless(&refusal, end) => {
+                    return Err(self.refused(&pool, refusal, start.elapsed()));
+                }
+                AcquireResult::Refused(refusal) => refusal,
+            };
+            if Instant::now() >= end {
+                return Err(ended(Some(last)));
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep(self.poll) => {}
+                () = tokio::time::sleep_until(end) => {}
+                () = self.shutdown.cancelled() => return Err(shutting_down()),
+            }
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// True when waiting until `end` cannot turn `refusal` into a grant: no key is eligible, every
+/// eligible key is disabled, or the first cooling key returns only after `end`. Such an
+/// Acquire answers at once instead of holding the caller (and a request slot) until its
+/// deadline.
+fn hopeless(refusal: &Refusal, end: Instant) -> bool {
+    match refusal {
+        Refusal::NoEligibleKey
+        | Refusal::Unavailable {
+            next_available_ms: None,
+            ..
+        } => true,
+        Refusal::Unavailable {
+            next_available_ms: Some(t),
+            now_ms,
+        } => {
+            let back_in = Duration::from_millis(u64::try_from(t - now_ms).unwrap_or(0));
+            Instant::now() + back_in > end
+        }
+        Refusal::Full { .. } => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_refusals_that_a_wait_cannot_change_are_hopeless() {
+        let end = Instant::now() + Duration::from_secs(1);
+        assert!(hopeless(&Refusal::NoEligibleKey, end));
+        let disabled = Refusal::Unavailable {
+            next_available_ms: None,
+            now_ms: 0,
+        };
+        assert!(hopeless(&disabled, end));
+        let back_soon = Refusal::Unavailable {
+            next_available_ms: Some(100),
+            now_ms: 0,
+        };
+        assert!(!hopeless(&back_soon, end));
+        let back_late = Refusal::Unavailable {
+            next_available_ms: Some(60_000),
+            now_ms: 0,
+        };
+        assert!(hopeless(&back_late, end));
+        let full = Refusal::Full {
+            capacity: 1,
+            in_flight: 1,
+            retry_after_ms: 10,
+        };
+        assert!(!hopeless(&full, end));
+    }
+}

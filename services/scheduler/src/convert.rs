@@ -1,0 +1,65 @@
+//! Conversions between the scheduler's domain types ([`crate::model`]) and their protobuf
+//! forms, in one place: the gRPC edge decodes requests into domain values and encodes domain
+//! answers with these, and nothing else in the crate builds a `pb` message by hand.
+
+use voxpool_proto::scheduler::v1 as pb;
+
+use crate::model::{KeyState, KeyStatus, Lease, PoolStatus, upstream_of};
+
+fn int(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+impl From<Lease> for pb::Lease {
+    fn from(l: Lease) -> Self {
+        pb::Lease {
+            lease_id: l.id.to_string(),
+            pool: l.id.pool.clone(),
+            upstream_id: upstream_of(&l.key_id).to_owned(),
+            key_id: l.key_id,
+            expires_at_ms: l.expires_at_ms,
+            key_in_flight: int(l.key_in_flight),
+            key_capacity: int(l.key_capacity),
+        }
+    }
+}
+
+impl From<KeyState> for pb::KeyState {
+    fn from(s: KeyState) -> Self {
+        match s {
+            KeyState::Available => pb::KeyState::Available,
+            KeyState::Cooling => pb::KeyState::Cooling,
+            KeyState::Disabled => pb::KeyState::Disabled,
+        }
+    }
+}
+
+/// A key's status in pool `pool`, as `GetPoolStatus` and the admin RPCs show it.
+pub fn key_status(pool: &str, k: &KeyStatus) -> pb::KeyStatus {
+    pb::KeyStatus {
+        key_id: k.key_id.clone(),
+        upstream_id: upstream_of(&k.key_id).to_owned(),
+        capacity: int(k.capacity),
+        in_flight: int(k.in_flight),
+        utilization: k.utilization(),
+        state: pb::KeyState::from(k.state) as i32,
+        cooldown_until_ms: k.cooldown_until_ms,
+        consecutive_failures: int(k.consecutive_failures),
+        pool: pool.to_owned(),
+    }
+}
+
+impl From<&PoolStatus> for pb::PoolStatus {
+    /// The pool's status; `waiters` is left 0 for the caller to fill (it is per replica).
+    fn from(s: &PoolStatus) -> Self {
+        pb::PoolStatus {
+            pool: s.pool.clone(),
+            capacity: i32::try_from(s.capacity()).unwrap_or(i32::MAX),
+            in_flight: i32::try_from(s.in_flight()).unwrap_or(i32::MAX),
+            utilization: s.utilization(),
+            keys: s.keys.iter().map(|k| key_status(&s.pool, k)).collect(),
+            now_ms: s.now_ms,
+            waiters: 0,
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! The `voxpool.scheduler.v1.PoolScheduler` gRPC service: thin handlers that decode a request
+//! ([`validate`]), call the domain ([`crate::admission`] for Acquire, the [`LeaseStore`] for
+//! the rest), and encode the answer ([`crate::convert`]); plus admin authorization and the
+//! per-RPC metrics. Metric series and span fields name only configured pools (`unknown`
+//! otherwise), so no caller string can grow them.
+
+mod validate;
+
+use std::{collections::HashMap, sync::Arc};
+
+use tokio::time::Instant;
+use tonic::{Request, Response, Status};
+use tracing::Instrument;
+use voxpool_proto::scheduler::v1 as pb;
+use voxpool_shared::{
+    auth::AdminAuth,
+    config::{Config, SchedulerSettings},
+};
+
+pub use self::validate::{
+    MAX_FILTER_ENTRIES, MAX_REQUEST_ID_CHARS, MAX_RETRY_AFTER_MS, MAX_WAIT_TIMEOUT_MS,
+};
+use crate::{
+    admission::{Admission, Granted},
+    convert::key_status,
+    error::SchedulerError,
+    metrics::SchedulerMetrics,
+    model::{HealthPolicy, KeyState, KeyStatus, Outcome, PoolSpec, PoolStatus},
+    store::{LeaseStore, StoreError},
+};
+
+/// The upstreams and keys of one configured pool, for validation.
+#[derive(Debug)]
+struct PoolInfo {
+    upstreams: Vec<String>,
+    keys: Vec<String>,
+}
+
+/// The PoolScheduler implementation, generic over the store through a trait object.
+pub struct SchedulerService {
+    admission: Admission,
+    store: Arc<dyn LeaseStore>,
+    pools: HashMap<String, PoolInfo>,
+    pool_names: String,
+    settings: SchedulerSettings,
+    policy: HealthPolicy,
+    auth: AdminAuth,
+    metrics: Arc<SchedulerMetrics>,
+}
+
+impl std::fmt::Debug for SchedulerService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerService")
+            .field("pools", &self.pool_names)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SchedulerService {
+    /// Builds the service over `store` for the pools of `config` (already validated and
+    /// seeded into the store). Waiting Acquires end with UNAVAILABLE SHUTTING_DOWN when
+    /// `shutdown` is cancelled, so a draining replica does not hold long waits past its grace
+    /// period; the callers retry on another replica.
+    pub fn new(
+        store: Arc<dyn LeaseStore>,
+        config: &Config,
+        auth: AdminAuth,
+        metrics: Arc<SchedulerMetrics>,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Self {
+        let pools: HashMap<String, PoolInfo> = config
+            .pools
+            .iter()
+            .map(|p| {
+                let upstreams = p.upstreams.iter().map(|u| u.id.clone()).collect();
+                let keys = p
+                    .upstreams
+                    .iter()
+                    .flat_map(|u| u.keys.iter().map(move |k| format!("{}/{}", u.id, k.id)))
+                    .collect();
+                (p.id.clone(), PoolInfo { upstreams, keys })
+            })
+            .collect();
+        let mut names: Vec<&str> = pools.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        Self {
+            admission: Admission::new(
+                store.clone(),
+                PoolSpec::from_config(config),
+                &config.scheduler,
+                shutdown,
+            ),
+            pool_names: names.join(", "),
+            store,
+            pools,
+            settings: config.scheduler.clone(),
+            policy: HealthPolicy::from(&config.scheduler),
+            auth,
+            metrics,
+        }
+    }
+
+    /// The gRPC server wrapper for this service.
+    pub fn into_server(self) -> pb::pool_scheduler_server::PoolSchedulerServer<Self> {
+        pb::pool_scheduler_server::PoolSchedulerServer::new(self)
+    }
+
+    /// The configured pool's own name, or `unknown`: what spans and metric series carry.
+    fn label<'a>(&'a self, pool: &str) -> &'a str {
+        self.pools
+            .get_key_value(pool)
+            .map_or("unknown", |(name, _)| name.as_str())
+    }
+
+    fn status_pb(&self, s: &PoolStatus) -> pb::PoolStatus {
+        let mut out = pb::PoolStatus::from(s);
+        out.waiters = i32::try_from(self.admission.waiting(&s.pool)).unwrap_or(i32::MAX);
+        out
+    }
+
+    /// The key status an admin store call answered, or UnknownKey when the store no longer
+    /// has the key (config and store disagree, e.g. during a rolling config change).
+    fn admin_result(
+        pool: &str,
+        key: &str,
+        answer: Result<Option<KeyStatus>, StoreError>,
+    ) -> Result<pb::KeyStatus, SchedulerError> {
+        let status = answer?.ok_or_else(|| SchedulerError::UnknownKey {
+            pool: pool.to_owned(),
+            key: key.to_owned(),
+        })?;
+        Ok(key_status(pool, &status))
+    }
+}
+
+/// The `result` attribute of the acquire metrics.
+fn acquire_label(result: &Result<(crate::model::Lease, Granted), SchedulerError>) -> &'static str {
+    match result {
+        Ok((_, Granted::Immediately)) => "granted",
+        Ok((_, Granted::AfterWaiting)) => "waited",
+        Err(
+            SchedulerError::PoolFull { .. }
+            | SchedulerError::NoEligibleKey { .. }
+            | SchedulerError::TooManyWaiters { .. },
+        ) => "exhausted",
+        Err(
+            SchedulerError::KeysUnavailable { .. }
+            | SchedulerError::Store(_)
+            | SchedulerError::ShuttingDown { .. },
+        ) => "unavailable",
+        Err(SchedulerError::WaitDeadline { .. }) => "deadline",
+        Err(_) => "invalid",
+    }
+}
+
+/// The cooldown metric's `reason` for a report that took a key out of rotation.
+fn cooldown_reason(outcome: Outcome) -> Option<&'static str> {
+    match outcome {
+        Outcome::RateLimited => Some("rate_limited"),
+        Outcome::UpstreamError | Outcome::Timeout => Some("failures"),
+        Outcome::KeyInvalid | Outcome::QuotaExhausted => Some("credential"),
+        Outcome::Success | Outcome::ClientError => None,
+    }
+}
+
+#[tonic::async_trait]
+impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
+    async fn acquire(
+        &self,
+        request: Request<pb::AcquireRequest>,
+    ) -> Result<Response<pb::Lease>, Status> {
+        let deadline = validate::deadline(request.metadata());
+        let (_, extensions, r) = request.into_parts();
+        // Checked before anything logs it: a newline would forge a log line.
+        validate::request_id(&r.request_id)?;
+        let pool = self.label(&r.pool);
+        let span = tracing::info_span!("scheduler.acquire", pool = %pool, request_id = %r.request_id, key = tracing::field::Empty);
+        let started = Instant::now();
+        let result = async {
+            let request = self.acquire_request(&r, deadline)?;
+            self.admission
+                .acquire(request, || voxpool_shared::limits::step_aside(&extensions))
+                .await
+        }
+        .instrument(span.clone())
+        .await;
+        self.metrics.acquire(
+            pool,
+            acquire_label(&result),
+            started.elapsed().as_secs_f64(),
+        );
+        let (lease, _) = result?;
+        span.record("key", lease.key_id.as_str());
+        tracing::debug!(parent: &span, "lease granted");
+        Ok(Response::new(pb::Lease::from(lease)))
+    }
+
+    async fn release(
+        &self,
+        request: Request<pb::ReleaseRequest>,
+    ) -> Result<Response<pb::ReleaseResponse>, Status> {
+        let id = self.lease_id("lease_id", &request.get_ref().lease_id)?;
+        let released = self
+            .store
+            .release(&id)
+            .await
+            .map_err(SchedulerError::from)?;
+        if released {
+            self.admission.notify(&id.pool);
+        }
+        Ok(Response::new(pb::ReleaseResponse { released }))
+    }
+
+    async fn report(
+        &self,
+        request: Request<pb::ReportRequest>,
+    ) -> Result<Response<pb::ReportResponse>, Status> {
+        let r = request.into_inner();
+        let params = self.report_params(&r)?;
+        let result = self
+            .store
+            .report(&params, &self.policy)
+            .await
+            .map_err(SchedulerError::from)?
+            .ok_or_else(|| SchedulerError::ReportKeyUnknown {
+                lease_id: r.lease_id.clone(),
+            })?;
+        let pool = &params.id.pool;
+        if result.released {
+            self.admission.notify(pool);
+        }
+        if result.state != KeyState::Available {
+            if let Some(reason) = cooldown_reason(params.outcome) {
+                self.metrics.cooldown(pool, &result.key_id, reason);
+            }
+            tracing::info!(pool = %pool, key = %result.key_id, outcome = params.outcome.as_str(),
+                cooldown_until_ms = result.cooldown_until_ms, "key out of rotation after report");
+        }
+        Ok(Response::new(pb::ReportResponse {
+            key_state: pb::KeyState::from(result.state) as i32,
+            cooldown_until_ms: result.cooldown_until_ms,
+            released: result.released,
+            key_id: result.key_id,
+        }))
+    }
+
+    async fn renew(
+        &self,
+        request: Request<pb::RenewRequest>,
+    ) -> Result<Response<pb::Lease>, Status> {
+        let r = request.into_inner();
+        let id = self.lease_id("lease_id", &r.lease_id)?;
+        let ttl = self.ttl("lease_ttl_ms", r.lease_ttl_ms)?;
+        let lease = self
+            .store
+            .renew(&id, ttl)
+            .await
+            .map_err(SchedulerError::from)?
+            .ok_or(SchedulerError::LeaseNotLive {
+                lease_id: r.lease_id,
+            })?;
+        Ok(Response::new(pb::Lease::from(lease)))
+    }
+
+    async fn get_pool_status(
+        &self,
+        request: Request<pb::GetPoolStatusRequest>,
+    ) -> Result<Response<pb::PoolStatus>, Status> {
+        let pool = &request.get_ref().pool;
+        self.pool("pool", pool)?;
+        let status = self.admission.status(pool).await?;
+        Ok(Response::new(self.status_pb(&status)))
+    }
+
+    async fn list_pools(
+        &self,
+        _request: Request<pb::ListPoolsRequest>,
+    ) -> Result<Response<pb::ListPoolsResponse>, Status> {
+        let mut names: Vec<&String> = self.pools.keys().collect();
+        names.sort();
+        let mut pools = Vec::with_capacity(names.len());
+        for name in names {
+            pools.push(self.status_pb(&self.admission.status(name).await?));
+        }
+        Ok(Response::new(pb::ListPoolsResponse { pools }))
+    }
+
+    async fn set_key_capacity(
+        &self,
+        request: Request<pb::SetKeyCapacityRequest>,
+    ) -> Result<Response<pb::KeyStatus>, Status> {
+        self.auth.authorize(request.metadata())?;
+        let r = request.into_inner();
+        self.admin_target(&r.pool, &r.key_id)?;
+        let capacity = validate::capacity(r.capacity)?;
+        let answer = self.store.set_capacity(&r.pool, &r.key_id, capacity).await;
+        let status = Self::admin_result(&r.pool, &r.key_id, answer)?;
+        tracing::info!(pool = %r.pool, key = %r.key_id, capacity, "admin set key capacity");
+        self.admission.notify(&r.pool);
+        Ok(Response::new(status))
+    }
+
+    async fn disable_key(
+        &self,
+        request: Request<pb::DisableKeyRequest>,
+    ) -> Result<Response<pb::KeyStatus>, Status> {
+        self.auth.authorize(request.metadata())?;
+        let r = request.into_inner();
+        self.admin_target(&r.pool, &r.key_id)?;
+        let answer = self.store.set_disabled(&r.pool, &r.key_id, true).await;
+        let status = Self::admin_result(&r.pool, &r.key_id, answer)?;
+        tracing::info!(pool = %r.pool, key = %r.key_id, "admin disabled key");
+        Ok(Response::new(status))
+    }
+
+    async fn enable_key(
+        &self,
+        request: Request<pb::EnableKeyRequest>,
+    ) -> Result<Response<pb::KeyStatus>, Status> {
+        self.auth.authorize(request.metadata())?;
+        let r = request.into_inner();
+        self.admin_target(&r.pool, &r.key_id)?;
+        let answer = self.store.set_disabled(&r.pool, &r.key_id, false).await;
+        let status = Self::admin_result(&r.pool, &r.key_id, answer)?;
+        tracing::info!(pool = %r.pool, key = %r.key_id, "admin enabled key");
+        self.admission.notify(&r.pool);
+        Ok(Response::new(status))
+    }
+}

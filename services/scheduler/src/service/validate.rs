@@ -1,0 +1,248 @@
+//! Decoding and checking requests at the gRPC edge: every field a caller can get wrong is
+//! refused here with INVALID_ARGUMENT naming it (or NOT_FOUND for an unknown pool or key),
+//! before any store call, and turned into a domain value.
+//!
+//! Untrusted strings (invariant 10): ids holding control characters are refused before
+//! anything logs them; messages quote at most a short escaped prefix of a caller's value.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use voxpool_proto::scheduler::v1 as pb;
+use voxpool_shared::{
+    config::MAX_KEY_CAPACITY,
+    contract::Outcome,
+    untrusted::{FieldProblem, check_field, quote},
+};
+
+use super::{PoolInfo, SchedulerService};
+use crate::{
+    admission::AcquireRequest,
+    error::SchedulerError,
+    model::{AcquireParams, LeaseId, LeaseToken, ReportParams},
+};
+
+/// Most entries accepted in `exclude_keys` / `upstream_ids`.
+pub const MAX_FILTER_ENTRIES: usize = 256;
+/// Longest accepted `request_id`.
+pub const MAX_REQUEST_ID_CHARS: usize = 128;
+/// Longest accepted `wait_timeout_ms` (10 minutes).
+pub const MAX_WAIT_TIMEOUT_MS: i64 = 600_000;
+/// Longest accepted `retry_after_ms` in a report (24 hours).
+pub const MAX_RETRY_AFTER_MS: i64 = 86_400_000;
+/// Longest id (pool, key, upstream) checked for control characters before it is looked up.
+const MAX_ID_CHARS: usize = 1024;
+/// Margin kept before the gRPC deadline so our DEADLINE_EXCEEDED (with details) reaches the
+/// caller before its own timer fires.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(50);
+
+pub(super) fn invalid(field: impl Into<String>, message: impl Into<String>) -> SchedulerError {
+    SchedulerError::InvalidArgument {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// The caller's deadline (`grpc-timeout`), less [`DEADLINE_MARGIN`], as an instant.
+pub(super) fn deadline(md: &tonic::metadata::MetadataMap) -> Option<Instant> {
+    let timeout = voxpool_shared::serve::grpc_timeout(md)?;
+    Instant::now().checked_add(timeout.saturating_sub(DEADLINE_MARGIN))
+}
+
+/// `request_id`: at most [`MAX_REQUEST_ID_CHARS`], no control characters (it goes into logs).
+pub(super) fn request_id(raw: &str) -> Result<(), SchedulerError> {
+    check_field(raw, MAX_REQUEST_ID_CHARS).map_err(|p| invalid("request_id", p.to_string()))
+}
+
+impl SchedulerService {
+    /// The configured pool `pool`, named `field` in errors.
+    pub(super) fn pool(&self, field: &str, pool: &str) -> Result<&PoolInfo, SchedulerError> {
+        if pool.is_empty() {
+            return Err(invalid(
+                field,
+                "required: a pool id such as \"volc-standard\"",
+            ));
+        }
+        if let Err(problem @ FieldProblem::ControlCharacter { .. }) =
+            check_field(pool, MAX_ID_CHARS)
+        {
+            return Err(invalid(field, problem.to_string()));
+        }
+        self.pools
+            .get(pool)
+            .ok_or_else(|| SchedulerError::UnknownPool {
+                pool: pool.to_owned(),
+                known: self.pool_names.clone(),
+            })
+    }
+
+    pub(super) fn ttl(&self, field: &str, ttl_ms: i64) -> Result<u64, SchedulerError> {
+        let max = self.settings.max_lease_ttl_ms;
+        match u64::try_from(ttl_ms) {
+            Ok(0) => Ok(self.settings.default_lease_ttl_ms),
+            Ok(t) if t <= max => Ok(t),
+            _ => Err(invalid(
+                field,
+                format!("must be 0 (server default) or 1..={max} ms, got {ttl_ms}"),
+            )),
+        }
+    }
+
+    /// A lease id of a configured pool.
+    pub(super) fn lease_id(&self, field: &str, raw: &str) -> Result<LeaseId, SchedulerError> {
+        let id = LeaseId::parse(raw).ok_or_else(|| {
+            invalid(
+                field,
+                format!(
+                    "{} is not a lease id: expected <pool>/<32 lowercase hex digits> as returned by Acquire",
+                    quote(raw)
+                ),
+            )
+        })?;
+        self.pool(field, &id.pool)?;
+        Ok(id)
+    }
+
+    /// An Acquire as the admission policy takes it.
+    pub(super) fn acquire_request(
+        &self,
+        r: &pb::AcquireRequest,
+        deadline: Option<Instant>,
+    ) -> Result<AcquireRequest, SchedulerError> {
+        let pool = self.pool("pool", &r.pool)?;
+        for (field, entries) in [
+            ("exclude_keys", &r.exclude_keys),
+            ("upstream_ids", &r.upstream_ids),
+        ] {
+            if entries.len() > MAX_FILTER_ENTRIES {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "at most {MAX_FILTER_ENTRIES} entries, got {}",
+                        entries.len()
+                    ),
+                ));
+            }
+        }
+        for (i, u) in r.upstream_ids.iter().enumerate() {
+            if !pool.upstreams.contains(u) {
+                return Err(invalid(
+                    format!("upstream_ids[{i}]"),
+                    format!(
+                        "pool {:?} has no upstream {} (upstreams: {})",
+                        r.pool,
+                        quote(u),
+                        pool.upstreams.join(", ")
+                    ),
+                ));
+            }
+        }
+        let ttl_ms = self.ttl("lease_ttl_ms", r.lease_ttl_ms)?;
+        let wait_ms = u64::try_from(r.wait_timeout_ms)
+            .ok()
+            .filter(|_| r.wait_timeout_ms <= MAX_WAIT_TIMEOUT_MS)
+            .ok_or_else(|| {
+                invalid(
+                    "wait_timeout_ms",
+                    format!(
+                        "must be 0..={MAX_WAIT_TIMEOUT_MS} ms, got {}",
+                        r.wait_timeout_ms
+                    ),
+                )
+            })?;
+        Ok(AcquireRequest {
+            params: AcquireParams {
+                pool: r.pool.clone(),
+                token: LeaseToken::random(),
+                // Keys the pool does not have exclude nothing: callers pass back what they tried.
+                exclude_keys: r
+                    .exclude_keys
+                    .iter()
+                    .filter(|k| pool.keys.contains(k))
+                    .cloned()
+                    .collect(),
+                upstream_ids: r.upstream_ids.clone(),
+                ttl_ms,
+            },
+            wait: Duration::from_millis(wait_ms),
+            deadline,
+        })
+    }
+
+    /// A Report as the store takes it.
+    pub(super) fn report_params(
+        &self,
+        r: &pb::ReportRequest,
+    ) -> Result<ReportParams, SchedulerError> {
+        let id = self.lease_id("lease_id", &r.lease_id)?;
+        let pool = self.pool("lease_id", &id.pool)?;
+        if !r.key_id.is_empty() && !pool.keys.contains(&r.key_id) {
+            return Err(invalid(
+                "key_id",
+                format!(
+                    "{} is not a key of pool {:?}; send the keyId the lease was granted on",
+                    quote(&r.key_id),
+                    id.pool
+                ),
+            ));
+        }
+        let outcome =
+            Outcome::try_from(r.outcome).map_err(|e| invalid("outcome", e.to_string()))?;
+        let retry_after_ms = u64::try_from(r.retry_after_ms)
+            .ok()
+            .filter(|_| r.retry_after_ms <= MAX_RETRY_AFTER_MS)
+            .ok_or_else(|| {
+                invalid(
+                    "retry_after_ms",
+                    format!(
+                        "must be 0..={MAX_RETRY_AFTER_MS} ms, got {}",
+                        r.retry_after_ms
+                    ),
+                )
+            })?;
+        if r.latency_ms < 0 {
+            return Err(invalid(
+                "latency_ms",
+                format!("must be >= 0, got {}", r.latency_ms),
+            ));
+        }
+        Ok(ReportParams {
+            id,
+            key_id: (!r.key_id.is_empty()).then(|| r.key_id.clone()),
+            outcome,
+            retry_after_ms,
+            release: r.release,
+        })
+    }
+
+    /// The key an admin RPC addresses: a configured key of a configured pool.
+    pub(super) fn admin_target(&self, pool: &str, key: &str) -> Result<(), SchedulerError> {
+        let info = self.pool("pool", pool)?;
+        if key.is_empty() {
+            return Err(invalid(
+                "key_id",
+                "required: `upstream/key` as shown by GetPoolStatus",
+            ));
+        }
+        if !info.keys.iter().any(|k| k == key) {
+            return Err(SchedulerError::UnknownKey {
+                pool: pool.to_owned(),
+                key: key.to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A `SetKeyCapacity.capacity`: 0 (disables the key) to [`MAX_KEY_CAPACITY`].
+pub(super) fn capacity(raw: i32) -> Result<u32, SchedulerError> {
+    u32::try_from(raw)
+        .ok()
+        .filter(|c| *c <= MAX_KEY_CAPACITY)
+        .ok_or_else(|| {
+            invalid(
+                "capacity",
+                format!("must be 0..={MAX_KEY_CAPACITY} (0 disables the key), got {raw}"),
+            )
+        })
+}
