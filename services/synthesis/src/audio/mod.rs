@@ -64,15 +64,22 @@ pub fn validate(audio: &VendorAudio, expected: AudioFormat) -> Result<(), AudioE
             got: audio.format,
         });
     }
-    let b = &audio.bytes;
+    sniff(expected, &audio.bytes)
+}
+
+/// The one format sniffer: `bytes` must look like `format` (a parseable PCM WAV, an ID3 tag
+/// or MPEG frame sync, an Ogg page, whole 16-bit samples). Adapters use it on raw vendor
+/// bodies, [`validate`] on every answer.
+pub fn sniff(format: AudioFormat, b: &[u8]) -> Result<(), AudioError> {
     let not = |reason: &str| {
         Err(AudioError::NotAudio {
-            format: expected,
+            format,
             reason: reason.to_owned(),
         })
     };
-    match expected {
+    match format {
         AudioFormat::Wav => wav::parse(b).map(|_| ()).map_err(AudioError::from),
+        AudioFormat::Pcm if b.is_empty() => not("no samples"),
         AudioFormat::Pcm if b.len() % 2 == 1 => not("odd byte count for 16-bit samples"),
         AudioFormat::Pcm => Ok(()),
         AudioFormat::Mp3

@@ -1,4 +1,7 @@
-//! A careful RIFF/WAVE reader and a canonical PCM WAV writer.
+//! A careful RIFF/WAVE reader and the service's one PCM WAV writer.
+//!
+//! The reader is our own because the placeholders below are what vendors and espeak-ng really
+//! send and `hound`'s reader refuses them; the writer's header comes from `hound`.
 //!
 //! [`parse`] walks the chunks by their declared sizes (word-aligned, pad byte skipped), reads
 //! `fmt ` (PCM or WAVE_FORMAT_EXTENSIBLE with a PCM sub-format), skips every other chunk
@@ -174,30 +177,58 @@ pub fn parse(bytes: &[u8]) -> Result<Wav<'_>, WavError> {
     Err(WavError::MissingData)
 }
 
-/// A canonical 44-byte-header PCM WAV of `data`, whose RIFF and data sizes match the bytes.
+/// A canonical 44-byte-header PCM WAV of `data`, whose RIFF and data sizes match the bytes:
+/// the one WAV writer of the service (joined pieces, PCM that a vendor streamed for a WAV
+/// request). The header is written by `hound`; the samples are copied as they are.
 pub fn write(spec: WavSpec, data: &[u8]) -> Result<Vec<u8>, WavError> {
-    let data_len = u32::try_from(data.len())
+    let too_long = || WavError::TooLong(data.len());
+    u32::try_from(data.len())
         .ok()
         .filter(|n| n.checked_add(36).is_some())
-        .ok_or(WavError::TooLong(data.len()))?;
-    let block_align =
-        u16::try_from(spec.block_align()).map_err(|_| WavError::Unsupported(spec.to_string()))?;
-    let byte_rate = spec.sample_rate.saturating_mul(u32::from(block_align));
-    let mut out = Vec::with_capacity(HEADER_LEN + data.len());
-    out.extend_from_slice(b"RIFF");
-    out.extend_from_slice(&(36 + data_len).to_le_bytes());
-    out.extend_from_slice(b"WAVEfmt ");
-    out.extend_from_slice(&16u32.to_le_bytes());
-    out.extend_from_slice(&FORMAT_PCM.to_le_bytes());
-    out.extend_from_slice(&spec.channels.to_le_bytes());
-    out.extend_from_slice(&spec.sample_rate.to_le_bytes());
-    out.extend_from_slice(&byte_rate.to_le_bytes());
-    out.extend_from_slice(&block_align.to_le_bytes());
-    out.extend_from_slice(&spec.bits_per_sample.to_le_bytes());
-    out.extend_from_slice(b"data");
-    out.extend_from_slice(&data_len.to_le_bytes());
+        .ok_or_else(too_long)?;
+    if !matches!(spec.bits_per_sample, 8 | 16 | 24 | 32) || spec.channels == 0 || spec.channels > 2
+    {
+        return Err(WavError::Unsupported(spec.to_string()));
+    }
+    let header = hound::WavSpec {
+        channels: spec.channels,
+        sample_rate: spec.sample_rate,
+        bits_per_sample: spec.bits_per_sample,
+        sample_format: hound::SampleFormat::Int,
+    };
+    // hound writes a header for zero samples (sizes 36 / 0); our sizes follow from the data.
+    let mut out = std::io::Cursor::new(Vec::with_capacity(HEADER_LEN + data.len()));
+    hound::WavWriter::new(&mut out, header)
+        .and_then(hound::WavWriter::finalize)
+        .map_err(|e| WavError::Unsupported(format!("{spec}: {e}")))?;
+    let mut out = out.into_inner();
+    if out.len() != HEADER_LEN {
+        return Err(WavError::Unsupported(spec.to_string()));
+    }
+    let data_len = u32::try_from(data.len()).map_err(|_| too_long())?;
+    out[4..8].copy_from_slice(&(36 + data_len).to_le_bytes());
+    out[40..44].copy_from_slice(&data_len.to_le_bytes());
     out.extend_from_slice(data);
     Ok(out)
+}
+
+/// Raw signed 16-bit little-endian mono PCM at `sample_rate_hz` wrapped in a WAV header whose
+/// sizes match the data (a vendor that streams PCM when the caller asked for WAV).
+pub fn from_pcm16(pcm: &[u8], sample_rate_hz: u32) -> Result<Vec<u8>, WavError> {
+    if pcm.len() % 2 == 1 {
+        return Err(WavError::Unsupported(format!(
+            "PCM with an odd length ({} bytes)",
+            pcm.len()
+        )));
+    }
+    write(
+        WavSpec {
+            channels: 1,
+            sample_rate: sample_rate_hz,
+            bits_per_sample: 16,
+        },
+        pcm,
+    )
 }
 
 #[cfg(test)]

@@ -162,3 +162,14 @@ fn vendor_error_bodies_are_not_audio() {
     let no_fmt = riff(0, &[(b"data", 2, &[0, 0])]);
     assert_eq!(parse(&no_fmt), Err(WavError::MissingFmt));
 }
+
+#[test]
+fn pcm_is_wrapped_into_a_wav_whose_sizes_match() {
+    let pcm: Vec<u8> = (0..200i16).flat_map(i16::to_le_bytes).collect();
+    let wav = from_pcm16(&pcm, 16_000).unwrap();
+    assert_eq!(wav.len(), 44 + pcm.len());
+    let reader = hound::WavReader::new(std::io::Cursor::new(&wav)).unwrap();
+    assert_eq!(reader.spec().sample_rate, 16_000);
+    assert_eq!(reader.len(), 200);
+    assert!(from_pcm16(&[1, 2, 3], 16_000).is_err());
+}

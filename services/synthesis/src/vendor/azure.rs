@@ -30,8 +30,6 @@
 //! `Retry-After`), 401/403 → `KEY_INVALID` (Azure has no distinct quota error), 400/415 →
 //! `CLIENT_ERROR`, 5xx → `UPSTREAM_ERROR`. A 200 that is not audio → `UPSTREAM_ERROR`.
 
-use std::time::SystemTime;
-
 use async_trait::async_trait;
 use reqwest::Client;
 use voxpool_shared::snapshot::Snapshot;
@@ -332,16 +330,9 @@ impl VendorAdapter for Azure {
         let reply = http::send(PROVIDER, builder, request.timeout, Some(secret)).await?;
         let status = reply.status.as_u16();
         if !reply.status.is_success() {
-            let snippet =
-                String::from_utf8_lossy(&reply.body[..reply.body.len().min(200)]).into_owned();
-            return Err(http::failure(
-                PROVIDER,
-                http::outcome_for_status(status),
-                Some(status),
-                http::retry_after_ms(&reply.headers, SystemTime::now()),
-                format!("HTTP {status} {}", snippet.trim()),
-                Some(secret),
-            ));
+            // Azure answers errors with a bare status and no document (VENDORS.md).
+            return Err(http::ErrorAnswer::of(&reply, String::new(), "", None)
+                .failure(PROVIDER, Some(secret)));
         }
         if http::is_document(&reply.headers, &reply.body) {
             let snippet =

@@ -36,8 +36,6 @@
 //! → `CLIENT_ERROR`; else by status (from `:HTTP_STATUS/` for events). A stream without audio →
 //! `UPSTREAM_ERROR`.
 
-use std::time::SystemTime;
-
 use async_trait::async_trait;
 use base64::Engine as _;
 use reqwest::Client;
@@ -238,21 +236,15 @@ fn error_failure(
 ) -> VendorFailure {
     let code = doc["code"].as_str().unwrap_or_default();
     let message = doc["message"].as_str().unwrap_or_default();
-    let outcome = outcome_for_code(code).unwrap_or_else(|| {
-        if status == 200 {
-            Outcome::UpstreamError
-        } else {
-            http::outcome_for_status(status)
-        }
-    });
-    http::failure(
-        PROVIDER,
-        outcome,
-        Some(status),
-        http::retry_after_ms(headers, SystemTime::now()),
-        format!("HTTP {status} {code}: {message}"),
-        Some(secret),
-    )
+    http::ErrorAnswer {
+        status,
+        headers,
+        body: &[],
+        code: code.to_owned(),
+        message,
+        outcome: outcome_for_code(code),
+    }
+    .failure(PROVIDER, Some(secret))
 }
 
 fn has_error_code(doc: &Value) -> bool {
@@ -288,16 +280,8 @@ fn read_answer(reply: &HttpReply, secret: &Secret) -> Result<Vec<u8>, VendorFail
         let doc: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
         if !reply.status.is_success() || has_error_code(&doc) {
             if doc.is_null() {
-                let snippet =
-                    String::from_utf8_lossy(&reply.body[..reply.body.len().min(200)]).into_owned();
-                return Err(http::failure(
-                    PROVIDER,
-                    http::outcome_for_status(status),
-                    Some(status),
-                    http::retry_after_ms(&reply.headers, SystemTime::now()),
-                    format!("HTTP {status} {}", snippet.trim()),
-                    Some(secret),
-                ));
+                return Err(http::ErrorAnswer::of(reply, String::new(), "", None)
+                    .failure(PROVIDER, Some(secret)));
             }
             return Err(error_failure(status, &doc, &reply.headers, secret));
         }
@@ -378,14 +362,15 @@ impl VendorAdapter for DashScope {
                 Some(secret),
             )
         };
-        if !http::audio_matches(vendor_format, &audio) {
+        if crate::audio::sniff(vendor_format, &audio).is_err() {
             return Err(fail(format!(
                 "the stream's audio is not {}",
                 http::format_name(vendor_format)
             )));
         }
         let bytes = if wire.wrap_wav {
-            http::wav_from_pcm16(&audio, wire.sample_rate).map_err(fail)?
+            crate::audio::wav::from_pcm16(&audio, wire.sample_rate)
+                .map_err(|e| fail(e.to_string()))?
         } else {
             audio
         };

@@ -27,8 +27,6 @@
 //! `quota_exceeded` → `QUOTA_EXHAUSTED` (ElevenLabs sends it as 401); `invalid_api_key` /
 //! `missing_permissions` → `KEY_INVALID`; `voice_not_found` → `CLIENT_ERROR`; else by status.
 
-use std::time::SystemTime;
-
 use async_trait::async_trait;
 use reqwest::{Client, Url};
 use serde_json::{Map, Value, json};
@@ -199,7 +197,6 @@ fn outcome_for_code(code: &str) -> Option<Outcome> {
 }
 
 fn classify(reply: &HttpReply, secret: &Secret) -> VendorFailure {
-    let status = reply.status.as_u16();
     let doc: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
     let detail = &doc["detail"];
     let code = detail["code"]
@@ -210,26 +207,8 @@ fn classify(reply: &HttpReply, secret: &Secret) -> VendorFailure {
         .as_str()
         .or_else(|| detail.as_str())
         .unwrap_or_default();
-    let outcome = outcome_for_code(code).unwrap_or_else(|| {
-        if status == 200 {
-            Outcome::UpstreamError
-        } else {
-            http::outcome_for_status(status)
-        }
-    });
-    let text = if code.is_empty() && message.is_empty() {
-        String::from_utf8_lossy(&reply.body[..reply.body.len().min(200)]).into_owned()
-    } else {
-        format!("{code}: {message}")
-    };
-    http::failure(
-        PROVIDER,
-        outcome,
-        Some(status),
-        http::retry_after_ms(&reply.headers, SystemTime::now()),
-        format!("HTTP {status} {text}"),
-        Some(secret),
-    )
+    http::ErrorAnswer::of(reply, code.to_owned(), message, outcome_for_code(code))
+        .failure(PROVIDER, Some(secret))
 }
 
 #[async_trait]
@@ -277,13 +256,13 @@ impl VendorAdapter for ElevenLabs {
         };
         http::raw_audio_or_failure(PROVIDER, &reply, vendor_format, Some(secret))?;
         let bytes = if wire.wrap_wav {
-            http::wav_from_pcm16(&reply.body, wire.sample_rate_hz).map_err(|m| {
+            crate::audio::wav::from_pcm16(&reply.body, wire.sample_rate_hz).map_err(|m| {
                 http::failure(
                     PROVIDER,
                     Outcome::UpstreamError,
                     Some(200),
                     None,
-                    m,
+                    m.to_string(),
                     Some(secret),
                 )
             })?

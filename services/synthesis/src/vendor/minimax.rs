@@ -30,8 +30,6 @@
 //! 1008 → `QUOTA_EXHAUSTED`; 2013/20132 → `CLIENT_ERROR`; others → by status, or
 //! `UPSTREAM_ERROR` with 200. Status 0 without decodable audio → `UPSTREAM_ERROR`.
 
-use std::time::SystemTime;
-
 use async_trait::async_trait;
 use reqwest::{Client, Url};
 use serde_json::{Value, json};
@@ -230,25 +228,11 @@ fn classify(reply: &HttpReply, secret: &Secret) -> Result<Vec<u8>, VendorFailure
             )
         });
     }
-    let outcome = code.and_then(outcome_for_code).unwrap_or_else(|| {
-        if status == 200 {
-            Outcome::UpstreamError
-        } else {
-            http::outcome_for_status(status)
-        }
-    });
-    let detail = match code {
-        Some(c) => format!("status_code {c}: {message}"),
-        None => String::from_utf8_lossy(&reply.body[..reply.body.len().min(200)]).into_owned(),
-    };
-    Err(http::failure(
-        PROVIDER,
-        outcome,
-        Some(status),
-        http::retry_after_ms(&reply.headers, SystemTime::now()),
-        format!("HTTP {status} {detail}"),
-        Some(secret),
-    ))
+    let label = code.map(|c| format!("status_code {c}")).unwrap_or_default();
+    Err(
+        http::ErrorAnswer::of(reply, label, message, code.and_then(outcome_for_code))
+            .failure(PROVIDER, Some(secret)),
+    )
 }
 
 fn endpoint(base_url: Option<&str>, group_id: Option<&str>) -> Result<Url, String> {
@@ -303,7 +287,7 @@ impl VendorAdapter for MiniMax {
         } else {
             request.format
         };
-        if !http::audio_matches(vendor_format, &audio) {
+        if crate::audio::sniff(vendor_format, &audio).is_err() {
             return Err(http::failure(
                 PROVIDER,
                 Outcome::UpstreamError,
@@ -317,13 +301,13 @@ impl VendorAdapter for MiniMax {
             ));
         }
         let bytes = if wire.wrap_wav {
-            http::wav_from_pcm16(&audio, wire.sample_rate).map_err(|m| {
+            crate::audio::wav::from_pcm16(&audio, wire.sample_rate).map_err(|m| {
                 http::failure(
                     PROVIDER,
                     Outcome::UpstreamError,
                     Some(200),
                     None,
-                    m,
+                    m.to_string(),
                     Some(secret),
                 )
             })?

@@ -22,8 +22,6 @@
 //! `UPSTREAM_ERROR`, `invalid_api_key` → `KEY_INVALID`; otherwise by status. A 200 whose body
 //! is a JSON document is classified by its code (or `UPSTREAM_ERROR`), never returned as audio.
 
-use std::time::SystemTime;
-
 use async_trait::async_trait;
 use reqwest::Client;
 use serde_json::{Value, json};
@@ -145,20 +143,8 @@ fn classify(reply: &HttpReply, secret: &Secret) -> VendorFailure {
         _ => http::outcome_for_status(status),
     };
     let text = error["message"].as_str().unwrap_or_default();
-    let detail = if code.is_empty() && text.is_empty() {
-        String::from_utf8_lossy(&reply.body[..reply.body.len().min(200)]).into_owned()
-    } else {
-        format!("{code}: {text}")
-    };
-    let retry_after = http::retry_after_ms(&reply.headers, SystemTime::now());
-    http::failure(
-        PROVIDER,
-        outcome,
-        Some(status),
-        retry_after,
-        format!("HTTP {status} {detail}"),
-        Some(secret),
-    )
+    http::ErrorAnswer::of(reply, code.to_owned(), text, Some(outcome))
+        .failure(PROVIDER, Some(secret))
 }
 
 #[async_trait]

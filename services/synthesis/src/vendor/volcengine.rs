@@ -35,8 +35,6 @@
 //! `CLIENT_ERROR`; anything else by status, or `UPSTREAM_ERROR`. Code 3000 without decodable
 //! audio → `UPSTREAM_ERROR`.
 
-use std::time::SystemTime;
-
 use async_trait::async_trait;
 use base64::Engine as _;
 use reqwest::Client;
@@ -282,22 +280,14 @@ fn classify(reply: &HttpReply, secret: &Secret) -> Result<Vec<u8>, VendorFailure
             )
         });
     }
-    let detail = if code.is_none() && message.is_empty() {
-        String::from_utf8_lossy(&reply.body[..reply.body.len().min(200)]).into_owned()
-    } else {
-        format!(
-            "code {}: {message}",
-            code.map_or_else(|| "none".to_owned(), |c| c.to_string())
-        )
-    };
-    Err(http::failure(
-        PROVIDER,
-        outcome_of(status, code, message),
-        Some(status),
-        http::retry_after_ms(&reply.headers, SystemTime::now()),
-        format!("HTTP {status} {detail}"),
-        Some(secret),
-    ))
+    let label = code.map(|c| format!("code {c}")).unwrap_or_default();
+    Err(http::ErrorAnswer::of(
+        reply,
+        label,
+        message,
+        Some(outcome_of(status, code, message)),
+    )
+    .failure(PROVIDER, Some(secret)))
 }
 
 #[async_trait]
@@ -344,7 +334,7 @@ impl VendorAdapter for Volcengine {
             .json(&body(&request, &wire));
         let reply = http::send(PROVIDER, builder, request.timeout, Some(secret)).await?;
         let bytes = classify(&reply, secret)?;
-        if !http::audio_matches(request.format, &bytes) {
+        if crate::audio::sniff(request.format, &bytes).is_err() {
             return Err(http::failure(
                 PROVIDER,
                 Outcome::UpstreamError,
