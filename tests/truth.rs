@@ -29,12 +29,12 @@ use std::{
 use tokio::time::Instant;
 use tonic::{Code, transport::Channel};
 use voxpool_e2e::{Service, binary, start};
+use voxpool_fake_vendors::{FakeConfig, FakeVendor, Latency, VendorKind};
 use voxpool_proto::{
     scheduler::v1::{self as spb, pool_scheduler_client::PoolSchedulerClient},
     synthesis::v1::{self as pb, synthesis_client::SynthesisClient},
 };
 use voxpool_shared::testing::RedisServer;
-use voxpool_synthesis::fake::{FakeConfig, FakeVendor, Latency, VendorKind};
 
 const POOL: &str = "openai-fake";
 const KEYS: usize = 10;
@@ -146,7 +146,7 @@ async fn vendor_never_sees_more_than_capacity_when_a_scheduler_replica_dies() {
         SynthesisClient::new(channel(&synth_x.addr).await),
         SynthesisClient::new(channel(&synth_y.addr).await),
     ];
-    let voice = voxpool_synthesis::fake::snapshot("openai", "tts-1", "alloy");
+    let voice = voxpool_fake_vendors::snapshot("openai", "tts-1", "alloy");
     assert_eq!(voice.tts_model_id, POOL);
 
     let ended = Arc::new(AtomicUsize::new(0));

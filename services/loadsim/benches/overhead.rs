@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use voxpool_fake_vendors::{FakeConfig, FakeVendor, VendorKind};
 use voxpool_proto::{
     scheduler::v1::pool_scheduler_client::PoolSchedulerClient,
     synthesis::v1::{self as pb, synthesis_client::SynthesisClient},
 };
 use voxpool_shared::{auth::AdminAuth, config::Config, secret::Secret, testing::RedisServer};
 use voxpool_synthesis::{
-    fake::{FakeConfig, FakeVendor, VendorKind},
     server::{self, Options},
     vendor::{
         AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorRequest,
@@ -107,7 +107,7 @@ fn main() {
             .await
             .expect("synthesis");
 
-        let voice = voxpool_synthesis::fake::snapshot("openai", "tts-1", "alloy");
+        let voice = voxpool_fake_vendors::snapshot("openai", "tts-1", "alloy");
         let request = pb::SynthesizeRequest {
             voice: Some(pb::synthesize_request::Voice::Snapshot(voice.to_pb())),
             text: "Hello there.".into(),

@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use voxpool_synthesis::fake::Latency;
+use voxpool_fake_vendors::Latency;
 
 /// Sizes and timings of one simulation (module doc lists the variables).
 #[derive(Clone, Debug, PartialEq)]

@@ -2,7 +2,7 @@
 //! concurrency each key-picking strategy really uses, and what the vendor sees while it does.
 //!
 //! Every strategy drives the same fake OpenAI-compatible vendor
-//! ([`voxpool_synthesis::fake`]: per-key concurrency cap answered with 429, log-normal service
+//! ([`voxpool_fake_vendors`]: per-key concurrency cap answered with 429, log-normal service
 //! time) over real loopback HTTP; they differ only in how a client picks a key
 //! ([`strategy`]):
 //! - **voxpool**: Acquire from one of R in-process scheduler replicas sharing one Redis, call

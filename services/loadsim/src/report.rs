@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, fmt::Write as _, time::Duration};
 
-use voxpool_synthesis::fake::KeyStats;
+use voxpool_fake_vendors::KeyStats;
 
 use crate::{config::SimConfig, run::Load, strategy::Strategy};
 

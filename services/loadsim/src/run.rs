@@ -10,7 +10,7 @@
 use std::{sync::Arc, time::Duration};
 
 use tokio::time::Instant;
-use voxpool_synthesis::fake::{FakeConfig, FakeVendor, KeyStats, VendorKind};
+use voxpool_fake_vendors::{FakeConfig, FakeVendor, KeyStats, VendorKind};
 
 use crate::{
     config::SimConfig,

@@ -29,7 +29,6 @@ pub mod core;
 pub mod deadline;
 pub mod error;
 pub mod failover;
-pub mod fake;
 pub mod lease;
 pub mod metrics;
 pub mod pools;

@@ -9,11 +9,9 @@ use std::time::Duration;
 
 use common::{Stack, json_of};
 use tonic::Code;
+use voxpool_fake_vendors::{FakeConfig, FakeVendor, Latency, VendorKind};
 use voxpool_proto::synthesis::v1 as pb;
-use voxpool_synthesis::{
-    fake::{FakeConfig, FakeVendor, Latency, VendorKind},
-    vendor::registry::{self, AdapterOptions},
-};
+use voxpool_synthesis::vendor::registry::{self, AdapterOptions};
 
 /// The vendor's cap per key, and the pool's configured capacity.
 const CAP: u32 = 3;

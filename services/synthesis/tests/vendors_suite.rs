@@ -5,15 +5,13 @@
 
 use std::{sync::Arc, time::Duration};
 
+use voxpool_fake_vendors::{FakeConfig, FakeVendor, Fault, Step, VendorKind};
 use voxpool_shared::contract::Outcome;
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
-use voxpool_synthesis::{
-    fake::{FakeConfig, FakeVendor, Fault, Step, VendorKind},
-    vendor::{
-        AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorAudio, VendorFailure,
-        VendorRequest, azure::Azure, dashscope::DashScope, elevenlabs::ElevenLabs, http,
-        minimax::MiniMax, openai::OpenAi, volcengine::Volcengine,
-    },
+use voxpool_synthesis::vendor::{
+    AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorAudio, VendorFailure,
+    VendorRequest, azure::Azure, dashscope::DashScope, elevenlabs::ElevenLabs, http,
+    minimax::MiniMax, openai::OpenAi, volcengine::Volcengine,
 };
 
 /// Text with every XML special character, so the Azure fake's SSML check proves escaping.
@@ -38,13 +36,13 @@ fn voice(kind: VendorKind) -> Snapshot {
     };
     match kind {
         VendorKind::OpenAi => {
-            let mut s = voxpool_synthesis::fake::snapshot("openai", "gpt-4o-mini-tts", "alloy");
+            let mut s = voxpool_fake_vendors::snapshot("openai", "gpt-4o-mini-tts", "alloy");
             s.params.rate = Some(1.25);
             extra(&mut s, "instructions", "warm");
             s
         }
         VendorKind::Azure => {
-            let mut s = voxpool_synthesis::fake::snapshot("azure", "neural", "en-US-JennyNeural");
+            let mut s = voxpool_fake_vendors::snapshot("azure", "neural", "en-US-JennyNeural");
             s.params.pitch_pct = Some(10.0);
             s.params.rate = Some(1.2);
             s.params.volume_pct = Some(-20.0);
@@ -52,14 +50,14 @@ fn voice(kind: VendorKind) -> Snapshot {
             s
         }
         VendorKind::Volcengine => {
-            let mut s = voxpool_synthesis::fake::snapshot("volcengine", "", "BV001_streaming");
+            let mut s = voxpool_fake_vendors::snapshot("volcengine", "", "BV001_streaming");
             s.params.pitch_pct = Some(10.0);
             s.params.rate = Some(1.1);
             s.params.volume_pct = Some(20.0);
             s
         }
         VendorKind::ElevenLabs => {
-            let mut s = voxpool_synthesis::fake::snapshot(
+            let mut s = voxpool_fake_vendors::snapshot(
                 "elevenlabs",
                 "eleven_multilingual_v2",
                 "21m00Tcm4TlvDq8ikWAM",
@@ -69,8 +67,7 @@ fn voice(kind: VendorKind) -> Snapshot {
             s
         }
         VendorKind::MiniMax => {
-            let mut s =
-                voxpool_synthesis::fake::snapshot("minimax", "speech-02-hd", "male-qn-qingse");
+            let mut s = voxpool_fake_vendors::snapshot("minimax", "speech-02-hd", "male-qn-qingse");
             s.params.pitch_pct = Some(12.246);
             s.params.rate = Some(1.2);
             s.params.volume_pct = Some(50.0);
@@ -78,7 +75,7 @@ fn voice(kind: VendorKind) -> Snapshot {
         }
         VendorKind::DashScope => {
             let mut s =
-                voxpool_synthesis::fake::snapshot("dashscope", "cosyvoice-v2", "longxiaochun_v2");
+                voxpool_fake_vendors::snapshot("dashscope", "cosyvoice-v2", "longxiaochun_v2");
             s.params.pitch_pct = Some(20.0);
             s.params.rate = Some(1.2);
             s.params.volume_pct = Some(-40.0);

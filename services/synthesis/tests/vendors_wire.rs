@@ -5,15 +5,13 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use voxpool_fake_vendors::{FakeConfig, FakeVendor, RecordedRequest, VendorKind};
 use voxpool_shared::contract::Outcome;
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
-use voxpool_synthesis::{
-    fake::{self, FakeConfig, FakeVendor, RecordedRequest, VendorKind},
-    vendor::{
-        AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorAudio, VendorFailure,
-        VendorRequest, azure::Azure, dashscope::DashScope, elevenlabs::ElevenLabs, http,
-        minimax::MiniMax, openai::OpenAi, volcengine::Volcengine,
-    },
+use voxpool_synthesis::vendor::{
+    AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorAudio, VendorFailure,
+    VendorRequest, azure::Azure, dashscope::DashScope, elevenlabs::ElevenLabs, http,
+    minimax::MiniMax, openai::OpenAi, volcengine::Volcengine,
 };
 
 const SECRET: &str = "sk-wire-test-0123456789abcdef";
@@ -85,7 +83,7 @@ async fn openai_sends_speed_and_instructions_and_takes_the_snapshot_model() {
     let fake = FakeVendor::start(FakeConfig::new(VendorKind::OpenAi))
         .await
         .expect("fake");
-    let mut voice = fake::snapshot("openai", "tts-1-hd", "nova");
+    let mut voice = voxpool_fake_vendors::snapshot("openai", "tts-1-hd", "nova");
     voice.params.rate = Some(0.75);
     voice.extra.insert("instructions".into(), "whisper".into());
     let audio = call(
@@ -112,7 +110,7 @@ async fn openai_refuses_pitch_before_sending_anything() {
     let fake = FakeVendor::start(FakeConfig::new(VendorKind::OpenAi))
         .await
         .expect("fake");
-    let mut voice = fake::snapshot("openai", "tts-1", "alloy");
+    let mut voice = voxpool_fake_vendors::snapshot("openai", "tts-1", "alloy");
     voice.params.pitch_pct = Some(5.0);
     let adapter = OpenAi::new(client());
     let refusal = adapter
@@ -133,7 +131,7 @@ async fn azure_sends_escaped_ssml_with_prosody_and_the_output_format_header() {
     let fake = FakeVendor::start(FakeConfig::new(VendorKind::Azure))
         .await
         .expect("fake");
-    let mut voice = fake::snapshot("azure", "neural", "de-DE-KatjaNeural");
+    let mut voice = voxpool_fake_vendors::snapshot("azure", "neural", "de-DE-KatjaNeural");
     voice.locales.clear();
     voice.params.pitch_pct = Some(-10.0);
     voice.params.rate = Some(0.8);
@@ -187,7 +185,8 @@ async fn volcengine_sends_appid_cluster_reqid_and_a_semicolon_bearer() {
     let fake = FakeVendor::start(FakeConfig::new(VendorKind::Volcengine))
         .await
         .expect("fake");
-    let mut voice = fake::snapshot("volcengine", "", "zh_female_shuangkuaisisi_moon_bigtts");
+    let mut voice =
+        voxpool_fake_vendors::snapshot("volcengine", "", "zh_female_shuangkuaisisi_moon_bigtts");
     voice.params.rate = Some(1.5);
     voice.params.volume_pct = Some(-20.0);
     let adapter = Volcengine::new(client());
@@ -218,7 +217,7 @@ async fn volcengine_sends_appid_cluster_reqid_and_a_semicolon_bearer() {
 
 #[tokio::test]
 async fn volcengine_large_model_voice_refuses_pitch() {
-    let mut voice = fake::snapshot("volcengine", "seed-tts-1.0", "my_voice");
+    let mut voice = voxpool_fake_vendors::snapshot("volcengine", "seed-tts-1.0", "my_voice");
     voice.params.pitch_pct = Some(10.0);
     let e = Volcengine::new(client())
         .check(&voice, AudioFormat::Mp3, None)
@@ -232,7 +231,7 @@ async fn elevenlabs_puts_voice_in_the_path_and_wraps_pcm_into_wav() {
     let fake = FakeVendor::start(FakeConfig::new(VendorKind::ElevenLabs))
         .await
         .expect("fake");
-    let mut voice = fake::snapshot("elevenlabs", "eleven_flash_v2_5", "voice 1");
+    let mut voice = voxpool_fake_vendors::snapshot("elevenlabs", "eleven_flash_v2_5", "voice 1");
     voice.params.rate = Some(0.9);
     voice
         .extra
@@ -270,7 +269,7 @@ async fn minimax_sends_whole_semitones_gain_and_decodes_hex_audio() {
     let fake = FakeVendor::start(FakeConfig::new(VendorKind::MiniMax))
         .await
         .expect("fake");
-    let mut voice = fake::snapshot("minimax", "", "female-shaonv");
+    let mut voice = voxpool_fake_vendors::snapshot("minimax", "", "female-shaonv");
     voice.params.pitch_pct = Some(-10.911);
     voice.params.volume_pct = Some(50.0);
     voice.params.rate = Some(1.5);
@@ -309,7 +308,7 @@ async fn dashscope_streams_sse_and_sends_pitch_multiplier_and_integer_volume() {
     let fake = FakeVendor::start(FakeConfig::new(VendorKind::DashScope))
         .await
         .expect("fake");
-    let mut voice = fake::snapshot("dashscope", "cosyvoice-v2", "longxiaochun_v2");
+    let mut voice = voxpool_fake_vendors::snapshot("dashscope", "cosyvoice-v2", "longxiaochun_v2");
     voice.params.pitch_pct = Some(-20.0);
     voice.params.volume_pct = Some(30.0);
     voice.params.rate = Some(0.8);
@@ -366,7 +365,7 @@ async fn the_stats_endpoint_reports_per_key_counters() {
     let fake = FakeVendor::start(FakeConfig::new(VendorKind::MiniMax))
         .await
         .expect("fake");
-    let voice = fake::snapshot("minimax", "speech-02-hd", "male-qn-qingse");
+    let voice = voxpool_fake_vendors::snapshot("minimax", "speech-02-hd", "male-qn-qingse");
     call(
         &fake,
         &MiniMax::new(client()),

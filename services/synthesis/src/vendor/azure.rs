@@ -370,7 +370,7 @@ mod tests {
         params: Params,
         extra: &[(&str, &str)],
     ) -> Snapshot {
-        let mut s = crate::fake::snapshot(PROVIDER, "neural", voice_id);
+        let mut s = voxpool_fake_vendors::snapshot(PROVIDER, "neural", voice_id);
         s.locales = locales.iter().map(|l| (*l).to_owned()).collect();
         s.params = params;
         s.extra = extra

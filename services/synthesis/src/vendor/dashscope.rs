@@ -389,7 +389,7 @@ mod tests {
     use super::*;
 
     fn snapshot(params: Params, extra: &[(&str, &str)]) -> Snapshot {
-        let mut s = crate::fake::snapshot(PROVIDER, "cosyvoice-v2", "longxiaochun_v2");
+        let mut s = voxpool_fake_vendors::snapshot(PROVIDER, "cosyvoice-v2", "longxiaochun_v2");
         s.params = params;
         s.extra = extra
             .iter()

@@ -284,8 +284,11 @@ mod tests {
     use super::*;
 
     fn snapshot(params: Params, extra: &[(&str, &str)]) -> Snapshot {
-        let mut s =
-            crate::fake::snapshot(PROVIDER, "eleven_multilingual_v2", "21m00Tcm4TlvDq8ikWAM");
+        let mut s = voxpool_fake_vendors::snapshot(
+            PROVIDER,
+            "eleven_multilingual_v2",
+            "21m00Tcm4TlvDq8ikWAM",
+        );
         s.params = params;
         s.extra = extra
             .iter()

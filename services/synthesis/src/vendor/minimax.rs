@@ -329,7 +329,7 @@ mod tests {
     use super::*;
 
     fn snapshot(params: Params, extra: &[(&str, &str)]) -> Snapshot {
-        let mut s = crate::fake::snapshot(PROVIDER, "speech-02-hd", "male-qn-qingse");
+        let mut s = voxpool_fake_vendors::snapshot(PROVIDER, "speech-02-hd", "male-qn-qingse");
         s.params = params;
         s.extra = extra
             .iter()

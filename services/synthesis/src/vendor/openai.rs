@@ -198,7 +198,7 @@ mod tests {
     use crate::vendor::{KeyCredential, UpstreamTarget};
 
     fn snapshot(params: Params, extra: &[(&str, &str)]) -> Snapshot {
-        let mut s = crate::fake::snapshot(PROVIDER, "tts-1", "alloy");
+        let mut s = voxpool_fake_vendors::snapshot(PROVIDER, "tts-1", "alloy");
         s.params = params;
         s.extra = extra
             .iter()

@@ -365,7 +365,7 @@ mod tests {
     use crate::vendor::{KeyCredential, UpstreamTarget};
 
     fn snapshot(model: &str, voice_id: &str, params: Params, extra: &[(&str, &str)]) -> Snapshot {
-        let mut s = crate::fake::snapshot(PROVIDER, model, voice_id);
+        let mut s = voxpool_fake_vendors::snapshot(PROVIDER, model, voice_id);
         s.params = params;
         s.extra = extra
             .iter()

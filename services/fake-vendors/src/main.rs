@@ -11,7 +11,7 @@
 use std::{net::SocketAddr, process::ExitCode, time::Duration};
 
 use clap::Parser;
-use voxpool_synthesis::fake::{FakeConfig, FakeVendor, FaultRates, Latency, VendorKind};
+use voxpool_fake_vendors::{FakeConfig, FakeVendor, FaultRates, Latency, VendorKind};
 
 /// A fake TTS vendor with a per-key concurrency cap, latency and fault injection.
 #[derive(Debug, Parser)]
