@@ -1,0 +1,290 @@
+//! The pools configuration file shared by the scheduler and synthesis services.
+//!
+//! Layers, later wins: built-in defaults -> the TOML file (`--config`) -> environment variables
+//! `VOXPOOL_SCHEDULER__<FIELD>` / `VOXPOOL_SYNTHESIS__<FIELD>` (nested with `__`). Unknown
+//! fields are errors (`deny_unknown_fields`), so a typo fails loudly. [`Config::validate`]
+//! returns every problem at once, each naming its path (`pools[1].upstreams[0].keys[2].capacity`).
+//!
+//! Shape (see `deploy/config/example.toml`):
+//! ```toml
+//! [[pools]]
+//! id = "volc-standard"      # a tts model id; voice packs pin it
+//! provider = "volcengine"   # adapter used by every upstream of this pool
+//! model = "seed-tts-1.0"    # vendor model id sent upstream
+//! [[pools.upstreams]]
+//! id = "acct-a"
+//! base_url = "https://openspeech.bytedance.com"
+//! params = { cluster = "volcano_tts" }
+//! [[pools.upstreams.keys]]
+//! id = "app-1"              # the vendor app_id
+//! capacity = 10             # concurrent requests the vendor allows this key
+//! credential = { env = "VOLC_TOKEN_APP1" }   # or { file = "/run/secrets/x" }
+//! ```
+//! Credentials are references (an environment variable or a file), never inline values.
+
+use std::{collections::BTreeMap, path::Path};
+
+use figment::{
+    Figment,
+    providers::{Env, Format, Serialized, Toml},
+};
+use serde::{Deserialize, Serialize};
+
+mod credential;
+mod settings;
+mod validate;
+
+pub use self::{
+    credential::CredentialRef,
+    settings::{SchedulerSettings, SynthesisSettings},
+    validate::{ConfigError, ConfigProblem, Credentials, is_valid_id},
+};
+
+/// Provider ids an upstream or a voice pack may name (API.md).
+pub const PROVIDERS: &[&str] = &[
+    "openai",
+    "azure",
+    "volcengine",
+    "elevenlabs",
+    "minimax",
+    "dashscope",
+    "espeak",
+];
+
+/// Largest capacity a key may declare (a sanity bound, far above any vendor's cap).
+pub const MAX_KEY_CAPACITY: u32 = 100_000;
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// TTS pools, one per tts model id.
+    #[serde(default)]
+    pub pools: Vec<PoolConfig>,
+    /// Scheduler tuning (lease TTLs, cooldowns).
+    #[serde(default)]
+    pub scheduler: SchedulerSettings,
+    /// Synthesis tuning (text limits, attempts, timeouts).
+    #[serde(default)]
+    pub synthesis: SynthesisSettings,
+}
+
+/// One pool: the keys that serve one tts model id.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolConfig {
+    /// Pool id = tts model id, e.g. `volc-standard`. `[a-z0-9][a-z0-9._-]*`, at most 64 chars.
+    pub id: String,
+    /// Adapter used by every upstream of this pool; one of [`PROVIDERS`].
+    pub provider: String,
+    /// Vendor model / resource id sent upstream.
+    #[serde(default)]
+    pub model: String,
+    /// Vendor endpoints / accounts.
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamConfig>,
+}
+
+/// One vendor endpoint / account inside a pool.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// Upstream id, unique within the pool. Same character set as pool ids.
+    pub id: String,
+    /// Vendor base URL; optional where the adapter has a default.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Vendor region (Azure), optional.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Adapter options (e.g. Volcengine `cluster`). Values are strings, numbers or booleans.
+    #[serde(default)]
+    pub params: BTreeMap<String, serde_json::Value>,
+    /// The keys (app ids) of this account.
+    #[serde(default)]
+    pub keys: Vec<KeyConfig>,
+}
+
+/// One key (vendor `app_id` + credential).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    /// Key id (the vendor app id), unique within the upstream. Reported as `upstream/key`.
+    pub id: String,
+    /// Concurrent requests the vendor allows this key, 1..=100000.
+    pub capacity: u32,
+    /// Where the credential lives; not needed by the `espeak` provider.
+    #[serde(default)]
+    pub credential: Option<CredentialRef>,
+}
+
+impl Config {
+    /// Loads `path` (TOML) over the defaults, then `VOXPOOL_SCHEDULER__*` /
+    /// `VOXPOOL_SYNTHESIS__*` environment overrides. Does not validate.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        if !path.exists() {
+            return Err(ConfigError::Load(format!(
+                "config file {} does not exist",
+                path.display()
+            )));
+        }
+        Self::figment(Toml::file(path))
+            .map_err(|e| ConfigError::Load(format!("config file {}: {e}", path.display())))
+    }
+
+    /// Parses TOML text (tests, embedded examples), with the same environment overrides.
+    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
+        Self::figment(Toml::string(text)).map_err(|e| ConfigError::Load(e.to_string()))
+    }
+
+    fn figment(file: figment::providers::Data<Toml>) -> Result<Self, Box<figment::Error>> {
+        Figment::from(Serialized::defaults(Config::default()))
+            .merge(file)
+            .merge(
+                Env::prefixed("VOXPOOL_")
+                    .filter(|k| {
+                        let k = k.as_str().to_ascii_lowercase();
+                        k.starts_with("scheduler__") || k.starts_with("synthesis__")
+                    })
+                    .split("__"),
+            )
+            .extract()
+            .map_err(Box::new)
+    }
+
+    /// Loads and validates in one step.
+    pub fn load_validated(path: &Path, credentials: Credentials) -> Result<Self, ConfigError> {
+        let config = Self::load(path)?;
+        config.validate(credentials)?;
+        Ok(config)
+    }
+
+    /// The pool with id `id`.
+    pub fn pool(&self, id: &str) -> Option<&PoolConfig> {
+        self.pools.iter().find(|p| p.id == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[[pools]]
+id = "volc-standard"
+provider = "volcengine"
+model = "seed-tts-1.0"
+
+[[pools.upstreams]]
+id = "acct-a"
+base_url = "https://openspeech.bytedance.com"
+params = { cluster = "volcano_tts" }
+
+[[pools.upstreams.keys]]
+id = "app-1"
+capacity = 10
+credential = { env = "VOXPOOL_TEST_NEVER_SET_1" }
+"#;
+
+    #[test]
+    fn api_md_example_parses_and_validates_without_credentials() {
+        let c = Config::from_toml_str(GOOD).unwrap();
+        c.validate(Credentials::Ignore).unwrap();
+        assert_eq!(c.pools[0].upstreams[0].keys[0].capacity, 10);
+        assert_eq!(
+            c.pools[0].upstreams[0].keys[0].credential,
+            Some(CredentialRef::Env("VOXPOOL_TEST_NEVER_SET_1".into()))
+        );
+    }
+
+    #[test]
+    fn missing_credential_variable_is_named_not_printed() {
+        let c = Config::from_toml_str(GOOD).unwrap();
+        let err = c.validate(Credentials::Require).unwrap_err().to_string();
+        assert!(
+            err.contains("pools[0].upstreams[0].keys[0].credential"),
+            "{err}"
+        );
+        assert!(err.contains("VOXPOOL_TEST_NEVER_SET_1 is not set"), "{err}");
+    }
+
+    #[test]
+    fn credentials_are_references_with_exactly_one_known_field() {
+        for (bad, want) in [
+            (
+                r#"credential = "sk-inline-secret-123456""#,
+                "never the secret itself",
+            ),
+            (
+                r#"credential = { env = "A", foo = 1 }"#,
+                "unknown credential field \"foo\"",
+            ),
+            (
+                r#"credential = { env = "A", file = "/x" }"#,
+                "both env and file",
+            ),
+            (r#"credential = {}"#, "empty credential"),
+        ] {
+            let text = GOOD.replace(r#"credential = { env = "VOXPOOL_TEST_NEVER_SET_1" }"#, bad);
+            let err = Config::from_toml_str(&text).unwrap_err().to_string();
+            assert!(err.contains(want), "{bad}: {err}");
+            assert!(
+                !err.contains("sk-inline-secret"),
+                "the inline secret was echoed: {err}"
+            );
+        }
+        let text = GOOD.replace(
+            r#"{ env = "VOXPOOL_TEST_NEVER_SET_1" }"#,
+            r#"{ file = "/run/secrets/x" }"#,
+        );
+        let c = Config::from_toml_str(&text).unwrap();
+        assert_eq!(
+            c.pools[0].upstreams[0].keys[0].credential,
+            Some(CredentialRef::File("/run/secrets/x".into()))
+        );
+    }
+
+    #[test]
+    fn unknown_fields_fail_loudly() {
+        let text = GOOD.replace("capacity = 10", "capacty = 10");
+        let err = Config::from_toml_str(&text).unwrap_err().to_string();
+        assert!(err.contains("capacty"), "{err}");
+    }
+
+    #[test]
+    fn problems_name_their_paths() {
+        let text = format!(
+            "{GOOD}\n[[pools.upstreams.keys]]\nid = \"app-1\"\ncapacity = 0\n\n[[pools]]\nid = \"volc-standard\"\nprovider = \"nope\"\n"
+        );
+        let err = Config::from_toml_str(&text)
+            .unwrap()
+            .validate(Credentials::Ignore)
+            .unwrap_err();
+        let ConfigError::Invalid(problems) = err else {
+            panic!("expected Invalid")
+        };
+        let paths: Vec<_> = problems.iter().map(|p| p.path.as_str()).collect();
+        assert!(
+            paths.contains(&"pools[0].upstreams[0].keys[1].id"),
+            "{paths:?}"
+        );
+        assert!(
+            paths.contains(&"pools[0].upstreams[0].keys[1].capacity"),
+            "{paths:?}"
+        );
+        assert!(paths.contains(&"pools[1].id"), "{paths:?}");
+        assert!(paths.contains(&"pools[1].provider"), "{paths:?}");
+        assert!(paths.contains(&"pools[1].upstreams"), "{paths:?}");
+    }
+
+    #[test]
+    fn ids_follow_the_documented_charset() {
+        assert!(is_valid_id("volc-standard"));
+        assert!(is_valid_id("a.b_c-1"));
+        assert!(!is_valid_id(""));
+        assert!(!is_valid_id("-x"));
+        assert!(!is_valid_id("Upper"));
+        assert!(!is_valid_id("a/b"));
+        assert!(!is_valid_id(&"x".repeat(65)));
+    }
+}

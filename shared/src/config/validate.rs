@@ -1,0 +1,211 @@
+//! [`Config::validate`]: every problem of a parsed config at once, each naming its path
+//! (`pools[1].upstreams[0].keys[2].capacity`), credential values never shown.
+
+use std::{collections::HashSet, fmt};
+
+use super::{Config, MAX_KEY_CAPACITY, PROVIDERS};
+
+/// Why a configuration could not be used: every problem, each with its path.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read or parsed (includes unknown fields and wrong types).
+    #[error("{0}")]
+    Load(String),
+    /// Parsed, but some values are invalid.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Invalid(Vec<ConfigProblem>),
+}
+
+/// One invalid value: where it is and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
+    /// Path such as `pools[1].upstreams[0].keys[2].capacity`.
+    pub path: String,
+    /// What is wrong and what is expected.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// Whether validation also resolves every key's credential (synthesis) or only checks the
+/// shape (scheduler, which never sees credentials).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Credentials {
+    /// Credentials are not read.
+    Ignore,
+    /// Every non-espeak key must have a readable, non-empty credential.
+    Require,
+}
+
+/// True for ids made of `[a-z0-9._-]`, starting with a letter or digit, 1..=64 chars.
+pub fn is_valid_id(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 64
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes.iter().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        })
+}
+
+/// Key ids may also hold upper case (vendor app ids), same length bound, no `/`.
+fn is_valid_key_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+impl Config {
+    /// Checks ids, uniqueness, capacities, providers, settings and (optionally) credentials.
+    /// Returns every problem found, each naming its path. Credential values never appear.
+    pub fn validate(&self, credentials: Credentials) -> Result<(), ConfigError> {
+        let mut problems = Vec::new();
+        let mut push =
+            |path: String, message: String| problems.push(ConfigProblem { path, message });
+        if self.pools.is_empty() {
+            push(
+                "pools".into(),
+                "at least one [[pools]] entry is required".into(),
+            );
+        }
+        let mut pool_ids = HashSet::new();
+        for (pi, pool) in self.pools.iter().enumerate() {
+            let pp = format!("pools[{pi}]");
+            if !is_valid_id(&pool.id) {
+                push(
+                    format!("{pp}.id"),
+                    format!(
+                        "{:?} is not a valid id: use 1-64 of [a-z0-9._-], starting with a letter or digit",
+                        pool.id
+                    ),
+                );
+            } else if !pool_ids.insert(pool.id.as_str()) {
+                push(
+                    format!("{pp}.id"),
+                    format!("duplicate pool id {:?}", pool.id),
+                );
+            }
+            if !PROVIDERS.contains(&pool.provider.as_str()) {
+                push(
+                    format!("{pp}.provider"),
+                    format!(
+                        "unknown provider {:?}: expected one of {}",
+                        pool.provider,
+                        PROVIDERS.join(", ")
+                    ),
+                );
+            }
+            if pool.upstreams.is_empty() {
+                push(
+                    format!("{pp}.upstreams"),
+                    "a pool needs at least one upstream".into(),
+                );
+            }
+            let mut upstream_ids = HashSet::new();
+            for (ui, up) in pool.upstreams.iter().enumerate() {
+                let up_path = format!("{pp}.upstreams[{ui}]");
+                if !is_valid_id(&up.id) {
+                    push(
+                        format!("{up_path}.id"),
+                        format!("{:?} is not a valid id: use 1-64 of [a-z0-9._-]", up.id),
+                    );
+                } else if !upstream_ids.insert(up.id.as_str()) {
+                    push(
+                        format!("{up_path}.id"),
+                        format!("duplicate upstream id {:?} in pool {:?}", up.id, pool.id),
+                    );
+                }
+                if up.keys.is_empty() {
+                    push(
+                        format!("{up_path}.keys"),
+                        "an upstream needs at least one key".into(),
+                    );
+                }
+                let mut key_ids = HashSet::new();
+                for (ki, key) in up.keys.iter().enumerate() {
+                    let kp = format!("{up_path}.keys[{ki}]");
+                    if !is_valid_key_id(&key.id) {
+                        push(
+                            format!("{kp}.id"),
+                            format!(
+                                "{:?} is not a valid key id: use 1-64 of [A-Za-z0-9._-]",
+                                key.id
+                            ),
+                        );
+                    } else if !key_ids.insert(key.id.as_str()) {
+                        push(
+                            format!("{kp}.id"),
+                            format!("duplicate key id {:?} in upstream {:?}", key.id, up.id),
+                        );
+                    }
+                    if key.capacity == 0 || key.capacity > MAX_KEY_CAPACITY {
+                        push(
+                            format!("{kp}.capacity"),
+                            format!(
+                                "must be 1..={MAX_KEY_CAPACITY}, got {} (use the DisableKey admin RPC to take a key out)",
+                                key.capacity
+                            ),
+                        );
+                    }
+                    if credentials == Credentials::Require && pool.provider != "espeak" {
+                        match &key.credential {
+                            None => push(
+                                format!("{kp}.credential"),
+                                "required: { env = \"NAME\" } or { file = \"/path\" }".into(),
+                            ),
+                            Some(c) => {
+                                if let Err(e) = c.resolve() {
+                                    push(format!("{kp}.credential"), e);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let s = &self.scheduler;
+        if s.default_lease_ttl_ms == 0 || s.default_lease_ttl_ms > s.max_lease_ttl_ms {
+            push(
+                "scheduler.default_lease_ttl_ms".into(),
+                format!(
+                    "must be 1..=max_lease_ttl_ms ({}), got {}",
+                    s.max_lease_ttl_ms, s.default_lease_ttl_ms
+                ),
+            );
+        }
+        if s.failure_backoff_base_ms > s.failure_backoff_max_ms {
+            push(
+                "scheduler.failure_backoff_base_ms".into(),
+                "must not exceed failure_backoff_max_ms".into(),
+            );
+        }
+        if s.failure_threshold == 0 {
+            push(
+                "scheduler.failure_threshold".into(),
+                "must be at least 1".into(),
+            );
+        }
+        if s.store_timeout_ms == 0 || s.wait_poll_ms == 0 || s.reap_batch == 0 || s.max_waiters == 0
+        {
+            push(
+                "scheduler".into(),
+                "store_timeout_ms, wait_poll_ms, reap_batch and max_waiters must be positive"
+                    .into(),
+            );
+        }
+        if self.synthesis.max_attempts == 0 {
+            push("synthesis.max_attempts".into(), "must be at least 1".into());
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(problems))
+        }
+    }
+}
