@@ -54,7 +54,7 @@ impl<U: Message + Default> Decoder for InvalidArgumentDecoder<U> {
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
         self.0.decode(buf).map_err(|status| {
             Status::invalid_argument(format!(
-                "the message is not valid protobuf for {}: {} (string fields must be UTF-8)",
+                "the request is not a valid {} protobuf message (string fields must hold UTF-8): {}",
                 std::any::type_name::<U>()
                     .rsplit("::")
                     .next()

@@ -126,8 +126,9 @@ pub fn client_endpoint(flag: &str, url: &str) -> Result<tonic::transport::Endpoi
 }
 
 /// Makes ring the process-wide rustls crypto provider (once; later calls do nothing). The
-/// workspace links more than one provider (reqwest brings aws-lc-rs), and rustls refuses to
-/// guess between them: without this, building a TLS config fails at start-up.
+/// workspace compiles one crypto stack (ring: reqwest is built with `rustls-no-provider`), and
+/// reqwest and rustls configs built without an explicit provider take this default, so call
+/// it before building any TLS client or server.
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }

@@ -159,8 +159,13 @@ pub async fn bind(addr: &str) -> Result<(TcpListener, SocketAddr), String> {
 
 /// Prints `<binary> listening on <address>` as the binary's first stdout line: how scripts
 /// and tests learn the port a `--listen host:0` picked. Call it once, when about to serve.
-pub fn announce(binary: &str, bound: SocketAddr) {
-    println!("{binary} listening on {bound}");
+/// Errors: stdout is closed or unwritable (a one-line reason, instead of `println!`'s panic).
+pub fn announce(binary: &str, bound: SocketAddr) -> Result<(), String> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{binary} listening on {bound}")
+        .and_then(|()| out.flush())
+        .map_err(|e| format!("cannot write the listening address to stdout: {e}"))
 }
 
 /// Server reflection v1 and v1alpha for a server that serves `services` (fully-qualified

@@ -37,8 +37,12 @@ pub enum FieldProblem {
         /// The value's length in characters.
         got: usize,
     },
-    /// Holds a control character (newline, tab, NUL, escape, …).
-    #[error("must not contain control characters (found {found:?} at character {at})")]
+    /// Holds a control character (newline, tab, NUL, escape, …) or an invisible formatting
+    /// character that changes how a log line reads (line and paragraph separators,
+    /// bidirectional overrides, zero-width characters, the byte order mark).
+    #[error(
+        "must not contain control or invisible formatting characters (found {found:?} at character {at})"
+    )]
     ControlCharacter {
         /// The character.
         found: char,
@@ -57,11 +61,19 @@ pub fn check_field(value: &str, max_chars: usize) -> Result<(), FieldProblem> {
                 got: value.chars().count(),
             });
         }
-        if c.is_control() {
+        if c.is_control() || is_invisible_format(c) {
             return Err(FieldProblem::ControlCharacter { found: c, at });
         }
     }
     Ok(())
+}
+
+/// Unicode format (Cf) and separator (Zl, Zp) characters that reorder, hide or break text in
+/// a terminal or log viewer.
+fn is_invisible_format(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+        | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
 }
 
 #[cfg(test)]
@@ -96,6 +108,20 @@ mod tests {
             Err(FieldProblem::TooLong { max: 3, got: 4 })
         );
         assert_eq!(check_field("abc", 3), Ok(()));
+        for sneaky in [
+            "a\u{2028}b",
+            "\u{202E}gnp.exe",
+            "zero\u{200B}width",
+            "\u{FEFF}bom",
+        ] {
+            assert!(
+                matches!(
+                    check_field(sneaky, 128),
+                    Err(FieldProblem::ControlCharacter { .. })
+                ),
+                "{sneaky:?}"
+            );
+        }
         assert_eq!(check_field("日本語", 3), Ok(()));
     }
 }

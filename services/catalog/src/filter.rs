@@ -8,12 +8,18 @@
 use voxpool_shared::{
     config::{PROVIDERS, is_valid_id},
     snapshot::Tier,
+    untrusted::quote,
 };
 
 use crate::{error::CatalogError, validate::canonical_locale};
 
 /// The request field every filter error names.
 const FIELD: &str = "filter";
+/// Longest filter accepted, in characters (the longest useful one is a few hundred).
+pub const MAX_FILTER_CHARS: usize = 1024;
+/// Most terms a filter may join: a conjunction of more cannot select anything a shorter one
+/// does not, and each term is a nested SQL condition (a thousand overflowed the stack).
+pub const MAX_FILTER_TERMS: usize = 16;
 
 /// One `field=value` condition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,10 +59,29 @@ impl Filter {
         if text.is_empty() {
             return Ok(Self::default());
         }
-        let terms = text
-            .split(" AND ")
-            .map(parse_term)
-            .collect::<Result<_, _>>()?;
+        let chars = text.chars().count();
+        if chars > MAX_FILTER_CHARS {
+            return Err(CatalogError::invalid(
+                FIELD,
+                format!("at most {MAX_FILTER_CHARS} characters, got {chars}"),
+            ));
+        }
+        let mut terms: Vec<Term> = Vec::new();
+        for term in text.split(" AND ") {
+            let term = parse_term(term)?;
+            if !terms.contains(&term) {
+                terms.push(term);
+            }
+        }
+        if terms.len() > MAX_FILTER_TERMS {
+            return Err(CatalogError::invalid(
+                FIELD,
+                format!(
+                    "at most {MAX_FILTER_TERMS} distinct terms joined by ` AND `, got {}",
+                    terms.len()
+                ),
+            ));
+        }
         Ok(Self { terms })
     }
 
@@ -77,7 +102,8 @@ fn parse_term(term: &str) -> Result<Term, CatalogError> {
             FIELD,
             format!(
                 "expected `field=value` terms joined by ` AND ` (fields: tier, provider, locale, \
-                 tts_model_id), got {term:?}"
+                 tts_model_id), got {}",
+                quote(term)
             ),
         ));
     };
@@ -87,7 +113,8 @@ fn parse_term(term: &str) -> Result<Term, CatalogError> {
         .strip_prefix('"')
         .and_then(|v| v.strip_suffix('"'))
         .unwrap_or(value);
-    let bad = |what: &str| CatalogError::invalid(FIELD, format!("{field}: {what}, got {value:?}"));
+    let bad =
+        |what: &str| CatalogError::invalid(FIELD, format!("{field}: {what}, got {}", quote(value)));
     match field {
         "tier" => ["LITE", "STANDARD", "PRO", "PREMIUM"]
             .iter()
@@ -104,7 +131,10 @@ fn parse_term(term: &str) -> Result<Term, CatalogError> {
         "tts_model_id" => Err(bad("expected a pool id")),
         other => Err(CatalogError::invalid(
             FIELD,
-            format!("unknown field {other:?}: filter on tier, provider, locale or tts_model_id"),
+            format!(
+                "unknown field {}: filter on tier, provider, locale or tts_model_id",
+                quote(other)
+            ),
         )),
     }
 }
@@ -129,6 +159,26 @@ mod tests {
             f.canonical(),
             "locale=en-US AND provider=azure AND tier=PRO"
         );
+    }
+
+    #[test]
+    fn long_filters_are_refused_before_any_query() {
+        let many = vec!["tier=PRO"; 1000].join(" AND ");
+        let err = Filter::parse(&many).unwrap_err().to_string();
+        assert!(err.contains("at most 1024 characters"), "{err}");
+        let distinct: Vec<String> = (0..17).map(|i| format!("tts_model_id=p{i}")).collect();
+        let err = Filter::parse(&distinct.join(" AND "))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at most 16 distinct terms"), "{err}");
+        let repeated = vec!["tier=PRO"; 50].join(" AND ");
+        assert_eq!(
+            Filter::parse(&repeated).unwrap().terms,
+            vec![Term::Tier(Tier::Pro)]
+        );
+        let huge_value = format!("tts_model_id={}", "x".repeat(900));
+        let err = Filter::parse(&huge_value).unwrap_err().to_string();
+        assert!(err.len() < 300, "{err}");
     }
 
     #[test]

@@ -110,7 +110,7 @@ async fn serve(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let repo = server::open_repository(&args.database, args.db_pool_size).await?;
     let (listener, bound) = voxpool_shared::serve::bind(&args.listen).await?;
-    voxpool_shared::serve::announce("voxpool-catalog", bound);
+    voxpool_shared::serve::announce("voxpool-catalog", bound)?;
     let shutdown = voxpool_shared::serve::shutdown_token();
     tracing::info!(
         listen = %bound,

@@ -70,7 +70,7 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let store = voxpool_scheduler::server::open_store(&args.store, &config).await?;
     let (listener, bound) = voxpool_shared::serve::bind(&args.listen).await?;
-    voxpool_shared::serve::announce("voxpool-scheduler", bound);
+    voxpool_shared::serve::announce("voxpool-scheduler", bound)?;
     let shutdown = voxpool_shared::serve::shutdown_token();
     tracing::info!(
         listen = %bound,

@@ -125,7 +125,7 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
     let core = server::build(&config, adapters, &options)?;
     warn_about_credentials(&core.pools);
     let shutdown = voxpool_shared::serve::shutdown_token();
-    voxpool_shared::serve::announce("voxpool-synthesis", bound);
+    voxpool_shared::serve::announce("voxpool-synthesis", bound)?;
     tracing::info!(
         listen = %bound,
         scheduler = %args.scheduler,

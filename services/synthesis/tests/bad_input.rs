@@ -198,7 +198,7 @@ async fn bad_requests_are_clear_errors_and_the_server_keeps_serving() {
                 ..request(&good, "hi")
             },
             Code::InvalidArgument,
-            "invalid request_id: must not contain control characters",
+            "invalid request_id: must not contain control or invisible formatting characters",
         ),
         (
             "unknown espeak voice",

@@ -21,11 +21,20 @@ pub type Repo = Arc<dyn PackRepository>;
 /// The request field carrying a pack id (`id` or `pack_id`), checked non-empty.
 fn require_id(field: &str, id: &str) -> Result<(), crate::error::CatalogError> {
     if id.trim().is_empty() {
-        Err(crate::error::CatalogError::invalid(
+        return Err(crate::error::CatalogError::invalid(
             field,
             "required: a voice pack id such as vp_…",
-        ))
-    } else {
-        Ok(())
+        ));
     }
+    // Checked before any lookup, so no error message or log line carries a caller's huge or
+    // control-character-laden value (ids the catalog assigns are short and plain).
+    voxpool_shared::untrusted::check_field(id, MAX_PACK_ID_CHARS).map_err(|problem| {
+        crate::error::CatalogError::invalid(
+            field,
+            format!("{problem}; voice pack ids look like vp_…"),
+        )
+    })
 }
+
+/// Longest voice pack id accepted in a request.
+pub const MAX_PACK_ID_CHARS: usize = 128;

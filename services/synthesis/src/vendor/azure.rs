@@ -572,7 +572,7 @@ mod tests {
             ),
         ];
         for (voice_id, locales, (params, extra, format, rate, param)) in cases {
-            let e = Azure::new(Client::new())
+            let e = Azure::new(http::build_client().expect("client"))
                 .check(&snapshot(voice_id, locales, params, extra), format, rate)
                 .unwrap_err();
             assert_eq!(e.param, param, "{e}");

@@ -514,7 +514,7 @@ mod tests {
             ),
         ];
         for (params, extra, format, rate, param) in cases {
-            let e = DashScope::new(Client::new())
+            let e = DashScope::new(http::build_client().expect("client"))
                 .check(&snapshot(params, extra), format, rate)
                 .unwrap_err();
             assert_eq!(e.param, param, "{e}");

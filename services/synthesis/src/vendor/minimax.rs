@@ -471,7 +471,7 @@ mod tests {
             ),
         ];
         for (params, extra, format, rate, param) in cases {
-            let e = MiniMax::new(Client::new())
+            let e = MiniMax::new(http::build_client().expect("client"))
                 .check(&snapshot(params, extra), format, rate)
                 .unwrap_err();
             assert_eq!(e.param, param, "{e}");

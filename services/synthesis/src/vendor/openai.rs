@@ -317,7 +317,7 @@ mod tests {
             ),
         ];
         for (params, extra, format, rate, param) in cases {
-            let e = OpenAi::new(Client::new())
+            let e = OpenAi::new(http::build_client().expect("client"))
                 .check(&snapshot(params, extra), format, rate)
                 .unwrap_err();
             assert_eq!(e.param, param, "{e}");

@@ -545,7 +545,7 @@ mod tests {
             ),
         ];
         for ((model, voice_id), (params, extra, format, rate, param)) in cases {
-            let e = Volcengine::new(Client::new())
+            let e = Volcengine::new(http::build_client().expect("client"))
                 .check(&snapshot(model, voice_id, params, extra), format, rate)
                 .unwrap_err();
             assert_eq!(e.param, param, "{e}");

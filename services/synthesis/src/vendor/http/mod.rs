@@ -24,9 +24,11 @@ pub const USER_AGENT: &str = concat!("voxpool-synthesis/", env!("CARGO_PKG_VERSI
 /// Largest response body accepted (a 10-minute 48 kHz WAV is ~58 MiB).
 pub const MAX_BODY_BYTES: usize = 64 << 20;
 
-/// Builds a pooled HTTP client (rustls, HTTP/2 by ALPN, keep-alive pool). Per-attempt
-/// timeouts are set on each request ([`send`]), not here.
+/// Builds a pooled HTTP client (rustls with the workspace's one crypto provider, ring; HTTP/2
+/// by ALPN; keep-alive pool). Per-attempt timeouts are set on each request ([`send`]), not
+/// here.
 pub fn build_client() -> Result<Client, reqwest::Error> {
+    voxpool_shared::limits::install_crypto_provider();
     Client::builder()
         .user_agent(USER_AGENT)
         .connect_timeout(Duration::from_secs(5))
