@@ -4,14 +4,17 @@
 //! - [`config`]: the pools file (TOML + `VOXPOOL_` environment), validated with path-named errors.
 //! - [`limits`]: request timeout, message size, load shedding and TLS flags for servers.
 //! - [`secret`]: a string that never prints (vendor credentials, the admin token).
+//! - [`audio`]: audio formats, the one sniffer, WAV reader/writer and joiner.
 //! - [`auth`]: bearer-token check for admin RPCs (constant-time compare).
 //! - [`status`]: `tonic::Status` builders that attach `google.rpc` error details.
 //! - [`serve`]: binding, health, reflection and graceful shutdown shared by every binary.
 //! - [`snapshot`]: the frozen voice-pack snapshot, its card JSON form and its digest.
 //! - [`untrusted`]: caller strings bounded and escaped for messages, logs and labels.
+//! - [`text`]: the one sentence splitter (synthesis chunks, voxctl parts).
 //! - [`telemetry`]: `tracing` setup (pretty or JSON logs, `RUST_LOG` filter).
 //! - `testing` (feature `testing`): real `redis-server` processes for tests.
 
+pub mod audio;
 pub mod auth;
 pub mod config;
 pub mod contract;
@@ -21,6 +24,7 @@ pub mod serve;
 pub mod snapshot;
 pub mod status;
 pub mod telemetry;
+pub mod text;
 pub mod untrusted;
 
 #[cfg(feature = "testing")]

@@ -23,7 +23,6 @@
 //! - [`server`]: wiring for the binary and the tests.
 
 pub mod attempt;
-pub mod audio;
 pub mod catalog;
 pub mod core;
 pub mod deadline;
@@ -37,5 +36,6 @@ pub mod request;
 pub mod server;
 pub mod service;
 pub mod stream;
-pub mod text;
 pub mod vendor;
+
+pub use voxpool_shared::{audio, text};

@@ -27,6 +27,17 @@ impl Format {
         }
     }
 
+    /// The same format in the shared audio types (for joining parts).
+    pub fn to_audio(self) -> voxpool_shared::audio::AudioFormat {
+        use voxpool_shared::audio::AudioFormat as A;
+        match self {
+            Format::Wav => A::Wav,
+            Format::Mp3 => A::Mp3,
+            Format::OggOpus => A::OggOpus,
+            Format::Pcm => A::Pcm,
+        }
+    }
+
     /// File extension without the dot (`wav`, `mp3`, `ogg`, `pcm`).
     pub fn extension(self) -> &'static str {
         match self {

@@ -1,115 +1,80 @@
 //! Joins the audio of the parts of a split item into one file.
 //!
-//! WAV parts are decoded and re-encoded with `hound`, so the result has one correct RIFF header
-//! (sizes cover every sample); parts must share channels, sample rate and sample format. Raw
-//! PCM and MP3 frames concatenate as they are; Ogg Opus parts concatenate into a chained Ogg
+//! The parts go through the same joiner synthesis uses for the chunks of one request
+//! (`voxpool_shared::audio::Joiner`): WAV parts get one RIFF header whose sizes cover every
+//! sample (parts must share channels, sample rate and bit depth); PCM and MP3 frames
+//! concatenate (later ID3 tags dropped); Ogg Opus parts concatenate into a chained Ogg
 //! stream, which the Ogg specification allows.
 
-use std::io::Cursor;
-
-use hound::{SampleFormat, WavReader, WavSpec, WavWriter};
+use voxpool_shared::audio::{Audio, AudioError, Joiner};
 
 use crate::format::Format;
 
 /// Why parts could not be joined.
 #[derive(Debug, thiserror::Error)]
 pub enum JoinError {
-    /// A part is not a readable WAV file.
-    #[error("part {part} is not a valid WAV file: {source}")]
+    /// A part is not usable audio of the format (e.g. not a readable WAV file).
+    #[error("part {part} is not valid audio: {source}")]
     BadWav {
         /// 1-based part number.
         part: usize,
-        /// The decoder's error.
+        /// What is wrong with it.
         #[source]
-        source: hound::Error,
+        source: AudioError,
     },
-    /// A part's format differs from the first part's.
+    /// A part's layout differs from the first part's.
     #[error("part {part} is {found}, part 1 is {expected}: cannot join")]
     Mismatch {
         /// 1-based part number.
         part: usize,
-        /// Part 1's format.
+        /// Part 1's layout.
         expected: String,
-        /// This part's format.
+        /// This part's layout.
         found: String,
     },
     /// Writing the joined file failed.
-    #[error("cannot encode the joined WAV: {0}")]
-    Encode(#[source] hound::Error),
+    #[error("cannot encode the joined audio: {0}")]
+    Encode(#[source] AudioError),
 }
 
-/// Joins `parts` (in order) into one file of `format`. One part is returned as is.
+/// Joins `parts` (in order) into one file of `format` with the service's one joiner
+/// (`voxpool_shared::audio::Joiner`; Ogg parts chain). One part is returned as is.
 pub fn join(format: Format, mut parts: Vec<Vec<u8>>) -> Result<Vec<u8>, JoinError> {
     if parts.len() == 1 {
         return Ok(parts.remove(0));
     }
-    match format {
-        Format::Wav => join_wav(&parts),
-        Format::Pcm | Format::Mp3 | Format::OggOpus => Ok(parts.concat()),
-    }
-}
-
-fn describe(spec: &WavSpec) -> String {
-    let kind = match spec.sample_format {
-        SampleFormat::Int => "int",
-        SampleFormat::Float => "float",
-    };
-    format!(
-        "{} Hz, {} channel(s), {}-bit {kind}",
-        spec.sample_rate, spec.channels, spec.bits_per_sample
-    )
-}
-
-fn join_wav(parts: &[Vec<u8>]) -> Result<Vec<u8>, JoinError> {
-    let mut readers = Vec::with_capacity(parts.len());
-    for (i, bytes) in parts.iter().enumerate() {
-        let reader =
-            WavReader::new(Cursor::new(bytes.as_slice())).map_err(|source| JoinError::BadWav {
+    let format = format.to_audio();
+    let mut joiner = Joiner::chaining_ogg(format);
+    let mut out = Vec::new();
+    for (i, bytes) in parts.into_iter().enumerate() {
+        let piece = Audio {
+            bytes,
+            format,
+            sample_rate_hz: None,
+        };
+        let bytes = joiner.push(&piece).map_err(|e| match e {
+            AudioError::Mismatch { index, first, got } => JoinError::Mismatch {
+                part: index + 1,
+                expected: first,
+                found: got,
+            },
+            source => JoinError::BadWav {
                 part: i + 1,
                 source,
-            })?;
-        readers.push(reader);
+            },
+        })?;
+        out.extend(bytes);
     }
-    let spec = readers[0].spec();
-    for (i, reader) in readers.iter().enumerate().skip(1) {
-        if reader.spec() != spec {
-            return Err(JoinError::Mismatch {
-                part: i + 1,
-                expected: describe(&spec),
-                found: describe(&reader.spec()),
-            });
-        }
-    }
-    let mut out = Cursor::new(Vec::new());
-    let mut writer = WavWriter::new(&mut out, spec).map_err(JoinError::Encode)?;
-    for (i, reader) in readers.iter_mut().enumerate() {
-        let bad = |source| JoinError::BadWav {
-            part: i + 1,
-            source,
-        };
-        match spec.sample_format {
-            SampleFormat::Float => {
-                for s in reader.samples::<f32>() {
-                    writer
-                        .write_sample(s.map_err(bad)?)
-                        .map_err(JoinError::Encode)?;
-                }
-            }
-            SampleFormat::Int => {
-                for s in reader.samples::<i32>() {
-                    writer
-                        .write_sample(s.map_err(bad)?)
-                        .map_err(JoinError::Encode)?;
-                }
-            }
-        }
-    }
-    writer.finalize().map_err(JoinError::Encode)?;
-    Ok(out.into_inner())
+    out.extend(joiner.finish().map_err(JoinError::Encode)?);
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::io::Cursor;
+
+    use hound::{SampleFormat, WavReader, WavSpec, WavWriter};
+
     use super::*;
 
     fn wav(rate: u32, samples: &[i16]) -> Vec<u8> {

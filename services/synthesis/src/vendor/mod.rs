@@ -31,49 +31,10 @@ use std::{collections::BTreeMap, time::Duration};
 use async_trait::async_trait;
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
-/// Audio container/encoding requested by the caller (mirrors the proto `AudioFormat`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AudioFormat {
-    /// RIFF/WAVE, 16-bit PCM.
-    Wav,
-    /// MPEG-1 layer III.
-    Mp3,
-    /// Opus in Ogg.
-    OggOpus,
-    /// Raw signed 16-bit little-endian mono, no header.
-    Pcm,
-}
-
-impl std::fmt::Display for AudioFormat {
-    /// The format's name in the API (`WAV`, `MP3`, `OGG_OPUS`, `PCM`), as callers spell it.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            AudioFormat::Wav => "WAV",
-            AudioFormat::Mp3 => "MP3",
-            AudioFormat::OggOpus => "OGG_OPUS",
-            AudioFormat::Pcm => "PCM",
-        })
-    }
-}
-
-/// A vendor's per-request text limit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TextLimit {
-    /// At most this many Unicode scalar values (e.g. OpenAI: 4096).
-    Chars(usize),
-    /// At most this many UTF-8 bytes (e.g. Volcengine: 1024).
-    Utf8Bytes(usize),
-}
-
-impl std::fmt::Display for TextLimit {
-    /// For messages: `4096 characters`, `1024 UTF-8 bytes`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TextLimit::Chars(n) => write!(f, "{n} characters"),
-            TextLimit::Utf8Bytes(n) => write!(f, "{n} UTF-8 bytes"),
-        }
-    }
-}
+pub use voxpool_shared::{
+    audio::{Audio as VendorAudio, AudioFormat},
+    text::TextLimit,
+};
 
 /// A param (or format / sample rate) the vendor cannot apply. Maps to INVALID_ARGUMENT.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -134,17 +95,6 @@ pub struct VendorRequest<'a> {
     pub timeout: Duration,
     /// Unique id for this attempt (vendors such as Volcengine want a fresh reqid).
     pub attempt_id: &'a str,
-}
-
-/// Audio returned by a vendor.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VendorAudio {
-    /// Encoded audio in `format`.
-    pub bytes: Vec<u8>,
-    /// Its format.
-    pub format: AudioFormat,
-    /// Its sample rate (Hz), when known.
-    pub sample_rate_hz: Option<u32>,
 }
 
 /// How a vendor call failed, classified for the scheduler (VENDORS.md error table).

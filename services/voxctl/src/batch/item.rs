@@ -18,7 +18,6 @@ use crate::{
     output,
     report::{ItemReport, Status},
     retry::CallError,
-    split::split,
     stats::Stats,
 };
 
@@ -69,10 +68,13 @@ impl Progress {
 pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
     let _in_flight = ctx.stats.in_flight_guard();
     let Todo { item, fp } = todo;
-    let parts: Vec<&str> = split(&item.text, ctx.max_chars)
-        .into_iter()
-        .filter(|p| !p.trim().is_empty())
-        .collect();
+    let parts: Vec<&str> = voxpool_shared::text::split(
+        &item.text,
+        voxpool_shared::text::TextLimit::Chars(ctx.max_chars),
+    )
+    .into_iter()
+    .filter(|p| !p.trim().is_empty())
+    .collect();
     let mut progress = Progress {
         calls: 0,
         keys: Vec::new(),

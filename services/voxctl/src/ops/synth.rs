@@ -19,7 +19,6 @@ use crate::{
     manifest::Voice,
     output,
     retry::RetryPolicy,
-    split::split,
     stats::Stats,
 };
 
@@ -61,10 +60,13 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
         deadline: job.deadline,
         stats: Arc::new(Stats::default()),
     };
-    let parts: Vec<&str> = split(&job.text, job.max_chars)
-        .into_iter()
-        .filter(|p| !p.trim().is_empty())
-        .collect();
+    let parts: Vec<&str> = voxpool_shared::text::split(
+        &job.text,
+        voxpool_shared::text::TextLimit::Chars(job.max_chars),
+    )
+    .into_iter()
+    .filter(|p| !p.trim().is_empty())
+    .collect();
     let (mut audio, mut keys, mut calls) = (Vec::new(), Vec::new(), 0);
     for (i, part) in parts.iter().enumerate() {
         let request = SynthesizeRequest {

@@ -1,4 +1,5 @@
-//! Audio checks and joining of the pieces synthesized for one request.
+//! Audio formats, checks and joining: the one sniffer ([`sniff`]), the one WAV reader and
+//! writer ([`wav`]) and the one joiner ([`Joiner`]) that synthesis and voxctl both use.
 //!
 //! - [`validate`] runs on every vendor answer before it is reported as SUCCESS: the format
 //!   must be the one asked for and the bytes must look like it (a parseable PCM WAV, an MP3
@@ -15,7 +16,41 @@ pub mod wav;
 
 pub use join::Joiner;
 
-use crate::vendor::{AudioFormat, VendorAudio};
+/// Audio container/encoding requested by the caller (mirrors the proto `AudioFormat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AudioFormat {
+    /// RIFF/WAVE, 16-bit PCM.
+    Wav,
+    /// MPEG-1 layer III.
+    Mp3,
+    /// Opus in Ogg.
+    OggOpus,
+    /// Raw signed 16-bit little-endian mono, no header.
+    Pcm,
+}
+
+impl std::fmt::Display for AudioFormat {
+    /// The format's name in the API (`WAV`, `MP3`, `OGG_OPUS`, `PCM`), as callers spell it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AudioFormat::Wav => "WAV",
+            AudioFormat::Mp3 => "MP3",
+            AudioFormat::OggOpus => "OGG_OPUS",
+            AudioFormat::Pcm => "PCM",
+        })
+    }
+}
+
+/// A piece of encoded audio: what a vendor returned, or one part of a split text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Audio {
+    /// Encoded audio in `format`.
+    pub bytes: Vec<u8>,
+    /// Its format.
+    pub format: AudioFormat,
+    /// Its sample rate (Hz), when known.
+    pub sample_rate_hz: Option<u32>,
+}
 
 /// Why a vendor answer or a set of pieces is not usable audio.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -57,7 +92,7 @@ pub enum AudioError {
 }
 
 /// Checks that `audio` is plausibly what was asked for (module doc).
-pub fn validate(audio: &VendorAudio, expected: AudioFormat) -> Result<(), AudioError> {
+pub fn validate(audio: &Audio, expected: AudioFormat) -> Result<(), AudioError> {
     if audio.format != expected {
         return Err(AudioError::WrongFormat {
             expected,
@@ -97,8 +132,8 @@ pub fn sniff(format: AudioFormat, b: &[u8]) -> Result<(), AudioError> {
 mod tests {
     use super::*;
 
-    fn audio(format: AudioFormat, bytes: &[u8]) -> VendorAudio {
-        VendorAudio {
+    fn audio(format: AudioFormat, bytes: &[u8]) -> Audio {
+        Audio {
             bytes: bytes.to_vec(),
             format,
             sample_rate_hz: None,

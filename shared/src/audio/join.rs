@@ -2,16 +2,17 @@
 //! streaming RPC and the unary RPC produce the same bytes (unary = everything `push` returned
 //! followed by what `finish` returns; streaming sends the same bytes as they come).
 
+use super::{Audio, AudioFormat};
 use super::{
     AudioError,
     wav::{self, WavSpec},
 };
-use crate::vendor::{AudioFormat, VendorAudio};
 
-/// Joins pieces of one format (module doc of [`crate::audio`]).
+/// Joins pieces of one format (module doc of [`super`]).
 #[derive(Debug)]
 pub struct Joiner {
     format: AudioFormat,
+    chain_ogg: bool,
     pieces: usize,
     wav: Option<(WavSpec, Vec<u8>)>,
     sample_rate_hz: Option<u32>,
@@ -22,9 +23,20 @@ impl Joiner {
     pub fn new(format: AudioFormat) -> Self {
         Self {
             format,
+            chain_ogg: false,
             pieces: 0,
             wav: None,
             sample_rate_hz: None,
+        }
+    }
+
+    /// A joiner that also accepts several OGG_OPUS pieces and concatenates them into a chained
+    /// Ogg stream (RFC 3533 allows it; players read it as consecutive streams). For files that
+    /// are read as a whole, such as voxctl's outputs; a live stream keeps [`Joiner::new`].
+    pub fn chaining_ogg(format: AudioFormat) -> Self {
+        Self {
+            chain_ogg: true,
+            ..Self::new(format)
         }
     }
 
@@ -37,7 +49,7 @@ impl Joiner {
     /// may be sent now: the piece itself for PCM and MP3 (later MP3 pieces without their ID3v2
     /// tag), the first OGG_OPUS piece, nothing for WAV (whose header needs the final size).
     /// Errors: a layout or sample-rate mismatch, a second OGG_OPUS piece, a bad WAV.
-    pub fn push(&mut self, audio: &VendorAudio) -> Result<Vec<u8>, AudioError> {
+    pub fn push(&mut self, audio: &Audio) -> Result<Vec<u8>, AudioError> {
         if audio.format != self.format {
             return Err(AudioError::WrongFormat {
                 expected: self.format,
@@ -65,7 +77,7 @@ impl Joiner {
                 self.sample_rate_hz = Some(parsed.spec.sample_rate);
                 Ok(Vec::new())
             }
-            AudioFormat::OggOpus if index > 0 => Err(AudioError::CannotJoinOpus),
+            AudioFormat::OggOpus if index > 0 && !self.chain_ogg => Err(AudioError::CannotJoinOpus),
             AudioFormat::Pcm | AudioFormat::Mp3 | AudioFormat::OggOpus => {
                 self.check_rate(index, audio.sample_rate_hz)?;
                 if self.format == AudioFormat::Mp3 && index > 0 {
@@ -126,15 +138,15 @@ mod tests {
         bits_per_sample: 16,
     };
 
-    fn piece(format: AudioFormat, bytes: Vec<u8>, rate: Option<u32>) -> VendorAudio {
-        VendorAudio {
+    fn piece(format: AudioFormat, bytes: Vec<u8>, rate: Option<u32>) -> Audio {
+        Audio {
             bytes,
             format,
             sample_rate_hz: rate,
         }
     }
 
-    fn join(format: AudioFormat, pieces: &[VendorAudio]) -> Result<Vec<u8>, AudioError> {
+    fn join(format: AudioFormat, pieces: &[Audio]) -> Result<Vec<u8>, AudioError> {
         let mut j = Joiner::new(format);
         let mut out = Vec::new();
         for p in pieces {

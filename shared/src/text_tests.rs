@@ -2,8 +2,8 @@
 
 use proptest::prelude::*;
 
+use super::TextLimit::{self, Chars, Utf8Bytes};
 use super::split;
-use crate::vendor::TextLimit::{self, Chars, Utf8Bytes};
 
 #[track_caller]
 fn check(text: &str, limit: TextLimit, expected: &[&str]) {
@@ -209,5 +209,100 @@ proptest! {
             let first = b.chars().next();
             prop_assert!(!(last.is_some_and(|c| c.is_ascii_digit()) && first.is_some_and(|c| c.is_ascii_digit())), "{:?} | {:?}", a, b);
         }
+    }
+}
+
+// Behaviour voxctl relied on when it had its own splitter (its items are split with this one).
+
+fn parts(text: &str, max: usize) -> Vec<&str> {
+    let parts = split(text, Chars(max));
+    assert_eq!(parts.concat(), text, "parts must concatenate to the input");
+    for p in &parts {
+        assert!(p.chars().count() <= max, "part over {max}: {p:?}");
+        assert!(!p.is_empty());
+    }
+    parts
+}
+
+#[test]
+fn paragraph_boundaries_are_preferred_over_sentence_ends() {
+    let text = "One. Two. Three.\n\nFour. Five. Six.";
+    assert_eq!(
+        parts(text, 20),
+        ["One. Two. Three.\n\n", "Four. Five. Six."]
+    );
+    // Even when a sentence end comes later inside the limit.
+    let text = "One.\n\nTwo. Three. Four.";
+    assert_eq!(parts(text, 19), ["One.\n\n", "Two. Three. Four."]);
+}
+
+#[test]
+fn a_long_paragraph_is_cut_at_sentence_ends() {
+    let text = "First sentence here. Second one is here! Third? Yes.";
+    assert_eq!(
+        parts(text, 25),
+        [
+            "First sentence here. ",
+            "Second one is here! ",
+            "Third? Yes."
+        ]
+    );
+}
+
+#[test]
+fn dots_inside_numbers_do_not_end_a_sentence() {
+    assert_eq!(
+        parts("Version 1.5 is out. Go.", 21),
+        ["Version 1.5 is out. ", "Go."]
+    );
+}
+
+#[test]
+fn full_width_terminators_end_sentences_without_spaces() {
+    let text = "你好。今天天气很好！我们出去吧？";
+    assert_eq!(parts(text, 7), ["你好。", "今天天气很好！", "我们出去吧？"]);
+}
+
+#[test]
+fn a_sentence_without_punctuation_is_cut_between_words_then_inside_a_word() {
+    assert_eq!(
+        parts("aaaa bbbb cccc dddddddddd", 6),
+        ["aaaa ", "bbbb ", "cccc ", "dddddd", "dddd"]
+    );
+}
+
+#[test]
+fn grapheme_clusters_are_never_cut() {
+    // e + combining acute, a family emoji (ZWJ sequence), a flag: each one cluster.
+    for cluster in ["e\u{301}", "👨\u{200D}👩\u{200D}👧", "🇫🇷", "\r\n", "👍🏽"] {
+        let text = format!("ab{cluster}cd");
+        let n = cluster.chars().count();
+        for max in 1..=(n + 3) {
+            for part in split(&text, Chars(max.max(n))) {
+                assert!(
+                    !part.starts_with(|c: char| cluster.chars().skip(1).any(|x| x == c)),
+                    "a part starts inside {cluster:?}: {part:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn no_part_exceeds_the_limit_on_varied_text_and_limits() {
+    let mut text = String::new();
+    for i in 0..200 {
+        text.push_str(&format!(
+            "Sentence number {i} says something «ünïcödé» here. "
+        ));
+        if i % 7 == 0 {
+            text.push_str("\n\n");
+        }
+        if i % 13 == 0 {
+            text.push_str("句子。");
+        }
+    }
+    for max in [1, 3, 17, 64, 100, 999, 20_000] {
+        parts(&text, max);
     }
 }

@@ -2,6 +2,7 @@
 //!
 //! [`split`] cuts greedily: each chunk is as long as the limit allows and ends at the best
 //! boundary available inside it, in this order of preference:
+//! 0. **paragraph**: after a blank line (a newline, optional spaces, a newline);
 //! 1. **sentence**: after `。！？｡` (CJK, no space needed), after `. ! ? …` followed by
 //!    whitespace or the end of the text (closing quotes / brackets stay with the sentence),
 //!    after a newline; never after a common abbreviation (`Mr.`, `Mrs.`, `Dr.`, `St.`,
@@ -11,17 +12,36 @@
 //! 4. **character**: at the limit itself.
 //!
 //! Whitespace that follows a sentence or clause end stays with the chunk before it. No cut
-//! falls inside a UTF-8 character, inside a number (`12`, `0.6`, `08:30`, `22,1`),
-//! between `\r` and `\n`, or before a combining mark / joiner, unless a run of such
-//! characters is itself longer than the limit. Concatenating the chunks gives back the input
+//! falls inside a UTF-8 character, inside an extended grapheme cluster (Unicode UAX #29, from
+//! `unicode-segmentation`: `\r\n`, a letter and its combining marks, emoji ZWJ sequences and
+//! modifiers) or inside a number (`12`, `0.6`, `08:30`, `22,1`), unless such a run is itself
+//! longer than the limit. Concatenating the chunks gives back the input
 //! exactly; every chunk is non-empty and within the limit (a chunk holds at least one
 //! character even when a single character is over a tiny byte limit).
 
-use crate::vendor::TextLimit;
+/// A vendor's per-request text limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TextLimit {
+    /// At most this many Unicode scalar values (e.g. OpenAI: 4096).
+    Chars(usize),
+    /// At most this many UTF-8 bytes (e.g. Volcengine: 1024).
+    Utf8Bytes(usize),
+}
+
+impl std::fmt::Display for TextLimit {
+    /// For messages: `4096 characters`, `1024 UTF-8 bytes`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TextLimit::Chars(n) => write!(f, "{n} characters"),
+            TextLimit::Utf8Bytes(n) => write!(f, "{n} UTF-8 bytes"),
+        }
+    }
+}
 
 /// Boundary strength, strongest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Level {
+    Paragraph,
     Sentence,
     Clause,
     Space,
@@ -45,7 +65,7 @@ const ABBREVIATIONS: &[&str] = &[
 /// Splits `text` into consecutive chunks each within `limit` (see the module doc). Returns no
 /// chunk for empty text and one chunk when the whole text fits.
 pub fn split(text: &str, limit: TextLimit) -> Vec<&str> {
-    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let chars = Chars::of(text);
     let n = chars.len();
     let offset = |i: usize| chars.get(i).map_or(text.len(), |&(o, _)| o);
     let levels = boundary_levels(&chars);
@@ -62,6 +82,41 @@ pub fn split(text: &str, limit: TextLimit) -> Vec<&str> {
         start = end;
     }
     chunks
+}
+
+/// The text's characters with their byte offsets, and where extended grapheme clusters start.
+struct Chars {
+    chars: Vec<(usize, char)>,
+    /// `cluster_start[p]`: a grapheme cluster starts at char `p` (true at `chars.len()`).
+    cluster_start: Vec<bool>,
+}
+
+impl Chars {
+    fn of(text: &str) -> Self {
+        use unicode_segmentation::UnicodeSegmentation as _;
+        let chars: Vec<(usize, char)> = text.char_indices().collect();
+        let mut cluster_start = vec![false; chars.len() + 1];
+        let mut p = 0;
+        for (byte, _) in text.grapheme_indices(true) {
+            while chars[p].0 < byte {
+                p += 1;
+            }
+            cluster_start[p] = true;
+        }
+        cluster_start[chars.len()] = true;
+        Self {
+            chars,
+            cluster_start,
+        }
+    }
+}
+
+impl std::ops::Deref for Chars {
+    type Target = [(usize, char)];
+
+    fn deref(&self) -> &[(usize, char)] {
+        &self.chars
+    }
 }
 
 /// The farthest char index `e > start` such that `chars[start..e]` fits `limit` (at least one
@@ -86,13 +141,13 @@ fn max_end(chars: &[(usize, char)], start: usize, limit: TextLimit) -> usize {
 
 /// The cut in `(start, max_end]`: the last position of the strongest level present, else
 /// the last position that is not inside an unsplittable pair, else `max_end`.
-fn best_cut(
-    chars: &[(usize, char)],
-    levels: &[Option<Level>],
-    start: usize,
-    max_end: usize,
-) -> usize {
-    for wanted in [Level::Sentence, Level::Clause, Level::Space] {
+fn best_cut(chars: &Chars, levels: &[Option<Level>], start: usize, max_end: usize) -> usize {
+    for wanted in [
+        Level::Paragraph,
+        Level::Sentence,
+        Level::Clause,
+        Level::Space,
+    ] {
         if let Some(p) = (start + 1..=max_end)
             .rev()
             .find(|&p| levels[p].is_some_and(|l| l <= wanted))
@@ -106,35 +161,23 @@ fn best_cut(
         .unwrap_or(max_end)
 }
 
-/// True when cutting before `chars[p]` would land inside a number (`12`, `0.6`, `08:30`,
-/// `22,1`), between `\r` and `\n`, or between a character and the combining mark / joiner /
-/// variation selector that follows it.
-fn unsplittable(chars: &[(usize, char)], p: usize) -> bool {
+/// True when cutting before `chars[p]` would land inside a grapheme cluster or inside a
+/// number (`12`, `0.6`, `08:30`, `22,1`).
+fn unsplittable(chars: &Chars, p: usize) -> bool {
+    if !chars.cluster_start.get(p).copied().unwrap_or(true) {
+        return true;
+    }
     let at = |i: Option<usize>| i.and_then(|i| chars.get(i)).map(|&(_, c)| c);
     let digit = |i: Option<usize>| at(i).is_some_and(|c| c.is_ascii_digit());
     let separator = |i: Option<usize>| at(i).is_some_and(|c| NUMBER_SEPARATORS.contains(&c));
-    let (Some(before), Some(after)) = (at(p.checked_sub(1)), at(Some(p))) else {
-        return false;
-    };
     (digit(p.checked_sub(1)) && digit(Some(p)))
         || (separator(p.checked_sub(1)) && digit(p.checked_sub(2)) && digit(Some(p)))
         || (digit(p.checked_sub(1)) && separator(Some(p)) && digit(Some(p + 1)))
-        || (before == '\r' && after == '\n')
-        || before == '\u{200D}'
-        || is_combining(after)
-}
-
-fn is_combining(c: char) -> bool {
-    matches!(c,
-        '\u{0300}'..='\u{036F}' | '\u{1AB0}'..='\u{1AFF}' | '\u{1DC0}'..='\u{1DFF}'
-        | '\u{20D0}'..='\u{20FF}' | '\u{FE00}'..='\u{FE0F}' | '\u{FE20}'..='\u{FE2F}'
-        | '\u{200C}' | '\u{200D}' | '\u{3099}' | '\u{309A}' | '\u{E0100}'..='\u{E01EF}'
-        | '\u{1F3FB}'..='\u{1F3FF}')
 }
 
 /// `levels[p]` = the strongest boundary at position `p` (cut before `chars[p]`), for
 /// `p` in `0..=chars.len()`.
-fn boundary_levels(chars: &[(usize, char)]) -> Vec<Option<Level>> {
+fn boundary_levels(chars: &Chars) -> Vec<Option<Level>> {
     let n = chars.len();
     let mut levels = vec![None; n + 1];
     let mark = |p: usize, level: Level, levels: &mut Vec<Option<Level>>| {
@@ -162,6 +205,16 @@ fn boundary_levels(chars: &[(usize, char)]) -> Vec<Option<Level>> {
         };
         if c.is_whitespace() {
             mark(i + 1, Level::Space, &mut levels);
+        }
+        if c == '\n' {
+            let end = skip(i + 1, &|c: char| c.is_whitespace() && c != '\n');
+            if chars.get(end).is_some_and(|&(_, c)| c == '\n') {
+                mark(
+                    skip(end, &|c: char| c.is_whitespace()),
+                    Level::Paragraph,
+                    &mut levels,
+                );
+            }
         }
         if let Some(level) = level {
             let after = skip(i + 1, &|c| CLOSERS.contains(&c));
