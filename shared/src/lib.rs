@@ -3,6 +3,7 @@
 //! - [`contract`]: outcomes and error reasons shared by the scheduler and its clients.
 //! - [`config`]: the pools file (TOML + `VOXPOOL_` environment), validated with path-named errors.
 //! - [`limits`]: request timeout, message size, load shedding and TLS flags for servers.
+//! - [`provider`]: the provider ids as one enum.
 //! - [`secret`]: a string that never prints (vendor credentials, the admin token).
 //! - [`audio`]: audio formats, the one sniffer, WAV reader/writer and joiner.
 //! - [`auth`]: bearer-token check for admin RPCs (constant-time compare).
@@ -19,6 +20,7 @@ pub mod auth;
 pub mod config;
 pub mod contract;
 pub mod limits;
+pub mod provider;
 pub mod secret;
 pub mod serve;
 pub mod snapshot;

@@ -5,11 +5,7 @@
 //! `provider` (a known adapter), `locale` (BCP 47, matched in canonical casing, so `en-us`
 //! finds `en-US`) and `tts_model_id`. Anything else is INVALID_ARGUMENT naming `filter`.
 
-use voxpool_shared::{
-    config::{PROVIDERS, is_valid_id},
-    snapshot::Tier,
-    untrusted::quote,
-};
+use voxpool_shared::{config::is_valid_id, provider::Provider, snapshot::Tier, untrusted::quote};
 
 use crate::{error::CatalogError, validate::canonical_locale};
 
@@ -122,8 +118,10 @@ fn parse_term(term: &str) -> Result<Term, CatalogError> {
             .find(|(name, _)| name.eq_ignore_ascii_case(value))
             .map(|(_, t)| Term::Tier(t))
             .ok_or_else(|| bad("expected LITE, STANDARD, PRO or PREMIUM")),
-        "provider" if PROVIDERS.contains(&value) => Ok(Term::Provider(value.to_owned())),
-        "provider" => Err(bad(&format!("expected one of {}", PROVIDERS.join(", ")))),
+        "provider" => value
+            .parse::<Provider>()
+            .map(|p| Term::Provider(p.as_str().to_owned()))
+            .map_err(|_| bad(&format!("expected one of {}", Provider::names()))),
         "locale" => canonical_locale(value)
             .map(Term::Locale)
             .ok_or_else(|| bad("expected a BCP 47 tag such as en-US")),

@@ -12,7 +12,8 @@ use std::collections::BTreeSet;
 
 use voxpool_proto::catalog::v1 as pb;
 use voxpool_shared::{
-    config::{PROVIDERS, is_valid_id},
+    config::is_valid_id,
+    provider::Provider,
     snapshot::{Kind, Params, Tier},
 };
 
@@ -96,15 +97,8 @@ pub fn pack_spec(p: &pb::VoicePack, prefix: &str) -> Result<PackSpec, CatalogErr
             format!("at most {MAX_DESCRIPTION} characters"),
         );
     }
-    if !PROVIDERS.contains(&p.provider.as_str()) {
-        c.fail(
-            "provider",
-            format!(
-                "unknown provider {:?}: expected one of {}",
-                p.provider,
-                PROVIDERS.join(", ")
-            ),
-        );
+    if let Err(unknown) = p.provider.parse::<Provider>() {
+        c.fail("provider", unknown.to_string());
     }
     c.required_text("model", &p.model, MAX_VENDOR_ID);
     c.required_text("voice_id", &p.voice_id, MAX_VENDOR_ID);

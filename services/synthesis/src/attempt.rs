@@ -230,7 +230,7 @@ async fn call_under_lease(
         },
         Some(Ok(Err(failure))) => failure,
         Some(Err(join_error)) => {
-            tracing::error!(provider = input.adapter.provider(), key = %lease.key_id, panic = join_error.is_panic(), "adapter task failed");
+            tracing::error!(provider = input.adapter.provider().as_str(), key = %lease.key_id, panic = join_error.is_panic(), "adapter task failed");
             guard.release().await;
             return (AttemptEnd::Panicked, None);
         }

@@ -36,7 +36,7 @@ pub struct Core {
 
 impl std::fmt::Debug for Core {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut providers: Vec<&str> = self.adapters.keys().copied().collect();
+        let mut providers: Vec<&str> = self.adapters.keys().map(|p| p.as_str()).collect();
         providers.sort_unstable();
         f.debug_struct("Core")
             .field("pools", &self.pools.names())

@@ -59,7 +59,7 @@ impl Core {
         let mut tried: Vec<String> = Vec::new();
         let input = |key, upstream| CallInput {
             pool_id: pool.id.clone(),
-            provider: pool.provider.clone(),
+            provider: pool.provider.to_string(),
             adapter: job.adapter.clone(),
             voice: job.voice.clone(),
             text: job.chunks[index].clone(),
@@ -227,7 +227,7 @@ impl Core {
                 AttemptEnd::Deadline => return Err(deadline_exceeded(attempts)),
                 AttemptEnd::Panicked => {
                     return Err(SynthesisError::AdapterPanicked {
-                        provider: job.adapter.provider().to_owned(),
+                        provider: job.adapter.provider().to_string(),
                     });
                 }
             }

@@ -7,7 +7,10 @@
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Parser;
-use voxpool_shared::config::{Config, Credentials};
+use voxpool_shared::{
+    config::{Config, Credentials},
+    provider::Provider,
+};
 use voxpool_synthesis::{
     pools::Pools,
     server::{self, Options},
@@ -104,11 +107,17 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
         espeak_program: args.espeak_bin.clone(),
     });
     for pool in &config.pools {
-        if !adapters.contains_key(pool.provider.as_str()) {
+        if !pool
+            .provider_id()
+            .is_some_and(|p| adapters.contains_key(&p))
+        {
             tracing::warn!(pool = %pool.id, provider = %pool.provider, "no adapter for this provider in this build; its requests answer FAILED_PRECONDITION");
         }
     }
-    if config.pools.iter().any(|p| p.provider == "espeak")
+    if config
+        .pools
+        .iter()
+        .any(|p| p.provider_id().is_some_and(Provider::is_local))
         && tokio::process::Command::new(&args.espeak_bin)
             .arg("--version")
             .output()

@@ -15,7 +15,10 @@ use std::{
     sync::Arc,
 };
 
-use voxpool_shared::config::{Config, PoolConfig};
+use voxpool_shared::{
+    config::{Config, PoolConfig},
+    provider::Provider,
+};
 
 use crate::vendor::{KeyCredential, UpstreamTarget};
 
@@ -33,8 +36,8 @@ pub struct PoolKey {
 pub struct Pool {
     /// Pool id (= tts model id).
     pub id: String,
-    /// Provider id of every upstream.
-    pub provider: String,
+    /// Provider of every upstream.
+    pub provider: Provider,
     /// Vendor model id from the config.
     pub model: String,
     /// Upstream ids in config order.
@@ -44,7 +47,9 @@ pub struct Pool {
 }
 
 impl Pool {
-    fn from_config(p: &PoolConfig) -> Self {
+    /// `None` for a pool whose provider no adapter has (a config that was not validated).
+    fn from_config(p: &PoolConfig) -> Option<Self> {
+        let provider = p.provider_id()?;
         let mut keys = BTreeMap::new();
         for u in &p.upstreams {
             let upstream = Arc::new(UpstreamTarget {
@@ -55,7 +60,7 @@ impl Pool {
             });
             for k in &u.keys {
                 let key_id = format!("{}/{}", u.id, k.id);
-                let secret = match (&k.credential, p.provider == "espeak") {
+                let secret = match (&k.credential, provider.is_local()) {
                     (_, true) => Ok(None),
                     (Some(c), false) => c.resolve().map(Some),
                     (None, false) => Err(
@@ -78,13 +83,13 @@ impl Pool {
                 );
             }
         }
-        Self {
+        Some(Self {
             id: p.id.clone(),
-            provider: p.provider.clone(),
+            provider,
             model: p.model.clone(),
             upstream_ids: p.upstreams.iter().map(|u| u.id.clone()).collect(),
             keys,
-        }
+        })
     }
 
     /// `upstream/key: reason` for every key without a usable credential.
@@ -123,7 +128,7 @@ impl Pools {
         let pools: HashMap<String, Arc<Pool>> = config
             .pools
             .iter()
-            .map(|p| (p.id.clone(), Arc::new(Pool::from_config(p))))
+            .filter_map(|p| Some((p.id.clone(), Arc::new(Pool::from_config(p)?))))
             .collect();
         let mut names: Vec<&str> = pools.keys().map(String::as_str).collect();
         names.sort_unstable();

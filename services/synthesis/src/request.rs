@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use voxpool_proto::synthesis::v1::{self as pb, synthesize_request::Voice};
-use voxpool_shared::{config::PROVIDERS, snapshot::Snapshot};
+use voxpool_shared::{provider::Provider, snapshot::Snapshot};
 
 use crate::{
     core::{Core, Job},
@@ -112,12 +112,14 @@ impl Core {
         voice
             .verify_digest()
             .map_err(|e| invalid(&e.field, e.message))?;
-        if !PROVIDERS.contains(&voice.provider.as_str()) {
-            return Err(SynthesisError::UnknownProvider {
-                provider: voice.provider.clone(),
-                known: PROVIDERS.join(", "),
-            });
-        }
+        let provider: Provider =
+            voice
+                .provider
+                .parse()
+                .map_err(|_| SynthesisError::UnknownProvider {
+                    provider: voice.provider.clone(),
+                    known: Provider::names(),
+                })?;
         let pool = self
             .pools
             .get(&voice.tts_model_id)
@@ -126,21 +128,19 @@ impl Core {
                 tts_model_id: voice.tts_model_id.clone(),
                 known: self.pools.names().to_owned(),
             })?;
-        if voice.provider != pool.provider {
+        if provider != pool.provider {
             return Err(SynthesisError::ProviderMismatch {
                 pool: pool.id.clone(),
-                pool_provider: pool.provider.clone(),
+                pool_provider: pool.provider.to_string(),
                 provider: voice.provider.clone(),
             });
         }
-        let adapter = self
-            .adapters
-            .get(pool.provider.as_str())
-            .cloned()
-            .ok_or_else(|| SynthesisError::NoAdapter {
+        let adapter = self.adapters.get(&pool.provider).cloned().ok_or_else(|| {
+            SynthesisError::NoAdapter {
                 pool: pool.id.clone(),
-                provider: pool.provider.clone(),
-            })?;
+                provider: pool.provider.to_string(),
+            }
+        })?;
         if !pool.has_usable_key() {
             return Err(SynthesisError::NoCredentials {
                 pool: pool.id.clone(),

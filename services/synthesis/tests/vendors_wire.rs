@@ -395,8 +395,8 @@ fn the_builtin_registry_serves_every_cloud_adapter_under_its_provider_id() {
     let registry = builtin(&AdapterOptions::default());
     for kind in VendorKind::ALL {
         let adapter = registry
-            .get(kind.as_str())
+            .get(&kind.as_str().parse().expect("a provider id"))
             .unwrap_or_else(|| panic!("{kind} not registered"));
-        assert_eq!(adapter.provider(), kind.as_str());
+        assert_eq!(adapter.provider().as_str(), kind.as_str());
     }
 }

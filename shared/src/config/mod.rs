@@ -30,6 +30,8 @@ use figment::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::provider::Provider;
+
 mod credential;
 mod settings;
 mod validate;
@@ -39,17 +41,6 @@ pub use self::{
     settings::{SchedulerSettings, SynthesisSettings},
     validate::{ConfigError, ConfigProblem, Credentials, is_valid_id},
 };
-
-/// Provider ids an upstream or a voice pack may name (API.md).
-pub const PROVIDERS: &[&str] = &[
-    "openai",
-    "azure",
-    "volcengine",
-    "elevenlabs",
-    "minimax",
-    "dashscope",
-    "espeak",
-];
 
 /// Largest capacity a key may declare (a sanity bound, far above any vendor's cap).
 pub const MAX_KEY_CAPACITY: u32 = 100_000;
@@ -76,6 +67,8 @@ pub struct PoolConfig {
     /// Pool id = tts model id, e.g. `volc-standard`. `[a-z0-9][a-z0-9._-]*`, at most 64 chars.
     pub id: String,
     /// Adapter used by every upstream of this pool; one of [`PROVIDERS`].
+    /// Adapter of every upstream of the pool, as written; [`PoolConfig::provider_id`] is the
+    /// typed form (validation refuses an unknown one, naming its path).
     pub provider: String,
     /// Vendor model / resource id sent upstream.
     #[serde(default)]
@@ -83,6 +76,13 @@ pub struct PoolConfig {
     /// Vendor endpoints / accounts.
     #[serde(default)]
     pub upstreams: Vec<UpstreamConfig>,
+}
+
+impl PoolConfig {
+    /// The pool's provider, or `None` for an id no adapter has (only before validation).
+    pub fn provider_id(&self) -> Option<Provider> {
+        self.provider.parse().ok()
+    }
 }
 
 /// One vendor endpoint / account inside a pool.

@@ -3,7 +3,7 @@
 
 use std::{collections::HashSet, fmt};
 
-use super::{Config, MAX_KEY_CAPACITY, PROVIDERS};
+use super::{Config, MAX_KEY_CAPACITY};
 
 /// Why a configuration could not be used: every problem, each with its path.
 #[derive(Debug, thiserror::Error)]
@@ -91,15 +91,8 @@ impl Config {
                     format!("duplicate pool id {:?}", pool.id),
                 );
             }
-            if !PROVIDERS.contains(&pool.provider.as_str()) {
-                push(
-                    format!("{pp}.provider"),
-                    format!(
-                        "unknown provider {:?}: expected one of {}",
-                        pool.provider,
-                        PROVIDERS.join(", ")
-                    ),
-                );
+            if let Err(unknown) = pool.provider.parse::<crate::provider::Provider>() {
+                push(format!("{pp}.provider"), unknown.to_string());
             }
             if pool.upstreams.is_empty() {
                 push(
@@ -153,7 +146,11 @@ impl Config {
                             ),
                         );
                     }
-                    if credentials == Credentials::Require && pool.provider != "espeak" {
+                    if credentials == Credentials::Require
+                        && !pool
+                            .provider_id()
+                            .is_some_and(crate::provider::Provider::is_local)
+                    {
                         match &key.credential {
                             None => push(
                                 format!("{kp}.credential"),

@@ -32,6 +32,7 @@
 
 use async_trait::async_trait;
 use reqwest::Client;
+use voxpool_shared::provider::Provider;
 use voxpool_shared::snapshot::Snapshot;
 
 use super::{
@@ -39,7 +40,7 @@ use super::{
     http,
 };
 
-const PROVIDER: &str = "azure";
+const PROVIDER: &str = Provider::Azure.as_str();
 const DEFAULT_RATE: u32 = 24_000;
 
 /// The Azure Speech REST adapter.
@@ -285,8 +286,8 @@ fn endpoint(base_url: Option<&str>, region: Option<&str>) -> Result<String, Stri
 
 #[async_trait]
 impl VendorAdapter for Azure {
-    fn provider(&self) -> &'static str {
-        PROVIDER
+    fn provider(&self) -> Provider {
+        Provider::Azure
     }
 
     fn text_limit(&self) -> TextLimit {

@@ -40,7 +40,7 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use reqwest::Client;
 use serde_json::{Value, json};
-use voxpool_shared::contract::Outcome;
+use voxpool_shared::{contract::Outcome, provider::Provider};
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{
@@ -48,7 +48,7 @@ use super::{
     http::{self, HttpReply},
 };
 
-const PROVIDER: &str = "dashscope";
+const PROVIDER: &str = Provider::DashScope.as_str();
 const DEFAULT_BASE: &str = "https://dashscope.aliyuncs.com";
 const PATH: &str = "/api/v1/services/audio/tts/SpeechSynthesizer";
 const DEFAULT_RATE: u32 = 22_050;
@@ -313,8 +313,8 @@ fn read_answer(reply: &HttpReply, secret: &Secret) -> Result<Vec<u8>, VendorFail
 
 #[async_trait]
 impl VendorAdapter for DashScope {
-    fn provider(&self) -> &'static str {
-        PROVIDER
+    fn provider(&self) -> Provider {
+        Provider::DashScope
     }
 
     fn text_limit(&self) -> TextLimit {

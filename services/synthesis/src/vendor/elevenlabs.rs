@@ -30,7 +30,7 @@
 use async_trait::async_trait;
 use reqwest::{Client, Url};
 use serde_json::{Map, Value, json};
-use voxpool_shared::contract::Outcome;
+use voxpool_shared::{contract::Outcome, provider::Provider};
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{
@@ -38,7 +38,7 @@ use super::{
     http::{self, HttpReply},
 };
 
-const PROVIDER: &str = "elevenlabs";
+const PROVIDER: &str = Provider::ElevenLabs.as_str();
 const DEFAULT_BASE: &str = "https://api.elevenlabs.io";
 const PCM_RATES: &[u32] = &[8_000, 16_000, 22_050, 24_000, 44_100, 48_000];
 
@@ -213,8 +213,8 @@ fn classify(reply: &HttpReply, secret: &Secret) -> VendorFailure {
 
 #[async_trait]
 impl VendorAdapter for ElevenLabs {
-    fn provider(&self) -> &'static str {
-        PROVIDER
+    fn provider(&self) -> Provider {
+        Provider::ElevenLabs
     }
 
     fn text_limit(&self) -> TextLimit {

@@ -31,8 +31,8 @@ use std::{path::PathBuf, process::Stdio};
 
 use async_trait::async_trait;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use voxpool_shared::contract::Outcome;
 use voxpool_shared::snapshot::Snapshot;
+use voxpool_shared::{contract::Outcome, provider::Provider};
 
 use super::{
     AudioFormat, ParamError, TextLimit, VendorAdapter, VendorAudio, VendorFailure, VendorRequest,
@@ -40,7 +40,7 @@ use super::{
 use crate::audio::wav;
 
 /// Provider id.
-pub const PROVIDER: &str = "espeak";
+pub const PROVIDER: &str = Provider::Espeak.as_str();
 /// The only sample rate espeak-ng renders (Hz).
 pub const SAMPLE_RATE_HZ: u32 = 22_050;
 /// espeak-ng's default speed (words per minute) = rate 1.0.
@@ -279,8 +279,8 @@ impl EspeakAdapter {
 
 #[async_trait]
 impl VendorAdapter for EspeakAdapter {
-    fn provider(&self) -> &'static str {
-        PROVIDER
+    fn provider(&self) -> Provider {
+        Provider::Espeak
     }
 
     fn text_limit(&self) -> TextLimit {

@@ -33,7 +33,7 @@
 use async_trait::async_trait;
 use reqwest::{Client, Url};
 use serde_json::{Value, json};
-use voxpool_shared::contract::Outcome;
+use voxpool_shared::{contract::Outcome, provider::Provider};
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{
@@ -41,7 +41,7 @@ use super::{
     http::{self, HttpReply},
 };
 
-const PROVIDER: &str = "minimax";
+const PROVIDER: &str = Provider::MiniMax.as_str();
 const DEFAULT_BASE: &str = "https://api.minimax.io";
 const DEFAULT_RATE: u32 = 32_000;
 const RATES: &[u32] = &[8_000, 16_000, 22_050, 24_000, 32_000, 44_100];
@@ -249,8 +249,8 @@ fn endpoint(base_url: Option<&str>, group_id: Option<&str>) -> Result<Url, Strin
 
 #[async_trait]
 impl VendorAdapter for MiniMax {
-    fn provider(&self) -> &'static str {
-        PROVIDER
+    fn provider(&self) -> Provider {
+        Provider::MiniMax
     }
 
     fn text_limit(&self) -> TextLimit {

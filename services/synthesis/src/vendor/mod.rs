@@ -116,7 +116,7 @@ pub struct VendorFailure {
 pub trait VendorAdapter: Send + Sync + 'static {
     /// Provider id (`openai`, `azure`, `volcengine`, `elevenlabs`, `minimax`, `dashscope`,
     /// `espeak`).
-    fn provider(&self) -> &'static str;
+    fn provider(&self) -> voxpool_shared::provider::Provider;
 
     /// Per-request text limit of the vendor.
     fn text_limit(&self) -> TextLimit;

@@ -25,7 +25,7 @@
 use async_trait::async_trait;
 use reqwest::Client;
 use serde_json::{Value, json};
-use voxpool_shared::contract::Outcome;
+use voxpool_shared::{contract::Outcome, provider::Provider};
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{
@@ -33,7 +33,7 @@ use super::{
     http::{self, HttpReply},
 };
 
-const PROVIDER: &str = "openai";
+const PROVIDER: &str = Provider::OpenAi.as_str();
 const DEFAULT_BASE: &str = "https://api.openai.com";
 /// OpenAI speech output is always 24 kHz.
 const SAMPLE_RATE: u32 = 24_000;
@@ -149,8 +149,8 @@ fn classify(reply: &HttpReply, secret: &Secret) -> VendorFailure {
 
 #[async_trait]
 impl VendorAdapter for OpenAi {
-    fn provider(&self) -> &'static str {
-        PROVIDER
+    fn provider(&self) -> Provider {
+        Provider::OpenAi
     }
 
     fn text_limit(&self) -> TextLimit {

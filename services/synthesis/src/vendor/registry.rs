@@ -6,10 +6,12 @@
 
 use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
+use voxpool_shared::provider::Provider;
+
 use super::{VendorAdapter, espeak::EspeakAdapter};
 
 /// Adapters by provider id (`espeak`, `openai`, …).
-pub type Registry = HashMap<&'static str, Arc<dyn VendorAdapter>>;
+pub type Registry = HashMap<Provider, Arc<dyn VendorAdapter>>;
 
 /// Settings the built-in adapters need from the command line.
 #[derive(Clone, Debug)]
@@ -64,6 +66,9 @@ mod tests {
     #[test]
     fn builtin_registry_serves_espeak_under_its_provider_id() {
         let r = builtin(&AdapterOptions::default());
-        assert_eq!(r.get("espeak").map(|a| a.provider()), Some("espeak"));
+        assert_eq!(
+            r.get(&Provider::Espeak).map(|a| a.provider()),
+            Some(Provider::Espeak)
+        );
     }
 }

@@ -39,7 +39,7 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use reqwest::Client;
 use serde_json::{Value, json};
-use voxpool_shared::contract::Outcome;
+use voxpool_shared::{contract::Outcome, provider::Provider};
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{
@@ -47,7 +47,7 @@ use super::{
     http::{self, HttpReply},
 };
 
-const PROVIDER: &str = "volcengine";
+const PROVIDER: &str = Provider::Volcengine.as_str();
 const DEFAULT_BASE: &str = "https://openspeech.bytedance.com";
 const DEFAULT_CLUSTER: &str = "volcano_tts";
 const DEFAULT_RATE: u32 = 24_000;
@@ -292,8 +292,8 @@ fn classify(reply: &HttpReply, secret: &Secret) -> Result<Vec<u8>, VendorFailure
 
 #[async_trait]
 impl VendorAdapter for Volcengine {
-    fn provider(&self) -> &'static str {
-        PROVIDER
+    fn provider(&self) -> Provider {
+        Provider::Volcengine
     }
 
     fn text_limit(&self) -> TextLimit {

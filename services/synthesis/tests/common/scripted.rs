@@ -108,7 +108,7 @@ impl Scripted {
     /// A registry serving only this adapter.
     pub fn registry(self: &Arc<Self>) -> Registry {
         let mut r = Registry::new();
-        r.insert(self.provider, self.clone() as Arc<dyn VendorAdapter>);
+        r.insert(self.provider(), self.clone() as Arc<dyn VendorAdapter>);
         r
     }
 
@@ -124,8 +124,10 @@ impl Scripted {
 
 #[async_trait]
 impl VendorAdapter for Scripted {
-    fn provider(&self) -> &'static str {
+    fn provider(&self) -> voxpool_shared::provider::Provider {
         self.provider
+            .parse()
+            .expect("a scripted adapter names a real provider")
     }
 
     fn text_limit(&self) -> TextLimit {
