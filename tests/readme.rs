@@ -54,11 +54,10 @@ fn scheduler_walkthrough_runs_as_written() {
         outputs.push((c, out));
     }
     let find = |rpc: &str| {
-        outputs
-            .iter()
-            .find(|(c, _)| c.contains(rpc))
-            .map(|(_, o)| o.clone())
-            .unwrap_or_else(|| panic!("walk-through has no {rpc} call"))
+        outputs.iter().find(|(c, _)| c.contains(rpc)).map_or_else(
+            || panic!("walk-through has no {rpc} call"),
+            |(_, o)| o.clone(),
+        )
     };
     assert!(find(" list").contains("voxpool.scheduler.v1.PoolScheduler"));
     assert!(find("/Acquire").contains("\"keyCapacity\": 10"));

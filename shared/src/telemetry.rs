@@ -181,7 +181,7 @@ impl tonic::service::Interceptor for TraceContextInterceptor {
     ) -> Result<tonic::Request<()>, tonic::Status> {
         let cx = tracing::Span::current().context();
         global::get_text_map_propagator(|p| {
-            p.inject_context(&cx, &mut MetadataInjector(request.metadata_mut()))
+            p.inject_context(&cx, &mut MetadataInjector(request.metadata_mut()));
         });
         Ok(request)
     }

@@ -54,8 +54,7 @@ impl RedisServer {
                 .arg(&self.socket)
                 .arg("PING")
                 .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "PONG")
-                .unwrap_or(false);
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "PONG");
             if ok {
                 return;
             }
@@ -249,8 +248,7 @@ impl PostgresServer {
                 .arg(self.port.to_string())
                 .args(["-U", "postgres"])
                 .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
+                .is_ok_and(|s| s.success());
             if ready {
                 return;
             }

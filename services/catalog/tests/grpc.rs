@@ -84,41 +84,41 @@ async fn each_invalid_field_is_invalid_argument_naming_it(backend: Backend) {
             p.params = Some(pb::VoiceParams {
                 pitch_pct: Some(50.5),
                 ..Default::default()
-            })
+            });
         }),
         ("voice_pack.params.rate", |p| {
             p.params = Some(pb::VoiceParams {
                 rate: Some(0.2),
                 ..Default::default()
-            })
+            });
         }),
         ("voice_pack.params.rate", |p| {
             p.params = Some(pb::VoiceParams {
                 rate: Some(f64::INFINITY),
                 ..Default::default()
-            })
+            });
         }),
         ("voice_pack.params.volume_pct", |p| {
             p.params = Some(pb::VoiceParams {
                 volume_pct: Some(-100.5),
                 ..Default::default()
-            })
+            });
         }),
         ("voice_pack.params.pitch_pct", |p| {
             p.params = Some(pb::VoiceParams {
                 pitch_pct: Some(f64::NAN),
                 ..Default::default()
-            })
+            });
         }),
         ("voice_pack.voice_id", |p| p.voice_id.clear()),
         ("voice_pack.model", |p| p.model.clear()),
         ("voice_pack.tts_model_id", |p| p.tts_model_id.clear()),
         ("voice_pack.upstream_ids", |p| {
-            p.kind = pb::voice_pack::Kind::Cloned as i32
+            p.kind = pb::voice_pack::Kind::Cloned as i32;
         }),
         ("voice_pack.display_name", |p| p.display_name.clear()),
         ("voice_pack.display_name", |p| {
-            p.display_name = "x".repeat(201)
+            p.display_name = "x".repeat(201);
         }),
         ("voice_pack.tier", |p| p.tier = 0),
         ("voice_pack.extra[\"Bad-Key\"]", |p| {
@@ -128,7 +128,7 @@ async fn each_invalid_field_is_invalid_argument_naming_it(backend: Backend) {
             p.extra.insert("long".into(), "v".repeat(257));
         }),
         ("voice_pack.locales[0]", |p| {
-            p.locales = vec!["en_US".into()]
+            p.locales = vec!["en_US".into()];
         }),
     ];
     for (field, breaker) in cases {

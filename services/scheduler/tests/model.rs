@@ -236,7 +236,7 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                             );
                         }
                         AcquireResult::Refused(Refusal::NoEligibleKey) => {
-                            prop_assert!(eligible.is_empty())
+                            prop_assert!(eligible.is_empty());
                         }
                     }
                 }
@@ -312,7 +312,7 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                             }
                         }
                         Outcome::KeyInvalid | Outcome::QuotaExhausted => {
-                            m.cool(&key, now + POLICY.credential_cooldown_ms as i64, true)
+                            m.cool(&key, now + POLICY.credential_cooldown_ms as i64, true);
                         }
                         Outcome::ClientError => {}
                     }

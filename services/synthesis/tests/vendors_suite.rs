@@ -296,12 +296,11 @@ async fn an_unknown_key_is_key_invalid_and_never_echoed(kind: VendorKind) {
 async fn a_slow_vendor_beyond_the_timeout_is_timeout(kind: VendorKind) {
     let h = Harness::start(FakeConfig::new(kind)).await;
     h.fake.pause();
-    let failure = match h
+    let Err(failure) = h
         .call_with("k1", AudioFormat::Wav, Duration::from_millis(300))
         .await
-    {
-        Ok(_) => panic!("{kind}: a held request answered"),
-        Err(f) => f,
+    else {
+        panic!("{kind}: a held request answered")
     };
     assert_eq!(failure.outcome, Outcome::Timeout, "{kind}: {failure:?}");
     h.assert_clean("k1", &failure);

@@ -64,7 +64,7 @@ impl Joiner {
                 match &mut self.wav {
                     None => self.wav = Some((parsed.spec, parsed.data.to_vec())),
                     Some((first, data)) if *first == parsed.spec => {
-                        data.extend_from_slice(parsed.data)
+                        data.extend_from_slice(parsed.data);
                     }
                     Some((first, _)) => {
                         return Err(AudioError::Mismatch {

@@ -141,7 +141,10 @@ impl Harness {
     }
 
     pub async fn acquire_with(&self, req: pb::AcquireRequest) -> Result<pb::Lease, tonic::Status> {
-        self.client().acquire(req).await.map(|r| r.into_inner())
+        self.client()
+            .acquire(req)
+            .await
+            .map(tonic::Response::into_inner)
     }
 
     pub async fn release(&self, lease_id: &str) -> bool {

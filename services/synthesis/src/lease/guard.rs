@@ -151,7 +151,7 @@ impl Drop for LeaseGuard {
                 });
             }
             Err(_) => {
-                tracing::warn!(lease = %lease_id, "no runtime to release an abandoned lease; it expires at its TTL")
+                tracing::warn!(lease = %lease_id, "no runtime to release an abandoned lease; it expires at its TTL");
             }
         }
     }

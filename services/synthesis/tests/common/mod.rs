@@ -147,7 +147,7 @@ impl Stack {
         tokio::spawn(async move {
             server::serve_with(listener, core, &flags, token)
                 .await
-                .expect("synthesis serve")
+                .expect("synthesis serve");
         });
         let synthesis = client(synthesis_addr, |c| {
             SynthesisClient::new(c).max_decoding_message_size(64 << 20)

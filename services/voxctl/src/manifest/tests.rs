@@ -70,7 +70,7 @@ fn every_bad_line_is_reported_with_its_line_number_and_good_lines_still_parse() 
         m.problems
             .iter()
             .find(|p| p.line == line)
-            .map(|p| p.to_string())
+            .map(std::string::ToString::to_string)
             .unwrap_or_default()
     };
     assert!(msg(2).contains("invalid JSON"), "{}", msg(2));

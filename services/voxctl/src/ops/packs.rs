@@ -179,7 +179,7 @@ impl NewPack {
 }
 
 fn tier_name(v: i32) -> &'static str {
-    Tier::try_from(v).map(|t| t.as_str_name()).unwrap_or("?")
+    Tier::try_from(v).map_or("?", |t| t.as_str_name())
 }
 
 /// A table of packs, one per line, with a header.
@@ -247,8 +247,7 @@ pub fn render_pack(p: &VoicePack) -> String {
         (
             "kind",
             Kind::try_from(p.kind)
-                .map(|k| k.as_str_name())
-                .unwrap_or("?")
+                .map_or("?", |k| k.as_str_name())
                 .to_owned(),
         ),
         ("upstream ids", p.upstream_ids.join(", ")),

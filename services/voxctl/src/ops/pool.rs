@@ -81,9 +81,7 @@ fn key_line(key: &KeyStatus, width: usize, now_ms: i64) -> String {
     } else {
         0
     };
-    let state = KeyState::try_from(key.state)
-        .map(|s| s.as_str_name())
-        .unwrap_or("UNKNOWN");
+    let state = KeyState::try_from(key.state).map_or("UNKNOWN", |s| s.as_str_name());
     let mut line = format!(
         "{:<width$}  [{}{}] {:>3}/{:<3} {state}",
         key.key_id,
