@@ -141,6 +141,7 @@ async fn raw_pair(store: Arc<dyn LeaseStore>, pool: String) {
     let params = AcquireParams {
         pool,
         token: LeaseToken::random(),
+        idempotent: false,
         exclude_keys: vec![],
         upstream_ids: vec![],
         ttl_ms: 30_000,

@@ -154,7 +154,9 @@ impl Admission {
         queue: &WaitQueue,
         params: &mut AcquireParams,
     ) -> Result<AcquireResult, StoreError> {
-        params.token = LeaseToken::random();
+        if !params.idempotent {
+            params.token = LeaseToken::random();
+        }
         let mut undo = UndoGrant {
             store: self.store.clone(),
             id: Some(LeaseId {

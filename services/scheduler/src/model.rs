@@ -64,6 +64,20 @@ impl LeaseToken {
         Self(hex::encode(bytes))
     }
 
+    /// The token of the lease that Acquires carrying `idempotency_key` on `pool` share: the
+    /// first 128 bits of SHA-256 over both, so every replica derives the same one (as
+    /// unguessable as the caller's key).
+    pub fn for_idempotency_key(pool: &str, idempotency_key: &str) -> Self {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::new()
+            .chain_update(b"voxpool idempotent acquire\0")
+            .chain_update(pool.as_bytes())
+            .chain_update(b"\0")
+            .chain_update(idempotency_key.as_bytes())
+            .finalize();
+        Self(hex::encode(&digest[..16]))
+    }
+
     /// Parses 32 lowercase hex digits.
     pub fn parse(s: &str) -> Option<Self> {
         (s.len() == 32
@@ -129,8 +143,12 @@ pub struct AcquireParams {
     /// Pool id.
     pub pool: String,
     /// The token the new lease gets (generated before the call so a cancelled call can be
-    /// undone).
+    /// undone). When a live lease already has it, the store answers that lease instead of
+    /// granting a second one (an idempotent retry).
     pub token: LeaseToken,
+    /// True when `token` comes from the caller's idempotency key and must be kept on every
+    /// attempt; false when each attempt draws a fresh random token.
+    pub idempotent: bool,
     /// Keys not to lease.
     pub exclude_keys: Vec<String>,
     /// Only keys of these upstreams (empty = all).

@@ -67,6 +67,8 @@ conformance!(
     a_wait_that_never_reached_the_head_reports_the_real_counts,
     a_huge_unknown_pool_name_gets_a_short_not_found,
     control_characters_in_ids_are_invalid_argument,
+    a_retried_acquire_with_its_idempotency_key_gets_the_same_lease,
+    concurrent_acquires_with_one_idempotency_key_take_one_slot,
 );
 
 fn in_flight_by_key(s: &pb::PoolStatus) -> HashMap<String, i32> {
@@ -1326,6 +1328,79 @@ async fn control_characters_in_ids_are_invalid_argument(b: Backend) {
         assert!(!err.message().contains('\n'), "{}", err.message());
     }
     assert_eq!(h.status("p").await.in_flight, 0, "nothing was granted");
+}
+
+fn idempotent(pool: &str, key: &str) -> pb::AcquireRequest {
+    pb::AcquireRequest {
+        pool: pool.into(),
+        idempotency_key: key.into(),
+        ..Default::default()
+    }
+}
+
+async fn a_retried_acquire_with_its_idempotency_key_gets_the_same_lease(b: Backend) {
+    let h = start(b, &uniform_pool(1, 2, 1)).await;
+    let first = h
+        .acquire_with(idempotent("p", "6f1c2a1e-attempt-1"))
+        .await
+        .unwrap();
+    let again = h
+        .acquire_with(idempotent("p", "6f1c2a1e-attempt-1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.lease_id, first.lease_id,
+        "the retry is answered with the same lease"
+    );
+    assert_eq!(again.key_id, first.key_id);
+    assert_eq!(h.status("p").await.in_flight, 1, "one slot, not two");
+    // Another key is another Acquire.
+    let other = h
+        .acquire_with(idempotent("p", "6f1c2a1e-attempt-2"))
+        .await
+        .unwrap();
+    assert_ne!(other.lease_id, first.lease_id);
+    assert_eq!(h.status("p").await.in_flight, 2);
+    // The same key on another pool is unrelated (and unknown pools stay NOT_FOUND).
+    let err = h
+        .acquire_with(idempotent("q", "6f1c2a1e-attempt-1"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    // Once released, the key grants anew (the old lease is gone, not resurrected).
+    assert!(h.release(&first.lease_id).await);
+    assert!(h.release(&other.lease_id).await);
+    let fresh = h
+        .acquire_with(idempotent("p", "6f1c2a1e-attempt-1"))
+        .await
+        .unwrap();
+    assert_eq!(h.status("p").await.in_flight, 1);
+    assert!(h.release(&fresh.lease_id).await);
+    assert!(!h.release(&fresh.lease_id).await, "released once");
+    // A key with control characters is refused like any id.
+    let err = h.acquire_with(idempotent("p", "a\nb")).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("idempotency_key"),
+        "{}",
+        err.message()
+    );
+}
+
+async fn concurrent_acquires_with_one_idempotency_key_take_one_slot(b: Backend) {
+    let h = start(b, &uniform_pool(2, 5, 10)).await;
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let mut c = h.client();
+            tokio::spawn(async move { c.acquire(idempotent("p", "one-logical-acquire")).await })
+        })
+        .collect();
+    let mut ids = std::collections::HashSet::new();
+    for t in tasks {
+        ids.insert(t.await.unwrap().expect("granted").into_inner().lease_id);
+    }
+    assert_eq!(ids.len(), 1, "every retry got the one lease: {ids:?}");
+    assert_eq!(h.status("p").await.in_flight, 1);
 }
 
 fn _assert_harness_is_send(h: Harness) -> impl Send {

@@ -182,6 +182,7 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                         .acquire(&AcquireParams {
                             pool: pool.clone(),
                             token: token.clone(),
+                            idempotent: false,
                             exclude_keys: excluded.clone(),
                             upstream_ids: vec![],
                             ttl_ms: ttl as u64,

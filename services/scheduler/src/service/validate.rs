@@ -150,10 +150,18 @@ impl SchedulerService {
                     ),
                 )
             })?;
+        check_field(&r.idempotency_key, MAX_REQUEST_ID_CHARS)
+            .map_err(|p| invalid("idempotency_key", p.to_string()))?;
+        let idempotent = !r.idempotency_key.is_empty();
         Ok(AcquireRequest {
             params: AcquireParams {
                 pool: r.pool.clone(),
-                token: LeaseToken::random(),
+                token: if idempotent {
+                    LeaseToken::for_idempotency_key(&r.pool, &r.idempotency_key)
+                } else {
+                    LeaseToken::random()
+                },
+                idempotent,
                 // Keys the pool does not have exclude nothing: callers pass back what they tried.
                 exclude_keys: r
                     .exclude_keys

@@ -208,6 +208,22 @@ impl LeaseStore for MemoryStore {
 
     async fn acquire(&self, p: &AcquireParams) -> StoreResult<AcquireResult> {
         let result = self.with_pool(&p.pool, |pool, now| {
+            // A live lease with this token (an idempotent retry; `reap` already dropped every
+            // expired one) is answered again instead of taking a second slot.
+            if let Some((key, exp)) = pool.leases.get(p.token.as_str())
+                && let Some(k) = pool.keys.get(key)
+            {
+                return AcquireResult::Granted(Lease {
+                    id: LeaseId {
+                        pool: p.pool.clone(),
+                        token: p.token.clone(),
+                    },
+                    key_id: key.clone(),
+                    expires_at_ms: *exp,
+                    key_in_flight: k.in_flight,
+                    key_capacity: k.capacity,
+                });
+            }
             let eligible: Vec<&String> = pool
                 .keys
                 .keys()

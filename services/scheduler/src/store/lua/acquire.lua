@@ -14,8 +14,15 @@ local n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do excl[ARGV[i]] = true; i = i + 1 end
 n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do ups[ARGV[i]] = true; nups = nups + 1; i = i + 1 end
-if redis.call('HEXISTS', K_LEASE, token) == 1 then
-  return redis.error_reply('duplicate lease token')
+-- A live lease with this token (an idempotent retry; reaped above if expired) is answered
+-- again instead of taking a second slot.
+local held = redis.call('HGET', K_LEASE, token)
+if held then
+  local exp = tonumber(redis.call('ZSCORE', K_LEASES, token) or 0)
+  if exp > now then
+    return {'ok', held, exp, num(redis.call('HGET', K_INF, held)), num(redis.call('HGET', K_CAP, held))}
+  end
+  drop_lease(token) -- expired but not reaped yet (the reaping batch ran out)
 end
 
 local function eligible(k)
