@@ -2,16 +2,16 @@
 //! replicas and a replica dying mid-run.
 //!
 //! One private Redis, two `voxpool-scheduler` processes on it (A, B), two `voxpool-synthesis`
-//! processes (X talks to A, Y to B), and an in-process fake OpenAI-compatible vendor with
+//! processes that both know both schedulers (`--scheduler http://A,http://B`; X lists A
+//! first, Y lists B first), and an in-process fake OpenAI-compatible vendor with
 //! 10 keys × cap 10 that counts every request's concurrency per key (refused ones included).
 //! 300 concurrent callers send 600 Synthesize requests, half through each synthesis replica;
 //! when half of them have ended, scheduler A is killed with SIGKILL. Then:
 //! - the vendor never saw more than 10 concurrent requests on any key and answered no 429;
-//! - every request ended, before its deadline (+ margin), in success or a documented error
-//!   (API.md: RESOURCE_EXHAUSTED / UNAVAILABLE / DEADLINE_EXCEEDED), and every request routed
-//!   through the surviving path (Y → B) succeeded;
-//! - once the lease TTL has passed, the pool's in-flight count (asked of B) is back to 0:
-//!   the leases X held through A were freed by expiry.
+//! - every request ended before its deadline (+ margin) and every one succeeded: calls that
+//!   were on A when it died were retried on B, Acquires with their idempotency key (a
+//!   double-granted Acquire would show as a lease still in flight below);
+//! - once the lease TTL has passed, the pool's in-flight count (asked of B) is back to 0.
 //!
 //! The kill is triggered by a count of finished requests, not by time; the only waits are
 //! bounded (per-request gRPC deadlines, a bounded poll of GetPoolStatus).
@@ -97,12 +97,13 @@ fn scheduler(config: &Path, redis: &str) -> Service {
     start(quiet(c))
 }
 
-fn synthesis(config: &Path, scheduler: &Service) -> Service {
+fn synthesis(config: &Path, schedulers: [&Service; 2]) -> Service {
     let mut c = Command::new(binary("voxpool-synthesis"));
+    let urls = schedulers.map(|s| format!("http://{}", s.addr)).join(",");
     c.arg("--config")
         .arg(config)
         .args(["--listen", "127.0.0.1:0"])
-        .args(["--scheduler", &format!("http://{}", scheduler.addr)])
+        .args(["--scheduler", &urls])
         .args(["--catalog", "http://127.0.0.1:1"])
         .args(["--lease-ttl-ms", &LEASE_TTL_MS.to_string()]);
     start(quiet(c))
@@ -140,8 +141,8 @@ async fn vendor_never_sees_more_than_capacity_when_a_scheduler_replica_dies() {
     let config = write_config(dir.path(), &fake.base_url());
     let mut sched_a = scheduler(&config, &redis.url());
     let sched_b = scheduler(&config, &redis.url());
-    let synth_x = synthesis(&config, &sched_a);
-    let synth_y = synthesis(&config, &sched_b);
+    let synth_x = synthesis(&config, [&sched_a, &sched_b]);
+    let synth_y = synthesis(&config, [&sched_b, &sched_a]);
     let clients = [
         SynthesisClient::new(channel(&synth_x.addr).await),
         SynthesisClient::new(channel(&synth_y.addr).await),
@@ -216,35 +217,20 @@ async fn vendor_never_sees_more_than_capacity_when_a_scheduler_replica_dies() {
     }
     let last_end = Instant::now();
 
-    // None lost, none hung, only documented errors, survivors all served.
+    // None lost, none hung, none failed: losing a scheduler replica costs callers nothing.
     assert_eq!(results.len(), TOTAL, "every request accounted for");
-    let documented = [
-        Code::Ok,
-        Code::ResourceExhausted,
-        Code::Unavailable,
-        Code::DeadlineExceeded,
-    ];
     for r in &results {
-        assert!(documented.contains(&r.code), "undocumented outcome: {r:?}");
         assert!(
             r.took <= DEADLINE + MARGIN,
             "request ran past its deadline: {r:?}"
         );
-        assert!(!r.message.contains("hung past"), "{r:?}");
-        if r.via_survivor {
-            assert_eq!(
-                r.code,
-                Code::Ok,
-                "a request through the surviving replicas failed: {r:?}"
-            );
-        }
+        assert_eq!(r.code, Code::Ok, "a request failed: {r:?}");
     }
     let ok = results.iter().filter(|r| r.code == Code::Ok).count();
     let via_dead_failed = results
         .iter()
         .filter(|r| !r.via_survivor && r.code != Code::Ok)
         .count();
-    assert!(ok >= KILL_AFTER, "only {ok} of {TOTAL} succeeded");
 
     // At the vendor: never more than the cap on any key, no 429 at all, and the cap was reached
     // (the run did push every key to its limit).
@@ -297,8 +283,8 @@ async fn vendor_never_sees_more_than_capacity_when_a_scheduler_replica_dies() {
         *codes.entry(format!("{:?}", r.code)).or_default() += 1;
     }
     eprintln!(
-        "truth: {ok}/{TOTAL} succeeded ({codes:?}), {via_dead_failed} failed through the killed \
-         replica; vendor peak {peak}/{CAP} per key, {served} served; {} leases in flight when the \
+        "truth: {ok}/{TOTAL} succeeded ({codes:?}), {via_dead_failed} failed through the replica \
+         that lists the killed one first; vendor peak {peak}/{CAP} per key, {served} served; {} leases in flight when the \
          load ended, 0 after {} ms",
         orphaned.unwrap_or(0),
         last_end.elapsed().as_millis()

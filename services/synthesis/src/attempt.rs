@@ -129,8 +129,9 @@ fn spawn_call(
     ))
 }
 
-/// A fresh UUID-v4-shaped id for the vendor (Volcengine wants a unique `reqid` per call).
-fn attempt_id() -> String {
+/// A fresh random UUID v4 string: the vendor's per-call id (Volcengine wants a unique `reqid`)
+/// and the idempotency key of each lease attempt.
+pub fn attempt_id() -> String {
     let b = rand::random::<u128>().to_be_bytes();
     let mut b = b;
     b[6] = (b[6] & 0x0F) | 0x40;

@@ -103,6 +103,8 @@ impl Core {
                 lease_ttl_ms: i64::try_from(self.lease_ttl.as_millis()).unwrap_or(i64::MAX),
                 wait_timeout_ms: i64::try_from(remaining.as_millis().min(MAX_WAIT_MS)).unwrap_or(0),
                 request_id: job.request_id.clone(),
+                // Fresh per lease attempt; kept on the client's retries of this Acquire.
+                idempotency_key: crate::attempt::attempt_id(),
             };
             let lease = match self.scheduler.acquire(request, remaining).await {
                 Ok(lease) => lease,

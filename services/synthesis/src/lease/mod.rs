@@ -11,7 +11,15 @@
 //! While a vendor call runs, [`LeaseGuard::keep_alive`] renews the lease every third of its
 //! TTL, so a long call never loses its slot and a crashed replica's slots return within one
 //! TTL.
+//!
+//! Several scheduler replicas ([`endpoints`]): calls are balanced over the healthy ones, and an
+//! Acquire, Release, Report or Renew that fails with UNAVAILABLE (a replica killed, draining or
+//! cut off from its store) or a transport error is retried on another endpoint with jittered
+//! exponential backoff (`backon`) within the call's budget. Acquire carries an idempotency key
+//! that stays the same on every retry, so a retry after a lost answer gets the same lease
+//! instead of a second slot.
 
+mod endpoints;
 mod guard;
 
 use std::time::Duration;
@@ -31,7 +39,29 @@ const SMALL_RPC_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct Scheduler {
     client: PoolSchedulerClient<InterceptedService<Channel, TraceContextInterceptor>>,
     health: tonic_health::pb::health_client::HealthClient<Channel>,
+    endpoints: endpoints::Endpoints,
     url: String,
+}
+
+/// Most tries of one scheduler call (the first included) before its error is returned.
+const MAX_TRIES: usize = 6;
+
+/// True for a failure another scheduler replica may not have: the replica is down, draining or
+/// cut off from its store, or the connection broke mid-call (a killed replica's streams end
+/// CANCELLED or UNKNOWN with an h2 error; our own cancellation never yields a status). Not
+/// KEYS_UNAVAILABLE: that is the pool's state, the same on every replica.
+fn retryable(status: &Status) -> bool {
+    match status.code() {
+        Code::Unavailable => SchedulerReason::of(status) != Some(SchedulerReason::KeysUnavailable),
+        Code::Cancelled => true,
+        Code::Unknown | Code::Internal => {
+            let m = status.message();
+            m.contains("transport error")
+                || m.contains("h2 protocol error")
+                || m.contains("connection")
+        }
+        _ => false,
+    }
 }
 
 /// Why Acquire gave no lease, classified from the scheduler's status and `ErrorInfo` reason.
@@ -106,16 +136,62 @@ fn classify(status: &Status) -> AcquireError {
 }
 
 impl Scheduler {
-    /// A client for `url` (`http://host:port`) that connects on first use.
-    pub fn connect_lazy(url: &str) -> Result<Self, String> {
-        let channel = voxpool_shared::limits::client_endpoint("--scheduler", url)?
-            .connect_timeout(Duration::from_secs(2))
-            .connect_lazy();
+    /// A client for `spec` (`URL[,URL...]`, see [`endpoints`]) that connects on first use.
+    /// Needs a Tokio runtime (the endpoint prober is a task).
+    pub fn connect_lazy(spec: &str) -> Result<Self, String> {
+        let endpoints = endpoints::Endpoints::start("--scheduler", spec)?;
+        let channel = endpoints.channel.clone();
         Ok(Self {
             client: PoolSchedulerClient::with_interceptor(channel.clone(), TraceContextInterceptor),
             health: tonic_health::pb::health_client::HealthClient::new(channel),
-            url: url.to_owned(),
+            endpoints,
+            url: spec.to_owned(),
         })
+    }
+
+    /// Runs `call` until it succeeds, fails with an error no other replica would avoid, or
+    /// [`MAX_TRIES`] or `budget` run out (module doc); each try is bounded by what is left.
+    async fn retrying<T, F, Fut>(
+        &self,
+        what: &str,
+        budget: Duration,
+        mut call: F,
+    ) -> Result<T, Status>
+    where
+        F: FnMut(Duration) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        use backon::BackoffBuilder as _;
+        let end = tokio::time::Instant::now() + budget;
+        let mut backoff = backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(20))
+            .with_max_delay(Duration::from_millis(400))
+            .with_max_times(MAX_TRIES - 1)
+            .with_jitter()
+            .build();
+        loop {
+            let left = end.saturating_duration_since(tokio::time::Instant::now());
+            let result = match tokio::time::timeout(left, call(left)).await {
+                Ok(result) => result,
+                Err(_) => Err(Status::deadline_exceeded(format!(
+                    "{what} got no answer from the scheduler within {}ms",
+                    budget.as_millis()
+                ))),
+            };
+            let status = match result {
+                Ok(value) => return Ok(value),
+                Err(status) if retryable(&status) => status,
+                Err(status) => return Err(status),
+            };
+            self.endpoints.kick();
+            match backoff.next() {
+                Some(delay) if tokio::time::Instant::now() + delay < end => {
+                    tracing::debug!(call = what, error = %status.message(), retry_in_ms = delay.as_millis(), "scheduler call failed; retrying on another endpoint");
+                    tokio::time::sleep(delay).await;
+                }
+                _ => return Err(status),
+            }
+        }
     }
 
     /// The URL, for messages.
@@ -123,48 +199,82 @@ impl Scheduler {
         &self.url
     }
 
-    /// Acquire, bounded by `rpc_timeout` (sent as the gRPC deadline as well).
+    /// Acquire, bounded by `rpc_timeout` (each try sends what is left as its gRPC deadline and
+    /// waits at most that long for a slot). Tries after a retryable failure carry the same
+    /// `idempotency_key`, so they can only get the lease a lost answer held.
     pub async fn acquire(
         &self,
         request: pb::AcquireRequest,
         rpc_timeout: Duration,
     ) -> Result<pb::Lease, AcquireError> {
-        let mut req = tonic::Request::new(request);
-        req.set_timeout(rpc_timeout);
-        let mut client = self.client.clone();
-        match tokio::time::timeout(rpc_timeout, client.acquire(req)).await {
-            Ok(Ok(lease)) => Ok(lease.into_inner()),
-            Ok(Err(status)) => Err(classify(&status)),
-            Err(_) => Err(AcquireError::Deadline {
-                message: "Acquire did not answer before the deadline".into(),
-            }),
+        let result = self
+            .retrying("Acquire", rpc_timeout, |left| {
+                let mut request = request.clone();
+                let left_ms = i64::try_from(left.as_millis()).unwrap_or(i64::MAX);
+                request.wait_timeout_ms = request.wait_timeout_ms.min(left_ms);
+                let mut req = tonic::Request::new(request);
+                req.set_timeout(left);
+                let mut client = self.client.clone();
+                async move { client.acquire(req).await.map(tonic::Response::into_inner) }
+            })
+            .await;
+        match result {
+            Ok(lease) => Ok(lease),
+            Err(status)
+                if status.code() == Code::DeadlineExceeded
+                    && status.message().contains("got no answer") =>
+            {
+                Err(AcquireError::Deadline {
+                    message: "Acquire did not answer before the deadline".into(),
+                })
+            }
+            Err(status) => Err(classify(&status)),
         }
     }
 
-    /// Report (optionally releasing) a lease.
+    /// Report (optionally releasing) a lease, retried on another replica (module doc).
     pub async fn report(&self, request: pb::ReportRequest) -> Result<pb::ReportResponse, Status> {
-        let mut client = self.client.clone();
-        small(client.report(request)).await
-    }
-
-    /// Release a lease; `false` when it was already gone.
-    pub async fn release(&self, lease_id: &str) -> Result<bool, Status> {
-        let mut client = self.client.clone();
-        small(client.release(pb::ReleaseRequest {
-            lease_id: lease_id.to_owned(),
-        }))
+        self.retrying("Report", SMALL_RPC_TIMEOUT, |_| {
+            let mut client = self.client.clone();
+            let request = request.clone();
+            async move {
+                client
+                    .report(request)
+                    .await
+                    .map(tonic::Response::into_inner)
+            }
+        })
         .await
-        .map(|r| r.released)
     }
 
-    /// Extend a lease to now + `ttl`.
+    /// Release a lease; `false` when it was already gone. Retried on another replica.
+    pub async fn release(&self, lease_id: &str) -> Result<bool, Status> {
+        self.retrying("Release", SMALL_RPC_TIMEOUT, |_| {
+            let mut client = self.client.clone();
+            let request = pb::ReleaseRequest {
+                lease_id: lease_id.to_owned(),
+            };
+            async move {
+                client
+                    .release(request)
+                    .await
+                    .map(|r| r.into_inner().released)
+            }
+        })
+        .await
+    }
+
+    /// Extend a lease to now + `ttl`. Retried on another replica.
     pub async fn renew(&self, lease_id: &str, ttl: Duration) -> Result<pb::Lease, Status> {
-        let mut client = self.client.clone();
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-        small(client.renew(pb::RenewRequest {
-            lease_id: lease_id.to_owned(),
-            lease_ttl_ms: ttl_ms,
-        }))
+        self.retrying("Renew", SMALL_RPC_TIMEOUT, |_| {
+            let mut client = self.client.clone();
+            let request = pb::RenewRequest {
+                lease_id: lease_id.to_owned(),
+                lease_ttl_ms: ttl_ms,
+            };
+            async move { client.renew(request).await.map(tonic::Response::into_inner) }
+        })
         .await
     }
 
@@ -178,18 +288,6 @@ impl Scheduler {
             tokio::time::timeout(SMALL_RPC_TIMEOUT, check).await,
             Ok(Ok(r)) if r.get_ref().status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
         )
-    }
-}
-
-async fn small<T>(
-    call: impl Future<Output = Result<tonic::Response<T>, Status>>,
-) -> Result<T, Status> {
-    match tokio::time::timeout(SMALL_RPC_TIMEOUT, call).await {
-        Ok(r) => r.map(tonic::Response::into_inner),
-        Err(_) => Err(Status::deadline_exceeded(format!(
-            "no answer within {}ms",
-            SMALL_RPC_TIMEOUT.as_millis()
-        ))),
     }
 }
 
