@@ -89,10 +89,15 @@ fn quiet(mut command: Command) -> Command {
 }
 
 fn scheduler(config: &Path, redis: &str) -> Service {
+    scheduler_on(config, redis, "127.0.0.1:0")
+}
+
+fn scheduler_on(config: &Path, redis: &str, listen: &str) -> Service {
     let mut c = Command::new(binary("voxpool-scheduler"));
     c.arg("--config")
         .arg(config)
-        .args(["--listen", "127.0.0.1:0", "--store", redis])
+        .args(["--listen", listen, "--store", redis])
+        .args(["--drain-delay", "1s"])
         .env("VOXPOOL_ADMIN_TOKEN", "truth-test-admin-token");
     start(quiet(c))
 }
@@ -224,7 +229,7 @@ async fn vendor_never_sees_more_than_capacity_when_a_scheduler_replica_dies() {
             r.took <= DEADLINE + MARGIN,
             "request ran past its deadline: {r:?}"
         );
-        assert_eq!(r.code, Code::Ok, "a request failed: {r:?}");
+        assert_eq!(r.code, Code::Ok, "a request failed ({}): {r:?}", r.message);
     }
     let ok = results.iter().filter(|r| r.code == Code::Ok).count();
     let via_dead_failed = results
@@ -290,4 +295,158 @@ async fn vendor_never_sees_more_than_capacity_when_a_scheduler_replica_dies() {
         last_end.elapsed().as_millis()
     );
     drop((synth_x, synth_y, sched_b));
+}
+
+/// Sends SIGTERM to `service` and waits (bounded) for it to exit by itself.
+fn terminate(service: &mut Service) {
+    let pid = service.child.id().to_string();
+    let sent = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill -TERM {pid}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if service.child.try_wait().expect("wait").is_some() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "scheduler did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (bounded) until the scheduler at `addr` reports SERVING.
+async fn until_serving(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(channel) = Channel::from_shared(format!("http://{addr}"))
+            .expect("url")
+            .connect()
+            .await
+        {
+            let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+            let answer = health
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await;
+            if answer.is_ok_and(|r| {
+                r.get_ref().status
+                    == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+            }) {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "scheduler at {addr} never served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rolling_restart_of_both_schedulers_fails_no_call() {
+    let redis = RedisServer::start();
+    let fake = FakeVendor::start(FakeConfig::new(VendorKind::OpenAi).cap(CAP).latency(
+        Latency::Uniform {
+            min: Duration::from_millis(50),
+            max: Duration::from_millis(150),
+        },
+    ))
+    .await
+    .expect("fake vendor");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), &fake.base_url());
+    let mut schedulers = [
+        scheduler(&config, &redis.url()),
+        scheduler(&config, &redis.url()),
+    ];
+    let addrs = [schedulers[0].addr.clone(), schedulers[1].addr.clone()];
+    let synth = synthesis(&config, [&schedulers[0], &schedulers[1]]);
+    let client = SynthesisClient::new(channel(&synth.addr).await);
+    let voice = voxpool_fake_vendors::snapshot("openai", "tts-1", "alloy");
+
+    // Steady load: 60 callers, each sending one request after another until told to stop.
+    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = Arc::new(AtomicUsize::new(0));
+    let callers: Vec<_> = (0..60)
+        .map(|i| {
+            let (mut client, stopping, done) = (client.clone(), stopping.clone(), done.clone());
+            let request = pb::SynthesizeRequest {
+                voice: Some(pb::synthesize_request::Voice::Snapshot(voice.to_pb())),
+                text: "Rolling restarts cost nothing.".into(),
+                ..Default::default()
+            };
+            tokio::spawn(async move {
+                let mut failures = Vec::new();
+                let mut n = 0;
+                while !stopping.load(Ordering::SeqCst) {
+                    let mut req = tonic::Request::new(pb::SynthesizeRequest {
+                        request_id: format!("roll-{i}-{n}"),
+                        ..request.clone()
+                    });
+                    req.set_timeout(DEADLINE);
+                    if let Err(status) = client.synthesize(req).await {
+                        failures.push(format!("{:?}: {}", status.code(), status.message()));
+                    }
+                    done.fetch_add(1, Ordering::SeqCst);
+                    n += 1;
+                }
+                failures
+            })
+        })
+        .collect();
+    let served_by = |n: usize| {
+        let done = done.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while done.load(Ordering::SeqCst) < n {
+                assert!(
+                    Instant::now() < deadline,
+                    "the load stalled below {n} requests"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    served_by(200).await;
+    for (i, addr) in addrs.iter().enumerate() {
+        terminate(&mut schedulers[i]);
+        let before = done.load(Ordering::SeqCst);
+        // The survivor carries the load while this replica is down...
+        served_by(before + 100).await;
+        schedulers[i] = scheduler_on(&config, &redis.url(), addr);
+        until_serving(addr).await;
+        // ...and the restarted one takes traffic again: the next replica's drain delay (1 s,
+        // health NOT_SERVING while still answering) is the window in which synthesis's
+        // prober (every 0.5 s) puts it back and takes the draining one out.
+        served_by(done.load(Ordering::SeqCst) + 100).await;
+    }
+    stopping.store(true, Ordering::SeqCst);
+    let mut failures = Vec::new();
+    for c in callers {
+        failures.extend(c.await.expect("caller task"));
+    }
+    let total = done.load(Ordering::SeqCst);
+    eprintln!(
+        "rolling restart: {} of {total} calls failed",
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {total} calls failed: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    for (key, st) in fake.stats() {
+        assert!(
+            st.peak_concurrency <= u64::from(CAP),
+            "key {key} over its cap: {st:?}"
+        );
+    }
+    drop((synth, schedulers));
 }

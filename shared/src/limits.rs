@@ -38,6 +38,11 @@ pub struct ServerFlags {
     /// Largest gRPC message accepted or sent, in bytes.
     #[arg(long, env = "VOXPOOL_MAX_MESSAGE_BYTES", default_value_t = 32 * 1024 * 1024)]
     pub max_message_bytes: usize,
+    /// After SIGTERM, how long to keep serving while health answers NOT_SERVING, so load
+    /// balancers and clients move away before the port closes (e.g. `1s`, `5s`; `0s` stops at
+    /// once). In-flight calls are finished after it either way.
+    #[arg(long, env = "VOXPOOL_DRAIN_DELAY", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub drain_delay: Duration,
     /// PEM certificate chain: serve TLS (needs --tls-key).
     #[arg(long, env = "VOXPOOL_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -52,6 +57,7 @@ impl Default for ServerFlags {
             request_timeout: Duration::from_secs(15 * 60),
             max_concurrent_requests: 2048,
             max_message_bytes: 32 * 1024 * 1024,
+            drain_delay: Duration::from_secs(1),
             tls_cert: None,
             tls_key: None,
         }

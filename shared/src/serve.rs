@@ -31,8 +31,11 @@ pub struct Health<P> {
 /// `listener` with the shared limits and TLS of `flags`, per-RPC trace spans, reflection v1
 /// and v1alpha, and `grpc.health.v1.Health` for `""` and every name in `services`: SERVING
 /// while `health.probe` succeeds, NOT_SERVING while it fails and from shutdown on. Health is
-/// known before the first request (one probe runs first). Returns once `shutdown` is
-/// cancelled and in-flight RPCs have drained. Errors: invalid TLS files, reflection set-up,
+/// known before the first request (one probe runs first).
+///
+/// Draining: when `shutdown` is cancelled, health turns NOT_SERVING at once, the server keeps
+/// answering for `flags.drain_delay` (clients and balancers move away meanwhile), then stops
+/// accepting and returns once in-flight RPCs have finished. Errors: invalid TLS files, reflection set-up,
 /// the transport failing (one-line reasons).
 pub async fn serve_grpc<P, F>(
     listener: TcpListener,
@@ -115,8 +118,17 @@ where
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha);
+    let drain_delay = flags.drain_delay;
+    let stop = async move {
+        shutdown.cancelled().await;
+        tracing::info!(
+            drain_delay_ms = drain_delay.as_millis(),
+            "draining: health is NOT_SERVING; still answering until the drain delay ends"
+        );
+        tokio::time::sleep(drain_delay).await;
+    };
     let result = add(router)
-        .serve_with_incoming_shutdown(incoming(listener), shutdown.cancelled_owned())
+        .serve_with_incoming_shutdown(incoming(listener), stop)
         .await
         .map_err(|e| format!("grpc server: {e}"));
     health_task.abort();
