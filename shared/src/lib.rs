@@ -1,6 +1,7 @@
 //! Common crate of the voxpool services.
 //!
 //! - [`contract`]: outcomes and error reasons shared by the scheduler and its clients.
+//! - [`endpoints`]: client-side balancing over a service's replicas (`URL[,URL...]`, DNS).
 //! - [`config`]: the pools file (TOML + `VOXPOOL_` environment), validated with path-named errors.
 //! - [`limits`]: request timeout, message size, load shedding and TLS flags for servers.
 //! - [`provider`]: the provider ids as one enum.
@@ -19,6 +20,7 @@ pub mod audio;
 pub mod auth;
 pub mod config;
 pub mod contract;
+pub mod endpoints;
 pub mod limits;
 pub mod provider;
 pub mod secret;

@@ -29,7 +29,9 @@ struct Args {
     /// name resolved at start-up (`localhost:50051`). Port 0 picks a free port.
     #[arg(long, env = "VOXPOOL_LISTEN", default_value = "127.0.0.1:50053")]
     listen: String,
-    /// PoolScheduler URL.
+    /// PoolScheduler URL, a list `URL,URL,...` of replicas, or an `http://` URL whose host
+    /// name resolves to every replica (re-resolved); calls are balanced over the healthy ones
+    /// and retried on another when one fails.
     #[arg(
         long,
         env = "VOXPOOL_SCHEDULER",

@@ -81,7 +81,7 @@ pub struct BatchArgs {
     /// Client-side limit of Synthesize calls per second (retries included; fractions allowed).
     #[arg(long)]
     pub qps: Option<f64>,
-    /// Synthesis service URL.
+    /// Synthesis service URL, a list `URL,URL,...`, or a DNS name of several replicas.
     #[arg(long, env = "VOXPOOL_SYNTHESIS", default_value = DEFAULT_SYNTHESIS)]
     pub synthesis: String,
     /// Catalog URL, used to check the manifest's pack ids before running.
@@ -152,7 +152,7 @@ pub enum PoolCommand {
         /// Redraw period of --watch.
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         interval: Duration,
-        /// Scheduler URL.
+        /// Scheduler URL, a list `URL,URL,...`, or a DNS name of several replicas.
         #[arg(long, env = "VOXPOOL_SCHEDULER", default_value = DEFAULT_SCHEDULER)]
         scheduler: String,
     },
@@ -281,7 +281,7 @@ pub struct SynthArgs {
     /// Output sample rate in Hz (0 = the vendor's default).
     #[arg(long, default_value_t = 0)]
     pub sample_rate: i32,
-    /// Synthesis service URL.
+    /// Synthesis service URL, a list `URL,URL,...`, or a DNS name of several replicas.
     #[arg(long, env = "VOXPOOL_SYNTHESIS", default_value = DEFAULT_SYNTHESIS)]
     pub synthesis: String,
     /// Deadline of one call.

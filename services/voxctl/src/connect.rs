@@ -4,41 +4,31 @@
 //! so a service that is down when voxctl starts is handled by the retry/breaker logic instead
 //! of failing the whole run up front.
 
-use std::time::Duration;
-
-use tonic::{
-    Request, Status,
-    metadata::MetadataValue,
-    service::Interceptor,
-    transport::{Channel, Endpoint},
-};
+use tonic::{Request, Status, metadata::MetadataValue, service::Interceptor, transport::Channel};
 
 /// Largest response accepted (long items produce large audio).
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
-/// A URL that is not a valid endpoint.
+/// A service URL list that is not valid.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid service URL {url:?}: {source}")]
+#[error("invalid service URL {url:?}: {reason}")]
 pub struct UrlError {
-    /// The URL given.
+    /// The value given.
     pub url: String,
     /// Why.
-    #[source]
-    pub source: tonic::transport::Error,
+    pub reason: String,
 }
 
-/// A lazily connecting channel to `url` (`http://host:port`).
-pub fn channel(url: &str) -> Result<Channel, UrlError> {
-    let endpoint = Endpoint::from_shared(url.to_owned()).map_err(|source| UrlError {
-        url: url.to_owned(),
-        source,
-    })?;
-    Ok(endpoint
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_while_idle(true)
-        .connect_lazy())
+/// A channel to `spec`: one URL (`http://host:port`), a list (`URL,URL,...`) or a DNS name
+/// standing for several replicas, balanced over the healthy ones
+/// (`voxpool_shared::endpoints`). Connects lazily. Needs a Tokio runtime.
+pub fn channel(spec: &str) -> Result<Channel, UrlError> {
+    voxpool_shared::endpoints::Endpoints::start("service URL", spec)
+        .map(|e| e.channel)
+        .map_err(|reason| UrlError {
+            url: spec.to_owned(),
+            reason,
+        })
 }
 
 /// Adds `authorization: Bearer <token>` to every request.

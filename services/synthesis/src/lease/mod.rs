@@ -12,14 +12,13 @@
 //! TTL, so a long call never loses its slot and a crashed replica's slots return within one
 //! TTL.
 //!
-//! Several scheduler replicas ([`endpoints`]): calls are balanced over the healthy ones, and an
+//! Several scheduler replicas (`voxpool_shared::endpoints`): calls are balanced over the healthy ones, and an
 //! Acquire, Release, Report or Renew that fails with UNAVAILABLE (a replica killed, draining or
 //! cut off from its store) or a transport error is retried on another endpoint with jittered
 //! exponential backoff (`backon`) within the call's budget. Acquire carries an idempotency key
 //! that stays the same on every retry, so a retry after a lost answer gets the same lease
 //! instead of a second slot.
 
-mod endpoints;
 mod guard;
 
 use std::time::Duration;
@@ -39,7 +38,7 @@ const SMALL_RPC_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct Scheduler {
     client: PoolSchedulerClient<InterceptedService<Channel, TraceContextInterceptor>>,
     health: tonic_health::pb::health_client::HealthClient<Channel>,
-    endpoints: endpoints::Endpoints,
+    endpoints: voxpool_shared::endpoints::Endpoints,
     url: String,
 }
 
@@ -136,10 +135,11 @@ fn classify(status: &Status) -> AcquireError {
 }
 
 impl Scheduler {
-    /// A client for `spec` (`URL[,URL...]`, see [`endpoints`]) that connects on first use.
+    /// A client for `spec` (`URL[,URL...]`, see `voxpool_shared::endpoints`) that connects on
+    /// first use.
     /// Needs a Tokio runtime (the endpoint prober is a task).
     pub fn connect_lazy(spec: &str) -> Result<Self, String> {
-        let endpoints = endpoints::Endpoints::start("--scheduler", spec)?;
+        let endpoints = voxpool_shared::endpoints::Endpoints::start("--scheduler", spec)?;
         let channel = endpoints.channel.clone();
         Ok(Self {
             client: PoolSchedulerClient::with_interceptor(channel.clone(), TraceContextInterceptor),

@@ -1,6 +1,7 @@
-//! The scheduler replicas synthesis talks to: `--scheduler` takes `URL[,URL...]`, and a
-//! `http://` URL whose host is a DNS name stands for every address it resolves to (re-resolved,
-//! so a Kubernetes headless Service's pods come and go). Calls are balanced over the healthy
+//! Client-side balancing over the replicas of one voxpool service: a flag such as synthesis's
+//! `--scheduler` or voxctl's `--synthesis` takes `URL[,URL...]`, and an `http://` URL whose
+//! host is a DNS name stands for every address it resolves to (re-resolved, so a Kubernetes
+//! headless Service's pods come and go). Calls are balanced over the healthy
 //! endpoints by tonic's balancing channel (tower's power-of-two-choices over a discovery
 //! stream); this module only feeds that stream.
 //!
@@ -39,7 +40,7 @@ enum Target {
     },
 }
 
-/// The balanced channel over the scheduler endpoints, and the handle that makes the prober look
+/// The balanced channel over a service's endpoints, and the handle that makes the prober look
 /// again at once.
 #[derive(Clone, Debug)]
 pub struct Endpoints {
@@ -55,7 +56,7 @@ impl Endpoints {
         let mut targets = Vec::new();
         for url in spec.split(',').map(str::trim).filter(|u| !u.is_empty()) {
             // Validates the URL (and the TLS set-up for https) once, up front.
-            voxpool_shared::limits::client_endpoint(flag, url)?;
+            crate::limits::client_endpoint(flag, url)?;
             let uri: http::Uri = url
                 .parse()
                 .map_err(|e| format!("{flag} {url:?} is not a URL: {e}"))?;
@@ -110,6 +111,9 @@ struct Prober {
 impl Prober {
     async fn run(mut self) {
         loop {
+            if self.changes.is_closed() {
+                return; // every clone of the channel is gone
+            }
             let candidates = self.candidates().await;
             let mut healthy = BTreeSet::new();
             for url in &candidates {
@@ -147,10 +151,10 @@ impl Prober {
                     {
                         Ok(Ok(addrs)) => out.extend(addrs.map(|a| format!("http://{a}"))),
                         Ok(Err(e)) => {
-                            tracing::warn!(flag = %self.flag, name = %authority, error = %e, "cannot resolve a scheduler name");
+                            tracing::warn!(flag = %self.flag, name = %authority, error = %e, "cannot resolve a service name");
                         }
                         Err(_) => {
-                            tracing::warn!(flag = %self.flag, name = %authority, "resolving a scheduler name timed out");
+                            tracing::warn!(flag = %self.flag, name = %authority, "resolving a service name timed out");
                         }
                     }
                 }
@@ -164,7 +168,7 @@ impl Prober {
         let health = match self.probes.get(url) {
             Some(h) => h.clone(),
             None => {
-                let Ok(endpoint) = voxpool_shared::limits::client_endpoint(&self.flag, url) else {
+                let Ok(endpoint) = crate::limits::client_endpoint(&self.flag, url) else {
                     return false;
                 };
                 let h = HealthClient::new(endpoint.connect_timeout(PROBE_TIMEOUT).connect_lazy());
@@ -191,7 +195,7 @@ impl Prober {
             .cloned()
             .collect::<Vec<_>>()
         {
-            tracing::info!(flag = %self.flag, endpoint = %url, "scheduler endpoint taken out of rotation");
+            tracing::info!(flag = %self.flag, endpoint = %url, "endpoint taken out of rotation");
             if self
                 .changes
                 .send(Change::Remove(url.clone()))
@@ -207,13 +211,13 @@ impl Prober {
             .cloned()
             .collect::<Vec<_>>()
         {
-            let Ok(endpoint) = voxpool_shared::limits::client_endpoint(&self.flag, &url) else {
+            let Ok(endpoint) = crate::limits::client_endpoint(&self.flag, &url) else {
                 continue;
             };
             let endpoint = endpoint
                 .connect_timeout(Duration::from_secs(2))
                 .tcp_nodelay(true);
-            tracing::debug!(flag = %self.flag, endpoint = %url, "scheduler endpoint in rotation");
+            tracing::debug!(flag = %self.flag, endpoint = %url, "endpoint in rotation");
             if self
                 .changes
                 .send(Change::Insert(url.clone(), endpoint))
