@@ -6,9 +6,8 @@ use std::{process::Command, time::Duration};
 use voxpool_e2e::{binary, otlp, start, workspace_root};
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scheduler_exports_pool_metrics_and_spans_over_otlp() {
-    let (endpoint, received) = otlp::start().await;
+/// A scheduler on the example config exporting traces and metrics to `endpoint` often.
+fn scheduler_exporting_to(endpoint: &str) -> voxpool_e2e::Service {
     let mut cmd = Command::new(binary("voxpool-scheduler"));
     cmd.current_dir(workspace_root())
         .args([
@@ -17,11 +16,17 @@ async fn scheduler_exports_pool_metrics_and_spans_over_otlp() {
             "--listen",
             "127.0.0.1:0",
         ])
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
         .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
         .env_remove("OTEL_SERVICE_NAME");
-    let scheduler = start(cmd);
+    start(cmd)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduler_exports_pool_metrics_and_spans_over_otlp() {
+    let (endpoint, received) = otlp::start().await;
+    let scheduler = scheduler_exporting_to(&endpoint);
     let mut client = PoolSchedulerClient::connect(format!("http://{}", scheduler.addr))
         .await
         .unwrap();
@@ -217,18 +222,7 @@ fn rss_kib(pid: u32) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_pool_names_never_become_metric_series_or_memory() {
     let (endpoint, received) = otlp::start().await;
-    let mut cmd = Command::new(binary("voxpool-scheduler"));
-    cmd.current_dir(workspace_root())
-        .args([
-            "--config",
-            "deploy/config/example.toml",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
-        .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100");
-    let scheduler = start(cmd);
+    let scheduler = scheduler_exporting_to(&endpoint);
     let mut client = PoolSchedulerClient::connect(format!("http://{}", scheduler.addr))
         .await
         .unwrap();

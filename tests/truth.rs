@@ -131,19 +131,45 @@ struct Ended {
     took: Duration,
 }
 
+/// What every scenario here starts from: a private Redis, the fake vendor (cap [`CAP`] per
+/// key, a uniform latency in `min_ms..=max_ms`) and the config pointing at it.
+struct Fleet {
+    redis: RedisServer,
+    fake: FakeVendor,
+    dir: tempfile::TempDir,
+    config: std::path::PathBuf,
+}
+
+impl Fleet {
+    async fn start(min_ms: u64, max_ms: u64) -> Self {
+        let redis = RedisServer::start();
+        let fake = FakeVendor::start(FakeConfig::new(VendorKind::OpenAi).cap(CAP).latency(
+            Latency::Uniform {
+                min: Duration::from_millis(min_ms),
+                max: Duration::from_millis(max_ms),
+            },
+        ))
+        .await
+        .expect("fake vendor");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = write_config(dir.path(), &fake.base_url());
+        Self {
+            redis,
+            fake,
+            dir,
+            config,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn vendor_never_sees_more_than_capacity_when_a_scheduler_replica_dies() {
-    let redis = RedisServer::start();
-    let fake = FakeVendor::start(FakeConfig::new(VendorKind::OpenAi).cap(CAP).latency(
-        Latency::Uniform {
-            min: Duration::from_millis(100),
-            max: Duration::from_millis(300),
-        },
-    ))
-    .await
-    .expect("fake vendor");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(dir.path(), &fake.base_url());
+    let Fleet {
+        redis,
+        fake,
+        dir: _dir,
+        config,
+    } = Fleet::start(100, 300).await;
     let mut sched_a = scheduler(&config, &redis.url());
     let sched_b = scheduler(&config, &redis.url());
     let synth_x = synthesis(&config, [&sched_a, &sched_b]);
@@ -349,17 +375,12 @@ async fn until_serving(addr: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rolling_restart_of_both_schedulers_fails_no_call() {
-    let redis = RedisServer::start();
-    let fake = FakeVendor::start(FakeConfig::new(VendorKind::OpenAi).cap(CAP).latency(
-        Latency::Uniform {
-            min: Duration::from_millis(50),
-            max: Duration::from_millis(150),
-        },
-    ))
-    .await
-    .expect("fake vendor");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(dir.path(), &fake.base_url());
+    let Fleet {
+        redis,
+        fake,
+        dir: _dir,
+        config,
+    } = Fleet::start(50, 150).await;
     let mut schedulers = [
         scheduler(&config, &redis.url()),
         scheduler(&config, &redis.url()),
@@ -452,17 +473,12 @@ async fn a_rolling_restart_of_both_schedulers_fails_no_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_synthesis_replica_costs_its_callers_only_a_retry() {
-    let redis = RedisServer::start();
-    let fake = FakeVendor::start(FakeConfig::new(VendorKind::OpenAi).cap(CAP).latency(
-        Latency::Uniform {
-            min: Duration::from_millis(100),
-            max: Duration::from_millis(300),
-        },
-    ))
-    .await
-    .expect("fake vendor");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(dir.path(), &fake.base_url());
+    let Fleet {
+        redis,
+        fake,
+        dir: _dir,
+        config,
+    } = Fleet::start(100, 300).await;
     let schedulers = [
         scheduler(&config, &redis.url()),
         scheduler(&config, &redis.url()),
