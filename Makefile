@@ -10,8 +10,11 @@ build:
 run: build
 	deploy/local/run.sh
 
-## test: every test of the workspace (starts its own redis-server / PostgreSQL)
+## test: every test of the workspace (starts its own redis-server / PostgreSQL). The binaries
+## are built first: end-to-end tests run them (voxpool-fake-vendor has no tests of its own
+## that would make `cargo test` build it).
 test:
+	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
 
 ## bench: every benchmark; writes a dated report under target/bench-reports/
