@@ -60,6 +60,13 @@ impl Endpoints {
             let uri: http::Uri = url
                 .parse()
                 .map_err(|e| format!("{flag} {url:?} is not a URL: {e}"))?;
+            let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
+            let path_ok = matches!(uri.path(), "" | "/") && uri.query().is_none();
+            if !scheme_ok || uri.host().is_none() || !path_ok {
+                return Err(format!(
+                    "{flag} {url:?} is not a service URL: expected http://host:port or https://host:port (no path)"
+                ));
+            }
             let host = uri.host().unwrap_or_default();
             let is_ip = host
                 .trim_matches(['[', ']'])
@@ -232,5 +239,31 @@ impl Prober {
         self.probes
             .retain(|url, _| wanted.contains(url) || self.inserted.contains(url));
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn every_entry_must_be_an_http_or_https_url_without_a_path() {
+        for bad in [
+            "notaurl",
+            "ftp://h:1",
+            "127.0.0.1:50051",
+            "http://h:1/path",
+            "http://a:1,",
+            "",
+        ] {
+            let result = Endpoints::start("--scheduler", bad);
+            if bad == "http://a:1," {
+                assert!(result.is_ok(), "an empty trailing entry is ignored");
+                continue;
+            }
+            let err = result.expect_err(bad);
+            assert!(err.contains("--scheduler"), "{bad}: {err}");
+        }
+        assert!(Endpoints::start("--scheduler", "http://127.0.0.1:1, https://localhost:2").is_ok());
     }
 }
