@@ -35,7 +35,7 @@ pub(crate) struct WaitQueue {
     turn: Mutex<()>,
     freed: Notify,
     waiting: AtomicUsize,
-    /// Bumped on every store failure; the message of the last one beside it.
+    /// Bumped on every store failure; the reason of the last one (its `Unavailable` text) beside it.
     store_failures: watch::Sender<u64>,
     last_store_error: StdMutex<String>,
     last_refusal: StdMutex<Option<Refusal>>,
@@ -105,17 +105,19 @@ impl WaitQueue {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner) = Some(refusal.clone());
             }
-            Err(e @ StoreError::Unavailable(_)) => self.store_failed(e),
+            Err(StoreError::Unavailable(message)) => self.store_failed(message),
             Err(_) => {}
         }
     }
 
-    /// Tells every waiter of the pool that the store failed with `error`.
-    fn store_failed(&self, error: &StoreError) {
-        *self
-            .last_store_error
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = error.to_string();
+    /// Tells every waiter of the pool that the store is unreachable (`message` says why).
+    fn store_failed(&self, message: &str) {
+        message.clone_into(
+            &mut self
+                .last_store_error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
         self.store_failures.send_modify(|n| *n += 1);
     }
 
@@ -126,15 +128,11 @@ impl WaitQueue {
 
     /// The last store failure, as a store error for the caller.
     pub(crate) fn last_store_error(&self) -> StoreError {
-        let message = self
-            .last_store_error
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
         StoreError::Unavailable(
-            message
-                .trim_start_matches("lease store unreachable: ")
-                .to_owned(),
+            self.last_store_error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
         )
     }
 

@@ -218,18 +218,8 @@ impl Scheduler {
                 async move { client.acquire(req).await.map(tonic::Response::into_inner) }
             })
             .await;
-        match result {
-            Ok(lease) => Ok(lease),
-            Err(status)
-                if status.code() == Code::DeadlineExceeded
-                    && status.message().contains("got no answer") =>
-            {
-                Err(AcquireError::Deadline {
-                    message: "Acquire did not answer before the deadline".into(),
-                })
-            }
-            Err(status) => Err(classify(&status)),
-        }
+        // Our own budget running out is DEADLINE_EXCEEDED too, classified like the scheduler's.
+        result.map_err(|status| classify(&status))
     }
 
     /// Report (optionally releasing) a lease, retried on another replica (module doc).
