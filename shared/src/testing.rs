@@ -9,6 +9,21 @@
 //! temporary directory, listening only on a unix socket there. [`PostgresServer::shared`]
 //! starts one per test binary and [`PostgresServer::create_database`] gives each test its own
 //! database on it.
+//!
+//! [`RedisCluster`] and [`RedisSentinel`] start real multi-process Redis topologies on
+//! 127.0.0.1 TCP ports (a Redis Cluster of masters and replicas; a primary, a replica and
+//! three sentinels) for client failover tests. Like [`PostgresServer`] they run under an `sh`
+//! supervisor that kills every process when the test process goes away, so their `shared()`
+//! instances leave nothing behind either. Single processes can be SIGKILLed (`kill_node`,
+//! `kill_primary`) or frozen (`pause_port`/`resume_port`), and the bounded waits
+//! (`wait_promoted`, `wait_failover`) return once the topology has recovered.
+
+mod cluster;
+mod redis_nodes;
+mod sentinel;
+
+pub use cluster::RedisCluster;
+pub use sentinel::RedisSentinel;
 
 use std::{
     path::{Path, PathBuf},
@@ -31,16 +46,7 @@ impl RedisServer {
     pub fn start() -> Self {
         let dir = tempfile::tempdir().expect("create temp dir for redis");
         let socket = dir.path().join("redis.sock");
-        let child = Command::new("redis-server")
-            .args(["--port", "0", "--save", "", "--appendonly", "no"])
-            .arg("--unixsocket")
-            .arg(&socket)
-            .args(["--unixsocketperm", "700", "--dir"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server (install the Debian package redis-server)");
+        let child = spawn_redis(dir.path(), &socket);
         let server = Self { child, dir, socket };
         server.wait_ready();
         server
@@ -102,11 +108,51 @@ impl RedisServer {
         assert!(status.success(), "kill {which} redis-server failed");
     }
 
+    /// Drops every key (`FLUSHALL`), as an operator's mistake or a flushing script would.
+    ///
+    /// Panics when redis-cli fails.
+    pub fn flushall(&self) {
+        let out = Command::new("redis-cli")
+            .arg("-s")
+            .arg(&self.socket)
+            .arg("FLUSHALL")
+            .output()
+            .expect("run redis-cli FLUSHALL");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "OK",
+            "FLUSHALL failed"
+        );
+    }
+
+    /// Kills the server (SIGKILL) and starts a new, empty one on the same socket: a Redis
+    /// without persistence that crashed and was restarted by its supervisor.
+    pub fn restart_empty(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_file(&self.socket);
+        self.child = spawn_redis(self.dir.path(), &self.socket);
+        self.wait_ready();
+    }
+
     /// Stops the server as a crash would (SIGKILL), for unreachable-store tests.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `redis-server` on the unix socket `socket` only, without persistence, working in `dir`.
+fn spawn_redis(dir: &Path, socket: &Path) -> Child {
+    Command::new("redis-server")
+        .args(["--port", "0", "--save", "", "--appendonly", "no"])
+        .arg("--unixsocket")
+        .arg(socket)
+        .args(["--unixsocketperm", "700", "--dir"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn redis-server (install the Debian package redis-server)")
 }
 
 impl Drop for RedisServer {
