@@ -35,7 +35,10 @@ fn scheduler_walkthrough_runs_as_written() {
             "--listen",
             "127.0.0.1:0",
         ])
-        .env("VOXPOOL_ADMIN_TOKEN", "dev-admin-token-local");
+        .env("VOXPOOL_ADMIN_TOKEN", "dev-admin-token-local")
+        // As `make run` starts it (deploy/local/run.sh): a fresh dev stack has no leases to
+        // wait for.
+        .env("VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS", "0");
     let scheduler = start(cmd);
     let commands = walkthrough("scheduler");
     assert!(commands.len() >= 6, "walk-through too short: {commands:?}");

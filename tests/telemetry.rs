@@ -19,6 +19,8 @@ fn scheduler_exporting_to(endpoint: &str) -> voxpool_e2e::Service {
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
         .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        // As `make run` starts it: no recovery window on a fresh dev store.
+        .env("VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS", "0")
         .env_remove("OTEL_SERVICE_NAME");
     start(cmd)
 }

@@ -38,6 +38,8 @@ start() {
 
 "$BIN/voxpool-catalog" --database "$DB" migrate
 "$BIN/voxpool-catalog" --database "$DB" seed deploy/config/packs.toml
+# A fresh dev stack holds no leases that could re-register: no recovery window at start-up.
+export VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS=${VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS:-0}
 start scheduler 50051 "$BIN/voxpool-scheduler" --config "$CONFIG" --store memory
 start catalog 50052 "$BIN/voxpool-catalog" --database "$DB"
 start synthesis 50053 "$BIN/voxpool-synthesis" --config "$CONFIG"

@@ -123,11 +123,14 @@ pub enum SchedulerReason {
     StoreUnavailable,
     /// UNAVAILABLE: the store lost the pool and could not re-seed it.
     PoolNotSeeded,
+    /// UNAVAILABLE: the store lost the pool's state; grants resume when its recovery window
+    /// ends (`RetryInfo`), while live leases re-register.
+    PoolRecovering,
 }
 
 impl SchedulerReason {
     /// Every reason.
-    pub const ALL: [SchedulerReason; 9] = [
+    pub const ALL: [SchedulerReason; 10] = [
         SchedulerReason::PoolFull,
         SchedulerReason::TooManyWaiters,
         SchedulerReason::NoEligibleKey,
@@ -137,6 +140,7 @@ impl SchedulerReason {
         SchedulerReason::ShuttingDown,
         SchedulerReason::StoreUnavailable,
         SchedulerReason::PoolNotSeeded,
+        SchedulerReason::PoolRecovering,
     ];
 
     /// The reason string on the wire.
@@ -151,6 +155,7 @@ impl SchedulerReason {
             SchedulerReason::ShuttingDown => "SHUTTING_DOWN",
             SchedulerReason::StoreUnavailable => "STORE_UNAVAILABLE",
             SchedulerReason::PoolNotSeeded => "POOL_NOT_SEEDED",
+            SchedulerReason::PoolRecovering => "POOL_RECOVERING",
         }
     }
 

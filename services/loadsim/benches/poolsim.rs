@@ -3,6 +3,10 @@
 //! saturation (2 × capacity clients) and at 50% load, against the same fake vendor, plus the
 //! floors line for voxpool. Sizes: `POOLSIM_*` variables (see `voxpool_loadsim::config`).
 
+// The in-process stack (scheduler with the Redis cluster client, synthesis, fake vendors)
+// nests deep async types; the default limit of 128 is too small for its futures.
+#![recursion_limit = "256"]
+
 use std::process::ExitCode;
 
 use voxpool_loadsim::{

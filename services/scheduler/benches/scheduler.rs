@@ -38,7 +38,11 @@ use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedu
 use voxpool_scheduler::{
     model::{AcquireParams, AcquireResult, KeySpec, LeaseToken, PoolSpec},
     server,
-    store::{LeaseStore, memory::MemoryStore, redis::RedisStore},
+    store::{
+        LeaseStore,
+        memory::MemoryStore,
+        redis::{RedisOptions, RedisStore},
+    },
 };
 use voxpool_shared::{auth::AdminAuth, config::Config, testing::RedisServer};
 
@@ -259,9 +263,19 @@ fn main() {
         let small = pool_config(10);
         let timeout = Duration::from_secs(2);
         let redis_store: Arc<dyn LeaseStore> = Arc::new(
-            RedisStore::connect(&redis.url(), timeout, 64)
-                .await
-                .expect("redis"),
+            RedisStore::connect(
+                &redis.url(),
+                RedisOptions {
+                    timeout,
+                    reap_batch: 64,
+                    replica_acks: Some(0),
+                    replica_ack_timeout: Duration::from_millis(100),
+                    recovery_window_ms: 0,
+                    key_prefix: "vp".into(),
+                },
+            )
+            .await
+            .expect("redis"),
         );
         let (mem_client, mem_stop) = serve(Arc::new(MemoryStore::new()), &small).await;
         let (redis_client, redis_stop) = serve(redis_store.clone(), &small).await;

@@ -7,8 +7,9 @@
 //! key, every key disabled, the first cooldown ending after the wait) answers at once.
 //!
 //! Also owns two safety nets of invariant 3 ("no leaks"): a grant whose caller went away
-//! mid-call is released at once ([`UndoGrant`]), and a store that lost a pool (Redis
-//! restarted empty) is re-seeded from the config before the attempt is retried.
+//! mid-call is released at once ([`UndoGrant`]; not an idempotent one, which its caller's
+//! retry claims), and a store that lost a pool (Redis restarted empty) is re-seeded from the
+//! config before the attempt is retried.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -147,8 +148,32 @@ impl Admission {
             .ok_or_else(|| StoreError::NotSeeded(pool.to_owned()).into())
     }
 
+    /// Renews a lease (re-registering it during a recovery window when `key_id` names its
+    /// key), re-seeding once if the store lost the pool: that re-seed is what opens the
+    /// window, so a holder that renews first after a loss keeps its lease counted.
+    pub async fn renew(
+        &self,
+        id: &LeaseId,
+        ttl_ms: u64,
+        key_id: Option<&str>,
+    ) -> Result<Option<Lease>, SchedulerError> {
+        match self.store.renew(id, ttl_ms, key_id).await {
+            Err(StoreError::NotSeeded(pool)) => {
+                tracing::warn!(pool = %pool, "pool missing from the lease store; re-seeding");
+                self.store.seed(&self.specs).await?;
+                Ok(self.store.renew(id, ttl_ms, key_id).await?)
+            }
+            other => Ok(other?),
+        }
+    }
+
     /// One store attempt with a fresh token, undone if the caller goes away mid-call. What it
     /// answered is shared with the pool's line (`queue`).
+    ///
+    /// An idempotent attempt is never undone: its caller retries with the same key and is
+    /// answered this very lease (possibly through another replica, after a store failover
+    /// replicated it), so releasing it here would free a slot the caller is using. Left
+    /// unclaimed, it ends at its TTL: a slot held a while, never a slot leased twice.
     async fn attempt(
         &self,
         queue: &WaitQueue,
@@ -159,7 +184,7 @@ impl Admission {
         }
         let mut undo = UndoGrant {
             store: self.store.clone(),
-            id: Some(LeaseId {
+            id: (!params.idempotent).then(|| LeaseId {
                 pool: params.pool.clone(),
                 token: params.token.clone(),
             }),
@@ -204,6 +229,10 @@ impl Admission {
             Refusal::NoEligibleKey => SchedulerError::NoEligibleKey {
                 pool: pool.to_owned(),
                 keys: self.keys_per_pool.get(pool).copied().unwrap_or(0),
+            },
+            Refusal::Recovering { until_ms, now_ms } => SchedulerError::Recovering {
+                pool: pool.to_owned(),
+                resumes_in_ms: u64::try_from(until_ms - now_ms).unwrap_or(0),
             },
         }
     }
@@ -325,7 +354,8 @@ fn millis(d: Duration) -> u64 {
 }
 
 /// True when waiting until `end` cannot turn `refusal` into a grant: no key is eligible, every
-/// eligible key is disabled, or the first cooling key returns only after `end`. Such an
+/// eligible key is disabled, the first cooling key returns only after `end`, or the recovery
+/// window ends only after `end`. Such an
 /// Acquire answers at once instead of holding the caller (and a request slot) until its
 /// deadline.
 fn hopeless(refusal: &Refusal, end: Instant) -> bool {
@@ -340,6 +370,10 @@ fn hopeless(refusal: &Refusal, end: Instant) -> bool {
             now_ms,
         } => {
             let back_in = Duration::from_millis(u64::try_from(t - now_ms).unwrap_or(0));
+            Instant::now() + back_in > end
+        }
+        Refusal::Recovering { until_ms, now_ms } => {
+            let back_in = Duration::from_millis(u64::try_from(until_ms - now_ms).unwrap_or(0));
             Instant::now() + back_in > end
         }
         Refusal::Full { .. } => false,
@@ -375,5 +409,15 @@ mod tests {
             retry_after_ms: 10,
         };
         assert!(!hopeless(&full, end));
+        let recovering_briefly = Refusal::Recovering {
+            until_ms: 200,
+            now_ms: 0,
+        };
+        assert!(!hopeless(&recovering_briefly, end));
+        let recovering_long = Refusal::Recovering {
+            until_ms: 5_000,
+            now_ms: 0,
+        };
+        assert!(hopeless(&recovering_long, end));
     }
 }

@@ -20,6 +20,7 @@ impl From<Lease> for pb::Lease {
             expires_at_ms: l.expires_at_ms,
             key_in_flight: int(l.key_in_flight),
             key_capacity: int(l.key_capacity),
+            renew_interval_ms: 0,
         }
     }
 }
@@ -60,6 +61,7 @@ impl From<&PoolStatus> for pb::PoolStatus {
             keys: s.keys.iter().map(|k| key_status(&s.pool, k)).collect(),
             now_ms: s.now_ms,
             waiters: 0,
+            recovering_until_ms: s.recovering_until_ms,
         }
     }
 }

@@ -79,6 +79,16 @@ pub enum SchedulerError {
         /// Store clock at the attempt (ms).
         now_ms: i64,
     },
+    /// The store lost the pool's state and its recovery window runs (`store` module doc).
+    #[error(
+        "pool {pool:?} is recovering: the lease store lost its lease counts (a Redis restart, flush or failover), so new grants wait {resumes_in_ms}ms more (scheduler.recovery_window_ms) while live leases re-register; retry then, or send a waitTimeoutMs that covers it"
+    )]
+    Recovering {
+        /// Pool id.
+        pool: String,
+        /// Until the window ends (ms).
+        resumes_in_ms: u64,
+    },
     /// The pool's line already holds `scheduler.max_waiters` waiting Acquires.
     #[error(
         "pool {pool:?} already has {max_waiters} waiting Acquires on this replica (scheduler.max_waiters); retry with backoff, or send waitTimeoutMs 0 to be answered at once"
@@ -175,6 +185,19 @@ impl From<SchedulerError> for Status {
                     ("waited_ms".to_owned(), waited_ms.to_string()),
                 ]),
                 Some(Duration::from_millis(retry_after_ms)),
+            ),
+            SchedulerError::Recovering {
+                pool,
+                resumes_in_ms,
+            } => with_info(
+                Code::Unavailable,
+                message,
+                SchedulerReason::PoolRecovering.as_str(),
+                HashMap::from([
+                    ("pool".to_owned(), pool),
+                    ("resumes_in_ms".to_owned(), resumes_in_ms.to_string()),
+                ]),
+                Some(Duration::from_millis(resumes_in_ms.max(1))),
             ),
             SchedulerError::TooManyWaiters { pool, max_waiters } => with_info(
                 Code::ResourceExhausted,

@@ -188,6 +188,14 @@ pub enum Refusal {
     },
     /// The filters (`exclude_keys`, `upstream_ids`) leave no key at all.
     NoEligibleKey,
+    /// The store lost the pool's state and is in its recovery window: live leases
+    /// re-register by renewing, new grants wait until `until_ms`.
+    Recovering {
+        /// When grants resume (store clock, ms).
+        until_ms: i64,
+        /// The store's clock at the attempt.
+        now_ms: i64,
+    },
 }
 
 /// The outcome of a vendor call (see VENDORS.md for the classification): the contract type
@@ -345,6 +353,9 @@ pub struct PoolStatus {
     pub keys: Vec<KeyStatus>,
     /// Store clock when read.
     pub now_ms: i64,
+    /// While the pool's recovery window runs (the store lost its state), when grants resume
+    /// (store clock, ms); 0 when not recovering.
+    pub recovering_until_ms: i64,
 }
 
 impl PoolStatus {

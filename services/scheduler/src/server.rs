@@ -11,7 +11,11 @@ use crate::{
     metrics::{SchedulerMetrics, StatusCache},
     model::PoolSpec,
     service::SchedulerService,
-    store::{LeaseStore, memory::MemoryStore, redis::RedisStore},
+    store::{
+        LeaseStore,
+        memory::MemoryStore,
+        redis::{RedisOptions, RedisStore, conn::Topology},
+    },
 };
 
 /// The gRPC service name health reports under (besides `""` for the whole process).
@@ -20,25 +24,28 @@ pub const SERVICE_NAME: &str = "voxpool.scheduler.v1.PoolScheduler";
 /// How often the health task pings the store.
 const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Opens the store named by `--store` (`memory` or a `redis://` / `rediss://` / `unix://` URL)
-/// and seeds it with the config's pools. Errors are one-line reasons for the operator.
+/// Opens the store named by `--store` and seeds it with the config's pools: `memory`, or a
+/// Redis URL of any topology (`redis://`, `rediss://`, `unix://`, `redis-sentinel://…#name`,
+/// `redis-cluster://h:p,h:p`; see [`crate::store::redis::conn`]). Errors are one-line reasons
+/// for the operator, never with a password.
 pub async fn open_store(spec: &str, config: &Config) -> Result<Arc<dyn LeaseStore>, String> {
+    let s = &config.scheduler;
     let store: Arc<dyn LeaseStore> = if spec == "memory" {
-        Arc::new(MemoryStore::new())
-    } else if spec.starts_with("redis://")
-        || spec.starts_with("rediss://")
-        || spec.starts_with("unix://")
-        || spec.starts_with("redis+unix://")
-    {
-        let timeout = Duration::from_millis(config.scheduler.store_timeout_ms);
-        Arc::new(
-            RedisStore::connect(spec, timeout, config.scheduler.reap_batch)
-                .await
-                .map_err(|e| format!("store {}: {e}", redact_url(spec)))?,
-        )
+        Arc::new(MemoryStore::with_recovery_window(s.recovery_window_ms))
+    } else if Topology::of(spec).is_some() {
+        let store = RedisStore::connect(spec, RedisOptions::from_settings(s))
+            .await
+            .map_err(|e| format!("store {}: {e}", redact_url(spec)))?;
+        tracing::info!(
+            topology = ?store.topology(),
+            replica_acks = store.replica_acks(),
+            recovery_window_ms = s.recovery_window_ms,
+            "lease store connected"
+        );
+        Arc::new(store)
     } else {
         return Err(format!(
-            "--store must be \"memory\" or a Redis URL (redis://, rediss://, unix:///path/redis.sock), got {:?}",
+            "--store must be \"memory\" or a Redis URL (redis://host:port, rediss://, unix:///path/redis.sock, redis-sentinel://host:port[,host:port...][/db]#master, redis-cluster://host:port[,host:port...]), got {:?}",
             redact_url(spec)
         ));
     };
@@ -51,12 +58,7 @@ pub async fn open_store(spec: &str, config: &Config) -> Result<Arc<dyn LeaseStor
 
 /// A store URL with any password replaced by `***`, safe to print.
 pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
+    crate::store::redis::conn::redact(url)
 }
 
 /// Serves PoolScheduler, health and reflection on `listener` until `shutdown` is cancelled,

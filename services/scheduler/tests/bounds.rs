@@ -93,6 +93,7 @@ async fn twenty_five_hundred_waiters_leave_health_status_release_and_other_pools
     c.renew(probe(pb::RenewRequest {
         lease_id: other.lease_id.clone(),
         lease_ttl_ms: 0,
+        ..Default::default()
     }))
     .await
     .expect("Renew answers");

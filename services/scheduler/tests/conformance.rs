@@ -1,6 +1,8 @@
-//! One conformance suite, run through gRPC against both lease stores (`memory::*` and
-//! `redis::*`, the latter on a private real redis-server). Each test names the behaviour it
-//! checks; together they try to break invariants 1-6 of ARCHITECTURE.md.
+//! One conformance suite, run through gRPC against every lease store: `memory::*`, `redis::*`
+//! (a private real redis-server per test), `sentinel::*` (a real Sentinel setup: primary,
+//! replica, three sentinels; grants wait for the replica's acknowledgement) and `cluster::*`
+//! (a real 3-primary Redis Cluster with a replica per primary). Each test names the behaviour
+//! it checks; together they try to break invariants 1-6 of ARCHITECTURE.md.
 
 mod common;
 
@@ -27,6 +29,18 @@ macro_rules! conformance {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() { super::$name(super::Backend::Redis).await }
+            )*
+        }
+        mod sentinel {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() { super::$name(super::Backend::Sentinel).await }
+            )*
+        }
+        mod cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() { super::$name(super::Backend::Cluster).await }
             )*
         }
     };
@@ -69,6 +83,12 @@ conformance!(
     control_characters_in_ids_are_invalid_argument,
     a_retried_acquire_with_its_idempotency_key_gets_the_same_lease,
     concurrent_acquires_with_one_idempotency_key_take_one_slot,
+    a_lost_pool_holds_grants_back_while_live_leases_re_register,
+    a_waiting_acquire_waits_out_the_recovery_window,
+    a_lost_lease_is_not_re_registered_after_the_window,
+    renew_naming_a_foreign_key_is_invalid_argument,
+    a_renew_that_finds_the_pool_gone_re_seeds_and_re_registers,
+    a_replayed_idempotent_acquire_counts_its_ttl_from_the_retry,
 );
 
 fn in_flight_by_key(s: &pb::PoolStatus) -> HashMap<String, i32> {
@@ -361,6 +381,7 @@ async fn expired_lease_returns_its_slot_and_cannot_be_renewed(b: Backend) {
         .renew(pb::RenewRequest {
             lease_id: lease.lease_id.clone(),
             lease_ttl_ms: 1_000,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -390,6 +411,7 @@ async fn renew_extends_a_live_lease(b: Backend) {
         .renew(pb::RenewRequest {
             lease_id: lease.lease_id.clone(),
             lease_ttl_ms: 1_000,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -933,6 +955,7 @@ async fn bad_input_is_invalid_argument_naming_the_field(b: Backend) {
         .renew(pb::RenewRequest {
             lease_id: l.lease_id.clone(),
             lease_ttl_ms: -1,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -1405,4 +1428,199 @@ async fn concurrent_acquires_with_one_idempotency_key_take_one_slot(b: Backend) 
 
 fn _assert_harness_is_send(h: Harness) -> impl Send {
     h
+}
+
+/// Recovery window of the recovery tests: long, so only `advance` ends it.
+const RECOVERY: &str = "recovery_window_ms = 60000\n";
+
+/// A harness whose start-up recovery window has already ended (the store was fresh).
+async fn recovering_harness(b: Backend, pool: &str) -> Harness {
+    let h = start_with(b, pool, RECOVERY).await;
+    assert!(
+        h.status("p").await.recovering_until_ms > 0,
+        "a fresh store opens a recovery window: it cannot tell new from lost"
+    );
+    h.advance("p", 60_000).await;
+    assert_eq!(h.status("p").await.recovering_until_ms, 0);
+    h
+}
+
+async fn renew_with_key(h: &Harness, lease: &pb::Lease) -> Result<pb::Lease, tonic::Status> {
+    h.client()
+        .renew(pb::RenewRequest {
+            lease_id: lease.lease_id.clone(),
+            // Outlives the `advance` that ends the window.
+            lease_ttl_ms: 120_000,
+            key_id: lease.key_id.clone(),
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+async fn a_lost_pool_holds_grants_back_while_live_leases_re_register(b: Backend) {
+    let h = recovering_harness(b, &uniform_pool(1, 1, 3)).await;
+    let a = h.acquire("p").await.unwrap();
+    let c = h.acquire("p").await.unwrap();
+    assert_eq!(
+        a.renew_interval_ms, 30_000,
+        "holders renew every half window"
+    );
+    h.store.forget_pool("p").await.unwrap();
+    // The first call after the loss re-seeds and opens the window: no grant from zero.
+    let refused = h.acquire("p").await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert_eq!(
+        voxpool_shared::contract::SchedulerReason::of(&refused),
+        Some(voxpool_shared::contract::SchedulerReason::PoolRecovering)
+    );
+    let retry = refused
+        .get_error_details()
+        .retry_info()
+        .and_then(|r| r.retry_delay)
+        .expect("RetryInfo says when grants resume");
+    assert!(retry > Duration::from_secs(50), "{retry:?}");
+    assert!(
+        refused.message().contains("recovery_window_ms"),
+        "{}",
+        refused.message()
+    );
+    assert!(h.status("p").await.recovering_until_ms > 0);
+    // One holder re-registers by renewing with its key; the other has not renewed yet.
+    let back = renew_with_key(&h, &a).await.unwrap();
+    assert_eq!(back.key_id, a.key_id);
+    assert_eq!(h.status("p").await.in_flight, 1);
+    // Renewing twice counts once.
+    renew_with_key(&h, &a).await.unwrap();
+    assert_eq!(h.status("p").await.in_flight, 1);
+    renew_with_key(&h, &c).await.unwrap();
+    assert_eq!(h.status("p").await.in_flight, 2);
+    // The window ends: exactly the slot nobody holds is granted.
+    h.advance("p", 60_000).await;
+    h.acquire("p").await.expect("the free slot");
+    assert_eq!(
+        h.acquire("p").await.unwrap_err().code(),
+        Code::ResourceExhausted,
+        "re-registered leases count against the cap"
+    );
+    assert!(
+        h.release(&a.lease_id).await,
+        "a re-registered lease releases normally"
+    );
+}
+
+async fn a_waiting_acquire_waits_out_the_recovery_window(b: Backend) {
+    let h = recovering_harness(b, &uniform_pool(1, 1, 1)).await;
+    h.store.forget_pool("p").await.unwrap();
+    h.store
+        .seed(&voxpool_scheduler::model::PoolSpec::from_config(&h.config))
+        .await
+        .unwrap();
+    let mut c = h.client();
+    let waiter = tokio::spawn(async move {
+        c.acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            // Longer than the window (60 s), so the wait is worth it; `advance` ends it.
+            wait_timeout_ms: 90_000,
+            ..Default::default()
+        })
+        .await
+    });
+    h.wait_until("p", "the waiter joined the line", |s| s.waiters == 1)
+        .await;
+    h.advance("p", 60_000).await;
+    let lease = waiter
+        .await
+        .unwrap()
+        .expect("granted once the window ended");
+    assert_eq!(lease.into_inner().key_id, "u0/k0");
+    // A window longer than the wait answers at once.
+    h.store.forget_pool("p").await.unwrap();
+    let started = std::time::Instant::now();
+    let refused = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            wait_timeout_ms: 20_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "answered without waiting"
+    );
+}
+
+async fn a_lost_lease_is_not_re_registered_after_the_window(b: Backend) {
+    let h = recovering_harness(b, &uniform_pool(1, 1, 2)).await;
+    let a = h.acquire("p").await.unwrap();
+    h.store.forget_pool("p").await.unwrap();
+    h.store
+        .seed(&voxpool_scheduler::model::PoolSpec::from_config(&h.config))
+        .await
+        .unwrap();
+    h.advance("p", 60_000).await;
+    let late = renew_with_key(&h, &a).await.unwrap_err();
+    assert_eq!(late.code(), Code::FailedPrecondition, "{late:?}");
+    assert_eq!(h.status("p").await.in_flight, 0);
+    // Outside any window a renew with key_id never resurrects a released lease either.
+    let c = h.acquire("p").await.unwrap();
+    assert!(h.release(&c.lease_id).await);
+    assert_eq!(
+        renew_with_key(&h, &c).await.unwrap_err().code(),
+        Code::FailedPrecondition
+    );
+    assert_eq!(h.status("p").await.in_flight, 0);
+}
+
+async fn renew_naming_a_foreign_key_is_invalid_argument(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 2)).await;
+    let a = h.acquire("p").await.unwrap();
+    let bad = h
+        .client()
+        .renew(pb::RenewRequest {
+            lease_id: a.lease_id.clone(),
+            lease_ttl_ms: 1_000,
+            key_id: "u9/nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    assert!(bad.message().contains("key_id"), "{}", bad.message());
+    assert_eq!(h.status("p").await.in_flight, 1, "nothing changed");
+}
+
+async fn a_renew_that_finds_the_pool_gone_re_seeds_and_re_registers(b: Backend) {
+    let h = recovering_harness(b, &uniform_pool(1, 1, 2)).await;
+    let a = h.acquire("p").await.unwrap();
+    h.store.forget_pool("p").await.unwrap();
+    // No Acquire ran since the loss: the holder's renewal is what finds it.
+    renew_with_key(&h, &a).await.expect("re-registered");
+    let s = h.status("p").await;
+    assert!(s.recovering_until_ms > 0, "the re-seed opened the window");
+    assert_eq!(s.in_flight, 1);
+}
+
+async fn a_replayed_idempotent_acquire_counts_its_ttl_from_the_retry(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 1)).await;
+    let request = || pb::AcquireRequest {
+        pool: "p".into(),
+        lease_ttl_ms: 1_000,
+        idempotency_key: "b3c1d7e2-5f7a-4c59-9a51-2f0d8e6b1c11".into(),
+        ..Default::default()
+    };
+    let first = h.acquire_with(request()).await.unwrap();
+    // The answer was lost; the retry comes late (a store failover took most of the TTL).
+    h.advance("p", 900).await;
+    let replay = h.acquire_with(request()).await.unwrap();
+    assert_eq!(replay.lease_id, first.lease_id);
+    assert!(
+        replay.expires_at_ms >= first.expires_at_ms + 800,
+        "the replay's TTL counts from the retry: {} vs {}",
+        replay.expires_at_ms,
+        first.expires_at_ms
+    );
+    // Past the first answer's expiry the lease is still live: its holder was told 1 s.
+    h.advance("p", 500).await;
+    assert_eq!(h.status("p").await.in_flight, 1);
 }

@@ -20,9 +20,13 @@ use voxpool_scheduler::{
         AcquireParams, AcquireResult, HealthPolicy, KeySpec, KeyState, LeaseId, LeaseToken,
         Outcome, PoolSpec, Refusal, ReportParams,
     },
-    store::{LeaseStore, memory::MemoryStore, redis::RedisStore},
+    store::{
+        LeaseStore,
+        memory::MemoryStore,
+        redis::{RedisOptions, RedisStore},
+    },
 };
-use voxpool_shared::testing::RedisServer;
+use voxpool_shared::testing::{RedisCluster, RedisSentinel, RedisServer};
 
 const KEYS: [(&str, u32); 3] = [("u0/k0", 1), ("u0/k1", 2), ("u1/k0", 3)];
 const POLICY: HealthPolicy = HealthPolicy {
@@ -239,6 +243,9 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                         AcquireResult::Refused(Refusal::NoEligibleKey) => {
                             prop_assert!(eligible.is_empty());
                         }
+                        AcquireResult::Refused(refusal @ Refusal::Recovering { .. }) => {
+                            prop_assert!(false, "no recovery window is configured: {refusal:?}");
+                        }
                     }
                 }
                 Op::Release(i) => {
@@ -255,7 +262,7 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                     let Some(id) = m.ids.get(i).cloned() else {
                         continue;
                     };
-                    let got = store.renew(&id, ttl as u64).await.unwrap();
+                    let got = store.renew(&id, ttl as u64, None).await.unwrap();
                     let now = m.now;
                     match m.leases.get_mut(&i) {
                         Some(entry) => {
@@ -372,22 +379,49 @@ proptest! {
     }
 }
 
-/// The same property against a real redis-server. The server is owned by this test (not a
-/// static), so it is stopped when the test ends instead of outliving the test binary.
-#[test]
-fn redis_store_matches_the_model() {
-    let server = RedisServer::start();
+/// Store options for the model: no recovery window (every case seeds a fresh pool), the
+/// topology's default replica acknowledgements.
+fn options() -> RedisOptions {
+    RedisOptions {
+        timeout: std::time::Duration::from_secs(2),
+        reap_batch: 64,
+        replica_acks: None,
+        replica_ack_timeout: std::time::Duration::from_millis(500),
+        recovery_window_ms: 0,
+        key_prefix: "model".into(),
+    }
+}
+
+/// Runs the property against the Redis store at `url`.
+fn redis_matches_the_model(url: &str) {
     let store: Arc<dyn LeaseStore> = Arc::new(
         runtime()
-            .block_on(RedisStore::connect(
-                &server.url(),
-                std::time::Duration::from_secs(2),
-                64,
-            ))
+            .block_on(RedisStore::connect(url, options()))
             .unwrap(),
     );
     let mut runner = proptest::test_runner::TestRunner::new(config());
     if let Err(e) = runner.run(&op_sequences(), |ops| run_case(store.clone(), ops)) {
         panic!("{e}");
     }
+}
+
+/// The same property against a real redis-server. The server is owned by this test (not a
+/// static), so it is stopped when the test ends instead of outliving the test binary.
+#[test]
+fn redis_store_matches_the_model() {
+    let server = RedisServer::start();
+    redis_matches_the_model(&server.url());
+}
+
+/// Against a real Sentinel setup: every grant also waits for the replica's acknowledgement.
+#[test]
+fn sentinel_store_matches_the_model() {
+    redis_matches_the_model(&RedisSentinel::shared().url());
+}
+
+/// Against a real 3-primary Redis Cluster (a replica per primary): the pools of the cases
+/// land on every shard.
+#[test]
+fn cluster_store_matches_the_model() {
+    redis_matches_the_model(&RedisCluster::shared().url());
 }

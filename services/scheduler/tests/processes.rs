@@ -33,6 +33,11 @@ impl Drop for Replica {
 }
 
 fn write_config(dir: &Path, keys: usize, capacity: u32) -> PathBuf {
+    write_config_with(dir, keys, capacity, "recovery_window_ms = 0\n")
+}
+
+/// Like [`write_config`], with `scheduler_lines` in the `[scheduler]` table.
+fn write_config_with(dir: &Path, keys: usize, capacity: u32, scheduler_lines: &str) -> PathBuf {
     let mut t = String::from("[[pools]]\nid = \"p\"\nprovider = \"espeak\"\n");
     for u in 0..2 {
         t.push_str(&format!("[[pools.upstreams]]\nid = \"u{u}\"\n"));
@@ -43,6 +48,7 @@ fn write_config(dir: &Path, keys: usize, capacity: u32) -> PathBuf {
         }
     }
     t.push_str("[scheduler]\nwait_poll_ms = 5\n");
+    t.push_str(scheduler_lines);
     let path = dir.join("config.toml");
     std::fs::write(&path, t).unwrap();
     path
@@ -235,38 +241,6 @@ async fn slots_of_a_killed_replica_return_within_the_lease_ttl() {
     );
 }
 
-fn restart_redis_at(redis: &RedisServer) -> Child {
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            "0",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--unixsocket",
-        ])
-        .arg(redis.socket())
-        .args(["--unixsocketperm", "700", "--dir"])
-        .arg(redis.dir())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !Command::new("redis-cli")
-        .arg("-s")
-        .arg(redis.socket())
-        .arg("PING")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"PONG"))
-    {
-        assert!(Instant::now() < deadline, "redis did not come back");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
-}
-
 async fn health(addr: &str) -> ServingStatus {
     let channel = Channel::from_shared(format!("http://{addr}"))
         .unwrap()
@@ -296,7 +270,7 @@ async fn wait_health(addr: &str, want: ServingStatus) {
 async fn unreachable_redis_is_unavailable_and_not_serving_then_recovers() {
     let mut redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), 2, 1);
+    let config = write_config_with(dir.path(), 2, 1, "recovery_window_ms = 1500\n");
     let r = spawn(&config, &redis.url());
     let mut c = client(&r).await;
     wait_health(&r.addr, ServingStatus::Serving).await;
@@ -320,16 +294,31 @@ async fn unreachable_redis_is_unavailable_and_not_serving_then_recovers() {
         "bounded by the store timeout, no hang"
     );
     wait_health(&r.addr, ServingStatus::NotServing).await;
-    // Redis comes back empty (no persistence): the scheduler re-seeds and serves again.
-    let mut revived = restart_redis_at(&redis);
+    // Redis comes back empty (no persistence): the scheduler re-seeds, holds grants back for
+    // the recovery window (live leases could re-register), then serves again.
+    redis.restart_empty();
     wait_health(&r.addr, ServingStatus::Serving).await;
-    let lease = c
+    let recovering = c
         .acquire(pb::AcquireRequest {
             pool: "p".into(),
             ..Default::default()
         })
         .await
-        .unwrap()
+        .unwrap_err();
+    assert_eq!(recovering.code(), Code::Unavailable, "{recovering:?}");
+    assert!(
+        recovering.message().contains("is recovering"),
+        "{}",
+        recovering.message()
+    );
+    let lease = c
+        .acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            wait_timeout_ms: 10_000,
+            ..Default::default()
+        })
+        .await
+        .expect("granted once the window ends")
         .into_inner();
     assert!(
         c.release(pb::ReleaseRequest {
@@ -340,8 +329,6 @@ async fn unreachable_redis_is_unavailable_and_not_serving_then_recovers() {
         .into_inner()
         .released
     );
-    let _ = revived.kill();
-    let _ = revived.wait();
 }
 
 #[tokio::test]

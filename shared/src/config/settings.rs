@@ -31,6 +31,29 @@ pub struct SchedulerSettings {
     /// answered RESOURCE_EXHAUSTED naming this setting. Waiting Acquires do not count against
     /// `--max-concurrent-requests`, so this is what bounds them. Default 1024.
     pub max_waiters: u32,
+    /// Replicas that must acknowledge a grant (Redis `WAIT`) before Acquire answers; a grant
+    /// fewer replicas acknowledge in time is withdrawn and Acquire answers UNAVAILABLE. This
+    /// is what keeps a Redis failover from forgetting a live lease (asynchronous replication
+    /// would otherwise lose it and let the promoted replica oversell the key). Capped by the
+    /// replicas in sync with the primary at the grant, so a primary left without replicas
+    /// keeps serving (Redis's `min-replicas-to-write` refuses that, if wanted). Unset: 1 for
+    /// `redis-sentinel://` and `redis-cluster://` stores, 0 (off) for single-node and memory
+    /// stores. 0 turns it off knowingly (see README, "Failover guarantee").
+    pub store_replica_acks: Option<u32>,
+    /// How long a grant waits for `store_replica_acks` acknowledgements. Default 100; at most
+    /// `store_timeout_ms`.
+    pub store_replica_ack_timeout_ms: u64,
+    /// After the store is found without a pool's state (a Redis restarted empty, FLUSHALL, a
+    /// promoted replica that never had it, a fresh store), new grants on that pool wait this
+    /// long while the holders of live leases re-register them by renewing (a lease tells its
+    /// holder to renew at least every half of this). 0 turns recovery off: a lost store is
+    /// then re-seeded with zero in flight at once, which can oversell until the lost leases
+    /// end. Default 5000.
+    pub recovery_window_ms: u64,
+    /// Prefix of every Redis key this deployment writes (`<prefix>:{<pool>}:<field>`), so
+    /// several deployments can share one Redis. ASCII letters, digits, `-`, `_`, `.`; at most
+    /// 32 characters. Default `vp`.
+    pub store_key_prefix: String,
 }
 
 impl Default for SchedulerSettings {
@@ -47,6 +70,10 @@ impl Default for SchedulerSettings {
             store_timeout_ms: 1_000,
             reap_batch: 64,
             max_waiters: 1024,
+            store_replica_acks: None,
+            store_replica_ack_timeout_ms: 100,
+            recovery_window_ms: 5_000,
+            store_key_prefix: "vp".to_owned(),
         }
     }
 }

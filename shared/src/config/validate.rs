@@ -196,6 +196,36 @@ impl Config {
                     .into(),
             );
         }
+        if s.store_replica_ack_timeout_ms == 0
+            || s.store_replica_ack_timeout_ms > s.store_timeout_ms
+        {
+            push(
+                "scheduler.store_replica_ack_timeout_ms".into(),
+                format!(
+                    "must be 1..=store_timeout_ms ({}), got {}",
+                    s.store_timeout_ms, s.store_replica_ack_timeout_ms
+                ),
+            );
+        }
+        if s.recovery_window_ms > s.max_lease_ttl_ms {
+            push(
+                "scheduler.recovery_window_ms".into(),
+                format!(
+                    "must be 0..=max_lease_ttl_ms ({}): no lease outlives that, so a longer window only holds grants back; got {}",
+                    s.max_lease_ttl_ms, s.recovery_window_ms
+                ),
+            );
+        }
+        let prefix_ok = (1..=32).contains(&s.store_key_prefix.len())
+            && s.store_key_prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !prefix_ok {
+            push(
+                "scheduler.store_key_prefix".into(),
+                "must be 1 to 32 ASCII letters, digits, '-', '_' or '.'".into(),
+            );
+        }
         if self.synthesis.max_attempts == 0 {
             push("synthesis.max_attempts".into(), "must be at least 1".into());
         }

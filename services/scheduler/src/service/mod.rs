@@ -46,6 +46,8 @@ pub struct SchedulerService {
     policy: HealthPolicy,
     auth: AdminAuth,
     metrics: Arc<SchedulerMetrics>,
+    /// `Lease.renew_interval_ms`: half the recovery window (0 when recovery is off).
+    renew_interval_ms: i64,
 }
 
 impl std::fmt::Debug for SchedulerService {
@@ -97,6 +99,10 @@ impl SchedulerService {
             policy: HealthPolicy::from(&config.scheduler),
             auth,
             metrics,
+            renew_interval_ms: match config.scheduler.recovery_window_ms {
+                0 => 0,
+                window => i64::try_from((window / 2).max(1)).unwrap_or(i64::MAX),
+            },
         }
     }
 
@@ -110,6 +116,13 @@ impl SchedulerService {
         self.pools
             .get_key_value(pool)
             .map_or("unknown", |(name, _)| name.as_str())
+    }
+
+    /// The lease as sent, telling its holder how often to renew (`Lease.renew_interval_ms`).
+    fn lease_pb(&self, lease: crate::model::Lease) -> pb::Lease {
+        let mut out = pb::Lease::from(lease);
+        out.renew_interval_ms = self.renew_interval_ms;
+        out
     }
 
     fn status_pb(&self, s: &PoolStatus) -> pb::PoolStatus {
@@ -145,6 +158,7 @@ fn acquire_label(result: &Result<(crate::model::Lease, Granted), SchedulerError>
         ) => "exhausted",
         Err(
             SchedulerError::KeysUnavailable { .. }
+            | SchedulerError::Recovering { .. }
             | SchedulerError::Store(_)
             | SchedulerError::ShuttingDown { .. },
         ) => "unavailable",
@@ -192,7 +206,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         let (lease, _) = result?;
         span.record("key", lease.key_id.as_str());
         tracing::debug!(parent: &span, "lease granted");
-        Ok(Response::new(pb::Lease::from(lease)))
+        Ok(Response::new(self.lease_pb(lease)))
     }
 
     async fn release(
@@ -251,15 +265,19 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         let r = request.into_inner();
         let id = self.lease_id("lease_id", &r.lease_id)?;
         let ttl = self.ttl("lease_ttl_ms", r.lease_ttl_ms)?;
-        let lease = self
-            .store
-            .renew(&id, ttl)
-            .await
-            .map_err(SchedulerError::from)?
-            .ok_or(SchedulerError::LeaseNotLive {
-                lease_id: r.lease_id,
-            })?;
-        Ok(Response::new(pb::Lease::from(lease)))
+        let key_id = if r.key_id.is_empty() {
+            None
+        } else {
+            Some(self.key_of(&id.pool, "key_id", &r.key_id)?)
+        };
+        let lease =
+            self.admission
+                .renew(&id, ttl, key_id)
+                .await?
+                .ok_or(SchedulerError::LeaseNotLive {
+                    lease_id: r.lease_id,
+                })?;
+        Ok(Response::new(self.lease_pb(lease)))
     }
 
     async fn get_pool_status(

@@ -183,16 +183,8 @@ impl SchedulerService {
         r: &pb::ReportRequest,
     ) -> Result<ReportParams, SchedulerError> {
         let id = self.lease_id("lease_id", &r.lease_id)?;
-        let pool = self.pool("lease_id", &id.pool)?;
-        if !r.key_id.is_empty() && !pool.keys.contains(&r.key_id) {
-            return Err(invalid(
-                "key_id",
-                format!(
-                    "{} is not a key of pool {:?}; send the keyId the lease was granted on",
-                    quote(&r.key_id),
-                    id.pool
-                ),
-            ));
+        if !r.key_id.is_empty() {
+            self.key_of(&id.pool, "key_id", &r.key_id)?;
         }
         let outcome =
             Outcome::try_from(r.outcome).map_err(|e| invalid("outcome", e.to_string()))?;
@@ -221,6 +213,26 @@ impl SchedulerService {
             retry_after_ms,
             release: r.release,
         })
+    }
+
+    /// `key` as a key of the lease's pool (Report / Renew `key_id`): a configured key, else
+    /// INVALID_ARGUMENT naming `field`.
+    pub(super) fn key_of<'k>(
+        &self,
+        pool: &str,
+        field: &str,
+        key: &'k str,
+    ) -> Result<&'k str, SchedulerError> {
+        if self.pool("lease_id", pool)?.keys.iter().any(|k| k == key) {
+            return Ok(key);
+        }
+        Err(invalid(
+            field,
+            format!(
+                "{} is not a key of pool {pool:?}; send the keyId the lease was granted on",
+                quote(key)
+            ),
+        ))
     }
 
     /// The key an admin RPC addresses: a configured key of a configured pool.

@@ -79,6 +79,8 @@ struct PoolState {
     /// lease token -> (key id, expiry ms)
     leases: HashMap<String, (String, i64)>,
     clock_offset_ms: i64,
+    /// End of the recovery window (ms, this pool's clock); 0 = none (module doc of `store`).
+    recovering_until_ms: i64,
 }
 
 impl PoolState {
@@ -124,12 +126,24 @@ impl PoolState {
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     pools: Mutex<HashMap<String, PoolState>>,
+    recovery_window_ms: u64,
 }
 
 impl MemoryStore {
-    /// An empty store; call [`LeaseStore::seed`] before use.
+    /// An empty store without a recovery window; call [`LeaseStore::seed`] before use.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store whose first seed of each pool opens a recovery window of
+    /// `recovery_window_ms` (`scheduler.recovery_window_ms`): a scheduler restarted on the
+    /// memory store has lost the leases its callers still hold, exactly like a Redis
+    /// restarted empty, and they re-register by renewing.
+    pub fn with_recovery_window(recovery_window_ms: u64) -> Self {
+        Self {
+            pools: Mutex::default(),
+            recovery_window_ms,
+        }
     }
 
     fn with_pool<T>(
@@ -192,7 +206,15 @@ impl LeaseStore for MemoryStore {
             .lock()
             .map_err(|_| StoreError::Protocol("memory store mutex poisoned".into()))?;
         for spec in specs {
-            let pool = pools.entry(spec.pool.clone()).or_default();
+            let pool = pools.entry(spec.pool.clone()).or_insert_with(|| {
+                let mut fresh = PoolState::default();
+                if self.recovery_window_ms > 0 {
+                    fresh.recovering_until_ms = fresh
+                        .now()
+                        .saturating_add(i64::try_from(self.recovery_window_ms).unwrap_or(0));
+                }
+                fresh
+            });
             pool.keys
                 .retain(|id, _| spec.keys.iter().any(|k| &k.key_id == id));
             for key in &spec.keys {
@@ -210,9 +232,11 @@ impl LeaseStore for MemoryStore {
         let result = self.with_pool(&p.pool, |pool, now| {
             // A live lease with this token (an idempotent retry; `reap` already dropped every
             // expired one) is answered again instead of taking a second slot.
-            if let Some((key, exp)) = pool.leases.get(p.token.as_str())
-                && let Some(k) = pool.keys.get(key)
+            // Its TTL counts from now, as in the Redis store (see `lua/acquire.lua`).
+            if let Some((key, exp)) = pool.leases.get_mut(p.token.as_str())
+                && let Some(k) = pool.keys.get(key.as_str())
             {
+                *exp = (*exp).max(now.saturating_add(i64::try_from(p.ttl_ms).unwrap_or(i64::MAX)));
                 return AcquireResult::Granted(Lease {
                     id: LeaseId {
                         pool: p.pool.clone(),
@@ -222,6 +246,12 @@ impl LeaseStore for MemoryStore {
                     expires_at_ms: *exp,
                     key_in_flight: k.in_flight,
                     key_capacity: k.capacity,
+                });
+            }
+            if pool.recovering_until_ms > now {
+                return AcquireResult::Refused(Refusal::Recovering {
+                    until_ms: pool.recovering_until_ms,
+                    now_ms: now,
                 });
             }
             let eligible: Vec<&String> = pool
@@ -322,13 +352,28 @@ impl LeaseStore for MemoryStore {
             .unwrap_or(false))
     }
 
-    async fn renew(&self, id: &LeaseId, ttl_ms: u64) -> StoreResult<Option<Lease>> {
+    async fn renew(
+        &self,
+        id: &LeaseId,
+        ttl_ms: u64,
+        key_id: Option<&str>,
+    ) -> StoreResult<Option<Lease>> {
         Ok(self
             .with_pool(&id.pool, |pool, now| {
                 let expires = now.saturating_add(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
-                let (key, exp) = pool.leases.get_mut(id.token.as_str())?;
-                *exp = expires;
-                let key = key.clone();
+                let key = if let Some((key, exp)) = pool.leases.get_mut(id.token.as_str()) {
+                    *exp = expires;
+                    key.clone()
+                } else {
+                    // Recovery: a live lease the store lost comes back on its key.
+                    let key = key_id
+                        .filter(|k| pool.recovering_until_ms > now && pool.keys.contains_key(*k))?;
+                    pool.leases
+                        .insert(id.token.as_str().to_owned(), (key.to_owned(), expires));
+                    let k = pool.keys.get_mut(key)?;
+                    k.in_flight = k.in_flight.saturating_add(1);
+                    key.to_owned()
+                };
                 let k = pool.keys.get(&key)?;
                 Some(Lease {
                     id: id.clone(),
@@ -338,7 +383,7 @@ impl LeaseStore for MemoryStore {
                     key_capacity: k.capacity,
                 })
             })?
-            .flatten())
+            .ok_or_else(|| StoreError::NotSeeded(id.pool.clone()))?)
     }
 
     async fn report(
@@ -371,6 +416,11 @@ impl LeaseStore for MemoryStore {
             pool: pool.to_owned(),
             keys: p.keys.iter().map(|(id, k)| k.status(id, now)).collect(),
             now_ms: now,
+            recovering_until_ms: if p.recovering_until_ms > now {
+                p.recovering_until_ms
+            } else {
+                0
+            },
         })
     }
 
@@ -410,6 +460,14 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn ping(&self) -> StoreResult<()> {
+        Ok(())
+    }
+
+    async fn forget_pool(&self, pool: &str) -> StoreResult<()> {
+        self.pools
+            .lock()
+            .map_err(|_| StoreError::Protocol("memory store mutex poisoned".into()))?
+            .remove(pool);
         Ok(())
     }
 

@@ -9,6 +9,18 @@
 //! Every method is one atomic step on the store: a grant, release, renewal or report either
 //! happens whole or not at all, so concurrent callers (threads or replicas) can never push a
 //! key past its capacity (invariant 1) or drive a count below zero (invariant 3).
+//!
+//! **Recovery** (invariant 1 across a store that loses data). A store can lose a pool's state
+//! while leases on it are live: Redis restarted without persistence, FLUSHALL, a replica
+//! promoted without the pool, a scheduler restarted on the memory store. Re-seeding with zero
+//! in flight would then hand out slots the vendor is still using. So [`LeaseStore::seed`]
+//! opens a *recovery window* (`scheduler.recovery_window_ms`) on every pool it finds absent:
+//! until it ends, Acquire is refused with [`Refusal::Recovering`](crate::model::Refusal::Recovering) (waiting Acquires wait it
+//! out) and a Renew that names its `key_id` re-registers a lease the store no longer knows.
+//! Holders renew at least every half window (`Lease.renew_interval_ms`), so when the window
+//! ends every live lease is counted again. A store that merely comes back *older* (a
+//! promoted replica that missed recent writes) is covered by replica acknowledgements
+//! instead (`scheduler.store_replica_acks`, see [`redis`]).
 
 pub mod memory;
 pub mod redis;
@@ -56,8 +68,15 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn release(&self, id: &LeaseId) -> StoreResult<bool>;
 
     /// Extends a live lease to now + `ttl_ms`. `Ok(None)` when it expired or was released;
-    /// an expired lease is never resurrected.
-    async fn renew(&self, id: &LeaseId, ttl_ms: u64) -> StoreResult<Option<Lease>>;
+    /// an expired lease is never resurrected. The one exception is recovery (module doc): a
+    /// lease the store does not know, renewed with its `key_id` while the pool's recovery
+    /// window runs, is re-registered on that key (counted in flight again).
+    async fn renew(
+        &self,
+        id: &LeaseId,
+        ttl_ms: u64,
+        key_id: Option<&str>,
+    ) -> StoreResult<Option<Lease>>;
 
     /// Applies a vendor outcome to the lease's key (or `params.key_id` when the lease is gone)
     /// and optionally releases the lease. `Ok(None)` when neither identifies a known key.
@@ -93,4 +112,8 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Test hook: moves this store's clock for `pool` forward by `ms`. Production code never
     /// calls it; tests use it to expire leases and end cooldowns without sleeping.
     async fn advance_clock(&self, pool: &str, ms: u64) -> StoreResult<()>;
+
+    /// Test hook: drops every trace of `pool` from the store, as a Redis restarted without
+    /// persistence or a FLUSHALL would. Production code never calls it.
+    async fn forget_pool(&self, pool: &str) -> StoreResult<()>;
 }

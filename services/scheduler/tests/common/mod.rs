@@ -1,5 +1,7 @@
 //! Test harness: an in-process PoolScheduler over a chosen store, reached through a real
-//! gRPC client on 127.0.0.1:0. Redis is a private `redis-server` started per test.
+//! gRPC client on 127.0.0.1:0. `Redis` is a private `redis-server` started per test;
+//! `Sentinel` and `Cluster` are one real topology per test binary (primary + replica + three
+//! sentinels; three primaries with a replica each), every test under its own key prefix.
 #![allow(dead_code)]
 
 use std::{sync::Arc, time::Duration};
@@ -11,7 +13,12 @@ use voxpool_scheduler::{
     server,
     store::{LeaseStore, memory::MemoryStore},
 };
-use voxpool_shared::{auth::AdminAuth, config::Config, secret::Secret, testing::RedisServer};
+use voxpool_shared::{
+    auth::AdminAuth,
+    config::Config,
+    secret::Secret,
+    testing::{RedisCluster, RedisSentinel, RedisServer},
+};
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
@@ -20,6 +27,18 @@ pub const ADMIN_TOKEN: &str = "test-admin-token";
 pub enum Backend {
     Memory,
     Redis,
+    Sentinel,
+    Cluster,
+}
+
+/// A key prefix no other test of this process uses (tests share the Sentinel and Cluster
+/// topologies).
+pub fn unique_prefix() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!(
+        "t{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
 }
 
 /// A running scheduler.
@@ -58,8 +77,9 @@ pub fn pool_toml(pool: &str, caps: &[Vec<u32>]) -> String {
     t
 }
 
-/// Settings used by every test unless overridden: fast poll, small backoffs.
-pub const SETTINGS: &str = "\n[scheduler]\nrate_limit_cooldown_ms = 1000\nfailure_threshold = 3\nfailure_backoff_base_ms = 1000\nfailure_backoff_max_ms = 4000\ncredential_cooldown_ms = 3600000\nwait_poll_ms = 10\n";
+/// Settings used by every test unless overridden: fast poll, small backoffs, and no recovery
+/// window (each test starts on a fresh store; the recovery tests set one).
+pub const SETTINGS: &str = "\n[scheduler]\nrate_limit_cooldown_ms = 1000\nfailure_threshold = 3\nfailure_backoff_base_ms = 1000\nfailure_backoff_max_ms = 4000\ncredential_cooldown_ms = 3600000\nwait_poll_ms = 10\nrecovery_window_ms = 0\n";
 
 pub async fn open_store(
     backend: Backend,
@@ -68,13 +88,21 @@ pub async fn open_store(
 ) -> Arc<dyn LeaseStore> {
     match backend {
         Backend::Memory => {
-            let s: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new());
+            let s: Arc<dyn LeaseStore> = Arc::new(MemoryStore::with_recovery_window(
+                config.scheduler.recovery_window_ms,
+            ));
             s.seed(&voxpool_scheduler::model::PoolSpec::from_config(config))
                 .await
                 .unwrap();
             s
         }
         Backend::Redis => server::open_store(&redis.expect("redis").url(), config)
+            .await
+            .unwrap(),
+        Backend::Sentinel => server::open_store(&RedisSentinel::shared().url(), config)
+            .await
+            .unwrap(),
+        Backend::Cluster => server::open_store(&RedisCluster::shared().url(), config)
             .await
             .unwrap(),
     }
@@ -87,7 +115,22 @@ pub async fn start(backend: Backend, toml: &str) -> Harness {
 /// Like [`start`], with `scheduler_lines` (e.g. `"max_waiters = 3\n"`) added to the
 /// `[scheduler]` table.
 pub async fn start_with(backend: Backend, toml: &str, scheduler_lines: &str) -> Harness {
-    let config = Config::from_toml_str(&format!("{toml}{SETTINGS}{scheduler_lines}"))
+    let prefix = format!("store_key_prefix = \"{}\"\n", unique_prefix());
+    // A setting in `scheduler_lines` replaces the default one (TOML refuses duplicates).
+    let overridden = |line: &str| {
+        line.split_once('=').is_some_and(|(key, _)| {
+            scheduler_lines.lines().any(|l| {
+                l.split_once('=')
+                    .is_some_and(|(k, _)| k.trim() == key.trim())
+            })
+        })
+    };
+    let settings: String = SETTINGS
+        .lines()
+        .filter(|l| !overridden(l))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let config = Config::from_toml_str(&format!("{toml}{settings}{prefix}{scheduler_lines}"))
         .expect("config parses");
     config
         .validate(voxpool_shared::config::Credentials::Ignore)

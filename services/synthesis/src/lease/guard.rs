@@ -3,7 +3,10 @@
 //! (fenced, adapter panic), and a spawned Release from `Drop` when the guard is dropped while
 //! armed (a task aborted at runtime shutdown, an early return). The guard lives in the
 //! attempt's own task, so a caller that goes away never drops it early (`crate::attempt`).
-//! [`LeaseGuard::keep_alive`] renews the lease every third of its TTL during a vendor call.
+//! [`LeaseGuard::keep_alive`] renews the lease during a vendor call every third of its TTL, or
+//! more often when the scheduler asks (`Lease.renew_interval_ms`: a lease store that loses its
+//! state re-registers the leases renewed within its recovery window), always naming the
+//! lease's key so the scheduler can re-register it.
 
 use std::time::Duration;
 
@@ -76,7 +79,8 @@ impl LeaseGuard {
         }
     }
 
-    /// Renews the lease every `ttl / 3` while a vendor call runs, and returns (so the caller
+    /// Renews the lease every `ttl / 3` (or `Lease.renew_interval_ms` when shorter) while a
+    /// vendor call runs, and returns (so the caller
     /// aborts the call) as soon as the lease can no longer be trusted: the scheduler says it
     /// expired, or no renewal succeeded before the lease would have expired (scheduler
     /// unreachable). This fencing keeps the vendor within the key's capacity even when the
@@ -84,7 +88,11 @@ impl LeaseGuard {
     /// call must stop. The local estimate of expiry is conservative (`ttl * 5 / 6` after the
     /// last successful renewal, measured from when it was sent).
     pub async fn keep_alive(&self, ttl: Duration) -> LeaseLost {
-        let period = (ttl / 3).max(Duration::from_millis(10));
+        let asked = u64::try_from(self.lease.renew_interval_ms)
+            .ok()
+            .filter(|ms| *ms > 0)
+            .map_or(Duration::MAX, Duration::from_millis);
+        let period = (ttl / 3).min(asked).max(Duration::from_millis(10));
         let trust = ttl - ttl / 6;
         let mut valid_until = tokio::time::Instant::now() + trust;
         loop {
@@ -95,7 +103,11 @@ impl LeaseGuard {
                 return LeaseLost::NotRenewed;
             }
             let sent = tokio::time::Instant::now();
-            match self.scheduler.renew(&self.lease.lease_id, ttl).await {
+            match self
+                .scheduler
+                .renew(&self.lease.lease_id, &self.lease.key_id, ttl)
+                .await
+            {
                 Ok(_) => {
                     valid_until = sent + trust;
                     tracing::debug!(lease = %self.lease.lease_id, "lease renewed");

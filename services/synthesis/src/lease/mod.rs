@@ -30,8 +30,9 @@ use voxpool_shared::{contract::SchedulerReason, telemetry::TraceContextIntercept
 
 pub use guard::LeaseGuard;
 
-/// Time limit of Report / Release / Renew calls.
-const SMALL_RPC_TIMEOUT: Duration = Duration::from_secs(3);
+/// Time limit of Report / Release / Renew calls, retries included: long enough to ride out a
+/// lease-store failover of a few seconds.
+const SMALL_RPC_TIMEOUT: Duration = Duration::from_secs(6);
 
 /// The scheduler's gRPC client (lazily connected) and its URL for messages.
 #[derive(Clone, Debug)]
@@ -42,16 +43,17 @@ pub struct Scheduler {
     url: String,
 }
 
-/// Most tries of one scheduler call (the first included) before its error is returned.
-const MAX_TRIES: usize = 6;
-
 /// True for a failure another scheduler replica may not have: the replica is down, draining or
 /// cut off from its store, or the connection broke mid-call (a killed replica's streams end
 /// CANCELLED or UNKNOWN with an h2 error; our own cancellation never yields a status). Not
-/// KEYS_UNAVAILABLE: that is the pool's state, the same on every replica.
+/// KEYS_UNAVAILABLE or POOL_RECOVERING: that is the pool's state, the same on every replica
+/// (and a waiting Acquire already waited out what of it fits the deadline).
 fn retryable(status: &Status) -> bool {
     match status.code() {
-        Code::Unavailable => SchedulerReason::of(status) != Some(SchedulerReason::KeysUnavailable),
+        Code::Unavailable => !matches!(
+            SchedulerReason::of(status),
+            Some(SchedulerReason::KeysUnavailable | SchedulerReason::PoolRecovering)
+        ),
         Code::Cancelled => true,
         Code::Unknown | Code::Internal => {
             let m = status.message();
@@ -150,7 +152,10 @@ impl Scheduler {
     }
 
     /// Runs `call` until it succeeds, fails with an error no other replica would avoid, or
-    /// [`MAX_TRIES`] or `budget` run out (module doc); each try is bounded by what is left.
+    /// `budget` runs out (module doc); each try is bounded by what is left. No cap on the
+    /// number of tries: a lease store failing over for a few seconds (a Sentinel promotion, a
+    /// cluster shard's replica taking over) costs a caller whose deadline outlasts it only the
+    /// wait, with backoff capped at 500 ms.
     async fn retrying<T, F, Fut>(
         &self,
         what: &str,
@@ -165,8 +170,8 @@ impl Scheduler {
         let end = tokio::time::Instant::now() + budget;
         let mut backoff = backon::ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(20))
-            .with_max_delay(Duration::from_millis(400))
-            .with_max_times(MAX_TRIES - 1)
+            .with_max_delay(Duration::from_millis(500))
+            .without_max_times()
             .with_jitter()
             .build();
         loop {
@@ -254,14 +259,21 @@ impl Scheduler {
         .await
     }
 
-    /// Extend a lease to now + `ttl`. Retried on another replica.
-    pub async fn renew(&self, lease_id: &str, ttl: Duration) -> Result<pb::Lease, Status> {
+    /// Extend a lease on `key_id` to now + `ttl` (re-registering it if the scheduler's store
+    /// lost it during a recovery window). Retried on another replica.
+    pub async fn renew(
+        &self,
+        lease_id: &str,
+        key_id: &str,
+        ttl: Duration,
+    ) -> Result<pb::Lease, Status> {
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         self.retrying("Renew", SMALL_RPC_TIMEOUT, |_| {
             let mut client = self.client.clone();
             let request = pb::RenewRequest {
                 lease_id: lease_id.to_owned(),
                 lease_ttl_ms: ttl_ms,
+                key_id: key_id.to_owned(),
             };
             async move { client.renew(request).await.map(tonic::Response::into_inner) }
         })

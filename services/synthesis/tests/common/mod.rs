@@ -22,7 +22,7 @@ use voxpool_synthesis::{
 
 /// Scheduler settings for tests: fast polling.
 pub const SCHEDULER_SETTINGS: &str =
-    "\n[scheduler]\nwait_poll_ms = 10\nrate_limit_cooldown_ms = 60000\n";
+    "\n[scheduler]\nwait_poll_ms = 10\nrate_limit_cooldown_ms = 60000\nrecovery_window_ms = 0\n";
 
 /// Synthesis server options for a test.
 pub struct Opts {

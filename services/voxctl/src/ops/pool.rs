@@ -58,16 +58,26 @@ async fn fetch(
     }
 }
 
-/// Renders one pool: a header line, then one line per key.
+/// Renders one pool: a header line (with `recovering, grants resume in Ns` while the store
+/// recovers the pool's lost state), then one line per key.
 pub fn render(pool: &PoolStatus) -> String {
     let mut out = format!(
-        "pool {}  {}/{} in flight ({:.0}%)  waiters {}\n",
+        "pool {}  {}/{} in flight ({:.0}%)  waiters {}",
         pool.pool,
         pool.in_flight,
         pool.capacity,
         pool.utilization * 100.0,
         pool.waiters
     );
+    if pool.recovering_until_ms > pool.now_ms {
+        let left = Duration::from_millis((pool.recovering_until_ms - pool.now_ms) as u64);
+        let _ = write!(
+            out,
+            "  recovering, grants resume in {:.1}s",
+            left.as_secs_f64()
+        );
+    }
+    out.push('\n');
     let width = pool.keys.iter().map(|k| k.key_id.len()).max().unwrap_or(0);
     for key in &pool.keys {
         let _ = writeln!(out, "  {}", key_line(key, width, pool.now_ms));
@@ -113,6 +123,7 @@ mod tests {
             utilization: 0.75,
             now_ms: 10_000,
             waiters: 2,
+            recovering_until_ms: 0,
             keys: vec![
                 KeyStatus {
                     key_id: "u/a".into(),

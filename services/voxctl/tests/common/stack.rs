@@ -149,7 +149,7 @@ impl Stack {
                 ));
             }
         }
-        toml.push_str("\n[scheduler]\nrate_limit_cooldown_ms = 200\nfailure_threshold = 5\nfailure_backoff_base_ms = 100\nfailure_backoff_max_ms = 500\nwait_poll_ms = 10\n");
+        toml.push_str("\n[scheduler]\nrate_limit_cooldown_ms = 200\nfailure_threshold = 5\nfailure_backoff_base_ms = 100\nfailure_backoff_max_ms = 500\nwait_poll_ms = 10\nrecovery_window_ms = 0\n");
         let config = dir.path().join("pools.toml");
         std::fs::write(&config, toml).expect("write config");
 

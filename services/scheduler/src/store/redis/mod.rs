@@ -1,27 +1,47 @@
-//! Redis lease store: sorted sets + Lua scripts, shared by every scheduler replica.
+//! Redis lease store: sorted sets + Lua scripts, shared by every scheduler replica, on a
+//! single node, a Sentinel-managed primary or a Redis Cluster ([`conn`]).
 //!
 //! Data model (one pool per hash slot; see `lua/prelude.lua` for the full key list): all of
-//! pool P's keys carry the hash tag `{P}` (`vp:{P}:load`, `vp:{P}:leases`, ...), so each
-//! script runs on one Redis Cluster slot. `vp:{P}:load` is a ZSET of the keys that may take
-//! leases scored by utilization (in-flight / capacity): the pick reads its head and the
-//! number of keys tied there (ZRANGE + ZCOUNT, O(log n)), then takes one of the ties at
-//! random, so 10 keys and 10,000 keys cost the same. Exact counts live in a HASH; the lease
-//! ZSET is scored by expiry so each call reclaims a bounded batch of expired leases.
+//! pool P's keys carry the hash tag `{P}` (`vp:{P}:load`, `vp:{P}:leases`, ...; `vp` is
+//! `scheduler.store_key_prefix`), so each script runs on one Redis Cluster slot and pools
+//! spread over a cluster's shards by their names, while one pool's throughput is one shard's.
+//! `vp:{P}:load` is a ZSET of the keys that may take leases scored by utilization (in-flight /
+//! capacity): the pick reads its head and the number of keys tied there (ZRANGE + ZCOUNT,
+//! O(log n)), then takes one of the ties at random, so 10 keys and 10,000 keys cost the same.
+//! Exact counts live in a HASH; the lease ZSET is scored by expiry so each call reclaims a
+//! bounded batch of expired leases.
 //!
 //! Why it is safe across replicas: every operation is one Lua script, which Redis runs
-//! atomically; the grant re-checks `in_flight < capacity` on the exact counts inside the same
-//! script that increments them (invariant 1); time is Redis `TIME` read inside the script, so
-//! replica clock skew cannot shorten or lengthen a lease or cooldown (invariant 6); leases
-//! of a crashed replica expire on that clock and are reclaimed by the next call (invariant 3).
+//! atomically and replicates whole; the grant re-checks `in_flight < capacity` on the exact
+//! counts inside the same script that increments them (invariant 1); time is Redis `TIME` read
+//! inside the script, so replica clock skew cannot shorten or lengthen a lease or cooldown
+//! (invariant 6); leases of a crashed replica expire on that clock and are reclaimed by the
+//! next call (invariant 3). Counts and leases change in the same script, so even a replica
+//! that missed recent writes holds a consistent (older) state: never a negative count.
+//!
+//! Failover (invariant 1 across a Redis failover): replication is asynchronous, so a grant
+//! the primary answered may be missing on the replica promoted after it dies, and that
+//! replica would lease the slot again. With `scheduler.store_replica_acks` = N > 0 every grant
+//! (and every lease re-registered during recovery) waits for N replicas to acknowledge it
+//! (`WAIT`, at most `store_replica_ack_timeout_ms`) before Acquire answers; a grant fewer
+//! replicas acknowledge is withdrawn and the caller gets UNAVAILABLE, to retry with its
+//! idempotency key. N is capped by the replicas in sync with the primary at the grant (the
+//! script counts them in `INFO replication`): a primary whose only replica just took over
+//! from it (a cluster shard after a failover) keeps serving, since no replica exists that a
+//! further failover could promote; operators who want grants refused then set Redis's own
+//! `min-replicas-to-write`. A store that lost a pool entirely opens a recovery window
+//! (`super` doc).
 //!
 //! Scripts run with EVALSHA and are re-loaded on NOSCRIPT (after a Redis restart or
 //! failover) by `redis::Script`. Every call is bounded by the store timeout: an unreachable
 //! or stalled Redis gives [`StoreError::Unavailable`], never a hang.
 
+pub mod conn;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::{Script, Value, aio::ConnectionManager};
+use redis::{Script, Value};
 
 use super::{LeaseStore, StoreError, StoreResult};
 use crate::{
@@ -31,6 +51,7 @@ use crate::{
     },
     store::memory::{RETRY_HINT_MAX_MS, RETRY_HINT_MIN_MS},
 };
+use conn::{Conn, Topology};
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 
@@ -59,84 +80,181 @@ impl Scripts {
     }
 }
 
-/// The Redis [`LeaseStore`]. Cheap to clone (shares one multiplexed connection).
+/// How a [`RedisStore`] behaves (the `[scheduler]` settings it reads).
+#[derive(Clone, Debug)]
+pub struct RedisOptions {
+    /// Connect and command timeout (`store_timeout_ms`).
+    pub timeout: Duration,
+    /// Most expired leases reclaimed per script (`reap_batch`).
+    pub reap_batch: u32,
+    /// Replicas that must acknowledge a grant (`store_replica_acks`); `None` = the
+    /// topology's default (1 for Sentinel and Cluster, 0 for a single node).
+    pub replica_acks: Option<u32>,
+    /// How long a grant waits for them (`store_replica_ack_timeout_ms`).
+    pub replica_ack_timeout: Duration,
+    /// Recovery window opened when a pool is found absent (`recovery_window_ms`).
+    pub recovery_window_ms: u64,
+    /// Key prefix (`store_key_prefix`).
+    pub key_prefix: String,
+}
+
+impl RedisOptions {
+    /// The options the `[scheduler]` settings give.
+    pub fn from_settings(s: &voxpool_shared::config::SchedulerSettings) -> Self {
+        Self {
+            timeout: Duration::from_millis(s.store_timeout_ms),
+            reap_batch: s.reap_batch,
+            replica_acks: s.store_replica_acks,
+            replica_ack_timeout: Duration::from_millis(s.store_replica_ack_timeout_ms),
+            recovery_window_ms: s.recovery_window_ms,
+            key_prefix: s.store_key_prefix.clone(),
+        }
+    }
+}
+
+/// The Redis [`LeaseStore`]. Cheap to clone (shares one connection).
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: Conn,
     scripts: std::sync::Arc<Scripts>,
-    timeout: Duration,
-    reap_batch: u32,
+    topology: Topology,
+    replica_acks: u32,
+    options: RedisOptions,
 }
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The URL may carry a password: never print it.
         f.debug_struct("RedisStore")
-            .field("timeout", &self.timeout)
+            .field("topology", &self.topology)
+            .field("replica_acks", &self.replica_acks)
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
 
 /// The pool's Redis keys in the order the scripts expect (see `lua/prelude.lua`).
-pub fn pool_keys(pool: &str) -> [String; 11] {
+pub fn pool_keys(prefix: &str, pool: &str) -> [String; 12] {
     [
         "cap", "cfgcap", "inflight", "load", "leases", "lease", "cool", "coolwhy", "disabled",
-        "fails", "clock",
+        "fails", "clock", "recover",
     ]
-    .map(|suffix| format!("vp:{{{pool}}}:{suffix}"))
+    .map(|suffix| format!("{prefix}:{{{pool}}}:{suffix}"))
 }
 
 impl RedisStore {
-    /// Connects to `url` (`redis://host:port/db`, `rediss://…`, `unix:///path`) with connect
-    /// and command timeouts of `timeout`, and checks the server answers.
+    /// Connects to `url` (any form of [`conn`]) and checks the server answers.
     ///
-    /// Errors: [`StoreError::Unavailable`] naming the host (never a password) when the URL is
-    /// malformed or the server does not answer in time.
-    pub async fn connect(url: &str, timeout: Duration, reap_batch: u32) -> StoreResult<Self> {
-        let client = redis::Client::open(url)
-            .map_err(|e| StoreError::Unavailable(format!("invalid redis url ({:?})", e.kind())))?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(1);
-        let conn = tokio::time::timeout(
-            timeout * 2,
-            client.get_connection_manager_with_config(config),
-        )
-        .await
-        .map_err(|_| StoreError::Unavailable(format!("no answer from redis within {timeout:?}")))?
-        .map_err(map_err)?;
+    /// Errors: [`StoreError::Unavailable`] with a one-line reason naming no password when the
+    /// URL is malformed or the store does not answer in time.
+    pub async fn connect(url: &str, options: RedisOptions) -> StoreResult<Self> {
+        let topology =
+            Topology::of(url).ok_or_else(|| StoreError::Unavailable("not a Redis URL".into()))?;
+        let conn = Conn::connect(url, options.timeout)
+            .await
+            .map_err(StoreError::Unavailable)?;
         let store = Self {
             conn,
             scripts: std::sync::Arc::new(Scripts::new()),
-            timeout,
-            reap_batch,
+            topology,
+            replica_acks: options
+                .replica_acks
+                .unwrap_or_else(|| topology.default_replica_acks()),
+            options,
         };
         store.ping().await?;
         Ok(store)
     }
 
+    /// Which topology the store runs on.
+    pub fn topology(&self) -> Topology {
+        self.topology
+    }
+
+    /// Replica acknowledgements each grant waits for (0 = off).
+    pub fn replica_acks(&self) -> u32 {
+        self.replica_acks
+    }
+
+    fn keys(&self, pool: &str) -> [String; 12] {
+        pool_keys(&self.options.key_prefix, pool)
+    }
+
+    /// Bounds `call` by the store timeout, mapping its errors.
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = redis::RedisResult<T>>,
+    ) -> StoreResult<T> {
+        tokio::time::timeout(self.options.timeout, call)
+            .await
+            .map_err(|_| {
+                StoreError::Unavailable(format!(
+                    "redis did not answer {what} within {:?}",
+                    self.options.timeout
+                ))
+            })?
+            .map_err(map_err)
+    }
+
+    /// Waits for `store_replica_acks` replicas, or as many as are in sync with the primary
+    /// now (`online`, which the script that wrote counted) if fewer, to hold this client's
+    /// writes so far (module doc). Errors: [`StoreError::Unavailable`] saying how many did.
+    async fn replicated(&self, pool: &str, what: &str, online: i64) -> StoreResult<()> {
+        let want = i64::from(self.replica_acks).min(online.max(0));
+        if want == 0 {
+            return Ok(());
+        }
+        let [first, ..] = self.keys(pool);
+        let timeout = self.options.replica_ack_timeout;
+        let want_u32 = u32::try_from(want).unwrap_or(u32::MAX);
+        let acked = self
+            .bounded("WAIT", self.conn.wait_replicas(&first, want_u32, timeout))
+            .await?;
+        if acked >= want {
+            return Ok(());
+        }
+        Err(StoreError::Unavailable(format!(
+            "pool {pool:?}: {what} was acknowledged by {acked} of {want} replica(s) within {}ms (scheduler.store_replica_acks); a failover could lose it, so it was withdrawn: retry, and check the Redis replicas",
+            timeout.as_millis()
+        )))
+    }
+
     async fn run(&self, script: &Script, pool: &str, args: Vec<String>) -> StoreResult<Value> {
         let mut inv = script.prepare_invoke();
-        for k in pool_keys(pool) {
+        for k in self.keys(pool) {
             inv.key(k);
         }
-        inv.arg(self.reap_batch);
+        inv.arg(self.options.reap_batch);
         for a in args {
             inv.arg(a);
         }
-        let mut conn = self.conn.clone();
-        tokio::time::timeout(self.timeout, inv.invoke_async::<Value>(&mut conn))
-            .await
-            .map_err(|_| {
-                StoreError::Unavailable(format!("redis did not answer within {:?}", self.timeout))
-            })?
-            .map_err(map_err)
+        self.bounded("a script", self.conn.invoke(&inv)).await
     }
 }
 
 fn map_err(e: redis::RedisError) -> StoreError {
-    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
+    use redis::{ErrorKind, ServerErrorKind};
+    let failing_over = matches!(
+        e.kind(),
+        // The sentinels name no primary that answers as one: mid-failover.
+        ErrorKind::MasterNameNotFoundBySentinel
+            | ErrorKind::Server(
+                ServerErrorKind::ReadOnly
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::BusyLoading
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::Moved
+                    | ServerErrorKind::Ask
+            )
+    );
+    if failing_over
+        || e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+    {
         StoreError::Unavailable(format!("redis: {e}"))
     } else {
         StoreError::Protocol(format!("redis: {e}"))
@@ -196,7 +314,10 @@ fn state_of(s: &str) -> StoreResult<KeyState> {
 impl LeaseStore for RedisStore {
     async fn seed(&self, pools: &[PoolSpec]) -> StoreResult<()> {
         for spec in pools {
-            let mut args = vec![spec.keys.len().to_string()];
+            let mut args = vec![
+                self.options.recovery_window_ms.to_string(),
+                spec.keys.len().to_string(),
+            ];
             for k in &spec.keys {
                 args.push(k.key_id.clone());
                 args.push(k.capacity.to_string());
@@ -218,15 +339,29 @@ impl LeaseStore for RedisStore {
         args.extend(p.upstream_ids.iter().cloned());
         let reply = items(self.run(&self.scripts.acquire, &p.pool, args).await?)?;
         match text(get(&reply, 0)?)?.as_str() {
-            "ok" => Ok(AcquireResult::Granted(Lease {
-                id: LeaseId {
-                    pool: p.pool.clone(),
-                    token: p.token.clone(),
-                },
-                key_id: text(get(&reply, 1)?)?,
-                expires_at_ms: int(get(&reply, 2)?)?,
-                key_in_flight: u32_of(get(&reply, 3)?)?,
-                key_capacity: u32_of(get(&reply, 4)?)?,
+            "ok" => {
+                let lease = Lease {
+                    id: LeaseId {
+                        pool: p.pool.clone(),
+                        token: p.token.clone(),
+                    },
+                    key_id: text(get(&reply, 1)?)?,
+                    expires_at_ms: int(get(&reply, 2)?)?,
+                    key_in_flight: u32_of(get(&reply, 3)?)?,
+                    key_capacity: u32_of(get(&reply, 4)?)?,
+                };
+                let online = int(get(&reply, 5)?)?;
+                if let Err(e) = self.replicated(&p.pool, "the grant", online).await {
+                    // Best effort: if this fails too the lease ends at its TTL (a slot held
+                    // for a while, never a slot leased twice).
+                    let _ = self.release(&lease.id).await;
+                    return Err(e);
+                }
+                Ok(AcquireResult::Granted(lease))
+            }
+            "recovering" => Ok(AcquireResult::Refused(Refusal::Recovering {
+                until_ms: int(get(&reply, 1)?)?,
+                now_ms: int(get(&reply, 2)?)?,
             })),
             "full" => Ok(AcquireResult::Refused(Refusal::Full {
                 capacity: int(get(&reply, 1)?)?.max(0) as u64,
@@ -258,17 +393,33 @@ impl LeaseStore for RedisStore {
         Ok(int(&reply)? == 1)
     }
 
-    async fn renew(&self, id: &LeaseId, ttl_ms: u64) -> StoreResult<Option<Lease>> {
+    async fn renew(
+        &self,
+        id: &LeaseId,
+        ttl_ms: u64,
+        key_id: Option<&str>,
+    ) -> StoreResult<Option<Lease>> {
         let reply = items(
             self.run(
                 &self.scripts.renew,
                 &id.pool,
-                vec![id.token.as_str().to_owned(), ttl_ms.to_string()],
+                vec![
+                    id.token.as_str().to_owned(),
+                    ttl_ms.to_string(),
+                    key_id.unwrap_or_default().to_owned(),
+                ],
             )
             .await?,
         )?;
-        if text(get(&reply, 0)?)? != "ok" {
-            return Ok(None);
+        match text(get(&reply, 0)?)?.as_str() {
+            "ok" => {}
+            "reregistered" => {
+                let online = int(get(&reply, 5)?)?;
+                self.replicated(&id.pool, "the re-registered lease", online)
+                    .await?;
+            }
+            "unseeded" => return Err(StoreError::NotSeeded(id.pool.clone())),
+            _ => return Ok(None),
         }
         Ok(Some(Lease {
             id: id.clone(),
@@ -311,10 +462,11 @@ impl LeaseStore for RedisStore {
     async fn status(&self, pool: &str) -> StoreResult<Option<PoolStatus>> {
         let reply = items(self.run(&self.scripts.status, pool, vec![]).await?)?;
         let now_ms = int(get(&reply, 0)?)?;
-        if reply.len() == 1 {
+        let recovering_until_ms = int(get(&reply, 1)?)?;
+        if reply.len() == 2 {
             return Ok(None);
         }
-        let keys = reply[1..]
+        let keys = reply[2..]
             .chunks(6)
             .map(|c| {
                 Ok(KeyStatus {
@@ -331,6 +483,7 @@ impl LeaseStore for RedisStore {
             pool: pool.to_owned(),
             keys,
             now_ms,
+            recovering_until_ms,
         }))
     }
 
@@ -354,35 +507,21 @@ impl LeaseStore for RedisStore {
     }
 
     async fn ping(&self) -> StoreResult<()> {
-        let mut conn = self.conn.clone();
-        tokio::time::timeout(
-            self.timeout,
-            redis::cmd("PING").query_async::<String>(&mut conn),
-        )
-        .await
-        .map_err(|_| {
-            StoreError::Unavailable(format!(
-                "redis did not answer PING within {:?}",
-                self.timeout
-            ))
-        })?
-        .map_err(map_err)?;
+        self.bounded("PING", self.conn.ping()).await
+    }
+
+    async fn forget_pool(&self, pool: &str) -> StoreResult<()> {
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(&self.keys(pool));
+        self.bounded("DEL", self.conn.query(&cmd)).await?;
         Ok(())
     }
 
     async fn advance_clock(&self, pool: &str, ms: u64) -> StoreResult<()> {
-        let mut conn = self.conn.clone();
-        let [.., clock] = pool_keys(pool);
-        tokio::time::timeout(
-            self.timeout,
-            redis::cmd("INCRBY")
-                .arg(clock)
-                .arg(ms)
-                .query_async::<i64>(&mut conn),
-        )
-        .await
-        .map_err(|_| StoreError::Unavailable("redis timeout".into()))?
-        .map_err(map_err)?;
+        let [.., clock, _] = self.keys(pool);
+        let mut cmd = redis::cmd("INCRBY");
+        cmd.arg(clock).arg(ms);
+        self.bounded("INCRBY", self.conn.query(&cmd)).await?;
         Ok(())
     }
 }
@@ -423,8 +562,18 @@ mod tests {
 
     #[test]
     fn every_key_of_a_pool_shares_one_hash_tag() {
-        for k in pool_keys("volc-standard") {
+        for k in pool_keys("vp", "volc-standard") {
             assert!(k.starts_with("vp:{volc-standard}:"), "{k}");
         }
+        let slots: std::collections::HashSet<redis::cluster_routing::Slot> =
+            pool_keys("vp", "a}b{c")
+                .iter()
+                .map(redis::cluster_routing::Slot::for_key)
+                .collect();
+        assert_eq!(
+            slots.len(),
+            1,
+            "a pool name with braces still maps to one slot"
+        );
     }
 }

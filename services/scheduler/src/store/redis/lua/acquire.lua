@@ -1,8 +1,9 @@
 -- ARGV: 1 batch, 2 lease token, 3 ttl ms, 4 random in [0,1), 5 #exclude, exclude...,
 --       #upstreams, upstreams...
--- Returns {'ok', key, expires_at, key_in_flight, key_capacity}
+-- Returns {'ok', key, expires_at, key_in_flight, key_capacity, online_replicas}
 --       | {'full', capacity, in_flight, ms_until_soonest_expiry}
 --       | {'unavailable', earliest_cooldown_end or -1, now} | {'none'} | {'unseeded'}
+--       | {'recovering', window_end, now}
 if redis.call('EXISTS', K_CAP) == 0 then return {'unseeded'} end
 local now = now_ms()
 reap(now)
@@ -15,15 +16,22 @@ for _ = 1, n do excl[ARGV[i]] = true; i = i + 1 end
 n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do ups[ARGV[i]] = true; nups = nups + 1; i = i + 1 end
 -- A live lease with this token (an idempotent retry; reaped above if expired) is answered
--- again instead of taking a second slot.
+-- again instead of taking a second slot, its TTL counted from now: the retry may come seconds
+-- later (a store failover), and its caller starts its renewal clock on this answer.
 local held = redis.call('HGET', K_LEASE, token)
 if held then
   local exp = tonumber(redis.call('ZSCORE', K_LEASES, token) or 0)
   if exp > now then
-    return {'ok', held, exp, num(redis.call('HGET', K_INF, held)), num(redis.call('HGET', K_CAP, held))}
+    if now + ttl > exp then
+      exp = now + ttl
+      redis.call('ZADD', K_LEASES, exp, token)
+    end
+    return {'ok', held, exp, num(redis.call('HGET', K_INF, held)), num(redis.call('HGET', K_CAP, held)), online_replicas()}
   end
   drop_lease(token) -- expired but not reaped yet (the reaping batch ran out)
 end
+local rec = recovering(now)
+if rec > 0 then return {'recovering', rec, now} end
 
 local function eligible(k)
   if excl[k] then return false end
@@ -103,4 +111,4 @@ redis.call('ZADD', K_LOAD, inf / cap, pick)
 local exp = now + ttl
 redis.call('ZADD', K_LEASES, exp, token)
 redis.call('HSET', K_LEASE, token, pick)
-return {'ok', pick, exp, inf, cap}
+return {'ok', pick, exp, inf, cap, online_replicas()}

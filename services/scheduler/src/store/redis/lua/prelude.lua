@@ -7,10 +7,11 @@
 --  7 cool     ZSET key -> cooldown end ms        8 coolwhy HASH key -> cooldown reason
 --  9 disabled SET  keys disabled by an admin    10 fails   HASH key -> consecutive failures
 -- 11 clock    STRING test-only clock offset ms (absent in production)
+-- 12 recover  STRING end of the recovery window ms (see seed.lua)
 -- ARGV[1] is always the reaping batch size. Time is Redis TIME, read here (one clock).
 local K_CAP, K_CFGCAP, K_INF, K_LOAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_LEASES, K_LEASE, K_COOL, K_COOLWHY = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local K_DIS, K_FAILS, K_CLOCK = KEYS[9], KEYS[10], KEYS[11]
+local K_DIS, K_FAILS, K_CLOCK, K_REC = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local BATCH = tonumber(ARGV[1])
 
 local function num(v)
@@ -78,4 +79,18 @@ local function key_state(k, now)
     return 'cooling', untl
   end
   return 'available', 0
+end
+
+-- End of the recovery window if it is still running at now, else 0.
+local function recovering(now)
+  local untl = num(redis.call('GET', K_REC))
+  if untl > now then return untl end
+  return 0
+end
+
+-- Replicas connected and in sync with this primary right now: the most a WAIT could count.
+local function online_replicas()
+  local n = 0
+  for _ in string.gmatch(redis.call('INFO', 'replication'), 'state=online') do n = n + 1 end
+  return n
 end

@@ -1,0 +1,412 @@
+//! The `voxpool-scheduler` binary on real replicated Redis topologies, with real faults:
+//! - two replicas on a 3-primary Redis Cluster grant exactly each pool's capacity, pools on
+//!   different shards;
+//! - a cluster primary (with a replica) is SIGKILLed under load: the pool on another shard
+//!   never sees an error, the failed-over shard's pool resumes, no key is ever held past its
+//!   capacity;
+//! - a grant no replica acknowledges is withdrawn (UNAVAILABLE naming the setting), never
+//!   left counted.
+//!
+//! "Held" is counted by the test itself, from a grant's answer to its release being sent: the
+//! vendor's view of the slots. The Synthesize-level faults (a Sentinel primary killed, Redis
+//! restarted empty, FLUSHALL) live in the workspace's `tests/truth.rs`.
+
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use tonic::{Code, transport::Channel};
+use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
+use voxpool_shared::testing::{RedisCluster, RedisSentinel};
+
+const BIN: &str = env!("CARGO_BIN_EXE_voxpool-scheduler");
+const KEYS_PER_POOL: usize = 4;
+const CAP: u32 = 2;
+
+/// A scheduler process, killed on drop.
+struct Replica {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(config: &Path, store: &str) -> Replica {
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(config)
+        .args(["--listen", "127.0.0.1:0", "--store", store])
+        .env("VOXPOOL_ADMIN_TOKEN", "topologies-test-admin-token")
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn voxpool-scheduler");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("first line");
+    let addr = line
+        .trim()
+        .strip_prefix("voxpool-scheduler listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    Replica { child, addr }
+}
+
+async fn client(r: &Replica) -> PoolSchedulerClient<Channel> {
+    PoolSchedulerClient::connect(format!("http://{}", r.addr))
+        .await
+        .expect("connect")
+}
+
+/// Pools `pools`, each with [`KEYS_PER_POOL`] keys of capacity [`CAP`], plus `scheduler_lines`.
+fn write_config(dir: &Path, pools: &[&str], scheduler_lines: &str) -> PathBuf {
+    let mut t = String::new();
+    for pool in pools {
+        t.push_str(&format!(
+            "[[pools]]\nid = \"{pool}\"\nprovider = \"espeak\"\n[[pools.upstreams]]\nid = \"u\"\n"
+        ));
+        for k in 0..KEYS_PER_POOL {
+            t.push_str(&format!(
+                "[[pools.upstreams.keys]]\nid = \"k{k}\"\ncapacity = {CAP}\n"
+            ));
+        }
+    }
+    t.push_str("[scheduler]\nwait_poll_ms = 5\nrecovery_window_ms = 0\n");
+    t.push_str(scheduler_lines);
+    let path = dir.join("config.toml");
+    std::fs::write(&path, t).expect("write config");
+    path
+}
+
+/// Two pool names whose keys live on different primaries of `cluster`.
+fn pools_on_two_shards(cluster: &RedisCluster) -> (String, u16, String, u16) {
+    let primary = |pool: &str| cluster.primary_port_for_key(&format!("vp:{{{pool}}}:cap"));
+    let first = "pool-0".to_owned();
+    let first_port = primary(&first);
+    let (second, second_port) = (1..100)
+        .map(|i| format!("pool-{i}"))
+        .map(|p| {
+            let port = primary(&p);
+            (p, port)
+        })
+        .find(|(_, port)| *port != first_port)
+        .expect("a pool name on another shard");
+    (first, first_port, second, second_port)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_on_a_cluster_grant_exactly_each_pools_capacity() {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3, 1))
+        .await
+        .expect("cluster");
+    let (a, _, b, _) = pools_on_two_shards(&cluster);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), &[&a, &b], "");
+    let replicas = [
+        spawn(&config, &cluster.url()),
+        spawn(&config, &cluster.url()),
+    ];
+    let clients = [client(&replicas[0]).await, client(&replicas[1]).await];
+    // 40 Acquires per pool, without waiting, half through each replica, all at once.
+    let tasks: Vec<_> = (0..80)
+        .map(|i| {
+            let mut c = clients[i % 2].clone();
+            let pool = if i % 4 < 2 { a.clone() } else { b.clone() };
+            tokio::spawn(async move {
+                let answer = c
+                    .acquire(pb::AcquireRequest {
+                        pool: pool.clone(),
+                        ..Default::default()
+                    })
+                    .await;
+                (pool, answer)
+            })
+        })
+        .collect();
+    let mut granted: HashMap<String, usize> = HashMap::new();
+    for t in tasks {
+        let (pool, answer) = t.await.expect("task");
+        match answer {
+            Ok(_) => *granted.entry(pool).or_default() += 1,
+            Err(s) => assert_eq!(s.code(), Code::ResourceExhausted, "{s:?}"),
+        }
+    }
+    let capacity = KEYS_PER_POOL * CAP as usize;
+    assert_eq!(granted.get(&a), Some(&capacity), "pool {a}: {granted:?}");
+    assert_eq!(granted.get(&b), Some(&capacity), "pool {b}: {granted:?}");
+    let mut c = clients[1].clone();
+    for pool in [&a, &b] {
+        let s = c
+            .get_pool_status(pb::GetPoolStatusRequest { pool: pool.clone() })
+            .await
+            .expect("status")
+            .into_inner();
+        assert_eq!(s.in_flight as usize, capacity, "{s:?}");
+        assert!(s.keys.iter().all(|k| k.in_flight == CAP as i32), "{s:?}");
+    }
+}
+
+/// What one pool's workers saw.
+#[derive(Default)]
+struct Seen {
+    held: Mutex<HashMap<String, u32>>,
+    peak: Mutex<HashMap<String, u32>>,
+    granted: AtomicUsize,
+    /// (when, code, message) of every failed Acquire.
+    errors: Mutex<Vec<(Instant, Code, String)>>,
+}
+
+/// Acquire → hold a moment → release, on `pool`, until `stop`.
+fn workers(
+    c: &PoolSchedulerClient<Channel>,
+    pool: &str,
+    n: usize,
+    seen: &Arc<Seen>,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..n)
+        .map(|_| {
+            let (mut c, pool, seen, stop) =
+                (c.clone(), pool.to_owned(), seen.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    let mut req = tonic::Request::new(pb::AcquireRequest {
+                        pool: pool.clone(),
+                        wait_timeout_ms: 2_000,
+                        lease_ttl_ms: 3_000,
+                        ..Default::default()
+                    });
+                    req.set_timeout(Duration::from_secs(5));
+                    let lease = match c.acquire(req).await {
+                        Ok(l) => l.into_inner(),
+                        Err(s) => {
+                            let at = Instant::now();
+                            seen.errors.lock().expect("errors").push((
+                                at,
+                                s.code(),
+                                s.message().to_owned(),
+                            ));
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    {
+                        let mut held = seen.held.lock().expect("held");
+                        let n = held.entry(lease.key_id.clone()).or_default();
+                        *n += 1;
+                        let mut peak = seen.peak.lock().expect("peak");
+                        let p = peak.entry(lease.key_id.clone()).or_default();
+                        *p = (*p).max(*n);
+                    }
+                    // The "vendor call".
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    *seen
+                        .held
+                        .lock()
+                        .expect("held")
+                        .get_mut(&lease.key_id)
+                        .expect("held key") -= 1;
+                    seen.granted.fetch_add(1, Ordering::SeqCst);
+                    // A release lost in the failover only holds its slot until the lease TTL.
+                    let _ = c
+                        .release(pb::ReleaseRequest {
+                            lease_id: lease.lease_id,
+                        })
+                        .await;
+                }
+            })
+        })
+        .collect()
+}
+
+/// Waits (bounded) until `seen` granted `n` more leases than `from`.
+async fn until_granted(seen: &Seen, from: usize, n: usize, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.granted.load(Ordering::SeqCst) < from + n {
+        if Instant::now() >= deadline {
+            let errors = seen.errors.lock().expect("errors");
+            let last: Vec<_> = errors
+                .iter()
+                .rev()
+                .take(3)
+                .map(|(_, c, m)| (c, m))
+                .collect();
+            panic!(
+                "timed out waiting for: {what}; {} errors, the last: {last:?}",
+                errors.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_primary_killed_under_load_leaves_other_shards_untouched() {
+    let cluster = Arc::new(
+        tokio::task::spawn_blocking(|| RedisCluster::start(3, 1))
+            .await
+            .expect("cluster"),
+    );
+    let (doomed, doomed_port, other, other_port) = pools_on_two_shards(&cluster);
+    assert_ne!(doomed_port, other_port);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), &[&doomed, &other], "");
+    let replicas = [
+        spawn(&config, &cluster.url()),
+        spawn(&config, &cluster.url()),
+    ];
+    let clients = [client(&replicas[0]).await, client(&replicas[1]).await];
+    let stop = Arc::new(AtomicBool::new(false));
+    let (seen_doomed, seen_other) = (Arc::new(Seen::default()), Arc::new(Seen::default()));
+    let mut tasks = Vec::new();
+    for c in &clients {
+        tasks.extend(workers(c, &doomed, 8, &seen_doomed, &stop));
+        tasks.extend(workers(c, &other, 8, &seen_other, &stop));
+    }
+    until_granted(&seen_doomed, 0, 200, "load on the doomed shard").await;
+    until_granted(&seen_other, 0, 200, "load on the other shard").await;
+
+    let killed_at = Instant::now();
+    let other_before = seen_other.granted.load(Ordering::SeqCst);
+    cluster.kill_node(doomed_port);
+    let promoted = {
+        let cluster = cluster.clone();
+        tokio::task::spawn_blocking(move || cluster.wait_promoted(doomed_port))
+            .await
+            .expect("promotion")
+    };
+    let promoted_at = Instant::now();
+    let doomed_after = seen_doomed.granted.load(Ordering::SeqCst);
+    until_granted(
+        &seen_doomed,
+        doomed_after,
+        200,
+        "the failed-over shard's pool resumes",
+    )
+    .await;
+    until_granted(
+        &seen_other,
+        other_before,
+        400,
+        "the other shard kept serving",
+    )
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        t.await.expect("worker");
+    }
+
+    let other_errors = seen_other.errors.lock().expect("errors");
+    assert!(
+        other_errors.is_empty(),
+        "the pool on the healthy shard saw errors: {:?}",
+        other_errors.iter().take(5).collect::<Vec<_>>()
+    );
+    let doomed_errors = seen_doomed.errors.lock().expect("errors");
+    for (at, code, message) in doomed_errors.iter() {
+        assert_eq!(*code, Code::Unavailable, "{message}");
+        assert!(*at >= killed_at, "an error before the kill: {message}");
+    }
+    for seen in [&seen_doomed, &seen_other] {
+        let peak = seen.peak.lock().expect("peak");
+        assert!(
+            peak.values().all(|p| *p <= CAP),
+            "a key held past its capacity: {peak:?}"
+        );
+    }
+    // Leases whose release the failover lost expire within their TTL (3 s).
+    let mut c = clients[0].clone();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for pool in [&doomed, &other] {
+        loop {
+            let s = c
+                .get_pool_status(pb::GetPoolStatusRequest { pool: pool.clone() })
+                .await
+                .expect("status")
+                .into_inner();
+            if s.in_flight == 0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pool {pool} kept {} in flight",
+                s.in_flight
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    eprintln!(
+        "cluster failover: primary :{doomed_port} killed, replica :{promoted} promoted after {} ms; \
+         doomed pool {} errors (all UNAVAILABLE), other pool 0 errors and {} grants meanwhile",
+        promoted_at.duration_since(killed_at).as_millis(),
+        doomed_errors.len(),
+        seen_other.granted.load(Ordering::SeqCst) - other_before,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_no_replica_acknowledges_is_withdrawn() {
+    let sentinel = tokio::task::spawn_blocking(RedisSentinel::start)
+        .await
+        .expect("sentinel");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), &["p"], "store_replica_ack_timeout_ms = 50\n");
+    let r = spawn(&config, &sentinel.url());
+    let mut c = client(&r).await;
+    let acquire = || pb::AcquireRequest {
+        pool: "p".into(),
+        ..Default::default()
+    };
+    let lease = c
+        .acquire(acquire())
+        .await
+        .expect("the replica acknowledges");
+    c.release(pb::ReleaseRequest {
+        lease_id: lease.into_inner().lease_id,
+    })
+    .await
+    .expect("release");
+    // The replica stalls (SIGSTOP): the primary still counts it in sync, it never answers.
+    let replica = sentinel.data_ports()[1];
+    assert_ne!(replica, sentinel.primary_port());
+    sentinel.pause_port(replica);
+    let refused = c
+        .acquire(acquire())
+        .await
+        .expect_err("no replica acknowledged");
+    sentinel.resume_port(replica);
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(
+        refused.message().contains("store_replica_acks")
+            && refused.message().contains("0 of 1 replica"),
+        "{}",
+        refused.message()
+    );
+    let s = c
+        .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
+        .await
+        .expect("status")
+        .into_inner();
+    assert_eq!(
+        s.in_flight, 0,
+        "the unacknowledged grant was withdrawn: {s:?}"
+    );
+    c.acquire(acquire())
+        .await
+        .expect("granted again once the replica answers");
+}
