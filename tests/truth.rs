@@ -15,6 +15,10 @@
 //!
 //! The kill is triggered by a count of finished requests, not by time; the only waits are
 //! bounded (per-request gRPC deadlines, a bounded poll of GetPoolStatus).
+//!
+//! The same fleet also faces its lease store failing: the Sentinel primary SIGKILLed (a real
+//! primary + replica + three sentinels), and one Redis flushed (FLUSHALL) then restarted empty,
+//! under more callers than slots. `TRUTH_LOG=info` shows the services' logs.
 
 use std::{
     path::Path,
@@ -54,7 +58,7 @@ const MARGIN: Duration = Duration::from_secs(3);
 /// keys `k0..k9` of capacity 10 whose credential files hold their own names (the fake counts a
 /// key under its bearer token). A vendor call can never outlive its lease: the attempt
 /// timeout (2.5 s) is below the lease TTL (3 s), even when renewals fail with A gone.
-fn write_config(dir: &Path, base_url: &str) -> std::path::PathBuf {
+fn write_config(dir: &Path, base_url: &str, recovery_window_ms: u64) -> std::path::PathBuf {
     let mut t = format!(
         "[[pools]]\nid = \"{POOL}\"\nprovider = \"openai\"\nmodel = \"tts-1\"\n\
          [[pools.upstreams]]\nid = \"u\"\nbase_url = \"{base_url}\"\n"
@@ -69,6 +73,7 @@ fn write_config(dir: &Path, base_url: &str) -> std::path::PathBuf {
     }
     t.push_str(&format!(
         "[scheduler]\ndefault_lease_ttl_ms = {LEASE_TTL_MS}\nwait_poll_ms = 10\n\
+         recovery_window_ms = {recovery_window_ms}\n\
          [synthesis]\nattempt_timeout_ms = 2500\ndefault_deadline_ms = 20000\n"
     ));
     let path = dir.join("config.toml");
@@ -77,7 +82,10 @@ fn write_config(dir: &Path, base_url: &str) -> std::path::PathBuf {
 }
 
 fn quiet(mut command: Command) -> Command {
-    command.env("RUST_LOG", "error");
+    command.env(
+        "RUST_LOG",
+        std::env::var("TRUTH_LOG").unwrap_or_else(|_| "error".into()),
+    );
     for var in [
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
@@ -141,7 +149,13 @@ struct Fleet {
 }
 
 impl Fleet {
+    /// Without a recovery window: these scenarios never lose the store, and a fresh store
+    /// would otherwise hold the first grants back.
     async fn start(min_ms: u64, max_ms: u64) -> Self {
+        Self::with_recovery(min_ms, max_ms, 0).await
+    }
+
+    async fn with_recovery(min_ms: u64, max_ms: u64, recovery_window_ms: u64) -> Self {
         let redis = RedisServer::start();
         let fake = FakeVendor::start(FakeConfig::new(VendorKind::OpenAi).cap(CAP).latency(
             Latency::Uniform {
@@ -152,7 +166,7 @@ impl Fleet {
         .await
         .expect("fake vendor");
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = write_config(dir.path(), &fake.base_url());
+        let config = write_config(dir.path(), &fake.base_url(), recovery_window_ms);
         Self {
             redis,
             fake,
@@ -566,4 +580,245 @@ async fn a_killed_synthesis_replica_costs_its_callers_only_a_retry() {
         assert_eq!(st.rejected_over_cap, 0, "key {key} answered 429s: {st:?}");
     }
     drop((y, schedulers));
+}
+
+/// One Synthesize call of a [`Load`] (its message is for failure reports).
+#[derive(Debug)]
+#[allow(dead_code)]
+struct Call {
+    began: Instant,
+    code: Code,
+    message: String,
+}
+
+/// `callers` callers sending Synthesize one after another (deadline [`DEADLINE`]) through
+/// `clients` in turn, until [`Load::stop`].
+struct Load {
+    done: Arc<AtomicUsize>,
+    stopping: Arc<std::sync::atomic::AtomicBool>,
+    callers: Vec<tokio::task::JoinHandle<Vec<Call>>>,
+}
+
+impl Load {
+    fn start(clients: &[SynthesisClient<Channel>], callers: usize) -> Self {
+        let voice = voxpool_fake_vendors::snapshot("openai", "tts-1", "alloy");
+        let done = Arc::new(AtomicUsize::new(0));
+        let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let callers = (0..callers)
+            .map(|i| {
+                let mut client = clients[i % clients.len()].clone();
+                let (done, stopping) = (done.clone(), stopping.clone());
+                let request = pb::SynthesizeRequest {
+                    voice: Some(pb::synthesize_request::Voice::Snapshot(voice.to_pb())),
+                    text: "The store may forget; the vendor never sees it.".into(),
+                    ..Default::default()
+                };
+                tokio::spawn(async move {
+                    let mut calls = Vec::new();
+                    let mut n = 0;
+                    while !stopping.load(Ordering::SeqCst) {
+                        let mut req = tonic::Request::new(pb::SynthesizeRequest {
+                            request_id: format!("fault-{i}-{n}"),
+                            ..request.clone()
+                        });
+                        req.set_timeout(DEADLINE);
+                        let began = Instant::now();
+                        let (code, message) =
+                            match tokio::time::timeout(DEADLINE + MARGIN, client.synthesize(req))
+                                .await
+                            {
+                                Ok(Ok(_)) => (Code::Ok, String::new()),
+                                Ok(Err(s)) => (s.code(), s.message().to_owned()),
+                                Err(_) => (Code::DeadlineExceeded, "hung".into()),
+                            };
+                        calls.push(Call {
+                            began,
+                            code,
+                            message,
+                        });
+                        done.fetch_add(1, Ordering::SeqCst);
+                        n += 1;
+                    }
+                    calls
+                })
+            })
+            .collect();
+        Self {
+            done,
+            stopping,
+            callers,
+        }
+    }
+
+    /// Waits (bounded) until `n` more calls than now have ended.
+    async fn until_more(&self, n: usize, what: &str) {
+        let target = self.done.load(Ordering::SeqCst) + n;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.done.load(Ordering::SeqCst) < target {
+            assert!(Instant::now() < deadline, "the load stalled: {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn stop(self) -> Vec<Call> {
+        self.stopping.store(true, Ordering::SeqCst);
+        let mut calls = Vec::new();
+        for c in self.callers {
+            calls.extend(c.await.expect("caller task"));
+        }
+        calls
+    }
+}
+
+/// The vendor's side of invariant 1: no key ever above its cap, not one 429.
+fn assert_vendor_within_caps(fake: &FakeVendor) -> u64 {
+    let stats = fake.stats();
+    for (key, s) in &stats {
+        assert!(
+            s.peak_concurrency <= u64::from(CAP),
+            "key {key} saw {} concurrent requests (cap {CAP}): {s:?}",
+            s.peak_concurrency
+        );
+        assert_eq!(s.rejected_over_cap, 0, "key {key} answered 429s: {s:?}");
+    }
+    stats
+        .values()
+        .map(|s| s.peak_concurrency)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Waits (bounded by the lease TTL + 2 s) until the pool has nothing in flight.
+async fn until_idle(scheduler: &Service) {
+    let mut status = PoolSchedulerClient::new(channel(&scheduler.addr).await);
+    let limit = Instant::now() + Duration::from_millis(LEASE_TTL_MS) + Duration::from_secs(2);
+    loop {
+        let s = status
+            .get_pool_status(spb::GetPoolStatusRequest { pool: POOL.into() })
+            .await
+            .expect("pool status")
+            .into_inner();
+        if s.in_flight == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < limit,
+            "{} leases still in flight after the lease TTL",
+            s.in_flight
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_sentinel_primary_killed_under_load_oversells_no_key() {
+    let sentinel = Arc::new(
+        tokio::task::spawn_blocking(voxpool_shared::testing::RedisSentinel::start)
+            .await
+            .expect("sentinel"),
+    );
+    let Fleet {
+        redis: _unused,
+        fake,
+        dir: _dir,
+        config,
+    } = Fleet::with_recovery(100, 300, 2_000).await;
+    let schedulers = [
+        scheduler(&config, &sentinel.url()),
+        scheduler(&config, &sentinel.url()),
+    ];
+    let synth = [
+        synthesis(&config, [&schedulers[0], &schedulers[1]]),
+        synthesis(&config, [&schedulers[1], &schedulers[0]]),
+    ];
+    let clients = [
+        SynthesisClient::new(channel(&synth[0].addr).await),
+        SynthesisClient::new(channel(&synth[1].addr).await),
+    ];
+    // More callers than slots (10 keys x 10): every key is pushed to its cap throughout.
+    let load = Load::start(&clients, 150);
+    load.until_more(300, "before the kill").await;
+    let killed_at = Instant::now();
+    let old = sentinel.kill_primary();
+    let new = {
+        let sentinel = sentinel.clone();
+        tokio::task::spawn_blocking(move || sentinel.wait_failover(old))
+            .await
+            .expect("failover")
+    };
+    let promoted_at = Instant::now();
+    load.until_more(600, "after the promotion").await;
+    let calls = load.stop().await;
+    let peak = assert_vendor_within_caps(&fake);
+    // A caller whose deadline outlasts the failover does not see it; calls that start once the
+    // new primary is known all succeed.
+    let failed: Vec<&Call> = calls.iter().filter(|c| c.code != Code::Ok).collect();
+    let settled = promoted_at + Duration::from_secs(1);
+    let late_failures: Vec<&&Call> = failed.iter().filter(|c| c.began >= settled).collect();
+    assert!(
+        late_failures.is_empty(),
+        "calls that started after the promotion failed: {:?}",
+        &late_failures[..late_failures.len().min(3)]
+    );
+    assert!(
+        failed.len() * 100 <= calls.len() * 3,
+        "{} of {} calls failed across the failover (at most 3% may): {:?}",
+        failed.len(),
+        calls.len(),
+        &failed[..failed.len().min(3)]
+    );
+    until_idle(&schedulers[1]).await;
+    eprintln!(
+        "sentinel failover: primary :{old} killed, :{new} promoted after {} ms; {} of {} calls \
+         failed; vendor peak {peak}/{CAP} per key, 0 over cap, 0 429s",
+        promoted_at.duration_since(killed_at).as_millis(),
+        failed.len(),
+        calls.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_flushed_or_restarted_empty_under_load_oversells_no_key() {
+    // The production default window (5 s) against the 3 s leases of this fleet (renewed
+    // every second): every live lease re-registers long before grants resume.
+    let Fleet {
+        mut redis,
+        fake,
+        dir: _dir,
+        config,
+    } = Fleet::with_recovery(100, 300, 5_000).await;
+    let schedulers = [
+        scheduler(&config, &redis.url()),
+        scheduler(&config, &redis.url()),
+    ];
+    let synth = [
+        synthesis(&config, [&schedulers[0], &schedulers[1]]),
+        synthesis(&config, [&schedulers[1], &schedulers[0]]),
+    ];
+    let clients = [
+        SynthesisClient::new(channel(&synth[0].addr).await),
+        SynthesisClient::new(channel(&synth[1].addr).await),
+    ];
+    let load = Load::start(&clients, 150);
+    load.until_more(300, "before the flush").await;
+    redis.flushall();
+    load.until_more(300, "after the flush").await;
+    redis.restart_empty();
+    load.until_more(300, "after the restart").await;
+    let calls = load.stop().await;
+    let peak = assert_vendor_within_caps(&fake);
+    let failed: Vec<&Call> = calls.iter().filter(|c| c.code != Code::Ok).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} calls failed: {:?}",
+        failed.len(),
+        calls.len(),
+        &failed[..failed.len().min(3)]
+    );
+    until_idle(&schedulers[0]).await;
+    eprintln!(
+        "store loss: FLUSHALL and an empty restart under load; {} calls, 0 failed; vendor peak \
+         {peak}/{CAP} per key, 0 over cap, 0 429s",
+        calls.len()
+    );
 }
