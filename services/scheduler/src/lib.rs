@@ -8,9 +8,10 @@
 //!
 //! Modules:
 //! - [`model`]: domain types (keys, leases, outcomes, key states, pool status).
-//! - [`store`]: the `LeaseStore` trait and its two backends (in-process memory, Redis + Lua).
-//! - [`admission`]: how an Acquire becomes a lease: FIFO waiting, undo-on-cancel, re-seed
-//!   (domain types only).
+//! - [`store`]: the `LeaseStore` trait and its two backends (in-process memory; Redis + Lua on
+//!   one server, Sentinel or Cluster), and recovery after the store loses data.
+//! - [`admission`]: how an Acquire becomes a lease: FIFO waiting, undo-on-cancel, re-seed,
+//!   waiting out a recovery window (domain types only).
 //! - [`service`]: the gRPC edge: thin handlers over request validation and the domain.
 //! - [`convert`]: domain types to and from their protobuf forms.
 //! - [`metrics`]: OpenTelemetry instruments (per-key in-flight, utilization, acquires, cooldowns).

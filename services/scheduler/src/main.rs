@@ -23,8 +23,11 @@ struct Args {
     /// name resolved at start-up (`localhost:50051`). Port 0 picks a free port.
     #[arg(long, env = "VOXPOOL_LISTEN", default_value = "127.0.0.1:50051")]
     listen: String,
-    /// Lease store: `memory` (single replica) or `redis://host:port/db` (any number of replicas;
-    /// also `rediss://` and `unix:///path/redis.sock`).
+    /// Lease store: `memory` (single replica) or Redis shared by any number of replicas: one
+    /// server (`redis://host:port/db`, `rediss://`, `unix:///path/redis.sock`), Sentinel
+    /// (`redis-sentinel://host:port[,host:port...][/db]#<master-name>`) or Cluster
+    /// (`redis-cluster://host:port[,host:port...]`); TLS as `rediss-sentinel://`,
+    /// `rediss-cluster://`.
     #[arg(long, env = "VOXPOOL_STORE", default_value = "memory")]
     store: String,
     /// File holding the admin bearer token (else VOXPOOL_ADMIN_TOKEN; without either, admin
