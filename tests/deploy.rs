@@ -232,3 +232,54 @@ fn collector_config_receives_otlp_and_exports_prometheus() {
     assert!(metrics.iter().any(|e| s(e) == "prometheus"));
     assert!(metrics.iter().any(|e| s(e) == "debug"));
 }
+
+/// The schedulers' stores are the replicated form (README, "Failover guarantee"): the compose
+/// stack's and the example Secret's point at Sentinel, and Redis keeps no stale state across a
+/// restart (no persistence).
+#[test]
+fn deploy_runs_the_lease_store_on_sentinel_without_persistence() {
+    let deploy = workspace_root().join("deploy");
+    let compose = &docs(&deploy.join("docker-compose.yml"))[0];
+    let services = &compose["services"];
+    let args: Vec<&str> = services["scheduler"]["command"]
+        .as_sequence()
+        .expect("scheduler command")
+        .iter()
+        .map(s)
+        .collect();
+    let store = args
+        .iter()
+        .position(|a| *a == "--store")
+        .and_then(|i| args.get(i + 1))
+        .expect("--store");
+    assert!(
+        store.starts_with("redis-sentinel://") && store.ends_with("#voxpool"),
+        "{store}"
+    );
+    for host in store["redis-sentinel://".len()..store.len() - "#voxpool".len()].split(',') {
+        let name = host.split(':').next().unwrap_or_default();
+        assert!(
+            services.get(name).is_some(),
+            "--store names {name}, which compose does not run"
+        );
+    }
+    for node in ["redis", "redis-replica"] {
+        let command: Vec<&str> = services[node]["command"]
+            .as_sequence()
+            .expect("redis command")
+            .iter()
+            .map(s)
+            .collect();
+        let joined = command.join(" ");
+        assert!(
+            joined.contains("--appendonly no") && command.windows(2).any(|w| w == ["--save", ""]),
+            "{node}: {joined}"
+        );
+    }
+    let secret = &docs(&deploy.join("k8s/secret.example.yaml"))[0];
+    let store = s(&secret["stringData"]["VOXPOOL_STORE"]);
+    assert!(
+        store.starts_with("redis-sentinel://") && store.contains('#'),
+        "{store}"
+    );
+}

@@ -7,6 +7,11 @@
 //! 2. Acquire latency p50/p99 through gRPC+Redis under an open-loop load of half the measured
 //!    maximum throughput (floor p99 <= 2 ms).
 //! 3. Cost of a 10,000-key pool relative to a 10-key pool, raw scripts (floor <= 1.2x).
+//! 4. Cost of the replica acknowledgement (`scheduler.store_replica_acks`), on a real Sentinel
+//!    setup (primary + replica + three sentinels): raw pairs/s and single-caller Acquire
+//!    latency with every grant waiting for the replica (`WAIT 1`) and without, same primary.
+//! 5. Cost of the recovery window: how long after a FLUSHALL the first waiting Acquire is
+//!    granted, with the default window (5 s), on the Redis store.
 //!
 //! Each measurement runs `BENCH_ROUNDS` times, interleaved (gRPC+memory, gRPC+Redis, raw, then
 //! again), and the report gives the median with the range: on a shared machine a neighbour's
@@ -248,6 +253,110 @@ fn verdict(ok: bool) -> &'static str {
     if ok { "meets floor" } else { "BELOW FLOOR" }
 }
 
+/// Raw-script options on `url` with `replica_acks` acknowledgements per grant.
+async fn store_at(url: &str, replica_acks: u32) -> Arc<dyn LeaseStore> {
+    Arc::new(
+        RedisStore::connect(
+            url,
+            RedisOptions {
+                timeout: Duration::from_secs(2),
+                reap_batch: 64,
+                replica_acks: Some(replica_acks),
+                replica_ack_timeout: Duration::from_millis(100),
+                recovery_window_ms: 0,
+                key_prefix: "vp".into(),
+            },
+        )
+        .await
+        .expect("redis"),
+    )
+}
+
+/// Median latency (ms) of `n` sequential raw Acquire+Release pairs: one caller, no queueing.
+async fn sequential_pair_ms(store: &Arc<dyn LeaseStore>, pool: &str, n: u32) -> f64 {
+    let mut took = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let sent = Instant::now();
+        raw_pair(store.clone(), pool.to_owned()).await;
+        took.push(sent.elapsed().as_micros() as u64);
+    }
+    took.sort_unstable();
+    pct(&took, 0.5)
+}
+
+/// Section 4: pairs/s and one caller's pair latency with and without `WAIT 1`.
+async fn replica_ack_cost(rounds: u64, workers: u64, secs: u64) -> [Rounds; 5] {
+    let sentinel = tokio::task::spawn_blocking(voxpool_shared::testing::RedisSentinel::start)
+        .await
+        .expect("sentinel");
+    let acked = store_at(&sentinel.url(), 1).await;
+    let unacked = store_at(&sentinel.url(), 0).await;
+    let spec = PoolSpec {
+        pool: "bench".into(),
+        keys: (0..10)
+            .map(|k| KeySpec {
+                key_id: format!("u/k{k}"),
+                capacity: 100,
+            })
+            .collect(),
+    };
+    acked.seed(&[spec]).await.expect("seed");
+    let (mut on, mut off, mut ratio, mut lat_on, mut lat_off) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let a = raw_pairs_per_sec(&acked, "bench", workers, secs).await;
+        let u = raw_pairs_per_sec(&unacked, "bench", workers, secs).await;
+        on.push(a);
+        off.push(u);
+        ratio.push(a / u);
+        lat_on.push(sequential_pair_ms(&acked, "bench", 500).await);
+        lat_off.push(sequential_pair_ms(&unacked, "bench", 500).await);
+    }
+    [
+        Rounds(on),
+        Rounds(off),
+        Rounds(ratio),
+        Rounds(lat_on),
+        Rounds(lat_off),
+    ]
+}
+
+/// Section 5: ms from a FLUSHALL to the first grant of a waiting Acquire (default window).
+async fn recovery_cost(redis: &RedisServer, rounds: u64) -> Rounds {
+    let mut config = pool_config(10);
+    config.scheduler.recovery_window_ms =
+        voxpool_shared::config::SchedulerSettings::default().recovery_window_ms;
+    let store: Arc<dyn LeaseStore> = Arc::new(
+        RedisStore::connect(&redis.url(), RedisOptions::from_settings(&config.scheduler))
+            .await
+            .expect("redis"),
+    );
+    let (mut client, stop) = serve(store, &config).await;
+    let mut took = Vec::new();
+    for _ in 0..rounds {
+        redis.flushall();
+        let sent = Instant::now();
+        let lease = client
+            .acquire(pb::AcquireRequest {
+                pool: "bench".into(),
+                wait_timeout_ms: 30_000,
+                ..Default::default()
+            })
+            .await
+            .expect("granted after the window")
+            .into_inner();
+        took.push(sent.elapsed().as_secs_f64() * 1000.0);
+        client
+            .release(pb::ReleaseRequest {
+                lease_id: lease.lease_id,
+            })
+            .await
+            .expect("release");
+    }
+    stop.cancel();
+    Rounds(took)
+}
+
 fn main() {
     let secs = env_or("BENCH_SECONDS", 2);
     let rounds = env_or("BENCH_ROUNDS", 5).max(1);
@@ -330,6 +439,9 @@ fn main() {
             cost.push(t / tk);
         }
         let (ten, ten_k, cost) = (Rounds(ten), Rounds(ten_k), Rounds(cost));
+        let [acks_on, acks_off, acks_ratio, lat_on, lat_off] =
+            replica_ack_cost(rounds, workers, secs).await;
+        let recovery = recovery_cost(&redis, rounds.min(3)).await;
 
         println!("## Scheduler\n");
         println!(
@@ -370,6 +482,30 @@ fn main() {
             "| cost 10,000 keys / 10 keys | {} | <= 1.2 | {} |",
             cost.show(3),
             verdict(cost.median() <= 1.2)
+        );
+        println!(
+            "| Sentinel: raw pairs/s, grants wait for 1 replica (`WAIT 1`) | {} | | |",
+            acks_on.show(0)
+        );
+        println!(
+            "| Sentinel: raw pairs/s, no replica acknowledgement | {} | | |",
+            acks_off.show(0)
+        );
+        println!(
+            "| ratio with / without replica acknowledgement | {} | | |",
+            acks_ratio.show(3)
+        );
+        println!(
+            "| Sentinel: one caller's pair latency with `WAIT 1`, ms (p50 of 500) | {} | | |",
+            lat_on.show(3)
+        );
+        println!(
+            "| Sentinel: one caller's pair latency without, ms (p50 of 500) | {} | | |",
+            lat_off.show(3)
+        );
+        println!(
+            "| first grant after a FLUSHALL (recovery window 5000 ms), ms | {} | | |",
+            recovery.show(0)
         );
     });
 }

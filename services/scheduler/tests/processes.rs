@@ -3,34 +3,21 @@
 
 use std::{
     collections::HashMap,
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::Command,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use tonic::{Code, transport::Channel};
-use tonic_health::pb::{
-    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
-};
+use tonic_health::pb::health_check_response::ServingStatus;
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
 use voxpool_shared::testing::RedisServer;
 
-const BIN: &str = env!("CARGO_BIN_EXE_voxpool-scheduler");
+#[path = "common/replica.rs"]
+mod replica;
 
-/// A scheduler process, killed on drop.
-struct Replica {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use replica::{BIN, Replica, client, spawn_args, wait_health};
 
 fn write_config(dir: &Path, keys: usize, capacity: u32) -> PathBuf {
     write_config_with(dir, keys, capacity, "recovery_window_ms = 0\n")
@@ -63,35 +50,6 @@ fn spawn_with(config: &Path, store: &str, extra: &[&str]) -> Replica {
     let mut args = vec!["--listen", "127.0.0.1:0", "--store", store];
     args.extend_from_slice(extra);
     spawn_args(config, &args)
-}
-
-/// Starts a replica with exactly `args` after `--config`.
-fn spawn_args(config: &Path, args: &[&str]) -> Replica {
-    let mut child = Command::new(BIN)
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .env("VOXPOOL_ADMIN_TOKEN", "processes-test-admin-token")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn voxpool-scheduler");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("voxpool-scheduler listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-    Replica { child, addr }
-}
-
-async fn client(r: &Replica) -> PoolSchedulerClient<Channel> {
-    PoolSchedulerClient::connect(format!("http://{}", r.addr))
-        .await
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -239,31 +197,6 @@ async fn slots_of_a_killed_replica_return_within_the_lease_ttl() {
         .into_inner()
         .released
     );
-}
-
-async fn health(addr: &str) -> ServingStatus {
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut h = HealthClient::new(channel);
-    let r = h
-        .check(HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    ServingStatus::try_from(r.status).unwrap()
-}
-
-async fn wait_health(addr: &str, want: ServingStatus) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while health(addr).await != want {
-        assert!(Instant::now() < deadline, "health never became {want:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,10 @@
 //!   never sees an error, the failed-over shard's pool resumes, no key is ever held past its
 //!   capacity;
 //! - a grant no replica acknowledges is withdrawn (UNAVAILABLE naming the setting), never
-//!   left counted.
+//!   left counted;
+//! - a Sentinel failover: health NOT_SERVING while no primary answers, SERVING once the
+//!   sentinels name the new one, whose scripts are loaded on first use (NOSCRIPT), and the
+//!   live lease granted before the failover still counts.
 //!
 //! "Held" is counted by the test itself, from a grant's answer to its release being sent: the
 //! vendor's view of the slots. The Synthesize-level faults (a Sentinel primary killed, Redis
@@ -13,9 +16,7 @@
 
 use std::{
     collections::HashMap,
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicUsize, Ordering},
@@ -23,54 +24,20 @@ use std::{
     time::{Duration, Instant},
 };
 
+#[path = "common/replica.rs"]
+mod replica;
+
+use replica::{Replica, client, spawn_args, wait_health};
 use tonic::{Code, transport::Channel};
+use tonic_health::pb::health_check_response::ServingStatus;
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
 use voxpool_shared::testing::{RedisCluster, RedisSentinel};
 
-const BIN: &str = env!("CARGO_BIN_EXE_voxpool-scheduler");
 const KEYS_PER_POOL: usize = 4;
 const CAP: u32 = 2;
 
-/// A scheduler process, killed on drop.
-struct Replica {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn spawn(config: &Path, store: &str) -> Replica {
-    let mut child = Command::new(BIN)
-        .arg("--config")
-        .arg(config)
-        .args(["--listen", "127.0.0.1:0", "--store", store])
-        .env("VOXPOOL_ADMIN_TOKEN", "topologies-test-admin-token")
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn voxpool-scheduler");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("first line");
-    let addr = line
-        .trim()
-        .strip_prefix("voxpool-scheduler listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-    Replica { child, addr }
-}
-
-async fn client(r: &Replica) -> PoolSchedulerClient<Channel> {
-    PoolSchedulerClient::connect(format!("http://{}", r.addr))
-        .await
-        .expect("connect")
+    spawn_args(config, &["--listen", "127.0.0.1:0", "--store", store])
 }
 
 /// Pools `pools`, each with [`KEYS_PER_POOL`] keys of capacity [`CAP`], plus `scheduler_lines`.
@@ -409,4 +376,115 @@ async fn a_grant_no_replica_acknowledges_is_withdrawn() {
     c.acquire(acquire())
         .await
         .expect("granted again once the replica answers");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_is_not_serving_then_serving_with_the_lease_still_counted() {
+    let sentinel = Arc::new(
+        tokio::task::spawn_blocking(RedisSentinel::start)
+            .await
+            .expect("sentinel"),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), &["p"], "");
+    let r = spawn(&config, &sentinel.url());
+    let mut c = client(&r).await;
+    wait_health(&r.addr, ServingStatus::Serving).await;
+    let held = c
+        .acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            lease_ttl_ms: 60_000,
+            ..Default::default()
+        })
+        .await
+        .expect("granted and acknowledged by the replica")
+        .into_inner();
+    let old = sentinel.kill_primary();
+    wait_health(&r.addr, ServingStatus::NotServing).await;
+    let new = {
+        let sentinel = sentinel.clone();
+        tokio::task::spawn_blocking(move || sentinel.wait_failover(old))
+            .await
+            .expect("failover")
+    };
+    assert_ne!(new, old);
+    wait_health(&r.addr, ServingStatus::Serving).await;
+    let s = c
+        .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
+        .await
+        .expect("status from the new primary")
+        .into_inner();
+    assert_eq!(
+        s.in_flight, 1,
+        "the acknowledged lease survived the failover: {s:?}"
+    );
+    assert_eq!(
+        s.recovering_until_ms, 0,
+        "nothing was lost, so no recovery window"
+    );
+    let released = c
+        .release(pb::ReleaseRequest {
+            lease_id: held.lease_id,
+        })
+        .await
+        .expect("release on the new primary")
+        .into_inner();
+    assert!(released.released);
+}
+
+/// `WAIT` calls the Redis at `port` has served (`INFO commandstats`).
+fn wait_calls(port: u16) -> u64 {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "INFO", "commandstats"])
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_wait:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_wait_acknowledges_many_concurrent_grants() {
+    let sentinel = tokio::task::spawn_blocking(RedisSentinel::start)
+        .await
+        .expect("sentinel");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut t = String::from(
+        "[[pools]]\nid = \"p0\"\nprovider = \"espeak\"\n[[pools.upstreams]]\nid = \"u\"\n",
+    );
+    for k in 0..10 {
+        t.push_str(&format!(
+            "[[pools.upstreams.keys]]\nid = \"k{k}\"\ncapacity = 100\n"
+        ));
+    }
+    t.push_str("[scheduler]\nrecovery_window_ms = 0\n");
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, t).expect("config");
+    let r = spawn(&config, &sentinel.url());
+    let c = client(&r).await;
+    let before = wait_calls(sentinel.primary_port());
+    let grants: Vec<_> = (0..400)
+        .map(|_| {
+            let mut c = c.clone();
+            tokio::spawn(async move {
+                c.acquire(pb::AcquireRequest {
+                    pool: "p0".into(),
+                    ..Default::default()
+                })
+                .await
+            })
+        })
+        .collect();
+    for g in grants {
+        g.await.expect("task").expect("granted and acknowledged");
+    }
+    let waits = wait_calls(sentinel.primary_port()) - before;
+    assert!(
+        (1..400).contains(&waits),
+        "400 acknowledged grants took {waits} WAITs: each WAIT should cover every grant written before it"
+    );
+    eprintln!("400 concurrent grants acknowledged by {waits} WAITs");
 }

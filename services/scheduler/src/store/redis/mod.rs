@@ -36,6 +36,7 @@
 //! failover) by `redis::Script`. Every call is bounded by the store timeout: an unreachable
 //! or stalled Redis gives [`StoreError::Unavailable`], never a hang.
 
+mod acks;
 pub mod conn;
 
 use std::time::Duration;
@@ -119,6 +120,7 @@ pub struct RedisStore {
     scripts: std::sync::Arc<Scripts>,
     topology: Topology,
     replica_acks: u32,
+    acks: std::sync::Arc<acks::Acks>,
     options: RedisOptions,
 }
 
@@ -160,6 +162,7 @@ impl RedisStore {
             replica_acks: options
                 .replica_acks
                 .unwrap_or_else(|| topology.default_replica_acks()),
+            acks: std::sync::Arc::default(),
             options,
         };
         store.ping().await?;
@@ -199,25 +202,36 @@ impl RedisStore {
 
     /// Waits for `store_replica_acks` replicas, or as many as are in sync with the primary
     /// now (`online`, which the script that wrote counted) if fewer, to hold this client's
-    /// writes so far (module doc). Errors: [`StoreError::Unavailable`] saying how many did.
+    /// writes so far (module doc; one WAIT serves every grant written before it, see
+    /// [`acks`]). Errors: [`StoreError::Unavailable`] saying how many did.
     async fn replicated(&self, pool: &str, what: &str, online: i64) -> StoreResult<()> {
-        let want = i64::from(self.replica_acks).min(online.max(0));
+        let want = self
+            .replica_acks
+            .min(u32::try_from(online.max(0)).unwrap_or(0));
         if want == 0 {
             return Ok(());
         }
         let [first, ..] = self.keys(pool);
         let timeout = self.options.replica_ack_timeout;
-        let want_u32 = u32::try_from(want).unwrap_or(u32::MAX);
-        let acked = self
-            .bounded("WAIT", self.conn.wait_replicas(&first, want_u32, timeout))
-            .await?;
-        if acked >= want {
-            return Ok(());
+        let waited = tokio::time::timeout(
+            self.options.timeout,
+            self.acks.wait(&self.conn, pool, &first, want, timeout),
+        )
+        .await
+        .map_err(|_| {
+            StoreError::Unavailable(format!(
+                "redis did not answer WAIT within {:?}",
+                self.options.timeout
+            ))
+        })?;
+        match waited {
+            Ok(()) => Ok(()),
+            Err(acks::AckError::Redis(e)) => Err(map_err(e)),
+            Err(acks::AckError::Short { acked }) => Err(StoreError::Unavailable(format!(
+                "pool {pool:?}: {what} was acknowledged by {acked} of {want} replica(s) within {}ms (scheduler.store_replica_acks); a failover could lose it, so it was withdrawn: retry, and check the Redis replicas",
+                timeout.as_millis()
+            ))),
         }
-        Err(StoreError::Unavailable(format!(
-            "pool {pool:?}: {what} was acknowledged by {acked} of {want} replica(s) within {}ms (scheduler.store_replica_acks); a failover could lose it, so it was withdrawn: retry, and check the Redis replicas",
-            timeout.as_millis()
-        )))
     }
 
     async fn run(&self, script: &Script, pool: &str, args: Vec<String>) -> StoreResult<Value> {

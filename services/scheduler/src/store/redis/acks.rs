@@ -1,0 +1,129 @@
+//! Replica acknowledgements, group-committed: one `WAIT` answers every grant written before it.
+//!
+//! Redis's `WAIT n t` blocks the client (our one multiplexed connection) until `n` replicas hold
+//! *every write that client sent before it*, or `t` passes. One WAIT per grant would therefore
+//! serialize the whole connection behind replication round trips. Instead, per pool (in a
+//! cluster a pool's writes all go to its slot's primary), at most one WAIT is in flight: a grant
+//! whose write was answered before that WAIT was sent is covered by its result; a grant written
+//! later waits for the next WAIT, which the first such grant sends.
+//!
+//! Invariant guarded: a grant is reported acknowledged only by a WAIT *sent after its write's
+//! reply arrived* on the same connection, and only if that WAIT counted at least the replicas
+//! the grant needs. WAITs are numbered as they are sent (`started`); a grant notes the number
+//! after its write, and only a WAIT with a higher number counts for it.
+//!
+//! What it cannot see: the connection re-established between a write and its WAIT (a WAIT on a
+//! fresh connection has no writes to wait for). That needs the connection to break in the
+//! sub-millisecond gap and the primary to die before replicating: a double fault.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use tokio::{sync::watch, time::Instant};
+
+use super::conn::Conn;
+
+/// The group commit of one pool (module doc).
+#[derive(Debug)]
+struct Batch {
+    /// WAITs sent so far; the next one gets `started + 1`.
+    started: AtomicU64,
+    /// Held by the grant whose WAIT is in flight.
+    leader: tokio::sync::Mutex<()>,
+    /// `(number, replicas acknowledged)` of the last WAIT that finished; -1 replicas = it failed.
+    done: watch::Sender<(u64, i64)>,
+}
+
+/// How a wait for acknowledgements ended.
+#[derive(Debug)]
+pub enum AckError {
+    /// The newest WAIT that covered the grant counted too few replicas in time.
+    Short {
+        /// Replicas that acknowledged.
+        acked: i64,
+    },
+    /// Redis failed the WAIT.
+    Redis(redis::RedisError),
+}
+
+/// Group commits of every pool of one store (module doc).
+#[derive(Debug, Default)]
+pub struct Acks {
+    batches: Mutex<HashMap<String, Arc<Batch>>>,
+}
+
+impl Acks {
+    fn batch(&self, pool: &str) -> Arc<Batch> {
+        let mut batches = self
+            .batches
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        batches
+            .entry(pool.to_owned())
+            .or_insert_with(|| {
+                Arc::new(Batch {
+                    started: AtomicU64::new(0),
+                    leader: tokio::sync::Mutex::new(()),
+                    done: watch::channel((0, 0)).0,
+                })
+            })
+            .clone()
+    }
+
+    /// Waits until `want` replicas hold every write `conn` answered for `pool` so far, at most
+    /// `timeout`. Call it after the write's reply arrived. `key` routes the WAIT (a key of the
+    /// pool). Errors: [`AckError`].
+    pub async fn wait(
+        &self,
+        conn: &Conn,
+        pool: &str,
+        key: &str,
+        want: u32,
+        timeout: Duration,
+    ) -> Result<(), AckError> {
+        let batch = self.batch(pool);
+        // WAITs numbered above this one are sent after our write was answered.
+        let ticket = batch.started.load(Ordering::SeqCst);
+        let deadline = Instant::now() + timeout;
+        let mut finished = batch.done.subscribe();
+        let mut acked = 0;
+        loop {
+            let (number, count) = *finished.borrow_and_update();
+            if number > ticket {
+                if count >= i64::from(want) {
+                    return Ok(());
+                }
+                acked = count.max(0);
+            }
+            if Instant::now() >= deadline {
+                return Err(AckError::Short { acked });
+            }
+            if let Ok(_leading) = batch.leader.try_lock() {
+                let number = batch.started.fetch_add(1, Ordering::SeqCst) + 1;
+                let left = deadline.saturating_duration_since(Instant::now());
+                let result = conn.wait_replicas(key, want, left).await;
+                let count = result.as_ref().map_or(-1, |n| *n);
+                batch.done.send_replace((number, count));
+                return match result {
+                    Ok(n) if n >= i64::from(want) => Ok(()),
+                    Ok(n) => Err(AckError::Short { acked: n }),
+                    Err(e) => Err(AckError::Redis(e)),
+                };
+            }
+            tokio::select! {
+                changed = finished.changed() => {
+                    if changed.is_err() {
+                        return Err(AckError::Short { acked });
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+}
