@@ -31,6 +31,9 @@ capacity = 4
 [[pools.upstreams.keys]]
 id = "engine-2"
 capacity = 4
+[scheduler]
+# A fresh in-process store: no leases to wait for.
+recovery_window_ms = 0
 "#;
 
 /// The binary, killed when dropped.
@@ -99,7 +102,7 @@ async fn real_binary_and_engine_produce_a_correct_wav_of_real_speech() {
     std::fs::write(&path, CONFIG).expect("write config");
     let config = Config::from_toml_str(CONFIG).expect("config");
     let shutdown = CancellationToken::new();
-    let scheduler = start_scheduler(&config, shutdown.clone()).await;
+    let (scheduler, _store) = start_scheduler(&config, shutdown.clone()).await;
     let synthesis = spawn_synthesis(&path, scheduler);
     let channel = Channel::from_shared(format!("http://{}", synthesis.addr))
         .expect("url")

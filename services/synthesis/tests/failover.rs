@@ -524,6 +524,50 @@ async fn a_call_is_aborted_when_its_lease_can_no_longer_be_renewed() {
 }
 
 #[tokio::test]
+async fn a_running_call_re_registers_its_lease_when_the_store_loses_the_pool() {
+    // The scheduler asks for renewals every half recovery window (500 ms here, below the
+    // lease's own ttl / 3 of 1 s), and a renewal names the lease's key.
+    let (adapter, mut signals) =
+        Scripted::new("openai", TextLimit::Chars(4096), vec![Step::Gate]);
+    let stack = common::Stack::start_with(
+        &openai_pool(1, 1, 2),
+        adapter.registry(),
+        common::Opts {
+            lease_ttl: Duration::from_secs(3),
+            recovery_window_ms: 1_000,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut client = stack.synthesis.clone();
+    let req = request(&snapshot("openai", "p", "alloy", "{}"), "hi");
+    // The fresh store's own window delays this first call by up to a second.
+    let call = tokio::spawn(async move { client.synthesize(req).await });
+    tokio::time::timeout(WAIT, signals.started.recv())
+        .await
+        .expect("vendor call started");
+    assert_eq!(stack.in_flight("p").await, 1);
+    // The store forgets the pool (a Redis restarted empty) while the vendor works.
+    stack.store.forget_pool("p").await.expect("forget");
+    let lost = stack.pool_status("p").await;
+    assert_eq!(lost.in_flight, 0, "the store lost the lease");
+    assert!(lost.recovering_until_ms > 0, "the re-seed opened a recovery window");
+    // Within the window the running call's renewal counts it again.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while stack.in_flight("p").await != 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the running call's lease was never re-registered"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    adapter.open_gate();
+    let resp = call.await.expect("join").expect("synthesized").into_inner();
+    assert_eq!(resp.attempts.len(), 1);
+    stack.wait_until_idle("p").await;
+}
+
+#[tokio::test]
 async fn audio_over_the_message_limit_points_to_the_stream() {
     let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![]);
     let flags = voxpool_shared::limits::ServerFlags {

@@ -20,9 +20,9 @@ use voxpool_synthesis::{
     vendor::registry::Registry,
 };
 
-/// Scheduler settings for tests: fast polling.
+/// Scheduler settings for tests: fast polling, no recovery window unless [`Opts`] asks.
 pub const SCHEDULER_SETTINGS: &str =
-    "\n[scheduler]\nwait_poll_ms = 10\nrate_limit_cooldown_ms = 60000\nrecovery_window_ms = 0\n";
+    "\n[scheduler]\nwait_poll_ms = 10\nrate_limit_cooldown_ms = 60000\n";
 
 /// Synthesis server options for a test.
 pub struct Opts {
@@ -32,6 +32,8 @@ pub struct Opts {
     pub lease_ttl: Duration,
     /// Server limits (default: the binary's defaults).
     pub flags: ServerFlags,
+    /// The scheduler's `recovery_window_ms` (default 0: the store starts fresh).
+    pub recovery_window_ms: u64,
 }
 
 impl Default for Opts {
@@ -40,6 +42,7 @@ impl Default for Opts {
             catalog: "http://127.0.0.1:1".into(),
             lease_ttl: Duration::from_secs(15),
             flags: ServerFlags::default(),
+            recovery_window_ms: 0,
         }
     }
 }
@@ -52,6 +55,8 @@ pub struct Stack {
     pub scheduler_addr: SocketAddr,
     pub config: Config,
     pub dir: tempfile::TempDir,
+    /// The scheduler's store (to make it lose a pool, as a Redis restart would).
+    pub store: std::sync::Arc<dyn voxpool_scheduler::store::LeaseStore>,
     shutdown: CancellationToken,
     scheduler_stop: CancellationToken,
 }
@@ -76,21 +81,28 @@ fn materialize(toml: &str, dir: &std::path::Path) -> String {
     text
 }
 
-pub async fn start_scheduler(config: &Config, shutdown: CancellationToken) -> SocketAddr {
+pub async fn start_scheduler(
+    config: &Config,
+    shutdown: CancellationToken,
+) -> (
+    SocketAddr,
+    std::sync::Arc<dyn voxpool_scheduler::store::LeaseStore>,
+) {
     let store = voxpool_scheduler::server::open_store("memory", config)
         .await
         .expect("memory store");
+    let served = store.clone();
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind scheduler");
     let addr = listener.local_addr().expect("scheduler addr");
     let config = config.clone();
     tokio::spawn(async move {
-        voxpool_scheduler::server::serve(listener, store, &config, AdminAuth::disabled(), shutdown)
+        voxpool_scheduler::server::serve(listener, served, &config, AdminAuth::disabled(), shutdown)
             .await
             .expect("scheduler serve");
     });
-    addr
+    (addr, store)
 }
 
 pub async fn client<T>(addr: SocketAddr, make: impl FnOnce(Channel) -> T) -> T {
@@ -123,16 +135,20 @@ impl Stack {
             catalog,
             lease_ttl,
             flags,
+            recovery_window_ms,
         } = opts;
         let dir = tempfile::tempdir().expect("tempdir");
-        let text = format!("{}{SCHEDULER_SETTINGS}", materialize(toml, dir.path()));
+        let text = format!(
+            "{}{SCHEDULER_SETTINGS}recovery_window_ms = {recovery_window_ms}\n",
+            materialize(toml, dir.path())
+        );
         let config = Config::from_toml_str(&text).expect("config parses");
         config
             .validate(voxpool_shared::config::Credentials::Ignore)
             .expect("config valid");
         let shutdown = CancellationToken::new();
         let scheduler_stop = shutdown.child_token();
-        let scheduler_addr = start_scheduler(&config, scheduler_stop.clone()).await;
+        let (scheduler_addr, store) = start_scheduler(&config, scheduler_stop.clone()).await;
         let options = Options {
             scheduler_url: format!("http://{scheduler_addr}"),
             catalog_url: catalog,
@@ -161,6 +177,7 @@ impl Stack {
             scheduler_addr,
             config,
             dir,
+            store,
             shutdown,
             scheduler_stop,
         }
