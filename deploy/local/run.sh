@@ -10,13 +10,15 @@ CONFIG=${VOXPOOL_CONFIG:-deploy/config/example.toml}
 DATA=${VOXPOOL_RUN_DIR:-target/run}
 mkdir -p "$DATA"
 export VOXPOOL_ADMIN_TOKEN=${VOXPOOL_ADMIN_TOKEN:-dev-admin-token-local}
-DB="sqlite://$PWD/$DATA/voxpool.db?mode=rwc"
+DB="sqlite://$(realpath -m "$DATA")/voxpool.db?mode=rwc"
 
 command -v espeak-ng >/dev/null || echo "warning: espeak-ng not found (apt-get install espeak-ng): synthesis will fail" >&2
 
 declare -A names=()
 cleanup() { kill "${!names[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+# Ctrl-C / SIGTERM: the user stops the stack, which is a success.
+trap 'exit 0' INT TERM
 
 # start NAME PORT CMD...: runs CMD in the background and waits until PORT accepts connections.
 start() {
@@ -46,5 +48,7 @@ start synthesis 50053 "$BIN/voxpool-synthesis" --config "$CONFIG"
 echo "voxpool running: scheduler 127.0.0.1:50051, catalog 127.0.0.1:50052, synthesis 127.0.0.1:50053"
 echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token-local). Ctrl-C stops everything."
 set +e
-wait -n "${!names[@]}"
-echo "make run: a service stopped; stopping the others" >&2
+wait -n -p dead "${!names[@]}"
+status=$?
+echo "make run: $(printf '%s' "${names[$dead]:-a service}") exited with status $status; stopping the others" >&2
+exit $(( status == 0 ? 1 : status ))
