@@ -158,6 +158,12 @@ async fn bad_requests_are_clear_errors_and_the_server_keeps_serving() {
             "invalid text: must contain something to say",
         ),
         (
+            "punctuation-only text",
+            request(&good, "... !? — 🙂"),
+            Code::InvalidArgument,
+            "invalid text: has nothing to speak",
+        ),
+        (
             "10 MB text",
             request(&good, &"a".repeat(10 << 20)),
             Code::InvalidArgument,
