@@ -26,11 +26,14 @@ pub fn final_path(dir: &Path, id: &str, format: Format) -> PathBuf {
     dir.join(file_name(id, format))
 }
 
-/// Writes `bytes` to `dir/name` atomically: temp file, `fsync`, rename.
+/// Writes `bytes` to `dir/name` atomically: temp file, `fsync`, rename. The file gets the
+/// permissions any new file of the user gets (0666 less the umask), not a temp file's 0600.
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
     let mut tmp = tempfile::Builder::new()
         .prefix(TEMP_PREFIX)
         .suffix(".part")
+        .permissions(std::fs::Permissions::from_mode(0o666))
         .tempfile_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
@@ -74,6 +77,23 @@ mod tests {
             std::fs::read(dir.path().join("a.wav")).expect("read"),
             b"newer"
         );
+    }
+
+    #[test]
+    fn output_files_get_the_mode_the_umask_gives_new_files() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_atomic(dir.path(), "a.wav", b"data").expect("write");
+        // What the umask makes of a plainly created file, for comparison.
+        std::fs::write(dir.path().join("plain"), b"x").expect("plain file");
+        let mode = |n: &str| {
+            std::fs::metadata(dir.path().join(n))
+                .expect("metadata")
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert_eq!(mode("a.wav"), mode("plain"), "not a temp file's private 0600");
     }
 
     #[test]
