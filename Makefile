@@ -1,3 +1,4 @@
+SHELL := /bin/bash
 # voxpool: the two set-up commands are `make run` and `make test`.
 CARGO ?= cargo
 
@@ -13,9 +14,14 @@ run: build
 ## test: every test of the workspace (starts its own redis-server / PostgreSQL). The binaries
 ## are built first: end-to-end tests run them (voxpool-fake-vendor has no tests of its own
 ## that would make `cargo test` build it).
+## The last line totals every test binary's result.
 test:
 	$(CARGO) build --workspace --bins
-	$(CARGO) test --workspace --no-fail-fast
+	@set -o pipefail; $(CARGO) test --workspace --no-fail-fast 2>&1 | tee target/test-output.log; \
+	status=$$?; \
+	awk '/^test result:/ { p += $$4; f += $$6; i += $$8 } \
+	  END { printf "make test: %d passed, %d failed, %d ignored\n", p, f, i }' target/test-output.log; \
+	exit $$status
 
 ## bench: every benchmark; writes a dated report under target/bench-reports/
 bench:

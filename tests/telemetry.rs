@@ -3,7 +3,14 @@
 
 use std::{process::Command, time::Duration};
 
-use voxpool_e2e::{binary, otlp, start, workspace_root};
+use voxpool_e2e::{binary, otlp, start_with_stderr, workspace_root};
+
+/// Starts `cmd` at the default log level (spans are exported only for what the filter lets
+/// through), its log lines dropped: what this file checks arrives over OTLP.
+fn start(mut cmd: Command) -> voxpool_e2e::Service {
+    cmd.env("RUST_LOG", "info");
+    start_with_stderr(cmd, std::process::Stdio::null())
+}
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
 
 /// A scheduler on the example config exporting traces and metrics to `endpoint` often.

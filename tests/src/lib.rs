@@ -57,7 +57,17 @@ impl Drop for Service {
 }
 
 /// Starts `command` (which must print `<name> listening on <addr>` as its first stdout line).
-pub fn start(command: Command) -> Service {
+/// Its logs share the test run's terminal, so unless the command or the environment sets
+/// `RUST_LOG`, only errors are shown (`VOXPOOL_TEST_LOG=info` shows everything): the services'
+/// expected warnings (e.g. the example config's pools without credentials) are not news.
+pub fn start(mut command: Command) -> Service {
+    let chosen = command.get_envs().any(|(k, _)| k == "RUST_LOG");
+    if !chosen && std::env::var_os("RUST_LOG").is_none() {
+        command.env(
+            "RUST_LOG",
+            std::env::var("VOXPOOL_TEST_LOG").unwrap_or_else(|_| "error".into()),
+        );
+    }
     start_with_stderr(command, Stdio::inherit())
 }
 
