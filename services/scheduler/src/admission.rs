@@ -141,11 +141,24 @@ impl Admission {
         if let Some(s) = self.store.status(pool).await? {
             return Ok(s);
         }
-        self.store.seed(&self.specs).await?;
+        self.reseed(pool).await?;
         self.store
             .status(pool)
             .await?
             .ok_or_else(|| StoreError::NotSeeded(pool.to_owned()).into())
+    }
+
+    /// Seeds `pool` again after the store lost it: that pool only, so pools on a shard that is
+    /// down (a Redis Cluster) do not keep this one from recovering.
+    async fn reseed(&self, pool: &str) -> Result<(), StoreError> {
+        tracing::warn!(pool = %pool, "pool missing from the lease store; re-seeding it");
+        let spec: Vec<PoolSpec> = self
+            .specs
+            .iter()
+            .filter(|s| s.pool == pool)
+            .cloned()
+            .collect();
+        self.store.seed(&spec).await
     }
 
     /// Renews a lease (re-registering it during a recovery window when `key_id` names its
@@ -159,8 +172,7 @@ impl Admission {
     ) -> Result<Option<Lease>, SchedulerError> {
         match self.store.renew(id, ttl_ms, key_id).await {
             Err(StoreError::NotSeeded(pool)) => {
-                tracing::warn!(pool = %pool, "pool missing from the lease store; re-seeding");
-                self.store.seed(&self.specs).await?;
+                self.reseed(&pool).await?;
                 Ok(self.store.renew(id, ttl_ms, key_id).await?)
             }
             other => Ok(other?),
@@ -192,8 +204,7 @@ impl Admission {
         let mut result = self.store.acquire(params).await;
         if let Err(StoreError::NotSeeded(pool)) = &result {
             // The store lost the pool (e.g. Redis restarted empty): seed again, retry once.
-            tracing::warn!(pool = %pool, "pool missing from the lease store; re-seeding");
-            self.store.seed(&self.specs).await?;
+            self.reseed(&pool.clone()).await?;
             result = self.store.acquire(params).await;
         }
         // Keep the undo armed when the store failed: a timed-out script may still run later

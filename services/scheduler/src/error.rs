@@ -81,7 +81,7 @@ pub enum SchedulerError {
     },
     /// The store lost the pool's state and its recovery window runs (`store` module doc).
     #[error(
-        "pool {pool:?} is recovering: the lease store lost its lease counts (a Redis restart, flush or failover), so new grants wait {resumes_in_ms}ms more (scheduler.recovery_window_ms) while live leases re-register; retry then, or send a waitTimeoutMs that covers it"
+        "pool {pool:?} is recovering: the lease store had no state for it (a fresh store, or a Redis restart, flush or failover that lost it), so new grants wait {resumes_in_ms}ms more (scheduler.recovery_window_ms) while live leases re-register; retry then, or send a waitTimeoutMs that covers it"
     )]
     Recovering {
         /// Pool id.
@@ -108,7 +108,9 @@ pub enum SchedulerError {
         waited_ms: u64,
     },
     /// Renew on a lease that expired or was released.
-    #[error("lease {lease_id} is not live (expired or released); acquire a new lease")]
+    #[error(
+        "lease {lease_id} is not live (expired or released); acquire a new lease (if its pool is recovering after the store lost its state, renewing with keyId set re-registers a live one)"
+    )]
     LeaseNotLive {
         /// The lease id.
         lease_id: String,

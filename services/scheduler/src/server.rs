@@ -35,7 +35,7 @@ pub async fn open_store(spec: &str, config: &Config) -> Result<Arc<dyn LeaseStor
     } else if Topology::of(spec).is_some() {
         let store = RedisStore::connect(spec, RedisOptions::from_settings(s))
             .await
-            .map_err(|e| format!("store {}: {e}", redact_url(spec)))?;
+            .map_err(|e| one_line(&format!("store {}: {e}", redact_url(spec))))?;
         tracing::info!(
             topology = ?store.topology(),
             replica_acks = store.replica_acks(),
@@ -52,8 +52,24 @@ pub async fn open_store(spec: &str, config: &Config) -> Result<Arc<dyn LeaseStor
     store
         .seed(&PoolSpec::from_config(config))
         .await
-        .map_err(|e| format!("seeding pools into the store: {e}"))?;
+        .map_err(|e| {
+            let e = e.to_string();
+            // A single-node URL pointed at the other topologies fails here, on the first script.
+            let hint = if e.contains("Moved") || e.contains("CLUSTERDOWN") {
+                " (the server is a Redis Cluster node: use redis-cluster://host:port[,host:port...])"
+            } else if e.contains("unknown command") {
+                " (the server does not run scripts: a Redis Sentinel? use redis-sentinel://host:port[,host:port...]#<master-name>)"
+            } else {
+                ""
+            };
+            one_line(&format!("seeding pools into the store {}: {e}{hint}", redact_url(spec)))
+        })?;
     Ok(store)
+}
+
+/// `text` on one line (a store that is not Redis answers with multi-line parse errors).
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// A store URL with any password replaced by `***`, safe to print.
@@ -104,11 +120,22 @@ pub async fn serve_with(
         async move {
             store.ping().await.map_err(|e| e.to_string())?;
             if !was_serving {
-                store
-                    .seed(&specs)
-                    .await
-                    .map_err(|e| format!("re-seeding the pools failed: {e}"))?;
-                tracing::info!("lease store reachable again; pools re-seeded");
+                // Pool by pool: one unreachable shard must not keep the others unseeded (an
+                // Acquire re-seeds its own pool anyway when it finds it missing).
+                let mut seeded = 0;
+                for spec in &specs {
+                    match store.seed(std::slice::from_ref(spec)).await {
+                        Ok(()) => seeded += 1,
+                        Err(e) => {
+                            tracing::warn!(pool = %spec.pool, error = %e, "re-seeding the pool failed; its next call retries");
+                        }
+                    }
+                }
+                tracing::info!(
+                    seeded,
+                    pools = specs.len(),
+                    "lease store reachable again; pools re-seeded"
+                );
             }
             refresh_cache(store.as_ref(), &specs, &cache).await;
             Ok(())

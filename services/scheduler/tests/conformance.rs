@@ -89,6 +89,7 @@ conformance!(
     renew_naming_a_foreign_key_is_invalid_argument,
     a_renew_that_finds_the_pool_gone_re_seeds_and_re_registers,
     a_replayed_idempotent_acquire_counts_its_ttl_from_the_retry,
+    re_registration_never_takes_a_key_past_its_capacity,
 );
 
 fn in_flight_by_key(s: &pb::PoolStatus) -> HashMap<String, i32> {
@@ -1623,4 +1624,32 @@ async fn a_replayed_idempotent_acquire_counts_its_ttl_from_the_retry(b: Backend)
     // Past the first answer's expiry the lease is still live: its holder was told 1 s.
     h.advance("p", 500).await;
     assert_eq!(h.status("p").await.in_flight, 1);
+}
+
+async fn re_registration_never_takes_a_key_past_its_capacity(b: Backend) {
+    let h = recovering_harness(b, &uniform_pool(1, 1, 2)).await;
+    h.store.forget_pool("p").await.unwrap();
+    h.store
+        .seed(&voxpool_scheduler::model::PoolSpec::from_config(&h.config))
+        .await
+        .unwrap();
+    // Lease ids nobody was granted (or more holders than the key ever had room for).
+    let invented = |n: u32| pb::Lease {
+        lease_id: format!("p/{:032x}", 0xfeed_0000_u128 + u128::from(n)),
+        key_id: "u0/k0".into(),
+        ..Default::default()
+    };
+    renew_with_key(&h, &invented(1))
+        .await
+        .expect("room for one");
+    renew_with_key(&h, &invented(2))
+        .await
+        .expect("room for two");
+    let refused = renew_with_key(&h, &invented(3)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert_eq!(
+        h.status("p").await.in_flight,
+        2,
+        "never above the capacity of 2"
+    );
 }

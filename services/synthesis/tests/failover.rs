@@ -527,8 +527,7 @@ async fn a_call_is_aborted_when_its_lease_can_no_longer_be_renewed() {
 async fn a_running_call_re_registers_its_lease_when_the_store_loses_the_pool() {
     // The scheduler asks for renewals every half recovery window (500 ms here, below the
     // lease's own ttl / 3 of 1 s), and a renewal names the lease's key.
-    let (adapter, mut signals) =
-        Scripted::new("openai", TextLimit::Chars(4096), vec![Step::Gate]);
+    let (adapter, mut signals) = Scripted::new("openai", TextLimit::Chars(4096), vec![Step::Gate]);
     let stack = common::Stack::start_with(
         &openai_pool(1, 1, 2),
         adapter.registry(),
@@ -551,7 +550,10 @@ async fn a_running_call_re_registers_its_lease_when_the_store_loses_the_pool() {
     stack.store.forget_pool("p").await.expect("forget");
     let lost = stack.pool_status("p").await;
     assert_eq!(lost.in_flight, 0, "the store lost the lease");
-    assert!(lost.recovering_until_ms > 0, "the re-seed opened a recovery window");
+    assert!(
+        lost.recovering_until_ms > 0,
+        "the re-seed opened a recovery window"
+    );
     // Within the window the running call's renewal counts it again.
     let deadline = tokio::time::Instant::now() + WAIT;
     while stack.in_flight("p").await != 1 {

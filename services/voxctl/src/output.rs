@@ -93,7 +93,11 @@ mod tests {
                 .mode()
                 & 0o777
         };
-        assert_eq!(mode("a.wav"), mode("plain"), "not a temp file's private 0600");
+        assert_eq!(
+            mode("a.wav"),
+            mode("plain"),
+            "not a temp file's private 0600"
+        );
     }
 
     #[test]

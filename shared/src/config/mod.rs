@@ -245,6 +245,36 @@ credential = { env = "VOXPOOL_TEST_NEVER_SET_1" }
     }
 
     #[test]
+    fn store_settings_out_of_range_are_named_with_what_is_accepted() {
+        for (lines, path, want) in [
+            (
+                "store_replica_ack_timeout_ms = 1000\n",
+                "scheduler.store_replica_ack_timeout_ms",
+                "below store_timeout_ms (1000",
+            ),
+            (
+                "store_replica_ack_timeout_ms = 0\n",
+                "scheduler.store_replica_ack_timeout_ms",
+                "at least 1",
+            ),
+            (
+                "recovery_window_ms = 700000\n",
+                "scheduler.recovery_window_ms",
+                "max_lease_ttl_ms (600000)",
+            ),
+            (
+                "store_key_prefix = \"a{b}\"\n",
+                "scheduler.store_key_prefix",
+                "got \"a{b}\"",
+            ),
+        ] {
+            let c = Config::from_toml_str(&format!("{GOOD}\n[scheduler]\n{lines}")).unwrap();
+            let err = c.validate(Credentials::Ignore).unwrap_err().to_string();
+            assert!(err.contains(path) && err.contains(want), "{lines}: {err}");
+        }
+    }
+
+    #[test]
     fn unknown_fields_fail_loudly() {
         let text = GOOD.replace("capacity = 10", "capacty = 10");
         let err = Config::from_toml_str(&text).unwrap_err().to_string();

@@ -197,12 +197,12 @@ impl Config {
             );
         }
         if s.store_replica_ack_timeout_ms == 0
-            || s.store_replica_ack_timeout_ms > s.store_timeout_ms
+            || s.store_replica_ack_timeout_ms >= s.store_timeout_ms
         {
             push(
                 "scheduler.store_replica_ack_timeout_ms".into(),
                 format!(
-                    "must be 1..=store_timeout_ms ({}), got {}",
+                    "must be at least 1 and below store_timeout_ms ({}: the store call that waits must outlast the wait), got {}",
                     s.store_timeout_ms, s.store_replica_ack_timeout_ms
                 ),
             );
@@ -223,7 +223,10 @@ impl Config {
         if !prefix_ok {
             push(
                 "scheduler.store_key_prefix".into(),
-                "must be 1 to 32 ASCII letters, digits, '-', '_' or '.'".into(),
+                format!(
+                    "must be 1 to 32 ASCII letters, digits, '-', '_' or '.', got {}",
+                    crate::untrusted::quote(&s.store_key_prefix)
+                ),
             );
         }
         if self.synthesis.max_attempts == 0 {

@@ -365,9 +365,12 @@ impl LeaseStore for MemoryStore {
                     *exp = expires;
                     key.clone()
                 } else {
-                    // Recovery: a live lease the store lost comes back on its key.
-                    let key = key_id
-                        .filter(|k| pool.recovering_until_ms > now && pool.keys.contains_key(*k))?;
+                    // Recovery: a live lease the store lost comes back on its key, never past
+                    // the key's capacity (see `lua/renew.lua`).
+                    let key = key_id.filter(|k| {
+                        pool.recovering_until_ms > now
+                            && pool.keys.get(*k).is_some_and(|e| e.in_flight < e.capacity)
+                    })?;
                     pool.leases
                         .insert(id.token.as_str().to_owned(), (key.to_owned(), expires));
                     let k = pool.keys.get_mut(key)?;

@@ -70,7 +70,8 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Extends a live lease to now + `ttl_ms`. `Ok(None)` when it expired or was released;
     /// an expired lease is never resurrected. The one exception is recovery (module doc): a
     /// lease the store does not know, renewed with its `key_id` while the pool's recovery
-    /// window runs, is re-registered on that key (counted in flight again).
+    /// window runs, is re-registered on that key (counted in flight again) if the key has
+    /// room: re-registration never takes a key past its capacity.
     async fn renew(
         &self,
         id: &LeaseId,

@@ -98,9 +98,15 @@ pub async fn start_scheduler(
     let addr = listener.local_addr().expect("scheduler addr");
     let config = config.clone();
     tokio::spawn(async move {
-        voxpool_scheduler::server::serve(listener, served, &config, AdminAuth::disabled(), shutdown)
-            .await
-            .expect("scheduler serve");
+        voxpool_scheduler::server::serve(
+            listener,
+            served,
+            &config,
+            AdminAuth::disabled(),
+            shutdown,
+        )
+        .await
+        .expect("scheduler serve");
     });
     (addr, store)
 }

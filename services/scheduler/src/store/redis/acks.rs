@@ -56,9 +56,25 @@ pub enum AckError {
 #[derive(Debug, Default)]
 pub struct Acks {
     batches: Mutex<HashMap<String, Arc<Batch>>>,
+    /// When a withdrawal was last logged (they come in bursts: one per grant).
+    warned: Mutex<Option<Instant>>,
 }
 
 impl Acks {
+    /// True at most once per 10 s: whether to log this withdrawal.
+    pub fn should_warn(&self) -> bool {
+        let mut warned = self
+            .warned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        if warned.is_some_and(|at| now.duration_since(at) < Duration::from_secs(10)) {
+            return false;
+        }
+        *warned = Some(now);
+        true
+    }
+
     fn batch(&self, pool: &str) -> Arc<Batch> {
         let mut batches = self
             .batches

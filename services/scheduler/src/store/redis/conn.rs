@@ -63,13 +63,26 @@ impl Topology {
     }
 }
 
-/// `url` with any credentials replaced by `***`, safe to print.
+/// `url` with any credentials replaced by `***`, safe to print: the user info before the
+/// hosts and the whole query string (`unix:///r.sock?pass=…` carries a password there).
 pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let (url, fragment) = match url.rsplit_once('#') {
+        Some((u, f)) if !f.contains('@') => (u, Some(f)),
+        _ => (url, None),
+    };
+    let masked_query = match url.split_once('?') {
+        Some((before, _)) => format!("{before}?***"),
+        None => url.to_owned(),
+    };
+    let masked = match (masked_query.find("://"), masked_query.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}***{}", &url[..scheme + 3], &url[at..])
+            format!("{}***{}", &masked_query[..scheme + 3], &masked_query[at..])
         }
-        _ => url.to_owned(),
+        _ => masked_query,
+    };
+    match fragment {
+        Some(f) => format!("{masked}#{f}"),
+        None => masked,
     }
 }
 
@@ -82,23 +95,31 @@ struct MultiHost<'a> {
     name: Option<&'a str>,
 }
 
+/// Splits a multi-host URL. The user info ends at the *last* `@`, so a password holding `#`,
+/// `/` or `?` never leaks into a host, database or name (and so into an error message).
 fn split_multi_host(url: &str) -> Result<MultiHost<'_>, String> {
     let (scheme, rest) = url
         .split_once("://")
         .ok_or_else(|| "missing \"://\"".to_owned())?;
+    let (userinfo, rest) = match rest.rsplit_once('@') {
+        Some((u, r)) => (Some(u), r),
+        None => (None, rest),
+    };
     let (rest, name) = match rest.split_once('#') {
         Some((r, n)) => (r, Some(n)),
         None => (rest, None),
     };
+    if rest.contains('?') {
+        return Err(
+            "query parameters are not supported here: put credentials before the hosts (scheme://user:password@host:port,...)"
+                .into(),
+        );
+    }
     let (authority, db) = match rest.split_once('/') {
         Some((a, d)) => (a, Some(d).filter(|d| !d.is_empty())),
         None => (rest, None),
     };
-    let (userinfo, hosts) = match authority.rsplit_once('@') {
-        Some((u, h)) => (Some(u), h),
-        None => (None, authority),
-    };
-    let hosts: Vec<&str> = hosts.split(',').map(str::trim).collect();
+    let hosts: Vec<&str> = authority.split(',').map(str::trim).collect();
     if hosts.iter().any(|h| h.is_empty()) {
         return Err("expected host:port[,host:port...] after \"://\"".into());
     }
@@ -108,6 +129,15 @@ fn split_multi_host(url: &str) -> Result<MultiHost<'_>, String> {
         hosts,
         db,
         name,
+    })
+}
+
+/// True when `host` ends in an explicit `:port` (`h:6379`, `[::1]:6379`).
+fn has_port(host: &str) -> bool {
+    host.rsplit_once(':').is_some_and(|(h, port)| {
+        !port.is_empty()
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && (!h.starts_with('[') || h.ends_with(']'))
     })
 }
 
@@ -128,8 +158,10 @@ impl MultiHost<'_> {
         self.hosts
             .iter()
             .map(|h| {
-                if !h.contains(':') {
-                    return Err(format!("{h:?} has no port (expected host:port)"));
+                if !has_port(h) {
+                    return Err(format!(
+                        "{h:?} has no port (expected host:port, [ipv6]:port)"
+                    ));
                 }
                 self.node_url(h, with_db)
                     .into_connection_info()
@@ -436,5 +468,33 @@ mod tests {
             "redis-sentinel://***@a:1,b:2#m"
         );
         assert_eq!(redact("redis://a:1"), "redis://a:1");
+        assert_eq!(
+            redact("unix:///r.sock?db=0&pass=secret"),
+            "unix:///r.sock?***"
+        );
+        for leaky in [
+            "redis-sentinel://:se#cret@a:1#m",
+            "redis-sentinel://:se/cret@a:1#m",
+            "redis-cluster://a:1?password=secret",
+        ] {
+            assert!(
+                !redact(leaky).contains("cret"),
+                "{leaky} -> {}",
+                redact(leaky)
+            );
+        }
+    }
+
+    #[test]
+    fn passwords_with_url_characters_never_reach_a_host_or_a_message() {
+        let p = split_multi_host("redis-sentinel://:se#c/r?et@a:1,b:2/1#m").unwrap();
+        assert_eq!(p.userinfo, Some(":se#c/r?et"));
+        assert_eq!(p.hosts, ["a:1", "b:2"]);
+        assert_eq!((p.db, p.name), (Some("1"), Some("m")));
+        let err = split_multi_host("redis-cluster://a:1?password=x")
+            .err()
+            .unwrap();
+        assert!(err.contains("query parameters"), "{err}");
+        assert!(!has_port("[::1]") && has_port("[::1]:6379") && !has_port("a") && has_port("a:1"));
     }
 }

@@ -227,10 +227,16 @@ impl RedisStore {
         match waited {
             Ok(()) => Ok(()),
             Err(acks::AckError::Redis(e)) => Err(map_err(e)),
-            Err(acks::AckError::Short { acked }) => Err(StoreError::Unavailable(format!(
-                "pool {pool:?}: {what} was acknowledged by {acked} of {want} replica(s) within {}ms (scheduler.store_replica_acks); a failover could lose it, so it was withdrawn: retry, and check the Redis replicas",
-                timeout.as_millis()
-            ))),
+            Err(acks::AckError::Short { acked }) => {
+                if self.acks.should_warn() {
+                    tracing::warn!(pool = %pool, acked, want, timeout_ms = timeout.as_millis(),
+                        "grants withdrawn: too few Redis replicas acknowledge them (scheduler.store_replica_acks); a stalled replica keeps this up until Redis drops it (repl-timeout)");
+                }
+                Err(StoreError::Unavailable(format!(
+                    "pool {pool:?}: {what} was acknowledged by {acked} of {want} replica(s) within {}ms (scheduler.store_replica_acks); a failover could lose it, so it was withdrawn: retry, and check the Redis replicas",
+                    timeout.as_millis()
+                )))
+            }
         }
     }
 

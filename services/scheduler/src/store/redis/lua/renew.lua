@@ -10,7 +10,10 @@ local token, ttl, claimed = ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local exp = redis.call('ZSCORE', K_LEASES, token)
 local newexp = now + ttl
 if not exp then
-  if claimed == '' or recovering(now) == 0 or redis.call('HEXISTS', K_CAP, claimed) == 0 then
+  -- Re-registration never takes a key past its capacity: the holders the store lost were
+  -- within it, and a lease id nobody was granted must not buy a slot the cap does not have.
+  if claimed == '' or recovering(now) == 0 or redis.call('HEXISTS', K_CAP, claimed) == 0
+    or num(redis.call('HGET', K_INF, claimed)) >= num(redis.call('HGET', K_CAP, claimed)) then
     return {'gone'}
   end
   local inf = redis.call('HINCRBY', K_INF, claimed, 1)
