@@ -278,13 +278,13 @@ async fn a_cluster_primary_killed_under_load_leaves_other_shards_untouched() {
         t.await.expect("worker");
     }
 
-    let other_errors = seen_other.errors.lock().expect("errors");
+    let other_errors = seen_other.errors.lock().expect("errors").clone();
     assert!(
         other_errors.is_empty(),
         "the pool on the healthy shard saw errors: {:?}",
         other_errors.iter().take(5).collect::<Vec<_>>()
     );
-    let doomed_errors = seen_doomed.errors.lock().expect("errors");
+    let doomed_errors = seen_doomed.errors.lock().expect("errors").clone();
     for (at, code, message) in doomed_errors.iter() {
         assert_eq!(*code, Code::Unavailable, "{message}");
         assert!(*at >= killed_at, "an error before the kill: {message}");
