@@ -62,6 +62,7 @@ impl From<&PoolStatus> for pb::PoolStatus {
             now_ms: s.now_ms,
             waiters: 0,
             recovering_until_ms: s.recovering_until_ms,
+            store_error: String::new(),
         }
     }
 }

@@ -251,6 +251,24 @@ async fn a_cluster_primary_killed_under_load_leaves_other_shards_untouched() {
     let killed_at = Instant::now();
     let other_before = seen_other.granted.load(Ordering::SeqCst);
     cluster.kill_node(doomed_port);
+    // While the shard is down ListPools still lists the healthy pool, and says why not the other.
+    let listed = clients[0]
+        .clone()
+        .list_pools(pb::ListPoolsRequest {})
+        .await
+        .expect("ListPools answers with one shard down")
+        .into_inner();
+    let by_name = |name: &str| {
+        listed
+            .pools
+            .iter()
+            .find(|p| p.pool == name)
+            .cloned()
+            .expect("every configured pool is listed")
+    };
+    assert!(by_name(&other).store_error.is_empty(), "{listed:?}");
+    assert_eq!(by_name(&other).keys.len(), KEYS_PER_POOL);
+    assert!(!by_name(&doomed).store_error.is_empty(), "{listed:?}");
     let promoted = {
         let cluster = cluster.clone();
         tokio::task::spawn_blocking(move || cluster.wait_promoted(doomed_port))

@@ -297,8 +297,26 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         let mut names: Vec<&String> = self.pools.keys().collect();
         names.sort();
         let mut pools = Vec::with_capacity(names.len());
+        let mut first_error = None;
         for name in names {
-            pools.push(self.status_pb(&self.admission.status(name).await?));
+            match self.admission.status(name).await {
+                Ok(status) => pools.push(self.status_pb(&status)),
+                Err(SchedulerError::Store(e)) => {
+                    pools.push(pb::PoolStatus {
+                        pool: name.clone(),
+                        store_error: e.to_string(),
+                        ..Default::default()
+                    });
+                    first_error.get_or_insert(e);
+                }
+                Err(other) => return Err(other.into()),
+            }
+        }
+        // One shard down lists the rest; nothing answering is the store's failure.
+        if let Some(e) = first_error
+            && pools.iter().all(|p| !p.store_error.is_empty())
+        {
+            return Err(SchedulerError::Store(e).into());
         }
         Ok(Response::new(pb::ListPoolsResponse { pools }))
     }

@@ -61,6 +61,13 @@ async fn fetch(
 /// Renders one pool: a header line (with `recovering, grants resume in Ns` while the store
 /// recovers the pool's lost state), then one line per key.
 pub fn render(pool: &PoolStatus) -> String {
+    if !pool.store_error.is_empty() {
+        return format!(
+            "pool {}  UNAVAILABLE: {}\n",
+            pool.pool,
+            voxpool_shared::untrusted::quote(&pool.store_error)
+        );
+    }
     let mut out = format!(
         "pool {}  {}/{} in flight ({:.0}%)  waiters {}",
         pool.pool,
@@ -124,6 +131,7 @@ mod tests {
             now_ms: 10_000,
             waiters: 2,
             recovering_until_ms: 0,
+            store_error: String::new(),
             keys: vec![
                 KeyStatus {
                     key_id: "u/a".into(),
