@@ -54,6 +54,10 @@ fn write_config(dir: &Path, pools: &[&str], scheduler_lines: &str) -> PathBuf {
         }
     }
     t.push_str("[scheduler]\nwait_poll_ms = 5\nrecovery_window_ms = 0\n");
+    // Two cores run six Redis nodes, two schedulers and the load: give acknowledgements room.
+    if !scheduler_lines.contains("store_replica_ack_timeout_ms") {
+        t.push_str("store_replica_ack_timeout_ms = 500\n");
+    }
     t.push_str(scheduler_lines);
     let path = dir.join("config.toml");
     std::fs::write(&path, t).expect("write config");

@@ -40,7 +40,7 @@ pub struct SchedulerSettings {
     /// `redis-sentinel://` and `redis-cluster://` stores, 0 (off) for single-node and memory
     /// stores. 0 turns it off knowingly (see README, "Failover guarantee").
     pub store_replica_acks: Option<u32>,
-    /// How long a grant waits for `store_replica_acks` acknowledgements. Default 100; below
+    /// How long a grant waits for `store_replica_acks` acknowledgements. Default 250; below
     /// `store_timeout_ms`.
     pub store_replica_ack_timeout_ms: u64,
     /// After the store is found without a pool's state (a Redis restarted empty, FLUSHALL, a
@@ -71,7 +71,7 @@ impl Default for SchedulerSettings {
             reap_batch: 64,
             max_waiters: 1024,
             store_replica_acks: None,
-            store_replica_ack_timeout_ms: 100,
+            store_replica_ack_timeout_ms: 250,
             recovery_window_ms: 5_000,
             store_key_prefix: "vp".to_owned(),
         }

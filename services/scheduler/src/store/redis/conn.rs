@@ -295,7 +295,14 @@ impl Conn {
             }
             other => other.query(&cmd).await?,
         };
-        redis::from_redis_value(answer).map_err(RedisError::from)
+        match answer {
+            Value::Int(n) => Ok(n),
+            // Mid-failover the slot map can briefly name a node that is a replica now ("WAIT
+            // cannot be used with replica instances"): the topology is moving, retry later.
+            other => Err(RedisError::from(std::io::Error::other(format!(
+                "WAIT answered {other:?}: the primary of the slot is changing (failover?)"
+            )))),
+        }
     }
 
     /// PING: the single server, the current primary, or (cluster) any primary, so that one
