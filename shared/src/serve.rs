@@ -160,9 +160,16 @@ pub fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration>
 /// `addr` asked for port 0). Errors: "address in use", "not an address" and friends as a
 /// one-line reason naming `addr`.
 pub async fn bind(addr: &str) -> Result<(TcpListener, SocketAddr), String> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let listener = TcpListener::bind(addr).await.map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::InvalidInput {
+            " (--listen takes host:port, e.g. 127.0.0.1:50051, 0.0.0.0:50051, [::]:50051 or localhost:0)"
+        } else if e.kind() == std::io::ErrorKind::AddrInUse {
+            " (another process serves that port: stop it, or pick another with --listen)"
+        } else {
+            ""
+        };
+        format!("cannot listen on {addr}: {e}{hint}")
+    })?;
     let bound = listener
         .local_addr()
         .map_err(|e| format!("cannot read the address bound for {addr}: {e}"))?;

@@ -91,6 +91,22 @@ pub fn start_with_stderr(mut command: Command, stderr: Stdio) -> Service {
     Service { child, addr }
 }
 
+/// The README code block that follows `<!-- walkthrough:NAME … -->`, as written (to run as one
+/// script when its lines share shell variables).
+pub fn walkthrough_script(name: &str) -> String {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
+    let marker = format!("<!-- walkthrough:{name}");
+    let start = readme
+        .find(&marker)
+        .unwrap_or_else(|| panic!("README has no {marker}"));
+    let rest = &readme[start..];
+    let block = &rest[rest
+        .find("```sh\n")
+        .expect("a ```sh block after the marker")
+        + 6..];
+    block[..block.find("```").expect("closing fence")].to_owned()
+}
+
 /// The shell commands of the README code block that follows `<!-- walkthrough:NAME … -->`,
 /// with `\` line continuations joined and comments dropped.
 pub fn walkthrough(name: &str) -> Vec<String> {

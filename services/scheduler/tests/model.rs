@@ -383,10 +383,12 @@ proptest! {
 /// topology's default replica acknowledgements.
 fn options() -> RedisOptions {
     RedisOptions {
-        timeout: std::time::Duration::from_secs(2),
+        // Generous: under `make test` two cores also run the other suites and the topologies'
+        // eleven Redis processes, and a starved replica acknowledges late.
+        timeout: std::time::Duration::from_secs(5),
         reap_batch: 64,
         replica_acks: None,
-        replica_ack_timeout: std::time::Duration::from_millis(500),
+        replica_ack_timeout: std::time::Duration::from_millis(2_500),
         recovery_window_ms: 0,
         key_prefix: "model".into(),
     }

@@ -319,7 +319,7 @@ fn start_up_failures_exit_non_zero_with_a_one_line_reason() {
                 "--listen".into(),
                 "no-port-here".into(),
             ],
-            "cannot listen on no-port-here",
+            "cannot listen on no-port-here: invalid socket address (--listen takes host:port",
         ),
         (
             vec![

@@ -88,7 +88,7 @@ pub enum SynthesisError {
         known: String,
     },
     /// The catalog has no such pack.
-    #[error("voice pack {pack_id:?} not found in the catalog: {message}")]
+    #[error("{}", not_found_text(pack_id, message))]
     CatalogNotFound {
         /// Requested pack id.
         pack_id: String,
@@ -176,7 +176,7 @@ pub enum SynthesisError {
         attempt: Box<AttemptRecord>,
     },
     /// The caller's deadline (or the server default) passed.
-    #[error("deadline of {budget_ms}ms exceeded{}{}", pool.as_ref().map(|p| format!(" on pool {p:?}")).unwrap_or_default(), attempts_suffix(attempts))]
+    #[error("deadline of {budget_ms}ms exceeded{}{}", pool.as_ref().map(|p| format!(" on pool {p:?}")).unwrap_or_default(), deadline_suffix(pool.is_some(), attempts))]
     DeadlineExceeded {
         /// Pool id, once known.
         pool: Option<String>,
@@ -209,6 +209,28 @@ pub enum SynthesisError {
         /// Provider id.
         provider: String,
     },
+}
+
+/// "voice pack \"x\" not found in the catalog" once, with what to do; the catalog's own message
+/// only when it adds something (it usually says the same: "voice pack \"x\" not found").
+fn not_found_text(pack_id: &str, message: &str) -> String {
+    let extra = if message.contains(pack_id) || message.is_empty() {
+        String::new()
+    } else {
+        format!(" ({message})")
+    };
+    format!(
+        "voice pack {pack_id:?} not found in the catalog{extra}: check the packId (ListVoicePacks lists the enabled packs)"
+    )
+}
+
+/// What a deadline ran into: the attempts made, or (a known pool, none made) the wait for a slot.
+fn deadline_suffix(pool_known: bool, attempts: &[AttemptRecord]) -> String {
+    if pool_known && attempts.is_empty() {
+        " while waiting for a free key slot (every eligible key stayed at capacity or cooling): send a longer deadline or retry later".to_owned()
+    } else {
+        attempts_suffix(attempts)
+    }
 }
 
 fn attempts_suffix(attempts: &[AttemptRecord]) -> String {

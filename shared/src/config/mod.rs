@@ -248,14 +248,14 @@ credential = { env = "VOXPOOL_TEST_NEVER_SET_1" }
     fn store_settings_out_of_range_are_named_with_what_is_accepted() {
         for (lines, path, want) in [
             (
-                "store_replica_ack_timeout_ms = 1000\n",
+                "store_replica_ack_timeout_ms = 501\n",
                 "scheduler.store_replica_ack_timeout_ms",
-                "below store_timeout_ms (1000",
+                "half of store_timeout_ms 1000",
             ),
             (
                 "store_replica_ack_timeout_ms = 0\n",
                 "scheduler.store_replica_ack_timeout_ms",
-                "at least 1",
+                "must be 1..=500",
             ),
             (
                 "recovery_window_ms = 700000\n",

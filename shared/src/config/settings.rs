@@ -40,8 +40,8 @@ pub struct SchedulerSettings {
     /// `redis-sentinel://` and `redis-cluster://` stores, 0 (off) for single-node and memory
     /// stores. 0 turns it off knowingly (see README, "Failover guarantee").
     pub store_replica_acks: Option<u32>,
-    /// How long a grant waits for `store_replica_acks` acknowledgements. Default 250; below
-    /// `store_timeout_ms`.
+    /// How long a grant waits for `store_replica_acks` acknowledgements. Default 250; at most
+    /// half of `store_timeout_ms`.
     pub store_replica_ack_timeout_ms: u64,
     /// After the store is found without a pool's state (a Redis restarted empty, FLUSHALL, a
     /// promoted replica that never had it, a fresh store), new grants on that pool wait this

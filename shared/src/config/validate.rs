@@ -197,13 +197,15 @@ impl Config {
             );
         }
         if s.store_replica_ack_timeout_ms == 0
-            || s.store_replica_ack_timeout_ms >= s.store_timeout_ms
+            || s.store_replica_ack_timeout_ms > s.store_timeout_ms / 2
         {
             push(
                 "scheduler.store_replica_ack_timeout_ms".into(),
                 format!(
-                    "must be at least 1 and below store_timeout_ms ({}: the store call that waits must outlast the wait), got {}",
-                    s.store_timeout_ms, s.store_replica_ack_timeout_ms
+                    "must be 1..={} (half of store_timeout_ms {}: the store call that waits must clearly outlast the wait), got {}",
+                    s.store_timeout_ms / 2,
+                    s.store_timeout_ms,
+                    s.store_replica_ack_timeout_ms
                 ),
             );
         }

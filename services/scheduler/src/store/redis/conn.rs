@@ -64,26 +64,24 @@ impl Topology {
 }
 
 /// `url` with any credentials replaced by `***`, safe to print: the user info before the
-/// hosts and the whole query string (`unix:///r.sock?pass=…` carries a password there).
+/// hosts, and everything from the first `?` on (`unix:///r.sock?pass=…` carries a password
+/// there, which may itself hold a `#`).
 pub fn redact(url: &str) -> String {
-    let (url, fragment) = match url.rsplit_once('#') {
-        Some((u, f)) if !f.contains('@') => (u, Some(f)),
-        _ => (url, None),
+    let (url, fragment) = match url.split_once('?') {
+        Some((before, _)) => (before, Some("?***")),
+        None => (url, None),
     };
-    let masked_query = match url.split_once('?') {
-        Some((before, _)) => format!("{before}?***"),
-        None => url.to_owned(),
+    let (url, fragment) = match (fragment, url.rsplit_once('#')) {
+        (None, Some((u, f))) if !f.contains('@') => (u, format!("#{f}")),
+        (f, _) => (url, f.unwrap_or_default().to_owned()),
     };
-    let masked = match (masked_query.find("://"), masked_query.rfind('@')) {
+    let masked = match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}***{}", &masked_query[..scheme + 3], &masked_query[at..])
+            format!("{}***{}", &url[..scheme + 3], &url[at..])
         }
-        _ => masked_query,
+        _ => url.to_owned(),
     };
-    match fragment {
-        Some(f) => format!("{masked}#{f}"),
-        None => masked,
-    }
+    format!("{masked}{fragment}")
 }
 
 /// A multi-host URL split into its parts: `scheme://[userinfo@]h:p,h:p[/db][#name]`.
@@ -105,16 +103,16 @@ fn split_multi_host(url: &str) -> Result<MultiHost<'_>, String> {
         Some((u, r)) => (Some(u), r),
         None => (None, rest),
     };
-    let (rest, name) = match rest.split_once('#') {
-        Some((r, n)) => (r, Some(n)),
-        None => (rest, None),
-    };
     if rest.contains('?') {
         return Err(
             "query parameters are not supported here: put credentials before the hosts (scheme://user:password@host:port,...)"
                 .into(),
         );
     }
+    let (rest, name) = match rest.split_once('#') {
+        Some((r, n)) => (r, Some(n)),
+        None => (rest, None),
+    };
     let (authority, db) = match rest.split_once('/') {
         Some((a, d)) => (a, Some(d).filter(|d| !d.is_empty())),
         None => (rest, None),
@@ -163,9 +161,11 @@ impl MultiHost<'_> {
                         "{h:?} has no port (expected host:port, [ipv6]:port)"
                     ));
                 }
-                self.node_url(h, with_db)
-                    .into_connection_info()
-                    .map_err(|e| format!("{h:?}: {e}"))
+                self.node_url(h, with_db).into_connection_info().map_err(|e| {
+                    format!(
+                        "{h:?}: {e} (a password holding '#', '/', '?' or '@' must be percent-encoded: %23, %2F, %3F, %40)"
+                    )
+                })
             })
             .collect()
     }
