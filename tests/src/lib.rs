@@ -110,18 +110,7 @@ pub fn walkthrough_script(name: &str) -> String {
 /// The shell commands of the README code block that follows `<!-- walkthrough:NAME … -->`,
 /// with `\` line continuations joined and comments dropped.
 pub fn walkthrough(name: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
-    let marker = format!("<!-- walkthrough:{name}");
-    let start = readme
-        .find(&marker)
-        .unwrap_or_else(|| panic!("README has no {marker}"));
-    let rest = &readme[start..];
-    let block_start = rest
-        .find("```sh\n")
-        .expect("a ```sh block after the marker")
-        + 6;
-    let block = &rest[block_start..];
-    let block = &block[..block.find("```").expect("closing fence")];
+    let block = walkthrough_script(name);
     let mut commands = Vec::new();
     let mut current = String::new();
     for line in block.lines() {

@@ -43,9 +43,28 @@ pub async fn connect(url: &str, pool_size: u32) -> Result<DatabaseConnection, St
                 .busy_timeout(CONNECT_TIMEOUT)
         });
     }
-    Database::connect(options)
-        .await
-        .map_err(|e| scrub(&format!("cannot open database {}: {e}", redact(url)), url))
+    Database::connect(options).await.map_err(|e| {
+        let e = e.to_string();
+        scrub(
+            &format!(
+                "cannot open database {}: {e}{}",
+                redact(url),
+                open_hint(url, &e)
+            ),
+            url,
+        )
+    })
+}
+
+/// What to do about a database that would not open, when the cause is a common one.
+fn open_hint(url: &str, error: &str) -> &'static str {
+    if url.starts_with("sqlite:") && error.contains("code: 14") && !url.contains("mode=rwc") {
+        " (the file does not exist or its directory is not writable: add ?mode=rwc to create it, e.g. sqlite://voxpool.db?mode=rwc)"
+    } else if !url.starts_with("sqlite:") && error.contains("timed out") {
+        " (no PostgreSQL answered: is it running, and are the host, port and credentials in --database right?)"
+    } else {
+        ""
+    }
 }
 
 /// Runs every pending migration. Errors are one line, redacted.
@@ -92,6 +111,25 @@ fn password_of(url: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn common_open_failures_say_what_to_do() {
+        assert!(
+            open_hint("sqlite:///x.db", "(code: 14) unable to open database file")
+                .contains("?mode=rwc")
+        );
+        assert_eq!(
+            open_hint("sqlite:///x.db?mode=rwc", "(code: 14) unable"),
+            ""
+        );
+        assert!(
+            open_hint(
+                "postgres://db/v",
+                "pool timed out while waiting for an open connection"
+            )
+            .contains("PostgreSQL")
+        );
+    }
 
     #[test]
     fn passwords_never_survive_redaction() {

@@ -109,8 +109,21 @@ fn parse_term(term: &str) -> Result<Term, CatalogError> {
         .strip_prefix('"')
         .and_then(|v| v.strip_suffix('"'))
         .unwrap_or(value);
-    let bad =
-        |what: &str| CatalogError::invalid(FIELD, format!("{field}: {what}, got {}", quote(value)));
+    // `provider=espeak and tier=PRO`: a lowercase `and` reads as part of the value.
+    let joiner_hint = if value
+        .split_whitespace()
+        .any(|w| w.eq_ignore_ascii_case("and") || w.eq_ignore_ascii_case("or"))
+    {
+        " (terms are joined by ` AND `, in capitals; OR is not supported)"
+    } else {
+        ""
+    };
+    let bad = |what: &str| {
+        CatalogError::invalid(
+            FIELD,
+            format!("{field}: {what}, got {}{joiner_hint}", quote(value)),
+        )
+    };
     match field {
         "tier" => ["LITE", "STANDARD", "PRO", "PREMIUM"]
             .iter()
@@ -140,6 +153,14 @@ fn parse_term(term: &str) -> Result<Term, CatalogError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lowercase_and_is_named_as_the_mistake() {
+        let err = Filter::parse("provider=espeak and tier=PRO")
+            .expect_err("lowercase and")
+            .to_string();
+        assert!(err.contains("joined by ` AND `, in capitals"), "{err}");
+    }
 
     #[test]
     fn parses_a_conjunction_with_quotes_and_any_tier_case() {
