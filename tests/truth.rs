@@ -402,70 +402,29 @@ async fn a_rolling_restart_of_both_schedulers_fails_no_call() {
     let addrs = [schedulers[0].addr.clone(), schedulers[1].addr.clone()];
     let synth = synthesis(&config, [&schedulers[0], &schedulers[1]]);
     let client = SynthesisClient::new(channel(&synth.addr).await);
-    let voice = voxpool_fake_vendors::snapshot("openai", "tts-1", "alloy");
 
     // Steady load: 60 callers, each sending one request after another until told to stop.
-    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let done = Arc::new(AtomicUsize::new(0));
-    let callers: Vec<_> = (0..60)
-        .map(|i| {
-            let (mut client, stopping, done) = (client.clone(), stopping.clone(), done.clone());
-            let request = pb::SynthesizeRequest {
-                voice: Some(pb::synthesize_request::Voice::Snapshot(voice.to_pb())),
-                text: "Rolling restarts cost nothing.".into(),
-                ..Default::default()
-            };
-            tokio::spawn(async move {
-                let mut failures = Vec::new();
-                let mut n = 0;
-                while !stopping.load(Ordering::SeqCst) {
-                    let mut req = tonic::Request::new(pb::SynthesizeRequest {
-                        request_id: format!("roll-{i}-{n}"),
-                        ..request.clone()
-                    });
-                    req.set_timeout(DEADLINE);
-                    if let Err(status) = client.synthesize(req).await {
-                        failures.push(format!("{:?}: {}", status.code(), status.message()));
-                    }
-                    done.fetch_add(1, Ordering::SeqCst);
-                    n += 1;
-                }
-                failures
-            })
-        })
-        .collect();
-    let served_by = |n: usize| {
-        let done = done.clone();
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while done.load(Ordering::SeqCst) < n {
-                assert!(
-                    Instant::now() < deadline,
-                    "the load stalled below {n} requests"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    };
-    served_by(200).await;
+    let load = Load::start(&[client], 60);
+    let within = Duration::from_secs(30);
+    load.until_more(200, within, "before the restarts").await;
     for (i, addr) in addrs.iter().enumerate() {
         terminate(&mut schedulers[i]);
-        let before = done.load(Ordering::SeqCst);
         // The survivor carries the load while this replica is down...
-        served_by(before + 100).await;
+        load.until_more(100, within, "with one replica down").await;
         schedulers[i] = scheduler_on(&config, &redis.url(), addr);
         until_serving(addr).await;
         // ...and the restarted one takes traffic again: the next replica's drain delay (1 s,
         // health NOT_SERVING while still answering) is the window in which synthesis's
         // prober (every 0.5 s) puts it back and takes the draining one out.
-        served_by(done.load(Ordering::SeqCst) + 100).await;
+        load.until_more(100, within, "after a restart").await;
     }
-    stopping.store(true, Ordering::SeqCst);
-    let mut failures = Vec::new();
-    for c in callers {
-        failures.extend(c.await.expect("caller task"));
-    }
-    let total = done.load(Ordering::SeqCst);
+    let calls = load.stop().await;
+    let failures: Vec<String> = calls
+        .iter()
+        .filter(|c| c.code != Code::Ok)
+        .map(|c| format!("{:?}: {}", c.code, c.message))
+        .collect();
+    let total = calls.len();
     eprintln!(
         "rolling restart: {} of {total} calls failed",
         failures.len()
@@ -600,17 +559,21 @@ async fn two_by_two(
     (schedulers, synth, clients)
 }
 
+/// How long the fault scenarios' load may take for its next batch of calls (a store failover
+/// or a recovery window holds calls back meanwhile).
+const STALL: Duration = Duration::from_secs(60);
+
 /// One Synthesize call of a [`Load`] (its message is for failure reports).
 #[derive(Debug)]
-#[allow(dead_code)]
 struct Call {
     began: Instant,
     code: Code,
     message: String,
 }
 
-/// `callers` callers sending Synthesize one after another (deadline [`DEADLINE`]) through
-/// `clients` in turn, until [`Load::stop`].
+/// `callers` callers sending Synthesize one after another (deadline [`DEADLINE`]; a call still
+/// unanswered at deadline + [`MARGIN`] counts as failed) through `clients` in turn, until
+/// [`Load::stop`].
 struct Load {
     done: Arc<AtomicUsize>,
     stopping: Arc<std::sync::atomic::AtomicBool>,
@@ -668,10 +631,10 @@ impl Load {
         }
     }
 
-    /// Waits (bounded) until `n` more calls than now have ended.
-    async fn until_more(&self, n: usize, what: &str) {
+    /// Waits until `n` more calls than now have ended; fails if that takes over `within`.
+    async fn until_more(&self, n: usize, within: Duration, what: &str) {
         let target = self.done.load(Ordering::SeqCst) + n;
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + within;
         while self.done.load(Ordering::SeqCst) < target {
             assert!(Instant::now() < deadline, "the load stalled: {what}");
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -750,7 +713,7 @@ async fn the_sentinel_primary_killed_under_load_oversells_no_key() {
     let (schedulers, _synth, clients) = two_by_two(&config, &sentinel.url()).await;
     // More callers than slots (10 keys x 10): every key is pushed to its cap throughout.
     let load = Load::start(&clients, 150);
-    load.until_more(300, "before the kill").await;
+    load.until_more(300, STALL, "before the kill").await;
     let killed_at = Instant::now();
     let old = sentinel.kill_primary();
     let new = {
@@ -760,7 +723,7 @@ async fn the_sentinel_primary_killed_under_load_oversells_no_key() {
             .expect("failover")
     };
     let promoted_at = Instant::now();
-    load.until_more(600, "after the promotion").await;
+    load.until_more(600, STALL, "after the promotion").await;
     let calls = load.stop().await;
     let peak = assert_vendor_within_caps(&fake);
     // A caller whose deadline outlasts the failover does not see it; calls that start once the
@@ -802,11 +765,11 @@ async fn redis_flushed_or_restarted_empty_under_load_oversells_no_key() {
     } = Fleet::with_recovery(100, 300, 5_000).await;
     let (schedulers, _synth, clients) = two_by_two(&config, &redis.url()).await;
     let load = Load::start(&clients, 150);
-    load.until_more(300, "before the flush").await;
+    load.until_more(300, STALL, "before the flush").await;
     redis.flushall();
-    load.until_more(300, "after the flush").await;
+    load.until_more(300, STALL, "after the flush").await;
     redis.restart_empty();
-    load.until_more(300, "after the restart").await;
+    load.until_more(300, STALL, "after the restart").await;
     let calls = load.stop().await;
     let peak = assert_vendor_within_caps(&fake);
     let failed: Vec<&Call> = calls.iter().filter(|c| c.code != Code::Ok).collect();
