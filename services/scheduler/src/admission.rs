@@ -152,13 +152,10 @@ impl Admission {
     /// down (a Redis Cluster) do not keep this one from recovering.
     async fn reseed(&self, pool: &str) -> Result<(), StoreError> {
         tracing::warn!(pool = %pool, "pool missing from the lease store; re-seeding it");
-        let spec: Vec<PoolSpec> = self
-            .specs
-            .iter()
-            .filter(|s| s.pool == pool)
-            .cloned()
-            .collect();
-        self.store.seed(&spec).await
+        match self.specs.iter().find(|s| s.pool == pool) {
+            Some(spec) => self.store.seed(std::slice::from_ref(spec)).await,
+            None => Ok(()),
+        }
     }
 
     /// Renews a lease (re-registering it during a recovery window when `key_id` names its
@@ -204,7 +201,7 @@ impl Admission {
         let mut result = self.store.acquire(params).await;
         if let Err(StoreError::NotSeeded(pool)) = &result {
             // The store lost the pool (e.g. Redis restarted empty): seed again, retry once.
-            self.reseed(&pool.clone()).await?;
+            self.reseed(pool).await?;
             result = self.store.acquire(params).await;
         }
         // Keep the undo armed when the store failed: a timed-out script may still run later
@@ -379,12 +376,12 @@ fn hopeless(refusal: &Refusal, end: Instant) -> bool {
         Refusal::Unavailable {
             next_available_ms: Some(t),
             now_ms,
+        }
+        | Refusal::Recovering {
+            until_ms: t,
+            now_ms,
         } => {
             let back_in = Duration::from_millis(u64::try_from(t - now_ms).unwrap_or(0));
-            Instant::now() + back_in > end
-        }
-        Refusal::Recovering { until_ms, now_ms } => {
-            let back_in = Duration::from_millis(u64::try_from(until_ms - now_ms).unwrap_or(0));
             Instant::now() + back_in > end
         }
         Refusal::Full { .. } => false,

@@ -183,6 +183,15 @@ pub enum Conn {
 }
 
 impl Conn {
+    /// The topology this connection talks to.
+    pub fn topology(&self) -> Topology {
+        match self {
+            Conn::Single(_) => Topology::Single,
+            Conn::Sentinel(_) => Topology::Sentinel,
+            Conn::Cluster(_) => Topology::Cluster,
+        }
+    }
+
     /// Connects to `url` with connect and response timeouts of `timeout`. The whole connect is
     /// bounded by twice that.
     ///

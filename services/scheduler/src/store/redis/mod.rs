@@ -118,7 +118,6 @@ impl RedisOptions {
 pub struct RedisStore {
     conn: Conn,
     scripts: std::sync::Arc<Scripts>,
-    topology: Topology,
     replica_acks: u32,
     acks: std::sync::Arc<acks::Acks>,
     options: RedisOptions,
@@ -128,7 +127,7 @@ impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The URL may carry a password: never print it.
         f.debug_struct("RedisStore")
-            .field("topology", &self.topology)
+            .field("topology", &self.conn.topology())
             .field("replica_acks", &self.replica_acks)
             .field("options", &self.options)
             .finish_non_exhaustive()
@@ -150,18 +149,15 @@ impl RedisStore {
     /// Errors: [`StoreError::Unavailable`] with a one-line reason naming no password when the
     /// URL is malformed or the store does not answer in time.
     pub async fn connect(url: &str, options: RedisOptions) -> StoreResult<Self> {
-        let topology =
-            Topology::of(url).ok_or_else(|| StoreError::Unavailable("not a Redis URL".into()))?;
         let conn = Conn::connect(url, options.timeout)
             .await
             .map_err(StoreError::Unavailable)?;
         let store = Self {
-            conn,
             scripts: std::sync::Arc::new(Scripts::new()),
-            topology,
             replica_acks: options
                 .replica_acks
-                .unwrap_or_else(|| topology.default_replica_acks()),
+                .unwrap_or_else(|| conn.topology().default_replica_acks()),
+            conn,
             acks: std::sync::Arc::default(),
             options,
         };
@@ -171,7 +167,7 @@ impl RedisStore {
 
     /// Which topology the store runs on.
     pub fn topology(&self) -> Topology {
-        self.topology
+        self.conn.topology()
     }
 
     /// Replica acknowledgements each grant waits for (0 = off).
@@ -189,6 +185,11 @@ impl RedisStore {
         what: &str,
         call: impl Future<Output = redis::RedisResult<T>>,
     ) -> StoreResult<T> {
+        self.in_time(what, call).await?.map_err(map_err)
+    }
+
+    /// `call`'s output, or [`StoreError::Unavailable`] when the store timeout passes first.
+    async fn in_time<T>(&self, what: &str, call: impl Future<Output = T>) -> StoreResult<T> {
         tokio::time::timeout(self.options.timeout, call)
             .await
             .map_err(|_| {
@@ -196,8 +197,7 @@ impl RedisStore {
                     "redis did not answer {what} within {:?}",
                     self.options.timeout
                 ))
-            })?
-            .map_err(map_err)
+            })
     }
 
     /// Waits for `store_replica_acks` replicas, or as many as are in sync with the primary
@@ -213,17 +213,12 @@ impl RedisStore {
         }
         let [first, ..] = self.keys(pool);
         let timeout = self.options.replica_ack_timeout;
-        let waited = tokio::time::timeout(
-            self.options.timeout,
-            self.acks.wait(&self.conn, pool, &first, want, timeout),
-        )
-        .await
-        .map_err(|_| {
-            StoreError::Unavailable(format!(
-                "redis did not answer WAIT within {:?}",
-                self.options.timeout
-            ))
-        })?;
+        let waited = self
+            .in_time(
+                "WAIT",
+                self.acks.wait(&self.conn, pool, &first, want, timeout),
+            )
+            .await?;
         match waited {
             Ok(()) => Ok(()),
             Err(acks::AckError::Redis(e)) => Err(map_err(e)),
