@@ -92,3 +92,116 @@ impl Caller {
         result
     }
 }
+
+/// A text spoken in one or more parts: the audio of each part in text order, the keys that
+/// served them and the calls it took, or the error that stopped it (with the part it hit).
+#[derive(Debug, Default)]
+pub struct Spoken {
+    /// Audio of each part, in text order (all parts when `error` is `None`).
+    pub audio: Vec<Vec<u8>>,
+    /// Keys (`upstream/key`) that produced audio or were tried, first use first.
+    pub keys: Vec<String>,
+    /// Calls made.
+    pub calls: u32,
+    /// Parts the text was finally split into.
+    pub parts: usize,
+    /// The failure that ended the text: the error, the 1-based part and the part count then.
+    pub error: Option<(CallError, usize, usize)>,
+}
+
+/// The longest text per request, shared by every item of a run. It starts at `--max-chars`
+/// and shrinks when the server answers `RESPONSE_TOO_LARGE`, so the items after the first
+/// oversized one are split small enough up front.
+#[derive(Debug)]
+pub struct PartLimit(std::sync::atomic::AtomicUsize);
+
+impl PartLimit {
+    /// Starts at `max_chars` (at least 1).
+    pub fn new(max_chars: usize) -> Self {
+        Self(std::sync::atomic::AtomicUsize::new(max_chars.max(1)))
+    }
+
+    /// The current limit, in characters.
+    pub fn get(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn shrink_to(&self, chars: usize) {
+        self.0
+            .fetch_min(chars.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Caller {
+    /// Speaks `text` with `template`'s voice and format: split to `limit`, one [`Caller::synthesize`]
+    /// per part, in order. A part whose audio is over the server's message limit
+    /// (`RESPONSE_TOO_LARGE`, never retried as is) is split again to the size its bytes say
+    /// fits, with a 10 % margin, and the shared limit shrinks to match.
+    pub async fn speak(
+        &self,
+        template: &SynthesizeRequest,
+        text: &str,
+        limit: &PartLimit,
+        request_id_base: &str,
+    ) -> Spoken {
+        use voxpool_shared::text::{TextLimit, split};
+        let pieces = |text: &str, max: usize| -> Vec<String> {
+            split(text, TextLimit::Chars(max))
+                .into_iter()
+                .filter(|p| !p.trim().is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        let mut todo: std::collections::VecDeque<String> = pieces(text, limit.get()).into();
+        let mut spoken = Spoken {
+            parts: todo.len(),
+            ..Spoken::default()
+        };
+        while let Some(part) = todo.pop_front() {
+            let index = spoken.audio.len();
+            let request = SynthesizeRequest {
+                text: part.clone(),
+                ..template.clone()
+            };
+            let called = self
+                .synthesize(&request, &format!("{request_id_base}#{}", index + 1))
+                .await;
+            spoken.calls += called.calls;
+            match called.result {
+                Ok(response) => {
+                    for key in response
+                        .attempts
+                        .iter()
+                        .map(|a| a.key_id.as_str())
+                        .chain([response.key_id.as_str()])
+                    {
+                        if !key.is_empty() && !spoken.keys.iter().any(|k| k == key) {
+                            spoken.keys.push(key.to_owned());
+                        }
+                    }
+                    spoken.audio.push(response.audio);
+                }
+                Err(error) => {
+                    let chars = part.chars().count();
+                    let smaller = error.too_large().and_then(|(bytes, max)| {
+                        let fits = u128::from(max) * chars as u128 * 9 / (u128::from(bytes) * 10);
+                        // 0: not even one character's audio fits; nothing to split.
+                        let fits = usize::try_from(fits).unwrap_or(usize::MAX);
+                        let split = pieces(&part, fits.max(1));
+                        (fits >= 1 && fits < chars && split.len() > 1).then_some((fits, split))
+                    });
+                    let Some((fits, split)) = smaller else {
+                        spoken.error = Some((error, index + 1, spoken.parts));
+                        return spoken;
+                    };
+                    limit.shrink_to(fits);
+                    spoken.parts += split.len() - 1;
+                    for piece in split.into_iter().rev() {
+                        todo.push_front(piece);
+                    }
+                }
+            }
+        }
+        spoken
+    }
+}

@@ -81,8 +81,12 @@ pub struct Summary {
     pub breaker_trips: u64,
     /// Whether a Ctrl-C stopped the run.
     pub interrupted: bool,
-    /// Most frequent errors (`CODE: message`) with their counts, most frequent first.
+    /// Most frequent errors of failed items (`CODE: message`) with their counts, most
+    /// frequent first (at most 5).
     pub top_errors: Vec<(String, usize)>,
+    /// Most frequent manifest problems of invalid lines, apart from `top_errors` so that many
+    /// bad lines cannot hide why items failed (at most 3).
+    pub top_invalid: Vec<(String, usize)>,
 }
 
 impl Summary {
@@ -127,6 +131,7 @@ impl Report {
 pub fn tally(items: &[ItemReport], wall: Duration, summary: &mut Summary) {
     summary.items = items.len();
     let mut errors: HashMap<String, usize> = HashMap::new();
+    let mut invalid: HashMap<String, usize> = HashMap::new();
     for item in items {
         match item.status {
             Status::Ok => {
@@ -142,16 +147,26 @@ pub fn tally(items: &[ItemReport], wall: Duration, summary: &mut Summary) {
         }
         if let (Some(error), false) = (&item.error, item.resumed) {
             let code = item.code.as_deref().unwrap_or("MANIFEST");
-            *errors
-                .entry(format!("{code}: {}", truncate(error, 120)))
+            let tally = if item.status == Status::Invalid {
+                &mut invalid
+            } else {
+                &mut errors
+            };
+            *tally
+                .entry(format!("{code}: {}", truncate(error, 160)))
                 .or_default() += 1;
         }
     }
-    let mut top: Vec<_> = errors.into_iter().collect();
-    top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    top.truncate(5);
-    summary.top_errors = top;
+    summary.top_errors = most_frequent(errors, 5);
+    summary.top_invalid = most_frequent(invalid, 3);
     summary.wall_seconds = wall.as_secs_f64();
+}
+
+fn most_frequent(counts: HashMap<String, usize>, n: usize) -> Vec<(String, usize)> {
+    let mut top: Vec<_> = counts.into_iter().collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    top.truncate(n);
+    top
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -190,10 +205,15 @@ pub fn render(summary: &Summary) -> String {
         summary.breaker_trips,
         if summary.interrupted { ", interrupted" } else { "" },
     ));
-    if !summary.top_errors.is_empty() {
-        lines.push("voxctl: top errors:".into());
-        for (error, n) in &summary.top_errors {
-            lines.push(format!("  {n:>6} × {error}"));
+    for (title, top) in [
+        ("top errors of failed items", &summary.top_errors),
+        ("top problems of invalid lines", &summary.top_invalid),
+    ] {
+        if !top.is_empty() {
+            lines.push(format!("voxctl: {title}:"));
+            for (error, n) in top {
+                lines.push(format!("  {n:>6} × {error}"));
+            }
         }
     }
     lines.join("\n")
@@ -230,6 +250,22 @@ mod tests {
             item(Status::Invalid, false, None),
             item(Status::NotStarted, false, None),
         ];
+        let mut bad_lines: Vec<ItemReport> = (0..9)
+            .map(|i| ItemReport {
+                code: None,
+                error: Some(format!("line {i}: missing text")),
+                ..item(Status::Invalid, false, None)
+            })
+            .collect();
+        bad_lines.extend(items.iter().cloned());
+        let mut many_invalid = Summary::default();
+        tally(&bad_lines, Duration::from_secs(1), &mut many_invalid);
+        assert_eq!(
+            many_invalid.top_errors,
+            [("UNAVAILABLE: down".to_owned(), 2)],
+            "invalid lines never push a failure out of the list"
+        );
+        assert_eq!(many_invalid.top_invalid.len(), 3);
         let mut s = Summary::default();
         tally(&items, Duration::from_secs(2), &mut s);
         assert_eq!(

@@ -27,7 +27,15 @@ pub struct CallError {
     pub retry_after: Option<Duration>,
     /// Whether the status came from the transport (no server answer).
     pub transport: bool,
+    /// The server's `google.rpc.ErrorInfo` reason (`RESPONSE_TOO_LARGE`, `POOL_FULL`, …).
+    pub reason: Option<String>,
+    /// The `ErrorInfo` metadata (for `RESPONSE_TOO_LARGE`: `bytes` and `limit`).
+    pub metadata: std::collections::HashMap<String, String>,
 }
+
+/// `ErrorInfo` reason of a Synthesize answer whose audio would not fit in one message: the
+/// same text can never succeed, a shorter one can.
+pub const RESPONSE_TOO_LARGE: &str = "RESPONSE_TOO_LARGE";
 
 /// How a call result counts for the circuit breaker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,14 +55,15 @@ impl CallError {
             status.code(),
             Code::Unknown | Code::Cancelled | Code::Internal
         ) && status.source().is_some();
+        let details = status.get_error_details();
+        let info = details.error_info();
         Self {
             code: status.code(),
             message: status.message().to_owned(),
-            retry_after: status
-                .get_error_details()
-                .retry_info()
-                .and_then(|r| r.retry_delay),
+            retry_after: details.retry_info().and_then(|r| r.retry_delay),
             transport,
+            reason: info.map(|i| i.reason.clone()),
+            metadata: info.map(|i| i.metadata.clone()).unwrap_or_default(),
         }
     }
 
@@ -68,16 +77,31 @@ impl CallError {
             ),
             retry_after: None,
             transport: false,
+            reason: None,
+            metadata: std::collections::HashMap::new(),
         }
     }
 
-    /// Whether another attempt may succeed.
+    /// Whether another attempt may succeed. A response over the message limit never does
+    /// (the same text gives the same audio); [`CallError::too_large`] says how to split it.
     pub fn retryable(&self) -> bool {
+        if self.too_large().is_some() {
+            return false;
+        }
         self.transport
             || matches!(
                 self.code,
                 Code::Unavailable | Code::ResourceExhausted | Code::DeadlineExceeded
             )
+    }
+
+    /// For a `RESPONSE_TOO_LARGE` answer: the audio's size and the server's limit (bytes).
+    pub fn too_large(&self) -> Option<(u64, u64)> {
+        if self.reason.as_deref() != Some(RESPONSE_TOO_LARGE) {
+            return None;
+        }
+        let field = |k: &str| self.metadata.get(k).and_then(|v| v.parse::<u64>().ok());
+        Some((field("bytes")?, field("limit")?))
     }
 
     /// How the failure counts for the circuit breaker.
@@ -229,6 +253,20 @@ mod tests {
             let d = policy.delay(Duration::from_millis(100), &e);
             assert_eq!(d, Duration::from_millis(750));
         }
+        let too_large = CallError::from_status(&Status::with_error_details(
+            Code::ResourceExhausted,
+            "too big",
+            ErrorDetails::with_error_info(
+                RESPONSE_TOO_LARGE,
+                "voxpool.synthesis",
+                [
+                    ("bytes".to_owned(), "900".to_owned()),
+                    ("limit".to_owned(), "300".to_owned()),
+                ],
+            ),
+        ));
+        assert_eq!(too_large.too_large(), Some((900, 300)));
+        assert!(!too_large.retryable(), "the same text can never fit");
         let hint_too_long = CallError {
             retry_after: Some(Duration::from_secs(86_400)),
             ..e

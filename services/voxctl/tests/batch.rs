@@ -347,6 +347,118 @@ async fn a_long_item_is_split_at_sentences_and_joined_into_one_wav_with_a_correc
     assert_eq!(text_of_wav(&bytes), text);
 }
 
+/// A server whose audio is 1,000 bytes per character under a 40,000-byte message limit: any
+/// part over 40 characters is `RESPONSE_TOO_LARGE`, as `voxpool-synthesis` answers it.
+fn too_large_over_40_chars(call: &common::fake_synthesis::Call) -> Reply {
+    let chars = call.text.chars().count();
+    if chars <= 40 {
+        return Reply::ok();
+    }
+    Reply::err(Status::with_error_details(
+        Code::ResourceExhausted,
+        "the audio is too large; use SynthesizeStream for long text",
+        ErrorDetails::with_error_info(
+            "RESPONSE_TOO_LARGE",
+            "voxpool.synthesis",
+            [
+                ("bytes".to_owned(), (chars * 1000).to_string()),
+                ("limit".to_owned(), "40000".to_owned()),
+            ],
+        ),
+    ))
+}
+
+#[tokio::test]
+async fn an_item_whose_audio_is_over_the_message_limit_is_split_to_fit_and_never_resent_as_is() {
+    let server = FakeSynthesis::start(too_large_over_40_chars).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let long: String = (0..12)
+        .map(|i| format!("Sentence {i:02} is here. "))
+        .collect();
+    let list = [
+        ("first".to_owned(), long.clone()),
+        ("second".to_owned(), long.clone()),
+    ];
+    let manifest = write_manifest(dir.path(), "m.jsonl", &list);
+    let out = dir.path().join("out");
+    let mut c = config(&manifest, &out, &server.url());
+    c.concurrency = 1;
+    let outcome = batch::run(c, Shutdown::new()).await.expect("run");
+
+    assert_eq!(outcome.exit_code, 0, "{:?}", outcome.summary);
+    assert_eq!(
+        outcome.summary.retries, 0,
+        "a too-large answer is never retried as is"
+    );
+    let log = server.log();
+    let refused: Vec<_> = log.iter().filter(|c| c.text.chars().count() > 40).collect();
+    assert_eq!(
+        refused.len(),
+        1,
+        "only the first oversized part is sent: {refused:?}"
+    );
+    assert!(
+        log.iter()
+            .filter(|c| c.item == "second")
+            .all(|c| c.text.chars().count() <= 40),
+        "the next item is split small enough up front"
+    );
+    for (id, text) in &list {
+        let bytes = std::fs::read(out.join(format!("{id}.wav"))).expect("file");
+        assert_eq!(
+            &text_of_wav(&bytes),
+            text,
+            "{id}: parts joined in text order"
+        );
+    }
+    let second = outcome
+        .items
+        .iter()
+        .find(|i| i.id.as_deref() == Some("second"));
+    assert!(second.is_some_and(|i| i.parts > 1 && i.attempts as usize == i.parts));
+}
+
+#[tokio::test]
+async fn a_too_large_part_that_cannot_be_split_fails_at_once_with_the_servers_words() {
+    // 100 kB per character under a 40 kB limit: not even one character fits.
+    let server = FakeSynthesis::start(|call| {
+        Reply::err(Status::with_error_details(
+            Code::ResourceExhausted,
+            "the audio is too large; use SynthesizeStream for long text",
+            ErrorDetails::with_error_info(
+                "RESPONSE_TOO_LARGE",
+                "voxpool.synthesis",
+                [
+                    (
+                        "bytes".to_owned(),
+                        (call.text.chars().count() * 100_000).to_string(),
+                    ),
+                    ("limit".to_owned(), "40000".to_owned()),
+                ],
+            ),
+        ))
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let word = "Hello there.".to_owned();
+    let manifest = write_manifest(dir.path(), "m.jsonl", &[("word".into(), word)]);
+    let out = dir.path().join("out");
+    let outcome = batch::run(config(&manifest, &out, &server.url()), Shutdown::new())
+        .await
+        .expect("run");
+
+    let item = &outcome.items[0];
+    assert_eq!(item.status, ItemStatus::Failed);
+    assert_eq!(item.code.as_deref(), Some("RESOURCE_EXHAUSTED"));
+    assert!(
+        item.error
+            .as_deref()
+            .is_some_and(|e| e.contains("SynthesizeStream")),
+        "{item:?}"
+    );
+    assert_eq!(server.calls()["word"], 1, "never retried");
+}
+
 #[tokio::test]
 async fn bad_manifest_lines_are_reported_by_line_number_and_valid_items_still_run() {
     let server = FakeSynthesis::healthy().await;

@@ -11,7 +11,7 @@ use voxpool_proto::synthesis::v1::SynthesizeRequest;
 
 use super::plan::Todo;
 use crate::{
-    call::Caller,
+    call::{Caller, PartLimit},
     checkpoint::{DoneRecord, FailedRecord, Journal, Record},
     format::Format,
     join::join,
@@ -33,8 +33,8 @@ pub struct ItemContext {
     pub format: Format,
     /// Requested sample rate (0 = vendor default).
     pub sample_rate_hz: i32,
-    /// Longest text per request.
-    pub max_chars: usize,
+    /// Longest text per request (`--max-chars`, shrunk when a part's audio is too large).
+    pub max_chars: PartLimit,
     /// Counters.
     pub stats: Arc<Stats>,
 }
@@ -48,65 +48,30 @@ pub struct Processed {
     pub journal_failed: bool,
 }
 
-struct Progress {
-    calls: u32,
-    keys: Vec<String>,
-    parts: usize,
-}
-
-impl Progress {
-    fn add_keys<'a>(&mut self, keys: impl IntoIterator<Item = &'a str>) {
-        for key in keys {
-            if !key.is_empty() && !self.keys.iter().any(|k| k == key) {
-                self.keys.push(key.to_owned());
-            }
-        }
-    }
-}
-
 /// Runs one item (see the module doc).
 pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
     let _in_flight = ctx.stats.in_flight_guard();
     let Todo { item, fp } = todo;
-    let parts: Vec<&str> = voxpool_shared::text::split(
-        &item.text,
-        voxpool_shared::text::TextLimit::Chars(ctx.max_chars),
-    )
-    .into_iter()
-    .filter(|p| !p.trim().is_empty())
-    .collect();
-    let mut progress = Progress {
-        calls: 0,
-        keys: Vec::new(),
-        parts: parts.len(),
+    let template = SynthesizeRequest {
+        voice: Some(item.voice.to_pb()),
+        text: String::new(),
+        format: ctx.format.to_pb() as i32,
+        sample_rate_hz: ctx.sample_rate_hz,
+        request_id: String::new(),
     };
-    let mut audio = Vec::with_capacity(parts.len());
-    let mut failure: Option<(String, String)> = None;
-    for (index, part) in parts.iter().enumerate() {
-        let request = SynthesizeRequest {
-            voice: Some(item.voice.to_pb()),
-            text: (*part).to_owned(),
-            format: ctx.format.to_pb() as i32,
-            sample_rate_hz: ctx.sample_rate_hz,
-            request_id: String::new(),
-        };
-        let called = ctx
-            .caller
-            .synthesize(&request, &format!("{}#{}", item.id, index + 1))
-            .await;
-        progress.calls += called.calls;
-        match called.result {
-            Ok(response) => {
-                progress.add_keys(response.attempts.iter().map(|a| a.key_id.as_str()));
-                progress.add_keys([response.key_id.as_str()]);
-                audio.push(response.audio);
-            }
-            Err(error) => {
-                failure = Some(describe(&error, index, parts.len()));
-                break;
-            }
-        }
-    }
+    let spoken = ctx
+        .caller
+        .speak(&template, &item.text, &ctx.max_chars, &item.id)
+        .await;
+    let progress = Progress {
+        calls: spoken.calls,
+        keys: spoken.keys,
+        parts: spoken.parts,
+    };
+    let failure = spoken
+        .error
+        .map(|(error, part, parts)| describe(&error, part, parts));
+    let audio = spoken.audio;
     let file = output::file_name(&item.id, ctx.format);
     let written = match failure {
         Some(f) => Err(f),
@@ -175,9 +140,15 @@ pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
     }
 }
 
-fn describe(error: &CallError, index: usize, parts: usize) -> (String, String) {
+struct Progress {
+    calls: u32,
+    keys: Vec<String>,
+    parts: usize,
+}
+
+fn describe(error: &CallError, part: usize, parts: usize) -> (String, String) {
     let message = if parts > 1 {
-        format!("part {} of {parts}: {}", index + 1, error.message)
+        format!("part {part} of {parts}: {}", error.message)
     } else {
         error.message.clone()
     };

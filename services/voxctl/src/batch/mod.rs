@@ -108,7 +108,7 @@ pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome
         out: config.out.clone(),
         format: config.format,
         sample_rate_hz: config.sample_rate_hz,
-        max_chars: config.max_chars,
+        max_chars: crate::call::PartLimit::new(config.max_chars),
         stats: Arc::clone(&stats),
     });
     let run_started = Instant::now();

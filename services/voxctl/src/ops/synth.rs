@@ -12,7 +12,7 @@ use voxpool_proto::synthesis::v1::{SynthesizeRequest, synthesis_client::Synthesi
 use super::OpError;
 use crate::{
     breaker::{Breaker, BreakerConfig},
-    call::Caller,
+    call::{Caller, PartLimit},
     connect,
     format::Format,
     join::join,
@@ -60,34 +60,30 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
         deadline: job.deadline,
         stats: Arc::new(Stats::default()),
     };
-    let parts: Vec<&str> = voxpool_shared::text::split(
-        &job.text,
-        voxpool_shared::text::TextLimit::Chars(job.max_chars),
-    )
-    .into_iter()
-    .filter(|p| !p.trim().is_empty())
-    .collect();
-    let (mut audio, mut keys, mut calls) = (Vec::new(), Vec::new(), 0);
-    for (i, part) in parts.iter().enumerate() {
-        let request = SynthesizeRequest {
-            voice: Some(job.voice.to_pb()),
-            text: (*part).to_owned(),
-            format: job.format.to_pb() as i32,
-            sample_rate_hz: job.sample_rate_hz,
-            request_id: String::new(),
+    let template = SynthesizeRequest {
+        voice: Some(job.voice.to_pb()),
+        text: String::new(),
+        format: job.format.to_pb() as i32,
+        sample_rate_hz: job.sample_rate_hz,
+        request_id: String::new(),
+    };
+    let spoken = caller
+        .speak(
+            &template,
+            &job.text,
+            &PartLimit::new(job.max_chars),
+            "voxctl-synth",
+        )
+        .await;
+    if let Some((error, part, parts)) = spoken.error {
+        let at = if parts > 1 {
+            format!(" (part {part} of {parts})")
+        } else {
+            String::new()
         };
-        let called = caller
-            .synthesize(&request, &format!("voxctl-synth#{}", i + 1))
-            .await;
-        calls += called.calls;
-        let response = called
-            .result
-            .map_err(|e| OpError::failed(format!("Synthesize: {e}")))?;
-        if !keys.contains(&response.key_id) {
-            keys.push(response.key_id);
-        }
-        audio.push(response.audio);
+        return Err(OpError::failed(format!("Synthesize{at}: {error}")));
     }
+    let (audio, keys, calls, parts) = (spoken.audio, spoken.keys, spoken.calls, spoken.parts);
     let bytes = join(job.format, audio).map_err(|e| OpError::failed(e.to_string()))?;
     let dir = match job.out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -105,7 +101,7 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
         "voxctl: wrote {} ({} bytes, {} part(s)) via {} in {calls} call(s)",
         job.out.display(),
         bytes.len(),
-        parts.len(),
+        parts,
         keys.join(", ")
     );
     Ok(())
