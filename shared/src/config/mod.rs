@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::provider::Provider;
 
 mod credential;
+mod load_error;
 mod settings;
 mod validate;
 
@@ -128,13 +129,18 @@ impl Config {
                 path.display()
             )));
         }
-        Self::figment(Toml::file(path))
-            .map_err(|e| ConfigError::Load(format!("config file {}: {e}", path.display())))
+        Self::figment(Toml::file(path)).map_err(|e| {
+            ConfigError::Load(load_error::describe(
+                *e,
+                &format!("config file {}", path.display()),
+            ))
+        })
     }
 
     /// Parses TOML text (tests, embedded examples), with the same environment overrides.
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
-        Self::figment(Toml::string(text)).map_err(|e| ConfigError::Load(e.to_string()))
+        Self::figment(Toml::string(text))
+            .map_err(|e| ConfigError::Load(load_error::describe(*e, "config text")))
     }
 
     fn figment(file: figment::providers::Data<Toml>) -> Result<Self, Box<figment::Error>> {
