@@ -283,3 +283,44 @@ fn deploy_runs_the_lease_store_on_sentinel_without_persistence() {
         "{store}"
     );
 }
+
+#[test]
+fn the_catalog_reads_the_pools_config_everywhere_it_is_deployed() {
+    let deploy = workspace_root().join("deploy");
+    let compose = &docs(&deploy.join("docker-compose.yml"))[0];
+    let command: Vec<&str> = compose["services"]["catalog"]["command"]
+        .as_sequence()
+        .expect("catalog command")
+        .iter()
+        .map(s)
+        .collect();
+    let at = command.iter().position(|a| *a == "--pools-config");
+    let path = at
+        .and_then(|i| command.get(i + 1))
+        .expect("compose catalog gets --pools-config");
+    let local = path.replace("/etc/voxpool", &deploy.join("config").display().to_string());
+    assert!(
+        std::path::Path::new(&local).exists(),
+        "compose: {path} is not in deploy/config"
+    );
+
+    let catalog = docs(&deploy.join("k8s/catalog.yaml"))
+        .into_iter()
+        .find(|d| s(&d["kind"]) == "Deployment")
+        .expect("catalog deployment");
+    let spec = &catalog["spec"]["template"]["spec"];
+    let container = &spec["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .expect("args")
+        .iter()
+        .map(s)
+        .collect();
+    assert_eq!(args, ["--pools-config", "/etc/voxpool/config.toml"]);
+    let mounted = container["volumeMounts"]
+        .as_sequence()
+        .expect("volumeMounts")
+        .iter()
+        .any(|m| s(&m["mountPath"]) == "/etc/voxpool");
+    assert!(mounted, "k8s: the config map is mounted at /etc/voxpool");
+}

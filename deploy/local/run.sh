@@ -39,11 +39,11 @@ start() {
 }
 
 "$BIN/voxpool-catalog" --database "$DB" migrate
-"$BIN/voxpool-catalog" --database "$DB" seed deploy/config/packs.toml
+"$BIN/voxpool-catalog" --database "$DB" --pools-config "$CONFIG" seed deploy/config/packs.toml
 # A fresh dev stack holds no leases that could re-register: no recovery window at start-up.
 export VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS=${VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS:-0}
 start scheduler 50051 "$BIN/voxpool-scheduler" --config "$CONFIG" --store memory
-start catalog 50052 "$BIN/voxpool-catalog" --database "$DB"
+start catalog 50052 "$BIN/voxpool-catalog" --database "$DB" --pools-config "$CONFIG"
 start synthesis 50053 "$BIN/voxpool-synthesis" --config "$CONFIG"
 echo "voxpool running: scheduler 127.0.0.1:50051, catalog 127.0.0.1:50052, synthesis 127.0.0.1:50053"
 echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token-local). Ctrl-C stops everything."

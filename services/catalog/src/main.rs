@@ -7,7 +7,7 @@
 use std::{path::PathBuf, process::ExitCode, sync::Arc};
 
 use clap::{Parser, Subcommand};
-use voxpool_catalog::{db, seed, server};
+use voxpool_catalog::{db, pools::ServedPools, seed, server};
 use voxpool_shared::auth::AdminAuth;
 
 /// Voice packs (provider + model + voice + prosody params + tier, pinned to a tts model id),
@@ -40,6 +40,12 @@ struct Args {
     /// RPCs are refused).
     #[arg(long, env = "VOXPOOL_ADMIN_TOKEN_FILE")]
     admin_token_file: Option<PathBuf>,
+    /// The pools config file the scheduler and synthesis read (only pool ids and providers
+    /// are used). With it, creating or seeding a pack whose tts_model_id no pool serves, or
+    /// whose provider differs from its pool's, is INVALID_ARGUMENT; without it any
+    /// well-formed tts_model_id is accepted.
+    #[arg(long, env = "VOXPOOL_POOLS_CONFIG", global = true)]
+    pools_config: Option<PathBuf>,
     #[command(flatten)]
     server: voxpool_shared::limits::ServerFlags,
     #[command(subcommand)]
@@ -80,7 +86,7 @@ async fn run(args: Args) -> Result<(), String> {
             Ok(())
         }
         Some(Command::Seed { ref file }) => {
-            let specs = seed::load(file)?;
+            let specs = seed::load(file, &served_pools(&args)?)?;
             let repo = server::open_repository(&args.database, args.db_pool_size).await?;
             let outcomes = seed::apply(&repo, specs)
                 .await
@@ -108,6 +114,7 @@ async fn serve(args: Args) -> Result<(), String> {
     let token_env = std::env::var("VOXPOOL_ADMIN_TOKEN").ok();
     let auth = AdminAuth::load(args.admin_token_file.as_deref(), token_env.as_deref())
         .map_err(|e| e.to_string())?;
+    let pools = served_pools(&args)?;
     let repo = server::open_repository(&args.database, args.db_pool_size).await?;
     let (listener, bound) = voxpool_shared::serve::bind(&args.listen).await?;
     voxpool_shared::serve::announce("voxpool-catalog", bound)?;
@@ -116,7 +123,22 @@ async fn serve(args: Args) -> Result<(), String> {
         listen = %bound,
         database = %db::redact(&args.database),
         admin = auth.is_enabled(),
+        pools_known = pools.is_known(),
         "voxpool-catalog serving"
     );
-    server::serve_with(listener, Arc::new(repo), auth, &args.server, shutdown).await
+    server::serve_with(
+        listener,
+        Arc::new(repo),
+        auth,
+        pools,
+        &args.server,
+        shutdown,
+    )
+    .await
+}
+
+fn served_pools(args: &Args) -> Result<ServedPools, String> {
+    args.pools_config
+        .as_deref()
+        .map_or_else(|| Ok(ServedPools::unknown()), ServedPools::load)
 }

@@ -30,7 +30,9 @@ use std::{collections::BTreeMap, path::Path};
 use serde::Deserialize;
 use voxpool_proto::catalog::v1 as pb;
 
-use crate::{error::CatalogError, model::PackSpec, repo::PackRepository, validate};
+use crate::{
+    error::CatalogError, model::PackSpec, pools::ServedPools, repo::PackRepository, validate,
+};
 
 /// The file's top level.
 #[derive(Debug, Deserialize)]
@@ -102,16 +104,22 @@ impl std::fmt::Display for SeedOutcome {
 }
 
 /// Reads and validates a seed file (JSON when it ends in `.json` or starts with `{` or a
-/// single `[`, else TOML). Errors are one line naming the file and entry field.
-pub fn load(path: &Path) -> Result<Vec<PackSpec>, String> {
+/// single `[`, else TOML), each pack also against `pools` (see [`crate::pools`]). Errors are
+/// one line naming the file and entry field.
+pub fn load(path: &Path, pools: &ServedPools) -> Result<Vec<PackSpec>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read seed file {}: {e}", path.display()))?;
-    parse(&text, path.extension().is_some_and(|e| e == "json"))
+    parse_served(&text, path.extension().is_some_and(|e| e == "json"), pools)
         .map_err(|e| format!("seed file {}: {e}", path.display()))
 }
 
-/// Parses seed text (see [`load`]) and validates every entry.
+/// Parses seed text (see [`load`]) and validates every entry, pools unknown.
 pub fn parse(text: &str, json: bool) -> Result<Vec<PackSpec>, String> {
+    parse_served(text, json, &ServedPools::unknown())
+}
+
+/// [`parse`], each pack also checked against `pools`.
+pub fn parse_served(text: &str, json: bool, pools: &ServedPools) -> Result<Vec<PackSpec>, String> {
     let head = text.trim_start();
     let packs = if head.starts_with('[') && !head.starts_with("[[") {
         serde_json::from_str::<Vec<SeedPack>>(text).map_err(|e| e.to_string())?
@@ -127,8 +135,21 @@ pub fn parse(text: &str, json: bool) -> Result<Vec<PackSpec>, String> {
     let mut specs = Vec::with_capacity(packs.len());
     let mut problems = Vec::new();
     for (i, p) in packs.into_iter().enumerate() {
-        match to_pb(&p, i).and_then(|m| validate::pack_spec(&m, &format!("packs[{i}]"))) {
-            Ok(spec) => specs.push(spec),
+        let prefix = format!("packs[{i}]");
+        match to_pb(&p, i).and_then(|m| validate::pack_spec(&m, &prefix)) {
+            Ok(spec) => {
+                let unserved = pools.check(&spec, &prefix);
+                if unserved.is_empty() {
+                    specs.push(spec);
+                } else {
+                    problems.push(
+                        CatalogError::InvalidArgument {
+                            violations: unserved,
+                        }
+                        .to_string(),
+                    );
+                }
+            }
             Err(e) => problems.push(e.to_string()),
         }
     }
@@ -211,6 +232,27 @@ pub async fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_shipped_pack_is_served_by_a_pool_of_the_example_config_and_others_are_refused() {
+        let config = voxpool_shared::config::Config::from_toml_str(include_str!(
+            "../../../deploy/config/example.toml"
+        ))
+        .expect("example config");
+        let pools = ServedPools::from_config(&config, "example.toml");
+        let seed = include_str!("../../../deploy/config/packs.toml");
+        parse_served(seed, false, &pools).expect("every shipped pack has its pool");
+        let stray = seed.replacen(
+            "tts_model_id = \"espeak-local\"",
+            "tts_model_id = \"espeak-locale\"",
+            1,
+        );
+        let e = parse_served(&stray, false, &pools).unwrap_err();
+        assert!(
+            e.contains("packs[0].tts_model_id") && e.contains("\"espeak-locale\""),
+            "{e}"
+        );
+    }
 
     #[test]
     fn the_shipped_seed_file_is_valid() {

@@ -10,6 +10,7 @@ use voxpool_shared::limits::ServerFlags;
 
 use crate::{
     db,
+    pools::ServedPools,
     repo::{PackRepository, sea::SeaRepository},
     service::{AdminService, CatalogService},
 };
@@ -39,14 +40,25 @@ pub async fn serve(
     auth: AdminAuth,
     shutdown: CancellationToken,
 ) -> Result<(), String> {
-    serve_with(listener, repo, auth, &ServerFlags::default(), shutdown).await
+    serve_with(
+        listener,
+        repo,
+        auth,
+        ServedPools::unknown(),
+        &ServerFlags::default(),
+        shutdown,
+    )
+    .await
 }
 
-/// [`serve`] with explicit server limits (request timeout, message size, load shedding, TLS).
+/// [`serve`] with the configured pools (packs no pool serves are refused, see
+/// [`crate::pools`]) and explicit server limits (request timeout, message size, load
+/// shedding, TLS).
 pub async fn serve_with(
     listener: TcpListener,
     repo: Arc<dyn PackRepository>,
     auth: AdminAuth,
+    pools: ServedPools,
     flags: &ServerFlags,
     shutdown: CancellationToken,
 ) -> Result<(), String> {
@@ -55,7 +67,7 @@ pub async fn serve_with(
         .into_server()
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
-    let admin = AdminService::new(repo.clone(), auth)
+    let admin = AdminService::new(repo.clone(), auth, pools)
         .into_server()
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);

@@ -159,6 +159,72 @@ async fn each_invalid_field_is_invalid_argument_naming_it(backend: Backend) {
 }
 db_test!(each_invalid_field_is_invalid_argument_naming_it);
 
+/// The catalog started with `--pools-config deploy/config/example.toml`.
+async fn with_example_pools(backend: Backend) -> TestServer {
+    let config = voxpool_shared::config::Config::from_toml_str(include_str!(
+        "../../../deploy/config/example.toml"
+    ))
+    .expect("example config");
+    let pools = voxpool_catalog::pools::ServedPools::from_config(&config, "example.toml");
+    TestServer::start_with_pools(backend, pools).await
+}
+
+async fn with_known_pools_a_pack_no_pool_serves_is_refused_and_nothing_is_stored(backend: Backend) {
+    let server = with_example_pools(backend).await;
+    let mut admin = server.admin().await;
+    let unserved = pb::VoicePack {
+        tts_model_id: "espeak-remote".into(),
+        ..pack_pb("en-us")
+    };
+    let status = admin
+        .create_voice_pack(authed(pb::CreateVoicePackRequest {
+            voice_pack: Some(unserved),
+        }))
+        .await
+        .expect_err("no pool serves espeak-remote");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(bad_fields(&status), ["voice_pack.tts_model_id"]);
+    assert!(
+        status.message().contains("espeak-local"),
+        "names the pools: {}",
+        status.message()
+    );
+    let wrong_provider = pb::VoicePack {
+        provider: "openai".into(),
+        ..pack_pb("en-us")
+    };
+    let status = admin
+        .create_voice_pack(authed(pb::CreateVoicePackRequest {
+            voice_pack: Some(wrong_provider),
+        }))
+        .await
+        .expect_err("espeak-local is an espeak pool");
+    assert_eq!(bad_fields(&status), ["voice_pack.provider"]);
+    let listed = admin
+        .list_all_voice_packs(authed(pb::ListVoicePacksRequest::default()))
+        .await
+        .expect("list")
+        .into_inner();
+    assert!(listed.voice_packs.is_empty(), "nothing stored: {listed:?}");
+
+    // A served pack is accepted; moving it to an unserved pool is refused like a create.
+    let pack = create(&server, pack_pb("en-us")).await;
+    let status = admin
+        .update_voice_pack(authed(pb::UpdateVoicePackRequest {
+            voice_pack: Some(pb::VoicePack {
+                id: pack.id.clone(),
+                tts_model_id: "espeak-remote".into(),
+                ..Default::default()
+            }),
+            update_mask: mask(&["tts_model_id"]),
+            expected_version: 0,
+        }))
+        .await
+        .expect_err("update to an unserved pool");
+    assert_eq!(bad_fields(&status), ["voice_pack.tts_model_id"]);
+}
+db_test!(with_known_pools_a_pack_no_pool_serves_is_refused_and_nothing_is_stored);
+
 async fn duplicate_identity_is_already_exists_naming_the_pack(backend: Backend) {
     let server = TestServer::start(backend).await;
     let first = create(&server, pack_pb("en-us")).await;

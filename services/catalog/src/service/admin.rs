@@ -2,6 +2,8 @@
 //! list everything, list revisions. Every RPC first checks `authorization: Bearer <token>`
 //! (constant-time; FAILED_PRECONDITION with instructions when no token is configured).
 
+use std::sync::Arc;
+
 use tonic::{Request, Response, Status};
 use voxpool_proto::catalog::v1::{self as pb, voice_catalog_admin_server::VoiceCatalogAdmin};
 use voxpool_shared::auth::AdminAuth;
@@ -10,20 +12,39 @@ use super::{Repo, list::list, require_id};
 use crate::{
     convert::{pack_to_pb, revision_to_pb, spec_to_pb},
     error::CatalogError,
-    mask, validate,
+    mask,
+    model::PackSpec,
+    pools::ServedPools,
+    validate,
 };
+
+/// `spec` checked against the configured pools (see [`crate::pools`]).
+fn served(pools: &ServedPools, spec: PackSpec) -> Result<PackSpec, CatalogError> {
+    let violations = pools.check(&spec, "voice_pack");
+    if violations.is_empty() {
+        Ok(spec)
+    } else {
+        Err(CatalogError::InvalidArgument { violations })
+    }
+}
 
 /// The write-side service.
 #[derive(Clone)]
 pub struct AdminService {
     repo: Repo,
     auth: AdminAuth,
+    pools: Arc<ServedPools>,
 }
 
 impl AdminService {
-    /// A service over `repo` guarded by `auth`.
-    pub fn new(repo: Repo, auth: AdminAuth) -> Self {
-        Self { repo, auth }
+    /// A service over `repo` guarded by `auth`; packs no pool serves are refused (when
+    /// `pools` knows the pools).
+    pub fn new(repo: Repo, auth: AdminAuth, pools: ServedPools) -> Self {
+        Self {
+            repo,
+            auth,
+            pools: Arc::new(pools),
+        }
     }
 
     /// The tonic server wrapping this service.
@@ -48,6 +69,7 @@ impl VoiceCatalogAdmin for AdminService {
             required_pack(request.get_ref().voice_pack.as_ref())?,
             "voice_pack",
         )?;
+        let spec = served(&self.pools, spec)?;
         let pack = self.repo.create(spec).await?;
         tracing::info!(pack_id = %pack.id, provider = %pack.spec.provider, "voice pack created");
         Ok(Response::new(pack_to_pb(&pack)))
@@ -74,10 +96,20 @@ impl VoiceCatalogAdmin for AdminService {
                 .into());
             }
         };
+        let pools = &self.pools;
         let edit = |current: &crate::model::VoicePack| {
             let mut merged = spec_to_pb(&current.spec);
             mask::apply(&mut merged, patch, &paths);
-            validate::pack_spec(&merged, "voice_pack")
+            let spec = validate::pack_spec(&merged, "voice_pack")?;
+            // An edit that keeps the pool and provider stays possible on a pack whose pool
+            // was since removed (to fix its text, or to disable it).
+            if spec.tts_model_id == current.spec.tts_model_id
+                && spec.provider == current.spec.provider
+            {
+                Ok(spec)
+            } else {
+                served(pools, spec)
+            }
         };
         let pack = self.repo.update(&patch.id, expected, &edit).await?;
         tracing::info!(pack_id = %pack.id, version = pack.version, "voice pack updated");

@@ -8,7 +8,7 @@ use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, transport::Channel};
-use voxpool_catalog::{model::PackSpec, repo::sea::SeaRepository, server};
+use voxpool_catalog::{model::PackSpec, pools::ServedPools, repo::sea::SeaRepository, server};
 use voxpool_proto::catalog::v1::{
     self as pb, voice_catalog_admin_client::VoiceCatalogAdminClient,
     voice_catalog_client::VoiceCatalogClient,
@@ -130,15 +130,35 @@ impl TestServer {
         Self::start_on(repo, db, auth).await
     }
 
+    /// Starts a server on a new database that knows the pools of `pools` (`--pools-config`).
+    #[allow(dead_code, reason = "used by some test binaries only")]
+    pub async fn start_with_pools(backend: Backend, pools: ServedPools) -> Self {
+        let (repo, db) = repo(backend).await;
+        Self::start_full(repo, db, AdminAuth::with_token(Secret::new(TOKEN)), pools).await
+    }
+
     /// Starts a server over an existing repository.
     pub async fn start_on(repo: SeaRepository, db: TestDb, auth: AdminAuth) -> Self {
+        Self::start_full(repo, db, auth, ServedPools::unknown()).await
+    }
+
+    async fn start_full(
+        repo: SeaRepository,
+        db: TestDb,
+        auth: AdminAuth,
+        pools: ServedPools,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let shutdown = CancellationToken::new();
         let serve_repo: Arc<dyn voxpool_catalog::repo::PackRepository> = Arc::new(repo.clone());
-        tokio::spawn(server::serve(listener, serve_repo, auth, shutdown.clone()));
+        let flags = voxpool_shared::limits::ServerFlags::default();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            server::serve_with(listener, serve_repo, auth, pools, &flags, stop).await
+        });
         Self {
             addr,
             repo,
