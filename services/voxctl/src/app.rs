@@ -29,8 +29,17 @@ pub async fn run(cli: Cli) -> u8 {
                     watch,
                     interval,
                     scheduler,
+                    synthesis,
                 },
-        } => pool::status(&scheduler, pool.as_deref(), watch.then_some(interval)).await,
+        } => {
+            pool::status(
+                &scheduler,
+                &synthesis,
+                pool.as_deref(),
+                watch.then_some(interval),
+            )
+            .await
+        }
         Command::Packs(args) => run_packs(args).await,
         Command::Synth(args) => run_synth(args).await,
     };
@@ -52,6 +61,7 @@ pub fn batch_config(args: BatchArgs) -> BatchConfig {
     config.qps = args.qps;
     config.synthesis = args.synthesis;
     config.catalog = (!args.no_pack_check).then_some(args.catalog);
+    config.scheduler = (!args.no_pack_check).then_some(args.scheduler);
     config.deadline = args.deadline;
     config.retry = RetryPolicy {
         max_attempts: args.max_attempts,

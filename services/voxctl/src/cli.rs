@@ -87,7 +87,11 @@ pub struct BatchArgs {
     /// Catalog URL, used to check the manifest's pack ids before running.
     #[arg(long, env = "VOXPOOL_CATALOG", default_value = DEFAULT_CATALOG)]
     pub catalog: String,
-    /// Do not check pack ids against the catalog (synthesis still refuses unknown packs).
+    /// Scheduler URL, used to check that a pool serves each pack's ttsModelId before running.
+    #[arg(long, env = "VOXPOOL_SCHEDULER", default_value = DEFAULT_SCHEDULER)]
+    pub scheduler: String,
+    /// Do not check pack ids against the catalog, nor their pools against the scheduler
+    /// (synthesis still refuses unknown packs).
     #[arg(long)]
     pub no_pack_check: bool,
     /// Deadline of one Synthesize call (e.g. 30s, 2m).
@@ -155,6 +159,10 @@ pub enum PoolCommand {
         /// Scheduler URL, a list `URL,URL,...`, or a DNS name of several replicas.
         #[arg(long, env = "VOXPOOL_SCHEDULER", default_value = DEFAULT_SCHEDULER)]
         scheduler: String,
+        /// Synthesis URL, asked which keys hold a usable credential there (the scheduler never
+        /// sees credentials); keys without one show NO_CREDENTIAL.
+        #[arg(long, env = "VOXPOOL_SYNTHESIS", default_value = DEFAULT_SYNTHESIS)]
+        synthesis: String,
     },
 }
 

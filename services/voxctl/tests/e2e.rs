@@ -180,3 +180,46 @@ async fn bad_manifest_lines_are_reported_by_line_number_while_valid_items_run_on
     assert_eq!(audio_files(&out).len(), 5, "{stderr}");
     assert!(stderr.contains("8 items: 5 ok"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_reports_items_whose_pack_pins_a_pool_the_scheduler_does_not_serve() {
+    let stack = Stack::start(&bins(), &faulty(), 2, 10).await;
+    let catalog = common::fake_catalog::FakeCatalog::start_pinned(&[
+        ("vp_served", true, common::stack::POOL),
+        ("vp_orphan", true, "pool-that-was-removed"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = dir.path().join("m.jsonl");
+    std::fs::write(
+        &manifest,
+        "{\"id\":\"a\",\"text\":\"one\",\"packId\":\"vp_served\"}\n\
+         {\"id\":\"b\",\"text\":\"two\",\"packId\":\"vp_orphan\"}\n",
+    )
+    .expect("write");
+    let output = Command::new(env!("CARGO_BIN_EXE_voxctl"))
+        .arg("batch")
+        .arg(&manifest)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .args(["--dry-run", "--synthesis", &stack.synthesis_url])
+        .args([
+            "--catalog",
+            &catalog.url(),
+            "--scheduler",
+            &stack.scheduler_url,
+        ])
+        .output()
+        .await
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("line 2 (id \"b\"): pack \"vp_orphan\" pins ttsModelId \"pool-that-was-removed\", which no scheduler pool serves (pools: fake-openai)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("1 valid item(s), 1 invalid line(s)"),
+        "{stderr}"
+    );
+}

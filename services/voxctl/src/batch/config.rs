@@ -32,6 +32,9 @@ pub struct BatchConfig {
     pub synthesis: String,
     /// Catalog URL used to check pack ids (`None` = no check).
     pub catalog: Option<String>,
+    /// Scheduler URL used to check that a pool serves each pack's `ttsModelId` (`None` = no
+    /// check; needs `catalog`).
+    pub scheduler: Option<String>,
     /// Per-call deadline.
     pub deadline: Duration,
     /// Retries.
@@ -66,6 +69,7 @@ impl BatchConfig {
             qps: None,
             synthesis: "http://127.0.0.1:50053".into(),
             catalog: None,
+            scheduler: None,
             deadline: Duration::from_secs(60),
             retry: RetryPolicy::default(),
             breaker: BreakerConfig::default(),

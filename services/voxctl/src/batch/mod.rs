@@ -12,6 +12,7 @@ mod item;
 mod plan;
 
 use std::{
+    collections::BTreeSet,
     num::NonZeroU32,
     sync::{Arc, atomic::Ordering::Relaxed},
     time::{Duration, Instant},
@@ -20,6 +21,7 @@ use std::{
 use governor::{Quota, RateLimiter};
 use voxpool_proto::{
     catalog::v1::voice_catalog_client::VoiceCatalogClient,
+    scheduler::v1::{ListPoolsRequest, pool_scheduler_client::PoolSchedulerClient},
     synthesis::v1::synthesis_client::SynthesisClient,
 };
 
@@ -188,8 +190,13 @@ async fn check_pack_ids(config: &BatchConfig, manifest: &mut Manifest) -> Result
     {
         return Ok(());
     }
+    let pools = match &config.scheduler {
+        Some(scheduler) => scheduler_pools(scheduler).await?,
+        None => None,
+    };
     let client = VoiceCatalogClient::new(connect::channel(url)?);
-    match tokio::time::timeout(Duration::from_secs(10), check_packs(manifest, client)).await {
+    let check = check_packs(manifest, client, pools.as_ref());
+    match tokio::time::timeout(Duration::from_secs(10), check).await {
         Ok(Ok(_)) => {}
         Ok(Err(status)) => eprintln!(
             "voxctl: warning: cannot check pack ids against the catalog at {url} ({}); synthesis will judge them per item",
@@ -200,6 +207,39 @@ async fn check_pack_ids(config: &BatchConfig, manifest: &mut Manifest) -> Result
         ),
     }
     Ok(())
+}
+
+/// The scheduler's pool ids, or `None` (with a warning) when it cannot answer.
+async fn scheduler_pools(url: &str) -> Result<Option<BTreeSet<String>>, BatchError> {
+    let mut client = PoolSchedulerClient::new(connect::channel(url)?);
+    let listed = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.list_pools(ListPoolsRequest {}),
+    )
+    .await;
+    match listed {
+        Ok(Ok(response)) => Ok(Some(
+            response
+                .into_inner()
+                .pools
+                .into_iter()
+                .map(|p| p.pool)
+                .collect(),
+        )),
+        Ok(Err(status)) => {
+            eprintln!(
+                "voxctl: warning: cannot list the scheduler's pools at {url} ({}); packs' pools are not checked",
+                status.message()
+            );
+            Ok(None)
+        }
+        Err(_) => {
+            eprintln!(
+                "voxctl: warning: the scheduler at {url} did not answer within 10s; packs' pools are not checked"
+            );
+            Ok(None)
+        }
+    }
 }
 
 async fn open_checkpoint(

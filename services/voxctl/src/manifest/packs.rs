@@ -1,6 +1,6 @@
 //! Checks the pack ids a manifest names against the catalog before anything runs, so an
-//! unknown or disabled pack is reported with its manifest lines instead of failing every item
-//! of it on the server.
+//! unknown or disabled pack, or one whose `ttsModelId` no scheduler pool serves, is reported
+//! with its manifest lines instead of failing every item of it on the server.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -9,13 +9,15 @@ use voxpool_proto::catalog::v1::{GetVoicePackRequest, voice_catalog_client::Voic
 
 use super::{Manifest, Problem, Voice};
 
-/// Moves every item whose pack is unknown or disabled from `items` to `problems`.
+/// Moves every item whose pack is unknown or disabled, or (when `pools` lists the scheduler's
+/// pools) pins a `ttsModelId` none of them serves, from `items` to `problems`.
 ///
 /// Returns an error (and changes nothing) when the catalog cannot answer, so the caller can warn
 /// and let synthesis judge the packs instead.
 pub async fn check_packs(
     manifest: &mut Manifest,
     mut catalog: VoiceCatalogClient<Channel>,
+    pools: Option<&BTreeSet<String>>,
 ) -> Result<usize, tonic::Status> {
     let ids: BTreeSet<String> = manifest
         .items
@@ -29,9 +31,20 @@ pub async fn check_packs(
     for id in ids {
         let request = GetVoicePackRequest { id: id.clone() };
         match catalog.get_voice_pack(request).await {
-            Ok(pack) if pack.get_ref().enabled => {}
-            Ok(_) => {
+            Ok(pack) if !pack.get_ref().enabled => {
                 bad.insert(id.clone(), format!("pack {id:?} is disabled"));
+            }
+            Ok(pack) => {
+                let model = &pack.get_ref().tts_model_id;
+                if let Some(pools) = pools.filter(|p| !p.contains(model)) {
+                    let listed = pools.iter().cloned().collect::<Vec<_>>().join(", ");
+                    bad.insert(
+                        id.clone(),
+                        format!(
+                            "pack {id:?} pins ttsModelId {model:?}, which no scheduler pool serves (pools: {listed}); every call would fail"
+                        ),
+                    );
+                }
             }
             Err(status) if status.code() == Code::NotFound => {
                 bad.insert(id.clone(), format!("unknown pack {id:?}"));

@@ -18,18 +18,28 @@ pub struct FakeCatalog {
     stop: CancellationToken,
 }
 
-struct Service(HashMap<String, bool>);
+/// Pack id → (enabled, tts model id).
+struct Service(HashMap<String, (bool, String)>);
 
 impl FakeCatalog {
-    /// Serves packs `id -> enabled`.
+    /// Serves packs `id -> enabled`, each pinned to the stack's pool.
     pub async fn start(packs: &[(&str, bool)]) -> Self {
+        let pinned: Vec<(&str, bool, &str)> = packs
+            .iter()
+            .map(|(id, on)| (*id, *on, super::stack::POOL))
+            .collect();
+        Self::start_pinned(&pinned).await
+    }
+
+    /// Serves packs `(id, enabled, tts model id)`.
+    pub async fn start_pinned(packs: &[(&str, bool, &str)]) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind fake catalog");
         let addr = listener.local_addr().expect("addr");
         let packs = packs
             .iter()
-            .map(|(id, on)| ((*id).to_owned(), *on))
+            .map(|(id, on, pool)| ((*id).to_owned(), (*on, (*pool).to_owned())))
             .collect();
         let stop = CancellationToken::new();
         let token = stop.clone();
@@ -72,9 +82,10 @@ impl VoiceCatalog for Service {
     ) -> Result<Response<VoicePack>, Status> {
         let id = request.into_inner().id;
         match self.0.get(&id) {
-            Some(enabled) => Ok(Response::new(VoicePack {
+            Some((enabled, pool)) => Ok(Response::new(VoicePack {
                 id,
                 enabled: *enabled,
+                tts_model_id: pool.clone(),
                 version: 1,
                 ..VoicePack::default()
             })),
