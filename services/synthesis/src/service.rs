@@ -209,4 +209,39 @@ impl Synthesis for SynthesisService {
             }
         }
     }
+
+    async fn list_pools(
+        &self,
+        _: Request<pb::ListPoolsRequest>,
+    ) -> Result<Response<pb::ListPoolsResponse>, Status> {
+        Ok(Response::new(readiness(&self.core)))
+    }
+}
+
+/// What this replica can do with each pool (the `ListPools` answer).
+pub fn readiness(core: &Core) -> pb::ListPoolsResponse {
+    let mut pools: Vec<pb::PoolReadiness> = core
+        .pools
+        .iter()
+        .map(|pool| {
+            let adapter_available = core.adapters.contains_key(&pool.provider);
+            pb::PoolReadiness {
+                pool: pool.id.clone(),
+                provider: pool.provider.as_str().to_owned(),
+                adapter_available,
+                serving: adapter_available && pool.has_usable_key(),
+                keys: pool
+                    .keys
+                    .iter()
+                    .map(|(id, key)| pb::KeyReadiness {
+                        key_id: id.clone(),
+                        usable: key.credential.is_ok(),
+                        problem: key.credential.as_ref().err().cloned().unwrap_or_default(),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    pools.sort_by(|a, b| a.pool.cmp(&b.pool));
+    pb::ListPoolsResponse { pools }
 }

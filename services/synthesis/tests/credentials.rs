@@ -90,3 +90,57 @@ async fn a_pool_whose_provider_has_no_adapter_is_failed_precondition() {
         err.message()
     );
 }
+
+#[tokio::test]
+async fn list_pools_says_which_keys_have_no_credential_and_which_pools_cannot_serve() {
+    let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![]);
+    let stack = Stack::start(POOLS, adapter.registry()).await;
+    let pools = stack
+        .synthesis
+        .clone()
+        .list_pools(voxpool_proto::synthesis::v1::ListPoolsRequest {})
+        .await
+        .expect("ListPools")
+        .into_inner()
+        .pools;
+    let ids: Vec<&str> = pools.iter().map(|p| p.pool.as_str()).collect();
+    assert_eq!(ids, ["nocreds", "partial"]);
+    let (nocreds, partial) = (&pools[0], &pools[1]);
+    assert!(nocreds.adapter_available && !nocreds.serving);
+    assert!(!nocreds.keys[0].usable);
+    assert!(
+        nocreds.keys[0]
+            .problem
+            .contains("VOXPOOL_SYNTH_TEST_UNSET_A is not set"),
+        "{nocreds:?}"
+    );
+    assert!(partial.serving);
+    let usable: Vec<(&str, bool)> = partial
+        .keys
+        .iter()
+        .map(|k| (k.key_id.as_str(), k.usable))
+        .collect();
+    assert_eq!(usable, [("acct/missing", false), ("acct/present", true)]);
+    assert!(
+        !format!("{pools:?}").contains("secret-present"),
+        "never the credential itself"
+    );
+}
+
+#[tokio::test]
+async fn list_pools_marks_a_pool_whose_adapter_is_missing_as_not_serving() {
+    let (adapter, _) = Scripted::new("azure", TextLimit::Chars(4096), vec![]);
+    let stack = Stack::start(POOLS, adapter.registry()).await;
+    let pools = stack
+        .synthesis
+        .clone()
+        .list_pools(voxpool_proto::synthesis::v1::ListPoolsRequest {})
+        .await
+        .expect("ListPools")
+        .into_inner()
+        .pools;
+    assert!(
+        pools.iter().all(|p| !p.adapter_available && !p.serving),
+        "{pools:?}"
+    );
+}

@@ -1,11 +1,16 @@
 //! `voxctl pool status [POOL] [--watch]`: per-key in-flight/capacity as bars, state and
-//! cooldowns, from the scheduler's `GetPoolStatus` / `ListPools`.
+//! cooldowns, from the scheduler's `GetPoolStatus` / `ListPools`, joined with synthesis's
+//! `ListPools`: the scheduler never sees credentials, so a key synthesis cannot use (no
+//! credential there) shows `NO_CREDENTIAL` and a pool synthesis cannot serve says so.
 
 use std::{fmt::Write as _, io::IsTerminal as _, time::Duration};
 
-use voxpool_proto::scheduler::v1::{
-    GetPoolStatusRequest, KeyState, KeyStatus, ListPoolsRequest, PoolStatus,
-    pool_scheduler_client::PoolSchedulerClient,
+use voxpool_proto::{
+    scheduler::v1::{
+        GetPoolStatusRequest, KeyState, KeyStatus, ListPoolsRequest, PoolStatus,
+        pool_scheduler_client::PoolSchedulerClient,
+    },
+    synthesis::v1::{self as synthesis_pb, PoolReadiness, synthesis_client::SynthesisClient},
 };
 
 use super::OpError;
@@ -17,14 +22,29 @@ const BAR: usize = 20;
 /// Prints the status of `pool` (or every pool) once, or every `interval` until Ctrl-C.
 pub async fn status(
     scheduler: &str,
+    synthesis: &str,
     pool: Option<&str>,
     watch: Option<Duration>,
 ) -> Result<(), OpError> {
     let mut client = PoolSchedulerClient::new(connect::channel(scheduler)?);
+    let mut synthesis_client = SynthesisClient::new(connect::channel(synthesis)?);
     let tty = std::io::stdout().is_terminal();
     loop {
         let pools = fetch(&mut client, pool).await?;
-        let text = pools.iter().map(render).collect::<Vec<_>>().join("\n");
+        let readiness = match readiness(&mut synthesis_client).await {
+            Ok(r) => r,
+            Err(why) => {
+                eprintln!(
+                    "voxctl: credentials not checked: synthesis at {synthesis} {why} (--synthesis)"
+                );
+                Vec::new()
+            }
+        };
+        let text = pools
+            .iter()
+            .map(|p| render(p, readiness.iter().find(|r| r.pool == p.pool)))
+            .collect::<Vec<_>>()
+            .join("\n");
         match watch {
             Some(_) if tty => print!("\x1b[2J\x1b[H{text}"),
             _ => print!("{text}"),
@@ -58,9 +78,25 @@ async fn fetch(
     }
 }
 
+/// Synthesis's view of every pool, or why it did not answer.
+async fn readiness(
+    client: &mut SynthesisClient<tonic::transport::Channel>,
+) -> Result<Vec<PoolReadiness>, String> {
+    let call = client.list_pools(synthesis_pb::ListPoolsRequest {});
+    match tokio::time::timeout(Duration::from_secs(3), call).await {
+        Ok(Ok(r)) => Ok(r.into_inner().pools),
+        Ok(Err(status)) => Err(format!(
+            "answered {}",
+            voxpool_shared::untrusted::quote(status.message())
+        )),
+        Err(_) => Err("did not answer within 3s".to_owned()),
+    }
+}
+
 /// Renders one pool: a header line (with `recovering, grants resume in Ns` while the store
-/// recovers the pool's lost state), then one line per key.
-pub fn render(pool: &PoolStatus) -> String {
+/// recovers the pool's lost state, and what synthesis cannot do with it per `readiness`),
+/// then one line per key.
+pub fn render(pool: &PoolStatus, readiness: Option<&PoolReadiness>) -> String {
     if !pool.store_error.is_empty() {
         return format!(
             "pool {}  UNAVAILABLE: {}\n",
@@ -84,21 +120,46 @@ pub fn render(pool: &PoolStatus) -> String {
             left.as_secs_f64()
         );
     }
+    match readiness {
+        Some(r) if !r.adapter_available => {
+            let _ = write!(
+                out,
+                "  NOT SERVING: synthesis has no {} adapter; every call answers FAILED_PRECONDITION",
+                r.provider
+            );
+        }
+        Some(r) if !r.serving => out.push_str(
+            "  NOT SERVING: no key has a credential on synthesis; every call answers FAILED_PRECONDITION (set the credentials named below)",
+        ),
+        _ => {}
+    }
     out.push('\n');
     let width = pool.keys.iter().map(|k| k.key_id.len()).max().unwrap_or(0);
     for key in &pool.keys {
-        let _ = writeln!(out, "  {}", key_line(key, width, pool.now_ms));
+        let unusable = readiness
+            .and_then(|r| r.keys.iter().find(|k| k.key_id == key.key_id))
+            .filter(|k| !k.usable);
+        let mut line = key_line(key, width, pool.now_ms, unusable.is_some());
+        if let Some(k) = unusable {
+            let _ = write!(line, "  ({})", voxpool_shared::untrusted::quote(&k.problem));
+        }
+        let _ = writeln!(out, "  {line}");
     }
     out
 }
 
-fn key_line(key: &KeyStatus, width: usize, now_ms: i64) -> String {
+/// One key's line; `no_credential` replaces the scheduler's state with `NO_CREDENTIAL`.
+fn key_line(key: &KeyStatus, width: usize, now_ms: i64, no_credential: bool) -> String {
     let filled = if key.capacity > 0 {
         ((key.in_flight.max(0) as usize * BAR) / key.capacity as usize).min(BAR)
     } else {
         0
     };
-    let state = KeyState::try_from(key.state).map_or("UNKNOWN", |s| s.as_str_name());
+    let state = if no_credential {
+        "NO_CREDENTIAL"
+    } else {
+        KeyState::try_from(key.state).map_or("UNKNOWN", |s| s.as_str_name())
+    };
     let mut line = format!(
         "{:<width$}  [{}{}] {:>3}/{:<3} {state}",
         key.key_id,
@@ -151,7 +212,7 @@ mod tests {
                 },
             ],
         };
-        let text = render(&pool);
+        let text = render(&pool, None);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "pool p  15/20 in flight (75%)  waiters 2");
         assert_eq!(
@@ -168,6 +229,31 @@ mod tests {
                 "  u/bb  [{}]  10/10  COOLING for 2.5s  failures 3",
                 "#".repeat(20)
             )
+        );
+
+        let no_credentials = PoolReadiness {
+            pool: "p".into(),
+            provider: "volcengine".into(),
+            adapter_available: true,
+            serving: false,
+            keys: vec![synthesis_pb::KeyReadiness {
+                key_id: "u/a".into(),
+                usable: false,
+                problem: "environment variable VOLC_TOKEN_APP1 is not set".into(),
+            }],
+        };
+        let text = render(&pool, Some(&no_credentials));
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].ends_with("NOT SERVING: no key has a credential on synthesis; every call answers FAILED_PRECONDITION (set the credentials named below)"), "{text}");
+        assert!(
+            lines[1].ends_with(
+                "5/10  NO_CREDENTIAL  (\"environment variable VOLC_TOKEN_APP1 is not set\")"
+            ),
+            "{text}"
+        );
+        assert!(
+            lines[2].contains("COOLING"),
+            "a key synthesis did not flag keeps its state"
         );
     }
 }

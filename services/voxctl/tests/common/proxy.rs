@@ -149,4 +149,11 @@ impl Synthesis for Service {
     ) -> Result<Response<Self::SynthesizeStreamStream>, Status> {
         Err(Status::unimplemented("the proxy forwards Synthesize only"))
     }
+
+    async fn list_pools(
+        &self,
+        _: Request<voxpool_proto::synthesis::v1::ListPoolsRequest>,
+    ) -> Result<Response<voxpool_proto::synthesis::v1::ListPoolsResponse>, Status> {
+        Err(Status::unimplemented("the proxy forwards Synthesize only"))
+    }
 }
