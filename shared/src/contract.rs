@@ -109,6 +109,9 @@ pub enum SchedulerReason {
     PoolFull,
     /// RESOURCE_EXHAUSTED: the pool's line of waiters is full (`scheduler.max_waiters`).
     TooManyWaiters,
+    /// RESOURCE_EXHAUSTED: BATCH leases already hold the pool's `batch_max_share`; retry after
+    /// `RetryInfo` (the free slots are kept for live traffic).
+    BatchShareFull,
     /// RESOURCE_EXHAUSTED: `exclude_keys` / `upstream_ids` leave no key.
     NoEligibleKey,
     /// UNAVAILABLE: every eligible key is cooling or disabled.
@@ -130,9 +133,10 @@ pub enum SchedulerReason {
 
 impl SchedulerReason {
     /// Every reason.
-    pub const ALL: [SchedulerReason; 10] = [
+    pub const ALL: [SchedulerReason; 11] = [
         SchedulerReason::PoolFull,
         SchedulerReason::TooManyWaiters,
+        SchedulerReason::BatchShareFull,
         SchedulerReason::NoEligibleKey,
         SchedulerReason::KeysUnavailable,
         SchedulerReason::WaitDeadline,
@@ -148,6 +152,7 @@ impl SchedulerReason {
         match self {
             SchedulerReason::PoolFull => "POOL_FULL",
             SchedulerReason::TooManyWaiters => "TOO_MANY_WAITERS",
+            SchedulerReason::BatchShareFull => "BATCH_SHARE_FULL",
             SchedulerReason::NoEligibleKey => "NO_ELIGIBLE_KEY",
             SchedulerReason::KeysUnavailable => "KEYS_UNAVAILABLE",
             SchedulerReason::WaitDeadline => "WAIT_DEADLINE",

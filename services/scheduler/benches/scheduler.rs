@@ -154,6 +154,7 @@ async fn raw_pair(store: Arc<dyn LeaseStore>, pool: String) {
         exclude_keys: vec![],
         upstream_ids: vec![],
         ttl_ms: 30_000,
+        priority: Default::default(),
     };
     let AcquireResult::Granted(lease) = store.acquire(&params).await.expect("acquire") else {
         panic!("bench pool must never be full");
@@ -299,6 +300,7 @@ async fn replica_ack_cost(rounds: u64, workers: u64, secs: u64) -> [Rounds; 5] {
                 capacity: 100,
             })
             .collect(),
+        batch_max_share: 1.0,
     };
     acked.seed(&[spec]).await.expect("seed");
     let (mut on, mut off, mut ratio, mut lat_on, mut lat_off) =
@@ -425,6 +427,7 @@ fn main() {
                     capacity: 10,
                 })
                 .collect(),
+            batch_max_share: 1.0,
         };
         redis_store
             .seed(&[spec("bench-10k", 10_000), spec("bench-10", 10)])

@@ -1,9 +1,10 @@
 //! Admission: how an Acquire becomes a lease, on domain types only (no protobuf here).
 //!
-//! Owns the waiting policy of invariant 4 ("not silent when full"): try at once; when the pool
-//! is full and the caller may wait, join the pool's FIFO line ([`crate::waiters`]) and let the
-//! head retry the store on each release or poll, until a grant, the wait's end, the caller's
-//! deadline, a store failure, or shutdown. A wait that cannot end in a grant (no eligible
+//! Owns the waiting policy of invariant 4 ("not silent when full"): try at once unless someone
+//! of the same or a better class waits; when the pool is full and the caller may wait, join
+//! the pool's line ([`crate::waiters`]: class, then tenant round-robin, then arrival) and let
+//! the head retry the store on each release or poll, until a grant, the wait's end, the
+//! caller's deadline, a store failure, or shutdown. A wait that cannot end in a grant (no eligible
 //! key, every key disabled, the first cooldown ending after the wait) answers at once.
 //!
 //! Also owns two safety nets of invariant 3 ("no leaks"): a grant whose caller went away
@@ -35,6 +36,8 @@ pub struct AcquireRequest {
     pub wait: Duration,
     /// The caller's own deadline, if it sent one (already shortened by a safety margin).
     pub deadline: Option<Instant>,
+    /// Who the request is for (round-robin inside its class); empty = the shared tenant.
+    pub tenant: String,
 }
 
 /// How an Acquire got its lease.
@@ -127,6 +130,13 @@ impl Admission {
     /// Requests waiting in `pool`'s line on this replica.
     pub fn waiting(&self, pool: &str) -> usize {
         self.queues.get(pool).map_or(0, |q| q.waiting())
+    }
+
+    /// Waiters of `pool` on this replica per class (INTERACTIVE, STANDARD, BATCH order).
+    pub fn waiting_by_class(&self, pool: &str) -> [crate::waiters::ClassWaiting; 3] {
+        self.queues
+            .get(pool)
+            .map_or_else(Default::default, |q| q.by_class())
     }
 
     /// Wakes `pool`'s head waiter: a slot may have freed up on this replica.
@@ -238,6 +248,17 @@ impl Admission {
                 pool: pool.to_owned(),
                 keys: self.keys_per_pool.get(pool).copied().unwrap_or(0),
             },
+            Refusal::BatchShare {
+                limit,
+                in_flight,
+                retry_after_ms,
+            } => SchedulerError::BatchShareFull {
+                pool: pool.to_owned(),
+                limit,
+                in_flight,
+                retry_after_ms,
+                waited_ms: millis(waited),
+            },
             Refusal::Recovering { until_ms, now_ms } => SchedulerError::Recovering {
                 pool: pool.to_owned(),
                 resumes_in_ms: u64::try_from(until_ms - now_ms).unwrap_or(0),
@@ -261,7 +282,9 @@ impl Admission {
             mut params,
             wait,
             deadline,
+            tenant,
         } = request;
+        let class = params.priority;
         let pool = params.pool.clone();
         let queue = self
             .queues
@@ -282,8 +305,9 @@ impl Admission {
             Some(d) if d < wait_end => (d, true),
             _ => (wait_end, false),
         };
-        // Without waiters ahead (or when not waiting at all) try at once.
-        if wait.is_zero() || queue.waiting() == 0 {
+        // Without waiters of this class or a better one ahead (or when not waiting at all) try
+        // at once: a new arrival never jumps the line of its class or above.
+        if wait.is_zero() || !queue.waiting_at_or_above(class) {
             match self.attempt(&queue, &mut params).await? {
                 AcquireResult::Granted(lease) => return Ok((lease, Granted::Immediately)),
                 AcquireResult::Refused(refusal) if wait.is_zero() || hopeless(&refusal, end) => {
@@ -311,7 +335,7 @@ impl Admission {
                 },
             }
         };
-        let Some(_waiting) = queue.join(self.max_waiters) else {
+        let Some(waiting) = queue.join(self.max_waiters, class, &tenant) else {
             return Err(SchedulerError::TooManyWaiters {
                 pool: pool.clone(),
                 max_waiters: self.max_waiters,
@@ -322,36 +346,44 @@ impl Admission {
         // timeout. Everyone behind it learns of that failure at once.
         let mut store_failures = queue.store_failures();
         let shutting_down = || SchedulerError::ShuttingDown { pool: pool.clone() };
-        let _head = tokio::select! {
-            // A store failure wins over becoming the head: the head would only find it again,
-            // one store timeout later.
-            biased;
-            _ = store_failures.changed() => return Err(SchedulerError::Store(queue.last_store_error())),
-            () = self.shutdown.cancelled() => return Err(shutting_down()),
-            head = tokio::time::timeout_at(end, queue.head()) => match head {
-                Ok(head) => head,
-                Err(_) => return Err(ended(None)),
-            },
-        };
+        let mut last = None;
         loop {
-            let notified = queue.freed().notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let last = match self.attempt(&queue, &mut params).await? {
-                AcquireResult::Granted(lease) => return Ok((lease, Granted::AfterWaiting)),
-                AcquireResult::Refused(refusal) if hopeless(&refusal, end) => {
-                    return Err(self.refused(&pool, refusal, start.elapsed()));
-                }
-                AcquireResult::Refused(refusal) => refusal,
-            };
-            if Instant::now() >= end {
-                return Err(ended(Some(last)));
-            }
             tokio::select! {
-                () = &mut notified => {}
-                () = tokio::time::sleep(self.poll) => {}
-                () = tokio::time::sleep_until(end) => {}
+                // A store failure wins over becoming the head: the head would only find it
+                // again, one store timeout later.
+                biased;
+                _ = store_failures.changed() => return Err(SchedulerError::Store(queue.last_store_error())),
                 () = self.shutdown.cancelled() => return Err(shutting_down()),
+                head = tokio::time::timeout_at(end, waiting.head()) => if head.is_err() {
+                    return Err(ended(last));
+                },
+            }
+            // The head: retry the store until a grant, or until a better waiter overtakes it.
+            while waiting.is_head() {
+                let notified = queue.freed().notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                match self.attempt(&queue, &mut params).await? {
+                    AcquireResult::Granted(lease) => return Ok((lease, Granted::AfterWaiting)),
+                    AcquireResult::Refused(refusal) if hopeless(&refusal, end) => {
+                        return Err(self.refused(&pool, refusal, start.elapsed()));
+                    }
+                    AcquireResult::Refused(refusal) => last = Some(refusal),
+                }
+                if Instant::now() >= end {
+                    return Err(ended(last));
+                }
+                tokio::select! {
+                    () = &mut notified => {
+                        // Overtaken meanwhile: pass the wake-up on to the new head.
+                        if !waiting.is_head() {
+                            queue.notify();
+                        }
+                    }
+                    () = tokio::time::sleep(self.poll) => {}
+                    () = tokio::time::sleep_until(end) => {}
+                    () = self.shutdown.cancelled() => return Err(shutting_down()),
+                }
             }
         }
     }
@@ -384,7 +416,7 @@ fn hopeless(refusal: &Refusal, end: Instant) -> bool {
             let back_in = Duration::from_millis(u64::try_from(t - now_ms).unwrap_or(0));
             Instant::now() + back_in > end
         }
-        Refusal::Full { .. } => false,
+        Refusal::Full { .. } | Refusal::BatchShare { .. } => false,
     }
 }
 

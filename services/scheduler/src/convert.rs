@@ -51,7 +51,8 @@ pub fn key_status(pool: &str, k: &KeyStatus) -> pb::KeyStatus {
 }
 
 impl From<&PoolStatus> for pb::PoolStatus {
-    /// The pool's status; `waiters` is left 0 for the caller to fill (it is per replica).
+    /// The pool's status; `waiters` and `class_waiters` are left empty for the caller to fill
+    /// (they are per replica).
     fn from(s: &PoolStatus) -> Self {
         pb::PoolStatus {
             pool: s.pool.clone(),
@@ -63,6 +64,9 @@ impl From<&PoolStatus> for pb::PoolStatus {
             waiters: 0,
             recovering_until_ms: s.recovering_until_ms,
             store_error: String::new(),
+            class_waiters: Vec::new(),
+            batch_in_flight: i32::try_from(s.batch_in_flight).unwrap_or(i32::MAX),
+            batch_limit: i32::try_from(s.batch_limit()).unwrap_or(i32::MAX),
         }
     }
 }

@@ -59,6 +59,23 @@ pub enum SchedulerError {
         /// How long this request waited (ms).
         waited_ms: u64,
     },
+    /// A BATCH Acquire while BATCH leases hold the pool's batch share.
+    #[error(
+        "pool {pool:?}: BATCH leases already hold {in_flight} of the {limit} the pool's batch_max_share allows (the other slots are kept for live traffic){}; retry in {retry_after_ms}ms, or send priority STANDARD/INTERACTIVE for live requests",
+        if *waited_ms > 0 { format!(" after waiting {waited_ms}ms") } else { String::new() }
+    )]
+    BatchShareFull {
+        /// Pool id.
+        pool: String,
+        /// Most BATCH leases allowed now.
+        limit: u64,
+        /// BATCH leases held.
+        in_flight: u64,
+        /// Retry hint (ms).
+        retry_after_ms: u64,
+        /// How long this request waited (ms).
+        waited_ms: u64,
+    },
     /// `exclude_keys` / `upstream_ids` leave no key of the pool.
     #[error(
         "no key of pool {pool:?} is eligible: exclude_keys and upstream_ids rule out all {keys} keys"
@@ -184,6 +201,24 @@ impl From<SchedulerError> for Status {
                     ("pool".to_owned(), pool),
                     ("capacity".to_owned(), capacity.to_string()),
                     ("in_flight".to_owned(), in_flight.to_string()),
+                    ("waited_ms".to_owned(), waited_ms.to_string()),
+                ]),
+                Some(Duration::from_millis(retry_after_ms)),
+            ),
+            SchedulerError::BatchShareFull {
+                pool,
+                limit,
+                in_flight,
+                retry_after_ms,
+                waited_ms,
+            } => with_info(
+                Code::ResourceExhausted,
+                message,
+                SchedulerReason::BatchShareFull.as_str(),
+                HashMap::from([
+                    ("pool".to_owned(), pool),
+                    ("batch_limit".to_owned(), limit.to_string()),
+                    ("batch_in_flight".to_owned(), in_flight.to_string()),
                     ("waited_ms".to_owned(), waited_ms.to_string()),
                 ]),
                 Some(Duration::from_millis(retry_after_ms)),

@@ -8,22 +8,32 @@
 //! | `voxpool.key.state` | gauge | `1` (1 = in this state) | `pool`, `upstream`, `key`, `state` |
 //! | `voxpool.pool.in_flight` / `.capacity` | gauge | `{lease}` | `pool` |
 //! | `voxpool.pool.utilization` | gauge | `1` (0..1) | `pool` |
-//! | `voxpool.scheduler.acquires` | counter | `{acquire}` | `pool`, `result` (granted, waited, exhausted, unavailable, deadline, invalid) |
-//! | `voxpool.scheduler.acquire.duration` | histogram | `s` | `pool`, `result` |
+//! | `voxpool.scheduler.acquires` | counter | `{acquire}` | `pool`, `priority`, `result` (granted, waited, exhausted, unavailable, deadline, invalid) |
+//! | `voxpool.scheduler.acquire.duration` | histogram | `s` | `pool`, `priority`, `result` (the wait time per class) |
+//! | `voxpool.scheduler.grants` | counter | `{lease}` | `pool`, `priority`, `tenant` |
 //! | `voxpool.scheduler.cooldowns` | counter | `{cooldown}` | `pool`, `upstream`, `key`, `reason` |
 //!
 //! Gauges read a per-replica snapshot of every pool's status, refreshed each second by the
 //! health task, so exporting never touches the store. Attribute values come from the config
 //! (pool, upstream and key ids), so cardinality is bounded by it; credentials never appear.
+//! `tenant` comes from callers (validated: at most 64 characters, no control characters): the
+//! first [`MAX_TENANT_SERIES`] tenants a replica sees get their own series, later ones count
+//! as `other`, so a caller cannot grow the series without bound.
 
-use std::sync::{Arc, RwLock};
+use std::{
+    collections::HashSet,
+    sync::{Arc, Mutex, PoisonError, RwLock},
+};
 
 use opentelemetry::{
     KeyValue, global,
     metrics::{Counter, Histogram, ObservableGauge},
 };
 
-use crate::model::{KeyState, PoolStatus, upstream_of};
+use crate::model::{KeyState, PoolStatus, Priority, upstream_of};
+
+/// Distinct `tenant` attribute values per replica (module doc).
+pub const MAX_TENANT_SERIES: usize = 100;
 
 /// Latest status of every pool, as seen by this replica.
 pub type StatusCache = Arc<RwLock<Vec<PoolStatus>>>;
@@ -35,6 +45,8 @@ type PointsOf = fn(&PoolStatus, &mut Vec<(f64, Vec<KeyValue>)>);
 pub struct SchedulerMetrics {
     acquires: Counter<u64>,
     acquire_duration: Histogram<f64>,
+    grants: Counter<u64>,
+    tenants: Mutex<HashSet<String>>,
     cooldowns: Counter<u64>,
     cache: StatusCache,
     _gauges: Vec<ObservableGauge<f64>>,
@@ -179,6 +191,12 @@ impl SchedulerMetrics {
                 .with_unit("s")
                 .with_description("time from Acquire call to its answer, including waiting")
                 .build(),
+            grants: meter
+                .u64_counter("voxpool.scheduler.grants")
+                .with_unit("{lease}")
+                .with_description("leases granted, by traffic class and tenant")
+                .build(),
+            tenants: Mutex::default(),
             cooldowns: meter
                 .u64_counter("voxpool.scheduler.cooldowns")
                 .with_unit("{cooldown}")
@@ -194,15 +212,38 @@ impl SchedulerMetrics {
         self.cache.clone()
     }
 
-    /// Records one Acquire: `result` is granted, waited, exhausted, unavailable, deadline or
-    /// invalid; `seconds` from call to answer.
-    pub fn acquire(&self, pool: &str, result: &'static str, seconds: f64) {
+    /// Records one Acquire of class `priority`: `result` is granted, waited, exhausted,
+    /// unavailable, deadline or invalid; `seconds` from call to answer.
+    pub fn acquire(&self, pool: &str, priority: Priority, result: &'static str, seconds: f64) {
         let attrs = [
             KeyValue::new("pool", pool.to_owned()),
+            KeyValue::new("priority", priority.as_str()),
             KeyValue::new("result", result),
         ];
         self.acquires.add(1, &attrs);
         self.acquire_duration.record(seconds, &attrs);
+    }
+
+    /// Records a granted lease of class `priority` for `tenant` (empty: the shared tenant).
+    pub fn grant(&self, pool: &str, priority: Priority, tenant: &str) {
+        let tenant = {
+            let mut seen = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+            if seen.contains(tenant)
+                || (seen.len() < MAX_TENANT_SERIES && seen.insert(tenant.to_owned()))
+            {
+                tenant.to_owned()
+            } else {
+                "other".to_owned()
+            }
+        };
+        self.grants.add(
+            1,
+            &[
+                KeyValue::new("pool", pool.to_owned()),
+                KeyValue::new("priority", priority.as_str()),
+                KeyValue::new("tenant", tenant),
+            ],
+        );
     }
 
     /// Records a key leaving rotation after a report (`reason`: rate_limited, failures,

@@ -17,12 +17,26 @@ pub struct KeySpec {
 }
 
 /// A pool's keys, as seeded into the store from the config file.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PoolSpec {
     /// Pool id (tts model id).
     pub pool: String,
     /// Every key of every upstream of the pool.
     pub keys: Vec<KeySpec>,
+    /// Most of the pool's capacity BATCH leases may hold (0 < share <= 1; see [`batch_limit`]).
+    pub batch_max_share: f64,
+}
+
+/// Most BATCH leases a pool allows: `share` of `capacity` (the capacity of its available keys)
+/// rounded down, but at least 1 while `capacity` is above 0 so a small share never starves
+/// bulk work entirely. The Redis store computes the same in `lua/prelude.lua`.
+pub fn batch_limit(share: f64, capacity: u64) -> u64 {
+    if capacity == 0 {
+        return 0;
+    }
+    // The epsilon keeps 0.6 * 10 at 6 despite binary rounding.
+    let limit = (share * capacity as f64 + 1e-9).floor() as u64;
+    limit.clamp(1, capacity)
 }
 
 impl PoolSpec {
@@ -43,6 +57,7 @@ impl PoolSpec {
                         })
                     })
                     .collect(),
+                batch_max_share: p.batch_max_share,
             })
             .collect()
     }
@@ -137,6 +152,33 @@ pub struct Lease {
     pub key_capacity: u32,
 }
 
+/// Traffic class of an Acquire (`voxpool.scheduler.v1.Priority`): waiters are served in this
+/// order, and BATCH leases are held to the pool's `batch_max_share`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Priority {
+    /// Live traffic: served first.
+    Interactive,
+    /// The default.
+    #[default]
+    Standard,
+    /// Bulk jobs: served last, within the batch share.
+    Batch,
+}
+
+impl Priority {
+    /// Every class, in serving order.
+    pub const ALL: [Priority; 3] = [Priority::Interactive, Priority::Standard, Priority::Batch];
+
+    /// Stable lower-case name (metrics attribute, store encoding).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Interactive => "interactive",
+            Priority::Standard => "standard",
+            Priority::Batch => "batch",
+        }
+    }
+}
+
 /// What Acquire asks of the store (already validated).
 #[derive(Clone, Debug)]
 pub struct AcquireParams {
@@ -155,6 +197,8 @@ pub struct AcquireParams {
     pub upstream_ids: Vec<String>,
     /// Lease time to live (ms).
     pub ttl_ms: u64,
+    /// Traffic class; a BATCH grant is refused beyond the pool's batch share.
+    pub priority: Priority,
 }
 
 /// Result of one acquire attempt: a lease, or a refusal that cannot be mistaken for one.
@@ -188,6 +232,16 @@ pub enum Refusal {
     },
     /// The filters (`exclude_keys`, `upstream_ids`) leave no key at all.
     NoEligibleKey,
+    /// A BATCH Acquire while the pool's BATCH leases already hold its `batch_max_share`
+    /// (slots may be free: they are kept for live traffic).
+    BatchShare {
+        /// Most BATCH leases allowed now.
+        limit: u64,
+        /// BATCH leases held.
+        in_flight: u64,
+        /// Suggested wait before retrying (ms).
+        retry_after_ms: u64,
+    },
     /// The store lost the pool's state and is in its recovery window: live leases
     /// re-register by renewing, new grants wait until `until_ms`.
     Recovering {
@@ -356,6 +410,10 @@ pub struct PoolStatus {
     /// While the pool's recovery window runs (the store lost its state), when grants resume
     /// (store clock, ms); 0 when not recovering.
     pub recovering_until_ms: i64,
+    /// BATCH leases held.
+    pub batch_in_flight: u64,
+    /// The pool's `batch_max_share` (0 < share <= 1).
+    pub batch_max_share: f64,
 }
 
 impl PoolStatus {
@@ -377,6 +435,11 @@ impl PoolStatus {
         } else {
             self.in_flight() as f64 / cap as f64
         }
+    }
+
+    /// Most BATCH leases the pool allows now ([`batch_limit`] over the available capacity).
+    pub fn batch_limit(&self) -> u64 {
+        batch_limit(self.batch_max_share, self.capacity())
     }
 
     fn available(&self) -> impl Iterator<Item = &KeyStatus> {
@@ -406,6 +469,15 @@ mod tests {
         ] {
             assert_eq!(LeaseId::parse(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn batch_limit_is_the_share_rounded_down_but_never_zero_on_a_live_pool() {
+        assert_eq!(batch_limit(0.6, 10), 6);
+        assert_eq!(batch_limit(1.0, 10), 10);
+        assert_eq!(batch_limit(0.05, 10), 1);
+        assert_eq!(batch_limit(0.3, 7), 2);
+        assert_eq!(batch_limit(0.6, 0), 0);
     }
 
     #[test]

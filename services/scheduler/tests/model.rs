@@ -18,7 +18,7 @@ use proptest::prelude::*;
 use voxpool_scheduler::{
     model::{
         AcquireParams, AcquireResult, HealthPolicy, KeySpec, KeyState, LeaseId, LeaseToken,
-        Outcome, PoolSpec, Refusal, ReportParams,
+        Outcome, PoolSpec, Priority, Refusal, ReportParams,
     },
     store::{
         LeaseStore,
@@ -151,6 +151,7 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                     capacity: *c,
                 })
                 .collect(),
+            batch_max_share: 1.0,
         };
         store.seed(&[spec]).await.unwrap();
         let base = store.status(&pool).await.unwrap().unwrap().now_ms;
@@ -190,6 +191,7 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                             exclude_keys: excluded.clone(),
                             upstream_ids: vec![],
                             ttl_ms: ttl as u64,
+                            priority: Priority::Standard,
                         })
                         .await
                         .unwrap();
@@ -243,8 +245,13 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                         AcquireResult::Refused(Refusal::NoEligibleKey) => {
                             prop_assert!(eligible.is_empty());
                         }
-                        AcquireResult::Refused(refusal @ Refusal::Recovering { .. }) => {
-                            prop_assert!(false, "no recovery window is configured: {refusal:?}");
+                        AcquireResult::Refused(
+                            refusal @ (Refusal::Recovering { .. } | Refusal::BatchShare { .. }),
+                        ) => {
+                            prop_assert!(
+                                false,
+                                "no recovery window and no BATCH acquires here: {refusal:?}"
+                            );
                         }
                     }
                 }

@@ -63,6 +63,10 @@ pub struct Job {
     pub sample_rate_hz: Option<u32>,
     /// The caller's (or a generated) request id.
     pub request_id: String,
+    /// Traffic class of every lease (PRIORITY_UNSPECIFIED: the scheduler's STANDARD).
+    pub priority: voxpool_proto::scheduler::v1::Priority,
+    /// Tenant the request is for (fairness inside its class).
+    pub tenant: String,
     /// When the request must be answered.
     pub deadline: Deadline,
 }

@@ -105,6 +105,8 @@ impl Core {
                 request_id: job.request_id.clone(),
                 // Fresh per lease attempt; kept on the client's retries of this Acquire.
                 idempotency_key: crate::attempt::attempt_id(),
+                priority: job.priority as i32,
+                tenant: job.tenant.clone(),
             };
             let lease = match self.scheduler.acquire(request, remaining).await {
                 Ok(lease) => lease,

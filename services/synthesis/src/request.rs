@@ -2,7 +2,7 @@
 //! be refused before a lease is taken (text, format, voice, digest, pool, provider, adapter
 //! params — invariant 8), so a bad request never holds a key.
 //!
-//! Order: request id, text (empty / whitespace-only / over `max_text_chars`), format and
+//! Order: request id, priority and tenant, text (empty / whitespace-only / over `max_text_chars`), format and
 //! sample rate, the voice (`snapshot` | `snapshot_json` | `pack_id` via the catalog), its
 //! digest, its provider, its pool (`ttsModelId`), provider = pool provider, the adapter and the
 //! credentials, the snapshot's upstreams, the adapter's `check`, then the split of the text.
@@ -22,6 +22,8 @@ use crate::{
 
 /// Longest accepted `request_id`.
 pub const MAX_REQUEST_ID_CHARS: usize = 128;
+/// Longest accepted `tenant` (the scheduler's limit).
+pub const MAX_TENANT_CHARS: usize = 64;
 /// Longest accepted `snapshot_json` (bytes).
 pub const MAX_SNAPSHOT_JSON_BYTES: usize = 64 * 1024;
 /// Highest accepted `sample_rate_hz`.
@@ -103,6 +105,18 @@ impl Core {
             voxpool_shared::untrusted::check_field(&r.request_id, MAX_REQUEST_ID_CHARS)
         {
             return Err(invalid("request_id", problem.to_string()));
+        }
+        let Ok(priority) = voxpool_proto::scheduler::v1::Priority::try_from(r.priority) else {
+            return Err(invalid(
+                "priority",
+                format!(
+                    "unknown value {}: use INTERACTIVE, STANDARD or BATCH",
+                    r.priority
+                ),
+            ));
+        };
+        if let Err(problem) = voxpool_shared::untrusted::check_field(&r.tenant, MAX_TENANT_CHARS) {
+            return Err(invalid("tenant", problem.to_string()));
         }
         check_text(&r.text, self.settings.max_text_chars)?;
         let format = audio_format(r.format)?;
@@ -197,6 +211,8 @@ impl Core {
             format,
             sample_rate_hz,
             request_id,
+            priority,
+            tenant: r.tenant,
             deadline,
         })
     }

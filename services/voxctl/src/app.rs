@@ -77,6 +77,8 @@ pub fn batch_config(args: BatchArgs) -> BatchConfig {
         ..BreakerConfig::default()
     };
     config.max_chars = args.max_chars as usize;
+    config.priority = args.priority.to_pb();
+    config.tenant = args.tenant;
     config.report = args.report;
     config.dry_run = args.dry_run;
     config.strict = args.strict;
@@ -179,6 +181,8 @@ async fn run_synth(args: SynthArgs) -> Result<(), OpError> {
             ..RetryPolicy::default()
         },
         max_chars: args.max_chars as usize,
+        priority: args.priority.to_pb(),
+        tenant: args.tenant,
     })
     .await
 }

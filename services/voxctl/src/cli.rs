@@ -110,6 +110,13 @@ pub struct BatchArgs {
     /// joined into one file. Match the server's max_text_chars.
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_chars: u32,
+    /// Traffic class of every call: bulk work waits behind live traffic and holds at most the
+    /// pool's batch_max_share of its capacity.
+    #[arg(long, value_enum, default_value_t = PriorityArg::Batch)]
+    pub priority: PriorityArg,
+    /// Tenant the calls are for (fairness inside the class; at most 64 characters).
+    #[arg(long, default_value = "")]
+    pub tenant: String,
     /// Write a JSON report (every item: status, attempts, keys, error) to FILE.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -301,6 +308,35 @@ pub struct SynthArgs {
     /// Longest text per request.
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_chars: u32,
+    /// Traffic class of the calls.
+    #[arg(long, value_enum, default_value_t = PriorityArg::Standard)]
+    pub priority: PriorityArg,
+    /// Tenant the calls are for (at most 64 characters).
+    #[arg(long, default_value = "")]
+    pub tenant: String,
+}
+
+/// `--priority`: the scheduler's traffic classes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PriorityArg {
+    /// Live traffic: served first.
+    Interactive,
+    /// The service default.
+    Standard,
+    /// Bulk work: served last, within the pool's batch share.
+    Batch,
+}
+
+impl PriorityArg {
+    /// The wire value.
+    pub fn to_pb(self) -> voxpool_proto::scheduler::v1::Priority {
+        use voxpool_proto::scheduler::v1::Priority;
+        match self {
+            PriorityArg::Interactive => Priority::Interactive,
+            PriorityArg::Standard => Priority::Standard,
+            PriorityArg::Batch => Priority::Batch,
+        }
+    }
 }
 
 #[cfg(test)]

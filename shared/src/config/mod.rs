@@ -77,6 +77,14 @@ pub struct PoolConfig {
     /// Vendor endpoints / accounts.
     #[serde(default)]
     pub upstreams: Vec<UpstreamConfig>,
+    /// Most of the pool's capacity that BATCH leases may hold, 0 < share <= 1 (default 1):
+    /// below 1, live traffic always finds headroom while bulk jobs run.
+    #[serde(default = "full_share")]
+    pub batch_max_share: f64,
+}
+
+fn full_share() -> f64 {
+    1.0
 }
 
 impl PoolConfig {
@@ -311,6 +319,35 @@ credential = { env = "VOXPOOL_TEST_NEVER_SET_1" }
         assert!(paths.contains(&"pools[1].id"), "{paths:?}");
         assert!(paths.contains(&"pools[1].provider"), "{paths:?}");
         assert!(paths.contains(&"pools[1].upstreams"), "{paths:?}");
+    }
+
+    #[test]
+    fn batch_max_share_defaults_to_one_and_must_be_a_share() {
+        let c = Config::from_toml_str(GOOD).unwrap();
+        assert_eq!(c.pools[0].batch_max_share, 1.0);
+        for bad in ["0", "1.5", "-0.2", "nan"] {
+            let text = GOOD.replacen(
+                "model = \"seed-tts-1.0\"",
+                &format!("model = \"seed-tts-1.0\"\nbatch_max_share = {bad}"),
+                1,
+            );
+            let err = Config::from_toml_str(&text)
+                .unwrap()
+                .validate(Credentials::Ignore)
+                .unwrap_err();
+            assert!(
+                err.to_string().contains("pools[0].batch_max_share"),
+                "{bad}: {err}"
+            );
+        }
+        let ok = GOOD.replacen(
+            "model = \"seed-tts-1.0\"",
+            "model = \"seed-tts-1.0\"\nbatch_max_share = 0.6",
+            1,
+        );
+        let c = Config::from_toml_str(&ok).unwrap();
+        c.validate(Credentials::Ignore).unwrap();
+        assert_eq!(c.pools[0].batch_max_share, 0.6);
     }
 
     #[test]

@@ -94,6 +94,15 @@ impl Config {
             if let Err(unknown) = pool.provider.parse::<crate::provider::Provider>() {
                 push(format!("{pp}.provider"), unknown.to_string());
             }
+            let share = pool.batch_max_share;
+            if !(share.is_finite() && share > 0.0 && share <= 1.0) {
+                push(
+                    format!("{pp}.batch_max_share"),
+                    format!(
+                        "must be above 0 and at most 1 (a share of the pool's capacity), got {share}"
+                    ),
+                );
+            }
             if pool.upstreams.is_empty() {
                 push(
                     format!("{pp}.upstreams"),

@@ -128,6 +128,20 @@ impl SchedulerService {
     fn status_pb(&self, s: &PoolStatus) -> pb::PoolStatus {
         let mut out = pb::PoolStatus::from(s);
         out.waiters = i32::try_from(self.admission.waiting(&s.pool)).unwrap_or(i32::MAX);
+        let classes = [
+            pb::Priority::Interactive,
+            pb::Priority::Standard,
+            pb::Priority::Batch,
+        ];
+        out.class_waiters = classes
+            .into_iter()
+            .zip(self.admission.waiting_by_class(&s.pool))
+            .map(|(priority, c)| pb::ClassWaiters {
+                priority: priority as i32,
+                waiters: i32::try_from(c.waiters).unwrap_or(i32::MAX),
+                oldest_wait_ms: i64::try_from(c.oldest.as_millis()).unwrap_or(i64::MAX),
+            })
+            .collect();
         out
     }
 
@@ -153,6 +167,7 @@ fn acquire_label(result: &Result<(crate::model::Lease, Granted), SchedulerError>
         Ok((_, Granted::AfterWaiting)) => "waited",
         Err(
             SchedulerError::PoolFull { .. }
+            | SchedulerError::BatchShareFull { .. }
             | SchedulerError::NoEligibleKey { .. }
             | SchedulerError::TooManyWaiters { .. },
         ) => "exhausted",
@@ -198,12 +213,15 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         }
         .instrument(span.clone())
         .await;
+        let priority = validate::priority(r.priority).unwrap_or_default();
         self.metrics.acquire(
             pool,
+            priority,
             acquire_label(&result),
             started.elapsed().as_secs_f64(),
         );
         let (lease, _) = result?;
+        self.metrics.grant(pool, priority, &r.tenant);
         span.record("key", lease.key_id.as_str());
         tracing::debug!(parent: &span, "lease granted");
         Ok(Response::new(self.lease_pb(lease)))

@@ -19,13 +19,15 @@ use super::{PoolInfo, SchedulerService};
 use crate::{
     admission::AcquireRequest,
     error::SchedulerError,
-    model::{AcquireParams, LeaseId, LeaseToken, ReportParams},
+    model::{AcquireParams, LeaseId, LeaseToken, Priority, ReportParams},
 };
 
 /// Most entries accepted in `exclude_keys` / `upstream_ids`.
 pub const MAX_FILTER_ENTRIES: usize = 256;
 /// Longest accepted `request_id`.
 pub const MAX_REQUEST_ID_CHARS: usize = 128;
+/// Longest accepted `tenant`.
+pub const MAX_TENANT_CHARS: usize = 64;
 /// Longest accepted `wait_timeout_ms` (10 minutes).
 pub const MAX_WAIT_TIMEOUT_MS: i64 = 600_000;
 /// Longest accepted `retry_after_ms` in a report (24 hours).
@@ -47,6 +49,19 @@ pub(super) fn invalid(field: impl Into<String>, message: impl Into<String>) -> S
 pub(super) fn deadline(md: &tonic::metadata::MetadataMap) -> Option<Instant> {
     let timeout = voxpool_shared::serve::grpc_timeout(md)?;
     Instant::now().checked_add(timeout.saturating_sub(DEADLINE_MARGIN))
+}
+
+/// `priority`: a `Priority` value; PRIORITY_UNSPECIFIED is STANDARD.
+pub(super) fn priority(raw: i32) -> Result<Priority, SchedulerError> {
+    match pb::Priority::try_from(raw) {
+        Ok(pb::Priority::Interactive) => Ok(Priority::Interactive),
+        Ok(pb::Priority::Standard | pb::Priority::Unspecified) => Ok(Priority::Standard),
+        Ok(pb::Priority::Batch) => Ok(Priority::Batch),
+        Err(_) => Err(invalid(
+            "priority",
+            format!("unknown value {raw}: use INTERACTIVE, STANDARD or BATCH"),
+        )),
+    }
 }
 
 /// `request_id`: at most [`MAX_REQUEST_ID_CHARS`], no control characters (it goes into logs).
@@ -153,6 +168,8 @@ impl SchedulerService {
         check_field(&r.idempotency_key, MAX_REQUEST_ID_CHARS)
             .map_err(|p| invalid("idempotency_key", p.to_string()))?;
         let idempotent = !r.idempotency_key.is_empty();
+        let priority = priority(r.priority)?;
+        check_field(&r.tenant, MAX_TENANT_CHARS).map_err(|p| invalid("tenant", p.to_string()))?;
         Ok(AcquireRequest {
             params: AcquireParams {
                 pool: r.pool.clone(),
@@ -171,9 +188,11 @@ impl SchedulerService {
                     .collect(),
                 upstream_ids: r.upstream_ids.clone(),
                 ttl_ms,
+                priority,
             },
             wait: Duration::from_millis(wait_ms),
             deadline,
+            tenant: r.tenant.clone(),
         })
     }
 

@@ -6,7 +6,7 @@
 //! single replica's lifetime: run the Redis store for more than one replica.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::Mutex,
     time::{SystemTime, UNIX_EPOCH},
 };
@@ -17,7 +17,8 @@ use rand::Rng;
 use super::{LeaseStore, StoreError, StoreResult};
 use crate::model::{
     AcquireParams, AcquireResult, CoolReason, HealthPolicy, KeyState, KeyStatus, Lease, LeaseId,
-    Outcome, PoolSpec, PoolStatus, Refusal, ReportParams, ReportResult, upstream_of,
+    Outcome, PoolSpec, PoolStatus, Priority, Refusal, ReportParams, ReportResult, batch_limit,
+    upstream_of,
 };
 
 /// Retry hint bounds for a full pool (ms).
@@ -73,14 +74,31 @@ impl KeyEntry {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct PoolState {
     keys: BTreeMap<String, KeyEntry>,
     /// lease token -> (key id, expiry ms)
     leases: HashMap<String, (String, i64)>,
+    /// Tokens of the live BATCH leases (a subset of `leases`).
+    batch_leases: HashSet<String>,
+    /// The pool's `batch_max_share`.
+    batch_max_share: f64,
     clock_offset_ms: i64,
     /// End of the recovery window (ms, this pool's clock); 0 = none (module doc of `store`).
     recovering_until_ms: i64,
+}
+
+impl Default for PoolState {
+    fn default() -> Self {
+        Self {
+            keys: BTreeMap::new(),
+            leases: HashMap::new(),
+            batch_leases: HashSet::new(),
+            batch_max_share: 1.0,
+            clock_offset_ms: 0,
+            recovering_until_ms: 0,
+        }
+    }
 }
 
 impl PoolState {
@@ -93,14 +111,15 @@ impl PoolState {
 
     /// Reclaims every expired lease (expiry <= now).
     fn reap(&mut self, now: i64) {
-        let keys = &mut self.keys;
-        self.leases.retain(|_, (key, exp)| {
+        let (keys, batch) = (&mut self.keys, &mut self.batch_leases);
+        self.leases.retain(|token, (key, exp)| {
             if *exp > now {
                 return true;
             }
             if let Some(k) = keys.get_mut(key.as_str()) {
                 k.in_flight = k.in_flight.saturating_sub(1);
             }
+            batch.remove(token);
             false
         });
     }
@@ -111,6 +130,7 @@ impl PoolState {
             Some((_, exp)) if *exp > now => {}
             _ => return false,
         }
+        self.batch_leases.remove(token);
         if let Some((key, _)) = self.leases.remove(token) {
             if let Some(k) = self.keys.get_mut(&key) {
                 k.in_flight = k.in_flight.saturating_sub(1);
@@ -215,6 +235,7 @@ impl LeaseStore for MemoryStore {
                 }
                 fresh
             });
+            pool.batch_max_share = spec.batch_max_share;
             pool.keys
                 .retain(|id, _| spec.keys.iter().any(|k| &k.key_id == id));
             for key in &spec.keys {
@@ -282,6 +303,31 @@ impl LeaseStore for MemoryStore {
                     now_ms: now,
                 });
             }
+            if p.priority == Priority::Batch {
+                let capacity: u64 = pool
+                    .keys
+                    .values()
+                    .filter(|k| k.state(now) == KeyState::Available)
+                    .map(|k| u64::from(k.capacity))
+                    .sum();
+                let limit = batch_limit(pool.batch_max_share, capacity);
+                let held = pool.batch_leases.len() as u64;
+                if held >= limit {
+                    let soonest = pool
+                        .batch_leases
+                        .iter()
+                        .filter_map(|t| pool.leases.get(t).map(|(_, exp)| *exp))
+                        .min()
+                        .unwrap_or(now);
+                    return AcquireResult::Refused(Refusal::BatchShare {
+                        limit,
+                        in_flight: held,
+                        retry_after_ms: u64::try_from(soonest - now)
+                            .unwrap_or(0)
+                            .clamp(RETRY_HINT_MIN_MS, RETRY_HINT_MAX_MS),
+                    });
+                }
+            }
             // Lowest utilization among keys with room; compare in_flight/capacity exactly.
             let mut best: Vec<&String> = Vec::new();
             let mut best_ratio: Option<(u32, u32)> = None;
@@ -330,6 +376,9 @@ impl LeaseStore for MemoryStore {
             let expires = now.saturating_add(i64::try_from(p.ttl_ms).unwrap_or(i64::MAX));
             pool.leases
                 .insert(p.token.as_str().to_owned(), (chosen.clone(), expires));
+            if p.priority == Priority::Batch {
+                pool.batch_leases.insert(p.token.as_str().to_owned());
+            }
             let k = pool.keys.get_mut(&chosen).expect("chosen key exists");
             k.in_flight += 1;
             AcquireResult::Granted(Lease {
@@ -424,6 +473,8 @@ impl LeaseStore for MemoryStore {
             } else {
                 0
             },
+            batch_in_flight: p.batch_leases.len() as u64,
+            batch_max_share: p.batch_max_share,
         })
     }
 

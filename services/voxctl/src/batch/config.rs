@@ -43,6 +43,10 @@ pub struct BatchConfig {
     pub breaker: BreakerConfig,
     /// Longest text per request; longer items are split.
     pub max_chars: usize,
+    /// Traffic class of every call (BATCH by default).
+    pub priority: voxpool_proto::scheduler::v1::Priority,
+    /// Tenant of every call (empty = the shared tenant).
+    pub tenant: String,
     /// Where to write the JSON report.
     pub report: Option<PathBuf>,
     /// Validate the manifest only.
@@ -74,6 +78,8 @@ impl BatchConfig {
             retry: RetryPolicy::default(),
             breaker: BreakerConfig::default(),
             max_chars: 20_000,
+            priority: voxpool_proto::scheduler::v1::Priority::Batch,
+            tenant: String::new(),
             report: None,
             dry_run: false,
             strict: false,

@@ -35,6 +35,10 @@ pub struct ItemContext {
     pub sample_rate_hz: i32,
     /// Longest text per request (`--max-chars`, shrunk when a part's audio is too large).
     pub max_chars: PartLimit,
+    /// Traffic class of every call.
+    pub priority: voxpool_proto::scheduler::v1::Priority,
+    /// Tenant of every call.
+    pub tenant: String,
     /// Counters.
     pub stats: Arc<Stats>,
 }
@@ -58,6 +62,8 @@ pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
         format: ctx.format.to_pb() as i32,
         sample_rate_hz: ctx.sample_rate_hz,
         request_id: String::new(),
+        priority: ctx.priority as i32,
+        tenant: ctx.tenant.clone(),
     };
     let spoken = ctx
         .caller

@@ -111,6 +111,8 @@ pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome
         format: config.format,
         sample_rate_hz: config.sample_rate_hz,
         max_chars: crate::call::PartLimit::new(config.max_chars),
+        priority: config.priority,
+        tenant: config.tenant.clone(),
         stats: Arc::clone(&stats),
     });
     let run_started = Instant::now();

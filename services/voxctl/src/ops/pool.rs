@@ -211,6 +211,9 @@ mod tests {
                     ..KeyStatus::default()
                 },
             ],
+            batch_in_flight: Default::default(),
+            batch_limit: Default::default(),
+            class_waiters: Default::default(),
         };
         let text = render(&pool, None);
         let lines: Vec<&str> = text.lines().collect();

@@ -43,6 +43,10 @@ pub struct SynthJob {
     pub retry: RetryPolicy,
     /// Longest text per request.
     pub max_chars: usize,
+    /// Traffic class of the calls.
+    pub priority: voxpool_proto::scheduler::v1::Priority,
+    /// Tenant of the calls.
+    pub tenant: String,
 }
 
 /// Synthesizes the job; prints where the audio went and which keys served it.
@@ -66,6 +70,8 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
         format: job.format.to_pb() as i32,
         sample_rate_hz: job.sample_rate_hz,
         request_id: String::new(),
+        priority: job.priority as i32,
+        tenant: job.tenant.clone(),
     };
     let spoken = caller
         .speak(

@@ -135,10 +135,10 @@ impl std::fmt::Debug for RedisStore {
 }
 
 /// The pool's Redis keys in the order the scripts expect (see `lua/prelude.lua`).
-pub fn pool_keys(prefix: &str, pool: &str) -> [String; 12] {
+pub fn pool_keys(prefix: &str, pool: &str) -> [String; 14] {
     [
         "cap", "cfgcap", "inflight", "load", "leases", "lease", "cool", "coolwhy", "disabled",
-        "fails", "clock", "recover",
+        "fails", "clock", "recover", "batch", "share",
     ]
     .map(|suffix| format!("{prefix}:{{{pool}}}:{suffix}"))
 }
@@ -175,7 +175,7 @@ impl RedisStore {
         self.replica_acks
     }
 
-    fn keys(&self, pool: &str) -> [String; 12] {
+    fn keys(&self, pool: &str) -> [String; 14] {
         pool_keys(&self.options.key_prefix, pool)
     }
 
@@ -331,6 +331,7 @@ impl LeaseStore for RedisStore {
         for spec in pools {
             let mut args = vec![
                 self.options.recovery_window_ms.to_string(),
+                spec.batch_max_share.to_string(),
                 spec.keys.len().to_string(),
             ];
             for k in &spec.keys {
@@ -352,6 +353,7 @@ impl LeaseStore for RedisStore {
         args.extend(p.exclude_keys.iter().cloned());
         args.push(p.upstream_ids.len().to_string());
         args.extend(p.upstream_ids.iter().cloned());
+        args.push(p.priority.as_str().to_owned());
         let reply = items(self.run(&self.scripts.acquire, &p.pool, args).await?)?;
         match text(get(&reply, 0)?)?.as_str() {
             "ok" => {
@@ -380,6 +382,12 @@ impl LeaseStore for RedisStore {
             })),
             "full" => Ok(AcquireResult::Refused(Refusal::Full {
                 capacity: int(get(&reply, 1)?)?.max(0) as u64,
+                in_flight: int(get(&reply, 2)?)?.max(0) as u64,
+                retry_after_ms: (int(get(&reply, 3)?)?.max(0) as u64)
+                    .clamp(RETRY_HINT_MIN_MS, RETRY_HINT_MAX_MS),
+            })),
+            "batch_share" => Ok(AcquireResult::Refused(Refusal::BatchShare {
+                limit: int(get(&reply, 1)?)?.max(0) as u64,
                 in_flight: int(get(&reply, 2)?)?.max(0) as u64,
                 retry_after_ms: (int(get(&reply, 3)?)?.max(0) as u64)
                     .clamp(RETRY_HINT_MIN_MS, RETRY_HINT_MAX_MS),
@@ -478,10 +486,14 @@ impl LeaseStore for RedisStore {
         let reply = items(self.run(&self.scripts.status, pool, vec![]).await?)?;
         let now_ms = int(get(&reply, 0)?)?;
         let recovering_until_ms = int(get(&reply, 1)?)?;
-        if reply.len() == 2 {
+        let batch_in_flight = int(get(&reply, 2)?)?.max(0) as u64;
+        let batch_max_share = text(get(&reply, 3)?)?
+            .parse::<f64>()
+            .map_err(|e| StoreError::Protocol(format!("batch share: {e}")))?;
+        if reply.len() == 4 {
             return Ok(None);
         }
-        let keys = reply[2..]
+        let keys = reply[4..]
             .chunks(6)
             .map(|c| {
                 Ok(KeyStatus {
@@ -499,6 +511,8 @@ impl LeaseStore for RedisStore {
             keys,
             now_ms,
             recovering_until_ms,
+            batch_in_flight,
+            batch_max_share,
         }))
     }
 
@@ -533,7 +547,7 @@ impl LeaseStore for RedisStore {
     }
 
     async fn advance_clock(&self, pool: &str, ms: u64) -> StoreResult<()> {
-        let [.., clock, _] = self.keys(pool);
+        let [_, _, _, _, _, _, _, _, _, _, clock, ..] = self.keys(pool);
         let mut cmd = redis::cmd("INCRBY");
         cmd.arg(clock).arg(ms);
         self.bounded("INCRBY", self.conn.query(&cmd)).await?;

@@ -1,7 +1,8 @@
 -- ARGV: 1 batch, 2 lease token, 3 ttl ms, 4 random in [0,1), 5 #exclude, exclude...,
---       #upstreams, upstreams...
+--       #upstreams, upstreams..., class ('interactive' | 'standard' | 'batch')
 -- Returns {'ok', key, expires_at, key_in_flight, key_capacity, online_replicas}
 --       | {'full', capacity, in_flight, ms_until_soonest_expiry}
+--       | {'batch_share', limit, batch_in_flight, ms_until_soonest_batch_expiry}
 --       | {'unavailable', earliest_cooldown_end or -1, now} | {'none'} | {'unseeded'}
 --       | {'recovering', window_end, now}
 if redis.call('EXISTS', K_CAP) == 0 then return {'unseeded'} end
@@ -15,6 +16,7 @@ local n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do excl[ARGV[i]] = true; i = i + 1 end
 n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do ups[ARGV[i]] = true; nups = nups + 1; i = i + 1 end
+local class = ARGV[i]
 -- A live lease with this token (an idempotent retry; reaped above if expired) is answered
 -- again instead of taking a second slot, its TTL counted from now: the retry may come seconds
 -- later (a store failover), and its caller starts its renewal clock on this answer.
@@ -32,6 +34,19 @@ if held then
 end
 local rec = recovering(now)
 if rec > 0 then return {'recovering', rec, now} end
+if class == 'batch' then
+  local held = redis.call('SCARD', K_BATCH)
+  local limit = batch_limit()
+  if limit > 0 and held >= limit then
+    -- Soonest expiry among BATCH leases: a bounded scan of the soonest leases overall.
+    local retry = 0
+    local soon = redis.call('ZRANGE', K_LEASES, 0, 63, 'WITHSCORES')
+    for j = 1, #soon, 2 do
+      if redis.call('SISMEMBER', K_BATCH, soon[j]) == 1 then retry = tonumber(soon[j + 1]) - now; break end
+    end
+    return {'batch_share', limit, held, retry}
+  end
+end
 
 local function eligible(k)
   if excl[k] then return false end
@@ -111,4 +126,5 @@ redis.call('ZADD', K_LOAD, inf / cap, pick)
 local exp = now + ttl
 redis.call('ZADD', K_LEASES, exp, token)
 redis.call('HSET', K_LEASE, token, pick)
+if class == 'batch' then redis.call('SADD', K_BATCH, token) end
 return {'ok', pick, exp, inf, cap, online_replicas()}

@@ -8,10 +8,13 @@
 --  9 disabled SET  keys disabled by an admin    10 fails   HASH key -> consecutive failures
 -- 11 clock    STRING test-only clock offset ms (absent in production)
 -- 12 recover  STRING end of the recovery window ms (see seed.lua)
+-- 13 batch    SET  tokens of the live BATCH leases (a subset of leases)
+-- 14 share    STRING the pool's batch_max_share (set by seed.lua; absent = 1)
 -- ARGV[1] is always the reaping batch size. Time is Redis TIME, read here (one clock).
 local K_CAP, K_CFGCAP, K_INF, K_LOAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_LEASES, K_LEASE, K_COOL, K_COOLWHY = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_DIS, K_FAILS, K_CLOCK, K_REC = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local K_BATCH, K_SHARE = KEYS[13], KEYS[14]
 local BATCH = tonumber(ARGV[1])
 
 local function num(v)
@@ -47,7 +50,23 @@ local function drop_lease(token)
   local k = redis.call('HGET', K_LEASE, token)
   redis.call('ZREM', K_LEASES, token)
   redis.call('HDEL', K_LEASE, token)
+  redis.call('SREM', K_BATCH, token)
   if k then dec(k) end
+end
+
+-- Most BATCH leases the pool allows now: the share of the capacity of the keys that may take
+-- leases, rounded down, at least 1 while that capacity is above 0 (model.rs batch_limit).
+local function batch_limit()
+  local cap = 0
+  for _, k in ipairs(redis.call('ZRANGE', K_LOAD, 0, -1)) do
+    cap = cap + num(redis.call('HGET', K_CAP, k))
+  end
+  if cap <= 0 then return 0 end
+  local share = tonumber(redis.call('GET', K_SHARE) or '1') or 1
+  local limit = math.floor(share * cap + 1e-9)
+  if limit < 1 then limit = 1 end
+  if limit > cap then limit = cap end
+  return limit
 end
 
 -- Reclaims up to BATCH expired leases (expiry <= now); returns how many.

@@ -1,4 +1,5 @@
--- ARGV: 1 batch, 2 recovery window ms, 3 n, then n pairs (key, configured capacity).
+-- ARGV: 1 batch, 2 recovery window ms, 3 batch_max_share, 4 n, then n pairs (key,
+-- configured capacity).
 -- New keys get the configured capacity; existing keys keep live in-flight counts and an
 -- admin-set capacity unless the configured capacity changed. Unlisted keys are removed.
 -- A pool absent from the store (never seeded, or its state was lost: a restart without
@@ -8,10 +9,11 @@ if redis.call('EXISTS', K_CAP) == 0 then
   local window = tonumber(ARGV[2])
   if window > 0 then redis.call('SET', K_REC, now_ms() + window) end
 end
+redis.call('SET', K_SHARE, ARGV[3])
 local want = {}
-local n = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
 for j = 0, n - 1 do
-  local k, c = ARGV[4 + 2 * j], ARGV[5 + 2 * j]
+  local k, c = ARGV[5 + 2 * j], ARGV[6 + 2 * j]
   want[k] = true
   if redis.call('HGET', K_CFGCAP, k) ~= c then
     redis.call('HSET', K_CAP, k, c)

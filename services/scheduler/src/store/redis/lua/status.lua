@@ -1,11 +1,12 @@
--- ARGV: 1 batch. Returns {now, recovering_until (0 = not), key, capacity, in_flight, state,
--- cooldown_until, failures, ...}; just {now, 0} for a pool that was never seeded.
+-- ARGV: 1 batch. Returns {now, recovering_until (0 = not), batch_in_flight, batch_max_share,
+-- key, capacity, in_flight, state, cooldown_until, failures, ...}; no key entries for a pool
+-- that was never seeded.
 local now = now_ms()
 for _ = 1, 1000 do
   if reap(now) < BATCH then break end
 end
 uncool(now)
-local out = {now, recovering(now)}
+local out = {now, recovering(now), redis.call('SCARD', K_BATCH), redis.call('GET', K_SHARE) or '1'}
 local keys = redis.call('HKEYS', K_CAP)
 table.sort(keys)
 for _, k in ipairs(keys) do
