@@ -139,6 +139,7 @@ async fn grpc_pair(mut client: Client) -> Duration {
     client
         .release(pb::ReleaseRequest {
             lease_id: lease.lease_id,
+            ..Default::default()
         })
         .await
         .expect("release");
@@ -351,6 +352,7 @@ async fn recovery_cost(redis: &RedisServer, rounds: u64) -> Rounds {
         client
             .release(pb::ReleaseRequest {
                 lease_id: lease.lease_id,
+                ..Default::default()
             })
             .await
             .expect("release");

@@ -100,6 +100,7 @@ async fn twenty_five_hundred_waiters_leave_health_status_release_and_other_pools
     let released = c
         .release(probe(pb::ReleaseRequest {
             lease_id: other.lease_id,
+            ..Default::default()
         }))
         .await
         .expect("Release answers")
@@ -110,6 +111,7 @@ async fn twenty_five_hundred_waiters_leave_health_status_release_and_other_pools
     let released = c
         .release(probe(pb::ReleaseRequest {
             lease_id: held.lease_id,
+            ..Default::default()
         }))
         .await
         .expect("Release of pool a answers")
@@ -157,7 +159,12 @@ async fn a_stalled_redis_answers_every_caller_unavailable_while_it_is_still_stal
             if i % 2 == 0 {
                 c.acquire(waiting_acquire("b")).await.map(|_| ())
             } else {
-                c.release(pb::ReleaseRequest { lease_id }).await.map(|_| ())
+                c.release(pb::ReleaseRequest {
+                    lease_id,
+                    ..Default::default()
+                })
+                .await
+                .map(|_| ())
             }
         }));
     }

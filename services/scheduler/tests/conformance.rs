@@ -95,6 +95,7 @@ conformance!(
     an_interactive_waiter_is_served_before_earlier_batch_waiters,
     a_tenants_backlog_does_not_hold_back_another_tenants_request,
     priority_and_tenant_are_checked_and_reported_per_class,
+    release_by_idempotency_key_frees_the_lease_that_key_was_granted,
 );
 
 fn in_flight_by_key(s: &pb::PoolStatus) -> HashMap<String, i32> {
@@ -194,6 +195,7 @@ async fn never_over_capacity_with_500_concurrent_acquirers(b: Backend) {
                     let released = c
                         .release(pb::ReleaseRequest {
                             lease_id: lease.lease_id,
+                            ..Default::default()
                         })
                         .await
                         .unwrap();
@@ -895,6 +897,7 @@ async fn bad_input_is_invalid_argument_naming_the_field(b: Backend) {
             .client()
             .release(pb::ReleaseRequest {
                 lease_id: bad.into(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -1893,4 +1896,60 @@ async fn priority_and_tenant_are_checked_and_reported_per_class(b: Backend) {
             .all(|c| c.waiters == 0 && c.oldest_wait_ms == 0),
         "{s:?}"
     );
+}
+
+async fn release_by_idempotency_key_frees_the_lease_that_key_was_granted(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 2)).await;
+    let by_key = |key: &str| pb::ReleaseRequest {
+        pool: "p".into(),
+        idempotency_key: key.into(),
+        ..Default::default()
+    };
+    let lease = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            idempotency_key: "caller-gave-up-1".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("granted");
+    let mut c = h.client();
+    let first = c
+        .release(by_key("caller-gave-up-1"))
+        .await
+        .expect("release")
+        .into_inner();
+    assert!(first.released, "the key's lease is freed");
+    assert_eq!(h.status("p").await.in_flight, 0);
+    let again = c
+        .release(by_key("caller-gave-up-1"))
+        .await
+        .expect("release")
+        .into_inner();
+    assert!(!again.released, "idempotent");
+    let never = c
+        .release(by_key("never-acquired"))
+        .await
+        .expect("release")
+        .into_inner();
+    assert!(!never.released, "a key without a lease frees nothing");
+    assert!(
+        !h.release(&lease.lease_id).await,
+        "the same lease, already free"
+    );
+    for bad in [
+        pb::ReleaseRequest::default(),
+        pb::ReleaseRequest {
+            lease_id: lease.lease_id.clone(),
+            idempotency_key: "k".into(),
+            pool: "p".into(),
+        },
+        pb::ReleaseRequest {
+            idempotency_key: "k".into(),
+            ..Default::default()
+        },
+    ] {
+        let err = c.release(bad.clone()).await.expect_err("refused");
+        assert_eq!(err.code(), Code::InvalidArgument, "{bad:?}: {err:?}");
+    }
 }

@@ -112,6 +112,7 @@ async fn two_scheduler_processes_on_one_redis_never_oversell() {
                     total.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                     c.release(pb::ReleaseRequest {
                         lease_id: lease.lease_id,
+                        ..Default::default()
                     })
                     .await
                     .unwrap();
@@ -190,7 +191,8 @@ async fn slots_of_a_killed_replica_return_within_the_lease_ttl() {
     );
     assert!(
         cb.release(pb::ReleaseRequest {
-            lease_id: lease.lease_id
+            lease_id: lease.lease_id,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -255,7 +257,8 @@ async fn unreachable_redis_is_unavailable_and_not_serving_then_recovers() {
         .into_inner();
     assert!(
         c.release(pb::ReleaseRequest {
-            lease_id: lease.lease_id
+            lease_id: lease.lease_id,
+            ..Default::default()
         })
         .await
         .unwrap()

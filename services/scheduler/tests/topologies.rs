@@ -197,6 +197,7 @@ fn workers(
                     let _ = c
                         .release(pb::ReleaseRequest {
                             lease_id: lease.lease_id,
+                            ..Default::default()
                         })
                         .await;
                 }
@@ -367,6 +368,7 @@ async fn a_grant_no_replica_acknowledges_is_withdrawn() {
         .expect("the replica acknowledges");
     c.release(pb::ReleaseRequest {
         lease_id: lease.into_inner().lease_id,
+        ..Default::default()
     })
     .await
     .expect("release");
@@ -447,6 +449,7 @@ async fn a_sentinel_failover_is_not_serving_then_serving_with_the_lease_still_co
     let released = c
         .release(pb::ReleaseRequest {
             lease_id: held.lease_id,
+            ..Default::default()
         })
         .await
         .expect("release on the new primary")

@@ -109,3 +109,78 @@ async fn callers_whose_deadline_ends_before_the_vendor_answers_never_push_a_key_
         );
     }
 }
+
+/// A caller that leaves while its Acquire waits in the scheduler's line, when the grant
+/// happens but its answer is lost on the way back: synthesis frees that lease by the Acquire's
+/// idempotency key instead of leaving the slot held until its TTL (60 s here).
+#[tokio::test]
+async fn a_grant_whose_caller_left_before_the_answer_is_released_long_before_its_ttl() {
+    let fake = FakeVendor::start(FakeConfig::new(VendorKind::OpenAi).cap(CAP))
+        .await
+        .expect("fake vendor starts");
+    let (gate, gate_rx) = tokio::sync::watch::channel(true);
+    let mut text = pool(&fake.base_url());
+    text = text.replacen(&format!("capacity = {CAP}"), "capacity = 1", 2);
+    let stack = Stack::start_with(
+        &text,
+        registry::builtin(&AdapterOptions::default()),
+        common::Opts {
+            lease_ttl: Duration::from_secs(60),
+            scheduler_gate: Some(gate_rx),
+            ..common::Opts::default()
+        },
+    )
+    .await;
+    // Hold both slots directly, so the synthesis call waits in the line.
+    let mut direct = stack.scheduler.clone();
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let lease = direct
+            .acquire(voxpool_proto::scheduler::v1::AcquireRequest {
+                pool: "p".into(),
+                lease_ttl_ms: 60_000,
+                ..Default::default()
+            })
+            .await
+            .expect("slot")
+            .into_inner();
+        held.push(lease);
+    }
+    let voice = common::snapshot("openai", "p", "alloy", "{}");
+    let mut client = stack.synthesis.clone();
+    let call = tokio::spawn(async move {
+        client
+            .synthesize(pb::SynthesizeRequest {
+                voice: Some(pb::synthesize_request::Voice::SnapshotJson(json_of(&voice))),
+                text: "Hello there.".into(),
+                ..Default::default()
+            })
+            .await
+    });
+    let waiting = |s: &voxpool_proto::scheduler::v1::PoolStatus| s.waiters == 1;
+    while !waiting(&stack.pool_status("p").await) {
+        tokio::task::yield_now().await;
+    }
+    // The answer to the coming grant is lost in transit...
+    gate.send(false).expect("gate");
+    direct
+        .release(voxpool_proto::scheduler::v1::ReleaseRequest {
+            lease_id: held[0].lease_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("release");
+    while stack.pool_status("p").await.waiters != 0 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        stack.in_flight("p").await,
+        2,
+        "granted to the waiting Acquire"
+    );
+    // ...and the caller goes away.
+    call.abort();
+    assert!(call.await.is_err_and(|e| e.is_cancelled()));
+    stack.wait_until_idle_but(1, "p").await;
+    gate.send(true).expect("gate");
+}

@@ -243,6 +243,7 @@ async fn unsupported_param_is_refused_before_any_lease() {
         .clone()
         .release(spb::ReleaseRequest {
             lease_id: held.lease_id,
+            ..Default::default()
         })
         .await
         .expect("release");
@@ -394,6 +395,7 @@ async fn a_full_pool_makes_the_request_wait_for_a_slot() {
         .clone()
         .release(spb::ReleaseRequest {
             lease_id: held.lease_id,
+            ..Default::default()
         })
         .await
         .expect("release");
@@ -421,6 +423,7 @@ async fn a_full_pool_until_the_deadline_is_deadline_exceeded() {
         .clone()
         .release(spb::ReleaseRequest {
             lease_id: held.lease_id,
+            ..Default::default()
         })
         .await
         .expect("release");

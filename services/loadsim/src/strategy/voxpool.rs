@@ -138,6 +138,7 @@ impl Replica {
                 // Not expected in process; the lease expires at its TTL otherwise.
                 let release = pb::ReleaseRequest {
                     lease_id: lease.lease_id,
+                    ..Default::default()
                 };
                 let _ = client.release(bounded(release)).await;
             }

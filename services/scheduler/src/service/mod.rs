@@ -231,7 +231,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
-        let id = self.lease_id("lease_id", &request.get_ref().lease_id)?;
+        let id = self.release_target(request.get_ref())?;
         let released = self
             .store
             .release(&id)

@@ -196,6 +196,31 @@ impl SchedulerService {
         })
     }
 
+    /// The lease a Release names: `lease_id`, or `pool` + `idempotency_key` (the lease an
+    /// idempotent Acquire got or will get), never both.
+    pub(super) fn release_target(&self, r: &pb::ReleaseRequest) -> Result<LeaseId, SchedulerError> {
+        match (r.lease_id.is_empty(), r.idempotency_key.is_empty()) {
+            (false, true) if r.pool.is_empty() => self.lease_id("lease_id", &r.lease_id),
+            (true, false) => {
+                self.pool("pool", &r.pool)?;
+                check_field(&r.idempotency_key, MAX_REQUEST_ID_CHARS)
+                    .map_err(|p| invalid("idempotency_key", p.to_string()))?;
+                Ok(LeaseId {
+                    pool: r.pool.clone(),
+                    token: LeaseToken::for_idempotency_key(&r.pool, &r.idempotency_key),
+                })
+            }
+            (true, true) => Err(invalid(
+                "lease_id",
+                "required: the lease id Acquire returned (or pool with idempotency_key)",
+            )),
+            _ => Err(invalid(
+                "lease_id",
+                "give either lease_id, or pool with idempotency_key, not both",
+            )),
+        }
+    }
+
     /// A Report as the store takes it.
     pub(super) fn report_params(
         &self,

@@ -201,6 +201,7 @@ impl Harness {
         self.client()
             .release(pb::ReleaseRequest {
                 lease_id: lease_id.into(),
+                ..Default::default()
             })
             .await
             .unwrap()

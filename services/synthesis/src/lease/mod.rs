@@ -17,7 +17,9 @@
 //! cut off from its store) or a transport error is retried on another endpoint with jittered
 //! exponential backoff (`backon`) within the call's budget. Acquire carries an idempotency key
 //! that stays the same on every retry, so a retry after a lost answer gets the same lease
-//! instead of a second slot.
+//! instead of a second slot. An Acquire given up before its answer (the caller went away, the
+//! budget ran out) frees the lease its key may have been granted (`Abandoned`), so waiting
+//! callers that leave never hold slots until the TTL.
 
 mod guard;
 
@@ -41,6 +43,67 @@ pub struct Scheduler {
     health: tonic_health::pb::health_client::HealthClient<Channel>,
     endpoints: voxpool_shared::endpoints::Endpoints,
     url: String,
+}
+
+/// An Acquire without a definite answer yet. Dropped armed (the call was cancelled, or it
+/// ended in a failure after which a grant may exist: a deadline, a broken connection, a
+/// store that timed out mid-script), it frees the lease of its idempotency key in the
+/// background: at once, and again after [`ABANDONED_RECHECKS`] for a grant that lands late
+/// (a scheduler still running the store call). Releasing that lease is always safe: only this
+/// call knew the key, and it will never use the lease.
+struct Abandoned {
+    scheduler: Option<Scheduler>,
+    pool: String,
+    idempotency_key: String,
+}
+
+/// When an abandoned Acquire's lease is released again after the first try.
+const ABANDONED_RECHECKS: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(4)];
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let Some(scheduler) = self.scheduler.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (pool, key) = (
+            std::mem::take(&mut self.pool),
+            std::mem::take(&mut self.idempotency_key),
+        );
+        runtime.spawn(async move {
+            let mut freed = false;
+            for wait in std::iter::once(Duration::ZERO).chain(ABANDONED_RECHECKS) {
+                tokio::time::sleep(wait).await;
+                match scheduler.release_abandoned(&pool, &key).await {
+                    Ok(released) => freed |= released,
+                    Err(e) => tracing::debug!(pool = %pool, error = %e.message(), "could not release an abandoned Acquire's lease; it ends at its TTL"),
+                }
+            }
+            if freed {
+                tracing::debug!(pool = %pool, "released the lease of an Acquire whose caller went away");
+            }
+        });
+    }
+}
+
+/// Whether a failed Acquire may still have a grant behind it (see [`Abandoned`]): no answer
+/// (deadline, transport, cancelled) or a store that did not answer in time. A refusal (full,
+/// unavailable keys, bad input) granted nothing.
+fn may_hold_a_grant(status: &Status) -> bool {
+    match status.code() {
+        // The scheduler's own WAIT_DEADLINE is a refusal: the wait ended without a grant.
+        Code::DeadlineExceeded => {
+            SchedulerReason::of(status) != Some(SchedulerReason::WaitDeadline)
+        }
+        Code::Cancelled | Code::Unknown | Code::Internal => true,
+        Code::Unavailable => matches!(
+            SchedulerReason::of(status),
+            None | Some(SchedulerReason::StoreUnavailable | SchedulerReason::ShuttingDown)
+        ),
+        _ => false,
+    }
 }
 
 /// True for a failure another scheduler replica may not have: the replica is down, draining or
@@ -212,6 +275,14 @@ impl Scheduler {
         request: pb::AcquireRequest,
         rpc_timeout: Duration,
     ) -> Result<pb::Lease, AcquireError> {
+        // Until an answer arrives, a grant may exist (or still land) that nobody will use: if
+        // this call is dropped (our caller went away) or ends without an answer, free it by
+        // its idempotency key instead of leaving the slot held until its TTL.
+        let mut abandoned = Abandoned {
+            scheduler: (!request.idempotency_key.is_empty()).then(|| self.clone()),
+            pool: request.pool.clone(),
+            idempotency_key: request.idempotency_key.clone(),
+        };
         let result = self
             .retrying("Acquire", rpc_timeout, |left| {
                 let mut request = request.clone();
@@ -223,8 +294,33 @@ impl Scheduler {
                 async move { client.acquire(req).await.map(tonic::Response::into_inner) }
             })
             .await;
+        match &result {
+            // A definite answer: the lease is ours (the guard takes over), or none was granted.
+            Ok(_) => abandoned.scheduler = None,
+            Err(status) if !may_hold_a_grant(status) => abandoned.scheduler = None,
+            Err(_) => {}
+        }
         // Our own budget running out is DEADLINE_EXCEEDED too, classified like the scheduler's.
         result.map_err(|status| classify(&status))
+    }
+
+    /// Frees the lease an idempotent Acquire got or may still get (see [`Abandoned`]).
+    async fn release_abandoned(&self, pool: &str, idempotency_key: &str) -> Result<bool, Status> {
+        self.retrying("Release", SMALL_RPC_TIMEOUT, |_| {
+            let mut client = self.client.clone();
+            let request = pb::ReleaseRequest {
+                pool: pool.to_owned(),
+                idempotency_key: idempotency_key.to_owned(),
+                ..Default::default()
+            };
+            async move {
+                client
+                    .release(request)
+                    .await
+                    .map(|r| r.into_inner().released)
+            }
+        })
+        .await
     }
 
     /// Report (optionally releasing) a lease, retried on another replica (module doc).
@@ -248,6 +344,7 @@ impl Scheduler {
             let mut client = self.client.clone();
             let request = pb::ReleaseRequest {
                 lease_id: lease_id.to_owned(),
+                ..Default::default()
             };
             async move {
                 client

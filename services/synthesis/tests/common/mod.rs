@@ -34,6 +34,9 @@ pub struct Opts {
     pub flags: ServerFlags,
     /// The scheduler's `recovery_window_ms` (default 0: the store starts fresh).
     pub recovery_window_ms: u64,
+    /// When set, synthesis reaches the scheduler through a TCP proxy that stops passing the
+    /// scheduler's bytes back while the gate holds `false` (answers get lost in transit).
+    pub scheduler_gate: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Default for Opts {
@@ -43,8 +46,47 @@ impl Default for Opts {
             lease_ttl: Duration::from_secs(15),
             flags: ServerFlags::default(),
             recovery_window_ms: 0,
+            scheduler_gate: None,
         }
     }
+}
+
+/// A TCP proxy to `upstream` whose upstream-to-client direction pauses while `gate` is false.
+pub async fn gated_proxy(
+    upstream: SocketAddr,
+    gate: tokio::sync::watch::Receiver<bool>,
+) -> SocketAddr {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+    let addr = listener.local_addr().expect("proxy addr");
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                continue;
+            };
+            let (mut client_rd, mut client_wr) = client.into_split();
+            let (mut server_rd, mut server_wr) = server.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut client_rd, &mut server_wr).await;
+            });
+            let mut gate = gate.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 16 * 1024];
+                loop {
+                    let n = match server_rd.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    if gate.wait_for(|open| *open).await.is_err()
+                        || client_wr.write_all(&buf[..n]).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
 }
 
 /// A running scheduler + synthesis pair.
@@ -142,6 +184,7 @@ impl Stack {
             lease_ttl,
             flags,
             recovery_window_ms,
+            scheduler_gate,
         } = opts;
         let dir = tempfile::tempdir().expect("tempdir");
         let text = format!(
@@ -155,8 +198,12 @@ impl Stack {
         let shutdown = CancellationToken::new();
         let scheduler_stop = shutdown.child_token();
         let (scheduler_addr, store) = start_scheduler(&config, scheduler_stop.clone()).await;
+        let reach_scheduler = match scheduler_gate {
+            Some(gate) => gated_proxy(scheduler_addr, gate).await,
+            None => scheduler_addr,
+        };
         let options = Options {
-            scheduler_url: format!("http://{scheduler_addr}"),
+            scheduler_url: format!("http://{reach_scheduler}"),
             catalog_url: catalog,
             lease_ttl,
         };
@@ -233,6 +280,22 @@ impl Stack {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "pool {pool} still has {n} leases in flight after 5 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits (bounded, 5 s) until the pool has exactly `left` leases in flight.
+    pub async fn wait_until_idle_but(&self, left: i32, pool: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let n = self.in_flight(pool).await;
+            if n == left {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "pool {pool} still has {n} leases in flight after 5 s (want {left})"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
