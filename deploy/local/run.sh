@@ -50,5 +50,5 @@ echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token-local). Ctrl-C
 set +e
 wait -n -p dead "${!names[@]}"
 status=$?
-echo "make run: $(printf '%s' "${names[$dead]:-a service}") exited with status $status; stopping the others" >&2
+echo "make run: $(printf '%s' "${names[$dead]:-a service}") stopped unexpectedly (exit status $status; its log lines are above); stopping the others" >&2
 exit $(( status == 0 ? 1 : status ))

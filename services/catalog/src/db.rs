@@ -60,6 +60,8 @@ pub async fn connect(url: &str, pool_size: u32) -> Result<DatabaseConnection, St
 fn open_hint(url: &str, error: &str) -> &'static str {
     if url.starts_with("sqlite:") && error.contains("code: 14") && !url.contains("mode=rwc") {
         " (the file does not exist or its directory is not writable: add ?mode=rwc to create it, e.g. sqlite://voxpool.db?mode=rwc)"
+    } else if url.starts_with("sqlite:") && error.contains("code: 14") {
+        " (SQLite creates the file but not its directory: create the directory, or check that it is writable)"
     } else if !url.starts_with("sqlite:") && error.contains("timed out") {
         " (no PostgreSQL answered: is it running, and are the host, port and credentials in --database right?)"
     } else {
@@ -118,9 +120,9 @@ mod tests {
             open_hint("sqlite:///x.db", "(code: 14) unable to open database file")
                 .contains("?mode=rwc")
         );
-        assert_eq!(
-            open_hint("sqlite:///x.db?mode=rwc", "(code: 14) unable"),
-            ""
+        assert!(
+            open_hint("sqlite:///no/such/dir/x.db?mode=rwc", "(code: 14) unable")
+                .contains("create the directory")
         );
         assert!(
             open_hint(

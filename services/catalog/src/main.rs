@@ -115,8 +115,9 @@ async fn serve(args: Args) -> Result<(), String> {
     let auth = AdminAuth::load(args.admin_token_file.as_deref(), token_env.as_deref())
         .map_err(|e| e.to_string())?;
     let pools = served_pools(&args)?;
-    let repo = server::open_repository(&args.database, args.db_pool_size).await?;
+    // Bind first: a bad --listen or a port in use fails before any migration runs.
     let (listener, bound) = voxpool_shared::serve::bind(&args.listen).await?;
+    let repo = server::open_repository(&args.database, args.db_pool_size).await?;
     voxpool_shared::serve::announce("voxpool-catalog", bound)?;
     let shutdown = voxpool_shared::serve::shutdown_token();
     tracing::info!(

@@ -70,8 +70,8 @@ pub fn batch_config(args: BatchArgs) -> BatchConfig {
         ..RetryPolicy::default()
     };
     config.breaker = BreakerConfig {
-        window: args.breaker_window.max(1),
-        min_calls: (args.breaker_window / 2).max(1),
+        window: args.breaker_window as usize,
+        min_calls: (args.breaker_window as usize / 2).max(1),
         failure_ratio: args.breaker_ratio,
         open_base: args.breaker_pause,
         ..BreakerConfig::default()

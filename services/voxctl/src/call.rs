@@ -24,6 +24,8 @@ use crate::{
 pub struct Caller {
     /// The Synthesis client (one HTTP/2 connection, cloned per call).
     pub client: SynthesisClient<Channel>,
+    /// Where it points (`--synthesis`), named in errors that never reached the server.
+    pub url: String,
     /// The shared circuit breaker.
     pub breaker: Arc<Breaker>,
     /// Client-side calls-per-second limit (`--qps`).
@@ -82,7 +84,16 @@ impl Caller {
         let mut client = self.client.clone();
         let result = match tokio::time::timeout(self.deadline, client.synthesize(grpc)).await {
             Err(_) => Err(CallError::deadline(self.deadline)),
-            Ok(Err(status)) => Err(CallError::from_status(&status)),
+            Ok(Err(status)) => {
+                let mut error = CallError::from_status(&status);
+                if error.transport || std::error::Error::source(&status).is_some() {
+                    error.message = format!(
+                        "{} (synthesis at {}; check --synthesis and that the service runs)",
+                        error.message, self.url
+                    );
+                }
+                Err(error)
+            }
             Ok(Ok(response)) => Ok(response.into_inner()),
         };
         permit.record(match &result {

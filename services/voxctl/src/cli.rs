@@ -95,16 +95,16 @@ pub struct BatchArgs {
     #[arg(long)]
     pub no_pack_check: bool,
     /// Deadline of one Synthesize call (e.g. 30s, 2m).
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = positive_duration)]
     pub deadline: Duration,
     /// Most calls per request, first included (a split item makes one request per part).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub max_attempts: u32,
     /// First backoff ceiling between retries (full jitter below it; RetryInfo is a floor).
-    #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "200ms", value_parser = positive_duration)]
     pub backoff_base: Duration,
     /// Highest backoff ceiling.
-    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "20s", value_parser = positive_duration)]
     pub backoff_max: Duration,
     /// Longest text per request; longer items are split at paragraphs, then sentences, and
     /// joined into one file. Match the server's max_text_chars.
@@ -137,16 +137,16 @@ pub struct BatchArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub progress: ProgressArg,
     /// Period of the plain progress lines.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = positive_duration)]
     pub progress_interval: Duration,
     /// Circuit breaker: recent calls considered.
-    #[arg(long, default_value_t = 20)]
-    pub breaker_window: usize,
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub breaker_window: u32,
     /// Circuit breaker: share (0..1) of UNAVAILABLE among recent calls that pauses the batch.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, value_parser = share)]
     pub breaker_ratio: f64,
     /// Circuit breaker: first pause before a probe (doubles per failed probe, up to 30s).
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = positive_duration)]
     pub breaker_pause: Duration,
 }
 
@@ -161,7 +161,7 @@ pub enum PoolCommand {
         #[arg(long)]
         watch: bool,
         /// Redraw period of --watch.
-        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "1s", value_parser = positive_duration)]
         interval: Duration,
         /// Scheduler URL, a list `URL,URL,...`, or a DNS name of several replicas.
         #[arg(long, env = "VOXPOOL_SCHEDULER", default_value = DEFAULT_SCHEDULER)]
@@ -300,7 +300,7 @@ pub struct SynthArgs {
     #[arg(long, env = "VOXPOOL_SYNTHESIS", default_value = DEFAULT_SYNTHESIS)]
     pub synthesis: String,
     /// Deadline of one call.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = positive_duration)]
     pub deadline: Duration,
     /// Most calls, first included.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -314,6 +314,25 @@ pub struct SynthArgs {
     /// Tenant the calls are for (at most 64 characters).
     #[arg(long, default_value = "")]
     pub tenant: String,
+}
+
+/// A duration above zero (`200ms`, `30s`, `2m`): a zero period or deadline would spin or fail
+/// every call.
+fn positive_duration(raw: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(raw) {
+        Ok(d) if d.is_zero() => Err("must be above zero (e.g. 500ms, 30s, 2m)".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(format!("{e} (e.g. 500ms, 30s, 2m)")),
+    }
+}
+
+/// A share above 0 and at most 1.
+fn share(raw: &str) -> Result<f64, String> {
+    match raw.parse::<f64>() {
+        Ok(r) if r > 0.0 && r <= 1.0 => Ok(r),
+        Ok(r) => Err(format!("must be above 0 and at most 1, got {r}")),
+        Err(e) => Err(format!("{e}: a number above 0 and at most 1, e.g. 0.5")),
+    }
 }
 
 /// `--priority`: the scheduler's traffic classes.
@@ -362,6 +381,37 @@ mod tests {
         );
         assert_eq!(b.deadline, Duration::from_secs(60));
         assert_eq!(b.format, Format::Wav);
+        assert_eq!(
+            b.priority,
+            PriorityArg::Batch,
+            "bulk work is BATCH unless told"
+        );
+    }
+
+    #[test]
+    fn zero_periods_and_out_of_range_shares_are_usage_errors() {
+        let batch = |extra: &[&str]| {
+            let mut args = vec!["voxctl", "batch", "m.jsonl", "--out", "d"];
+            args.extend_from_slice(extra);
+            Cli::try_parse_from(args)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        for bad in [
+            &["--progress-interval", "0s"][..],
+            &["--deadline", "0s"],
+            &["--breaker-ratio", "2"],
+            &["--breaker-ratio", "0"],
+            &["--breaker-window", "0"],
+            &["--priority", "urgent"],
+        ] {
+            let err = batch(bad).expect_err("refused");
+            assert!(err.contains(bad[0]), "{bad:?}: {err}");
+        }
+        assert!(batch(&["--breaker-ratio", "1", "--deadline", "1ms"]).is_ok());
+        let watch =
+            Cli::try_parse_from(["voxctl", "pool", "status", "--watch", "--interval", "0s"]);
+        assert!(watch.is_err(), "a zero redraw period would spin");
     }
 
     #[test]

@@ -187,6 +187,7 @@ async fn a_dry_run_reports_items_whose_pack_pins_a_pool_the_scheduler_does_not_s
     let catalog = common::fake_catalog::FakeCatalog::start_pinned(&[
         ("vp_served", true, common::stack::POOL),
         ("vp_orphan", true, "pool-that-was-removed"),
+        ("vp_unserved", true, common::stack::UNSERVED_POOL),
     ])
     .await;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -194,7 +195,8 @@ async fn a_dry_run_reports_items_whose_pack_pins_a_pool_the_scheduler_does_not_s
     std::fs::write(
         &manifest,
         "{\"id\":\"a\",\"text\":\"one\",\"packId\":\"vp_served\"}\n\
-         {\"id\":\"b\",\"text\":\"two\",\"packId\":\"vp_orphan\"}\n",
+         {\"id\":\"b\",\"text\":\"two\",\"packId\":\"vp_orphan\"}\n\
+         {\"id\":\"c\",\"text\":\"three\",\"packId\":\"vp_unserved\"}\n",
     )
     .expect("write");
     let output = Command::new(env!("CARGO_BIN_EXE_voxctl"))
@@ -215,11 +217,15 @@ async fn a_dry_run_reports_items_whose_pack_pins_a_pool_the_scheduler_does_not_s
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("line 2 (id \"b\"): pack \"vp_orphan\" pins ttsModelId \"pool-that-was-removed\", which no scheduler pool serves (pools: fake-openai)"),
+        stderr.contains("line 2 (id \"b\"): pack \"vp_orphan\" pins ttsModelId \"pool-that-was-removed\", which no scheduler pool serves (pools: fake-openai, no-credential)"),
         "{stderr}"
     );
     assert!(
-        stderr.contains("1 valid item(s), 1 invalid line(s)"),
+        stderr.contains("line 3 (id \"c\"): pack \"vp_unserved\" runs on pool \"no-credential\", which synthesis cannot serve: no key has a credential there (acct-x/k0: environment variable VOXCTL_E2E_NEVER_SET is not set)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("1 valid item(s), 2 invalid line(s)"),
         "{stderr}"
     );
 }

@@ -197,13 +197,21 @@ impl Config {
                 "must be at least 1".into(),
             );
         }
-        if s.store_timeout_ms == 0 || s.wait_poll_ms == 0 || s.reap_batch == 0 || s.max_waiters == 0
-        {
-            push(
-                "scheduler".into(),
-                "store_timeout_ms, wait_poll_ms, reap_batch and max_waiters must be positive"
-                    .into(),
-            );
+        for (field, value) in [
+            ("store_timeout_ms", s.store_timeout_ms),
+            ("wait_poll_ms", s.wait_poll_ms),
+            ("reap_batch", u64::from(s.reap_batch)),
+            ("max_waiters", u64::from(s.max_waiters)),
+        ] {
+            if value == 0 {
+                push(
+                    format!("scheduler.{field}"),
+                    format!(
+                        "must be at least 1, got 0 (set in the config file or VOXPOOL_SCHEDULER__{})",
+                        field.to_ascii_uppercase()
+                    ),
+                );
+            }
         }
         if s.store_replica_ack_timeout_ms == 0
             || s.store_replica_ack_timeout_ms > s.store_timeout_ms / 2

@@ -12,7 +12,7 @@ mod item;
 mod plan;
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     num::NonZeroU32,
     sync::{Arc, atomic::Ordering::Relaxed},
     time::{Duration, Instant},
@@ -48,6 +48,13 @@ pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome
     let started = Instant::now();
     if let Some(q) = config.qps.filter(|q| !(q.is_finite() && *q > 0.0)) {
         return Err(BatchError::Usage(format!("--qps must be > 0, got {q}")));
+    }
+    if config.retry.base > config.retry.cap {
+        return Err(BatchError::Usage(format!(
+            "--backoff-base ({}) is above --backoff-max ({}): the first wait cannot exceed the longest",
+            humantime::format_duration(config.retry.base),
+            humantime::format_duration(config.retry.cap)
+        )));
     }
     let mut manifest = Manifest::load(&config.manifest)?;
     check_pack_ids(&config, &mut manifest).await?;
@@ -196,8 +203,9 @@ async fn check_pack_ids(config: &BatchConfig, manifest: &mut Manifest) -> Result
         Some(scheduler) => scheduler_pools(scheduler).await?,
         None => None,
     };
+    let not_serving = synthesis_not_serving(&config.synthesis).await;
     let client = VoiceCatalogClient::new(connect::channel(url)?);
-    let check = check_packs(manifest, client, pools.as_ref());
+    let check = check_packs(manifest, client, pools.as_ref(), &not_serving);
     match tokio::time::timeout(Duration::from_secs(10), check).await {
         Ok(Ok(_)) => {}
         Ok(Err(status)) => eprintln!(
@@ -209,6 +217,43 @@ async fn check_pack_ids(config: &BatchConfig, manifest: &mut Manifest) -> Result
         ),
     }
     Ok(())
+}
+
+/// Pools synthesis says it cannot serve (no key with a credential, no adapter), with why;
+/// empty when it does not answer (the run will find out per item).
+async fn synthesis_not_serving(url: &str) -> BTreeMap<String, String> {
+    let Ok(channel) = connect::channel(url) else {
+        return BTreeMap::new();
+    };
+    let mut client = SynthesisClient::new(channel);
+    let listed = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.list_pools(voxpool_proto::synthesis::v1::ListPoolsRequest {}),
+    )
+    .await;
+    let Ok(Ok(response)) = listed else {
+        return BTreeMap::new();
+    };
+    response
+        .into_inner()
+        .pools
+        .into_iter()
+        .filter(|p| !p.serving)
+        .map(|p| {
+            let why = if p.adapter_available {
+                let missing: Vec<String> = p
+                    .keys
+                    .iter()
+                    .filter(|k| !k.usable)
+                    .map(|k| format!("{}: {}", k.key_id, k.problem))
+                    .collect();
+                format!("no key has a credential there ({})", missing.join("; "))
+            } else {
+                format!("it has no {} adapter", p.provider)
+            };
+            (p.pool, why)
+        })
+        .collect()
 }
 
 /// The scheduler's pool ids, or `None` (with a warning) when it cannot answer.
@@ -289,6 +334,7 @@ fn caller(
     };
     Ok(Caller {
         client,
+        url: config.synthesis.clone(),
         breaker: Arc::clone(breaker),
         limiter,
         policy: config.retry,

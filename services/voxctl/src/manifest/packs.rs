@@ -9,8 +9,9 @@ use voxpool_proto::catalog::v1::{GetVoicePackRequest, voice_catalog_client::Voic
 
 use super::{Manifest, Problem, Voice};
 
-/// Moves every item whose pack is unknown or disabled, or (when `pools` lists the scheduler's
-/// pools) pins a `ttsModelId` none of them serves, from `items` to `problems`.
+/// Moves every item whose pack is unknown or disabled, pins a `ttsModelId` none of the
+/// scheduler's `pools` serves (when known), or runs on a pool synthesis cannot serve
+/// (`not_serving`: pool → why, from synthesis's `ListPools`), from `items` to `problems`.
 ///
 /// Returns an error (and changes nothing) when the catalog cannot answer, so the caller can warn
 /// and let synthesis judge the packs instead.
@@ -18,6 +19,7 @@ pub async fn check_packs(
     manifest: &mut Manifest,
     mut catalog: VoiceCatalogClient<Channel>,
     pools: Option<&BTreeSet<String>>,
+    not_serving: &BTreeMap<String, String>,
 ) -> Result<usize, tonic::Status> {
     let ids: BTreeSet<String> = manifest
         .items
@@ -36,7 +38,12 @@ pub async fn check_packs(
             }
             Ok(pack) => {
                 let model = &pack.get_ref().tts_model_id;
-                if let Some(pools) = pools.filter(|p| !p.contains(model)) {
+                if let Some(why) = not_serving.get(model) {
+                    bad.insert(
+                        id.clone(),
+                        format!("pack {id:?} runs on pool {model:?}, which synthesis cannot serve: {why}; every call would fail"),
+                    );
+                } else if let Some(pools) = pools.filter(|p| !p.contains(model)) {
                     let listed = pools.iter().cloned().collect::<Vec<_>>().join(", ");
                     bad.insert(
                         id.clone(),

@@ -33,8 +33,17 @@ impl OpError {
 
     /// From a gRPC status of `what` (e.g. `GetVoicePack`).
     pub fn status(what: &str, status: &tonic::Status) -> Self {
+        let hint = match status.code() {
+            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => {
+                " (voxctl sends the admin token from --admin-token or VOXPOOL_ADMIN_TOKEN; make run uses dev-admin-token-local)"
+            }
+            _ if std::error::Error::source(status).is_some() => {
+                " (the service did not answer: check the URL flag and that it runs)"
+            }
+            _ => "",
+        };
         Self::failed(format!(
-            "{what}: {}: {}",
+            "{what}: {}: {}{hint}",
             crate::retry::code_name(status.code()),
             status.message()
         ))

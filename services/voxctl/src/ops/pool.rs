@@ -3,7 +3,11 @@
 //! `ListPools`: the scheduler never sees credentials, so a key synthesis cannot use (no
 //! credential there) shows `NO_CREDENTIAL` and a pool synthesis cannot serve says so.
 
-use std::{fmt::Write as _, io::IsTerminal as _, time::Duration};
+use std::{
+    fmt::Write as _,
+    io::{IsTerminal as _, Write as _},
+    time::Duration,
+};
 
 use voxpool_proto::{
     scheduler::v1::{
@@ -45,14 +49,24 @@ pub async fn status(
             .map(|p| render(p, readiness.iter().find(|r| r.pool == p.pool)))
             .collect::<Vec<_>>()
             .join("\n");
-        match watch {
-            Some(_) if tty => print!("\x1b[2J\x1b[H{text}"),
-            _ => print!("{text}"),
+        let frame = match watch {
+            Some(_) if tty => format!("\x1b[2J\x1b[H{text}"),
+            Some(_) => format!("{text}\n"),
+            None => text,
+        };
+        // A closed stdout (`| head`) ends the command quietly instead of panicking.
+        let mut out = std::io::stdout().lock();
+        if out
+            .write_all(frame.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            return Ok(());
         }
+        drop(out);
         let Some(every) = watch else {
             return Ok(());
         };
-        println!();
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             _ = tokio::signal::ctrl_c() => return Ok(()),

@@ -58,6 +58,7 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
         .max_decoding_message_size(connect::MAX_MESSAGE_BYTES);
     let caller = Caller {
         client,
+        url: job.synthesis.clone(),
         breaker: Arc::new(Breaker::new(BreakerConfig::default())),
         limiter: None,
         policy: job.retry,

@@ -22,6 +22,8 @@ use tokio::{
 
 /// Pool id used by the stack.
 pub const POOL: &str = "fake-openai";
+/// A second pool of the stack whose only key has no credential (synthesis cannot serve it).
+pub const UNSERVED_POOL: &str = "no-credential";
 
 /// Fault and latency settings of the fake vendor.
 #[derive(Clone, Debug)]
@@ -149,6 +151,10 @@ impl Stack {
                 ));
             }
         }
+        // A pool whose key has no credential: synthesis cannot serve it.
+        toml.push_str(&format!(
+            "[[pools]]\nid = \"{UNSERVED_POOL}\"\nprovider = \"openai\"\n[[pools.upstreams]]\nid = \"acct-x\"\nbase_url = \"{vendor_url}\"\n[[pools.upstreams.keys]]\nid = \"k0\"\ncapacity = 1\ncredential = {{ env = \"VOXCTL_E2E_NEVER_SET\" }}\n"
+        ));
         toml.push_str("\n[scheduler]\nrate_limit_cooldown_ms = 200\nfailure_threshold = 5\nfailure_backoff_base_ms = 100\nfailure_backoff_max_ms = 500\nwait_poll_ms = 10\nrecovery_window_ms = 0\n");
         let config = dir.path().join("pools.toml");
         std::fs::write(&config, toml).expect("write config");
@@ -182,6 +188,7 @@ impl Stack {
             .env("VOXPOOL_LOG_FORMAT", "json")
             .env("RUST_LOG", "info")
             .env("VOXCTL_E2E_KEY", "sk-fake-e2e")
+            .env_remove("VOXCTL_E2E_NEVER_SET")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
