@@ -52,6 +52,8 @@ pub enum Granted {
 /// The admission policy over one store, for the configured pools.
 pub struct Admission {
     store: Arc<dyn LeaseStore>,
+    /// This replica's id in the store's registry of waiting replicas.
+    replica_id: String,
     specs: Vec<PoolSpec>,
     keys_per_pool: HashMap<String, usize>,
     queues: WaitQueues,
@@ -108,8 +110,32 @@ impl Admission {
         settings: &SchedulerSettings,
         shutdown: CancellationToken,
     ) -> Self {
+        let queues = WaitQueues::new(specs.iter().map(|s| s.pool.as_str()));
+        // Slots freed through other replicas wake this replica's heads at once.
+        if let (Some(mut freed), Ok(runtime)) =
+            (store.freed_signals(), tokio::runtime::Handle::try_current())
+        {
+            let queues = queues.clone();
+            let stop = shutdown.clone();
+            runtime.spawn(async move {
+                loop {
+                    tokio::select! {
+                        pool = freed.recv() => match pool {
+                            Some(pool) => {
+                                if let Some(q) = queues.get(&pool) {
+                                    q.notify();
+                                }
+                            }
+                            None => return,
+                        },
+                        () = stop.cancelled() => return,
+                    }
+                }
+            });
+        }
         Self {
-            queues: WaitQueues::new(specs.iter().map(|s| s.pool.as_str())),
+            replica_id: LeaseToken::random().as_str().to_owned(),
+            queues,
             keys_per_pool: specs
                 .iter()
                 .map(|s| (s.pool.clone(), s.keys.len()))
@@ -221,6 +247,42 @@ impl Admission {
         }
         queue.saw(&result);
         result
+    }
+
+    /// Keeps this replica registered in the store as a waiter of `pool` while it has waiters
+    /// (renewed before [`REGISTRATION_TTL`] runs out, withdrawn when the line empties), so
+    /// releases through other replicas wake it. Sent in the background: a lost registration
+    /// only costs a poll.
+    fn register_waiting(&self, queue: &WaitQueue, pool: &str) {
+        if let (Some(registration), Ok(runtime)) = (
+            self.registration(queue, pool),
+            tokio::runtime::Handle::try_current(),
+        ) {
+            runtime.spawn(registration);
+        }
+    }
+
+    /// The store call that (re)registers or withdraws this replica as a waiter of `pool`, if
+    /// one is due; its failure is only logged (waiters still poll).
+    fn registration(
+        &self,
+        queue: &WaitQueue,
+        pool: &str,
+    ) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let ttl = if queue.registration_due(REGISTRATION_TTL, REGISTRATION_TTL / 2) {
+            REGISTRATION_TTL
+        } else if queue.deregistration_due() {
+            Duration::ZERO
+        } else {
+            return None;
+        };
+        let (store, pool, replica) = (self.store.clone(), pool.to_owned(), self.replica_id.clone());
+        Some(async move {
+            let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+            if let Err(e) = store.note_waiting(&pool, &replica, ms).await {
+                tracing::debug!(pool = %pool, error = %e, "could not update the waiting registration; waiters poll");
+            }
+        })
     }
 
     fn refused(&self, pool: &str, refusal: Refusal, waited: Duration) -> SchedulerError {
@@ -335,6 +397,12 @@ impl Admission {
                 },
             }
         };
+        // Declared before the waiter so it runs after the waiter has left the line.
+        let _deregister = Deregister {
+            admission: self,
+            queue: &queue,
+            pool: &pool,
+        };
         let Some(waiting) = queue.join(self.max_waiters, class, &tenant) else {
             return Err(SchedulerError::TooManyWaiters {
                 pool: pool.clone(),
@@ -342,6 +410,11 @@ impl Admission {
             });
         };
         on_wait();
+        // Registered before waiting, so a release through another replica that comes right
+        // after finds this replica to wake.
+        if let Some(registration) = self.registration(&queue, &pool) {
+            registration.await;
+        }
         // The head finds a store failure by itself: its own attempt fails within the store
         // timeout. Everyone behind it learns of that failure at once.
         let mut store_failures = queue.store_failures();
@@ -360,6 +433,7 @@ impl Admission {
             }
             // The head: retry the store until a grant, or until a better waiter overtakes it.
             while waiting.is_head() {
+                self.register_waiting(&queue, &pool);
                 let notified = queue.freed().notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
@@ -386,6 +460,23 @@ impl Admission {
                 }
             }
         }
+    }
+}
+
+/// How long the store keeps this replica registered as a waiter of a pool without a renewal
+/// (a killed replica's registration ends by itself).
+const REGISTRATION_TTL: Duration = Duration::from_secs(3);
+
+/// Withdraws the waiting registration when the last waiter of a pool leaves.
+struct Deregister<'a> {
+    admission: &'a Admission,
+    queue: &'a WaitQueue,
+    pool: &'a str,
+}
+
+impl Drop for Deregister<'_> {
+    fn drop(&mut self) {
+        self.admission.register_waiting(self.queue, self.pool);
     }
 }
 

@@ -132,6 +132,9 @@ pub struct ClassWaiting {
 pub(crate) struct WaitQueue {
     line: StdMutex<Line>,
     freed: Notify,
+    /// Until when the store holds this replica's registration as a waiter of the pool (see
+    /// [`WaitQueue::registration_due`]); `None` while not registered.
+    registered_until: StdMutex<Option<std::time::Instant>>,
     /// Bumped on every store failure; the reason of the last one (its `Unavailable` text) beside it.
     store_failures: watch::Sender<u64>,
     last_store_error: StdMutex<String>,
@@ -143,6 +146,7 @@ impl Default for WaitQueue {
         Self {
             line: StdMutex::new(Line::default()),
             freed: Notify::new(),
+            registered_until: StdMutex::new(None),
             store_failures: watch::channel(0).0,
             last_store_error: StdMutex::new(String::new()),
             last_refusal: StdMutex::new(None),
@@ -230,6 +234,35 @@ impl WaitQueue {
         })
     }
 
+    /// Whether this replica's registration as a waiter of the pool should be (re)sent now:
+    /// there are waiters and it runs out within `refresh_before` (then it is counted as
+    /// renewed for `ttl`). The caller sends it.
+    pub(crate) fn registration_due(&self, ttl: Duration, refresh_before: Duration) -> bool {
+        let now = std::time::Instant::now();
+        let mut until = self
+            .registered_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if until.is_some_and(|u| u > now + refresh_before) || self.waiting() == 0 {
+            return false;
+        }
+        *until = Some(now + ttl);
+        true
+    }
+
+    /// Whether the registration should be withdrawn now: nobody waits any more.
+    pub(crate) fn deregistration_due(&self) -> bool {
+        let mut until = self
+            .registered_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if until.is_none() || self.waiting() > 0 {
+            return false;
+        }
+        *until = None;
+        true
+    }
+
     /// The head's wake-up signal.
     pub(crate) fn freed(&self) -> &Notify {
         &self.freed
@@ -292,7 +325,7 @@ impl WaitQueue {
 }
 
 /// Every pool's queue, fixed at start-up from the config.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct WaitQueues(HashMap<String, Arc<WaitQueue>>);
 
 impl WaitQueues {

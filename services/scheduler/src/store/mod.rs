@@ -110,6 +110,20 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Round-trips to the store (health checks).
     async fn ping(&self) -> StoreResult<()>;
 
+    /// Names of pools where a slot may have freed through another replica, as they happen
+    /// (the first call takes the receiver; `None` for a store only one replica uses). A hint
+    /// that wakes waiters early: waiters still poll.
+    fn freed_signals(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<String>> {
+        None
+    }
+
+    /// Registers that `replica` has waiters of `pool` for the next `ttl_ms` (0: no longer),
+    /// so slot-freeing operations on other replicas wake it ([`LeaseStore::freed_signals`]).
+    /// A no-op for a store only one replica uses.
+    async fn note_waiting(&self, _pool: &str, _replica: &str, _ttl_ms: u64) -> StoreResult<()> {
+        Ok(())
+    }
+
     /// Test hook: moves this store's clock for `pool` forward by `ms`. Production code never
     /// calls it; tests use it to expire leases and end cooldowns without sleeping.
     async fn advance_clock(&self, pool: &str, ms: u64) -> StoreResult<()>;

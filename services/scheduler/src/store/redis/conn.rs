@@ -250,6 +250,28 @@ impl Conn {
             .map_err(|_| format!("no answer from redis within {:?}", timeout * 2))?
     }
 
+    /// Where the wake-up subscriber of a store on `url` connects (see `wake`).
+    pub(super) fn wake_source(&self, url: &str) -> Result<super::wake::Source, String> {
+        use super::wake::Source;
+        match self {
+            Conn::Single(_) => redis::Client::open(url)
+                .map(|c| Source::Single(Box::new(c)))
+                .map_err(|e| format!("invalid redis url ({e})")),
+            Conn::Sentinel(s) => Ok(Source::Sentinel(s.clone())),
+            Conn::Cluster(_) => {
+                let parts = split_multi_host(url).map_err(|e| format!("invalid url: {e}"))?;
+                parts
+                    .node_infos(false)?
+                    .into_iter()
+                    .map(|info| {
+                        redis::Client::open(info).map_err(|e| format!("invalid cluster url: {e}"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Source::Cluster)
+            }
+        }
+    }
+
     /// Runs a script invocation (EVALSHA, loading the script on NOSCRIPT) where its keys live.
     pub async fn invoke(&self, inv: &ScriptInvocation<'_>) -> RedisResult<Value> {
         match self {
@@ -420,6 +442,19 @@ impl SentinelConn {
             *current = Some(found.clone());
         }
         Ok(found)
+    }
+
+    /// A client for the primary the sentinels name now (the wake-up subscriber's).
+    pub(super) async fn primary_client(&self) -> RedisResult<redis::Client> {
+        let mut sentinels = self.sentinels.lock().await;
+        tokio::time::timeout(self.timeout, sentinels.async_get_client())
+            .await
+            .map_err(|_| {
+                RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the sentinels named no reachable primary in time",
+                ))
+            })?
     }
 
     fn cached(&self) -> Option<MultiplexedConnection> {

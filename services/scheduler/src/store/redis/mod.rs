@@ -32,12 +32,15 @@
 //! `min-replicas-to-write`. A store that lost a pool entirely opens a recovery window
 //! (`super` doc).
 //!
+//! Waiters on other replicas are woken by pub/sub when a slot frees ([`wake`]).
+//!
 //! Scripts run with EVALSHA and are re-loaded on NOSCRIPT (after a Redis restart or
 //! failover) by `redis::Script`. Every call is bounded by the store timeout: an unreachable
 //! or stalled Redis gives [`StoreError::Unavailable`], never a hang.
 
 mod acks;
 pub mod conn;
+mod wake;
 
 use std::time::Duration;
 
@@ -64,6 +67,7 @@ struct Scripts {
     status: Script,
     seed: Script,
     admin: Script,
+    waiting: Script,
 }
 
 impl Scripts {
@@ -77,6 +81,7 @@ impl Scripts {
             status: s(include_str!("lua/status.lua")),
             seed: s(include_str!("lua/seed.lua")),
             admin: s(include_str!("lua/admin.lua")),
+            waiting: s(include_str!("lua/waiting.lua")),
         }
     }
 }
@@ -121,6 +126,7 @@ pub struct RedisStore {
     replica_acks: u32,
     acks: std::sync::Arc<acks::Acks>,
     options: RedisOptions,
+    wake: std::sync::Arc<wake::Wake>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -135,10 +141,10 @@ impl std::fmt::Debug for RedisStore {
 }
 
 /// The pool's Redis keys in the order the scripts expect (see `lua/prelude.lua`).
-pub fn pool_keys(prefix: &str, pool: &str) -> [String; 14] {
+pub fn pool_keys(prefix: &str, pool: &str) -> [String; 15] {
     [
         "cap", "cfgcap", "inflight", "load", "leases", "lease", "cool", "coolwhy", "disabled",
-        "fails", "clock", "recover", "batch", "share",
+        "fails", "clock", "recover", "batch", "share", "waiting",
     ]
     .map(|suffix| format!("{prefix}:{{{pool}}}:{suffix}"))
 }
@@ -152,7 +158,13 @@ impl RedisStore {
         let conn = Conn::connect(url, options.timeout)
             .await
             .map_err(StoreError::Unavailable)?;
+        let source = conn.wake_source(url).map_err(StoreError::Unavailable)?;
         let store = Self {
+            wake: std::sync::Arc::new(wake::Wake::start(
+                source,
+                options.key_prefix.clone(),
+                options.timeout,
+            )),
             scripts: std::sync::Arc::new(Scripts::new()),
             replica_acks: options
                 .replica_acks
@@ -175,7 +187,7 @@ impl RedisStore {
         self.replica_acks
     }
 
-    fn keys(&self, pool: &str) -> [String; 14] {
+    fn keys(&self, pool: &str) -> [String; 15] {
         pool_keys(&self.options.key_prefix, pool)
     }
 
@@ -329,6 +341,7 @@ fn state_of(s: &str) -> StoreResult<KeyState> {
 impl LeaseStore for RedisStore {
     async fn seed(&self, pools: &[PoolSpec]) -> StoreResult<()> {
         for spec in pools {
+            self.wake.follow(&spec.pool);
             let mut args = vec![
                 self.options.recovery_window_ms.to_string(),
                 spec.batch_max_share.to_string(),
@@ -537,6 +550,20 @@ impl LeaseStore for RedisStore {
 
     async fn ping(&self) -> StoreResult<()> {
         self.bounded("PING", self.conn.ping()).await
+    }
+
+    fn freed_signals(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<String>> {
+        self.wake.take()
+    }
+
+    async fn note_waiting(&self, pool: &str, replica: &str, ttl_ms: u64) -> StoreResult<()> {
+        self.run(
+            &self.scripts.waiting,
+            pool,
+            vec![replica.to_owned(), ttl_ms.to_string()],
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn forget_pool(&self, pool: &str) -> StoreResult<()> {

@@ -10,11 +10,12 @@
 -- 12 recover  STRING end of the recovery window ms (see seed.lua)
 -- 13 batch    SET  tokens of the live BATCH leases (a subset of leases)
 -- 14 share    STRING the pool's batch_max_share (set by seed.lua; absent = 1)
+-- 15 waiting  ZSET replica id -> expiry ms: replicas with waiters of this pool (waiting.lua)
 -- ARGV[1] is always the reaping batch size. Time is Redis TIME, read here (one clock).
 local K_CAP, K_CFGCAP, K_INF, K_LOAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_LEASES, K_LEASE, K_COOL, K_COOLWHY = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_DIS, K_FAILS, K_CLOCK, K_REC = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local K_BATCH, K_SHARE = KEYS[13], KEYS[14]
+local K_BATCH, K_SHARE, K_WAITING = KEYS[13], KEYS[14], KEYS[15]
 local BATCH = tonumber(ARGV[1])
 
 local function num(v)
@@ -112,4 +113,12 @@ local function online_replicas()
   local n = 0
   for _ in string.gmatch(redis.call('INFO', 'replication'), 'state=online') do n = n + 1 end
   return n
+end
+
+-- Tells the replicas with waiters of this pool that a slot may be free (wake.rs): PUBLISH on
+-- the pool's channel, only while some replica's registration in K_WAITING is live.
+local function wake(now)
+  if redis.call('ZCOUNT', K_WAITING, now, '+inf') > 0 then
+    redis.call('PUBLISH', (string.gsub(K_CAP, ':cap$', ':freed')), '1')
+  end
 end

@@ -5,6 +5,7 @@ local token = ARGV[2]
 local exp = redis.call('ZSCORE', K_LEASES, token)
 local live = exp and tonumber(exp) > now
 if exp then drop_lease(token) end
-reap(now)
+local reaped = reap(now)
+if live or reaped > 0 then wake(now) end
 if live then return 1 end
 return 0

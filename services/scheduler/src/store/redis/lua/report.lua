@@ -49,6 +49,6 @@ if ARGV[5] == '1' then
   end
 end
 refresh(k)
-reap(now)
+if reap(now) > 0 or released == 1 then wake(now) end
 local st, untl = key_state(k, now)
 return {'ok', k, st, untl, released}

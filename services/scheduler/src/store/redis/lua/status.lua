@@ -2,9 +2,13 @@
 -- key, capacity, in_flight, state, cooldown_until, failures, ...}; no key entries for a pool
 -- that was never seeded.
 local now = now_ms()
+local reaped = 0
 for _ = 1, 1000 do
-  if reap(now) < BATCH then break end
+  local n = reap(now)
+  reaped = reaped + n
+  if n < BATCH then break end
 end
+if reaped > 0 then wake(now) end
 uncool(now)
 local out = {now, recovering(now), redis.call('SCARD', K_BATCH), redis.call('GET', K_SHARE) or '1'}
 local keys = redis.call('HKEYS', K_CAP)
