@@ -156,6 +156,8 @@ async fn raw_pair(store: Arc<dyn LeaseStore>, pool: String) {
         upstream_ids: vec![],
         ttl_ms: 30_000,
         priority: Default::default(),
+        replica: String::new(),
+        fresh: true,
     };
     let AcquireResult::Granted(lease) = store.acquire(&params).await.expect("acquire") else {
         panic!("bench pool must never be full");

@@ -21,9 +21,10 @@ use voxpool_shared::config::SchedulerSettings;
 use crate::{
     error::SchedulerError,
     model::{
-        AcquireParams, AcquireResult, Lease, LeaseId, LeaseToken, PoolSpec, PoolStatus, Refusal,
+        AcquireParams, AcquireResult, Lease, LeaseId, LeaseToken, PoolSpec, PoolStatus, Priority,
+        Refusal,
     },
-    store::{LeaseStore, StoreError},
+    store::{LeaseStore, StoreError, memory::RETRY_HINT_MIN_MS},
     waiters::{WaitQueue, WaitQueues},
 };
 
@@ -223,7 +224,10 @@ impl Admission {
         &self,
         queue: &WaitQueue,
         params: &mut AcquireParams,
+        fresh: bool,
     ) -> Result<AcquireResult, StoreError> {
+        params.replica.clone_from(&self.replica_id);
+        params.fresh = fresh;
         if !params.idempotent {
             params.token = LeaseToken::random();
         }
@@ -253,9 +257,9 @@ impl Admission {
     /// (renewed before [`REGISTRATION_TTL`] runs out, withdrawn when the line empties), so
     /// releases through other replicas wake it. Sent in the background: a lost registration
     /// only costs a poll.
-    fn register_waiting(&self, queue: &WaitQueue, pool: &str) {
+    fn register_waiting(&self, queue: &WaitQueue, pool: &str, class: Priority) {
         if let (Some(registration), Ok(runtime)) = (
-            self.registration(queue, pool),
+            self.registration(queue, pool, class),
             tokio::runtime::Handle::try_current(),
         ) {
             runtime.spawn(registration);
@@ -268,10 +272,11 @@ impl Admission {
         &self,
         queue: &WaitQueue,
         pool: &str,
+        class: Priority,
     ) -> Option<impl Future<Output = ()> + Send + 'static> {
-        let ttl = if queue.registration_due(REGISTRATION_TTL, REGISTRATION_TTL / 2) {
+        let ttl = if queue.registration_due(class, REGISTRATION_TTL, REGISTRATION_TTL / 2) {
             REGISTRATION_TTL
-        } else if queue.deregistration_due() {
+        } else if queue.deregistration_due(class) {
             Duration::ZERO
         } else {
             return None;
@@ -279,7 +284,7 @@ impl Admission {
         let (store, pool, replica) = (self.store.clone(), pool.to_owned(), self.replica_id.clone());
         Some(async move {
             let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-            if let Err(e) = store.note_waiting(&pool, &replica, ms).await {
+            if let Err(e) = store.note_waiting(&pool, &replica, class, ms).await {
                 tracing::debug!(pool = %pool, error = %e, "could not update the waiting registration; waiters poll");
             }
         })
@@ -309,6 +314,12 @@ impl Admission {
             Refusal::NoEligibleKey => SchedulerError::NoEligibleKey {
                 pool: pool.to_owned(),
                 keys: self.keys_per_pool.get(pool).copied().unwrap_or(0),
+            },
+            Refusal::QueuedElsewhere { class } => SchedulerError::QueuedElsewhere {
+                pool: pool.to_owned(),
+                class: class.as_str().to_ascii_uppercase(),
+                retry_after_ms: millis(self.poll).max(RETRY_HINT_MIN_MS),
+                waited_ms: millis(waited),
             },
             Refusal::BatchShare {
                 limit,
@@ -370,7 +381,7 @@ impl Admission {
         // Without waiters of this class or a better one ahead (or when not waiting at all) try
         // at once: a new arrival never jumps the line of its class or above.
         if wait.is_zero() || !queue.waiting_at_or_above(class) {
-            match self.attempt(&queue, &mut params).await? {
+            match self.attempt(&queue, &mut params, true).await? {
                 AcquireResult::Granted(lease) => return Ok((lease, Granted::Immediately)),
                 AcquireResult::Refused(refusal) if wait.is_zero() || hopeless(&refusal, end) => {
                     return Err(self.refused(&pool, refusal, Duration::ZERO));
@@ -402,6 +413,7 @@ impl Admission {
             admission: self,
             queue: &queue,
             pool: &pool,
+            class,
         };
         let Some(waiting) = queue.join(self.max_waiters, class, &tenant) else {
             return Err(SchedulerError::TooManyWaiters {
@@ -412,7 +424,7 @@ impl Admission {
         on_wait();
         // Registered before waiting, so a release through another replica that comes right
         // after finds this replica to wake.
-        if let Some(registration) = self.registration(&queue, &pool) {
+        if let Some(registration) = self.registration(&queue, &pool, class) {
             registration.await;
         }
         // The head finds a store failure by itself: its own attempt fails within the store
@@ -433,11 +445,11 @@ impl Admission {
             }
             // The head: retry the store until a grant, or until a better waiter overtakes it.
             while waiting.is_head() {
-                self.register_waiting(&queue, &pool);
+                self.register_waiting(&queue, &pool, class);
                 let notified = queue.freed().notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
-                match self.attempt(&queue, &mut params).await? {
+                match self.attempt(&queue, &mut params, false).await? {
                     AcquireResult::Granted(lease) => return Ok((lease, Granted::AfterWaiting)),
                     AcquireResult::Refused(refusal) if hopeless(&refusal, end) => {
                         return Err(self.refused(&pool, refusal, start.elapsed()));
@@ -472,11 +484,13 @@ struct Deregister<'a> {
     admission: &'a Admission,
     queue: &'a WaitQueue,
     pool: &'a str,
+    class: Priority,
 }
 
 impl Drop for Deregister<'_> {
     fn drop(&mut self) {
-        self.admission.register_waiting(self.queue, self.pool);
+        self.admission
+            .register_waiting(self.queue, self.pool, self.class);
     }
 }
 
@@ -507,7 +521,9 @@ fn hopeless(refusal: &Refusal, end: Instant) -> bool {
             let back_in = Duration::from_millis(u64::try_from(t - now_ms).unwrap_or(0));
             Instant::now() + back_in > end
         }
-        Refusal::Full { .. } | Refusal::BatchShare { .. } => false,
+        Refusal::Full { .. } | Refusal::BatchShare { .. } | Refusal::QueuedElsewhere { .. } => {
+            false
+        }
     }
 }
 

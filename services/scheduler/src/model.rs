@@ -169,6 +169,20 @@ impl Priority {
     /// Every class, in serving order.
     pub const ALL: [Priority; 3] = [Priority::Interactive, Priority::Standard, Priority::Batch];
 
+    /// Serving order: 0 (INTERACTIVE), 1, 2 (BATCH).
+    pub fn rank(self) -> u8 {
+        match self {
+            Priority::Interactive => 0,
+            Priority::Standard => 1,
+            Priority::Batch => 2,
+        }
+    }
+
+    /// The class of [`Priority::rank`] `r`.
+    pub fn from_rank(r: u8) -> Option<Self> {
+        Self::ALL.get(usize::from(r)).copied()
+    }
+
     /// Stable lower-case name (metrics attribute, store encoding).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -199,6 +213,12 @@ pub struct AcquireParams {
     pub ttl_ms: u64,
     /// Traffic class; a BATCH grant is refused beyond the pool's batch share.
     pub priority: Priority,
+    /// The asking replica's id in the store's registry of waiting replicas (empty: none). A
+    /// store shared by replicas defers the grant while another replica has waiters of a
+    /// better class (or, when `fresh`, of the same class).
+    pub replica: String,
+    /// True for an Acquire's first try, false for the retries of a waiting one.
+    pub fresh: bool,
 }
 
 /// Result of one acquire attempt: a lease, or a refusal that cannot be mistaken for one.
@@ -241,6 +261,12 @@ pub enum Refusal {
         in_flight: u64,
         /// Suggested wait before retrying (ms).
         retry_after_ms: u64,
+    },
+    /// Another replica has waiters this one must not overtake: of a better class, or (for a
+    /// new arrival) of the same class. The slot is theirs; wait in line.
+    QueuedElsewhere {
+        /// The best class waiting elsewhere.
+        class: Priority,
     },
     /// The store lost the pool's state and is in its recovery window: live leases
     /// re-register by renewing, new grants wait until `until_ms`.

@@ -132,9 +132,9 @@ pub struct ClassWaiting {
 pub(crate) struct WaitQueue {
     line: StdMutex<Line>,
     freed: Notify,
-    /// Until when the store holds this replica's registration as a waiter of the pool (see
-    /// [`WaitQueue::registration_due`]); `None` while not registered.
-    registered_until: StdMutex<Option<std::time::Instant>>,
+    /// Per class: until when the store holds this replica's registration as a waiter of the
+    /// pool (see [`WaitQueue::registration_due`]); `None` while not registered.
+    registered_until: StdMutex<[Option<std::time::Instant>; 3]>,
     /// Bumped on every store failure; the reason of the last one (its `Unavailable` text) beside it.
     store_failures: watch::Sender<u64>,
     last_store_error: StdMutex<String>,
@@ -146,7 +146,7 @@ impl Default for WaitQueue {
         Self {
             line: StdMutex::new(Line::default()),
             freed: Notify::new(),
-            registered_until: StdMutex::new(None),
+            registered_until: StdMutex::new([None; 3]),
             store_failures: watch::channel(0).0,
             last_store_error: StdMutex::new(String::new()),
             last_refusal: StdMutex::new(None),
@@ -234,32 +234,50 @@ impl WaitQueue {
         })
     }
 
-    /// Whether this replica's registration as a waiter of the pool should be (re)sent now:
-    /// there are waiters and it runs out within `refresh_before` (then it is counted as
-    /// renewed for `ttl`). The caller sends it.
-    pub(crate) fn registration_due(&self, ttl: Duration, refresh_before: Duration) -> bool {
+    /// Waiters of `class` in the line.
+    fn waiting_in(&self, class: Priority) -> usize {
+        self.lock()
+            .entries
+            .keys()
+            .filter(|(c, _, _)| *c == class)
+            .count()
+    }
+
+    /// Whether this replica's registration as a waiter of `class` should be (re)sent now:
+    /// that class has waiters and the registration runs out within `refresh_before` (then it
+    /// is counted as renewed for `ttl`). The caller sends it.
+    pub(crate) fn registration_due(
+        &self,
+        class: Priority,
+        ttl: Duration,
+        refresh_before: Duration,
+    ) -> bool {
         let now = std::time::Instant::now();
+        let waiting = self.waiting_in(class);
         let mut until = self
             .registered_until
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if until.is_some_and(|u| u > now + refresh_before) || self.waiting() == 0 {
+        let slot = &mut until[class_index(class)];
+        if slot.is_some_and(|u| u > now + refresh_before) || waiting == 0 {
             return false;
         }
-        *until = Some(now + ttl);
+        *slot = Some(now + ttl);
         true
     }
 
-    /// Whether the registration should be withdrawn now: nobody waits any more.
-    pub(crate) fn deregistration_due(&self) -> bool {
+    /// Whether the registration of `class` should be withdrawn now: nobody of it waits.
+    pub(crate) fn deregistration_due(&self, class: Priority) -> bool {
+        let waiting = self.waiting_in(class);
         let mut until = self
             .registered_until
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if until.is_none() || self.waiting() > 0 {
+        let slot = &mut until[class_index(class)];
+        if slot.is_none() || waiting > 0 {
             return false;
         }
-        *until = None;
+        *slot = None;
         true
     }
 

@@ -192,6 +192,8 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                             upstream_ids: vec![],
                             ttl_ms: ttl as u64,
                             priority: Priority::Standard,
+                            replica: String::new(),
+                            fresh: true,
                         })
                         .await
                         .unwrap();
@@ -246,11 +248,13 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                             prop_assert!(eligible.is_empty());
                         }
                         AcquireResult::Refused(
-                            refusal @ (Refusal::Recovering { .. } | Refusal::BatchShare { .. }),
+                            refusal @ (Refusal::Recovering { .. }
+                            | Refusal::BatchShare { .. }
+                            | Refusal::QueuedElsewhere { .. }),
                         ) => {
                             prop_assert!(
                                 false,
-                                "no recovery window and no BATCH acquires here: {refusal:?}"
+                                "no recovery window, no BATCH acquires, one replica here: {refusal:?}"
                             );
                         }
                     }

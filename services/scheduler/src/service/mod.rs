@@ -168,6 +168,7 @@ fn acquire_label(result: &Result<(crate::model::Lease, Granted), SchedulerError>
         Err(
             SchedulerError::PoolFull { .. }
             | SchedulerError::BatchShareFull { .. }
+            | SchedulerError::QueuedElsewhere { .. }
             | SchedulerError::NoEligibleKey { .. }
             | SchedulerError::TooManyWaiters { .. },
         ) => "exhausted",

@@ -189,6 +189,8 @@ impl SchedulerService {
                 upstream_ids: r.upstream_ids.clone(),
                 ttl_ms,
                 priority,
+                replica: String::new(),
+                fresh: true,
             },
             wait: Duration::from_millis(wait_ms),
             deadline,

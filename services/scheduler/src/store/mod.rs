@@ -117,10 +117,18 @@ pub trait LeaseStore: Send + Sync + 'static {
         None
     }
 
-    /// Registers that `replica` has waiters of `pool` for the next `ttl_ms` (0: no longer),
-    /// so slot-freeing operations on other replicas wake it ([`LeaseStore::freed_signals`]).
-    /// A no-op for a store only one replica uses.
-    async fn note_waiting(&self, _pool: &str, _replica: &str, _ttl_ms: u64) -> StoreResult<()> {
+    /// Registers that `replica` has waiters of `class` in `pool` for the next `ttl_ms` (0: no
+    /// longer), so slot-freeing operations on other replicas wake it
+    /// ([`LeaseStore::freed_signals`]) and other replicas' grants defer to it
+    /// ([`Refusal::QueuedElsewhere`](crate::model::Refusal::QueuedElsewhere)). A no-op for a
+    /// store only one replica uses.
+    async fn note_waiting(
+        &self,
+        _pool: &str,
+        _replica: &str,
+        _class: crate::model::Priority,
+        _ttl_ms: u64,
+    ) -> StoreResult<()> {
         Ok(())
     }
 

@@ -59,6 +59,9 @@ pub fn spawn_args(config: &Path, args: &[&str]) -> Replica {
 }
 
 /// A client of `r`.
+/// A scheduler client.
+pub type SchedulerClient = PoolSchedulerClient<Channel>;
+
 pub async fn client(r: &Replica) -> PoolSchedulerClient<Channel> {
     PoolSchedulerClient::connect(format!("http://{}", r.addr))
         .await

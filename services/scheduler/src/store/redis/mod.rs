@@ -367,6 +367,8 @@ impl LeaseStore for RedisStore {
         args.push(p.upstream_ids.len().to_string());
         args.extend(p.upstream_ids.iter().cloned());
         args.push(p.priority.as_str().to_owned());
+        args.push(p.replica.clone());
+        args.push(if p.fresh { "1" } else { "0" }.to_owned());
         let reply = items(self.run(&self.scripts.acquire, &p.pool, args).await?)?;
         match text(get(&reply, 0)?)?.as_str() {
             "ok" => {
@@ -399,6 +401,13 @@ impl LeaseStore for RedisStore {
                 retry_after_ms: (int(get(&reply, 3)?)?.max(0) as u64)
                     .clamp(RETRY_HINT_MIN_MS, RETRY_HINT_MAX_MS),
             })),
+            "elsewhere" => {
+                let rank = u8::try_from(int(get(&reply, 1)?)?).unwrap_or(u8::MAX);
+                let class = crate::model::Priority::from_rank(rank).ok_or_else(|| {
+                    StoreError::Protocol(format!("acquire named class rank {rank}"))
+                })?;
+                Ok(AcquireResult::Refused(Refusal::QueuedElsewhere { class }))
+            }
             "batch_share" => Ok(AcquireResult::Refused(Refusal::BatchShare {
                 limit: int(get(&reply, 1)?)?.max(0) as u64,
                 in_flight: int(get(&reply, 2)?)?.max(0) as u64,
@@ -556,11 +565,17 @@ impl LeaseStore for RedisStore {
         self.wake.take()
     }
 
-    async fn note_waiting(&self, pool: &str, replica: &str, ttl_ms: u64) -> StoreResult<()> {
+    async fn note_waiting(
+        &self,
+        pool: &str,
+        replica: &str,
+        class: crate::model::Priority,
+        ttl_ms: u64,
+    ) -> StoreResult<()> {
         self.run(
             &self.scripts.waiting,
             pool,
-            vec![replica.to_owned(), ttl_ms.to_string()],
+            vec![format!("{}:{replica}", class.rank()), ttl_ms.to_string()],
         )
         .await
         .map(|_| ())

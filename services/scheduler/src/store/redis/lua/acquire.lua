@@ -1,8 +1,10 @@
 -- ARGV: 1 batch, 2 lease token, 3 ttl ms, 4 random in [0,1), 5 #exclude, exclude...,
---       #upstreams, upstreams..., class ('interactive' | 'standard' | 'batch')
+--       #upstreams, upstreams..., class ('interactive' | 'standard' | 'batch'),
+--       replica id ('' = none), fresh ('1' first try, '0' a waiter's retry)
 -- Returns {'ok', key, expires_at, key_in_flight, key_capacity, online_replicas}
 --       | {'full', capacity, in_flight, ms_until_soonest_expiry}
 --       | {'batch_share', limit, batch_in_flight, ms_until_soonest_batch_expiry}
+--       | {'elsewhere', class rank}: another replica's waiters go first
 --       | {'unavailable', earliest_cooldown_end or -1, now} | {'none'} | {'unseeded'}
 --       | {'recovering', window_end, now}
 if redis.call('EXISTS', K_CAP) == 0 then return {'unseeded'} end
@@ -16,7 +18,7 @@ local n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do excl[ARGV[i]] = true; i = i + 1 end
 n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do ups[ARGV[i]] = true; nups = nups + 1; i = i + 1 end
-local class = ARGV[i]
+local class, replica, fresh = ARGV[i], ARGV[i + 1], ARGV[i + 2] == '1'
 -- A live lease with this token (an idempotent retry; reaped above if expired) is answered
 -- again instead of taking a second slot, its TTL counted from now: the retry may come seconds
 -- later (a store failover), and its caller starts its renewal clock on this answer.
@@ -34,6 +36,20 @@ if held then
 end
 local rec = recovering(now)
 if rec > 0 then return {'recovering', rec, now} end
+-- One line across replicas, by class: another replica's waiters of a better class (or, for a
+-- new arrival, of the same class) go first; this replica's own line orders its waiters.
+if replica ~= '' and redis.call('ZCARD', K_WAITING) > 0 then
+  local mine = ({interactive = 0, standard = 1, batch = 2})[class] or 1
+  local best = nil
+  for _, m in ipairs(redis.call('ZRANGE', K_WAITING, now, '+inf', 'BYSCORE')) do
+    local r, who = string.match(m, '^(%d):(.+)$')
+    r = tonumber(r)
+    if who and who ~= replica and (r < mine or (fresh and r == mine)) then
+      if best == nil or r < best then best = r end
+    end
+  end
+  if best ~= nil then return {'elsewhere', best} end
+end
 if class == 'batch' then
   local held = redis.call('SCARD', K_BATCH)
   local limit = batch_limit()

@@ -1,6 +1,7 @@
--- ARGV: 1 batch, 2 replica id, 3 ttl ms (0 = this replica has no waiters any more).
--- Registers (or drops) a replica with waiters of this pool, so slot-freeing scripts wake it
--- (prelude.lua `wake`); expired registrations are dropped here.
+-- ARGV: 1 batch, 2 '<class rank>:<replica id>', 3 ttl ms (0 = no waiters of that class any
+-- more). Registers (or drops) a replica with waiters of one class of this pool, so
+-- slot-freeing scripts wake it (prelude.lua `wake`) and acquire.lua defers other replicas'
+-- grants to it; expired registrations are dropped here.
 local now = now_ms()
 redis.call('ZREMRANGEBYSCORE', K_WAITING, '-inf', now)
 local ttl = tonumber(ARGV[3])
