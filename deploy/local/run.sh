@@ -50,5 +50,12 @@ echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token-local). Ctrl-C
 set +e
 wait -n -p dead "${!names[@]}"
 status=$?
-echo "make run: $(printf '%s' "${names[$dead]:-a service}") stopped unexpectedly (exit status $status; its log lines are above); stopping the others" >&2
-exit $(( status == 0 ? 1 : status ))
+name=$(printf '%s' "${names[$dead]:-a service}")
+if [ "$status" -eq 0 ]; then
+    # A clean exit: the service was asked to stop (Ctrl-C reaches the whole process group, or
+    # someone sent it SIGTERM). Stopping everything is what was wanted.
+    echo "make run: $name stopped on request; stopping the others" >&2
+    exit 0
+fi
+echo "make run: $name stopped unexpectedly (exit status $status; its log lines are above); stopping the others" >&2
+exit "$status"

@@ -115,7 +115,7 @@ pub struct BatchArgs {
     #[arg(long, value_enum, default_value_t = PriorityArg::Batch)]
     pub priority: PriorityArg,
     /// Tenant the calls are for (fairness inside the class; at most 64 characters).
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", value_parser = tenant)]
     pub tenant: String,
     /// Write a JSON report (every item: status, attempts, keys, error) to FILE.
     #[arg(long, value_name = "FILE")]
@@ -312,7 +312,7 @@ pub struct SynthArgs {
     #[arg(long, value_enum, default_value_t = PriorityArg::Standard)]
     pub priority: PriorityArg,
     /// Tenant the calls are for (at most 64 characters).
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", value_parser = tenant)]
     pub tenant: String,
 }
 
@@ -324,6 +324,18 @@ fn positive_duration(raw: &str) -> Result<Duration, String> {
         Ok(d) => Ok(d),
         Err(e) => Err(format!("{e} (e.g. 500ms, 30s, 2m)")),
     }
+}
+
+/// A tenant as the scheduler accepts it: at most 64 characters, no control characters.
+fn tenant(raw: &str) -> Result<String, String> {
+    let chars = raw.chars().count();
+    if chars > 64 {
+        return Err(format!("at most 64 characters, got {chars}"));
+    }
+    if raw.chars().any(char::is_control) {
+        return Err("must not contain control characters".into());
+    }
+    Ok(raw.to_owned())
 }
 
 /// A share above 0 and at most 1.
@@ -404,6 +416,7 @@ mod tests {
             &["--breaker-ratio", "0"],
             &["--breaker-window", "0"],
             &["--priority", "urgent"],
+            &["--tenant", &"t".repeat(65)],
         ] {
             let err = batch(bad).expect_err("refused");
             assert!(err.contains(bad[0]), "{bad:?}: {err}");

@@ -192,11 +192,27 @@ async fn a_dry_run_reports_items_whose_pack_pins_a_pool_the_scheduler_does_not_s
     .await;
     let dir = tempfile::tempdir().expect("tempdir");
     let manifest = dir.path().join("m.jsonl");
+    let ghost = {
+        let json = common::stack::snapshot_json()
+            .to_string()
+            .replace(common::stack::POOL, "ghost");
+        voxpool_shared::snapshot::Snapshot::from_json(&json)
+            .expect("snapshot")
+            .seal()
+            .to_json_value()
+    };
+    let lines = [
+        serde_json::json!({"id": "a", "text": "one", "packId": "vp_served"}),
+        serde_json::json!({"id": "b", "text": "two", "packId": "vp_orphan"}),
+        serde_json::json!({"id": "c", "text": "three", "packId": "vp_unserved"}),
+        serde_json::json!({"id": "d", "text": "four", "snapshot": ghost}),
+    ];
     std::fs::write(
         &manifest,
-        "{\"id\":\"a\",\"text\":\"one\",\"packId\":\"vp_served\"}\n\
-         {\"id\":\"b\",\"text\":\"two\",\"packId\":\"vp_orphan\"}\n\
-         {\"id\":\"c\",\"text\":\"three\",\"packId\":\"vp_unserved\"}\n",
+        lines
+            .iter()
+            .map(|l| l.to_string() + "\n")
+            .collect::<String>(),
     )
     .expect("write");
     let output = Command::new(env!("CARGO_BIN_EXE_voxctl"))
@@ -225,7 +241,11 @@ async fn a_dry_run_reports_items_whose_pack_pins_a_pool_the_scheduler_does_not_s
         "{stderr}"
     );
     assert!(
-        stderr.contains("1 valid item(s), 2 invalid line(s)"),
+        stderr.contains("line 4 (id \"d\"): the snapshot of pack \"vp_e2e\" pins ttsModelId \"ghost\", which no scheduler pool serves"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("1 valid item(s), 3 invalid line(s)"),
         "{stderr}"
     );
 }

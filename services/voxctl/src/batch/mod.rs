@@ -192,19 +192,20 @@ async fn check_pack_ids(config: &BatchConfig, manifest: &mut Manifest) -> Result
     let Some(url) = &config.catalog else {
         return Ok(());
     };
-    if !manifest
-        .items
-        .iter()
-        .any(|i| matches!(i.voice, Voice::PackId(_)))
-    {
-        return Ok(());
-    }
     let pools = match &config.scheduler {
         Some(scheduler) => scheduler_pools(scheduler).await?,
         None => None,
     };
     let not_serving = synthesis_not_serving(&config.synthesis).await;
-    let client = VoiceCatalogClient::new(connect::channel(url)?);
+    let uses_packs = manifest
+        .items
+        .iter()
+        .any(|i| matches!(i.voice, Voice::PackId(_)));
+    let client = if uses_packs {
+        Some(VoiceCatalogClient::new(connect::channel(url)?))
+    } else {
+        None
+    };
     let check = check_packs(manifest, client, pools.as_ref(), &not_serving);
     match tokio::time::timeout(Duration::from_secs(10), check).await {
         Ok(Ok(_)) => {}
@@ -231,8 +232,21 @@ async fn synthesis_not_serving(url: &str) -> BTreeMap<String, String> {
         client.list_pools(voxpool_proto::synthesis::v1::ListPoolsRequest {}),
     )
     .await;
-    let Ok(Ok(response)) = listed else {
-        return BTreeMap::new();
+    let response = match listed {
+        Ok(Ok(response)) => response,
+        Ok(Err(status)) => {
+            eprintln!(
+                "voxctl: warning: cannot ask synthesis at {url} which pools it serves ({}); credentials are not checked",
+                status.message()
+            );
+            return BTreeMap::new();
+        }
+        Err(_) => {
+            eprintln!(
+                "voxctl: warning: synthesis at {url} did not answer within 5s; credentials are not checked"
+            );
+            return BTreeMap::new();
+        }
     };
     response
         .into_inner()

@@ -7,7 +7,28 @@ use std::collections::{BTreeMap, BTreeSet};
 use tonic::{Code, transport::Channel};
 use voxpool_proto::catalog::v1::{GetVoicePackRequest, voice_catalog_client::VoiceCatalogClient};
 
+use voxpool_shared::snapshot::Snapshot;
+
 use super::{Manifest, Problem, Voice};
+
+/// Why a voice on pool `model` cannot be served (`runs on pool …` / `pins ttsModelId …`), if
+/// synthesis says it cannot serve that pool or the scheduler has no such pool.
+fn pool_problem(
+    model: &str,
+    pools: Option<&BTreeSet<String>>,
+    not_serving: &BTreeMap<String, String>,
+) -> Option<String> {
+    if let Some(why) = not_serving.get(model) {
+        return Some(format!(
+            "runs on pool {model:?}, which synthesis cannot serve: {why}; every call would fail"
+        ));
+    }
+    let pools = pools.filter(|p| !p.contains(model))?;
+    let listed = pools.iter().cloned().collect::<Vec<_>>().join(", ");
+    Some(format!(
+        "pins ttsModelId {model:?}, which no scheduler pool serves (pools: {listed}); every call would fail"
+    ))
+}
 
 /// Moves every item whose pack is unknown or disabled, pins a `ttsModelId` none of the
 /// scheduler's `pools` serves (when known), or runs on a pool synthesis cannot serve
@@ -17,7 +38,7 @@ use super::{Manifest, Problem, Voice};
 /// and let synthesis judge the packs instead.
 pub async fn check_packs(
     manifest: &mut Manifest,
-    mut catalog: VoiceCatalogClient<Channel>,
+    mut catalog: Option<VoiceCatalogClient<Channel>>,
     pools: Option<&BTreeSet<String>>,
     not_serving: &BTreeMap<String, String>,
 ) -> Result<usize, tonic::Status> {
@@ -31,26 +52,17 @@ pub async fn check_packs(
         .collect();
     let mut bad: BTreeMap<String, String> = BTreeMap::new();
     for id in ids {
+        let Some(catalog) = catalog.as_mut() else {
+            break;
+        };
         let request = GetVoicePackRequest { id: id.clone() };
         match catalog.get_voice_pack(request).await {
             Ok(pack) if !pack.get_ref().enabled => {
                 bad.insert(id.clone(), format!("pack {id:?} is disabled"));
             }
             Ok(pack) => {
-                let model = &pack.get_ref().tts_model_id;
-                if let Some(why) = not_serving.get(model) {
-                    bad.insert(
-                        id.clone(),
-                        format!("pack {id:?} runs on pool {model:?}, which synthesis cannot serve: {why}; every call would fail"),
-                    );
-                } else if let Some(pools) = pools.filter(|p| !p.contains(model)) {
-                    let listed = pools.iter().cloned().collect::<Vec<_>>().join(", ");
-                    bad.insert(
-                        id.clone(),
-                        format!(
-                            "pack {id:?} pins ttsModelId {model:?}, which no scheduler pool serves (pools: {listed}); every call would fail"
-                        ),
-                    );
+                if let Some(why) = pool_problem(&pack.get_ref().tts_model_id, pools, not_serving) {
+                    bad.insert(id.clone(), format!("pack {id:?} {why}"));
                 }
             }
             Err(status) if status.code() == Code::NotFound => {
@@ -63,8 +75,11 @@ pub async fn check_packs(
     let items = std::mem::take(&mut manifest.items);
     for item in items {
         let reason = match &item.voice {
-            Voice::PackId(id) => bad.get(id),
-            Voice::Snapshot { .. } => None,
+            Voice::PackId(id) => bad.get(id).cloned(),
+            Voice::Snapshot { json, pack_id } => Snapshot::from_json(json)
+                .ok()
+                .and_then(|snap| pool_problem(&snap.tts_model_id, pools, not_serving))
+                .map(|why| format!("the snapshot of pack {pack_id:?} {why}")),
         };
         match reason {
             Some(message) => {
@@ -72,7 +87,7 @@ pub async fn check_packs(
                 manifest.problems.push(Problem {
                     line: item.line,
                     id: Some(item.id),
-                    message: message.clone(),
+                    message,
                 });
             }
             None => manifest.items.push(item),

@@ -54,6 +54,18 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
     if job.text.trim().is_empty() {
         return Err(OpError::usage("the text is empty"));
     }
+    // Refused before any synthesis: the audio would have nowhere to go.
+    let target_dir = match job.out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !target_dir.is_dir() {
+        return Err(OpError::usage(format!(
+            "-o {}: directory {} does not exist",
+            job.out.display(),
+            target_dir.display()
+        )));
+    }
     let client = SynthesisClient::new(connect::channel(&job.synthesis)?)
         .max_decoding_message_size(connect::MAX_MESSAGE_BYTES);
     let caller = Caller {
