@@ -143,7 +143,7 @@ pub struct BatchArgs {
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub breaker_window: u32,
     /// Circuit breaker: share (0..1) of UNAVAILABLE among recent calls that pauses the batch.
-    #[arg(long, default_value_t = 0.5, value_parser = share)]
+    #[arg(long, default_value_t = 0.5, value_parser = share, allow_hyphen_values = true)]
     pub breaker_ratio: f64,
     /// Circuit breaker: first pause before a probe (doubles per failed probe, up to 30s).
     #[arg(long, default_value = "1s", value_parser = positive_duration)]
@@ -161,7 +161,7 @@ pub enum PoolCommand {
         #[arg(long)]
         watch: bool,
         /// Redraw period of --watch.
-        #[arg(long, default_value = "1s", value_parser = positive_duration)]
+        #[arg(long, default_value = "1s", value_parser = positive_duration, requires = "watch")]
         interval: Duration,
         /// Scheduler URL, a list `URL,URL,...`, or a DNS name of several replicas.
         #[arg(long, env = "VOXPOOL_SCHEDULER", default_value = DEFAULT_SCHEDULER)]
@@ -414,6 +414,7 @@ mod tests {
             &["--deadline", "0s"],
             &["--breaker-ratio", "2"],
             &["--breaker-ratio", "0"],
+            &["--breaker-ratio", "-0.1"],
             &["--breaker-window", "0"],
             &["--priority", "urgent"],
             &["--tenant", &"t".repeat(65)],
@@ -425,6 +426,11 @@ mod tests {
         let watch =
             Cli::try_parse_from(["voxctl", "pool", "status", "--watch", "--interval", "0s"]);
         assert!(watch.is_err(), "a zero redraw period would spin");
+        let without_watch = Cli::try_parse_from(["voxctl", "pool", "status", "--interval", "2s"]);
+        assert!(
+            without_watch.is_err(),
+            "--interval means nothing without --watch"
+        );
     }
 
     #[test]

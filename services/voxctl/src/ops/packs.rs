@@ -48,7 +48,14 @@ impl Catalog {
             } else {
                 self.read.list_voice_packs(request).await
             }
-            .map_err(|s| OpError::status("ListVoicePacks", &s))?
+            .map_err(|s| {
+                let rpc = if all {
+                    "ListAllVoicePacks"
+                } else {
+                    "ListVoicePacks"
+                };
+                OpError::status(rpc, &s)
+            })?
             .into_inner();
             packs.extend(page.voice_packs);
             if page.next_page_token.is_empty() {
