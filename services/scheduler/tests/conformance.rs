@@ -1424,7 +1424,18 @@ async fn concurrent_acquires_with_one_idempotency_key_take_one_slot(b: Backend) 
     let tasks: Vec<_> = (0..50)
         .map(|_| {
             let mut c = h.client();
-            tokio::spawn(async move { c.acquire(idempotent("p", "one-logical-acquire")).await })
+            tokio::spawn(async move {
+                // As the contract tells a caller: UNAVAILABLE (e.g. a grant the replica did
+                // not acknowledge in time, on a loaded machine) is retried with the same key.
+                let mut last = None;
+                for _ in 0..20 {
+                    match c.acquire(idempotent("p", "one-logical-acquire")).await {
+                        Err(e) if e.code() == Code::Unavailable => last = Some(e),
+                        other => return other,
+                    }
+                }
+                Err(last.expect("an UNAVAILABLE answer"))
+            })
         })
         .collect();
     let mut ids = std::collections::HashSet::new();
