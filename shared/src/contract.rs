@@ -8,6 +8,18 @@ use std::fmt;
 
 use voxpool_proto::scheduler::v1 as pb;
 
+use crate::untrusted::{FieldProblem, check_field};
+
+/// Longest `tenant` an Acquire or Synthesize request may carry, in characters.
+pub const MAX_TENANT_CHARS: usize = 64;
+
+/// A `tenant` as the scheduler accepts it: at most [`MAX_TENANT_CHARS`] characters, no control
+/// or invisible formatting characters (it becomes a metric attribute). Checked by the
+/// scheduler, by synthesis before it takes a lease, and by voxctl before it sends anything.
+pub fn check_tenant(tenant: &str) -> Result<(), FieldProblem> {
+    check_field(tenant, MAX_TENANT_CHARS)
+}
+
 /// How a vendor call went, as reported to the scheduler (`Report.outcome`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Outcome {

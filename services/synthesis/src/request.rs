@@ -22,8 +22,6 @@ use crate::{
 
 /// Longest accepted `request_id`.
 pub const MAX_REQUEST_ID_CHARS: usize = 128;
-/// Longest accepted `tenant` (the scheduler's limit).
-pub const MAX_TENANT_CHARS: usize = 64;
 /// Longest accepted `snapshot_json` (bytes).
 pub const MAX_SNAPSHOT_JSON_BYTES: usize = 64 * 1024;
 /// Highest accepted `sample_rate_hz`.
@@ -115,7 +113,7 @@ impl Core {
                 ),
             ));
         };
-        if let Err(problem) = voxpool_shared::untrusted::check_field(&r.tenant, MAX_TENANT_CHARS) {
+        if let Err(problem) = voxpool_shared::contract::check_tenant(&r.tenant) {
             return Err(invalid("tenant", problem.to_string()));
         }
         check_text(&r.text, self.settings.max_text_chars)?;

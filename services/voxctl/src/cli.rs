@@ -326,16 +326,11 @@ fn positive_duration(raw: &str) -> Result<Duration, String> {
     }
 }
 
-/// A tenant as the scheduler accepts it: at most 64 characters, no control characters.
+/// A tenant as the scheduler accepts it ([`voxpool_shared::contract::check_tenant`]).
 fn tenant(raw: &str) -> Result<String, String> {
-    let chars = raw.chars().count();
-    if chars > 64 {
-        return Err(format!("at most 64 characters, got {chars}"));
-    }
-    if raw.chars().any(char::is_control) {
-        return Err("must not contain control characters".into());
-    }
-    Ok(raw.to_owned())
+    voxpool_shared::contract::check_tenant(raw)
+        .map(|()| raw.to_owned())
+        .map_err(|p| p.to_string())
 }
 
 /// A share above 0 and at most 1.

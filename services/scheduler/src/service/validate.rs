@@ -26,8 +26,6 @@ use crate::{
 pub const MAX_FILTER_ENTRIES: usize = 256;
 /// Longest accepted `request_id`.
 pub const MAX_REQUEST_ID_CHARS: usize = 128;
-/// Longest accepted `tenant`.
-pub const MAX_TENANT_CHARS: usize = 64;
 /// Longest accepted `wait_timeout_ms` (10 minutes).
 pub const MAX_WAIT_TIMEOUT_MS: i64 = 600_000;
 /// Longest accepted `retry_after_ms` in a report (24 hours).
@@ -169,7 +167,8 @@ impl SchedulerService {
             .map_err(|p| invalid("idempotency_key", p.to_string()))?;
         let idempotent = !r.idempotency_key.is_empty();
         let priority = priority(r.priority)?;
-        check_field(&r.tenant, MAX_TENANT_CHARS).map_err(|p| invalid("tenant", p.to_string()))?;
+        voxpool_shared::contract::check_tenant(&r.tenant)
+            .map_err(|p| invalid("tenant", p.to_string()))?;
         Ok(AcquireRequest {
             params: AcquireParams {
                 pool: r.pool.clone(),
