@@ -304,25 +304,6 @@ impl Scheduler {
         result.map_err(|status| classify(&status))
     }
 
-    /// Frees the lease an idempotent Acquire got or may still get (see [`Abandoned`]).
-    async fn release_abandoned(&self, pool: &str, idempotency_key: &str) -> Result<bool, Status> {
-        self.retrying("Release", SMALL_RPC_TIMEOUT, |_| {
-            let mut client = self.client.clone();
-            let request = pb::ReleaseRequest {
-                pool: pool.to_owned(),
-                idempotency_key: idempotency_key.to_owned(),
-                ..Default::default()
-            };
-            async move {
-                client
-                    .release(request)
-                    .await
-                    .map(|r| r.into_inner().released)
-            }
-        })
-        .await
-    }
-
     /// Report (optionally releasing) a lease, retried on another replica (module doc).
     pub async fn report(&self, request: pb::ReportRequest) -> Result<pb::ReportResponse, Status> {
         self.retrying("Report", SMALL_RPC_TIMEOUT, |_| {
@@ -340,12 +321,28 @@ impl Scheduler {
 
     /// Release a lease; `false` when it was already gone. Retried on another replica.
     pub async fn release(&self, lease_id: &str) -> Result<bool, Status> {
+        self.release_as(pb::ReleaseRequest {
+            lease_id: lease_id.to_owned(),
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// Frees the lease an idempotent Acquire got or may still get (see [`Abandoned`]).
+    async fn release_abandoned(&self, pool: &str, idempotency_key: &str) -> Result<bool, Status> {
+        self.release_as(pb::ReleaseRequest {
+            pool: pool.to_owned(),
+            idempotency_key: idempotency_key.to_owned(),
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// One Release (by lease id, or by pool and idempotency key), retried on another replica.
+    async fn release_as(&self, request: pb::ReleaseRequest) -> Result<bool, Status> {
         self.retrying("Release", SMALL_RPC_TIMEOUT, |_| {
             let mut client = self.client.clone();
-            let request = pb::ReleaseRequest {
-                lease_id: lease_id.to_owned(),
-                ..Default::default()
-            };
+            let request = request.clone();
             async move {
                 client
                     .release(request)
