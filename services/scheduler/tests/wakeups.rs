@@ -1,7 +1,8 @@
 //! Cross-replica wake-ups and classes: a slot released through one `voxpool-scheduler`
 //! process reaches a waiter on another at once (Redis pub/sub), and goes to the better class
-//! whichever replica it waits on, on one Redis node, under Sentinel and on a Cluster. The waiter's poll is a minute and its wait two: without the wake-up it would sit
-//! for a minute, so the test's 30 s bound on the grant fails instead of only slowing down.
+//! whichever replica it waits on, on one Redis node, under Sentinel and on a Cluster. The
+//! waiters' poll is a minute and their wait two: without the wake-up one would sit for a
+//! minute, so the test's 30 s bound on the grant fails instead of only slowing down.
 
 use std::path::{Path, PathBuf};
 
@@ -24,54 +25,70 @@ fn write_config(dir: &Path, prefix: &str) -> PathBuf {
     path
 }
 
-async fn a_release_on_one_replica_wakes_a_waiter_on_another(store_url: &str, prefix: &str) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(dir.path(), prefix);
-    let args = ["--listen", "127.0.0.1:0", "--store", store_url];
-    let (a, b): (Replica, Replica) = (spawn_args(&config, &args), spawn_args(&config, &args));
-    let (mut ca, mut cb) = (client(&a).await, client(&b).await);
-    let held = ca
-        .acquire(pb::AcquireRequest {
-            pool: "p".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("the only slot")
-        .into_inner();
-    let mut waiter_client = cb.clone();
-    let waiter = tokio::spawn(async move {
-        waiter_client
+/// Two replicas A and B on one store, with A holding the pool's only slot.
+struct TwoReplicas {
+    a: replica::SchedulerClient,
+    b: replica::SchedulerClient,
+    held: pb::Lease,
+    _replicas: (Replica, Replica),
+    _dir: tempfile::TempDir,
+}
+
+impl TwoReplicas {
+    async fn start(store_url: &str, prefix: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = write_config(dir.path(), prefix);
+        let args = ["--listen", "127.0.0.1:0", "--store", store_url];
+        let replicas = (spawn_args(&config, &args), spawn_args(&config, &args));
+        let (mut a, b) = (client(&replicas.0).await, client(&replicas.1).await);
+        let held = a
             .acquire(pb::AcquireRequest {
                 pool: "p".into(),
-                wait_timeout_ms: 120_000,
                 ..Default::default()
             })
             .await
-    });
-    loop {
-        let s = cb
-            .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
-            .await
-            .expect("status")
+            .expect("the only slot")
             .into_inner();
-        if s.waiters == 1 {
-            break;
+        Self {
+            a,
+            b,
+            held,
+            _replicas: replicas,
+            _dir: dir,
         }
-        tokio::task::yield_now().await;
     }
-    ca.release(pb::ReleaseRequest {
-        lease_id: held.lease_id,
+
+    /// A releases the slot it holds.
+    async fn release_held(&mut self) {
+        release(&mut self.a, self.held.lease_id.clone(), "release on A").await;
+    }
+}
+
+async fn release(c: &mut replica::SchedulerClient, lease_id: String, what: &str) {
+    c.release(pb::ReleaseRequest {
+        lease_id,
         ..Default::default()
     })
     .await
-    .expect("release on A");
-    let lease = tokio::time::timeout(std::time::Duration::from_secs(30), waiter)
+    .expect(what);
+}
+
+/// A waiting Acquire of `priority` through `c`, spawned.
+fn waiter(
+    c: &replica::SchedulerClient,
+    priority: pb::Priority,
+) -> tokio::task::JoinHandle<Result<pb::Lease, tonic::Status>> {
+    let mut c = c.clone();
+    tokio::spawn(async move {
+        c.acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            priority: priority as i32,
+            wait_timeout_ms: 120_000,
+            ..Default::default()
+        })
         .await
-        .expect("B's waiter was woken: without the wake-up it waits for its 60 s poll")
-        .expect("waiter task")
-        .expect("B's waiter got the slot A freed")
-        .into_inner();
-    assert_eq!(lease.key_id, "u/k");
+        .map(tonic::Response::into_inner)
+    })
 }
 
 /// Waits until `c`'s replica counts `n` waiters of pool "p".
@@ -89,65 +106,47 @@ async fn until_waiters(c: &mut replica::SchedulerClient, n: i32) {
     }
 }
 
+/// The grant `task` gets, bounded at 30 s (`what` says whose).
+async fn granted(
+    task: tokio::task::JoinHandle<Result<pb::Lease, tonic::Status>>,
+    what: &str,
+) -> pb::Lease {
+    tokio::time::timeout(std::time::Duration::from_secs(30), task)
+        .await
+        .expect(what)
+        .expect("waiter task")
+        .expect("granted")
+}
+
+async fn a_release_on_one_replica_wakes_a_waiter_on_another(store_url: &str, prefix: &str) {
+    let mut r = TwoReplicas::start(store_url, prefix).await;
+    let on_b = waiter(&r.b, pb::Priority::Standard);
+    until_waiters(&mut r.b, 1).await;
+    r.release_held().await;
+    let lease = granted(
+        on_b,
+        "B's waiter was woken: without the wake-up it waits for its 60 s poll",
+    )
+    .await;
+    assert_eq!(lease.key_id, "u/k");
+}
+
 async fn an_interactive_waiter_on_another_replica_goes_before_an_earlier_batch_waiter(
     store_url: &str,
     prefix: &str,
 ) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(dir.path(), prefix);
-    let args = ["--listen", "127.0.0.1:0", "--store", store_url];
-    let (a, b): (Replica, Replica) = (spawn_args(&config, &args), spawn_args(&config, &args));
-    let (mut ca, mut cb) = (client(&a).await, client(&b).await);
-    let held = ca
-        .acquire(pb::AcquireRequest {
-            pool: "p".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("the only slot")
-        .into_inner();
-    let waiter = |c: &replica::SchedulerClient, priority: pb::Priority| {
-        let mut c = c.clone();
-        tokio::spawn(async move {
-            c.acquire(pb::AcquireRequest {
-                pool: "p".into(),
-                priority: priority as i32,
-                wait_timeout_ms: 120_000,
-                ..Default::default()
-            })
-            .await
-            .map(tonic::Response::into_inner)
-        })
-    };
-    let batch = waiter(&ca, pb::Priority::Batch);
-    until_waiters(&mut ca, 1).await;
-    let live = waiter(&cb, pb::Priority::Interactive);
-    until_waiters(&mut cb, 1).await;
+    let mut r = TwoReplicas::start(store_url, prefix).await;
+    let batch = waiter(&r.a, pb::Priority::Batch);
+    until_waiters(&mut r.a, 1).await;
+    let live = waiter(&r.b, pb::Priority::Interactive);
+    until_waiters(&mut r.b, 1).await;
     // Released on A, where the BATCH waiter is the head: the slot still goes to B's
     // INTERACTIVE waiter.
-    ca.release(pb::ReleaseRequest {
-        lease_id: held.lease_id,
-        ..Default::default()
-    })
-    .await
-    .expect("release on A");
-    let lease = tokio::time::timeout(std::time::Duration::from_secs(30), live)
-        .await
-        .expect("the INTERACTIVE waiter on B is served first")
-        .expect("task")
-        .expect("granted");
+    r.release_held().await;
+    let lease = granted(live, "the INTERACTIVE waiter on B is served first").await;
     assert!(!batch.is_finished(), "the earlier BATCH waiter still waits");
-    cb.release(pb::ReleaseRequest {
-        lease_id: lease.lease_id,
-        ..Default::default()
-    })
-    .await
-    .expect("release on B");
-    tokio::time::timeout(std::time::Duration::from_secs(30), batch)
-        .await
-        .expect("then the BATCH waiter")
-        .expect("task")
-        .expect("granted");
+    release(&mut r.b, lease.lease_id, "release on B").await;
+    granted(batch, "then the BATCH waiter").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

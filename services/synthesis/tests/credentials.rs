@@ -91,18 +91,22 @@ async fn a_pool_whose_provider_has_no_adapter_is_failed_precondition() {
     );
 }
 
-#[tokio::test]
-async fn list_pools_says_which_keys_have_no_credential_and_which_pools_cannot_serve() {
-    let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![]);
-    let stack = Stack::start(POOLS, adapter.registry()).await;
-    let pools = stack
+/// Synthesis's ListPools answer.
+async fn list_pools(stack: &Stack) -> Vec<voxpool_proto::synthesis::v1::PoolReadiness> {
+    stack
         .synthesis
         .clone()
         .list_pools(voxpool_proto::synthesis::v1::ListPoolsRequest {})
         .await
         .expect("ListPools")
         .into_inner()
-        .pools;
+        .pools
+}
+
+#[tokio::test]
+async fn list_pools_says_which_keys_have_no_credential_and_which_pools_cannot_serve() {
+    let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![]);
+    let pools = list_pools(&Stack::start(POOLS, adapter.registry()).await).await;
     let ids: Vec<&str> = pools.iter().map(|p| p.pool.as_str()).collect();
     assert_eq!(ids, ["nocreds", "partial"]);
     let (nocreds, partial) = (&pools[0], &pools[1]);
@@ -130,15 +134,7 @@ async fn list_pools_says_which_keys_have_no_credential_and_which_pools_cannot_se
 #[tokio::test]
 async fn list_pools_marks_a_pool_whose_adapter_is_missing_as_not_serving() {
     let (adapter, _) = Scripted::new("azure", TextLimit::Chars(4096), vec![]);
-    let stack = Stack::start(POOLS, adapter.registry()).await;
-    let pools = stack
-        .synthesis
-        .clone()
-        .list_pools(voxpool_proto::synthesis::v1::ListPoolsRequest {})
-        .await
-        .expect("ListPools")
-        .into_inner()
-        .pools;
+    let pools = list_pools(&Stack::start(POOLS, adapter.registry()).await).await;
     assert!(
         pools.iter().all(|p| !p.adapter_available && !p.serving),
         "{pools:?}"
