@@ -42,6 +42,10 @@ use voxpool_scheduler::{
 };
 use voxpool_shared::{auth::AdminAuth, config::Config, testing::RedisServer};
 
+mod common;
+
+use common::{closed_loop, pct, verdict};
+
 type Client = PoolSchedulerClient<tonic::transport::Channel>;
 
 const SERVICE: Duration = Duration::from_millis(50);
@@ -220,47 +224,20 @@ async fn handoffs(replicas: &[Client; 2], n: usize) -> Vec<u64> {
     out
 }
 
+/// One Acquire+Release pair on pool "pairs" (section 3).
+async fn pair(mut c: Client) {
+    let lease = c
+        .acquire(acquire("pairs", pb::Priority::Standard))
+        .await
+        .expect("pair acquire")
+        .into_inner();
+    release(&mut c, lease).await;
+}
+
 /// Section 3: closed-loop pairs/s on `c` (32 workers).
 async fn pairs_per_sec(c: &Client, secs: u64) -> f64 {
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let workers: Vec<_> = (0..32)
-        .map(|_| {
-            let (mut c, stop, done) = (c.clone(), stop.clone(), done.clone());
-            tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let lease = c
-                        .acquire(acquire("pairs", pb::Priority::Standard))
-                        .await
-                        .expect("pair acquire")
-                        .into_inner();
-                    release(&mut c, lease).await;
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    let started = Instant::now();
-    tokio::time::sleep(Duration::from_secs(secs)).await;
-    stop.store(true, Ordering::Relaxed);
-    let n = done.load(Ordering::Relaxed);
-    let elapsed = started.elapsed().as_secs_f64();
-    for w in workers {
-        w.await.expect("pair worker");
-    }
-    n as f64 / elapsed
-}
-
-fn pct_ms(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i] as f64 / 1000.0
-}
-
-fn verdict(ok: bool) -> &'static str {
-    if ok { "meets floor" } else { "BELOW FLOOR" }
+    let c = c.clone();
+    closed_loop(32, secs, move || pair(c.clone())).await
 }
 
 fn main() {
@@ -313,7 +290,7 @@ fn main() {
         );
         println!("| measurement | value | floor | |");
         println!("|---|---|---|---|");
-        let (p50, p99) = (pct_ms(&classed, 0.5), pct_ms(&classed, 0.99));
+        let (p50, p99) = (pct(&classed, 0.5), pct(&classed, 0.99));
         println!(
             "| INTERACTIVE wait p50 / p99, with classes | {p50:.1} / {p99:.1} ms | p99 <= {:.0} ms | {} |",
             service_ms / 2.0,
@@ -321,15 +298,15 @@ fn main() {
         );
         println!(
             "| the same load all STANDARD (FIFO per replica): wait p50 / p99 | {:.1} / {:.1} ms | | |",
-            pct_ms(&fifo, 0.5),
-            pct_ms(&fifo, 0.99)
+            pct(&fifo, 0.5),
+            pct(&fifo, 0.99)
         );
         println!(
             "| BATCH grants/s / its share's bound ({share_rate:.0}/s) | {:.2} | >= 0.95 | {} |",
             batch_rate / share_rate,
             verdict(batch_rate / share_rate >= 0.95)
         );
-        let (h50, h99) = (pct_ms(&hand, 0.5), pct_ms(&hand, 0.99));
+        let (h50, h99) = (pct(&hand, 0.5), pct(&hand, 0.99));
         println!(
             "| hand-over Release on A -> grant on B, p50 / p99 | {h50:.2} / {h99:.2} ms | p50 <= 5 ms | {} |",
             verdict(h50 <= 5.0)

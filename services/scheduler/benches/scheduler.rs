@@ -30,11 +30,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::{
-    future::Future,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
-    },
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -50,6 +46,10 @@ use voxpool_scheduler::{
     },
 };
 use voxpool_shared::{auth::AdminAuth, config::Config, testing::RedisServer};
+
+mod common;
+
+use common::{closed_loop, pct, verdict};
 
 type Client = PoolSchedulerClient<tonic::transport::Channel>;
 
@@ -92,36 +92,6 @@ async fn serve(store: Arc<dyn LeaseStore>, config: &Config) -> (Client, Cancella
         .await
         .expect("connect");
     (client, shutdown)
-}
-
-/// Closed loop: `workers` tasks each running `pair()` back to back for `secs`; pairs/s.
-async fn closed_loop<F, Fut>(workers: u64, secs: u64, pair: F) -> f64
-where
-    F: Fn() -> Fut + Clone + Send + 'static,
-    Fut: Future<Output = ()> + Send,
-{
-    let done = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let tasks: Vec<_> = (0..workers)
-        .map(|_| {
-            let (pair, done, stop) = (pair.clone(), done.clone(), stop.clone());
-            tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    pair().await;
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    let started = Instant::now();
-    tokio::time::sleep(Duration::from_secs(secs)).await;
-    stop.store(true, Ordering::Relaxed);
-    let n = done.load(Ordering::Relaxed);
-    let elapsed = started.elapsed().as_secs_f64();
-    for t in tasks {
-        t.await.expect("closed-loop worker");
-    }
-    n as f64 / elapsed
 }
 
 /// One Acquire+Release pair through gRPC; returns the Acquire latency.
@@ -217,15 +187,6 @@ async fn acquire_latencies(client: &Client, rate: f64, secs: u64) -> Vec<u64> {
     out
 }
 
-/// Percentile `p` (0..=1) of sorted microseconds, in ms.
-fn pct(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i] as f64 / 1000.0
-}
-
 /// Median and range of one measurement's rounds.
 struct Rounds(Vec<f64>);
 
@@ -251,10 +212,6 @@ impl Rounds {
             max
         )
     }
-}
-
-fn verdict(ok: bool) -> &'static str {
-    if ok { "meets floor" } else { "BELOW FLOOR" }
 }
 
 /// Raw-script options on `url` with `replica_acks` acknowledgements per grant.
