@@ -1,0 +1,78 @@
+//! Config load errors in the words of the layer that caused them (`config::load_error`), through
+//! the real figment providers. These tests set `VOXPOOL_*` environment variables (figment's
+//! `Jail` sets and restores them, one test at a time), so they live in this test binary of
+//! their own: in the library's unit-test process they would race the tests that load
+//! configs.
+
+use voxpool_shared::config::Config;
+
+/// Loads `toml` through [`Config::from_toml_str`] with `env` set (figment's `Jail`
+/// serializes the tests that touch the environment and restores it after).
+#[allow(
+    clippy::result_large_err,
+    reason = "Jail's closure returns figment's own error type"
+)]
+fn load(toml: &str, env: &[(&str, &str)]) -> String {
+    let mut text = String::new();
+    figment::Jail::expect_with(|jail| {
+        for (k, v) in env {
+            jail.set_env(k, v);
+        }
+        if let Err(e) = Config::from_toml_str(toml) {
+            text = e.to_string();
+        }
+        Ok(())
+    });
+    text
+}
+
+const KEY_TYPO: &str = "[[pools]]\nid = 'a'\nprovider = 'espeak'\n[[pools.upstreams]]\nid = 'u'\n[[pools.upstreams.keys]]\nid = 'k'\ncapcity = 3\n";
+
+#[test]
+fn a_file_typo_names_the_file_the_indexed_path_and_the_intended_field() {
+    let text = load(KEY_TYPO, &[]);
+    assert_eq!(
+        text,
+        "config text: pools[0].upstreams[0].keys[0].capcity: unknown field `capcity`; \
+         known fields: `id`, `capacity`, `credential` (did you mean `capacity`?)"
+    );
+}
+
+#[test]
+fn an_environment_typo_names_the_variable_not_the_file() {
+    let text = load("", &[("VOXPOOL_SCHEDULER__WAIT_POL_MS", "3")]);
+    assert!(
+        text.starts_with(
+            "environment variable VOXPOOL_SCHEDULER__WAIT_POL_MS: unknown field `wait_pol_ms`"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("(did you mean VOXPOOL_SCHEDULER__WAIT_POLL_MS?)"),
+        "{text}"
+    );
+    assert!(!text.contains("config text"), "{text}");
+}
+
+#[test]
+fn a_wrong_type_says_what_was_expected_and_found() {
+    let text = load("[scheduler]\nwait_poll_ms = 'soon'\n", &[]);
+    assert!(
+        text.starts_with("config text: scheduler.wait_poll_ms: expected u64, found string"),
+        "{text}"
+    );
+    let env = load("", &[("VOXPOOL_SYNTHESIS__MAX_ATTEMPTS", "many")]);
+    assert!(
+        env.starts_with("environment variable VOXPOOL_SYNTHESIS__MAX_ATTEMPTS: expected u32"),
+        "{env}"
+    );
+}
+
+#[test]
+fn a_name_far_from_every_field_gets_no_guess() {
+    let text = load("[scheduler]\nzebra = 1\n", &[]);
+    assert!(
+        text.contains("unknown field `zebra`") && !text.contains("did you mean"),
+        "{text}"
+    );
+}
