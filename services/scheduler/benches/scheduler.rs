@@ -126,8 +126,9 @@ async fn raw_pair(store: Arc<dyn LeaseStore>, pool: String) {
         upstream_ids: vec![],
         ttl_ms: 30_000,
         priority: Default::default(),
-        replica: String::new(),
-        fresh: true,
+        tenant: String::new(),
+        join_line: false,
+        ticket_ttl_ms: 0,
     };
     let AcquireResult::Granted(lease) = store.acquire(&params).await.expect("acquire") else {
         panic!("bench pool must never be full");

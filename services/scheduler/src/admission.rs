@@ -1,15 +1,18 @@
 //! Admission: how an Acquire becomes a lease, on domain types only (no protobuf here).
 //!
-//! Owns the waiting policy of invariant 4 ("not silent when full"): try at once unless someone
-//! of the same or a better class waits; when the pool is full and the caller may wait, join
-//! the pool's line ([`crate::waiters`]: class, then tenant round-robin, then arrival) and let
-//! the head retry the store on each release or poll, until a grant, the wait's end, the
-//! caller's deadline, a store failure, or shutdown. A wait that cannot end in a grant (no eligible
-//! key, every key disabled, the first cooldown ending after the wait) answers at once.
+//! Owns the waiting policy of invariant 4 ("not silent when full"): an Acquire that may wait
+//! and is refused joins the pool's line in the store in the same step (`store` module doc,
+//! "The line": one line per pool across replicas, by class, tenant round-robin, arrival), then
+//! waits for the store to hand it a slot: announced at once ([`LeaseStore::handovers`]) and
+//! claimed, or found by the pool's poll, which also keeps this replica's tickets alive. The
+//! wait ends in a grant, at the wait's end or the caller's deadline, on a store failure, or
+//! on shutdown; a wait that cannot end in a grant (no eligible key, every key disabled, the
+//! first cooldown ending after the wait) answers at once.
 //!
-//! Also owns two safety nets of invariant 3 ("no leaks"): a grant whose caller went away
+//! Also owns the safety nets of invariant 3 ("no leaks"): a grant whose caller went away
 //! mid-call is released at once ([`UndoGrant`]; not an idempotent one, which its caller's
-//! retry claims), and a store that lost a pool (Redis restarted empty) is re-seeded from the
+//! retry claims); a request that stops waiting leaves the line at once and releases a slot
+//! handed to it meanwhile ([`Leave`]); and a store that lost a pool (Redis restarted empty) is re-seeded from the
 //! config before the attempt is retried.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
@@ -21,11 +24,11 @@ use voxpool_shared::config::SchedulerSettings;
 use crate::{
     error::SchedulerError,
     model::{
-        AcquireParams, AcquireResult, Lease, LeaseId, LeaseToken, PoolSpec, PoolStatus, Priority,
-        Refusal,
+        AcquireParams, AcquireResult, Lease, LeaseId, LeaseToken, PoolSpec, PoolStatus, Refusal,
+        TicketState,
     },
-    store::{LeaseStore, StoreError, memory::RETRY_HINT_MIN_MS},
-    waiters::{WaitQueue, WaitQueues},
+    store::{LeaseStore, StoreError},
+    waiters::{Event, WaitQueue, WaitQueues},
 };
 
 /// One validated Acquire.
@@ -37,8 +40,6 @@ pub struct AcquireRequest {
     pub wait: Duration,
     /// The caller's own deadline, if it sent one (already shortened by a safety margin).
     pub deadline: Option<Instant>,
-    /// Who the request is for (round-robin inside its class); empty = the shared tenant.
-    pub tenant: String,
 }
 
 /// How an Acquire got its lease.
@@ -53,12 +54,12 @@ pub enum Granted {
 /// The admission policy over one store, for the configured pools.
 pub struct Admission {
     store: Arc<dyn LeaseStore>,
-    /// This replica's id in the store's registry of waiting replicas.
-    replica_id: String,
     specs: Vec<PoolSpec>,
     keys_per_pool: HashMap<String, usize>,
     queues: WaitQueues,
     poll: Duration,
+    /// `scheduler.line_ticket_ttl_ms`.
+    ticket_ttl_ms: u64,
     max_waiters: usize,
     shutdown: CancellationToken,
 }
@@ -112,19 +113,20 @@ impl Admission {
         shutdown: CancellationToken,
     ) -> Self {
         let queues = WaitQueues::new(specs.iter().map(|s| s.pool.as_str()));
-        // Slots freed through other replicas wake this replica's heads at once.
-        if let (Some(mut freed), Ok(runtime)) =
-            (store.freed_signals(), tokio::runtime::Handle::try_current())
+        // Slots handed to this replica's waiters (by any replica's call) wake them at once.
+        if let (Some(mut handovers), Ok(runtime)) =
+            (store.handovers(), tokio::runtime::Handle::try_current())
         {
             let queues = queues.clone();
             let stop = shutdown.clone();
             runtime.spawn(async move {
                 loop {
                     tokio::select! {
-                        pool = freed.recv() => match pool {
-                            Some(pool) => {
-                                if let Some(q) = queues.get(&pool) {
-                                    q.notify();
+                        handover = handovers.recv() => match handover {
+                            Some(h) => {
+                                if let Some(q) = queues.get(&h.pool) {
+                                    // Waiting on another replica, or gone: not ours to claim.
+                                    q.tell(&h.token, Event::Handed);
                                 }
                             }
                             None => return,
@@ -135,7 +137,6 @@ impl Admission {
             });
         }
         Self {
-            replica_id: LeaseToken::random().as_str().to_owned(),
             queues,
             keys_per_pool: specs
                 .iter()
@@ -144,6 +145,7 @@ impl Admission {
             specs,
             store,
             poll: Duration::from_millis(settings.wait_poll_ms),
+            ticket_ttl_ms: settings.line_ticket_ttl_ms,
             max_waiters: usize::try_from(settings.max_waiters).unwrap_or(usize::MAX),
             shutdown,
         }
@@ -157,20 +159,6 @@ impl Admission {
     /// Requests waiting in `pool`'s line on this replica.
     pub fn waiting(&self, pool: &str) -> usize {
         self.queues.get(pool).map_or(0, |q| q.waiting())
-    }
-
-    /// Waiters of `pool` on this replica per class (INTERACTIVE, STANDARD, BATCH order).
-    pub fn waiting_by_class(&self, pool: &str) -> [crate::waiters::ClassWaiting; 3] {
-        self.queues
-            .get(pool)
-            .map_or_else(Default::default, |q| q.by_class())
-    }
-
-    /// Wakes `pool`'s head waiter: a slot may have freed up on this replica.
-    pub fn notify(&self, pool: &str) {
-        if let Some(q) = self.queues.get(pool) {
-            q.notify();
-        }
     }
 
     /// Pool status, re-seeding once if the store lost the pool.
@@ -213,8 +201,8 @@ impl Admission {
         }
     }
 
-    /// One store attempt with a fresh token, undone if the caller goes away mid-call. What it
-    /// answered is shared with the pool's line (`queue`).
+    /// One store attempt, undone if the caller goes away mid-call. What it answered is
+    /// shared with the pool's waiters (`queue`).
     ///
     /// An idempotent attempt is never undone: its caller retries with the same key and is
     /// answered this very lease (possibly through another replica, after a store failover
@@ -223,14 +211,8 @@ impl Admission {
     async fn attempt(
         &self,
         queue: &WaitQueue,
-        params: &mut AcquireParams,
-        fresh: bool,
+        params: &AcquireParams,
     ) -> Result<AcquireResult, StoreError> {
-        params.replica.clone_from(&self.replica_id);
-        params.fresh = fresh;
-        if !params.idempotent {
-            params.token = LeaseToken::random();
-        }
         let mut undo = UndoGrant {
             store: self.store.clone(),
             id: (!params.idempotent).then(|| LeaseId {
@@ -245,7 +227,7 @@ impl Admission {
             result = self.store.acquire(params).await;
         }
         // Keep the undo armed when the store failed: a timed-out script may still run later
-        // and grant this token to nobody.
+        // and grant this token to nobody. A queued attempt is undone by `Leave` instead.
         if result.is_ok() {
             undo.id = None;
         }
@@ -253,41 +235,81 @@ impl Admission {
         result
     }
 
-    /// Keeps this replica registered in the store as a waiter of `pool` while it has waiters
-    /// (renewed before [`REGISTRATION_TTL`] runs out, withdrawn when the line empties), so
-    /// releases through other replicas wake it. Sent in the background: a lost registration
-    /// only costs a poll.
-    fn register_waiting(&self, queue: &WaitQueue, pool: &str, class: Priority) {
-        if let (Some(registration), Ok(runtime)) = (
-            self.registration(queue, pool, class),
-            tokio::runtime::Handle::try_current(),
-        ) {
-            runtime.spawn(registration);
-        }
-    }
-
-    /// The store call that (re)registers or withdraws this replica as a waiter of `pool`, if
-    /// one is due; its failure is only logged (waiters still poll).
-    fn registration(
+    /// Claims the slot the store announced for `token`.
+    async fn claim(
         &self,
         queue: &WaitQueue,
         pool: &str,
-        class: Priority,
-    ) -> Option<impl Future<Output = ()> + Send + 'static> {
-        let ttl = if queue.registration_due(class, REGISTRATION_TTL, REGISTRATION_TTL / 2) {
-            REGISTRATION_TTL
-        } else if queue.deregistration_due(class) {
-            Duration::ZERO
-        } else {
-            return None;
-        };
-        let (store, pool, replica) = (self.store.clone(), pool.to_owned(), self.replica_id.clone());
-        Some(async move {
-            let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-            if let Err(e) = store.note_waiting(&pool, &replica, class, ms).await {
-                tracing::debug!(pool = %pool, error = %e, "could not update the waiting registration; waiters poll");
+        token: &LeaseToken,
+    ) -> Result<TicketState, StoreError> {
+        let result = self.store.claim(pool, token, self.ticket_ttl_ms).await;
+        match result {
+            Ok(state) => Ok(state),
+            // The store lost the pool with its line: join it again (that re-seeds).
+            Err(StoreError::NotSeeded(_)) => Ok(TicketState::Gone),
+            Err(e) => {
+                queue.saw_error(&e);
+                Err(e)
             }
-        })
+        }
+    }
+
+    /// Starts `pool`'s poll task unless it runs: while this replica has waiters of the pool
+    /// it hands over slots no call announced (expiries, ended cooldowns), tells waiters of
+    /// slots whose announcement was lost (they claim them themselves), and renews this replica's tickets every third of
+    /// `scheduler.line_ticket_ttl_ms`. It ends when the pool has no waiters here.
+    fn poll_line(&self, queue: &Arc<WaitQueue>, pool: &str) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !queue.start_polling() {
+            return;
+        }
+        let (store, queue, pool) = (self.store.clone(), queue.clone(), pool.to_owned());
+        let (poll, stop, ttl) = (self.poll, self.shutdown.clone(), self.ticket_ttl_ms);
+        let renew_every = Duration::from_millis(ttl / 3);
+        // Renewals are due every third of the ticket TTL even when the poll is longer.
+        let pause = poll.min(renew_every);
+        runtime.spawn(async move {
+            let mut renewed = Instant::now();
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    () = stop.cancelled() => return,
+                }
+                if queue.stop_polling_if_idle() {
+                    return;
+                }
+                let tokens = if renewed.elapsed() >= renew_every {
+                    renewed = Instant::now();
+                    queue.tokens()
+                } else {
+                    Vec::new()
+                };
+                match store.keep_waiting(&pool, &tokens, ttl).await {
+                    Ok(states) => {
+                        for (token, state) in tokens.iter().zip(states) {
+                            let event = match state {
+                                TicketState::Waiting | TicketState::Granted(_) => continue,
+                                // The announcement was lost: the waiter claims it now.
+                                TicketState::Handed => Event::Handed,
+                                TicketState::Gone => Event::Gone,
+                            };
+                            queue.tell(token.as_str(), event);
+                        }
+                    }
+                    Err(StoreError::NotSeeded(_)) => {
+                        for token in queue.tokens() {
+                            queue.tell(token.as_str(), Event::Gone);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(pool = %pool, error = %e, "the line's poll failed");
+                        queue.saw_error(&e);
+                    }
+                }
+            }
+        });
     }
 
     fn refused(&self, pool: &str, refusal: Refusal, waited: Duration) -> SchedulerError {
@@ -315,12 +337,6 @@ impl Admission {
                 pool: pool.to_owned(),
                 keys: self.keys_per_pool.get(pool).copied().unwrap_or(0),
             },
-            Refusal::QueuedElsewhere { class } => SchedulerError::QueuedElsewhere {
-                pool: pool.to_owned(),
-                class: class.as_str().to_ascii_uppercase(),
-                retry_after_ms: millis(self.poll).max(RETRY_HINT_MIN_MS),
-                waited_ms: millis(waited),
-            },
             Refusal::BatchShare {
                 limit,
                 in_flight,
@@ -344,8 +360,8 @@ impl Admission {
     /// `--max-concurrent-requests`).
     ///
     /// Errors: every refusal as its [`SchedulerError`] (`PoolFull` with the pool's real
-    /// counts, `KeysUnavailable`, `NoEligibleKey`, `TooManyWaiters`, `WaitDeadline`,
-    /// `ShuttingDown`, `Store`, `UnknownPool`).
+    /// counts, `BatchShareFull`, `KeysUnavailable`, `NoEligibleKey`,
+    /// `TooManyWaiters`, `WaitDeadline`, `ShuttingDown`, `Store`, `UnknownPool`).
     pub async fn acquire(
         &self,
         request: AcquireRequest,
@@ -355,9 +371,7 @@ impl Admission {
             mut params,
             wait,
             deadline,
-            tenant,
         } = request;
-        let class = params.priority;
         let pool = params.pool.clone();
         let queue = self
             .queues
@@ -378,18 +392,54 @@ impl Admission {
             Some(d) if d < wait_end => (d, true),
             _ => (wait_end, false),
         };
-        // Without waiters of this class or a better one ahead (or when not waiting at all) try
-        // at once: a new arrival never jumps the line of its class or above.
-        if wait.is_zero() || !queue.waiting_at_or_above(class) {
-            match self.attempt(&queue, &mut params, true).await? {
-                AcquireResult::Granted(lease) => return Ok((lease, Granted::Immediately)),
-                AcquireResult::Refused(refusal) if wait.is_zero() || hopeless(&refusal, end) => {
-                    return Err(self.refused(&pool, refusal, Duration::ZERO));
-                }
-                AcquireResult::Refused(_) => {}
-            }
+        if !params.idempotent {
+            params.token = LeaseToken::random();
         }
-        let ended = |last: Option<Refusal>| {
+        // Room on this replica to wait, taken before the store may queue the request. Without
+        // it (`max_waiters` already wait here) the request may still take a free slot.
+        let mut waiting = if wait.is_zero() {
+            None
+        } else {
+            queue.join(self.max_waiters, &params.token)
+        };
+        let over_max = !wait.is_zero() && waiting.is_none();
+        params.join_line = waiting.is_some();
+        params.ticket_ttl_ms = self.ticket_ttl_ms;
+        let mut leave = Leave {
+            store: self.store.clone(),
+            pool: pool.clone(),
+            token: params.token.clone(),
+            keep_lease: params.idempotent,
+            armed: params.join_line,
+        };
+        let mut last = match self.attempt(&queue, &params).await {
+            Ok(AcquireResult::Granted(lease)) => {
+                leave.armed = false;
+                return Ok((lease, Granted::Immediately));
+            }
+            Ok(AcquireResult::Refused(_)) if over_max => {
+                return Err(SchedulerError::TooManyWaiters {
+                    pool: pool.clone(),
+                    max_waiters: self.max_waiters,
+                });
+            }
+            Ok(AcquireResult::Refused(refusal)) => {
+                leave.armed = false;
+                return Err(self.refused(&pool, refusal, Duration::ZERO));
+            }
+            Ok(AcquireResult::Queued(refusal)) if hopeless(&refusal, end) => {
+                return Err(self.refused(&pool, refusal, Duration::ZERO));
+            }
+            Ok(AcquireResult::Queued(refusal)) => refusal,
+            Err(e) => return Err(e.into()),
+        };
+        let Some(waiting) = waiting.as_mut() else {
+            // Queued without waiting: the store answered what was not asked.
+            return Err(self.refused(&pool, last, Duration::ZERO));
+        };
+        on_wait();
+        self.poll_line(&queue, &pool);
+        let ended = |last: Refusal| {
             let waited = start.elapsed();
             if by_deadline {
                 return SchedulerError::WaitDeadline {
@@ -397,100 +447,78 @@ impl Admission {
                     waited_ms: millis(waited),
                 };
             }
-            match last.or_else(|| queue.last_refusal()) {
-                Some(refusal) => self.refused(&pool, refusal, waited),
-                None => SchedulerError::PoolFull {
-                    pool: pool.clone(),
-                    capacity: 0,
-                    in_flight: 0,
-                    retry_after_ms: millis(self.poll),
-                    waited_ms: millis(waited),
-                },
-            }
+            self.refused(&pool, queue.last_refusal().unwrap_or(last), waited)
         };
-        // Declared before the waiter so it runs after the waiter has left the line.
-        let _deregister = Deregister {
-            admission: self,
-            queue: &queue,
-            pool: &pool,
-            class,
-        };
-        let Some(waiting) = queue.join(self.max_waiters, class, &tenant) else {
-            return Err(SchedulerError::TooManyWaiters {
-                pool: pool.clone(),
-                max_waiters: self.max_waiters,
-            });
-        };
-        on_wait();
-        // Registered before waiting, so a release through another replica that comes right
-        // after finds this replica to wake.
-        if let Some(registration) = self.registration(&queue, &pool, class) {
-            registration.await;
-        }
-        // The head finds a store failure by itself: its own attempt fails within the store
-        // timeout. Everyone behind it learns of that failure at once.
         let mut store_failures = queue.store_failures();
         let shutting_down = || SchedulerError::ShuttingDown { pool: pool.clone() };
-        let mut last = None;
         loop {
-            tokio::select! {
-                // A store failure wins over becoming the head: the head would only find it
-                // again, one store timeout later.
+            let event = tokio::select! {
+                // A store failure wins: the next call would only find it again, one store
+                // timeout later.
                 biased;
                 _ = store_failures.changed() => return Err(SchedulerError::Store(queue.last_store_error())),
                 () = self.shutdown.cancelled() => return Err(shutting_down()),
-                head = tokio::time::timeout_at(end, waiting.head()) => if head.is_err() {
-                    return Err(ended(last));
-                },
-            }
-            // The head: retry the store until a grant, or until a better waiter overtakes it.
-            while waiting.is_head() {
-                self.register_waiting(&queue, &pool, class);
-                let notified = queue.freed().notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                match self.attempt(&queue, &mut params, false).await? {
-                    AcquireResult::Granted(lease) => return Ok((lease, Granted::AfterWaiting)),
-                    AcquireResult::Refused(refusal) if hopeless(&refusal, end) => {
+                () = tokio::time::sleep_until(end) => return Err(ended(last)),
+                event = waiting.next() => event,
+            };
+            let state = match event {
+                Event::Waiting => continue,
+                Event::Gone => TicketState::Gone,
+                Event::Handed => self.claim(&queue, &pool, &params.token).await?,
+            };
+            match state {
+                // `claim` never answers Handed.
+                TicketState::Waiting | TicketState::Handed => {}
+                TicketState::Granted(lease) => {
+                    leave.armed = false;
+                    return Ok((lease, Granted::AfterWaiting));
+                }
+                // The ticket expired (this replica stalled) or the store lost it: join again.
+                TicketState::Gone => match self.attempt(&queue, &params).await? {
+                    AcquireResult::Granted(lease) => {
+                        leave.armed = false;
+                        return Ok((lease, Granted::AfterWaiting));
+                    }
+                    AcquireResult::Queued(refusal) if !hopeless(&refusal, end) => last = refusal,
+                    AcquireResult::Refused(refusal) | AcquireResult::Queued(refusal) => {
                         return Err(self.refused(&pool, refusal, start.elapsed()));
                     }
-                    AcquireResult::Refused(refusal) => last = Some(refusal),
-                }
-                if Instant::now() >= end {
-                    return Err(ended(last));
-                }
-                tokio::select! {
-                    () = &mut notified => {
-                        // Overtaken meanwhile: pass the wake-up on to the new head.
-                        if !waiting.is_head() {
-                            queue.notify();
-                        }
-                    }
-                    () = tokio::time::sleep(self.poll) => {}
-                    () = tokio::time::sleep_until(end) => {}
-                    () = self.shutdown.cancelled() => return Err(shutting_down()),
-                }
+                },
             }
         }
     }
 }
 
-/// How long the store keeps this replica registered as a waiter of a pool without a renewal
-/// (a killed replica's registration ends by itself).
-const REGISTRATION_TTL: Duration = Duration::from_secs(3);
-
-/// Withdraws the waiting registration when the last waiter of a pool leaves.
-struct Deregister<'a> {
-    admission: &'a Admission,
-    queue: &'a WaitQueue,
-    pool: &'a str,
-    class: Priority,
+/// Takes a request that stops waiting out of the pool's line, releasing a slot handed to it
+/// meanwhile (unless `keep_lease`: an idempotent request's retry claims it), unless disarmed.
+/// Runs in the background: a lost call only leaves the ticket until it expires.
+struct Leave {
+    store: Arc<dyn LeaseStore>,
+    pool: String,
+    token: LeaseToken,
+    keep_lease: bool,
+    armed: bool,
 }
 
-impl Drop for Deregister<'_> {
+impl Drop for Leave {
     fn drop(&mut self) {
-        self.admission
-            .register_waiting(self.queue, self.pool, self.class);
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, pool, token, keep) = (
+            self.store.clone(),
+            std::mem::take(&mut self.pool),
+            self.token.clone(),
+            self.keep_lease,
+        );
+        runtime.spawn(async move {
+            if let Err(e) = store.leave(&pool, &token, keep).await {
+                tracing::debug!(pool = %pool, error = %e, "could not leave the line; the ticket expires by itself");
+            }
+        });
     }
 }
 
@@ -521,9 +549,7 @@ fn hopeless(refusal: &Refusal, end: Instant) -> bool {
             let back_in = Duration::from_millis(u64::try_from(t - now_ms).unwrap_or(0));
             Instant::now() + back_in > end
         }
-        Refusal::Full { .. } | Refusal::BatchShare { .. } | Refusal::QueuedElsewhere { .. } => {
-            false
-        }
+        Refusal::Full { .. } | Refusal::BatchShare { .. } => false,
     }
 }
 

@@ -59,22 +59,6 @@ pub enum SchedulerError {
         /// How long this request waited (ms).
         waited_ms: u64,
     },
-    /// Waiters on other scheduler replicas go first (a better class, or the same class for a
-    /// new arrival).
-    #[error(
-        "pool {pool:?} is busy: {class} requests already wait for it on other scheduler replicas and go first{}; retry in {retry_after_ms}ms, or send waitTimeoutMs to queue behind them",
-        if *waited_ms > 0 { format!(" (waited {waited_ms}ms)") } else { String::new() }
-    )]
-    QueuedElsewhere {
-        /// Pool id.
-        pool: String,
-        /// The best class waiting elsewhere (`INTERACTIVE`, …).
-        class: String,
-        /// Retry hint (ms).
-        retry_after_ms: u64,
-        /// How long this request waited (ms).
-        waited_ms: u64,
-    },
     /// A BATCH Acquire while BATCH leases hold the pool's batch share.
     #[error(
         "pool {pool:?}: BATCH leases already hold {in_flight} of the {limit} the pool's batch_max_share allows (the other slots are kept for live traffic){}; retry in {retry_after_ms}ms, or send priority STANDARD/INTERACTIVE for live requests",
@@ -217,22 +201,6 @@ impl From<SchedulerError> for Status {
                     ("pool".to_owned(), pool),
                     ("capacity".to_owned(), capacity.to_string()),
                     ("in_flight".to_owned(), in_flight.to_string()),
-                    ("waited_ms".to_owned(), waited_ms.to_string()),
-                ]),
-                Some(Duration::from_millis(retry_after_ms)),
-            ),
-            SchedulerError::QueuedElsewhere {
-                pool,
-                class,
-                retry_after_ms,
-                waited_ms,
-            } => with_info(
-                Code::ResourceExhausted,
-                message,
-                SchedulerReason::PoolFull.as_str(),
-                HashMap::from([
-                    ("pool".to_owned(), pool),
-                    ("waiting_class".to_owned(), class),
                     ("waited_ms".to_owned(), waited_ms.to_string()),
                 ]),
                 Some(Duration::from_millis(retry_after_ms)),

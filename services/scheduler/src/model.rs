@@ -213,12 +213,16 @@ pub struct AcquireParams {
     pub ttl_ms: u64,
     /// Traffic class; a BATCH grant is refused beyond the pool's batch share.
     pub priority: Priority,
-    /// The asking replica's id in the store's registry of waiting replicas (empty: none). A
-    /// store shared by replicas defers the grant while another replica has waiters of a
-    /// better class (or, when `fresh`, of the same class).
-    pub replica: String,
-    /// True for an Acquire's first try, false for the retries of a waiting one.
-    pub fresh: bool,
+    /// Who the request is for: round-robin across tenants inside a class when it waits in
+    /// the pool's line (empty = the one shared tenant).
+    pub tenant: String,
+    /// True when a refused attempt should join the pool's line in the store (a ticket named
+    /// by `token`, answered [`AcquireResult::Queued`]) so that a freed slot is handed to it;
+    /// false for an Acquire that does not wait.
+    pub join_line: bool,
+    /// How long that ticket, and a slot handed to it, live without a renewal or claim (ms;
+    /// `scheduler.line_ticket_ttl_ms`).
+    pub ticket_ttl_ms: u64,
 }
 
 /// Result of one acquire attempt: a lease, or a refusal that cannot be mistaken for one.
@@ -228,6 +232,34 @@ pub enum AcquireResult {
     Granted(Lease),
     /// No slot was leased, and why.
     Refused(Refusal),
+    /// No slot was leased, for the reason given; the request waits in the pool's line
+    /// under its token ([`crate::store::LeaseStore::claim`] collects the slot handed to it).
+    Queued(Refusal),
+}
+
+/// Where a waiting request's ticket stands ([`crate::store::LeaseStore::claim`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum TicketState {
+    /// Still in line; its ticket was kept alive.
+    Waiting,
+    /// A freed slot was handed to it: this lease, now claimed
+    /// ([`crate::store::LeaseStore::claim`] only).
+    Granted(Lease),
+    /// A freed slot was handed to it and waits for its claim
+    /// ([`crate::store::LeaseStore::keep_waiting`] only).
+    Handed,
+    /// The store has no such ticket (it expired, its waiter left, the store lost it): join
+    /// the line again.
+    Gone,
+}
+
+/// Waiters of one class in a pool's line (every replica).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassLine {
+    /// How many wait.
+    pub waiters: u64,
+    /// When the longest-waiting one joined (store clock, ms); 0 without waiters.
+    pub oldest_since_ms: i64,
 }
 
 /// Why an acquire attempt leased nothing (invariant 4: never silent when full).
@@ -261,12 +293,6 @@ pub enum Refusal {
         in_flight: u64,
         /// Suggested wait before retrying (ms).
         retry_after_ms: u64,
-    },
-    /// Another replica has waiters this one must not overtake: of a better class, or (for a
-    /// new arrival) of the same class. The slot is theirs; wait in line.
-    QueuedElsewhere {
-        /// The best class waiting elsewhere.
-        class: Priority,
     },
     /// The store lost the pool's state and is in its recovery window: live leases
     /// re-register by renewing, new grants wait until `until_ms`.
@@ -440,6 +466,8 @@ pub struct PoolStatus {
     pub batch_in_flight: u64,
     /// The pool's `batch_max_share` (0 < share <= 1).
     pub batch_max_share: f64,
+    /// The pool's line, per class in [`Priority::ALL`] order (every replica's waiters).
+    pub line: [ClassLine; 3],
 }
 
 impl PoolStatus {

@@ -1,140 +1,65 @@
-//! Waiting for a free slot (invariant 4: not silent when full), in priority order, bounded so
-//! that no number of waiters can keep the service from answering (invariant 10).
+//! This replica's side of a pool's line (invariant 4: not silent when full), bounded so that
+//! no number of waiters can keep the service from answering (invariant 10).
 //!
-//! One line per pool on this replica. Order: traffic class first (INTERACTIVE, STANDARD,
-//! BATCH), then round-robin across tenants inside a class, then arrival order inside a tenant.
-//! Round-robin is start-time fair queueing: a waiter's *round* is one past its tenant's last
-//! waiter still in line, but never behind the round the class is serving, so a tenant with a
-//! long backlog holds rounds r, r+1, r+2, ... while another tenant's single request gets the
-//! current round and goes before most of that backlog. Only the head of the line retries the
-//! store, woken by a release on this replica or by a bounded poll (which catches releases on
-//! other replicas); a waiter that a better one overtakes stops retrying until it is the head
-//! again. Dropping a waiter (client cancelled, deadline) removes it from the line at once and
-//! hands the head to the next one.
+//! The line itself, its order and its hand-overs live in the store (`store` module doc, "The
+//! line"), shared by every replica. Here, per pool, is what this replica needs to wait on it:
+//! a registry of its waiting requests by ticket token, each with a channel on which the
+//! request learns what happened to its ticket ([`Event`]: a slot was handed to it, or its
+//! ticket is gone). The admission's announcement listener and the pool's poll
+//! ([`crate::admission`]) write those events; the waiting request reads them.
 //!
-//! Bounds and shared knowledge of the line:
-//! - at most `scheduler.max_waiters` wait at once ([`WaitQueue::join`] refuses one more);
-//! - a store failure seen by any attempt of the pool is broadcast to every waiter
-//!   ([`WaitQueue::store_failed`]), so during a Redis stall the whole line answers UNAVAILABLE
-//!   within one store timeout instead of one waiter per timeout;
-//! - the last refusal any attempt saw ([`WaitQueue::last_refusal`]) lets a waiter that never
-//!   reached the head report the pool's real capacity and in-flight counts.
+//! Bounds and shared knowledge:
+//! - at most `scheduler.max_waiters` wait on this replica at once ([`WaitQueue::join`]
+//!   refuses one more);
+//! - a store failure seen by any call for the pool is broadcast to every waiter
+//!   ([`WaitQueue::saw`]), so during a Redis stall the whole line answers UNAVAILABLE within
+//!   one store timeout instead of one waiter per timeout;
+//! - the last refusal any attempt saw ([`WaitQueue::last_refusal`]) lets a waiter report the
+//!   pool's real capacity and in-flight counts when its wait ends.
+//!
+//! Invariant: a waiter's registry entry exists exactly while its [`Waiting`] guard lives;
+//! requests sharing a token (an idempotent retry while the first try still waits) share it.
 
 use std::{
-    collections::{BTreeMap, HashMap},
-    sync::{Arc, Mutex as StdMutex, PoisonError},
-    time::Duration,
+    collections::HashMap,
+    sync::{
+        Arc, Mutex as StdMutex, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::{
-    model::{AcquireResult, Priority, Refusal},
+    model::{AcquireResult, LeaseToken, Refusal},
     store::StoreError,
 };
 
-/// Place of a waiter in the line: class, round, arrival number (lower is served first).
-type Place = (Priority, u64, u64);
+/// What happened to a waiting request's ticket.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Event {
+    /// Nothing yet.
+    Waiting,
+    /// A slot was handed to it (announced, or found by the pool's poll): claim it.
+    Handed,
+    /// The store no longer holds its ticket: join the line again.
+    Gone,
+}
 
-/// One waiter in the line.
+/// One token's entry in the registry.
 #[derive(Debug)]
 struct Entry {
-    tenant: String,
-    since: std::time::Instant,
-    /// Woken when this waiter becomes the head.
-    turn: Arc<Notify>,
+    events: watch::Sender<Event>,
+    /// Waiters sharing the token.
+    waiters: usize,
 }
 
-/// The ordered line of one pool (module doc).
-#[derive(Debug, Default)]
-struct Line {
-    next_seq: u64,
-    entries: BTreeMap<Place, Entry>,
-    /// Per class: the round of the last waiter that left the head (the round being served).
-    serving_round: [u64; 3],
-    /// Per (class, tenant) with waiters in line: (last round given, waiters in line).
-    tenants: HashMap<(Priority, String), (u64, usize)>,
-}
-
-fn class_index(p: Priority) -> usize {
-    match p {
-        Priority::Interactive => 0,
-        Priority::Standard => 1,
-        Priority::Batch => 2,
-    }
-}
-
-impl Line {
-    fn insert(&mut self, class: Priority, tenant: &str) -> (Place, Arc<Notify>) {
-        let serving = self.serving_round[class_index(class)];
-        let slot = self
-            .tenants
-            .entry((class, tenant.to_owned()))
-            .or_insert((serving, 0));
-        let round = if slot.1 == 0 {
-            serving
-        } else {
-            (slot.0 + 1).max(serving)
-        };
-        *slot = (round, slot.1 + 1);
-        let place = (class, round, self.next_seq);
-        self.next_seq += 1;
-        let turn = Arc::new(Notify::new());
-        self.entries.insert(
-            place,
-            Entry {
-                tenant: tenant.to_owned(),
-                since: std::time::Instant::now(),
-                turn: turn.clone(),
-            },
-        );
-        (place, turn)
-    }
-
-    fn remove(&mut self, place: &Place) {
-        let was_head = self.entries.keys().next() == Some(place);
-        let Some(entry) = self.entries.remove(place) else {
-            return;
-        };
-        let (class, round, _) = *place;
-        if was_head {
-            let served = &mut self.serving_round[class_index(class)];
-            *served = (*served).max(round);
-        }
-        let key = (class, entry.tenant);
-        if let Some(slot) = self.tenants.get_mut(&key) {
-            slot.1 = slot.1.saturating_sub(1);
-            if slot.1 == 0 {
-                self.tenants.remove(&key);
-            }
-        }
-        if was_head && let Some(next) = self.entries.values().next() {
-            next.turn.notify_one();
-        }
-    }
-
-    fn is_head(&self, place: &Place) -> bool {
-        self.entries.keys().next() == Some(place)
-    }
-}
-
-/// Waiters of one class on this replica.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ClassWaiting {
-    /// How many wait.
-    pub waiters: usize,
-    /// How long the longest-waiting one has waited.
-    pub oldest: Duration,
-}
-
-/// A pool's line of waiting acquirers.
+/// This replica's waiting requests of one pool.
 #[derive(Debug)]
 pub(crate) struct WaitQueue {
-    line: StdMutex<Line>,
-    freed: Notify,
-    /// Per class: until when the store holds this replica's registration as a waiter of the
-    /// pool (see [`WaitQueue::registration_due`]); `None` while not registered.
-    registered_until: StdMutex<[Option<std::time::Instant>; 3]>,
+    entries: StdMutex<HashMap<String, Entry>>,
+    /// Whether the pool's poll task runs (see [`WaitQueue::start_polling`]).
+    polling: AtomicBool,
     /// Bumped on every store failure; the reason of the last one (its `Unavailable` text) beside it.
     store_failures: watch::Sender<u64>,
     last_store_error: StdMutex<String>,
@@ -144,9 +69,8 @@ pub(crate) struct WaitQueue {
 impl Default for WaitQueue {
     fn default() -> Self {
         Self {
-            line: StdMutex::new(Line::default()),
-            freed: Notify::new(),
-            registered_until: StdMutex::new([None; 3]),
+            entries: StdMutex::new(HashMap::new()),
+            polling: AtomicBool::new(false),
             store_failures: watch::channel(0).0,
             last_store_error: StdMutex::new(String::new()),
             last_refusal: StdMutex::new(None),
@@ -154,168 +78,131 @@ impl Default for WaitQueue {
     }
 }
 
-/// A waiter's place in the line while alive; dropping it leaves the line.
+/// A request's place in this replica's registry while it waits; dropping it leaves.
 pub(crate) struct Waiting<'a> {
     queue: &'a WaitQueue,
-    place: Place,
-    turn: Arc<Notify>,
+    token: String,
+    events: watch::Receiver<Event>,
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.queue.lock().remove(&self.place);
+        let mut entries = self.queue.lock();
+        if let Some(entry) = entries.get_mut(&self.token) {
+            entry.waiters = entry.waiters.saturating_sub(1);
+            if entry.waiters == 0 {
+                entries.remove(&self.token);
+            }
+        }
     }
 }
 
 impl Waiting<'_> {
-    /// Whether this waiter is the head of the line now.
-    pub(crate) fn is_head(&self) -> bool {
-        self.queue.lock().is_head(&self.place)
-    }
-
-    /// Returns once this waiter is the head of the line.
-    pub(crate) async fn head(&self) {
-        loop {
-            let notified = self.turn.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.is_head() {
-                return;
-            }
-            notified.await;
+    /// The next event for this request (waits for one).
+    pub(crate) async fn next(&mut self) -> Event {
+        if self.events.changed().await.is_err() {
+            // The entry is held by this guard, so its sender lives: unreachable in practice.
+            return Event::Gone;
         }
+        self.events.borrow_and_update().clone()
     }
 }
 
 impl WaitQueue {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Line> {
-        self.line.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Number of requests currently waiting.
+    /// Requests currently waiting on this replica.
     pub(crate) fn waiting(&self) -> usize {
-        self.lock().entries.len()
+        self.lock().values().map(|e| e.waiters).sum()
     }
 
-    /// Waiters of each class (INTERACTIVE, STANDARD, BATCH order) and their longest wait.
-    pub(crate) fn by_class(&self) -> [ClassWaiting; 3] {
-        let line = self.lock();
-        let mut out = [ClassWaiting::default(); 3];
-        for ((class, _, _), entry) in &line.entries {
-            let c = &mut out[class_index(*class)];
-            c.waiters += 1;
-            c.oldest = c.oldest.max(entry.since.elapsed());
-        }
-        out
-    }
-
-    /// Whether anyone of `class` or a class served before it waits (a new arrival of `class`
-    /// must then queue instead of trying at once).
-    pub(crate) fn waiting_at_or_above(&self, class: Priority) -> bool {
-        self.lock()
-            .entries
-            .keys()
-            .next()
-            .is_some_and(|(c, _, _)| *c <= class)
-    }
-
-    /// Joins the line as `class` / `tenant` (removed when the guard drops), or `None` when
-    /// `max` already wait.
-    pub(crate) fn join(&self, max: usize, class: Priority, tenant: &str) -> Option<Waiting<'_>> {
-        let mut line = self.lock();
-        if line.entries.len() >= max {
+    /// Registers a request waiting under `token` (removed when the guard drops), or `None`
+    /// when `max` already wait.
+    pub(crate) fn join(&self, max: usize, token: &LeaseToken) -> Option<Waiting<'_>> {
+        let mut entries = self.lock();
+        if entries.values().map(|e| e.waiters).sum::<usize>() >= max {
             return None;
         }
-        let (place, turn) = line.insert(class, tenant);
+        let entry = entries
+            .entry(token.as_str().to_owned())
+            .or_insert_with(|| Entry {
+                events: watch::channel(Event::Waiting).0,
+                waiters: 0,
+            });
+        entry.waiters += 1;
+        let events = entry.events.subscribe();
         Some(Waiting {
             queue: self,
-            place,
-            turn,
+            token: token.as_str().to_owned(),
+            events,
         })
     }
 
-    /// Waiters of `class` in the line.
-    fn waiting_in(&self, class: Priority) -> usize {
+    /// The tokens of every request waiting here.
+    pub(crate) fn tokens(&self) -> Vec<LeaseToken> {
         self.lock()
-            .entries
             .keys()
-            .filter(|(c, _, _)| *c == class)
-            .count()
+            .filter_map(|t| LeaseToken::parse(t))
+            .collect()
     }
 
-    /// Whether this replica's registration as a waiter of `class` should be (re)sent now:
-    /// that class has waiters and the registration runs out within `refresh_before` (then it
-    /// is counted as renewed for `ttl`). The caller sends it.
-    pub(crate) fn registration_due(
-        &self,
-        class: Priority,
-        ttl: Duration,
-        refresh_before: Duration,
-    ) -> bool {
-        let now = std::time::Instant::now();
-        let waiting = self.waiting_in(class);
-        let mut until = self
-            .registered_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let slot = &mut until[class_index(class)];
-        if slot.is_some_and(|u| u > now + refresh_before) || waiting == 0 {
-            return false;
+    /// Tells the requests waiting under `token` what happened to their ticket. False when
+    /// none waits here any more (a lease in `event` is then nobody's).
+    pub(crate) fn tell(&self, token: &str, event: Event) -> bool {
+        match self.lock().get(token) {
+            Some(entry) => {
+                entry.events.send_replace(event);
+                true
+            }
+            None => false,
         }
-        *slot = Some(now + ttl);
-        true
     }
 
-    /// Whether the registration of `class` should be withdrawn now: nobody of it waits.
-    pub(crate) fn deregistration_due(&self, class: Priority) -> bool {
-        let waiting = self.waiting_in(class);
-        let mut until = self
-            .registered_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let slot = &mut until[class_index(class)];
-        if slot.is_none() || waiting > 0 {
-            return false;
+    /// Marks the pool's poll task as running; false when it already runs.
+    pub(crate) fn start_polling(&self) -> bool {
+        !self.polling.swap(true, Ordering::AcqRel)
+    }
+
+    /// Lets the poll task end when nobody waits: true when it should end (and it is then
+    /// marked stopped, so the next waiter starts it again).
+    pub(crate) fn stop_polling_if_idle(&self) -> bool {
+        let entries = self.lock();
+        if entries.is_empty() {
+            self.polling.store(false, Ordering::Release);
+            true
+        } else {
+            false
         }
-        *slot = None;
-        true
     }
 
-    /// The head's wake-up signal.
-    pub(crate) fn freed(&self) -> &Notify {
-        &self.freed
-    }
-
-    /// Signals that a slot may have freed up.
-    pub(crate) fn notify(&self) {
-        self.freed.notify_one();
-    }
-
-    /// Remembers what an attempt on the pool answered: a refusal (for waiters that end
+    /// Remembers what a store call for the pool answered: a refusal (for waiters that end
     /// without their own attempt) or a store failure (broadcast to every waiter).
     pub(crate) fn saw(&self, result: &Result<AcquireResult, StoreError>) {
         match result {
             Ok(AcquireResult::Granted(_)) => {}
-            Ok(AcquireResult::Refused(refusal)) => {
+            Ok(AcquireResult::Refused(refusal) | AcquireResult::Queued(refusal)) => {
                 *self
                     .last_refusal
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner) = Some(refusal.clone());
             }
-            Err(StoreError::Unavailable(message)) => self.store_failed(message),
-            Err(_) => {}
+            Err(e) => self.saw_error(e),
         }
     }
 
-    /// Tells every waiter of the pool that the store is unreachable (`message` says why).
-    fn store_failed(&self, message: &str) {
-        message.clone_into(
-            &mut self
-                .last_store_error
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-        self.store_failures.send_modify(|n| *n += 1);
+    /// Broadcasts `e` to every waiter if it says the store is unreachable.
+    pub(crate) fn saw_error(&self, e: &StoreError) {
+        if let StoreError::Unavailable(message) = e {
+            message.clone_into(
+                &mut self
+                    .last_store_error
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            );
+            self.store_failures.send_modify(|n| *n += 1);
+        }
     }
 
     /// A receiver that changes on the next store failure (subscribe before waiting).
@@ -333,7 +220,7 @@ impl WaitQueue {
         )
     }
 
-    /// The last refusal an attempt on this pool saw, if any.
+    /// The last refusal a call for this pool saw, if any.
     pub(crate) fn last_refusal(&self) -> Option<Refusal> {
         self.last_refusal
             .lock()
@@ -365,102 +252,41 @@ impl WaitQueues {
 mod tests {
     use super::*;
 
-    /// The order in which the line would serve its waiters: repeatedly remove the head.
-    fn serving_order(
-        q: &WaitQueue,
-        waiters: Vec<(Waiting<'_>, &'static str)>,
-    ) -> Vec<&'static str> {
-        let mut waiters = waiters;
-        let mut order = Vec::new();
-        while !waiters.is_empty() {
-            let i = waiters
-                .iter()
-                .position(|(w, _)| w.is_head())
-                .expect("a head");
-            let (w, name) = waiters.remove(i);
-            drop(w);
-            order.push(name);
-        }
-        assert_eq!(q.waiting(), 0);
-        order
-    }
-
     #[test]
-    fn classes_go_first_then_tenants_round_robin_then_arrival_order() {
+    fn max_bounds_the_waiters_and_dropping_a_guard_leaves() {
         let q = WaitQueue::default();
-        let mut w = Vec::new();
-        for name in ["b1", "b2", "b3"] {
-            w.push((q.join(100, Priority::Batch, "bulk").expect("room"), name));
-        }
-        w.push((q.join(100, Priority::Standard, "app").expect("room"), "s1"));
-        w.push((
-            q.join(100, Priority::Interactive, "app").expect("room"),
-            "i1",
-        ));
-        w.push((q.join(100, Priority::Batch, "other").expect("room"), "o1"));
-        assert_eq!(
-            serving_order(&q, w),
-            ["i1", "s1", "b1", "o1", "b2", "b3"],
-            "the other tenant's single BATCH request goes before the backlog's second"
-        );
-    }
-
-    #[test]
-    fn a_tenant_with_a_long_backlog_does_not_hold_back_a_newcomer() {
-        let q = WaitQueue::default();
-        let mut w = Vec::new();
-        for _ in 0..50 {
-            w.push((
-                q.join(1000, Priority::Standard, "heavy").expect("room"),
-                "heavy",
-            ));
-        }
-        // Serve ten of the backlog, then a newcomer arrives.
-        for _ in 0..10 {
-            let i = w.iter().position(|(x, _)| x.is_head()).expect("head");
-            drop(w.remove(i));
-        }
-        w.push((
-            q.join(1000, Priority::Standard, "light").expect("room"),
-            "light",
-        ));
-        let order = serving_order(&q, w);
-        let at = order.iter().position(|n| *n == "light").expect("served");
-        assert!(at <= 1, "the newcomer is served within one round, at {at}");
-    }
-
-    #[test]
-    fn waiting_at_or_above_ignores_lower_classes_and_max_bounds_the_line() {
-        let q = WaitQueue::default();
-        let b = q.join(2, Priority::Batch, "").expect("room");
-        assert!(!q.waiting_at_or_above(Priority::Interactive));
-        assert!(q.waiting_at_or_above(Priority::Batch));
-        let s = q.join(2, Priority::Standard, "").expect("room");
-        assert!(
-            q.join(2, Priority::Interactive, "").is_none(),
-            "max_waiters"
-        );
-        assert!(q.waiting_at_or_above(Priority::Standard));
-        let by = q.by_class();
-        assert_eq!((by[0].waiters, by[1].waiters, by[2].waiters), (0, 1, 1));
-        drop((b, s));
+        let (a, b) = (LeaseToken::random(), LeaseToken::random());
+        let first = q.join(2, &a).expect("room");
+        let again = q.join(2, &a).expect("room: a retry shares the token");
+        assert!(q.join(2, &b).is_none(), "max_waiters");
+        assert_eq!(q.waiting(), 2);
+        assert_eq!(q.tokens(), vec![a.clone()]);
+        drop(first);
+        assert!(q.tell(a.as_str(), Event::Handed), "the retry still waits");
+        drop(again);
+        assert!(!q.tell(a.as_str(), Event::Handed), "nobody waits under it");
         assert_eq!(q.waiting(), 0);
     }
 
     #[tokio::test]
-    async fn the_next_waiter_is_woken_when_the_head_leaves() {
-        let q = Arc::new(WaitQueue::default());
-        let first = q.join(10, Priority::Standard, "").expect("room");
-        let q2 = q.clone();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(async move {
-            let second = q2.join(10, Priority::Standard, "").expect("room");
-            tx.send(()).expect("send");
-            second.head().await;
-        });
-        rx.await.expect("joined");
-        assert!(first.is_head());
-        drop(first);
-        task.await.expect("second became the head");
+    async fn a_waiter_hears_what_happened_to_its_ticket() {
+        let q = WaitQueue::default();
+        let token = LeaseToken::random();
+        let mut w = q.join(10, &token).expect("room");
+        assert!(q.tell(token.as_str(), Event::Gone));
+        assert_eq!(w.next().await, Event::Gone);
+    }
+
+    #[test]
+    fn the_poll_task_stops_only_when_nobody_waits() {
+        let q = WaitQueue::default();
+        assert!(q.start_polling());
+        assert!(!q.start_polling(), "already running");
+        let token = LeaseToken::random();
+        let w = q.join(10, &token).expect("room");
+        assert!(!q.stop_polling_if_idle());
+        drop(w);
+        assert!(q.stop_polling_if_idle());
+        assert!(q.start_polling(), "the next waiter starts it again");
     }
 }

@@ -96,6 +96,7 @@ conformance!(
     a_tenants_backlog_does_not_hold_back_another_tenants_request,
     priority_and_tenant_are_checked_and_reported_per_class,
     release_by_idempotency_key_frees_the_lease_that_key_was_granted,
+    a_waiter_no_free_key_suits_lets_the_next_waiter_take_that_key,
 );
 
 fn in_flight_by_key(s: &pb::PoolStatus) -> HashMap<String, i32> {
@@ -357,8 +358,11 @@ async fn cancelled_wait_leaves_nothing_behind(b: Backend) {
     });
     h.wait_until("p", "waiter queued", |s| s.waiters == 1).await;
     waiter.abort();
-    h.wait_until("p", "cancelled waiter left the queue", |s| s.waiters == 0)
-        .await;
+    // It leaves this replica's waiters and the store's line (every class at 0).
+    h.wait_until("p", "cancelled waiter left the queue", |s| {
+        s.waiters == 0 && s.class_waiters.iter().all(|c| c.waiters == 0)
+    })
+    .await;
     assert!(h.release(&held.lease_id).await);
     let s = h.status("p").await;
     assert_eq!(
@@ -1963,4 +1967,56 @@ async fn release_by_idempotency_key_frees_the_lease_that_key_was_granted(b: Back
         let err = c.release(bad.clone()).await.expect_err("refused");
         assert_eq!(err.code(), Code::InvalidArgument, "{bad:?}: {err:?}");
     }
+}
+
+async fn a_waiter_no_free_key_suits_lets_the_next_waiter_take_that_key(b: Backend) {
+    let h = start(b, &uniform_pool(1, 2, 1)).await;
+    let (first, second) = (h.acquire("p").await.unwrap(), h.acquire("p").await.unwrap());
+    let (on_k0, on_k1) = if first.key_id == "u0/k0" {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    // The head of the line wants any key but k0; the waiter behind it takes any key.
+    let mut c = h.client();
+    let picky = tokio::spawn(async move {
+        c.acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            exclude_keys: vec!["u0/k0".into()],
+            wait_timeout_ms: 20_000,
+            ..Default::default()
+        })
+        .await
+    });
+    h.wait_until("p", "picky waiter queued", |s| s.waiters == 1)
+        .await;
+    let mut c = h.client();
+    let any = tokio::spawn(async move {
+        c.acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            wait_timeout_ms: 20_000,
+            ..Default::default()
+        })
+        .await
+    });
+    h.wait_until("p", "second waiter queued", |s| s.waiters == 2)
+        .await;
+    assert!(h.release(&on_k0.lease_id).await);
+    let got = any
+        .await
+        .unwrap()
+        .expect("k0 goes to the waiter behind, which can use it")
+        .into_inner();
+    assert_eq!(got.key_id, "u0/k0");
+    assert!(
+        !picky.is_finished(),
+        "the picky head still waits for another key"
+    );
+    assert!(h.release(&on_k1.lease_id).await);
+    let got = picky
+        .await
+        .unwrap()
+        .expect("then k1 goes to the head")
+        .into_inner();
+    assert_eq!(got.key_id, "u0/k1");
 }

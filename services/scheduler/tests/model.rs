@@ -192,8 +192,9 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                             upstream_ids: vec![],
                             ttl_ms: ttl as u64,
                             priority: Priority::Standard,
-                            replica: String::new(),
-                            fresh: true,
+                            tenant: String::new(),
+                            join_line: false,
+                            ticket_ttl_ms: 0,
                         })
                         .await
                         .unwrap();
@@ -247,10 +248,12 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                         AcquireResult::Refused(Refusal::NoEligibleKey) => {
                             prop_assert!(eligible.is_empty());
                         }
+                        AcquireResult::Queued(refusal) => {
+                            prop_assert!(false, "queued without join_line: {refusal:?}");
+                        }
                         AcquireResult::Refused(
                             refusal @ (Refusal::Recovering { .. }
-                            | Refusal::BatchShare { .. }
-                            | Refusal::QueuedElsewhere { .. }),
+                            | Refusal::BatchShare { .. }),
                         ) => {
                             prop_assert!(
                                 false,

@@ -21,8 +21,16 @@ pub struct SchedulerSettings {
     /// Cooldown after KEY_INVALID / QUOTA_EXHAUSTED; the key stays disabled until EnableKey
     /// or this passes. Default 86400000 (24 h).
     pub credential_cooldown_ms: u64,
-    /// How often a waiting Acquire re-checks the store when no release wakes it. Default 25.
+    /// How often a replica with waiters polls the pool's line in the store: that hands over
+    /// slots freed by a lease's expiry or a cooldown's end (which no call announces) and
+    /// claims hand-overs whose announcement was lost. Default 25.
     pub wait_poll_ms: u64,
+    /// How long a waiting Acquire's ticket stays in the pool's line in the store, and a slot
+    /// handed to it stays unclaimed, without a word from its replica (which renews its
+    /// tickets every third of this): a killed replica's waiters leave the line, and the slots
+    /// handed to them return, within this. Keep it above `store_timeout_ms`. Default 3000;
+    /// at least 100.
+    pub line_ticket_ttl_ms: u64,
     /// Redis connect and command timeout. Default 1000.
     pub store_timeout_ms: u64,
     /// Most expired leases reclaimed per script call. Default 64.
@@ -67,6 +75,7 @@ impl Default for SchedulerSettings {
             failure_backoff_max_ms: 60_000,
             credential_cooldown_ms: 86_400_000,
             wait_poll_ms: 25,
+            line_ticket_ttl_ms: 3_000,
             store_timeout_ms: 1_000,
             reap_batch: 64,
             max_waiters: 1024,

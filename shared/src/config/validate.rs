@@ -191,6 +191,12 @@ impl Config {
                 "must not exceed failure_backoff_max_ms".into(),
             );
         }
+        if s.line_ticket_ttl_ms < 100 {
+            push(
+                "scheduler.line_ticket_ttl_ms".into(),
+                format!("must be at least 100, got {}", s.line_ticket_ttl_ms),
+            );
+        }
         if s.failure_threshold == 0 {
             push(
                 "scheduler.failure_threshold".into(),

@@ -135,11 +135,15 @@ impl SchedulerService {
         ];
         out.class_waiters = classes
             .into_iter()
-            .zip(self.admission.waiting_by_class(&s.pool))
+            .zip(s.line)
             .map(|(priority, c)| pb::ClassWaiters {
                 priority: priority as i32,
                 waiters: i32::try_from(c.waiters).unwrap_or(i32::MAX),
-                oldest_wait_ms: i64::try_from(c.oldest.as_millis()).unwrap_or(i64::MAX),
+                oldest_wait_ms: if c.waiters == 0 {
+                    0
+                } else {
+                    (s.now_ms - c.oldest_since_ms).max(0)
+                },
             })
             .collect();
         out
@@ -168,7 +172,6 @@ fn acquire_label(result: &Result<(crate::model::Lease, Granted), SchedulerError>
         Err(
             SchedulerError::PoolFull { .. }
             | SchedulerError::BatchShareFull { .. }
-            | SchedulerError::QueuedElsewhere { .. }
             | SchedulerError::NoEligibleKey { .. }
             | SchedulerError::TooManyWaiters { .. },
         ) => "exhausted",
@@ -238,9 +241,6 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             .release(&id)
             .await
             .map_err(SchedulerError::from)?;
-        if released {
-            self.admission.notify(&id.pool);
-        }
         Ok(Response::new(pb::ReleaseResponse { released }))
     }
 
@@ -259,9 +259,6 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
                 lease_id: r.lease_id.clone(),
             })?;
         let pool = &params.id.pool;
-        if result.released {
-            self.admission.notify(pool);
-        }
         if result.state != KeyState::Available {
             if let Some(reason) = cooldown_reason(params.outcome) {
                 self.metrics.cooldown(pool, &result.key_id, reason);
@@ -351,7 +348,6 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         let answer = self.store.set_capacity(&r.pool, &r.key_id, capacity).await;
         let status = Self::admin_result(&r.pool, &r.key_id, answer)?;
         tracing::info!(pool = %r.pool, key = %r.key_id, capacity, "admin set key capacity");
-        self.admission.notify(&r.pool);
         Ok(Response::new(status))
     }
 
@@ -378,7 +374,6 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         let answer = self.store.set_disabled(&r.pool, &r.key_id, false).await;
         let status = Self::admin_result(&r.pool, &r.key_id, answer)?;
         tracing::info!(pool = %r.pool, key = %r.key_id, "admin enabled key");
-        self.admission.notify(&r.pool);
         Ok(Response::new(status))
     }
 }

@@ -188,12 +188,12 @@ impl SchedulerService {
                 upstream_ids: r.upstream_ids.clone(),
                 ttl_ms,
                 priority,
-                replica: String::new(),
-                fresh: true,
+                tenant: r.tenant.clone(),
+                join_line: false,
+                ticket_ttl_ms: 0,
             },
             wait: Duration::from_millis(wait_ms),
             deadline,
-            tenant: r.tenant.clone(),
         })
     }
 

@@ -13,13 +13,18 @@ use std::{
 
 use async_trait::async_trait;
 use rand::Rng;
+use tokio::sync::mpsc;
 
-use super::{LeaseStore, StoreError, StoreResult};
+use super::{Handover, LeaseStore, StoreError, StoreResult, line::Line};
 use crate::model::{
     AcquireParams, AcquireResult, CoolReason, HealthPolicy, KeyState, KeyStatus, Lease, LeaseId,
-    Outcome, PoolSpec, PoolStatus, Priority, Refusal, ReportParams, ReportResult, batch_limit,
-    upstream_of,
+    LeaseToken, Outcome, PoolSpec, PoolStatus, Priority, Refusal, ReportParams, ReportResult,
+    TicketState, batch_limit, upstream_of,
 };
+
+/// How many tickets from the head of a line a hand-over looks at for one that a free key can
+/// take (tickets may exclude keys or want other upstreams).
+pub(crate) const SERVE_SCAN: usize = 64;
 
 /// Retry hint bounds for a full pool (ms).
 pub(crate) const RETRY_HINT_MIN_MS: u64 = 50;
@@ -86,6 +91,13 @@ struct PoolState {
     clock_offset_ms: i64,
     /// End of the recovery window (ms, this pool's clock); 0 = none (module doc of `store`).
     recovering_until_ms: i64,
+    /// The pool's line of waiting requests, each ticket holding its Acquire.
+    line: Line<AcquireParams>,
+    /// Tokens handed a slot (their lease is in `leases`) and not claimed yet -> until when
+    /// the hand-over waits for its claim (ms).
+    handed: HashMap<String, i64>,
+    /// Tokens handed a slot during the current call, announced when it ends.
+    announce: Vec<String>,
 }
 
 impl Default for PoolState {
@@ -97,6 +109,9 @@ impl Default for PoolState {
             batch_max_share: 1.0,
             clock_offset_ms: 0,
             recovering_until_ms: 0,
+            line: Line::default(),
+            handed: HashMap::new(),
+            announce: Vec::new(),
         }
     }
 }
@@ -111,7 +126,7 @@ impl PoolState {
 
     /// Reclaims every expired lease (expiry <= now).
     fn reap(&mut self, now: i64) {
-        let (keys, batch) = (&mut self.keys, &mut self.batch_leases);
+        let (keys, batch, handed) = (&mut self.keys, &mut self.batch_leases, &mut self.handed);
         self.leases.retain(|token, (key, exp)| {
             if *exp > now {
                 return true;
@@ -120,6 +135,7 @@ impl PoolState {
                 k.in_flight = k.in_flight.saturating_sub(1);
             }
             batch.remove(token);
+            handed.remove(token);
             false
         });
     }
@@ -131,6 +147,7 @@ impl PoolState {
             _ => return false,
         }
         self.batch_leases.remove(token);
+        self.handed.remove(token);
         if let Some((key, _)) = self.leases.remove(token) {
             if let Some(k) = self.keys.get_mut(&key) {
                 k.in_flight = k.in_flight.saturating_sub(1);
@@ -140,13 +157,200 @@ impl PoolState {
             false
         }
     }
+
+    /// Leases one slot for `p` on the least-utilized eligible key with room, or says why not.
+    fn try_grant(&mut self, p: &AcquireParams, now: i64) -> Result<Lease, Refusal> {
+        let eligible: Vec<&String> = self
+            .keys
+            .keys()
+            .filter(|id| !p.exclude_keys.iter().any(|e| e == *id))
+            .filter(|id| {
+                p.upstream_ids.is_empty() || p.upstream_ids.iter().any(|u| u == upstream_of(id))
+            })
+            .collect();
+        if eligible.is_empty() {
+            return Err(Refusal::NoEligibleKey);
+        }
+        let available: Vec<(&String, &KeyEntry)> = eligible
+            .iter()
+            .map(|id| (*id, &self.keys[*id]))
+            .filter(|(_, k)| k.state(now) == KeyState::Available)
+            .collect();
+        if available.is_empty() {
+            let next = eligible
+                .iter()
+                .map(|id| &self.keys[*id])
+                .filter(|k| !k.disabled && k.capacity > 0 && k.cool_until_ms > now)
+                .map(|k| k.cool_until_ms)
+                .min();
+            return Err(Refusal::Unavailable {
+                next_available_ms: next,
+                now_ms: now,
+            });
+        }
+        if p.priority == Priority::Batch {
+            let capacity: u64 = self
+                .keys
+                .values()
+                .filter(|k| k.state(now) == KeyState::Available)
+                .map(|k| u64::from(k.capacity))
+                .sum();
+            let limit = batch_limit(self.batch_max_share, capacity);
+            let held = self.batch_leases.len() as u64;
+            if held >= limit {
+                let soonest = self
+                    .batch_leases
+                    .iter()
+                    .filter_map(|t| self.leases.get(t).map(|(_, exp)| *exp))
+                    .min()
+                    .unwrap_or(now);
+                return Err(Refusal::BatchShare {
+                    limit,
+                    in_flight: held,
+                    retry_after_ms: u64::try_from(soonest - now)
+                        .unwrap_or(0)
+                        .clamp(RETRY_HINT_MIN_MS, RETRY_HINT_MAX_MS),
+                });
+            }
+        }
+        // Lowest utilization among keys with room; compare in_flight/capacity exactly.
+        let mut best: Vec<&String> = Vec::new();
+        let mut best_ratio: Option<(u32, u32)> = None;
+        for (id, k) in &available {
+            if k.in_flight >= k.capacity {
+                continue;
+            }
+            let ratio = (k.in_flight, k.capacity);
+            match best_ratio {
+                None => {
+                    best_ratio = Some(ratio);
+                    best = vec![id];
+                }
+                Some((bi, bc)) => {
+                    let lhs = u64::from(ratio.0) * u64::from(bc);
+                    let rhs = u64::from(bi) * u64::from(ratio.1);
+                    if lhs < rhs {
+                        best_ratio = Some(ratio);
+                        best = vec![id];
+                    } else if lhs == rhs {
+                        best.push(id);
+                    }
+                }
+            }
+        }
+        if best.is_empty() {
+            let capacity: u64 = available.iter().map(|(_, k)| u64::from(k.capacity)).sum();
+            let in_flight: u64 = available.iter().map(|(_, k)| u64::from(k.in_flight)).sum();
+            let soonest = self
+                .leases
+                .values()
+                .filter(|(key, _)| eligible.contains(&key))
+                .map(|(_, exp)| *exp)
+                .min()
+                .unwrap_or(now);
+            let retry = u64::try_from(soonest - now)
+                .unwrap_or(0)
+                .clamp(RETRY_HINT_MIN_MS, RETRY_HINT_MAX_MS);
+            return Err(Refusal::Full {
+                capacity,
+                in_flight,
+                retry_after_ms: retry,
+            });
+        }
+        let chosen = best[rand::rng().random_range(0..best.len())].clone();
+        let expires = now.saturating_add(i64::try_from(p.ttl_ms).unwrap_or(i64::MAX));
+        self.leases
+            .insert(p.token.as_str().to_owned(), (chosen.clone(), expires));
+        if p.priority == Priority::Batch {
+            self.batch_leases.insert(p.token.as_str().to_owned());
+        }
+        let Some(k) = self.keys.get_mut(&chosen) else {
+            return Err(Refusal::NoEligibleKey);
+        };
+        k.in_flight += 1;
+        Ok(Lease {
+            id: LeaseId {
+                pool: p.pool.clone(),
+                token: p.token.clone(),
+            },
+            key_id: chosen,
+            expires_at_ms: expires,
+            key_in_flight: k.in_flight,
+            key_capacity: k.capacity,
+        })
+    }
+
+    /// Whether some available key has a free slot.
+    fn has_room(&self, now: i64) -> bool {
+        self.keys
+            .values()
+            .any(|k| k.state(now) == KeyState::Available && k.in_flight < k.capacity)
+    }
+
+    /// Hands free slots to the line's head (outside a recovery window): for each, the first
+    /// of the line's first [`SERVE_SCAN`] tickets that a key can take (a ticket that excludes
+    /// every free key lets the next one go). The tokens handed a slot are queued in
+    /// `announce`.
+    fn serve(&mut self, now: i64) {
+        self.line.expire(now);
+        if self.recovering_until_ms > now {
+            return;
+        }
+        while !self.line.is_empty() && self.has_room(now) {
+            let mut granted = None;
+            for token in self.line.first(SERVE_SCAN) {
+                let Some(params) = self.line.ticket(&token).map(|t| t.payload.clone()) else {
+                    continue;
+                };
+                match self.try_grant(&params, now) {
+                    Ok(_) => {
+                        granted = Some(token);
+                        break;
+                    }
+                    // Every ticket after a BATCH one is BATCH too.
+                    Err(Refusal::BatchShare { .. }) => break,
+                    Err(_) => {}
+                }
+            }
+            let Some(token) = granted else { break };
+            let Some(ticket) = self.line.take(&token, true) else {
+                break;
+            };
+            let claim_ttl = i64::try_from(ticket.payload.ticket_ttl_ms).unwrap_or(i64::MAX);
+            self.handed
+                .insert(token.clone(), now.saturating_add(claim_ttl));
+            self.announce.push(token);
+        }
+    }
+
+    /// Frees the slots handed to tickets and never claimed by `now` (their waiter is gone).
+    fn expire_handed(&mut self, now: i64) {
+        let dead: Vec<String> = self
+            .handed
+            .iter()
+            .filter(|(_, until)| **until <= now)
+            .map(|(token, _)| token.clone())
+            .collect();
+        for token in dead {
+            self.handed.remove(&token);
+            self.free(&token, now);
+        }
+    }
 }
 
 /// The in-process [`LeaseStore`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryStore {
     pools: Mutex<HashMap<String, PoolState>>,
     recovery_window_ms: u64,
+    handovers: mpsc::UnboundedSender<Handover>,
+    handovers_rx: Mutex<Option<mpsc::UnboundedReceiver<Handover>>>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::with_recovery_window(0)
+    }
 }
 
 impl MemoryStore {
@@ -160,9 +364,12 @@ impl MemoryStore {
     /// memory store has lost the leases its callers still hold, exactly like a Redis
     /// restarted empty, and they re-register by renewing.
     pub fn with_recovery_window(recovery_window_ms: u64) -> Self {
+        let (handovers, rx) = mpsc::unbounded_channel();
         Self {
             pools: Mutex::default(),
             recovery_window_ms,
+            handovers,
+            handovers_rx: Mutex::new(Some(rx)),
         }
     }
 
@@ -178,9 +385,84 @@ impl MemoryStore {
         Ok(pools.get_mut(pool).map(|p| {
             let now = p.now();
             p.reap(now);
-            f(p, now)
+            p.expire_handed(now);
+            let out = f(p, now);
+            // Whatever the call freed goes to the line's head (`store` module doc).
+            p.serve(now);
+            for token in std::mem::take(&mut p.announce) {
+                // Nobody listening (no Admission yet): waiters still poll.
+                let _ = self.handovers.send(Handover {
+                    pool: pool.to_owned(),
+                    token,
+                });
+            }
+            out
         }))
     }
+}
+
+impl MemoryStore {
+    /// Where the tickets of `tokens` stand after the line was served, claiming handed slots
+    /// when `take` ([`LeaseStore::claim`], [`LeaseStore::keep_waiting`]).
+    fn tickets(
+        &self,
+        pool: &str,
+        tokens: &[LeaseToken],
+        ttl_ms: u64,
+        take: bool,
+    ) -> StoreResult<Vec<TicketState>> {
+        self.with_pool(pool, |p, now| {
+            p.serve(now);
+            let ttl = i64::try_from(ttl_ms).unwrap_or(i64::MAX);
+            tokens
+                .iter()
+                .map(|token| {
+                    let t = token.as_str();
+                    if p.handed.contains_key(t)
+                        && let Some((key, exp)) = p.leases.get(t)
+                        && let Some(k) = p.keys.get(key)
+                    {
+                        if !take {
+                            return TicketState::Handed;
+                        }
+                        let lease = Lease {
+                            id: LeaseId {
+                                pool: pool.to_owned(),
+                                token: token.clone(),
+                            },
+                            key_id: key.clone(),
+                            expires_at_ms: *exp,
+                            key_in_flight: k.in_flight,
+                            key_capacity: k.capacity,
+                        };
+                        p.handed.remove(t);
+                        return TicketState::Granted(lease);
+                    }
+                    match p.line.get_mut(t) {
+                        Some(ticket) => {
+                            ticket.expires_ms = now.saturating_add(ttl);
+                            TicketState::Waiting
+                        }
+                        None => TicketState::Gone,
+                    }
+                })
+                .collect()
+        })?
+        .ok_or_else(|| StoreError::NotSeeded(pool.to_owned()))
+    }
+}
+
+/// Whether a request refused for `refusal` may wait in the line for it to pass: not when no
+/// key is eligible or every eligible key is disabled (mirrored by `lua/acquire.lua`).
+fn queueable(refusal: &Refusal) -> bool {
+    !matches!(
+        refusal,
+        Refusal::NoEligibleKey
+            | Refusal::Unavailable {
+                next_available_ms: None,
+                ..
+            }
+    )
 }
 
 /// Applies a vendor outcome to a key's health (shared rule, mirrored by the Redis script).
@@ -252,13 +534,14 @@ impl LeaseStore for MemoryStore {
     async fn acquire(&self, p: &AcquireParams) -> StoreResult<AcquireResult> {
         let result = self.with_pool(&p.pool, |pool, now| {
             // A live lease with this token (an idempotent retry; `reap` already dropped every
-            // expired one) is answered again instead of taking a second slot.
+            // expired one) is answered again instead of taking a second slot: also one handed
+            // to this token's ticket and not claimed yet.
             // Its TTL counts from now, as in the Redis store (see `lua/acquire.lua`).
             if let Some((key, exp)) = pool.leases.get_mut(p.token.as_str())
                 && let Some(k) = pool.keys.get(key.as_str())
             {
                 *exp = (*exp).max(now.saturating_add(i64::try_from(p.ttl_ms).unwrap_or(i64::MAX)));
-                return AcquireResult::Granted(Lease {
+                let lease = Lease {
                     id: LeaseId {
                         pool: p.pool.clone(),
                         token: p.token.clone(),
@@ -267,130 +550,33 @@ impl LeaseStore for MemoryStore {
                     expires_at_ms: *exp,
                     key_in_flight: k.in_flight,
                     key_capacity: k.capacity,
-                });
+                };
+                pool.handed.remove(p.token.as_str());
+                pool.line.remove(p.token.as_str());
+                return AcquireResult::Granted(lease);
             }
-            if pool.recovering_until_ms > now {
-                return AcquireResult::Refused(Refusal::Recovering {
+            // Free slots go to the line before any new arrival, so the arrival never jumps
+            // it: what is left free after this, no ticket near the head can use.
+            pool.serve(now);
+            let refusal = if pool.recovering_until_ms > now {
+                Refusal::Recovering {
                     until_ms: pool.recovering_until_ms,
                     now_ms: now,
-                });
-            }
-            let eligible: Vec<&String> = pool
-                .keys
-                .keys()
-                .filter(|id| !p.exclude_keys.iter().any(|e| e == *id))
-                .filter(|id| {
-                    p.upstream_ids.is_empty() || p.upstream_ids.iter().any(|u| u == upstream_of(id))
-                })
-                .collect();
-            if eligible.is_empty() {
-                return AcquireResult::Refused(Refusal::NoEligibleKey);
-            }
-            let available: Vec<(&String, &KeyEntry)> = eligible
-                .iter()
-                .map(|id| (*id, &pool.keys[*id]))
-                .filter(|(_, k)| k.state(now) == KeyState::Available)
-                .collect();
-            if available.is_empty() {
-                let next = eligible
-                    .iter()
-                    .map(|id| &pool.keys[*id])
-                    .filter(|k| !k.disabled && k.capacity > 0 && k.cool_until_ms > now)
-                    .map(|k| k.cool_until_ms)
-                    .min();
-                return AcquireResult::Refused(Refusal::Unavailable {
-                    next_available_ms: next,
-                    now_ms: now,
-                });
-            }
-            if p.priority == Priority::Batch {
-                let capacity: u64 = pool
-                    .keys
-                    .values()
-                    .filter(|k| k.state(now) == KeyState::Available)
-                    .map(|k| u64::from(k.capacity))
-                    .sum();
-                let limit = batch_limit(pool.batch_max_share, capacity);
-                let held = pool.batch_leases.len() as u64;
-                if held >= limit {
-                    let soonest = pool
-                        .batch_leases
-                        .iter()
-                        .filter_map(|t| pool.leases.get(t).map(|(_, exp)| *exp))
-                        .min()
-                        .unwrap_or(now);
-                    return AcquireResult::Refused(Refusal::BatchShare {
-                        limit,
-                        in_flight: held,
-                        retry_after_ms: u64::try_from(soonest - now)
-                            .unwrap_or(0)
-                            .clamp(RETRY_HINT_MIN_MS, RETRY_HINT_MAX_MS),
-                    });
                 }
-            }
-            // Lowest utilization among keys with room; compare in_flight/capacity exactly.
-            let mut best: Vec<&String> = Vec::new();
-            let mut best_ratio: Option<(u32, u32)> = None;
-            for (id, k) in &available {
-                if k.in_flight >= k.capacity {
-                    continue;
+            } else {
+                match pool.try_grant(p, now) {
+                    Ok(lease) => return AcquireResult::Granted(lease),
+                    Err(refusal) => refusal,
                 }
-                let ratio = (k.in_flight, k.capacity);
-                match best_ratio {
-                    None => {
-                        best_ratio = Some(ratio);
-                        best = vec![id];
-                    }
-                    Some((bi, bc)) => {
-                        let lhs = u64::from(ratio.0) * u64::from(bc);
-                        let rhs = u64::from(bi) * u64::from(ratio.1);
-                        if lhs < rhs {
-                            best_ratio = Some(ratio);
-                            best = vec![id];
-                        } else if lhs == rhs {
-                            best.push(id);
-                        }
-                    }
-                }
+            };
+            if p.join_line && queueable(&refusal) {
+                let ttl = i64::try_from(p.ticket_ttl_ms).unwrap_or(i64::MAX);
+                pool.line
+                    .push(p.token.as_str(), p.priority, &p.tenant, now, ttl, p.clone());
+                AcquireResult::Queued(refusal)
+            } else {
+                AcquireResult::Refused(refusal)
             }
-            if best.is_empty() {
-                let capacity: u64 = available.iter().map(|(_, k)| u64::from(k.capacity)).sum();
-                let in_flight: u64 = available.iter().map(|(_, k)| u64::from(k.in_flight)).sum();
-                let soonest = pool
-                    .leases
-                    .values()
-                    .filter(|(key, _)| eligible.contains(&key))
-                    .map(|(_, exp)| *exp)
-                    .min()
-                    .unwrap_or(now);
-                let retry = u64::try_from(soonest - now)
-                    .unwrap_or(0)
-                    .clamp(RETRY_HINT_MIN_MS, RETRY_HINT_MAX_MS);
-                return AcquireResult::Refused(Refusal::Full {
-                    capacity,
-                    in_flight,
-                    retry_after_ms: retry,
-                });
-            }
-            let chosen = best[rand::rng().random_range(0..best.len())].clone();
-            let expires = now.saturating_add(i64::try_from(p.ttl_ms).unwrap_or(i64::MAX));
-            pool.leases
-                .insert(p.token.as_str().to_owned(), (chosen.clone(), expires));
-            if p.priority == Priority::Batch {
-                pool.batch_leases.insert(p.token.as_str().to_owned());
-            }
-            let k = pool.keys.get_mut(&chosen).expect("chosen key exists");
-            k.in_flight += 1;
-            AcquireResult::Granted(Lease {
-                id: LeaseId {
-                    pool: p.pool.clone(),
-                    token: p.token.clone(),
-                },
-                key_id: chosen,
-                expires_at_ms: expires,
-                key_in_flight: k.in_flight,
-                key_capacity: k.capacity,
-            })
         })?;
         result.ok_or_else(|| StoreError::NotSeeded(p.pool.clone()))
     }
@@ -475,7 +661,37 @@ impl LeaseStore for MemoryStore {
             },
             batch_in_flight: p.batch_leases.len() as u64,
             batch_max_share: p.batch_max_share,
+            line: p.line.by_class(),
         })
+    }
+
+    async fn claim(&self, pool: &str, token: &LeaseToken, ttl_ms: u64) -> StoreResult<TicketState> {
+        let mut states = self.tickets(pool, std::slice::from_ref(token), ttl_ms, true)?;
+        Ok(states.pop().unwrap_or(TicketState::Gone))
+    }
+
+    async fn keep_waiting(
+        &self,
+        pool: &str,
+        tokens: &[LeaseToken],
+        ttl_ms: u64,
+    ) -> StoreResult<Vec<TicketState>> {
+        self.tickets(pool, tokens, ttl_ms, false)
+    }
+
+    async fn leave(&self, pool: &str, token: &LeaseToken, keep_lease: bool) -> StoreResult<()> {
+        self.with_pool(pool, |p, now| {
+            p.line.remove(token.as_str());
+            if !keep_lease {
+                p.handed.remove(token.as_str());
+                p.free(token.as_str(), now);
+            }
+        })?;
+        Ok(())
+    }
+
+    fn handovers(&self) -> Option<mpsc::UnboundedReceiver<Handover>> {
+        self.handovers_rx.lock().ok().and_then(|mut rx| rx.take())
     }
 
     async fn set_capacity(

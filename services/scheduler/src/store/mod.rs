@@ -21,16 +21,37 @@
 //! ends every live lease is counted again. A store that merely comes back *older* (a
 //! promoted replica that missed recent writes) is covered by replica acknowledgements
 //! instead (`scheduler.store_replica_acks`, see [`redis`]).
+//!
+//! **The line** (invariant 4 across replicas). Waiting Acquires are *tickets* in the store,
+//! one line per pool shared by every replica, ordered as [`line`] says (class, tenant
+//! round-robin, arrival). A refused Acquire that may wait joins it in the same step that
+//! refused it ([`AcquireParams::join_line`]); a new arrival is refused (or queued) while
+//! tickets of its class or a better one wait, so it never jumps them. Every step that frees
+//! a slot (release, report, capacity raise, enable, and the reaping of expired leases and
+//! ended cooldowns) hands it to the line's head in that same step: the lease is written under
+//! the ticket's token, announced ([`LeaseStore::handovers`]) and claimed by its waiter
+//! ([`LeaseStore::claim`]). Tickets and unclaimed hand-overs live `scheduler.line_ticket_ttl_ms`
+//! ([`AcquireParams::ticket_ttl_ms`]) unless their replica renews them, so a dead replica's waiters leave the line by themselves.
 
+pub(crate) mod line;
 pub mod memory;
 pub mod redis;
 
 use async_trait::async_trait;
 
 use crate::model::{
-    AcquireParams, AcquireResult, HealthPolicy, KeyStatus, Lease, LeaseId, PoolSpec, PoolStatus,
-    ReportParams, ReportResult,
+    AcquireParams, AcquireResult, HealthPolicy, KeyStatus, Lease, LeaseId, LeaseToken, PoolSpec,
+    PoolStatus, ReportParams, ReportResult, TicketState,
 };
+
+/// A freed slot handed to the waiting request `token` of `pool`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Handover {
+    /// Pool id.
+    pub pool: String,
+    /// The waiting request's token (its lease's token once claimed).
+    pub token: String,
+}
 
 /// Store failures. Domain outcomes (full, cooling, unknown lease) are results, not errors.
 #[derive(Debug, thiserror::Error)]
@@ -110,27 +131,34 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Round-trips to the store (health checks).
     async fn ping(&self) -> StoreResult<()>;
 
-    /// Names of pools where a slot may have freed through another replica, as they happen
-    /// (the first call takes the receiver; `None` for a store only one replica uses). A hint
-    /// that wakes waiters early: waiters still poll.
-    fn freed_signals(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<String>> {
-        None
-    }
+    /// Claims the slot handed to the waiting request `token` (its ticket, see
+    /// [`AcquireParams::join_line`]): [`TicketState::Granted`] with the lease, now its
+    /// caller's; [`TicketState::Waiting`] while still in line (its ticket kept for another
+    /// `ttl_ms`); [`TicketState::Gone`] when the store holds neither. First it hands every
+    /// free slot to the line's head, like [`LeaseStore::keep_waiting`].
+    async fn claim(&self, pool: &str, token: &LeaseToken, ttl_ms: u64) -> StoreResult<TicketState>;
 
-    /// Registers that `replica` has waiters of `class` in `pool` for the next `ttl_ms` (0: no
-    /// longer), so slot-freeing operations on other replicas wake it
-    /// ([`LeaseStore::freed_signals`]) and other replicas' grants defer to it
-    /// ([`Refusal::QueuedElsewhere`](crate::model::Refusal::QueuedElsewhere)). A no-op for a
-    /// store only one replica uses.
-    async fn note_waiting(
+    /// Keeps the tickets of `tokens` in the pool's line for another `ttl_ms` and says where
+    /// each stands ([`TicketState::Waiting`], [`TicketState::Handed`]: a slot waits for its
+    /// claim, [`TicketState::Gone`]), in `tokens` order; it never claims. First it hands every
+    /// free slot to the line's head (slots freed by expiry or a cooldown's end, which no call
+    /// announced), so an empty `tokens` is the line's poll.
+    async fn keep_waiting(
         &self,
-        _pool: &str,
-        _replica: &str,
-        _class: crate::model::Priority,
-        _ttl_ms: u64,
-    ) -> StoreResult<()> {
-        Ok(())
-    }
+        pool: &str,
+        tokens: &[LeaseToken],
+        ttl_ms: u64,
+    ) -> StoreResult<Vec<TicketState>>;
+
+    /// Takes the waiting request `token` out of the pool's line, and releases the lease
+    /// handed or claimed under that token unless `keep_lease` (an idempotent request, whose
+    /// caller's retry is answered that lease).
+    async fn leave(&self, pool: &str, token: &LeaseToken, keep_lease: bool) -> StoreResult<()>;
+
+    /// Slots handed to waiting requests as they happen, by (pool, token), on every replica
+    /// (the first call takes the receiver; later calls get `None`). A hint that wakes the
+    /// waiter to claim its slot at once: waiters also poll ([`LeaseStore::claim`]).
+    fn handovers(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Handover>>;
 
     /// Test hook: moves this store's clock for `pool` forward by `ms`. Production code never
     /// calls it; tests use it to expire leases and end cooldowns without sleeping.

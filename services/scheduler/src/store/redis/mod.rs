@@ -32,7 +32,8 @@
 //! `min-replicas-to-write`. A store that lost a pool entirely opens a recovery window
 //! (`super` doc).
 //!
-//! Waiters on other replicas are woken by pub/sub when a slot frees ([`wake`]).
+//! The pool's line (`super` doc, "The line") lives in the same hash slot; a slot handed to a
+//! ticket is announced by pub/sub to every replica ([`wake`]).
 //!
 //! Scripts run with EVALSHA and are re-loaded on NOSCRIPT (after a Redis restart or
 //! failover) by `redis::Script`. Every call is bounded by the store timeout: an unreachable
@@ -50,8 +51,8 @@ use redis::{Script, Value};
 use super::{LeaseStore, StoreError, StoreResult};
 use crate::{
     model::{
-        AcquireParams, AcquireResult, HealthPolicy, KeyState, KeyStatus, Lease, LeaseId, PoolSpec,
-        PoolStatus, Refusal, ReportParams, ReportResult,
+        AcquireParams, AcquireResult, ClassLine, HealthPolicy, KeyState, KeyStatus, Lease, LeaseId,
+        LeaseToken, PoolSpec, PoolStatus, Refusal, ReportParams, ReportResult, TicketState,
     },
     store::memory::{RETRY_HINT_MAX_MS, RETRY_HINT_MIN_MS},
 };
@@ -140,11 +141,15 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
+/// How many Redis keys one pool has.
+pub const POOL_KEYS: usize = 20;
+
 /// The pool's Redis keys in the order the scripts expect (see `lua/prelude.lua`).
-pub fn pool_keys(prefix: &str, pool: &str) -> [String; 15] {
+pub fn pool_keys(prefix: &str, pool: &str) -> [String; POOL_KEYS] {
     [
         "cap", "cfgcap", "inflight", "load", "leases", "lease", "cool", "coolwhy", "disabled",
-        "fails", "clock", "recover", "batch", "share", "waiting",
+        "fails", "clock", "recover", "batch", "share", "line", "tickets", "tickexp", "rounds",
+        "handed", "arrivals",
     ]
     .map(|suffix| format!("{prefix}:{{{pool}}}:{suffix}"))
 }
@@ -187,7 +192,7 @@ impl RedisStore {
         self.replica_acks
     }
 
-    fn keys(&self, pool: &str) -> [String; 15] {
+    fn keys(&self, pool: &str) -> [String; POOL_KEYS] {
         pool_keys(&self.options.key_prefix, pool)
     }
 
@@ -243,6 +248,69 @@ impl RedisStore {
                     "pool {pool:?}: {what} was acknowledged by {acked} of {want} replica(s) within {}ms (scheduler.store_replica_acks); a failover could lose it, so it was withdrawn: retry, and check the Redis replicas",
                     timeout.as_millis()
                 )))
+            }
+        }
+    }
+
+    /// Runs `waiting.lua` in `mode` (`claim` or `renew`) for `tokens`: the replicas in sync
+    /// with the primary (to acknowledge a claim) and each token's state.
+    async fn tickets(
+        &self,
+        pool: &str,
+        mode: &str,
+        tokens: &[LeaseToken],
+        ttl_ms: u64,
+    ) -> StoreResult<(i64, Vec<TicketState>)> {
+        let mut args = vec![
+            mode.to_owned(),
+            ttl_ms.to_string(),
+            tokens.len().to_string(),
+        ];
+        args.extend(tokens.iter().map(|t| t.as_str().to_owned()));
+        let reply = items(self.run(&self.scripts.waiting, pool, args).await?)?;
+        if matches!(reply.first(), Some(v) if text(v).is_ok_and(|t| t == "unseeded")) {
+            return Err(StoreError::NotSeeded(pool.to_owned()));
+        }
+        let online = int(get(&reply, 0)?)?;
+        let mut out = Vec::with_capacity(tokens.len());
+        for (token, answer) in tokens.iter().zip(reply.into_iter().skip(1)) {
+            let answer = items(answer)?;
+            out.push(match text(get(&answer, 0)?)?.as_str() {
+                "granted" => TicketState::Granted(Lease {
+                    id: LeaseId {
+                        pool: pool.to_owned(),
+                        token: token.clone(),
+                    },
+                    key_id: text(get(&answer, 1)?)?,
+                    expires_at_ms: int(get(&answer, 2)?)?,
+                    key_in_flight: u32_of(get(&answer, 3)?)?,
+                    key_capacity: u32_of(get(&answer, 4)?)?,
+                }),
+                "handed" => TicketState::Handed,
+                "waiting" => TicketState::Waiting,
+                "gone" => TicketState::Gone,
+                other => return Err(StoreError::Protocol(format!("{mode} replied {other:?}"))),
+            });
+        }
+        if out.len() != tokens.len() {
+            return Err(StoreError::Protocol(format!(
+                "{mode} answered {} of {} tickets",
+                out.len(),
+                tokens.len()
+            )));
+        }
+        Ok((online, out))
+    }
+
+    /// Tells this replica's own waiters among `tokens` (a script's hand-overs) at once; the
+    /// pub/sub message reaches them too, later (a repeat they ignore).
+    fn handed_here(&self, pool: &str, tokens: &[Value]) {
+        for token in tokens {
+            if let Ok(token) = text(token) {
+                self.wake.announce(super::Handover {
+                    pool: pool.to_owned(),
+                    token,
+                });
             }
         }
     }
@@ -328,6 +396,38 @@ fn get(items: &[Value], i: usize) -> StoreResult<&Value> {
         .ok_or_else(|| StoreError::Protocol(format!("reply too short: no item {i}")))
 }
 
+/// A refusal as the scripts reply it (`lua/acquire.lua`).
+fn refusal(reply: &[Value]) -> StoreResult<Refusal> {
+    let hint = |v: &Value| -> StoreResult<u64> {
+        Ok((int(v)?.max(0) as u64).clamp(RETRY_HINT_MIN_MS, RETRY_HINT_MAX_MS))
+    };
+    Ok(match text(get(reply, 0)?)?.as_str() {
+        "recovering" => Refusal::Recovering {
+            until_ms: int(get(reply, 1)?)?,
+            now_ms: int(get(reply, 2)?)?,
+        },
+        "full" => Refusal::Full {
+            capacity: int(get(reply, 1)?)?.max(0) as u64,
+            in_flight: int(get(reply, 2)?)?.max(0) as u64,
+            retry_after_ms: hint(get(reply, 3)?)?,
+        },
+        "batch_share" => Refusal::BatchShare {
+            limit: int(get(reply, 1)?)?.max(0) as u64,
+            in_flight: int(get(reply, 2)?)?.max(0) as u64,
+            retry_after_ms: hint(get(reply, 3)?)?,
+        },
+        "unavailable" => {
+            let next = int(get(reply, 1)?)?;
+            Refusal::Unavailable {
+                next_available_ms: (next >= 0).then_some(next),
+                now_ms: int(get(reply, 2)?)?,
+            }
+        }
+        "none" => Refusal::NoEligibleKey,
+        other => return Err(StoreError::Protocol(format!("acquire replied {other:?}"))),
+    })
+}
+
 fn state_of(s: &str) -> StoreResult<KeyState> {
     match s {
         "available" => Ok(KeyState::Available),
@@ -367,9 +467,13 @@ impl LeaseStore for RedisStore {
         args.push(p.upstream_ids.len().to_string());
         args.extend(p.upstream_ids.iter().cloned());
         args.push(p.priority.as_str().to_owned());
-        args.push(p.replica.clone());
-        args.push(if p.fresh { "1" } else { "0" }.to_owned());
+        args.push(p.tenant.clone());
+        args.push(if p.join_line { "1" } else { "0" }.to_owned());
+        args.push(p.ticket_ttl_ms.to_string());
         let reply = items(self.run(&self.scripts.acquire, &p.pool, args).await?)?;
+        if text(get(&reply, 0)?)? == "queued" {
+            return Ok(AcquireResult::Queued(refusal(&reply[1..])?));
+        }
         match text(get(&reply, 0)?)?.as_str() {
             "ok" => {
                 let lease = Lease {
@@ -391,39 +495,8 @@ impl LeaseStore for RedisStore {
                 }
                 Ok(AcquireResult::Granted(lease))
             }
-            "recovering" => Ok(AcquireResult::Refused(Refusal::Recovering {
-                until_ms: int(get(&reply, 1)?)?,
-                now_ms: int(get(&reply, 2)?)?,
-            })),
-            "full" => Ok(AcquireResult::Refused(Refusal::Full {
-                capacity: int(get(&reply, 1)?)?.max(0) as u64,
-                in_flight: int(get(&reply, 2)?)?.max(0) as u64,
-                retry_after_ms: (int(get(&reply, 3)?)?.max(0) as u64)
-                    .clamp(RETRY_HINT_MIN_MS, RETRY_HINT_MAX_MS),
-            })),
-            "elsewhere" => {
-                let rank = u8::try_from(int(get(&reply, 1)?)?).unwrap_or(u8::MAX);
-                let class = crate::model::Priority::from_rank(rank).ok_or_else(|| {
-                    StoreError::Protocol(format!("acquire named class rank {rank}"))
-                })?;
-                Ok(AcquireResult::Refused(Refusal::QueuedElsewhere { class }))
-            }
-            "batch_share" => Ok(AcquireResult::Refused(Refusal::BatchShare {
-                limit: int(get(&reply, 1)?)?.max(0) as u64,
-                in_flight: int(get(&reply, 2)?)?.max(0) as u64,
-                retry_after_ms: (int(get(&reply, 3)?)?.max(0) as u64)
-                    .clamp(RETRY_HINT_MIN_MS, RETRY_HINT_MAX_MS),
-            })),
-            "unavailable" => {
-                let next = int(get(&reply, 1)?)?;
-                Ok(AcquireResult::Refused(Refusal::Unavailable {
-                    next_available_ms: (next >= 0).then_some(next),
-                    now_ms: int(get(&reply, 2)?)?,
-                }))
-            }
-            "none" => Ok(AcquireResult::Refused(Refusal::NoEligibleKey)),
             "unseeded" => Err(StoreError::NotSeeded(p.pool.clone())),
-            other => Err(StoreError::Protocol(format!("acquire replied {other:?}"))),
+            _ => Ok(AcquireResult::Refused(refusal(&reply)?)),
         }
     }
 
@@ -435,7 +508,9 @@ impl LeaseStore for RedisStore {
                 vec![id.token.as_str().to_owned()],
             )
             .await?;
-        Ok(int(&reply)? == 1)
+        let reply = items(reply)?;
+        self.handed_here(&id.pool, reply.get(1..).unwrap_or_default());
+        Ok(int(get(&reply, 0)?)? == 1)
     }
 
     async fn renew(
@@ -496,12 +571,14 @@ impl LeaseStore for RedisStore {
         if text(get(&reply, 0)?)? != "ok" {
             return Ok(None);
         }
-        Ok(Some(ReportResult {
+        let result = ReportResult {
             key_id: text(get(&reply, 1)?)?,
             state: state_of(&text(get(&reply, 2)?)?)?,
             cooldown_until_ms: int(get(&reply, 3)?)?,
             released: int(get(&reply, 4)?)? == 1,
-        }))
+        };
+        self.handed_here(&r.id.pool, reply.get(5..).unwrap_or_default());
+        Ok(Some(result))
     }
 
     async fn status(&self, pool: &str) -> StoreResult<Option<PoolStatus>> {
@@ -512,10 +589,15 @@ impl LeaseStore for RedisStore {
         let batch_max_share = text(get(&reply, 3)?)?
             .parse::<f64>()
             .map_err(|e| StoreError::Protocol(format!("batch share: {e}")))?;
-        if reply.len() == 4 {
+        let mut line = [ClassLine::default(); 3];
+        for (i, class) in line.iter_mut().enumerate() {
+            class.waiters = int(get(&reply, 4 + 2 * i)?)?.max(0) as u64;
+            class.oldest_since_ms = int(get(&reply, 5 + 2 * i)?)?;
+        }
+        if reply.len() == 10 {
             return Ok(None);
         }
-        let keys = reply[4..]
+        let keys = reply[10..]
             .chunks(6)
             .map(|c| {
                 Ok(KeyStatus {
@@ -535,6 +617,7 @@ impl LeaseStore for RedisStore {
             recovering_until_ms,
             batch_in_flight,
             batch_max_share,
+            line,
         }))
     }
 
@@ -561,24 +644,43 @@ impl LeaseStore for RedisStore {
         self.bounded("PING", self.conn.ping()).await
     }
 
-    fn freed_signals(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<String>> {
-        self.wake.take()
+    async fn claim(&self, pool: &str, token: &LeaseToken, ttl_ms: u64) -> StoreResult<TicketState> {
+        let (online, mut states) = self
+            .tickets(pool, "claim", std::slice::from_ref(token), ttl_ms)
+            .await?;
+        let state = states.pop().unwrap_or(TicketState::Gone);
+        if let TicketState::Granted(lease) = &state
+            && let Err(e) = self.replicated(pool, "the hand-over", online).await
+        {
+            // Withdrawn like a grant too few replicas hold (`acquire`): best effort.
+            let _ = self.release(&lease.id).await;
+            return Err(e);
+        }
+        Ok(state)
     }
 
-    async fn note_waiting(
+    async fn keep_waiting(
         &self,
         pool: &str,
-        replica: &str,
-        class: crate::model::Priority,
+        tokens: &[LeaseToken],
         ttl_ms: u64,
-    ) -> StoreResult<()> {
-        self.run(
-            &self.scripts.waiting,
-            pool,
-            vec![format!("{}:{replica}", class.rank()), ttl_ms.to_string()],
-        )
-        .await
-        .map(|_| ())
+    ) -> StoreResult<Vec<TicketState>> {
+        Ok(self.tickets(pool, "renew", tokens, ttl_ms).await?.1)
+    }
+
+    async fn leave(&self, pool: &str, token: &LeaseToken, keep_lease: bool) -> StoreResult<()> {
+        let args = vec![
+            "leave".to_owned(),
+            token.as_str().to_owned(),
+            if keep_lease { "1" } else { "0" }.to_owned(),
+        ];
+        self.run(&self.scripts.waiting, pool, args)
+            .await
+            .map(|_| ())
+    }
+
+    fn handovers(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<super::Handover>> {
+        self.wake.take()
     }
 
     async fn forget_pool(&self, pool: &str) -> StoreResult<()> {

@@ -1,19 +1,19 @@
-//! Wake-ups across replicas: a slot freed through one scheduler replica wakes the waiters of
-//! its pool on every other replica at once, instead of at their next poll.
+//! Hand-over announcements across replicas: a slot handed to a waiting request (`super::super`
+//! doc, "The line") reaches the replica it waits on at once, instead of at its next poll.
 //!
-//! Scripts that free slots (`release.lua`, `report.lua` with release, `admin.lua` raising a
-//! capacity or enabling a key, `status.lua` reclaiming expired leases) PUBLISH the pool's
-//! channel `<prefix>:{P}:freed`, but only while some replica has registered waiters of P in
-//! the pool's `waiting` ZSET (replica id -> expiry, `waiting.lua`), so a fleet without waiters
-//! pays nothing. Each replica keeps one subscriber connection, subscribed to the channels of
-//! every seeded pool: on a single node to the server; under Sentinel to the current primary
-//! (a published message also reaches replicas through replication, so a demoted primary still
-//! delivers); in a Cluster to any node (PUBLISH reaches every node). The connection is
-//! re-opened after a failure (on the next cluster node, through the sentinels again).
+//! The scripts that hand slots over (`prelude.lua` `serve`, run by release, report, admin,
+//! seed, status, acquire and the line's claim) PUBLISH the waiter's token on the pool's
+//! channel `<prefix>:{P}:freed`. Each replica keeps one subscriber connection, subscribed to
+//! the channels of every seeded pool: on a single node to the server; under Sentinel to the
+//! current primary (a published message also reaches replicas through replication, so a
+//! demoted primary still delivers); in a Cluster to any node (PUBLISH reaches every node).
+//! The connection is re-opened after a failure (on the next cluster node, through the
+//! sentinels again).
 //!
-//! Invariant: a wake-up is only ever a hint. A lost message (subscriber reconnecting, a
-//! registration that expired) costs one poll (`scheduler.wait_poll_ms`), which stays as the
-//! safety net; correctness never depends on delivery.
+//! Invariant: an announcement is only ever a hint. A lost message (subscriber reconnecting)
+//! costs one poll of the line (`scheduler.wait_poll_ms`), which claims the slot instead; an
+//! unclaimed slot returns to the pool when its claim ttl ends. Correctness never depends on
+//! delivery.
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
@@ -22,6 +22,7 @@ use redis::Client;
 use tokio::sync::{mpsc, watch};
 
 use super::conn::SentinelConn;
+use crate::store::Handover;
 
 /// Where the subscriber connects.
 pub(super) enum Source {
@@ -62,10 +63,12 @@ fn pool_of(channel: &str) -> Option<&str> {
     (start <= end).then(|| &channel[start..end])
 }
 
-/// A running subscriber: pools to follow in, freed pools out.
+/// A running subscriber: pools to follow in, hand-overs out.
 pub(super) struct Wake {
     pools: watch::Sender<BTreeSet<String>>,
-    freed: std::sync::Mutex<Option<mpsc::UnboundedReceiver<String>>>,
+    /// The subscriber's output, also fed by [`Wake::announce`].
+    out: mpsc::UnboundedSender<Handover>,
+    freed: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Handover>>>,
 }
 
 impl Wake {
@@ -73,9 +76,10 @@ impl Wake {
     pub(super) fn start(source: Source, prefix: String, timeout: Duration) -> Self {
         let (pools, pools_rx) = watch::channel(BTreeSet::new());
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(source, prefix, pools_rx, tx, timeout));
+        tokio::spawn(run(source, prefix, pools_rx, tx.clone(), timeout));
         Self {
             pools,
+            out: tx,
             freed: std::sync::Mutex::new(Some(rx)),
         }
     }
@@ -86,8 +90,14 @@ impl Wake {
             .send_if_modified(|set| set.insert(pool.to_owned()));
     }
 
-    /// The freed-pool names (once; later calls get `None`).
-    pub(super) fn take(&self) -> Option<mpsc::UnboundedReceiver<String>> {
+    /// Passes on a hand-over this replica learnt from a script's reply.
+    pub(super) fn announce(&self, handover: Handover) {
+        // Nobody listening yet: the waiter's poll claims it.
+        let _ = self.out.send(handover);
+    }
+
+    /// The hand-overs (once; later calls get `None`).
+    pub(super) fn take(&self) -> Option<mpsc::UnboundedReceiver<Handover>> {
         self.freed.lock().ok().and_then(|mut r| r.take())
     }
 }
@@ -96,7 +106,7 @@ async fn run(
     source: Source,
     prefix: String,
     mut pools: watch::Receiver<BTreeSet<String>>,
-    freed: mpsc::UnboundedSender<String>,
+    freed: mpsc::UnboundedSender<Handover>,
     timeout: Duration,
 ) {
     let mut attempt = 0usize;
@@ -135,7 +145,8 @@ async fn run(
                 msg = messages.next() => {
                     let Some(msg) = msg else { break 'connected };
                     if let Some(pool) = pool_of(msg.get_channel_name())
-                        && freed.send(pool.to_owned()).is_err()
+                        && let Ok(token) = msg.get_payload::<String>()
+                        && freed.send(Handover { pool: pool.to_owned(), token }).is_err()
                     {
                         return;
                     }

@@ -16,7 +16,7 @@ else
   return redis.error_reply('unknown admin op')
 end
 refresh(k)
-if op ~= 'disable' then wake(now) end
+serve(now)
 local st, untl = key_state(k, now)
 return {'ok', k, num(redis.call('HGET', K_CAP, k)), num(redis.call('HGET', K_INF, k)), st, untl,
   num(redis.call('HGET', K_FAILS, k))}

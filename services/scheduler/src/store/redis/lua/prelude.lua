@@ -10,12 +10,27 @@
 -- 12 recover  STRING end of the recovery window ms (see seed.lua)
 -- 13 batch    SET  tokens of the live BATCH leases (a subset of leases)
 -- 14 share    STRING the pool's batch_max_share (set by seed.lua; absent = 1)
--- 15 waiting  ZSET replica id -> expiry ms: replicas with waiters of this pool (waiting.lua)
+-- 15 line     ZSET the pool's line: '<seq, 16 digits>:<token>' scored class rank * 2^40 +
+--              round, so it sorts by class, then tenant round, then arrival (line_push)
+-- 16 tickets  HASH token -> the waiting Acquire, JSON (m member, c class rank, tn tenant,
+--              rd round, s since ms, ttl lease ttl ms, ct claim ttl ms, x excluded keys,
+--              u upstreams, rnd tie-break)
+-- 17 tickexp  ZSET token -> until when the ticket lives without a renewal (ms)
+-- 18 rounds   HASH 's<rank>' -> round the class serves; 't<rank>:<tenant>' -> '<last round>
+--              <tickets in line>'; 'seq' -> arrival counter
+-- 19 handed   ZSET token -> until when a slot handed to that ticket waits for its claim (ms)
+-- 20 arrivals ZSET token -> class rank * 2^42 + since ms (waiters and oldest wait per class)
 -- ARGV[1] is always the reaping batch size. Time is Redis TIME, read here (one clock).
 local K_CAP, K_CFGCAP, K_INF, K_LOAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_LEASES, K_LEASE, K_COOL, K_COOLWHY = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_DIS, K_FAILS, K_CLOCK, K_REC = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local K_BATCH, K_SHARE, K_WAITING = KEYS[13], KEYS[14], KEYS[15]
+local K_BATCH, K_SHARE, K_LINE, K_TICKETS = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+local K_TICKEXP, K_ROUNDS, K_HANDED, K_ARRIVALS = KEYS[17], KEYS[18], KEYS[19], KEYS[20]
+local CLASSES = {[0] = 'interactive', [1] = 'standard', [2] = 'batch'}
+local RANKS = {interactive = 0, standard = 1, batch = 2}
+-- Tickets from the line's head a hand-over looks at for one a free key can take (memory.rs
+-- SERVE_SCAN).
+local SERVE_SCAN = 64
 local BATCH = tonumber(ARGV[1])
 
 local function num(v)
@@ -52,6 +67,7 @@ local function drop_lease(token)
   redis.call('ZREM', K_LEASES, token)
   redis.call('HDEL', K_LEASE, token)
   redis.call('SREM', K_BATCH, token)
+  redis.call('ZREM', K_HANDED, token)
   if k then dec(k) end
 end
 
@@ -70,11 +86,14 @@ local function batch_limit()
   return limit
 end
 
--- Reclaims up to BATCH expired leases (expiry <= now); returns how many.
+-- Reclaims up to BATCH expired leases (expiry <= now) and up to BATCH slots handed to
+-- tickets whose claim never came; returns how many leases it reclaimed.
 local function reap(now)
   local expired = redis.call('ZRANGE', K_LEASES, '-inf', now, 'BYSCORE', 'LIMIT', 0, BATCH)
   for _, token in ipairs(expired) do drop_lease(token) end
-  return #expired
+  local unclaimed = redis.call('ZRANGE', K_HANDED, '-inf', now, 'BYSCORE', 'LIMIT', 0, BATCH)
+  for _, token in ipairs(unclaimed) do drop_lease(token) end
+  return #expired + #unclaimed
 end
 
 -- Returns up to BATCH keys whose cooldown ended to the load set.
@@ -115,10 +134,213 @@ local function online_replicas()
   return n
 end
 
--- Tells the replicas with waiters of this pool that a slot may be free (wake.rs): PUBLISH on
--- the pool's channel, only while some replica's registration in K_WAITING is live.
-local function wake(now)
-  if redis.call('ZCOUNT', K_WAITING, now, '+inf') > 0 then
-    redis.call('PUBLISH', (string.gsub(K_CAP, ':cap$', ':freed')), '1')
+-- Takes the ticket of token out of the line (served: it was handed a slot, so its class now
+-- serves its round; line.rs `take`). Returns the ticket, or nil when absent.
+local function line_take(token, served)
+  local raw = redis.call('HGET', K_TICKETS, token)
+  if not raw then return nil end
+  local t = cjson.decode(raw)
+  redis.call('ZREM', K_LINE, t.m)
+  redis.call('HDEL', K_TICKETS, token)
+  redis.call('ZREM', K_TICKEXP, token)
+  redis.call('ZREM', K_ARRIVALS, token)
+  if served and num(redis.call('HGET', K_ROUNDS, 's' .. t.c)) < t.rd then
+    redis.call('HSET', K_ROUNDS, 's' .. t.c, t.rd)
+  end
+  local tf = 't' .. t.c .. ':' .. t.tn
+  local v = redis.call('HGET', K_ROUNDS, tf)
+  if v then
+    local last, count = string.match(v, '^(%d+) (%d+)$')
+    count = tonumber(count or 1) - 1
+    if count <= 0 then
+      redis.call('HDEL', K_ROUNDS, tf)
+    else
+      redis.call('HSET', K_ROUNDS, tf, last .. ' ' .. count)
+    end
+  end
+  return t
+end
+
+-- Puts ticket t (fields c, tn and the Acquire's) in line under token, at the end of its
+-- tenant's share of its class (line.rs `push`), living ttl ms without a renewal.
+local function line_push(token, t, now, ttl)
+  line_take(token, false)
+  local serving = num(redis.call('HGET', K_ROUNDS, 's' .. t.c))
+  local tf = 't' .. t.c .. ':' .. t.tn
+  local v = redis.call('HGET', K_ROUNDS, tf)
+  local round, count = serving, 1
+  if v then
+    local last, n = string.match(v, '^(%d+) (%d+)$')
+    round = math.max(tonumber(last or serving) + 1, serving)
+    count = tonumber(n or 0) + 1
+  end
+  redis.call('HSET', K_ROUNDS, tf, string.format('%d %d', round, count))
+  local seq = redis.call('HINCRBY', K_ROUNDS, 'seq', 1)
+  t.m = string.format('%016d:%s', seq, token)
+  t.rd = round
+  t.s = now
+  redis.call('ZADD', K_LINE, t.c * 2 ^ 40 + round, t.m)
+  redis.call('HSET', K_TICKETS, token, cjson.encode(t))
+  redis.call('ZADD', K_TICKEXP, now + ttl, token)
+  redis.call('ZADD', K_ARRIVALS, t.c * 2 ^ 42 + now, token)
+end
+
+-- Drops up to BATCH tickets that expired by now (their replica stopped renewing them).
+local function line_expire(now)
+  for _, token in ipairs(redis.call('ZRANGE', K_TICKEXP, '-inf', now, 'BYSCORE', 'LIMIT', 0, BATCH)) do
+    line_take(token, false)
+  end
+end
+
+-- Leases one slot to token (ttl ms, tie-break rnd in [0,1), excl set of excluded keys, ups set
+-- of wanted upstreams, nups of them, class name) on the least-utilized eligible key with room.
+-- Returns {'ok', key, expires_at, key_in_flight, key_capacity} or the refusal:
+-- {'full', capacity, in_flight, ms_until_soonest_expiry}
+-- | {'batch_share', limit, batch_in_flight, ms_until_soonest_batch_expiry}
+-- | {'unavailable', earliest_cooldown_end or -1, now} | {'none'}.
+local function try_grant(token, ttl, rnd, excl, ups, nups, class, now)
+  if class == 'batch' then
+    local held = redis.call('SCARD', K_BATCH)
+    local limit = batch_limit()
+    if limit > 0 and held >= limit then
+      -- Soonest expiry among BATCH leases: a bounded scan of the soonest leases overall.
+      local retry = 0
+      local soon = redis.call('ZRANGE', K_LEASES, 0, 63, 'WITHSCORES')
+      for j = 1, #soon, 2 do
+        if redis.call('SISMEMBER', K_BATCH, soon[j]) == 1 then retry = tonumber(soon[j + 1]) - now; break end
+      end
+      return {'batch_share', limit, held, retry}
+    end
+  end
+  local function eligible(k)
+    if excl[k] then return false end
+    if nups > 0 then
+      local u = string.match(k, '^([^/]+)/')
+      return u ~= nil and ups[u] == true
+    end
+    return true
+  end
+  local function has_room(k)
+    return num(redis.call('HGET', K_INF, k)) < num(redis.call('HGET', K_CAP, k))
+  end
+  local pick = nil
+  -- Fast path, O(log n): a random key among those tied at the lowest utilization.
+  local head = redis.call('ZRANGE', K_LOAD, 0, 0, 'WITHSCORES')
+  if #head > 0 and tonumber(head[2]) < 1 then
+    local ties = redis.call('ZCOUNT', K_LOAD, head[2], head[2])
+    local r = math.min(math.floor(rnd * ties), ties - 1)
+    local cand = redis.call('ZRANGE', K_LOAD, r, r)[1]
+    if cand and eligible(cand) and has_room(cand) then pick = cand end
+  end
+  -- Filtered path: walk the load set in utilization order (rank pages, O(log n) each) and
+  -- take a random key among the eligible ones tied at the lowest utilization.
+  if not pick and #head > 0 then
+    local best, nbest, best_score = {}, 0, nil
+    local start, done = 0, false
+    while not done do
+      local page = redis.call('ZRANGE', K_LOAD, start, start + 127, 'WITHSCORES')
+      if #page == 0 then break end
+      for j = 1, #page, 2 do
+        local k, s = page[j], tonumber(page[j + 1])
+        if s >= 1 or (best_score ~= nil and s > best_score) then done = true; break end
+        if eligible(k) and has_room(k) then
+          best_score = s
+          nbest = nbest + 1
+          best[nbest] = k
+        end
+      end
+      start = start + 128
+    end
+    if nbest > 0 then pick = best[math.min(math.floor(rnd * nbest) + 1, nbest)] end
+  end
+  if not pick then
+    -- No grant: say why (this path scans the pool's keys; it only runs when nothing is free).
+    local any, any_avail, cap_sum, inf_sum, next_until = false, false, 0, 0, -1
+    for _, k in ipairs(redis.call('HKEYS', K_CAP)) do
+      if eligible(k) then
+        any = true
+        if redis.call('ZSCORE', K_LOAD, k) then
+          any_avail = true
+          cap_sum = cap_sum + num(redis.call('HGET', K_CAP, k))
+          inf_sum = inf_sum + num(redis.call('HGET', K_INF, k))
+        else
+          local c = redis.call('ZSCORE', K_COOL, k)
+          if c and redis.call('SISMEMBER', K_DIS, k) == 0 and num(redis.call('HGET', K_CAP, k)) > 0 then
+            c = tonumber(c)
+            if next_until < 0 or c < next_until then next_until = c end
+          end
+        end
+      end
+    end
+    if not any then return {'none'} end
+    if any_avail then
+      local soon = redis.call('ZRANGE', K_LEASES, 0, 0, 'WITHSCORES')
+      local retry = 0
+      if #soon > 0 then retry = tonumber(soon[2]) - now end
+      return {'full', cap_sum, inf_sum, retry}
+    end
+    return {'unavailable', next_until, now}
+  end
+  local inf = redis.call('HINCRBY', K_INF, pick, 1)
+  local cap = num(redis.call('HGET', K_CAP, pick))
+  redis.call('ZADD', K_LOAD, inf / cap, pick)
+  local exp = now + ttl
+  redis.call('ZADD', K_LEASES, exp, token)
+  redis.call('HSET', K_LEASE, token, pick)
+  if class == 'batch' then redis.call('SADD', K_BATCH, token) end
+  return {'ok', pick, exp, inf, cap}
+end
+
+-- A list as a set.
+local function set_of(list)
+  local out = {}
+  for _, v in ipairs(list or {}) do out[v] = true end
+  return out
+end
+
+-- Hands free slots to the line's head (outside a recovery window; store/mod.rs "The line"):
+-- for each, the first of the line's first SERVE_SCAN tickets a key can take, at most BATCH
+-- per call. The lease is written under the ticket's token, waits for its claim until the
+-- ticket's claim ttl, and is announced on the pool's channel `<prefix>:{P}:freed` (wake.rs)
+-- with the token as the message (and listed in HANDED).
+-- Tokens handed a slot by this script, in order: release.lua and report.lua reply them, so
+-- the replica that ran the script tells its own waiters without waiting for the message.
+local HANDED = {}
+
+local function serve(now)
+  line_expire(now)
+  if redis.call('ZCARD', K_LINE) == 0 or recovering(now) > 0 then return end
+  uncool(now)
+  local channel = (string.gsub(K_CAP, ':cap$', ':freed'))
+  for _ = 1, BATCH do
+    local head = redis.call('ZRANGE', K_LOAD, 0, 0, 'WITHSCORES')
+    if #head == 0 or tonumber(head[2]) >= 1 then return end
+    local got, claim_ttl = nil, 0
+    local head_line = redis.call('ZRANGE', K_LINE, 0, SERVE_SCAN - 1, 'WITHSCORES')
+    for j = 1, #head_line, 2 do
+      local m = head_line[j]
+      local token = string.sub(m, 18)
+      -- Every ticket from the first BATCH one on is BATCH: none can go while the share is held.
+      if math.floor(tonumber(head_line[j + 1]) / 2 ^ 40) == 2
+        and redis.call('SCARD', K_BATCH) >= batch_limit() then
+        break
+      end
+      local raw = redis.call('HGET', K_TICKETS, token)
+      if raw then
+        local t = cjson.decode(raw)
+        local u = t.u or {}
+        local r = try_grant(token, t.ttl, t.rnd, set_of(t.x), set_of(u), #u, CLASSES[t.c], now)
+        if r[1] == 'ok' then got, claim_ttl = token, t.ct; break end
+        -- Every ticket after a BATCH one is BATCH too.
+        if r[1] == 'batch_share' then break end
+      else
+        redis.call('ZREM', K_LINE, m)
+      end
+    end
+    if not got then return end
+    line_take(got, true)
+    redis.call('ZADD', K_HANDED, now + claim_ttl, got)
+    redis.call('PUBLISH', channel, got)
+    HANDED[#HANDED + 1] = got
   end
 end

@@ -1,7 +1,8 @@
 -- ARGV: 1 batch, 2 lease token, 3 outcome, 4 retry_after ms, 5 release '1'|'0',
 --       6 fallback key ('' = none), 7 rate-limit cooldown, 8 failure threshold,
 --       9 failure backoff base, 10 failure backoff max, 11 credential cooldown.
--- Returns {'ok', key, state, cooldown_until, released} | {'unknown'}.
+-- Returns {'ok', key, state, cooldown_until, released, tokens of the waiters handed a slot
+-- (prelude.lua `serve`)...} | {'unknown'}.
 local now = now_ms()
 local token = ARGV[2]
 -- An expired lease no longer names its key (same as after reaping): reclaim it now.
@@ -49,6 +50,9 @@ if ARGV[5] == '1' then
   end
 end
 refresh(k)
-if reap(now) > 0 or released == 1 then wake(now) end
+reap(now)
+serve(now)
 local st, untl = key_state(k, now)
-return {'ok', k, st, untl, released}
+local out = {'ok', k, st, untl, released}
+for _, t in ipairs(HANDED) do out[#out + 1] = t end
+return out

@@ -30,4 +30,5 @@ for _, k in ipairs(redis.call('HKEYS', K_CAP)) do
     redis.call('SREM', K_DIS, k)
   end
 end
+if redis.call('EXISTS', K_CAP) == 1 then serve(now_ms()) end
 return 1

@@ -1,6 +1,7 @@
 -- ARGV: 1 batch. Returns {now, recovering_until (0 = not), batch_in_flight, batch_max_share,
--- key, capacity, in_flight, state, cooldown_until, failures, ...}; no key entries for a pool
--- that was never seeded.
+-- then per class (interactive, standard, batch) waiters in line and the oldest one's since
+-- ms (0 without), then key, capacity, in_flight, state, cooldown_until, failures, ...}; no key
+-- entries for a pool that was never seeded.
 local now = now_ms()
 local reaped = 0
 for _ = 1, 1000 do
@@ -8,9 +9,15 @@ for _ = 1, 1000 do
   reaped = reaped + n
   if n < BATCH then break end
 end
-if reaped > 0 then wake(now) end
 uncool(now)
+serve(now)
 local out = {now, recovering(now), redis.call('SCARD', K_BATCH), redis.call('GET', K_SHARE) or '1'}
+for rank = 0, 2 do
+  local lo, hi = rank * 2 ^ 42, (rank + 1) * 2 ^ 42 - 1
+  out[#out + 1] = redis.call('ZCOUNT', K_ARRIVALS, lo, hi)
+  local first = redis.call('ZRANGE', K_ARRIVALS, lo, hi, 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+  if #first > 0 then out[#out + 1] = tonumber(first[2]) - lo else out[#out + 1] = 0 end
+end
 local keys = redis.call('HKEYS', K_CAP)
 table.sort(keys)
 for _, k in ipairs(keys) do
