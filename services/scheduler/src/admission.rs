@@ -12,8 +12,8 @@
 //! Also owns the safety nets of invariant 3 ("no leaks"): a grant whose caller went away
 //! mid-call is released at once ([`UndoGrant`]; not an idempotent one, which its caller's
 //! retry claims); a request that stops waiting leaves the line at once and releases a slot
-//! handed to it meanwhile ([`Leave`]); and a store that lost a pool (Redis restarted empty) is re-seeded from the
-//! config before the attempt is retried.
+//! handed to it meanwhile ([`Leave`]); and a store that lost a pool (Redis restarted empty)
+//! is re-seeded from the config before the attempt is retried.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -215,10 +215,7 @@ impl Admission {
     ) -> Result<AcquireResult, StoreError> {
         let mut undo = UndoGrant {
             store: self.store.clone(),
-            id: (!params.idempotent).then(|| LeaseId {
-                pool: params.pool.clone(),
-                token: params.token.clone(),
-            }),
+            id: (!params.idempotent).then(|| params.lease_id()),
         };
         let mut result = self.store.acquire(params).await;
         if let Err(StoreError::NotSeeded(pool)) = &result {
@@ -256,8 +253,9 @@ impl Admission {
 
     /// Starts `pool`'s poll task unless it runs: while this replica has waiters of the pool
     /// it hands over slots no call announced (expiries, ended cooldowns), tells waiters of
-    /// slots whose announcement was lost (they claim them themselves), and renews this replica's tickets every third of
-    /// `scheduler.line_ticket_ttl_ms`. It ends when the pool has no waiters here.
+    /// slots whose announcement was lost (they claim them themselves), and renews this
+    /// replica's tickets every third of `scheduler.line_ticket_ttl_ms`. It ends when the pool
+    /// has no waiters here.
     fn poll_line(&self, queue: &Arc<WaitQueue>, pool: &str) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;

@@ -225,6 +225,16 @@ pub struct AcquireParams {
     pub ticket_ttl_ms: u64,
 }
 
+impl AcquireParams {
+    /// The id of the lease this Acquire gets (its pool and token).
+    pub fn lease_id(&self) -> LeaseId {
+        LeaseId {
+            pool: self.pool.clone(),
+            token: self.token.clone(),
+        }
+    }
+}
+
 /// Result of one acquire attempt: a lease, or a refusal that cannot be mistaken for one.
 #[derive(Clone, Debug, PartialEq)]
 pub enum AcquireResult {

@@ -70,6 +70,18 @@ impl KeyEntry {
         }
     }
 
+    /// The lease `id` on this key (`key_id`), ending at `expires_at_ms`, with the key's
+    /// counts now.
+    fn lease(&self, id: LeaseId, key_id: String, expires_at_ms: i64) -> Lease {
+        Lease {
+            id,
+            key_id,
+            expires_at_ms,
+            key_in_flight: self.in_flight,
+            key_capacity: self.capacity,
+        }
+    }
+
     fn cool(&mut self, until: i64, reason: CoolReason) {
         // A new cooldown never shortens an existing one.
         if until > self.cool_until_ms {
@@ -268,16 +280,7 @@ impl PoolState {
             return Err(Refusal::NoEligibleKey);
         };
         k.in_flight += 1;
-        Ok(Lease {
-            id: LeaseId {
-                pool: p.pool.clone(),
-                token: p.token.clone(),
-            },
-            key_id: chosen,
-            expires_at_ms: expires,
-            key_in_flight: k.in_flight,
-            key_capacity: k.capacity,
-        })
+        Ok(k.lease(p.lease_id(), chosen, expires))
     }
 
     /// Whether some available key has a free slot.
@@ -425,16 +428,11 @@ impl MemoryStore {
                         if !take {
                             return TicketState::Handed;
                         }
-                        let lease = Lease {
-                            id: LeaseId {
-                                pool: pool.to_owned(),
-                                token: token.clone(),
-                            },
-                            key_id: key.clone(),
-                            expires_at_ms: *exp,
-                            key_in_flight: k.in_flight,
-                            key_capacity: k.capacity,
+                        let id = LeaseId {
+                            pool: pool.to_owned(),
+                            token: token.clone(),
                         };
+                        let lease = k.lease(id, key.clone(), *exp);
                         p.handed.remove(t);
                         return TicketState::Granted(lease);
                     }
@@ -541,16 +539,7 @@ impl LeaseStore for MemoryStore {
                 && let Some(k) = pool.keys.get(key.as_str())
             {
                 *exp = (*exp).max(now.saturating_add(i64::try_from(p.ttl_ms).unwrap_or(i64::MAX)));
-                let lease = Lease {
-                    id: LeaseId {
-                        pool: p.pool.clone(),
-                        token: p.token.clone(),
-                    },
-                    key_id: key.clone(),
-                    expires_at_ms: *exp,
-                    key_in_flight: k.in_flight,
-                    key_capacity: k.capacity,
-                };
+                let lease = k.lease(p.lease_id(), key.clone(), *exp);
                 pool.handed.remove(p.token.as_str());
                 pool.line.remove(p.token.as_str());
                 return AcquireResult::Granted(lease);
@@ -612,14 +601,7 @@ impl LeaseStore for MemoryStore {
                     k.in_flight = k.in_flight.saturating_add(1);
                     key.to_owned()
                 };
-                let k = pool.keys.get(&key)?;
-                Some(Lease {
-                    id: id.clone(),
-                    key_id: key,
-                    expires_at_ms: expires,
-                    key_in_flight: k.in_flight,
-                    key_capacity: k.capacity,
-                })
+                Some(pool.keys.get(&key)?.lease(id.clone(), key, expires))
             })?
             .ok_or_else(|| StoreError::NotSeeded(id.pool.clone()))?)
     }

@@ -252,6 +252,22 @@ impl RedisStore {
         }
     }
 
+    /// [`RedisStore::replicated`] for a lease just granted (`what` names how), releasing it
+    /// when too few replicas hold it: best effort, and if that fails too the lease ends at its
+    /// TTL (a slot held for a while, never a slot leased twice).
+    async fn withdrawn_unless_replicated(
+        &self,
+        lease: &Lease,
+        what: &str,
+        online: i64,
+    ) -> StoreResult<()> {
+        if let Err(e) = self.replicated(&lease.id.pool, what, online).await {
+            let _ = self.release(&lease.id).await;
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// Runs `waiting.lua` in `mode` (`claim` or `renew`) for `tokens`: the replicas in sync
     /// with the primary (to acknowledge a claim) and each token's state.
     async fn tickets(
@@ -276,16 +292,13 @@ impl RedisStore {
         for (token, answer) in tokens.iter().zip(reply.into_iter().skip(1)) {
             let answer = items(answer)?;
             out.push(match text(get(&answer, 0)?)?.as_str() {
-                "granted" => TicketState::Granted(Lease {
-                    id: LeaseId {
+                "granted" => TicketState::Granted(lease_reply(
+                    LeaseId {
                         pool: pool.to_owned(),
                         token: token.clone(),
                     },
-                    key_id: text(get(&answer, 1)?)?,
-                    expires_at_ms: int(get(&answer, 2)?)?,
-                    key_in_flight: u32_of(get(&answer, 3)?)?,
-                    key_capacity: u32_of(get(&answer, 4)?)?,
-                }),
+                    &answer,
+                )?),
                 "handed" => TicketState::Handed,
                 "waiting" => TicketState::Waiting,
                 "gone" => TicketState::Gone,
@@ -396,6 +409,18 @@ fn get(items: &[Value], i: usize) -> StoreResult<&Value> {
         .ok_or_else(|| StoreError::Protocol(format!("reply too short: no item {i}")))
 }
 
+/// The lease `id` as the scripts reply it: items 1-4 are its key, expiry, the key's in-flight
+/// count and capacity (`lua/acquire.lua`, `lua/renew.lua`, `lua/waiting.lua`).
+fn lease_reply(id: LeaseId, reply: &[Value]) -> StoreResult<Lease> {
+    Ok(Lease {
+        id,
+        key_id: text(get(reply, 1)?)?,
+        expires_at_ms: int(get(reply, 2)?)?,
+        key_in_flight: u32_of(get(reply, 3)?)?,
+        key_capacity: u32_of(get(reply, 4)?)?,
+    })
+}
+
 /// A refusal as the scripts reply it (`lua/acquire.lua`).
 fn refusal(reply: &[Value]) -> StoreResult<Refusal> {
     let hint = |v: &Value| -> StoreResult<u64> {
@@ -476,23 +501,10 @@ impl LeaseStore for RedisStore {
         }
         match text(get(&reply, 0)?)?.as_str() {
             "ok" => {
-                let lease = Lease {
-                    id: LeaseId {
-                        pool: p.pool.clone(),
-                        token: p.token.clone(),
-                    },
-                    key_id: text(get(&reply, 1)?)?,
-                    expires_at_ms: int(get(&reply, 2)?)?,
-                    key_in_flight: u32_of(get(&reply, 3)?)?,
-                    key_capacity: u32_of(get(&reply, 4)?)?,
-                };
+                let lease = lease_reply(p.lease_id(), &reply)?;
                 let online = int(get(&reply, 5)?)?;
-                if let Err(e) = self.replicated(&p.pool, "the grant", online).await {
-                    // Best effort: if this fails too the lease ends at its TTL (a slot held
-                    // for a while, never a slot leased twice).
-                    let _ = self.release(&lease.id).await;
-                    return Err(e);
-                }
+                self.withdrawn_unless_replicated(&lease, "the grant", online)
+                    .await?;
                 Ok(AcquireResult::Granted(lease))
             }
             "unseeded" => Err(StoreError::NotSeeded(p.pool.clone())),
@@ -541,13 +553,7 @@ impl LeaseStore for RedisStore {
             "unseeded" => return Err(StoreError::NotSeeded(id.pool.clone())),
             _ => return Ok(None),
         }
-        Ok(Some(Lease {
-            id: id.clone(),
-            key_id: text(get(&reply, 1)?)?,
-            expires_at_ms: int(get(&reply, 2)?)?,
-            key_in_flight: u32_of(get(&reply, 3)?)?,
-            key_capacity: u32_of(get(&reply, 4)?)?,
-        }))
+        Ok(Some(lease_reply(id.clone(), &reply)?))
     }
 
     async fn report(
@@ -649,12 +655,9 @@ impl LeaseStore for RedisStore {
             .tickets(pool, "claim", std::slice::from_ref(token), ttl_ms)
             .await?;
         let state = states.pop().unwrap_or(TicketState::Gone);
-        if let TicketState::Granted(lease) = &state
-            && let Err(e) = self.replicated(pool, "the hand-over", online).await
-        {
-            // Withdrawn like a grant too few replicas hold (`acquire`): best effort.
-            let _ = self.release(&lease.id).await;
-            return Err(e);
+        if let TicketState::Granted(lease) = &state {
+            self.withdrawn_unless_replicated(lease, "the hand-over", online)
+                .await?;
         }
         Ok(state)
     }

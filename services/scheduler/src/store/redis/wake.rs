@@ -68,7 +68,7 @@ pub(super) struct Wake {
     pools: watch::Sender<BTreeSet<String>>,
     /// The subscriber's output, also fed by [`Wake::announce`].
     out: mpsc::UnboundedSender<Handover>,
-    freed: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Handover>>>,
+    handovers: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Handover>>>,
 }
 
 impl Wake {
@@ -80,7 +80,7 @@ impl Wake {
         Self {
             pools,
             out: tx,
-            freed: std::sync::Mutex::new(Some(rx)),
+            handovers: std::sync::Mutex::new(Some(rx)),
         }
     }
 
@@ -98,7 +98,7 @@ impl Wake {
 
     /// The hand-overs (once; later calls get `None`).
     pub(super) fn take(&self) -> Option<mpsc::UnboundedReceiver<Handover>> {
-        self.freed.lock().ok().and_then(|mut r| r.take())
+        self.handovers.lock().ok().and_then(|mut r| r.take())
     }
 }
 

@@ -3,11 +3,8 @@
 -- ms (0 without), then key, capacity, in_flight, state, cooldown_until, failures, ...}; no key
 -- entries for a pool that was never seeded.
 local now = now_ms()
-local reaped = 0
 for _ = 1, 1000 do
-  local n = reap(now)
-  reaped = reaped + n
-  if n < BATCH then break end
+  if reap(now) < BATCH then break end
 end
 uncool(now)
 serve(now)
