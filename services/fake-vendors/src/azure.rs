@@ -4,6 +4,17 @@
 //! with `<speak version xml:lang>` and `<voice name>` (else 400). Errors are bare statuses
 //! like the real service: 429 (+`Retry-After`), 401, 403 (quota: Azure has no distinct code),
 //! 400, 503.
+//!
+//! Streaming (with [`Streaming`](crate::Streaming) on): HTTP 200 with the audio body sent with
+//! `Transfer-Encoding: chunked` in paced pieces (slices of the unstreamed bytes; `riff-` formats
+//! start with their RIFF header). Facts relied on: the endpoint, headers and output format names
+//! (<https://learn.microsoft.com/azure/ai-services/speech-service/rest-text-to-speech>); the
+//! answer arrives chunked, long ones in several parts (VENDORS.md "Streaming and limit
+//! signals"; Azure's own TTS samples note it,
+//! <https://github.com/Azure-Samples/Cognitive-Speech-TTS/releases>). Unverified: how early the
+//! first chunk leaves relative to synthesis. A mid-stream break aborts the body (no final
+//! chunk). The marker text (with markers on) is the SSML's text content: tags removed,
+//! entities decoded, outer whitespace trimmed.
 
 use std::sync::Arc;
 
@@ -18,9 +29,10 @@ use axum::{
 use serde_json::json;
 
 use super::{
-    Fault, audio,
+    Fault,
     audio::Encoding,
-    control::{Admission, Shared},
+    control::{Admission, Mode, Shared},
+    stream::{self, Framed},
     xml,
 };
 
@@ -76,7 +88,8 @@ fn parse_output_format(name: &str) -> Option<(Encoding, u32)> {
     }
 }
 
-fn validate_ssml(body: &[u8]) -> Result<(), String> {
+/// The text content of valid SSML.
+fn validate_ssml(body: &[u8]) -> Result<String, String> {
     let text = std::str::from_utf8(body).map_err(|_| "SSML is not UTF-8".to_owned())?;
     let tags = xml::check(text)?;
     let speak = tags
@@ -92,7 +105,7 @@ fn validate_ssml(body: &[u8]) -> Result<(), String> {
     {
         return Err("<voice name='…'> is required".into());
     }
-    Ok(())
+    Ok(xml::text(text))
 }
 
 async fn synthesize(
@@ -128,22 +141,24 @@ async fn synthesize(
             "missing or unsupported X-Microsoft-OutputFormat",
         );
     };
-    if let Err(m) = validate_ssml(&body) {
-        return status(StatusCode::BAD_REQUEST, &m);
-    }
-    if let Some(fault) = shared.proceed(&slot).await {
-        return fault_response(&fault);
-    }
+    let text = match validate_ssml(&body) {
+        Ok(t) => t,
+        Err(m) => return status(StatusCode::BAD_REQUEST, &m),
+    };
+    let delivery = match shared.proceed(&slot, Mode::Stream).await {
+        Ok(d) => d,
+        Err(fault) => return fault_response(&fault),
+    };
     let content_type = match encoding {
         Encoding::Wav => "audio/x-wav",
         Encoding::Pcm => "audio/basic",
         Encoding::Mp3 => "audio/mpeg",
         Encoding::OggOpus => "audio/ogg",
     };
-    match audio::render(encoding, rate, shared.settings().tone_ms) {
+    match super::render(&shared, encoding, rate, &text) {
         Ok(bytes) => {
-            shared.served(&slot);
-            super::audio(content_type, bytes)
+            let framed = Framed::raw(&delivery.cut(&bytes, 1));
+            stream::respond(Arc::clone(&shared), slot, delivery, content_type, framed)
         }
         Err(e) => super::internal(e),
     }

@@ -1,17 +1,24 @@
 //! The behaviour knobs and the per-key bookkeeping shared by every fake vendor: the concurrency
-//! cap, latency, injected faults (random or scripted), pausing, and the counters that measure
-//! the highest concurrency a key saw (the vendor-side check of invariant 1, "never oversell").
+//! cap, latency, streamed delivery ([`Streaming`]), injected faults (random or scripted),
+//! pausing, and the counters that measure the highest concurrency a key saw (the vendor-side
+//! check of invariant 1, "never oversell").
 //!
 //! # Counting
 //! A request is counted from the moment its key is known (after the auth header is read) until
 //! its handler returns the response, including requests refused for being over the cap:
 //! `peak_concurrency` is what the vendor *saw*, which is what an oversell test must bound.
-//! `peak_admitted` counts only requests let through, so it never exceeds the cap.
+//! `peak_admitted` counts only requests let through, so it never exceeds the cap. A *streamed*
+//! answer (one whose body is sent in paced pieces, see [`Streaming`]) stays counted until its
+//! body stream ends or is dropped: the handler hands its slot to the body.
 //!
 //! Like a real vendor, a fake keeps working on a request whose client went away: when a
 //! handler is dropped during its latency (the client disconnected, cancelled or hit its
 //! deadline), the request stays counted until its latency would have ended. That is what lets
 //! a test see a lease released too early as `cap + 1` at the vendor (ARCHITECTURE invariant 1).
+//! With streaming on, the wait before the first piece (`first_byte`) follows the same rule.
+//! Once a stream has sent its first piece, a real vendor notices a closed connection on its
+//! next write; a fake stops counting the request as soon as hyper drops the body, which hyper
+//! does at once when the client closes the connection while the body waits for its next piece.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
@@ -22,6 +29,8 @@ use std::{
 use rand::Rng as _;
 use serde::Serialize;
 use tokio::sync::watch;
+
+pub(crate) use crate::stream::Delivery;
 
 /// How long an admitted request takes before it answers.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -91,6 +100,46 @@ fn standard_normal() -> f64 {
     (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
 }
 
+/// Streamed delivery of admitted answers: the audio of one answer is cut into `pieces` slices of
+/// the same bytes the unstreamed answer carries (so their concatenation is that audio; WAV
+/// header first), framed the vendor's way (raw body chunks, SSE events or JSON lines).
+///
+/// Timeline of one streamed answer, from admission: the first piece is sent after
+/// `first_byte` (this replaces the [`Latency`] wait); piece `k` (0-based, `pieces` ≥ 2) at
+/// `first_byte + rest·k/(pieces−1)`, so the last one at `first_byte + rest`; the vendor's end
+/// frame (MiniMax `status: 2` event, Volcengine final line, …) goes with the last piece, and with
+/// one piece the answer ends at `first_byte + rest`. Answers that a vendor never streams (a
+/// whole JSON document: MiniMax `stream: false`, Volcengine V1, DashScope without SSE, the
+/// ElevenLabs non-stream route) wait `first_byte + rest` and then answer at once.
+///
+/// Pieces are cut at even byte offsets (whole 16-bit samples); an answer shorter than
+/// `2·pieces` bytes gets fewer pieces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Streaming {
+    /// Time from admission to the first piece.
+    pub first_byte: Duration,
+    /// Time from the first piece to the last one (the end of the answer).
+    pub rest: Duration,
+    /// Number of pieces the audio is cut into (at least 1; 0 is read as 1).
+    pub pieces: u32,
+}
+
+impl Streaming {
+    /// First piece after `first_byte`, the rest spread over `rest` in `pieces` pieces in all.
+    pub fn new(first_byte: Duration, rest: Duration, pieces: u32) -> Self {
+        Self {
+            first_byte,
+            rest,
+            pieces,
+        }
+    }
+
+    /// `pieces`, at least 1.
+    pub fn piece_count(&self) -> u32 {
+        self.pieces.max(1)
+    }
+}
+
 /// An error a fake can be told to answer with, each rendered in the vendor's own shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -124,29 +173,45 @@ pub struct FaultRates {
     pub unauthorized: f64,
     /// The vendor's busy error ([`Fault::Busy`]: a body code where the vendor has one).
     pub body_error: f64,
+    /// An answer that starts and then breaks ([`Step::BreakAfterFirstPiece`]).
+    pub mid_stream_break: f64,
+}
+
+/// What the script or the fault rates decided for one admitted request.
+enum Pick {
+    Fault(Fault),
+    Break,
 }
 
 impl FaultRates {
-    fn draw(&self, retry_after_secs: Option<u64>) -> Option<Fault> {
-        let total = self.server_error + self.rate_limited + self.unauthorized + self.body_error;
+    fn draw(&self, retry_after_secs: Option<u64>) -> Option<Pick> {
+        let total = self.server_error
+            + self.rate_limited
+            + self.unauthorized
+            + self.body_error
+            + self.mid_stream_break;
         if total <= 0.0 {
             return None;
         }
         let r: f64 = rand::rng().random();
         let mut edge = self.server_error;
         if r < edge {
-            return Some(Fault::ServerError);
+            return Some(Pick::Fault(Fault::ServerError));
         }
         edge += self.rate_limited;
         if r < edge {
-            return Some(Fault::RateLimited { retry_after_secs });
+            return Some(Pick::Fault(Fault::RateLimited { retry_after_secs }));
         }
         edge += self.unauthorized;
         if r < edge {
-            return Some(Fault::Unauthorized);
+            return Some(Pick::Fault(Fault::Unauthorized));
         }
         edge += self.body_error;
-        (r < edge).then_some(Fault::Busy)
+        if r < edge {
+            return Some(Pick::Fault(Fault::Busy));
+        }
+        edge += self.mid_stream_break;
+        (r < edge).then_some(Pick::Break)
     }
 }
 
@@ -158,6 +223,18 @@ pub enum Step {
     Serve,
     /// Answer with this fault.
     Fail(Fault),
+    /// Start a successful answer (HTTP 200, its first piece at the usual time) and break it
+    /// before its end. Raw-audio bodies (OpenAI, Azure, ElevenLabs) are aborted: the body stream
+    /// yields an error, so hyper drops the connection without the final chunk. SSE and JSON-lines
+    /// answers (MiniMax `stream: true`, DashScope SSE, Volcengine V3) send the vendor's error
+    /// event or line instead of their end frame, then end normally. A whole JSON document
+    /// (MiniMax `stream: false`, Volcengine V1, DashScope JSON, the ElevenLabs non-stream route)
+    /// is cut: its first half is sent, then the connection is dropped.
+    ///
+    /// The audio is always left incomplete: with one piece (streaming off, or `pieces: 1`) it
+    /// is cut in two and the first half is sent. The failure comes when the second piece would
+    /// have been sent. The request counts as `faults_injected`, not `successes`.
+    BreakAfterFirstPiece,
 }
 
 /// Counters of one key (the credential or appid presented).
@@ -190,6 +267,8 @@ pub(crate) struct Settings {
     pub(crate) retry_after_secs: Option<u64>,
     pub(crate) valid_keys: Option<BTreeSet<String>>,
     pub(crate) tone_ms: u32,
+    pub(crate) streaming: Option<Streaming>,
+    pub(crate) markers: bool,
 }
 
 /// One request as the fake received it (credentials left out).
@@ -267,6 +346,15 @@ impl Drop for Slot {
     }
 }
 
+/// How an answer is shaped, which decides what [`Streaming`] does to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// An answer the vendor streams (raw audio body, SSE, JSON lines): paced pieces.
+    Stream,
+    /// A whole JSON document: waits until the stream would have ended, then answers at once.
+    Document,
+}
+
 /// The result of counting a request against its key's cap.
 pub(crate) enum Admission {
     /// Within the cap.
@@ -335,21 +423,31 @@ impl Shared {
         }
     }
 
-    /// For an admitted request: the scripted or random fault, or — after the latency and any
-    /// pause — `None` (serve audio).
-    pub(crate) async fn proceed(&self, slot: &Slot) -> Option<Fault> {
+    /// For an admitted request: the scripted or random fault (`Err`), or — after the wait
+    /// ([`Latency`], or with [`Streaming`] on `first_byte` for [`Mode::Stream`] and
+    /// `first_byte + rest` for [`Mode::Document`]) and any pause — how to deliver the answer.
+    pub(crate) async fn proceed(&self, slot: &Slot, mode: Mode) -> Result<Delivery, Fault> {
         let settings = self.settings();
         let scripted = lock(&self.script).pop_front();
-        let fault = match scripted {
-            Some(Step::Fail(f)) => Some(f),
+        let pick = match scripted {
+            Some(Step::Fail(f)) => Some(Pick::Fault(f)),
+            Some(Step::BreakAfterFirstPiece) => Some(Pick::Break),
             Some(Step::Serve) => None,
             None => settings.faults.draw(settings.retry_after_secs),
         };
-        if fault.is_some() {
+        if pick.is_some() {
             self.bump(&slot.key, |k| k.faults_injected += 1);
-            return fault;
         }
-        let delay = settings.latency.sample();
+        let broken = match pick {
+            Some(Pick::Fault(fault)) => return Err(fault),
+            Some(Pick::Break) => true,
+            None => false,
+        };
+        let (delay, pacing) = match (settings.streaming, mode) {
+            (None, _) => (settings.latency.sample(), None),
+            (Some(s), Mode::Stream) => (s.first_byte, Some(s)),
+            (Some(s), Mode::Document) => (s.first_byte.saturating_add(s.rest), None),
+        };
         if !delay.is_zero() {
             let until = tokio::time::Instant::now() + delay;
             *lock(&slot.busy_until) = Some(until);
@@ -359,7 +457,12 @@ impl Shared {
         let mut paused = self.paused.subscribe();
         // The sender lives as long as `self`, so this only ends when unpaused.
         let _ = paused.wait_for(|p| !*p).await;
-        None
+        Ok(Delivery { pacing, broken })
+    }
+
+    /// Counters of one key now (zeros if never seen).
+    pub(crate) fn key_stats(&self, key: &str) -> KeyStats {
+        lock(&self.keys).get(key).copied().unwrap_or_default()
     }
 
     /// Marks a request of `slot` as answered with audio.

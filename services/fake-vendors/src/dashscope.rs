@@ -3,12 +3,21 @@
 //! sample_rate 8000|16000|22050|24000|44100|48000, volume integer 0–100, rate 0.5–2, pitch
 //! 0.5–2}, optional `parameters`; anything else is a 400 `InvalidParameter`.
 //!
-//! With `X-DashScope-SSE: enable` the audio comes as `text/event-stream`: two `result` events
-//! with base64 chunks in `output.audio.data` (the second with `finish_reason: "stop"`);
-//! without it, one JSON document. Errors before the stream are JSON `{"code","message",
+//! With `X-DashScope-SSE: enable` the audio comes as `text/event-stream`: `result` events
+//! `id:<n>\nevent:result\n:HTTP_STATUS/200\ndata:{"output":{"finish_reason":"null",
+//! "audio":{"data":"<base64 piece>"}},"request_id":"fake"}\n\n`, the last one with
+//! `finish_reason: "stop"` — two events at once when [`Streaming`](crate::Streaming) is off,
+//! else one per piece, paced. Without the header, one JSON document (with streaming on, sent
+//! at `first_byte + rest`). Errors before the stream are JSON `{"code","message",
 //! "request_id"}` with a status (429 `Throttling` over the cap, 503 `ModelServingError`, 401
 //! `InvalidApiKey`, 400 `Arrearage` / `InvalidParameter`); the 200-with-error fault is an
-//! `event:error` with `:HTTP_STATUS/429` and `Throttling.RateQuota`.
+//! `event:error` with `:HTTP_STATUS/429` and `Throttling.RateQuota`. A mid-stream break sends,
+//! after the first `result` event, `id:2\nevent:error\n:HTTP_STATUS/500\ndata:{"code":
+//! "InternalError","message":"…","request_id":"fake"}\n\n` and no `stop` event. Facts relied
+//! on: the path and the `X-DashScope-SSE: enable` switch between one JSON document and a
+//! stream (<https://www.alibabacloud.com/help/en/model-studio/qwen-audio-tts-http-api>), the
+//! error codes of VENDORS.md. Unverified: the exact `id:`/`event:`/`:HTTP_STATUS/` framing of
+//! the audio events, and the code of a mid-stream internal failure.
 
 use std::sync::Arc;
 
@@ -24,9 +33,10 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use super::{
-    Fault, audio,
+    Fault,
     audio::Encoding,
-    control::{Admission, Shared},
+    control::{Admission, Mode, Shared},
+    stream::{self, Failure, Framed},
 };
 
 pub(super) fn routes() -> Router<Arc<Shared>> {
@@ -75,7 +85,8 @@ fn fault_response(fault: &Fault, streaming: bool) -> Response {
     }
 }
 
-fn validate(body: &[u8]) -> Result<(Encoding, u32), String> {
+/// `(encoding, sample rate, input.text)` of a valid body.
+fn validate(body: &[u8]) -> Result<(Encoding, u32, String), String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
     super::only_fields(&v, "body", &["model", "input", "parameters"])?;
     super::required_str(&v, "model")?;
@@ -93,7 +104,7 @@ fn validate(body: &[u8]) -> Result<(Encoding, u32), String> {
             "pitch",
         ],
     )?;
-    super::required_str(input, "text")?;
+    let text = super::required_str(input, "text")?.to_owned();
     super::required_str(input, "voice")?;
     let encoding = match input.get("format").map(Value::as_str) {
         None | Some(Some("mp3")) => Encoding::Mp3,
@@ -122,13 +133,32 @@ fn validate(body: &[u8]) -> Result<(Encoding, u32), String> {
     }
     super::number_in(input, "rate", 0.5, 2.0)?;
     super::number_in(input, "pitch", 0.5, 2.0)?;
-    Ok((encoding, rate))
+    Ok((encoding, rate, text))
 }
 
 fn event(id: usize, b64: &str, finish: &str) -> String {
     let data =
         json!({"output": {"finish_reason": finish, "audio": {"data": b64}}, "request_id": "fake"});
     format!("id:{id}\nevent:result\n:HTTP_STATUS/200\ndata:{data}\n\n")
+}
+
+/// The SSE framing of `pieces` (module doc).
+fn events(pieces: &[&[u8]]) -> Framed {
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let last = pieces.len().saturating_sub(1);
+    let failure = format!(
+        "id:2\nevent:error\n:HTTP_STATUS/500\ndata:{}\n\n",
+        json!({"code": "InternalError", "message": "An internal error has occurred during synthesis", "request_id": "fake"})
+    );
+    Framed {
+        pieces: pieces
+            .iter()
+            .enumerate()
+            .map(|(k, p)| event(k + 1, &b64(p), if k == last { "stop" } else { "null" }).into())
+            .collect(),
+        end: Bytes::new(),
+        failure: Failure::Frame(failure.into()),
+    }
 }
 
 async fn synthesize(
@@ -153,31 +183,31 @@ async fn synthesize(
         Admission::Admitted(slot) => slot,
     };
     super::record(&shared, &key, &uri, &headers, &body);
-    let (encoding, rate) = match validate(&body) {
+    let (encoding, rate, text) = match validate(&body) {
         Ok(p) => p,
         Err(m) => return error(StatusCode::BAD_REQUEST, "InvalidParameter", &m),
     };
-    if let Some(fault) = shared.proceed(&slot).await {
-        return fault_response(&fault, streaming);
-    }
-    let bytes = match audio::render(encoding, rate, shared.settings().tone_ms) {
+    let mode = if streaming {
+        Mode::Stream
+    } else {
+        Mode::Document
+    };
+    let delivery = match shared.proceed(&slot, mode).await {
+        Ok(d) => d,
+        Err(fault) => return fault_response(&fault, streaming),
+    };
+    let bytes = match super::render(&shared, encoding, rate, &text) {
         Ok(b) => b,
         Err(e) => return super::internal(e),
     };
-    shared.served(&slot);
-    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
     if streaming {
-        // Split on an even byte count so PCM chunks stay whole samples.
-        let mid = (bytes.len() / 2) & !1;
-        sse(format!(
-            "{}{}",
-            event(1, &b64(&bytes[..mid]), "null"),
-            event(2, &b64(&bytes[mid..]), "stop")
-        ))
-    } else {
-        super::json(
-            StatusCode::OK,
-            json!({"output": {"finish_reason": "stop", "audio": {"data": b64(&bytes)}}, "usage": {"characters": 1}, "request_id": "fake"}),
-        )
+        // Unstreamed: two events, split on an even byte count (whole PCM samples).
+        let framed = events(&delivery.cut(&bytes, 2));
+        return stream::respond(shared, slot, delivery, "text/event-stream", framed);
     }
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    let document = json!({"output": {"finish_reason": "stop", "audio": {"data": b64}}, "usage": {"characters": 1}, "request_id": "fake"});
+    let document = document.to_string().into_bytes();
+    let framed = Framed::raw(&delivery.cut(&document, 1));
+    stream::respond(shared, slot, delivery, "application/json", framed)
 }

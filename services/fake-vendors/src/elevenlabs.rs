@@ -1,4 +1,6 @@
-//! Fake ElevenLabs `POST /v1/text-to-speech/{voice_id}?output_format=…`: key in `xi-api-key`;
+//! Fake ElevenLabs `POST /v1/text-to-speech/{voice_id}?output_format=…` and its streaming twin
+//! `POST /v1/text-to-speech/{voice_id}/stream?output_format=…` (same key, query, body and
+//! errors): key in `xi-api-key`;
 //! `output_format` `mp3_22050_32`, `mp3_44100_{32,64,96,128,192}` or `pcm_{8000,16000,22050,
 //! 24000,44100,48000}` (default `mp3_44100_128`); JSON body `text`, `model_id`,
 //! `voice_settings` {stability, similarity_boost, style 0–1, use_speaker_boost bool, speed
@@ -6,6 +8,17 @@
 //! pitch, no volume). Errors: `{"detail":{"type","code","message","status"}}`: 429
 //! `too_many_concurrent_requests` over the cap (with `current-concurrent-requests` /
 //! `maximum-concurrent-requests`), 429 `system_busy`, 401 `invalid_api_key` / `quota_exceeded`.
+//!
+//! Every 200 answer (both routes) also carries `current-concurrent-requests` (the key's admitted
+//! requests now, this one included) and `maximum-concurrent-requests` (the cap; left out when the
+//! cap is 0 = unlimited). With [`Streaming`](crate::Streaming) on, `/stream` sends the audio
+//! body chunked in paced pieces (slices of the unstreamed bytes), while the non-stream route
+//! waits `first_byte + rest` and answers at once; a mid-stream break aborts the body. Facts
+//! relied on: the stream route, its `output_format` query and raw audio stream
+//! (<https://elevenlabs.io/docs/api-reference/text-to-speech/stream>); the 429 codes and plan
+//! limits (<https://help.elevenlabs.io/hc/en-us/articles/19571824571921-API-Error-Code-429>);
+//! the two concurrency headers (VENDORS.md "Streaming and limit signals"; when the real API
+//! sends them on success is unverified).
 
 use std::sync::Arc;
 
@@ -20,13 +33,16 @@ use axum::{
 use serde_json::{Value, json};
 
 use super::{
-    Fault, audio,
+    Fault,
     audio::Encoding,
-    control::{Admission, Shared},
+    control::{Admission, Mode, Shared},
+    stream::{self, Framed},
 };
 
 pub(super) fn routes() -> Router<Arc<Shared>> {
-    Router::new().route("/v1/text-to-speech/{voice_id}", post(convert))
+    Router::new()
+        .route("/v1/text-to-speech/{voice_id}", post(convert))
+        .route("/v1/text-to-speech/{voice_id}/stream", post(convert_stream))
 }
 
 fn detail(status: StatusCode, kind: &str, code: &str, message: &str) -> Response {
@@ -111,7 +127,8 @@ fn output_format(query: Option<&str>) -> Result<(Encoding, u32, &'static str), S
     }
 }
 
-fn validate(body: &[u8]) -> Result<(), String> {
+/// The `text` of a valid body.
+fn validate(body: &[u8]) -> Result<String, String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
     super::only_fields(
         &v,
@@ -128,7 +145,7 @@ fn validate(body: &[u8]) -> Result<(), String> {
             "apply_text_normalization",
         ],
     )?;
-    super::required_str(&v, "text")?;
+    let text = super::required_str(&v, "text")?.to_owned();
     if let Some(settings) = v.get("voice_settings") {
         super::only_fields(
             settings,
@@ -152,13 +169,36 @@ fn validate(body: &[u8]) -> Result<(), String> {
             return Err("voice_settings.use_speaker_boost must be a boolean".into());
         }
     }
-    Ok(())
+    Ok(text)
 }
 
 async fn convert(
     State(shared): State<Arc<Shared>>,
     Path(_voice_id): Path<String>,
     RawQuery(query): RawQuery,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    speech(shared, Mode::Document, query, uri, headers, body).await
+}
+
+async fn convert_stream(
+    State(shared): State<Arc<Shared>>,
+    Path(_voice_id): Path<String>,
+    RawQuery(query): RawQuery,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    speech(shared, Mode::Stream, query, uri, headers, body).await
+}
+
+/// Either route: `mode` is how it delivers its audio.
+async fn speech(
+    shared: Arc<Shared>,
+    mode: Mode,
+    query: Option<String>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
@@ -191,21 +231,33 @@ async fn convert(
             );
         }
     };
-    if let Err(m) = validate(&body) {
-        return detail(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_error",
-            "invalid_request",
-            &m,
-        );
-    }
-    if let Some(fault) = shared.proceed(&slot).await {
-        return fault_response(&fault, cap);
-    }
-    match audio::render(encoding, rate, shared.settings().tone_ms) {
+    let text = match validate(&body) {
+        Ok(t) => t,
+        Err(m) => {
+            return detail(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "validation_error",
+                "invalid_request",
+                &m,
+            );
+        }
+    };
+    let delivery = match shared.proceed(&slot, mode).await {
+        Ok(d) => d,
+        Err(fault) => return fault_response(&fault, cap),
+    };
+    let current = shared.key_stats(&key).admitted_in_flight;
+    match super::render(&shared, encoding, rate, &text) {
         Ok(bytes) => {
-            shared.served(&slot);
-            super::audio(content_type, bytes)
+            let framed = Framed::raw(&delivery.cut(&bytes, 1));
+            let mut response =
+                stream::respond(Arc::clone(&shared), slot, delivery, content_type, framed);
+            let h = response.headers_mut();
+            h.insert("current-concurrent-requests", HeaderValue::from(current));
+            if cap > 0 {
+                h.insert("maximum-concurrent-requests", HeaderValue::from(cap));
+            }
+            response
         }
         Err(e) => super::internal(e),
     }

@@ -11,6 +11,14 @@
 //! the measuring side of invariant 1), adds latency ([`Latency`]) and injects faults at random
 //! ([`FaultRates`]) or from a script ([`Step`]). Audio is small and real ([`audio`]).
 //!
+//! With [`Streaming`] on ([`FakeConfig::streaming`], [`FakeVendor::set_streaming`]), each fake
+//! streams the way its vendor does: OpenAI, Azure and ElevenLabs `/stream` send the audio body
+//! in paced chunks; MiniMax `stream: true` and DashScope SSE send paced events; Volcengine V3
+//! (`/api/v3/tts/unidirectional`) sends paced JSON lines. A streamed request stays counted at
+//! its key until its body stream ends or the client drops it; [`Step::BreakAfterFirstPiece`]
+//! (or [`FaultRates::mid_stream_break`]) breaks an answer after its first piece. With
+//! [`FakeConfig::markers`] the audio payload starts with [`audio::marker`] of the request text.
+//!
 //! Every fake also answers `GET /_fake/stats` with the per-key counters as JSON, so a separate
 //! process (a load experiment) can read what the vendor side saw.
 //!
@@ -24,7 +32,9 @@ mod dashscope;
 mod elevenlabs;
 mod minimax;
 mod openai;
+mod stream;
 mod volcengine;
+mod volcengine_v3;
 mod xml;
 
 use std::{collections::BTreeMap, fmt, io, net::SocketAddr, str::FromStr, sync::Arc};
@@ -36,7 +46,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
-pub use control::{Fault, FaultRates, KeyStats, Latency, RecordedRequest, Step};
+pub use control::{Fault, FaultRates, KeyStats, Latency, RecordedRequest, Step, Streaming};
 use control::{Settings, Shared};
 use tokio::{net::TcpListener, task::JoinHandle};
 use voxpool_shared::snapshot::Snapshot;
@@ -48,11 +58,11 @@ pub enum VendorKind {
     OpenAi,
     /// Azure Speech `/cognitiveservices/v1`.
     Azure,
-    /// Volcengine `/api/v1/tts`.
+    /// Volcengine `/api/v1/tts` and the V3 stream `/api/v3/tts/unidirectional`.
     Volcengine,
-    /// ElevenLabs `/v1/text-to-speech/{voice_id}`.
+    /// ElevenLabs `/v1/text-to-speech/{voice_id}` and `/v1/text-to-speech/{voice_id}/stream`.
     ElevenLabs,
-    /// MiniMax `/v1/t2a_v2`.
+    /// MiniMax `/v1/t2a_v2` (`stream` false or true).
     MiniMax,
     /// DashScope `/api/v1/services/audio/tts/SpeechSynthesizer`.
     DashScope,
@@ -119,12 +129,17 @@ pub struct FakeConfig {
     pub retry_after_secs: Option<u64>,
     /// When set, only these keys are accepted (others get the vendor's auth error).
     pub valid_keys: Option<Vec<String>>,
-    /// Length of the returned audio.
+    /// Length of the returned audio, in ms.
     pub tone_ms: u32,
+    /// Streamed delivery of admitted answers (`None`: the latency, then the whole answer).
+    pub streaming: Option<Streaming>,
+    /// Start each audio payload with [`audio::marker`] of the request's input text.
+    pub markers: bool,
 }
 
 impl FakeConfig {
-    /// Defaults: cap 10 per key, no latency, no faults, any key, 200 ms of audio.
+    /// Defaults: cap 10 per key, no latency, no faults, any key, 200 ms of audio, no streaming,
+    /// no markers.
     pub fn new(vendor: VendorKind) -> Self {
         Self {
             vendor,
@@ -134,7 +149,27 @@ impl FakeConfig {
             retry_after_secs: None,
             valid_keys: None,
             tone_ms: 200,
+            streaming: None,
+            markers: false,
         }
+    }
+
+    /// Sets the length of the returned audio, in ms.
+    pub fn tone_ms(mut self, tone_ms: u32) -> Self {
+        self.tone_ms = tone_ms;
+        self
+    }
+
+    /// Streams admitted answers on this timeline (replaces the latency; see [`Streaming`]).
+    pub fn streaming(mut self, streaming: Streaming) -> Self {
+        self.streaming = Some(streaming);
+        self
+    }
+
+    /// Turns the text markers in the audio on or off ([`audio::marker`]).
+    pub fn markers(mut self, on: bool) -> Self {
+        self.markers = on;
+        self
     }
 
     /// Sets the per-key cap.
@@ -178,6 +213,8 @@ impl FakeConfig {
                 .as_ref()
                 .map(|k| k.iter().cloned().collect()),
             tone_ms: self.tone_ms,
+            streaming: self.streaming,
+            markers: self.markers,
         }
     }
 }
@@ -275,6 +312,22 @@ impl FakeVendor {
         control::lock(&self.shared.settings).latency = latency;
     }
 
+    /// Changes streamed delivery for requests admitted from now on (`None`: the latency, then
+    /// the whole answer). Streams already under way keep their timeline.
+    pub fn set_streaming(&self, streaming: Option<Streaming>) {
+        control::lock(&self.shared.settings).streaming = streaming;
+    }
+
+    /// Turns the text markers in the audio on or off from now on ([`audio::marker`]).
+    pub fn set_markers(&self, on: bool) {
+        control::lock(&self.shared.settings).markers = on;
+    }
+
+    /// Changes the random fault rates from now on.
+    pub fn set_faults(&self, faults: FaultRates) {
+        control::lock(&self.shared.settings).faults = faults;
+    }
+
     /// Holds every admitted request (after its latency) until [`FakeVendor::resume`]: a test
     /// can then fill a key's slots deterministically, or make a request outlive its timeout.
     pub fn pause(&self) {
@@ -338,6 +391,8 @@ const SECRET_HEADERS: &[&str] = &[
     "authorization",
     "xi-api-key",
     "ocp-apim-subscription-key",
+    "x-api-access-key",
+    "x-api-key",
     "cookie",
 ];
 
@@ -389,13 +444,21 @@ fn with_retry_after(mut response: Response, secs: Option<u64>) -> Response {
     response
 }
 
-fn audio(content_type: &'static str, bytes: Vec<u8>) -> Response {
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, content_type)],
-        bytes,
+/// The audio of one answer at the current `tone_ms`, marked with `text` when markers are on.
+fn render(
+    shared: &Shared,
+    encoding: audio::Encoding,
+    sample_rate_hz: u32,
+    text: &str,
+) -> Result<Vec<u8>, String> {
+    let settings = shared.settings();
+    let marker = settings.markers.then(|| audio::marker(text));
+    audio::render_marked(
+        encoding,
+        sample_rate_hz,
+        settings.tone_ms,
+        marker.as_deref(),
     )
-        .into_response()
 }
 
 fn bare_503() -> Response {

@@ -6,12 +6,14 @@
 //! ```text
 //! voxpool-fake-vendor --vendor volcengine --listen 127.0.0.1:0 --cap 10 --latency-ms 800 \
 //!     --latency-max-ms 1200 --p-server-error 0.01 --retry-after-secs 1
+//! voxpool-fake-vendor --vendor openai --stream-first-byte-ms 200 --stream-rest-ms 1500 \
+//!     --stream-pieces 8 --p-mid-stream-break 0.01 --markers
 //! ```
 
 use std::{net::SocketAddr, process::ExitCode, time::Duration};
 
 use clap::Parser;
-use voxpool_fake_vendors::{FakeConfig, FakeVendor, FaultRates, Latency, VendorKind};
+use voxpool_fake_vendors::{FakeConfig, FakeVendor, FaultRates, Latency, Streaming, VendorKind};
 
 /// A fake TTS vendor with a per-key concurrency cap, latency and fault injection.
 #[derive(Debug, Parser)]
@@ -51,6 +53,31 @@ struct Args {
     /// Probability of the vendor's busy error (a body code where the vendor has one).
     #[arg(long, env = "VOXPOOL_FAKE_P_BODY_ERROR", default_value_t = 0.0)]
     p_body_error: f64,
+    /// Probability that an answer breaks after its first piece (aborted body or error event).
+    #[arg(long, env = "VOXPOOL_FAKE_P_MID_STREAM_BREAK", default_value_t = 0.0)]
+    p_mid_stream_break: f64,
+    /// Turns streaming on: time to the first piece of an answer, in ms (replaces the latency).
+    #[arg(long, env = "VOXPOOL_FAKE_STREAM_FIRST_BYTE_MS")]
+    stream_first_byte_ms: Option<u64>,
+    /// With streaming: time from the first piece to the last, in ms.
+    #[arg(
+        long,
+        env = "VOXPOOL_FAKE_STREAM_REST_MS",
+        default_value_t = 0,
+        requires = "stream_first_byte_ms"
+    )]
+    stream_rest_ms: u64,
+    /// With streaming: pieces an answer's audio is cut into (at least 1).
+    #[arg(
+        long,
+        env = "VOXPOOL_FAKE_STREAM_PIECES",
+        default_value_t = 4,
+        requires = "stream_first_byte_ms"
+    )]
+    stream_pieces: u32,
+    /// Start each audio payload with `[[<text>]]` (the first 48 bytes of the request text).
+    #[arg(long, env = "VOXPOOL_FAKE_MARKERS")]
+    markers: bool,
     /// `Retry-After` seconds sent with rate-limit answers.
     #[arg(long, env = "VOXPOOL_FAKE_RETRY_AFTER_SECS")]
     retry_after_secs: Option<u64>,
@@ -69,12 +96,14 @@ impl Args {
             rate_limited: self.p_rate_limited,
             unauthorized: self.p_unauthorized,
             body_error: self.p_body_error,
+            mid_stream_break: self.p_mid_stream_break,
         };
         let all = [
             faults.server_error,
             faults.rate_limited,
             faults.unauthorized,
             faults.body_error,
+            faults.mid_stream_break,
         ];
         if all.iter().any(|p| !(0.0..=1.0).contains(p)) || all.iter().sum::<f64>() > 1.0 {
             return Err("fault probabilities must each be in 0..1 and sum to at most 1".into());
@@ -98,8 +127,18 @@ impl Args {
             .cap(self.cap)
             .latency(latency)
             .faults(faults);
+        if self.stream_pieces == 0 {
+            return Err("--stream-pieces must be at least 1".into());
+        }
         config.retry_after_secs = self.retry_after_secs;
-        config.tone_ms = self.tone_ms;
+        config.streaming = self.stream_first_byte_ms.map(|first| {
+            Streaming::new(
+                Duration::from_millis(first),
+                Duration::from_millis(self.stream_rest_ms),
+                self.stream_pieces,
+            )
+        });
+        config = config.tone_ms(self.tone_ms).markers(self.markers);
         if !self.keys.is_empty() {
             config = config.valid_keys(self.keys.clone());
         }

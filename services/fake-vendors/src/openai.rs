@@ -1,8 +1,18 @@
 //! Fake OpenAI-compatible `POST /v1/audio/speech`: bearer key; JSON body `model`, `input`
 //! (≤ 4096 chars), `voice`, `response_format` (`mp3`, `opus`, `wav`, `pcm`; `aac`/`flac` are
-//! real formats this fake does not render), `speed` 0.25–4, `instructions`; any other field is
-//! a 400 like the real API's "unrecognized request argument". Audio at 24 kHz. Errors:
+//! real formats this fake does not render), `speed` 0.25–4, `instructions`, `stream_format`
+//! (`audio` only: the real `sse` is not served); any other field is a 400 like the real API's
+//! "unrecognized request argument". Audio at 24 kHz. Errors:
 //! `{"error":{"message","type","param","code"}}`.
+//!
+//! Streaming (with [`Streaming`](crate::Streaming) on): the same request; HTTP 200 with the
+//! audio body sent with `Transfer-Encoding: chunked` in paced pieces (slices of the unstreamed
+//! bytes, WAV header first). Facts relied on: the speech endpoint streams its audio body as it
+//! is produced, with chunked transfer encoding
+//! (<https://platform.openai.com/docs/guides/text-to-speech>); `stream_format` is `audio`
+//! (default) or `sse`, the latter not for `tts-1`/`tts-1-hd`
+//! (<https://platform.openai.com/docs/api-reference/audio/createSpeech>, as generated into
+//! OpenAPI clients such as async-openai). A mid-stream break aborts the body (no final chunk).
 
 use std::sync::Arc;
 
@@ -17,9 +27,10 @@ use axum::{
 use serde_json::{Value, json};
 
 use super::{
-    Fault, audio,
+    Fault,
     audio::Encoding,
-    control::{Admission, Shared},
+    control::{Admission, Mode, Shared},
+    stream::{self, Framed},
 };
 
 pub(super) fn routes() -> Router<Arc<Shared>> {
@@ -78,7 +89,8 @@ fn fault_response(fault: &Fault, key: &str) -> Response {
     }
 }
 
-fn validate(body: &[u8]) -> Result<Encoding, String> {
+/// `(encoding, input text)` of a valid body.
+fn validate(body: &[u8]) -> Result<(Encoding, String), String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
     super::only_fields(
         &v,
@@ -90,6 +102,7 @@ fn validate(body: &[u8]) -> Result<Encoding, String> {
             "response_format",
             "speed",
             "instructions",
+            "stream_format",
         ],
     )?;
     super::required_str(&v, "model")?;
@@ -102,15 +115,24 @@ fn validate(body: &[u8]) -> Result<Encoding, String> {
     if v.get("instructions").is_some_and(|i| !i.is_string()) {
         return Err("instructions must be a string".into());
     }
-    match v.get("response_format").map(|f| f.as_str()) {
-        None | Some(Some("mp3")) => Ok(Encoding::Mp3),
-        Some(Some("opus")) => Ok(Encoding::OggOpus),
-        Some(Some("wav")) => Ok(Encoding::Wav),
-        Some(Some("pcm")) => Ok(Encoding::Pcm),
-        Some(other) => Err(format!(
-            "response_format {other:?} is not served by this fake (mp3, opus, wav, pcm)"
-        )),
+    if !matches!(
+        v.get("stream_format").map(Value::as_str),
+        None | Some(Some("audio"))
+    ) {
+        return Err("stream_format must be \"audio\" (sse is not served by this fake)".into());
     }
+    let encoding = match v.get("response_format").map(|f| f.as_str()) {
+        None | Some(Some("mp3")) => Encoding::Mp3,
+        Some(Some("opus")) => Encoding::OggOpus,
+        Some(Some("wav")) => Encoding::Wav,
+        Some(Some("pcm")) => Encoding::Pcm,
+        Some(other) => {
+            return Err(format!(
+                "response_format {other:?} is not served by this fake (mp3, opus, wav, pcm)"
+            ));
+        }
+    };
+    Ok((encoding, input.to_owned()))
 }
 
 async fn speech(
@@ -135,23 +157,24 @@ async fn speech(
         Admission::Admitted(slot) => slot,
     };
     super::record(&shared, &key, &uri, &headers, &body);
-    let encoding = match validate(&body) {
+    let (encoding, input) = match validate(&body) {
         Ok(e) => e,
         Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", None, &m),
     };
-    if let Some(fault) = shared.proceed(&slot).await {
-        return fault_response(&fault, &key);
-    }
+    let delivery = match shared.proceed(&slot, Mode::Stream).await {
+        Ok(d) => d,
+        Err(fault) => return fault_response(&fault, &key),
+    };
     let content_type = match encoding {
         Encoding::Wav => "audio/wav",
         Encoding::Pcm => "audio/pcm",
         Encoding::Mp3 => "audio/mpeg",
         Encoding::OggOpus => "audio/ogg",
     };
-    match audio::render(encoding, 24_000, shared.settings().tone_ms) {
+    match super::render(&shared, encoding, 24_000, &input) {
         Ok(bytes) => {
-            shared.served(&slot);
-            super::audio(content_type, bytes)
+            let framed = Framed::raw(&delivery.cut(&bytes, 1));
+            stream::respond(Arc::clone(&shared), slot, delivery, content_type, framed)
         }
         Err(e) => super::internal(e),
     }

@@ -10,6 +10,10 @@
 //! "quota exceeded for types: concurrency" (HTTP 200) over the cap; 3005 busy; a
 //! `…_lifetime` quota message for the quota fault; 3011 invalid text; HTTP 401 "requested grant
 //! not found" (echoing the appid and token) for a bad key.
+//!
+//! V1 never streams: with [`Streaming`](crate::Streaming) on it answers at `first_byte + rest`,
+//! and a mid-stream break cuts its JSON document in half and drops the connection. The V3
+//! streaming route lives in `volcengine_v3.rs` and shares this fake's keys.
 
 use std::sync::Arc;
 
@@ -25,13 +29,16 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use super::{
-    Fault, audio,
+    Fault,
     audio::Encoding,
-    control::{Admission, Shared},
+    control::{Admission, Mode, Shared},
+    stream::{self, Framed},
 };
 
 pub(super) fn routes() -> Router<Arc<Shared>> {
-    Router::new().route("/api/v1/tts", post(tts))
+    Router::new()
+        .route("/api/v1/tts", post(tts))
+        .merge(super::volcengine_v3::routes())
 }
 
 fn answer(status: StatusCode, reqid: &str, code: i64, message: &str) -> Response {
@@ -79,6 +86,7 @@ fn fault_response(fault: &Fault, reqid: &str, appid: &str, token: &str) -> Respo
 struct Parsed {
     encoding: Encoding,
     rate: u32,
+    text: String,
 }
 
 /// Validates everything but the appid/token (already read). `Err((code, message))`.
@@ -150,7 +158,11 @@ fn validate(shared: &Shared, v: &Value) -> Result<Parsed, (i64, String)> {
     if !shared.first_use(reqid) {
         return Err((3006, format!("duplicate reqid {reqid}")));
     }
-    Ok(Parsed { encoding, rate })
+    Ok(Parsed {
+        encoding,
+        rate,
+        text: text.to_owned(),
+    })
 }
 
 async fn tts(
@@ -217,24 +229,24 @@ async fn tts(
         Ok(p) => p,
         Err((code, m)) => return answer(StatusCode::BAD_REQUEST, &reqid, code, &m),
     };
-    if let Some(fault) = shared.proceed(&slot).await {
-        return fault_response(&fault, &reqid, &appid, &token);
-    }
+    let delivery = match shared.proceed(&slot, Mode::Document).await {
+        Ok(d) => d,
+        Err(fault) => return fault_response(&fault, &reqid, &appid, &token),
+    };
     let tone_ms = shared.settings().tone_ms;
-    match audio::render(parsed.encoding, parsed.rate, tone_ms) {
+    match super::render(&shared, parsed.encoding, parsed.rate, &parsed.text) {
         Ok(bytes) => {
-            shared.served(&slot);
-            super::json(
-                StatusCode::OK,
-                json!({
-                    "reqid": reqid,
-                    "code": 3000,
-                    "message": "Success",
-                    "sequence": -1,
-                    "data": base64::engine::general_purpose::STANDARD.encode(bytes),
-                    "addition": {"duration": tone_ms.to_string()},
-                }),
-            )
+            let document = json!({
+                "reqid": reqid,
+                "code": 3000,
+                "message": "Success",
+                "sequence": -1,
+                "data": base64::engine::general_purpose::STANDARD.encode(bytes),
+                "addition": {"duration": tone_ms.to_string()},
+            });
+            let document = document.to_string().into_bytes();
+            let framed = Framed::raw(&delivery.cut(&document, 1));
+            stream::respond(shared, slot, delivery, "application/json", framed)
         }
         Err(e) => super::internal(e),
     }

@@ -1,5 +1,6 @@
 //! A small XML well-formedness check for the Azure fake: balanced tags, quoted attributes,
-//! only valid entity references, one root. Enough to catch SSML built without escaping.
+//! only valid entity references, one root. Enough to catch SSML built without escaping. Also
+//! the text content of a document (what the SSML speaks, for markers).
 
 /// A start tag: its name and attributes (values still escaped).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -146,6 +147,54 @@ pub(crate) fn check(doc: &str) -> Result<Vec<Tag>, String> {
     Ok(tags)
 }
 
+/// The text content of a well-formed document: its text nodes joined, entity references
+/// decoded, outer whitespace trimmed (tags, attributes and the XML declaration left out).
+pub(crate) fn text(doc: &str) -> String {
+    let mut out = String::new();
+    let mut rest = doc;
+    while let Some(lt) = rest.find('<') {
+        out.push_str(&rest[..lt]);
+        rest = rest[lt..].find('>').map_or("", |gt| &rest[lt + gt + 1..]);
+    }
+    out.push_str(rest);
+    decode_entities(out.trim())
+}
+
+fn decode_entities(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('&') {
+        out.push_str(&rest[..i]);
+        rest = &rest[i + 1..];
+        let Some(end) = rest.find(';') else {
+            out.push('&');
+            continue;
+        };
+        let entity = &rest[..end];
+        let decoded = match entity {
+            "amp" => Some('&'),
+            "lt" => Some('<'),
+            "gt" => Some('>'),
+            "quot" => Some('"'),
+            "apos" => Some('\''),
+            _ => entity
+                .strip_prefix("#x")
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                .or_else(|| entity.strip_prefix('#').and_then(|d| d.parse().ok()))
+                .and_then(char::from_u32),
+        };
+        match decoded {
+            Some(c) => {
+                out.push(c);
+                rest = &rest[end + 1..];
+            }
+            None => out.push('&'),
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,6 +207,16 @@ mod tests {
             ["speak", "voice", "break"]
         );
         assert_eq!(tags[0].attr("xml:lang"), Some("en-US"));
+    }
+
+    #[test]
+    fn text_is_the_decoded_text_content() {
+        assert_eq!(
+            text(
+                "<?xml version='1.0'?><speak version='1.0' xml:lang='en-US'><voice name='v'><prosody rate='+10%'>Tom &amp; Jerry &#39;say&#x21;&apos;</prosody></voice></speak>"
+            ),
+            "Tom & Jerry 'say!'"
+        );
     }
 
     #[test]
