@@ -128,6 +128,37 @@ pub fn sniff(format: AudioFormat, b: &[u8]) -> Result<(), AudioError> {
     }
 }
 
+/// [`sniff`] for the first bytes of a stream: `Ok(true)` once `bytes` are enough to tell they
+/// look like `format` (a WAV through its `data` chunk header, an ID3 tag or MPEG frame sync,
+/// an Ogg page, one 16-bit sample), `Ok(false)` while more are needed, an error as soon as they
+/// cannot be `format`. A stream that ends undecided is judged by [`sniff`] on all its bytes.
+pub fn sniff_start(format: AudioFormat, b: &[u8]) -> Result<bool, AudioError> {
+    let needed = match format {
+        AudioFormat::Wav => return Ok(wav::header(b)?.is_some()),
+        AudioFormat::Pcm => 2,
+        AudioFormat::Mp3 if b.first() == Some(&b'I') => 3,
+        AudioFormat::Mp3 => 2,
+        AudioFormat::OggOpus => 4,
+    };
+    if b.len() >= needed {
+        // A prefix of PCM may end mid-sample; the whole stream's length is the caller's check.
+        if format == AudioFormat::Pcm {
+            return Ok(true);
+        }
+        return sniff(format, b).map(|()| true);
+    }
+    let prefix_ok = match format {
+        AudioFormat::Mp3 => b"ID3".starts_with(b) || b == [0xFF],
+        AudioFormat::OggOpus => b"OggS".starts_with(b),
+        AudioFormat::Wav | AudioFormat::Pcm => true,
+    };
+    if prefix_ok {
+        Ok(false)
+    } else {
+        sniff(format, b).map(|()| false)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +220,34 @@ mod tests {
             .is_ok()
         );
         assert!(validate(&audio(AudioFormat::Pcm, &[0, 1, 2, 3]), AudioFormat::Pcm).is_ok());
+    }
+
+    #[test]
+    fn stream_starts_are_judged_as_soon_as_enough_bytes_are_there() {
+        let wav = wav::write(
+            wav::WavSpec {
+                channels: 1,
+                sample_rate: 8000,
+                bits_per_sample: 16,
+            },
+            &[0, 0],
+        )
+        .unwrap();
+        assert_eq!(sniff_start(AudioFormat::Wav, &wav[..30]), Ok(false));
+        assert_eq!(sniff_start(AudioFormat::Wav, &wav[..44]), Ok(true));
+        assert!(sniff_start(AudioFormat::Wav, b"{\"err").is_err());
+        assert_eq!(sniff_start(AudioFormat::Mp3, b"I"), Ok(false));
+        assert_eq!(sniff_start(AudioFormat::Mp3, b"ID3"), Ok(true));
+        assert_eq!(sniff_start(AudioFormat::Mp3, &[0xFF, 0xFB]), Ok(true));
+        assert!(sniff_start(AudioFormat::Mp3, b"{").is_err());
+        assert_eq!(sniff_start(AudioFormat::OggOpus, b"Og"), Ok(false));
+        assert!(sniff_start(AudioFormat::OggOpus, b"<x").is_err());
+        assert_eq!(sniff_start(AudioFormat::Pcm, &[1]), Ok(false));
+        assert_eq!(sniff_start(AudioFormat::Pcm, &[1, 2]), Ok(true));
+        assert_eq!(
+            sniff_start(AudioFormat::Pcm, &[1, 2, 3]),
+            Ok(true),
+            "a prefix may end mid-sample"
+        );
     }
 }

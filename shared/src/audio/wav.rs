@@ -130,9 +130,25 @@ fn parse_fmt(body: &[u8]) -> Result<WavSpec, WavError> {
     Ok(spec)
 }
 
-/// Parses a PCM WAV (module doc).
-pub fn parse(bytes: &[u8]) -> Result<Wav<'_>, WavError> {
-    if bytes.len() < 12 || &bytes[0..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
+/// Where the samples of a WAV begin, read from its header alone (see [`header`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Sample layout from `fmt `.
+    pub spec: WavSpec,
+    /// Offset of the first sample byte (just past the `data` chunk header).
+    pub data_start: usize,
+    /// The `data` chunk's declared size in bytes; `None` for a placeholder ([`PLACEHOLDER_MIN`]
+    /// and up): the samples run to the end of the stream.
+    pub data_len: Option<u32>,
+}
+
+/// Walks the chunks up to the `data` chunk header. With `complete` false (bytes still
+/// arriving), running out of bytes is `Ok(None)`; with `complete` true it is the error
+/// [`parse`] reports.
+fn walk(bytes: &[u8], complete: bool) -> Result<Option<Header>, WavError> {
+    let riff_ok = bytes.len() < 4 || &bytes[0..4] == b"RIFF";
+    let wave_ok = bytes.len() < 12 || &bytes[8..12] == b"WAVE";
+    if !riff_ok || !wave_ok || (complete && bytes.len() < 12) {
         return Err(WavError::NotWave(chunk_id(&bytes[..bytes.len().min(12)])));
     }
     let mut pos = 12;
@@ -145,24 +161,16 @@ pub fn parse(bytes: &[u8]) -> Result<Wav<'_>, WavError> {
         let declared = size as usize;
         if id == b"data" {
             let spec = spec.ok_or(WavError::MissingFmt)?;
-            let len = if declared <= available {
-                declared
-            } else if size >= PLACEHOLDER_MIN {
-                available
-            } else {
-                return Err(WavError::Truncated {
-                    id: "data".into(),
-                    declared: size,
-                    available,
-                });
-            };
-            let whole = len - len % WavSpec::block_align(spec).max(1);
-            return Ok(Wav {
+            return Ok(Some(Header {
                 spec,
-                data: &bytes[body_start..body_start + whole],
-            });
+                data_start: body_start,
+                data_len: (size < PLACEHOLDER_MIN).then_some(size),
+            }));
         }
         if declared > available {
+            if !complete {
+                return Ok(None);
+            }
             return Err(WavError::Truncated {
                 id: chunk_id(id),
                 declared: size,
@@ -174,7 +182,52 @@ pub fn parse(bytes: &[u8]) -> Result<Wav<'_>, WavError> {
         }
         pos = body_start + declared + declared % 2;
     }
-    Err(WavError::MissingData)
+    if complete {
+        Err(WavError::MissingData)
+    } else {
+        Ok(None)
+    }
+}
+
+/// Reads the header of a WAV whose bytes may still be arriving (a vendor's stream): `Ok(None)`
+/// until the `data` chunk header is in `bytes`, an error as soon as the bytes cannot be a PCM
+/// WAV (so a JSON error body is refused from its first bytes).
+pub fn header(bytes: &[u8]) -> Result<Option<Header>, WavError> {
+    walk(bytes, false)
+}
+
+/// Parses a PCM WAV (module doc).
+pub fn parse(bytes: &[u8]) -> Result<Wav<'_>, WavError> {
+    let Some(header) = walk(bytes, true)? else {
+        return Err(WavError::MissingData);
+    };
+    let available = bytes.len() - header.data_start;
+    let len = match header.data_len {
+        Some(declared) if declared as usize <= available => declared as usize,
+        Some(declared) => {
+            return Err(WavError::Truncated {
+                id: "data".into(),
+                declared,
+                available,
+            });
+        }
+        None => available,
+    };
+    let whole = len - len % WavSpec::block_align(header.spec).max(1);
+    Ok(Wav {
+        spec: header.spec,
+        data: &bytes[header.data_start..header.data_start + whole],
+    })
+}
+
+/// The 44-byte header of a WAV streamed before its length is known: RIFF and `data` sizes
+/// are `0xFFFFFFFF` (the convention streaming writers use; readers take the samples to the
+/// end of the stream). Errors: a layout [`write`] cannot write either.
+pub fn streaming_header(spec: WavSpec) -> Result<Vec<u8>, WavError> {
+    let mut out = write(spec, &[])?;
+    out[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+    out[40..44].copy_from_slice(&u32::MAX.to_le_bytes());
+    Ok(out)
 }
 
 /// A canonical 44-byte-header PCM WAV of `data`, whose RIFF and data sizes match the bytes:
