@@ -1,21 +1,35 @@
 //! One vendor call under one lease: run the adapter in its own task (a panic cannot take the
-//! lease with it), renew the lease while it runs, bound it by the attempt timeout, validate the
-//! audio, then report the outcome and release.
+//! lease with it), pass its audio on as it arrives, renew the lease while it runs, bound it by
+//! the attempt timeout, then report the outcome and release.
 //!
 //! # A lease covers the vendor's work, not the caller's patience (invariant 1 at the vendor)
 //! A vendor keeps working on a request whose client went away, so once a request has been
 //! sent its key stays busy at the vendor until the vendor answers. The whole attempt (call,
 //! renewals, report, release) therefore runs in a task of its own, tracked by the service's
 //! [`TaskTracker`]: when the caller cancels or its deadline passes, the request path stops
-//! waiting and answers, while the task lets the call finish (the audio is discarded), reports
-//! the real outcome and only then releases the lease. The call is bounded by
+//! waiting and answers, while the task carries on. The call is bounded by
 //! `synthesis.attempt_timeout_ms` alone (plus [`GRACE`]), never by the caller's deadline.
 //! A synthesis process that dies leaves the lease to its TTL; one that shuts down gracefully
 //! waits for these tasks (see [`crate::server`]).
 //!
-//! Audio that fails [`crate::audio::validate`] (e.g. a JSON error body with HTTP 200) is
-//! reported as UPSTREAM_ERROR and fails over. Each finished call is counted in the metrics
-//! here, abandoned or not, so the vendor-response metrics match what the vendor served.
+//! **Cut off once streaming.** When nobody wants the audio any more (the chunk's receiver is
+//! gone: the caller cancelled, its deadline passed, or another chunk failed the request), a
+//! call whose vendor has started sending audio is cut at once: the connection is closed (the
+//! engine process killed), which ends a streaming vendor's work on it, and the lease is
+//! released without a report. A call that has not sent its first byte yet is still being
+//! worked on at the vendor, so it is cut at its first byte, or runs to its answer (a vendor
+//! that does not stream sends everything at once).
+//!
+//! # Where the audio goes ([`ChunkOut`])
+//! The first bytes are checked with [`crate::audio::sniff_start`] before any of them is
+//! passed on (a JSON error body with HTTP 200 is UPSTREAM_ERROR and fails over, nothing
+//! delivered). Checked audio is *held* in the attempt while its chunk is not live (a later
+//! chunk synthesized ahead, or any chunk of a unary call) and handed over when the chunk
+//! becomes live or the call succeeds; a live chunk's audio is handed over as it arrives. So a
+//! call that fails before handing anything over fails over cleanly, and [`AttemptEnd::Failed`]
+//! says whether audio had been handed over (then the chunk cannot be retried without a splice).
+//! Each finished call is counted in the metrics here, abandoned or not, so the
+//! vendor-response metrics match what the vendor served.
 
 use std::{
     pin::Pin,
@@ -24,7 +38,12 @@ use std::{
     time::Duration,
 };
 
-use tokio::{task::JoinHandle, time::Instant};
+use bytes::Bytes;
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinHandle,
+    time::Instant,
+};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use voxpool_shared::contract::Outcome;
@@ -37,8 +56,8 @@ use crate::{
     metrics,
     record::AttemptRecord,
     vendor::{
-        AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorAudio, VendorFailure,
-        VendorRequest,
+        AudioFormat, AudioSink, KeyCredential, StreamEnd, UpstreamTarget, VendorAdapter,
+        VendorFailure, VendorRequest,
     },
 };
 
@@ -72,21 +91,53 @@ pub struct CallInput {
     pub attempt_timeout: Duration,
 }
 
+/// What a chunk's receiver gets: audio in order, then how the chunk ended.
+#[derive(Debug)]
+pub enum ChunkMsg<T> {
+    /// The next bytes of the chunk's vendor audio (as the vendor sent them).
+    Audio(Bytes),
+    /// The chunk is done; nothing follows.
+    Done(T),
+}
+
+/// Where an attempt hands its audio over (module doc): the chunk's channel and whether the
+/// chunk is live. Cloned into each attempt of the chunk.
+#[derive(Debug)]
+pub struct ChunkOut<T> {
+    /// The chunk's channel.
+    pub tx: mpsc::UnboundedSender<ChunkMsg<T>>,
+    /// True once the chunk's audio is forwarded as it arrives.
+    pub live: watch::Receiver<bool>,
+}
+
+impl<T> Clone for ChunkOut<T> {
+    fn clone(&self) -> Self {
+        Self {
+            tx: self.tx.clone(),
+            live: self.live.clone(),
+        }
+    }
+}
+
 /// How an attempt ended.
 #[derive(Debug)]
 pub enum AttemptEnd {
-    /// Valid audio; SUCCESS reported.
-    Audio(VendorAudio),
-    /// A classified failure; reported (see the record's outcome).
-    Failed,
+    /// Valid audio, all of it handed over; SUCCESS reported.
+    Audio(StreamEnd),
+    /// A classified failure; reported (see the record's outcome). `delivered`: audio of this
+    /// call had been handed over before it failed.
+    Failed {
+        /// Bytes handed over before the failure.
+        delivered: u64,
+    },
     /// The request deadline passed during the call: the caller is answered now, while the
-    /// call finishes in the background and is reported and released then (module doc).
+    /// call finishes (or is cut off) in the background (module doc).
     Deadline,
     /// The adapter panicked; released without a report.
     Panicked,
 }
 
-/// Aborts the task when dropped, so a cancelled request also cancels its vendor call (and
+/// Aborts the task when dropped, so cutting a call off also ends its vendor request (and
 /// `kill_on_drop` ends an engine process).
 struct AbortOnDrop<T>(JoinHandle<T>);
 
@@ -108,7 +159,8 @@ fn spawn_call(
     input: &CallInput,
     timeout: Duration,
     attempt_id: String,
-) -> AbortOnDrop<Result<VendorAudio, VendorFailure>> {
+    sink: AudioSink,
+) -> AbortOnDrop<Result<StreamEnd, VendorFailure>> {
     let input = input.clone();
     AbortOnDrop(tokio::spawn(
         async move {
@@ -123,7 +175,7 @@ fn spawn_call(
                 timeout,
                 attempt_id: &attempt_id,
             };
-            input.adapter.synthesize(request).await
+            input.adapter.stream(request, &sink).await
         }
         .instrument(tracing::Span::current()),
     ))
@@ -147,13 +199,14 @@ pub fn attempt_id() -> String {
     )
 }
 
-/// Runs one call under `guard` (module doc) in a task of `tracker`, and waits for it until
-/// `deadline`. Returns how it ended and, unless the deadline came first or the adapter
-/// panicked, the attempt's record. Dropping the returned future (the caller went away) leaves
-/// the task running to the vendor's answer.
-pub async fn run(
+/// Runs one call under `guard` (module doc) in a task of `tracker`, handing its audio to
+/// `out`, and waits for it until `deadline`. Returns how it ended and, unless the deadline
+/// came first, the call was cut off or the adapter panicked, the attempt's record. Dropping
+/// the returned future leaves the task running (module doc).
+pub async fn run<T: Send + 'static>(
     guard: LeaseGuard,
     input: &CallInput,
+    out: ChunkOut<T>,
     deadline: Deadline,
     lease_ttl: Duration,
     tracker: &TaskTracker,
@@ -161,7 +214,7 @@ pub async fn run(
     let input = input.clone();
     let attempt = tracker.spawn(
         async move {
-            let (end, record) = call_under_lease(guard, &input, lease_ttl).await;
+            let (end, record) = call_under_lease(guard, &input, out, lease_ttl).await;
             if let Some(r) = &record {
                 metrics::attempt(&input.pool_id, &input.provider, r);
             }
@@ -182,26 +235,155 @@ pub async fn run(
     }
 }
 
+/// The audio of one call on its way to the chunk: checked first, then held or handed over.
+struct Relay<T> {
+    out: ChunkOut<T>,
+    format: AudioFormat,
+    /// First bytes not yet judged by the sniffer.
+    probe: Vec<u8>,
+    checked: bool,
+    /// Checked audio waiting for the chunk to go live (or the call to succeed).
+    held: Vec<Bytes>,
+    /// Bytes the vendor sent.
+    received: u64,
+    /// Bytes handed over.
+    delivered: u64,
+}
+
+impl<T> Relay<T> {
+    /// Takes the vendor's next bytes. Errors: the first bytes are not `format` audio.
+    fn take(&mut self, bytes: Bytes) -> Result<(), audio::AudioError> {
+        self.received += bytes.len() as u64;
+        if self.checked {
+            self.held.push(bytes);
+        } else {
+            self.probe.extend_from_slice(&bytes);
+            if audio::sniff_start(self.format, &self.probe)? {
+                self.checked = true;
+                self.held.push(Bytes::from(std::mem::take(&mut self.probe)));
+            }
+        }
+        if *self.out.live.borrow() {
+            self.hand_over();
+        }
+        Ok(())
+    }
+
+    /// Hands every held byte to the chunk.
+    fn hand_over(&mut self) {
+        for bytes in self.held.drain(..) {
+            self.delivered += bytes.len() as u64;
+            let _ = self.out.tx.send(ChunkMsg::Audio(bytes));
+        }
+    }
+
+    /// At the call's successful end: judges bytes still unjudged (and PCM's whole length: whole
+    /// 16-bit samples), hands everything over.
+    fn close(&mut self) -> Result<(), audio::AudioError> {
+        if !self.checked {
+            audio::sniff(self.format, &self.probe)?;
+            self.checked = true;
+            self.held.push(Bytes::from(std::mem::take(&mut self.probe)));
+        }
+        if self.format == AudioFormat::Pcm && self.received % 2 == 1 {
+            return Err(audio::AudioError::NotAudio {
+                format: AudioFormat::Pcm,
+                reason: format!("{} bytes: not whole 16-bit samples", self.received),
+            });
+        }
+        self.hand_over();
+        Ok(())
+    }
+}
+
+/// Why the call loop stopped.
+enum Stop {
+    /// The adapter returned (or its task failed).
+    Joined(Result<Result<StreamEnd, VendorFailure>, tokio::task::JoinError>),
+    /// The first bytes are not audio.
+    NotAudio(audio::AudioError),
+    /// The lease was lost (fenced).
+    Lost(String),
+    /// Attempt timeout plus grace.
+    TimedOut,
+    /// Nobody wants the audio any more and the vendor has started sending it.
+    CutOff,
+}
+
 /// The attempt itself: the vendor call bounded by the attempt timeout, fenced by the lease's
-/// renewals, then the report (or a release when the call said nothing about the key).
-async fn call_under_lease(
+/// renewals, its audio relayed; then the report (or a release when the call said nothing
+/// about the key).
+async fn call_under_lease<T>(
     guard: LeaseGuard,
     input: &CallInput,
+    out: ChunkOut<T>,
     lease_ttl: Duration,
 ) -> (AttemptEnd, Option<AttemptRecord>) {
     let started = Instant::now();
     let timeout = input.attempt_timeout;
-    let call = spawn_call(input, timeout, attempt_id());
-    let mut lost = None;
-    let result = tokio::select! {
-        biased;
-        joined = call => Some(joined),
-        why = guard.keep_alive(lease_ttl) => {
-            lost = Some(why);
-            None
-        }
-        () = tokio::time::sleep_until(started + timeout + GRACE) => None,
+    let (sink, mut audio_rx) = AudioSink::new();
+    let mut call = spawn_call(input, timeout, attempt_id(), sink);
+    let mut relay = Relay {
+        out,
+        format: input.format,
+        probe: Vec::new(),
+        checked: false,
+        held: Vec::new(),
+        received: 0,
+        delivered: 0,
     };
+    let mut live = relay.out.live.clone();
+    let mut live_open = true;
+    let mut audio_open = true;
+    let mut wanted = true;
+    let stop = {
+        let keep_alive = guard.keep_alive(lease_ttl);
+        tokio::pin!(keep_alive);
+        let give_up = tokio::time::sleep_until(started + timeout + GRACE);
+        tokio::pin!(give_up);
+        loop {
+            let out_tx = relay.out.tx.clone();
+            tokio::select! {
+                biased;
+                piece = audio_rx.recv(), if audio_open => {
+                    let Some(bytes) = piece else {
+                        audio_open = false;
+                        continue;
+                    };
+                    if let Err(e) = relay.take(bytes) {
+                        break Stop::NotAudio(e);
+                    }
+                    if !wanted && relay.received > 0 {
+                        break Stop::CutOff;
+                    }
+                }
+                joined = &mut call => break Stop::Joined(joined),
+                why = &mut keep_alive => break Stop::Lost(why.to_string()),
+                () = &mut give_up => break Stop::TimedOut,
+                changed = live.changed(), if live_open => match changed {
+                    Ok(()) if *live.borrow() => relay.hand_over(),
+                    Ok(()) => {}
+                    Err(_) => live_open = false,
+                },
+                () = out_tx.closed(), if wanted => {
+                    wanted = false;
+                    if relay.received > 0 {
+                        break Stop::CutOff;
+                    }
+                }
+            }
+        }
+    };
+    // Everything the adapter wrote before it returned is in the channel.
+    let mut stop = stop;
+    if matches!(stop, Stop::Joined(Ok(Ok(_)))) {
+        while let Ok(bytes) = audio_rx.try_recv() {
+            if let Err(e) = relay.take(bytes) {
+                stop = Stop::NotAudio(e);
+                break;
+            }
+        }
+    }
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let lease = guard.lease().clone();
     let record = |outcome: Outcome, failure: Option<&VendorFailure>| AttemptRecord {
@@ -213,32 +395,35 @@ async fn call_under_lease(
         message: failure.map(|f| f.message.clone()).unwrap_or_default(),
         retry_after_ms: failure.and_then(|f| f.retry_after_ms),
     };
-    let failure = match result {
-        Some(Ok(Ok(audio))) => match audio::validate(&audio, input.format) {
+    let delivered = relay.delivered;
+    let failure = match stop {
+        Stop::Joined(Ok(Ok(end))) => match relay.close() {
             Ok(()) => {
                 guard.finish(Outcome::Success, None, latency_ms).await;
-                return (
-                    AttemptEnd::Audio(audio),
-                    Some(record(Outcome::Success, None)),
-                );
+                return (AttemptEnd::Audio(end), Some(record(Outcome::Success, None)));
             }
-            Err(e) => VendorFailure {
-                outcome: Outcome::UpstreamError,
-                http_status: None,
-                retry_after_ms: None,
-                message: format!("returned unusable audio: {e}"),
-            },
+            Err(e) => not_audio(&e),
         },
-        Some(Ok(Err(failure))) => failure,
-        Some(Err(join_error)) => {
+        Stop::NotAudio(e) => {
+            drop(call);
+            not_audio(&e)
+        }
+        Stop::Joined(Ok(Err(failure))) => failure,
+        Stop::Joined(Err(join_error)) => {
             tracing::error!(provider = input.adapter.provider().as_str(), key = %lease.key_id, panic = join_error.is_panic(), "adapter task failed");
             guard.release().await;
             return (AttemptEnd::Panicked, None);
         }
-        None if lost.is_some() => {
+        Stop::CutOff => {
+            drop(call);
+            tracing::debug!(key = %lease.key_id, received = relay.received, "call cut off: nobody wants its audio");
+            guard.release().await;
+            return (AttemptEnd::Failed { delivered }, None);
+        }
+        Stop::Lost(why) => {
             // Fenced: the slot may already belong to another caller, so the call was aborted
             // to keep the vendor within the key's capacity. Not the key's fault: no report.
-            let why = lost.map(|l| l.to_string()).unwrap_or_default();
+            drop(call);
             guard.release().await;
             let failure = VendorFailure {
                 outcome: Outcome::Timeout,
@@ -247,16 +432,19 @@ async fn call_under_lease(
                 message: format!("call aborted after {latency_ms}ms: {why}"),
             };
             return (
-                AttemptEnd::Failed,
+                AttemptEnd::Failed { delivered },
                 Some(record(Outcome::Timeout, Some(&failure))),
             );
         }
-        None => VendorFailure {
-            outcome: Outcome::Timeout,
-            http_status: None,
-            retry_after_ms: None,
-            message: format!("no answer within {}ms", timeout.as_millis()),
-        },
+        Stop::TimedOut => {
+            drop(call);
+            VendorFailure {
+                outcome: Outcome::Timeout,
+                http_status: None,
+                retry_after_ms: None,
+                message: format!("no complete answer within {}ms", timeout.as_millis()),
+            }
+        }
     };
     let outcome = match failure.outcome {
         Outcome::Success => Outcome::UpstreamError,
@@ -265,7 +453,19 @@ async fn call_under_lease(
     guard
         .finish(outcome, failure.retry_after_ms, latency_ms)
         .await;
-    (AttemptEnd::Failed, Some(record(outcome, Some(&failure))))
+    (
+        AttemptEnd::Failed { delivered },
+        Some(record(outcome, Some(&failure))),
+    )
+}
+
+fn not_audio(e: &audio::AudioError) -> VendorFailure {
+    VendorFailure {
+        outcome: Outcome::UpstreamError,
+        http_status: None,
+        retry_after_ms: None,
+        message: format!("returned unusable audio: {e}"),
+    }
 }
 
 #[cfg(test)]

@@ -59,8 +59,12 @@ pub struct Job {
     pub chunks: Vec<String>,
     /// Output format.
     pub format: AudioFormat,
-    /// Requested sample rate; `None` = vendor default.
+    /// Sample rate asked of every chunk: the caller's; for text of several chunks without one,
+    /// the adapter's default asked explicitly (so pieces from different upstreams share one
+    /// rate); else `None` = vendor default.
     pub sample_rate_hz: Option<u32>,
+    /// WAV output with the streaming header (`wav_streaming_header`).
+    pub wav_streaming_header: bool,
     /// The caller's (or a generated) request id.
     pub request_id: String,
     /// Traffic class of every lease (PRIORITY_UNSPECIFIED: the scheduler's STANDARD).
@@ -69,21 +73,6 @@ pub struct Job {
     pub tenant: String,
     /// When the request must be answered.
     pub deadline: Deadline,
-}
-
-impl Job {
-    /// The sample rate to ask for on chunks after the first: the caller's, else the rate the
-    /// first chunk came back at when the adapter accepts asking for it explicitly (so joined
-    /// pieces share one rate), else the vendor default.
-    pub fn rate_for_later_chunks(&self, first: Option<u32>) -> Option<u32> {
-        self.sample_rate_hz.or_else(|| {
-            first.filter(|r| {
-                self.adapter
-                    .check(&self.voice, self.format, Some(*r))
-                    .is_ok()
-            })
-        })
-    }
 }
 
 impl std::fmt::Debug for Job {

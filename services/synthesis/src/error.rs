@@ -203,6 +203,40 @@ pub enum SynthesisError {
         /// The server's message limit.
         limit: usize,
     },
+    /// A vendor call broke after part of its chunk's audio had gone out (a stream that
+    /// failed mid-way): not failed over, since the chunk would be spliced from two calls.
+    #[error(
+        "pool {pool:?}: the vendor stream broke during chunk {chunk} of {chunks} after {delivered} bytes of it were sent{}; synthesize the text again",
+        attempt.as_ref().map(|a| format!(" ({a})")).unwrap_or_default()
+    )]
+    StreamBroken {
+        /// Pool id.
+        pool: String,
+        /// 1-based chunk index.
+        chunk: usize,
+        /// Chunks of the request.
+        chunks: usize,
+        /// Bytes of the chunk's vendor audio sent before the break.
+        delivered: u64,
+        /// The broken attempt.
+        attempt: Option<Box<AttemptRecord>>,
+    },
+    /// A stream that had sent audio failed: `cause` says why, the rest what the caller holds.
+    #[error(
+        "stream interrupted after {delivered_bytes} bytes in {delivered_messages} messages ({complete_chunks} of {chunks} text chunks complete): {cause}"
+    )]
+    Interrupted {
+        /// Audio bytes sent to the caller.
+        delivered_bytes: u64,
+        /// Messages sent to the caller.
+        delivered_messages: u64,
+        /// Text chunks whose audio was sent whole.
+        complete_chunks: usize,
+        /// Chunks of the request.
+        chunks: usize,
+        /// What failed.
+        cause: Box<SynthesisError>,
+    },
     /// An adapter panicked (a bug); the lease was released.
     #[error("the {provider} adapter failed unexpectedly; the request was not completed")]
     AdapterPanicked {
@@ -415,6 +449,48 @@ impl From<SynthesisError> for Status {
                     ("limit".into(), limit.to_string()),
                 ]),
             ),
+            SynthesisError::StreamBroken {
+                pool,
+                chunk,
+                chunks,
+                delivered,
+                attempt,
+            } => {
+                let mut md =
+                    attempt_metadata(&pool, attempt.as_deref().map_or(&[], std::slice::from_ref));
+                md.insert("failed_chunk".into(), chunk.to_string());
+                md.insert("chunks".into(), chunks.to_string());
+                md.insert("chunk_bytes_delivered".into(), delivered.to_string());
+                info(Code::Aborted, message, "VENDOR_STREAM_BROKEN", md)
+            }
+            SynthesisError::Interrupted {
+                delivered_bytes,
+                delivered_messages,
+                complete_chunks,
+                chunks,
+                cause,
+            } => {
+                let failed_chunk = match cause.as_ref() {
+                    SynthesisError::StreamBroken { chunk, .. } => *chunk,
+                    _ => complete_chunks + 1,
+                };
+                let inner = Status::from(*cause);
+                let mut details = inner.get_error_details();
+                let mut info = details.error_info().cloned().unwrap_or_else(|| {
+                    tonic_types::ErrorInfo::new("STREAM_INTERRUPTED", ERROR_DOMAIN, HashMap::new())
+                });
+                for (k, v) in [
+                    ("delivered_bytes", delivered_bytes.to_string()),
+                    ("delivered_messages", delivered_messages.to_string()),
+                    ("complete_chunks", complete_chunks.to_string()),
+                    ("failed_chunk", failed_chunk.to_string()),
+                    ("chunks", chunks.to_string()),
+                ] {
+                    info.metadata.insert(k.to_owned(), v);
+                }
+                details.set_error_info(info.reason, info.domain, info.metadata);
+                Status::with_error_details(inner.code(), message, details)
+            }
             SynthesisError::AdapterPanicked { provider } => {
                 let mut details = ErrorDetails::new();
                 details.set_error_info(

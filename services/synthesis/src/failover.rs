@@ -3,7 +3,10 @@
 //! QUOTA_EXHAUSTED) lease another key — same pool, same snapshot, only the snapshot's
 //! `upstreamIds` — excluding every key already tried, until audio arrives,
 //! `synthesis.max_attempts` calls were made, no eligible key is left, or the deadline passes.
-//! CLIENT_ERROR returns at once.
+//! CLIENT_ERROR returns at once. Failover happens only while none of the chunk's audio has been
+//! handed over: a call that breaks after that ends the chunk with
+//! [`SynthesisError::StreamBroken`] (the chunk cannot be finished in another call without
+//! splicing two renditions mid-sentence).
 //!
 //! Scheduler answers: POOL_FULL waits (the scheduler queues FIFO for up to the remaining
 //! deadline; after that a jittered backoff honouring its RetryInfo) — RESOURCE_EXHAUSTED once
@@ -16,14 +19,22 @@ use voxpool_proto::scheduler::v1::AcquireRequest;
 use voxpool_shared::contract::Outcome;
 
 use crate::{
-    attempt::{self, AttemptEnd, CallInput},
+    attempt::{self, AttemptEnd, CallInput, ChunkOut},
     core::{Core, Job},
     error::SynthesisError,
     lease::{AcquireError, LeaseGuard},
     metrics,
     record::AttemptRecord,
-    vendor::VendorAudio,
 };
+
+/// A chunk whose audio has all been handed over.
+#[derive(Clone, Debug)]
+pub struct ChunkDone {
+    /// The key that produced it.
+    pub key_id: String,
+    /// Its sample rate (Hz), when known.
+    pub sample_rate_hz: Option<u32>,
+}
 
 /// Longest `wait_timeout_ms` the scheduler accepts.
 const MAX_WAIT_MS: u128 = 600_000;
@@ -36,16 +47,15 @@ fn jittered(base: Duration) -> Duration {
 }
 
 impl Core {
-    /// Synthesizes chunk `index` of `job` with failover (module doc), appending every attempt
-    /// to `attempts`. `sample_rate_hz` pins the rate of later chunks to the first one's.
-    /// Returns the audio and the key that produced it.
-    pub async fn synthesize_chunk(
+    /// Synthesizes chunk `index` of `job` with failover (module doc), its audio handed to
+    /// `out` ([`crate::attempt`]), appending every attempt to `attempts`.
+    pub async fn synthesize_chunk<T: Send + 'static>(
         &self,
         job: &Job,
         index: usize,
-        sample_rate_hz: Option<u32>,
+        out: &ChunkOut<T>,
         attempts: &mut Vec<AttemptRecord>,
-    ) -> Result<(VendorAudio, String), SynthesisError> {
+    ) -> Result<ChunkDone, SynthesisError> {
         let pool = &job.pool;
         let unusable = pool.unusable_keys();
         let max_attempts = usize::try_from(self.settings.max_attempts)
@@ -65,7 +75,7 @@ impl Core {
             text: job.chunks[index].clone(),
             pool_model: pool.model.clone(),
             format: job.format,
-            sample_rate_hz: sample_rate_hz.or(job.sample_rate_hz),
+            sample_rate_hz: job.sample_rate_hz,
             key,
             upstream,
             attempt_timeout: Duration::from_millis(self.settings.attempt_timeout_ms),
@@ -196,6 +206,7 @@ impl Core {
             let (end, record) = attempt::run(
                 guard,
                 &input(key, upstream),
+                out.clone(),
                 job.deadline,
                 self.lease_ttl,
                 &self.background,
@@ -212,11 +223,28 @@ impl Core {
                 attempts.push(r);
             }
             match end {
-                AttemptEnd::Audio(audio) => {
+                AttemptEnd::Audio(end) => {
                     metrics::characters(&pool.id, job.chunks[index].chars().count());
-                    return Ok((audio, key_id));
+                    return Ok(ChunkDone {
+                        key_id,
+                        sample_rate_hz: end.sample_rate_hz,
+                    });
                 }
-                AttemptEnd::Failed => {
+                AttemptEnd::Failed { .. } if out.tx.is_closed() => {
+                    // Cut off: nobody wants this chunk any more.
+                    return Err(deadline_exceeded(attempts));
+                }
+                AttemptEnd::Failed { delivered } if delivered > 0 => {
+                    let attempt = attempts.last().cloned();
+                    return Err(SynthesisError::StreamBroken {
+                        pool: pool.id.clone(),
+                        chunk: index + 1,
+                        chunks: job.chunks.len(),
+                        delivered,
+                        attempt: attempt.map(Box::new),
+                    });
+                }
+                AttemptEnd::Failed { .. } => {
                     if let Some(attempt) = client_error {
                         return Err(SynthesisError::VendorRejected {
                             pool: pool.id.clone(),

@@ -5,15 +5,18 @@
 //! the snapshot's `ttsModelId` picks the pool. Everything that can be refused is refused before
 //! a lease is taken ([`request`]; invariant 8: a param the vendor cannot apply fails the request
 //! with its name). The text is split at sentence boundaries to the vendor's limit ([`text`]);
-//! each chunk leases a key from the scheduler, calls the vendor with that key's credential,
-//! reports the outcome and releases ([`failover`], [`attempt`], [`lease`]); retryable outcomes
-//! fail over to other keys of the same pool with the same snapshot (invariant 9). The pieces are
-//! joined into one output ([`audio`]).
+//! up to `max_parallel_chunks` chunks at once ([`chunks`]) each lease a key from the scheduler,
+//! call the vendor with that key's credential (audio passed on as the vendor streams it),
+//! report the outcome and release ([`failover`], [`attempt`], [`lease`]); retryable outcomes
+//! before any audio went out fail over to other keys of the same pool with the same snapshot
+//! (invariant 9). The pieces are joined into one output in text order ([`audio`]).
 //!
 //! Modules:
 //! - [`service`] / [`stream`]: the gRPC service (unary and streaming).
 //! - [`request`]: request validation into a [`core::Job`].
-//! - [`failover`] / [`attempt`]: per-chunk failover and one leased vendor call.
+//! - [`chunks`]: a request's chunks side by side (`max_parallel_chunks`), emitted in order.
+//! - [`failover`] / [`attempt`]: per-chunk failover and one leased vendor call, its audio
+//!   streamed on as the vendor sends it.
 //! - [`lease`] / [`catalog`]: the scheduler and catalog clients.
 //! - [`pools`]: the config's pools with resolved credentials (and the credential policy).
 //! - [`text`] / [`audio`]: text splitting and audio validation / joining.
@@ -24,6 +27,7 @@
 
 pub mod attempt;
 pub mod catalog;
+pub mod chunks;
 pub mod core;
 pub mod deadline;
 pub mod error;

@@ -10,6 +10,7 @@
 //! | `voxpool.synthesis.failovers` | counter | `{failover}` | `pool`, `outcome` (of the failed attempt) |
 //! | `voxpool.synthesis.exhausted` | counter | `{request}` | `pool` |
 //! | `voxpool.synthesis.characters` | counter | `{character}` | `pool` |
+//! | `voxpool.synthesis.first_audio.duration` | histogram | `s` | `pool`, `format` (time from a `SynthesizeStream` request to its first audio message) |
 //!
 //! `pool` is a configured pool id, or `-` when the request failed before a pool was chosen (a
 //! caller-supplied tts model id never becomes an attribute), so cardinality is bounded by the
@@ -36,6 +37,7 @@ struct Instruments {
     failovers: Counter<u64>,
     exhausted: Counter<u64>,
     characters: Counter<u64>,
+    first_audio: Histogram<f64>,
 }
 
 fn instruments() -> &'static Instruments {
@@ -74,6 +76,11 @@ fn instruments() -> &'static Instruments {
                 .u64_counter("voxpool.synthesis.failovers")
                 .with_unit("{failover}")
                 .with_description("retries on another key after a failed vendor call")
+                .build(),
+            first_audio: meter
+                .f64_histogram("voxpool.synthesis.first_audio.duration")
+                .with_unit("s")
+                .with_description("time from a SynthesizeStream request to its first audio")
                 .build(),
             exhausted: meter
                 .u64_counter("voxpool.synthesis.exhausted")
@@ -166,6 +173,17 @@ pub fn failover(pool: &str, outcome: &'static str) {
         &[
             KeyValue::new("pool", pool.to_owned()),
             KeyValue::new("outcome", outcome),
+        ],
+    );
+}
+
+/// Records the time from a stream's request to its first audio message.
+pub fn first_audio(pool: &str, format: &'static str, elapsed: Duration) {
+    instruments().first_audio.record(
+        elapsed.as_secs_f64(),
+        &[
+            KeyValue::new("pool", pool.to_owned()),
+            KeyValue::new("format", format),
         ],
     );
 }

@@ -2,10 +2,11 @@
 //! be refused before a lease is taken (text, format, voice, digest, pool, provider, adapter
 //! params — invariant 8), so a bad request never holds a key.
 //!
-//! Order: request id, priority and tenant, text (empty / whitespace-only / over `max_text_chars`), format and
-//! sample rate, the voice (`snapshot` | `snapshot_json` | `pack_id` via the catalog), its
+//! Order: request id, priority and tenant, text (empty / whitespace-only / over `max_text_chars`), format,
+//! `wav_streaming_header` (WAV only) and sample rate, the voice (`snapshot` | `snapshot_json` | `pack_id` via the catalog), its
 //! digest, its provider, its pool (`ttsModelId`), provider = pool provider, the adapter and the
-//! credentials, the snapshot's upstreams, the adapter's `check`, then the split of the text.
+//! credentials, the snapshot's upstreams, the adapter's `check`, then the split of the text
+//! (and, for text of several chunks without a rate, the adapter's default rate asked of all).
 
 use std::sync::Arc;
 
@@ -118,6 +119,14 @@ impl Core {
         }
         check_text(&r.text, self.settings.max_text_chars)?;
         let format = audio_format(r.format)?;
+        if r.wav_streaming_header && format != AudioFormat::Wav {
+            return Err(invalid(
+                "wav_streaming_header",
+                format!(
+                    "applies to WAV only, and the format is {format}: leave it false (PCM, MP3 and OGG_OPUS stream as they are)"
+                ),
+            ));
+        }
         let sample_rate_hz = match r.sample_rate_hz {
             0 => None,
             hz @ 1..=MAX_SAMPLE_RATE_HZ => u32::try_from(hz).ok(),
@@ -196,6 +205,14 @@ impl Core {
                 ),
             ));
         }
+        // Chunks run side by side, possibly on upstreams with different defaults: each asks
+        // for one explicit rate (the vendor's default) so the pieces join.
+        let sample_rate_hz = sample_rate_hz.or_else(|| {
+            (chunks.len() > 1)
+                .then(|| adapter.default_sample_rate_hz(format))
+                .flatten()
+                .filter(|r| adapter.check(&voice, format, Some(*r)).is_ok())
+        });
         let request_id = if r.request_id.is_empty() {
             new_request_id()
         } else {
@@ -208,6 +225,7 @@ impl Core {
             chunks,
             format,
             sample_rate_hz,
+            wav_streaming_header: r.wav_streaming_header,
             request_id,
             priority,
             tenant: r.tenant,

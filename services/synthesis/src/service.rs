@@ -1,13 +1,15 @@
 //! The `voxpool.synthesis.v1.Synthesis` gRPC service.
 //!
-//! `Synthesize` validates the request ([`crate::request`]), synthesizes the text chunks in
-//! order with failover ([`crate::failover`]) and joins them ([`crate::audio::Joiner`]); audio
+//! `Synthesize` validates the request ([`crate::request`]), synthesizes the text chunks (up to
+//! `max_parallel_chunks` at once, [`crate::chunks`]) with failover ([`crate::failover`]) and
+//! joins them in text order ([`crate::audio::Joiner`]); audio
 //! larger than one message may be (`--max-message-bytes`) is RESOURCE_EXHAUSTED pointing to
 //! the stream. `SynthesizeStream` does the same and sends audio as it is produced (see
 //! [`crate::stream`]); the concatenation of its chunks equals the `Synthesize` audio for the
 //! same request. Dropping a call (the caller cancels or its deadline passes) stops waiting at
-//! once; a vendor call already sent runs on to the vendor's answer and holds its lease until
-//! then (`crate::attempt`), and later chunks are never started.
+//! once; a vendor call already sent is cut off at its first audio byte (a streaming vendor
+//! stops when its connection closes) or, if its vendor never streams, runs on to the answer,
+//! holding its lease until then (`crate::attempt`); later chunks are never started.
 
 use std::{sync::Arc, time::Duration};
 
@@ -19,7 +21,8 @@ use voxpool_proto::synthesis::v1::{
 };
 
 use crate::{
-    audio::{AudioError, Joiner},
+    audio::AudioError,
+    chunks,
     core::{Core, Job},
     deadline::Deadline,
     error::SynthesisError,
@@ -99,7 +102,13 @@ impl SynthesisService {
             Err(e) => return (None, Err(e)),
         };
         let pool = Some(job.pool.id.clone());
-        let done = match run_job(&self.core, &job).await {
+        let (pool_id, chunk_count, request_id, format) = (
+            job.pool.id.clone(),
+            job.chunks.len(),
+            job.request_id.clone(),
+            job.format,
+        );
+        let done = match run_job(&self.core, job).await {
             Ok(done) => done,
             Err(e) => return (pool, Err(e)),
         };
@@ -116,11 +125,11 @@ impl SynthesisService {
                 }),
             );
         }
-        tracing::info!(pool = %job.pool.id, key = %done.key_id, request_id = %job.request_id, chunks = job.chunks.len(),
+        tracing::info!(pool = %pool_id, key = %done.key_id, request_id = %request_id, chunks = chunk_count,
             attempts = done.attempts.len(), bytes = done.audio.len(), "synthesized");
         let response = pb::SynthesizeResponse {
             audio: done.audio,
-            format: audio_format_pb(job.format) as i32,
+            format: audio_format_pb(format) as i32,
             sample_rate_hz: done
                 .sample_rate_hz
                 .and_then(|r| i32::try_from(r).ok())
@@ -132,35 +141,46 @@ impl SynthesisService {
     }
 }
 
-/// Runs every chunk of `job` and joins the audio.
-pub async fn run_job(core: &Core, job: &Job) -> Result<Synthesized, SynthesisError> {
-    let mut attempts = Vec::new();
-    let mut joiner = Joiner::new(job.format);
-    let mut audio = Vec::new();
-    let mut key_id = String::new();
-    for index in 0..job.chunks.len() {
-        let (piece, key) = core
-            .synthesize_chunk(
-                job,
-                index,
-                job.rate_for_later_chunks(joiner.sample_rate_hz()),
-                &mut attempts,
-            )
-            .await?;
-        audio.extend(
-            joiner
-                .push(&piece)
-                .map_err(|e| audio_error(&job.pool.id, e))?,
-        );
-        key_id = key;
+/// A unary call's output: everything collected, nothing delivered before the end.
+#[derive(Debug, Default)]
+struct Collect {
+    audio: Vec<u8>,
+}
+
+impl chunks::Output for Collect {
+    fn live(&self) -> bool {
+        false
     }
-    let sample_rate_hz = joiner.sample_rate_hz().or(job.sample_rate_hz);
-    audio.extend(joiner.finish().map_err(|e| audio_error(&job.pool.id, e))?);
+
+    async fn send(&mut self, bytes: Vec<u8>) -> bool {
+        self.audio.extend(bytes);
+        true
+    }
+
+    fn delivered(&self) -> (u64, u64) {
+        (0, 0)
+    }
+}
+
+/// Runs every chunk of `job` ([`crate::chunks`]) and joins the audio.
+pub async fn run_job(core: &Arc<Core>, job: Job) -> Result<Synthesized, SynthesisError> {
+    let job = Arc::new(job);
+    let mut out = Collect::default();
+    let Some(done) = chunks::run(core, &job, &mut out).await? else {
+        // Collect never refuses bytes, so the run cannot see its caller gone.
+        return Err(SynthesisError::DeadlineExceeded {
+            pool: Some(job.pool.id.clone()),
+            budget_ms: job.deadline.budget_ms(),
+            attempts: Vec::new(),
+        });
+    };
+    let mut audio = out.audio;
+    audio.extend(done.tail);
     Ok(Synthesized {
         audio,
-        sample_rate_hz,
-        key_id,
-        attempts,
+        sample_rate_hz: done.sample_rate_hz,
+        key_id: done.key_id,
+        attempts: done.attempts,
     })
 }
 

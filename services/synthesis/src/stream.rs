@@ -1,12 +1,15 @@
-//! `SynthesizeStream`: audio sent as it is produced, in messages of at most
+//! `SynthesizeStream`: audio sent as the vendor produces it, in messages of at most
 //! [`MAX_MESSAGE_BYTES`], `seq` 0, 1, 2, … and `final` on the last one.
 //!
-//! PCM and MP3 audio of each text chunk goes out as soon as that chunk is synthesized. A WAV
-//! header must carry the final sizes (callers always get a WAV whose sizes match its bytes),
-//! so WAV audio goes out once the last chunk is done. Either way the concatenated messages
-//! equal the `Synthesize` audio of the same request. Errors after the first message end the
-//! stream with the error status. The work runs in a task that is cancelled when the caller
-//! drops the stream; its leases are released by their guards.
+//! PCM, MP3 and OGG_OPUS audio goes out as the vendor streams it: the first chunk's first
+//! bytes as soon as they arrive, later chunks (synthesized alongside, [`crate::chunks`]) in
+//! text order. An exact WAV header must carry the final sizes, so exact WAV audio goes out
+//! once the last chunk is done; with `wav_streaming_header` a header with unknown sizes goes
+//! out first and the samples stream like PCM. Either way the concatenated messages equal the
+//! `Synthesize` audio of the same request. An error after the first message ends the stream
+//! with a status saying what was delivered ([`SynthesisError::Interrupted`]). The work runs in
+//! a task that is cancelled when the caller drops the stream: calls already streaming are cut
+//! off and their leases released at once ([`crate::attempt`]).
 
 use std::{
     pin::Pin,
@@ -23,11 +26,10 @@ use tracing::Instrument;
 use voxpool_proto::synthesis::v1::AudioChunk;
 
 use crate::{
-    audio::Joiner,
+    chunks,
     core::{Core, Job},
     error::SynthesisError,
     metrics,
-    service::audio_error,
 };
 
 /// Largest `audio` in one streamed message (bytes).
@@ -60,16 +62,17 @@ pub fn start(core: Arc<Core>, job: Job, started: Instant) -> AudioStream {
     let token = CancellationToken::new();
     let cancelled = token.clone();
     let work = async move {
+        let (pool, request_id) = (job.pool.id.clone(), job.request_id.clone());
         let code = tokio::select! {
             () = cancelled.cancelled() => {
-                tracing::info!(pool = %job.pool.id, request_id = %job.request_id, "stream cancelled by the caller");
+                tracing::info!(pool = %pool, request_id = %request_id, "stream cancelled by the caller");
                 Code::Cancelled
             }
-            result = produce(&core, &job, &tx) => match result {
+            result = produce(&core, job, &tx, started) => match result {
                 Ok(()) if tx.is_closed() => Code::Cancelled,
                 Ok(()) => Code::Ok,
                 Err(e) => {
-                    tracing::info!(pool = %job.pool.id, request_id = %job.request_id, error = %e, "synthesis stream failed");
+                    tracing::info!(pool = %pool, request_id = %request_id, error = %e, "synthesis stream failed");
                     let status = Status::from(e);
                     let code = status.code();
                     let _ = tx.send(Err(status)).await;
@@ -77,7 +80,7 @@ pub fn start(core: Arc<Core>, job: Job, started: Instant) -> AudioStream {
                 }
             },
         };
-        metrics::request("stream", &job.pool.id, code, started.elapsed());
+        metrics::request("stream", &pool, code, started.elapsed());
     };
     tokio::spawn(work.instrument(tracing::Span::current()));
     AudioStream {
@@ -89,12 +92,15 @@ pub fn start(core: Arc<Core>, job: Job, started: Instant) -> AudioStream {
 struct Sender<'a> {
     tx: &'a mpsc::Sender<Result<AudioChunk, Status>>,
     seq: i32,
+    bytes: u64,
+    /// Pool, format name and request arrival, for the first-audio metric.
+    first_audio: Option<(String, &'static str, Instant)>,
 }
 
 impl Sender<'_> {
     /// Sends `bytes` in slices; the last slice carries `last`. An empty final send is one empty
     /// message with `final` set. Returns false when the caller has gone.
-    async fn send(&mut self, bytes: Vec<u8>, last: bool) -> bool {
+    async fn send_marked(&mut self, bytes: Vec<u8>, last: bool) -> bool {
         let slices: Vec<&[u8]> = if bytes.is_empty() && last {
             vec![&[]]
         } else {
@@ -110,45 +116,51 @@ impl Sender<'_> {
             if self.tx.send(Ok(chunk)).await.is_err() {
                 return false;
             }
+            if !slice.is_empty()
+                && let Some((pool, format, started)) = self.first_audio.take()
+            {
+                metrics::first_audio(&pool, format, started.elapsed());
+            }
             self.seq += 1;
+            self.bytes += slice.len() as u64;
         }
         true
     }
 }
 
-async fn produce(
-    core: &Core,
-    job: &Job,
-    tx: &mpsc::Sender<Result<AudioChunk, Status>>,
-) -> Result<(), SynthesisError> {
-    let mut sender = Sender { tx, seq: 0 };
-    let mut attempts = Vec::new();
-    let mut joiner = Joiner::new(job.format);
-    let mut tail = Vec::new();
-    let count = job.chunks.len();
-    for index in 0..count {
-        let (piece, _) = core
-            .synthesize_chunk(
-                job,
-                index,
-                job.rate_for_later_chunks(joiner.sample_rate_hz()),
-                &mut attempts,
-            )
-            .await?;
-        let bytes = joiner
-            .push(&piece)
-            .map_err(|e| audio_error(&job.pool.id, e))?;
-        if index + 1 < count {
-            if !sender.send(bytes, false).await {
-                return Ok(());
-            }
-        } else {
-            tail = bytes;
-        }
+impl chunks::Output for Sender<'_> {
+    fn live(&self) -> bool {
+        true
     }
-    tail.extend(joiner.finish().map_err(|e| audio_error(&job.pool.id, e))?);
-    sender.send(tail, true).await;
-    tracing::info!(pool = %job.pool.id, request_id = %job.request_id, chunks = count, messages = sender.seq,
-        attempts = attempts.len(), "synthesis stream done");
+
+    async fn send(&mut self, bytes: Vec<u8>) -> bool {
+        self.send_marked(bytes, false).await
+    }
+
+    fn delivered(&self) -> (u64, u64) {
+        (self.bytes, u64::try_from(self.seq).unwrap_or(0))
+    }
+}
+
+async fn produce(
+    core: &Arc<Core>,
+    job: Job,
+    tx: &mpsc::Sender<Result<AudioChunk, Status>>,
+    started: Instant,
+) -> Result<(), SynthesisError> {
+    let job = Arc::new(job);
+    let format = crate::request::audio_format_pb(job.format).as_str_name();
+    let mut sender = Sender {
+        tx,
+        seq: 0,
+        bytes: 0,
+        first_audio: Some((job.pool.id.clone(), format, started)),
+    };
+    let Some(done) = chunks::run(core, &job, &mut sender).await? else {
+        return Ok(());
+    };
+    sender.send_marked(done.tail, true).await;
+    tracing::info!(pool = %job.pool.id, request_id = %job.request_id, chunks = job.chunks.len(), messages = sender.seq,
+        attempts = done.attempts.len(), "synthesis stream done");
     Ok(())
 }

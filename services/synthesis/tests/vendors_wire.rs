@@ -246,7 +246,7 @@ async fn elevenlabs_puts_voice_in_the_path_and_wraps_pcm_into_wav() {
     )
     .await
     .expect("audio");
-    let wav = hound::WavReader::new(std::io::Cursor::new(&audio.bytes)).expect("a WAV");
+    let wav = hound::WavReader::new(std::io::Cursor::new(exact_wav(&audio))).expect("a WAV");
     assert_eq!(wav.spec().sample_rate, 22_050);
     assert_eq!(
         wav.len(),
@@ -256,7 +256,7 @@ async fn elevenlabs_puts_voice_in_the_path_and_wraps_pcm_into_wav() {
     let request = only_request(&fake);
     assert_eq!(
         request.uri,
-        "/v1/text-to-speech/voice%201?output_format=pcm_22050"
+        "/v1/text-to-speech/voice%201/stream?output_format=pcm_22050"
     );
     assert_eq!(
         body_json(&request),
@@ -322,7 +322,7 @@ async fn dashscope_streams_sse_and_sends_pitch_multiplier_and_integer_volume() {
     )
     .await
     .expect("audio");
-    let wav = hound::WavReader::new(std::io::Cursor::new(&audio.bytes))
+    let wav = hound::WavReader::new(std::io::Cursor::new(exact_wav(&audio)))
         .expect("a WAV from the joined chunks");
     assert_eq!(wav.spec().sample_rate, 22_050);
     assert_eq!(wav.len(), 22_050 / 5);
@@ -399,4 +399,14 @@ fn the_builtin_registry_serves_every_cloud_adapter_under_its_provider_id() {
             .unwrap_or_else(|| panic!("{kind} not registered"));
         assert_eq!(adapter.provider().as_str(), kind.as_str());
     }
+}
+
+/// The caller's view of an adapter's WAV: a streaming adapter's header may carry unknown
+/// sizes (the vendor streamed PCM, or espeak-ng wrote placeholders); the service's joiner gives
+/// callers one header whose sizes match the bytes.
+fn exact_wav(audio: &VendorAudio) -> Vec<u8> {
+    let mut joiner = voxpool_synthesis::audio::Joiner::new(AudioFormat::Wav);
+    let mut out = joiner.push(audio).expect("a WAV piece");
+    out.extend(joiner.finish().expect("a WAV"));
+    out
 }

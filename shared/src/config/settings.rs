@@ -99,6 +99,11 @@ pub struct SynthesisSettings {
     pub attempt_timeout_ms: u64,
     /// Overall deadline when the caller sets none. Default 60000.
     pub default_deadline_ms: u64,
+    /// Most chunks of one request synthesized at once, each on its own lease (text longer
+    /// than the vendor's limit is split into chunks; they are emitted in text order). Every
+    /// lease is taken in the request's traffic class, so a BATCH request's chunks count
+    /// against the batch share. 1 = one chunk after another. Default 4.
+    pub max_parallel_chunks: u32,
 }
 
 impl Default for SynthesisSettings {
@@ -108,6 +113,7 @@ impl Default for SynthesisSettings {
             max_attempts: 4,
             attempt_timeout_ms: 30_000,
             default_deadline_ms: 60_000,
+            max_parallel_chunks: 4,
         }
     }
 }

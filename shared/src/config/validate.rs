@@ -257,6 +257,15 @@ impl Config {
         if self.synthesis.max_attempts == 0 {
             push("synthesis.max_attempts".into(), "must be at least 1".into());
         }
+        if !(1..=64).contains(&self.synthesis.max_parallel_chunks) {
+            push(
+                "synthesis.max_parallel_chunks".into(),
+                format!(
+                    "must be 1 to 64, got {}",
+                    self.synthesis.max_parallel_chunks
+                ),
+            );
+        }
         if problems.is_empty() {
             Ok(())
         } else {

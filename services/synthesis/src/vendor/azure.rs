@@ -25,6 +25,11 @@
 //! Text limit: 2000 characters, conservative: the SSML document (escaped text can grow 6×) must
 //! stay far below the service's 64 KB request limit.
 //!
+//! # Streaming
+//! The REST answer is sent chunked while synthesis runs (VENDORS.md "Streaming"; Azure's
+//! "Text to speech REST API" documents the chunked transfer); each piece goes to the sink as
+//! it arrives. `raw-*-pcm` and the MP3/Opus formats play from the first bytes.
+//!
 //! # Errors
 //! Azure answers with bare statuses (body often empty): 429 → `RATE_LIMITED` (with
 //! `Retry-After`), 401/403 → `KEY_INVALID` (Azure has no distinct quota error), 400/415 →
@@ -36,8 +41,8 @@ use voxpool_shared::provider::Provider;
 use voxpool_shared::snapshot::Snapshot;
 
 use super::{
-    AudioFormat, ParamError, TextLimit, VendorAdapter, VendorAudio, VendorFailure, VendorRequest,
-    http,
+    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
+    VendorRequest, http,
 };
 
 const PROVIDER: &str = Provider::Azure.as_str();
@@ -303,7 +308,15 @@ impl VendorAdapter for Azure {
         wire(voice, format, sample_rate_hz).map(|_| ())
     }
 
-    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure> {
+    fn default_sample_rate_hz(&self, _format: AudioFormat) -> Option<u32> {
+        Some(DEFAULT_RATE)
+    }
+
+    async fn stream(
+        &self,
+        request: VendorRequest<'_>,
+        sink: &AudioSink,
+    ) -> Result<StreamEnd, VendorFailure> {
         let wire = wire(request.voice, request.format, request.sample_rate_hz)
             .map_err(|e| http::param_failure(PROVIDER, &e))?;
         let secret = http::require_secret(PROVIDER, request.key)?;
@@ -328,32 +341,30 @@ impl VendorAdapter for Azure {
             .header(reqwest::header::CONTENT_TYPE, "application/ssml+xml")
             .header("X-Microsoft-OutputFormat", wire.output_format)
             .body(ssml(request.text, &request.voice.voice_id, &wire));
-        let reply = http::send(PROVIDER, builder, request.timeout, Some(secret)).await?;
-        let status = reply.status.as_u16();
-        if !reply.status.is_success() {
-            // Azure answers errors with a bare status and no document (VENDORS.md).
-            return Err(http::ErrorAnswer::of(&reply, String::new(), "", None)
-                .failure(PROVIDER, Some(secret)));
-        }
-        if http::is_document(&reply.headers, &reply.body) {
-            let snippet =
-                String::from_utf8_lossy(&reply.body[..reply.body.len().min(200)]).into_owned();
-            return Err(http::failure(
-                PROVIDER,
-                voxpool_shared::contract::Outcome::UpstreamError,
-                Some(status),
-                None,
-                format!(
-                    "HTTP 200 with a document instead of audio: {}",
-                    snippet.trim()
-                ),
-                Some(secret),
-            ));
-        }
-        http::raw_audio_or_failure(PROVIDER, &reply, request.format, Some(secret))?;
-        Ok(VendorAudio {
-            bytes: reply.body.to_vec(),
-            format: request.format,
+        let opened = http::open(PROVIDER, builder, request.timeout, Some(secret)).await?;
+        http::stream_raw_audio(PROVIDER, opened, sink, Some(secret), |reply| {
+            if reply.status.is_success() {
+                let snippet =
+                    String::from_utf8_lossy(&reply.body[..reply.body.len().min(200)]).into_owned();
+                http::failure(
+                    PROVIDER,
+                    voxpool_shared::contract::Outcome::UpstreamError,
+                    Some(reply.status.as_u16()),
+                    None,
+                    format!(
+                        "HTTP 200 with a document instead of audio: {}",
+                        snippet.trim()
+                    ),
+                    Some(secret),
+                )
+            } else {
+                // Azure answers errors with a bare status and no document (VENDORS.md).
+                http::ErrorAnswer::of(reply, String::new(), "", None)
+                    .failure(PROVIDER, Some(secret))
+            }
+        })
+        .await?;
+        Ok(StreamEnd {
             sample_rate_hz: Some(wire.sample_rate_hz),
         })
     }

@@ -8,7 +8,9 @@
 //!
 //! # SSE, not the plain response
 //! The request sets `X-DashScope-SSE: enable` and reads `text/event-stream`: each event's `data`
-//! is JSON with a base64 chunk in `output.audio.data`; the chunks are concatenated. Chosen
+//! is JSON with a base64 chunk in `output.audio.data`, written to the sink as its event
+//! arrives (the audio streams as the vendor produces it). SSE rather than the WebSocket API:
+//! both stream the audio piece by piece, and SSE keeps one HTTP call per attempt. Chosen
 //! because the plain (non-SSE) answer may carry only an `output.audio.url` to download
 //! separately (a second request outside the lease's key), while SSE always carries the bytes
 //! inline and reports mid-synthesis failures as events (`event:error`, a `:HTTP_STATUS/<n>`
@@ -23,7 +25,7 @@
 //! | `params.volumePct` v | `volume` = 50 + v/2 (integer, 50 = default) | 0..100; an odd v (not a whole volume step) is refused, never rounded |
 //! | `extra.*` | — | refused (none supported) |
 //! | `PCM` / `MP3` | `format` `pcm` / `mp3` | |
-//! | `WAV` | `pcm`, then a RIFF header added here (streamed WAV chunks carry no final sizes) | |
+//! | `WAV` | `pcm`, behind a RIFF header written here (sizes unknown while streaming) | |
 //! | `OGG_OPUS` | — | refused: the `opus` output's container is not documented |
 //! | rate | `sample_rate` | 8000, 16000, 22050, 24000, 44100, 48000 (default 22050, the vendor's) |
 //!
@@ -44,8 +46,9 @@ use voxpool_shared::{contract::Outcome, provider::Provider};
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{
-    AudioFormat, ParamError, TextLimit, VendorAdapter, VendorAudio, VendorFailure, VendorRequest,
-    http::{self, HttpReply},
+    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
+    VendorRequest,
+    http::{self, HttpReply, sse},
 };
 
 const PROVIDER: &str = Provider::DashScope.as_str();
@@ -197,37 +200,6 @@ fn outcome_for_code(code: &str) -> Option<Outcome> {
 }
 
 /// One server-sent event.
-#[derive(Debug, Default, PartialEq)]
-struct Event {
-    name: Option<String>,
-    http_status: Option<u16>,
-    data: String,
-}
-
-/// Splits a `text/event-stream` body into events (`event:`, `data:`, the `:HTTP_STATUS/<n>`
-/// comment; `id:` and other comments ignored).
-fn parse_sse(body: &str) -> Vec<Event> {
-    let normalized = body.replace("\r\n", "\n");
-    normalized
-        .split("\n\n")
-        .filter_map(|block| {
-            let mut event = Event::default();
-            let mut data = Vec::new();
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("data:") {
-                    data.push(v.strip_prefix(' ').unwrap_or(v));
-                } else if let Some(v) = line.strip_prefix("event:") {
-                    event.name = Some(v.trim().to_owned());
-                } else if let Some(v) = line.strip_prefix(":HTTP_STATUS/") {
-                    event.http_status = v.trim().parse().ok();
-                }
-            }
-            event.data = data.join("\n");
-            (!event.data.is_empty() || event.name.is_some()).then_some(event)
-        })
-        .collect()
-}
-
 fn error_failure(
     status: u16,
     doc: &Value,
@@ -262,53 +234,66 @@ fn audio_chunk(doc: &Value) -> Result<Option<Vec<u8>>, String> {
     }
 }
 
-/// Reads a DashScope answer (SSE or plain JSON) into audio bytes or a classified failure.
-fn read_answer(reply: &HttpReply, secret: &Secret) -> Result<Vec<u8>, VendorFailure> {
+/// The plain JSON answer (an error before any event, or a non-SSE success): its audio or a
+/// classified failure.
+fn plain_answer(reply: &HttpReply, secret: &Secret) -> Result<Vec<u8>, VendorFailure> {
     let status = reply.status.as_u16();
-    let upstream = |m: String| {
-        http::failure(
-            PROVIDER,
-            Outcome::UpstreamError,
-            Some(status),
-            None,
-            m,
-            Some(secret),
-        )
-    };
-    let is_sse = http::media_type(&reply.headers).is_some_and(|m| m == "text/event-stream");
-    if !reply.status.is_success() || !is_sse {
-        let doc: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
-        if !reply.status.is_success() || has_error_code(&doc) {
-            if doc.is_null() {
-                return Err(http::ErrorAnswer::of(reply, String::new(), "", None)
-                    .failure(PROVIDER, Some(secret)));
-            }
-            return Err(error_failure(status, &doc, &reply.headers, secret));
+    let doc: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
+    if !reply.status.is_success() || has_error_code(&doc) {
+        if doc.is_null() {
+            return Err(http::ErrorAnswer::of(reply, String::new(), "", None)
+                .failure(PROVIDER, Some(secret)));
         }
-        return audio_chunk(&doc)
-            .map_err(upstream)?
-            .ok_or_else(|| upstream("HTTP 200 without output.audio.data".to_owned()));
+        return Err(error_failure(status, &doc, &reply.headers, secret));
     }
-    let text = String::from_utf8_lossy(&reply.body);
-    let mut audio = Vec::new();
-    for event in parse_sse(&text) {
-        let doc: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
-        if event.name.as_deref() == Some("error") || has_error_code(&doc) {
-            return Err(error_failure(
-                event.http_status.unwrap_or(status),
-                &doc,
-                &reply.headers,
+    audio_chunk(&doc)
+        .map_err(|m| upstream(status, m, secret))?
+        .ok_or_else(|| {
+            upstream(
+                status,
+                "HTTP 200 without output.audio.data".to_owned(),
                 secret,
-            ));
-        }
-        if let Some(chunk) = audio_chunk(&doc).map_err(upstream)? {
-            audio.extend_from_slice(&chunk);
-        }
+            )
+        })
+}
+
+fn upstream(status: u16, message: String, secret: &Secret) -> VendorFailure {
+    http::failure(
+        PROVIDER,
+        Outcome::UpstreamError,
+        Some(status),
+        None,
+        message,
+        Some(secret),
+    )
+}
+
+/// Writes the audio of one event (a WAV request's header before the first piece), or fails
+/// on an error event.
+fn on_event(
+    event: &sse::Event,
+    opened: &http::Opened,
+    wire: &Wire,
+    sink: &AudioSink,
+    secret: &Secret,
+) -> Result<(), VendorFailure> {
+    let status = opened.status.as_u16();
+    let doc: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+    if event.name.as_deref() == Some("error") || has_error_code(&doc) {
+        return Err(error_failure(
+            event.http_status.unwrap_or(status),
+            &doc,
+            &opened.headers,
+            secret,
+        ));
     }
-    if audio.is_empty() {
-        return Err(upstream("event stream ended without audio".to_owned()));
+    if let Some(chunk) = audio_chunk(&doc).map_err(|m| upstream(status, m, secret))? {
+        if wire.wrap_wav && sink.written() == 0 {
+            sink.write(http::pcm16_wav_header(PROVIDER, wire.sample_rate)?);
+        }
+        sink.write(chunk);
     }
-    Ok(audio)
+    Ok(())
 }
 
 #[async_trait]
@@ -330,7 +315,15 @@ impl VendorAdapter for DashScope {
         wire(voice, format, sample_rate_hz).map(|_| ())
     }
 
-    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure> {
+    fn default_sample_rate_hz(&self, _format: AudioFormat) -> Option<u32> {
+        Some(DEFAULT_RATE)
+    }
+
+    async fn stream(
+        &self,
+        request: VendorRequest<'_>,
+        sink: &AudioSink,
+    ) -> Result<StreamEnd, VendorFailure> {
         let wire = wire(request.voice, request.format, request.sample_rate_hz)
             .map_err(|e| http::param_failure(PROVIDER, &e))?;
         let secret = http::require_secret(PROVIDER, request.key)?;
@@ -345,40 +338,37 @@ impl VendorAdapter for DashScope {
             .header("X-DashScope-SSE", "enable")
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&body(&request, &wire));
-        let reply = http::send(PROVIDER, builder, request.timeout, Some(secret)).await?;
-        let audio = read_answer(&reply, secret)?;
-        let vendor_format = if wire.wrap_wav {
-            AudioFormat::Pcm
-        } else {
-            request.format
-        };
-        let fail = |m: String| {
-            http::failure(
-                PROVIDER,
-                Outcome::UpstreamError,
-                Some(reply.status.as_u16()),
-                None,
-                m,
-                Some(secret),
-            )
-        };
-        if crate::audio::sniff(vendor_format, &audio).is_err() {
-            return Err(fail(format!(
-                "the stream's audio is not {}",
-                http::format_name(vendor_format)
-            )));
-        }
-        let bytes = if wire.wrap_wav {
-            crate::audio::wav::from_pcm16(&audio, wire.sample_rate)
-                .map_err(|e| fail(e.to_string()))?
-        } else {
-            audio
-        };
-        Ok(VendorAudio {
-            bytes,
-            format: request.format,
+        let mut opened = http::open(PROVIDER, builder, request.timeout, Some(secret)).await?;
+        let end = StreamEnd {
             sample_rate_hz: Some(wire.sample_rate),
-        })
+        };
+        let is_sse = http::media_type(&opened.headers).is_some_and(|m| m == "text/event-stream");
+        if !opened.status.is_success() || !is_sse {
+            let reply = opened.read_all(PROVIDER, Some(secret)).await?;
+            let audio = plain_answer(&reply, secret)?;
+            if wire.wrap_wav {
+                sink.write(http::pcm16_wav_header(PROVIDER, wire.sample_rate)?);
+            }
+            sink.write(audio);
+            return Ok(end);
+        }
+        let mut reader = sse::SseReader::default();
+        while let Some(piece) = opened.chunk(PROVIDER, Some(secret)).await? {
+            for event in reader.push(&piece) {
+                on_event(&event, &opened, &wire, sink, secret)?;
+            }
+        }
+        if let Some(event) = reader.finish() {
+            on_event(&event, &opened, &wire, sink, secret)?;
+        }
+        if sink.written() == 0 {
+            return Err(upstream(
+                opened.status.as_u16(),
+                "event stream ended without audio".to_owned(),
+                secret,
+            ));
+        }
+        Ok(end)
     }
 }
 
@@ -520,26 +510,6 @@ mod tests {
             assert_eq!(e.param, param, "{e}");
             assert_eq!(e.provider, PROVIDER);
         }
-    }
-
-    #[test]
-    fn sse_events_are_split_with_status_comments() {
-        let body = "id:1\nevent:result\n:HTTP_STATUS/200\ndata:{\"a\":1}\n\nid:2\r\nevent:error\r\n:HTTP_STATUS/429\r\ndata:{\"code\":\"Throttling\"}\r\n\r\n";
-        assert_eq!(
-            parse_sse(body),
-            vec![
-                Event {
-                    name: Some("result".into()),
-                    http_status: Some(200),
-                    data: "{\"a\":1}".into()
-                },
-                Event {
-                    name: Some("error".into()),
-                    http_status: Some(429),
-                    data: "{\"code\":\"Throttling\"}".into()
-                },
-            ]
-        );
     }
 
     #[test]

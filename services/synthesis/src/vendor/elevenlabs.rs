@@ -1,9 +1,11 @@
-//! ElevenLabs text to speech: `POST {base}/v1/text-to-speech/{voice_id}?output_format=…`
-//! (ElevenLabs API reference "Create speech",
-//! <https://elevenlabs.io/docs/api-reference/text-to-speech/convert>; VENDORS.md "ElevenLabs"
-//! for the error codes and concurrency limits). Default base
+//! ElevenLabs text to speech, streaming: `POST
+//! {base}/v1/text-to-speech/{voice_id}/stream?output_format=…` (ElevenLabs API reference
+//! "Stream speech", <https://elevenlabs.io/docs/api-reference/text-to-speech/stream>; VENDORS.md
+//! "ElevenLabs" for the error codes and concurrency limits). Default base
 //! `https://api.elevenlabs.io`; auth header `xi-api-key`. Body `text`, `model_id`,
-//! `voice_settings`. The answer is raw audio.
+//! `voice_settings` (the same as the non-streaming "Create speech"). The answer is raw audio,
+//! sent as it is produced; each piece goes to the sink as it arrives (a WAV request: a header
+//! with unknown sizes first, then the PCM).
 //!
 //! # Param conversion
 //! | snapshot | wire | rule |
@@ -15,7 +17,7 @@
 //! | `extra.use_speaker_boost` | `voice_settings.use_speaker_boost` | `true` / `false` |
 //! | `MP3` + rate | `output_format` `mp3_22050_32` / `mp3_44100_128` | 22050 or 44100 Hz (default 44100) |
 //! | `PCM` + rate | `pcm_<rate>` | 8000, 16000, 22050, 24000, 44100, 48000 (default 24000) |
-//! | `WAV` + rate | `pcm_<rate>`, then a RIFF header added here | as PCM |
+//! | `WAV` + rate | `pcm_<rate>`, behind a RIFF header written here | as PCM |
 //! | `OGG_OPUS` | — | refused: the Opus outputs' container is not documented |
 //!
 //! Text limit: 5000 characters, conservative (the multilingual v2 model takes 10000).
@@ -34,7 +36,8 @@ use voxpool_shared::{contract::Outcome, provider::Provider};
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{
-    AudioFormat, ParamError, TextLimit, VendorAdapter, VendorAudio, VendorFailure, VendorRequest,
+    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
+    VendorRequest,
     http::{self, HttpReply},
 };
 
@@ -176,7 +179,7 @@ fn endpoint(base_url: Option<&str>, voice_id: &str, output_format: &str) -> Resu
     url.path_segments_mut()
         .map_err(|()| "upstream base_url cannot take a path".to_owned())?
         .pop_if_empty()
-        .extend(["v1", "text-to-speech", voice_id]);
+        .extend(["v1", "text-to-speech", voice_id, "stream"]);
     url.query_pairs_mut()
         .append_pair("output_format", output_format);
     Ok(url)
@@ -230,7 +233,19 @@ impl VendorAdapter for ElevenLabs {
         wire(voice, format, sample_rate_hz).map(|_| ())
     }
 
-    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure> {
+    fn default_sample_rate_hz(&self, format: AudioFormat) -> Option<u32> {
+        Some(if format == AudioFormat::Mp3 {
+            44_100
+        } else {
+            24_000
+        })
+    }
+
+    async fn stream(
+        &self,
+        request: VendorRequest<'_>,
+        sink: &AudioSink,
+    ) -> Result<StreamEnd, VendorFailure> {
         let wire = wire(request.voice, request.format, request.sample_rate_hz)
             .map_err(|e| http::param_failure(PROVIDER, &e))?;
         let secret = http::require_secret(PROVIDER, request.key)?;
@@ -245,33 +260,15 @@ impl VendorAdapter for ElevenLabs {
             .post(url)
             .header("xi-api-key", secret.expose())
             .json(&body(&request, &wire));
-        let reply = http::send(PROVIDER, builder, request.timeout, Some(secret)).await?;
-        if !reply.status.is_success() || http::is_document(&reply.headers, &reply.body) {
-            return Err(classify(&reply, secret));
+        let opened = http::open(PROVIDER, builder, request.timeout, Some(secret)).await?;
+        if wire.wrap_wav && opened.status.is_success() {
+            sink.write(http::pcm16_wav_header(PROVIDER, wire.sample_rate_hz)?);
         }
-        let vendor_format = if wire.wrap_wav {
-            AudioFormat::Pcm
-        } else {
-            request.format
-        };
-        http::raw_audio_or_failure(PROVIDER, &reply, vendor_format, Some(secret))?;
-        let bytes = if wire.wrap_wav {
-            crate::audio::wav::from_pcm16(&reply.body, wire.sample_rate_hz).map_err(|m| {
-                http::failure(
-                    PROVIDER,
-                    Outcome::UpstreamError,
-                    Some(200),
-                    None,
-                    m.to_string(),
-                    Some(secret),
-                )
-            })?
-        } else {
-            reply.body.to_vec()
-        };
-        Ok(VendorAudio {
-            bytes,
-            format: request.format,
+        http::stream_raw_audio(PROVIDER, opened, sink, Some(secret), |reply| {
+            classify(reply, secret)
+        })
+        .await?;
+        Ok(StreamEnd {
             sample_rate_hz: Some(wire.sample_rate_hz),
         })
     }
@@ -457,7 +454,7 @@ mod tests {
         let url = endpoint(Some("http://127.0.0.1:7/"), "a/b c", "pcm_16000").unwrap();
         assert_eq!(
             url.as_str(),
-            "http://127.0.0.1:7/v1/text-to-speech/a%2Fb%20c?output_format=pcm_16000"
+            "http://127.0.0.1:7/v1/text-to-speech/a%2Fb%20c/stream?output_format=pcm_16000"
         );
     }
 

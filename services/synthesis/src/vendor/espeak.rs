@@ -2,10 +2,11 @@
 //! `make run`. A key's capacity is the number of concurrent engine processes.
 //!
 //! One call = one process: `espeak-ng -b 1 -v <voice> -s <wpm> -p <pitch> -a <amplitude>
-//! --stdout --stdin`, text written to stdin (never argv), WAV read from stdout. The process
-//! is killed when the call times out or the caller goes away (`kill_on_drop`). With `--stdout`
-//! espeak-ng cannot seek and writes placeholder RIFF/data sizes (0x7FFFF000); the WAV is
-//! re-written with sizes that match its bytes.
+//! --stdout --stdin`, text written to stdin (never argv), WAV read from stdout as espeak-ng
+//! writes it and passed on piece by piece (PCM: the samples after the header). The process
+//! is killed when the call times out or is cut off (`kill_on_drop`). With `--stdout`
+//! espeak-ng cannot seek and writes placeholder RIFF/data sizes (0x7FFFF000); the service's
+//! joiner gives the caller a WAV whose sizes match its bytes.
 //!
 //! # Parameter mapping (applied or refused, never clamped — invariant 8)
 //! | snapshot | espeak-ng | mapping | accepted |
@@ -35,7 +36,8 @@ use voxpool_shared::snapshot::Snapshot;
 use voxpool_shared::{contract::Outcome, provider::Provider};
 
 use super::{
-    AudioFormat, ParamError, TextLimit, VendorAdapter, VendorAudio, VendorFailure, VendorRequest,
+    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
+    VendorRequest,
 };
 use crate::audio::wav;
 
@@ -199,9 +201,16 @@ impl EspeakAdapter {
         }
     }
 
-    /// Runs the process to completion; the caller bounds it with a timeout (dropping this
-    /// future kills the process).
-    async fn run(&self, args: &EspeakArgs, text: &str) -> Result<Vec<u8>, VendorFailure> {
+    /// Runs the process to completion, writing its stdout into `sink` as espeak-ng produces
+    /// it (`format` PCM: the samples after the WAV header); the caller bounds it with a
+    /// timeout (dropping this future kills the process).
+    async fn run(
+        &self,
+        args: &EspeakArgs,
+        text: &str,
+        format: AudioFormat,
+        sink: &AudioSink,
+    ) -> Result<(), VendorFailure> {
         let mut child = tokio::process::Command::new(&self.program)
             .args(["-b", "1", "-v", &args.voice])
             .args([
@@ -237,14 +246,35 @@ impl EspeakAdapter {
             let _ = stdin.write_all(text.as_bytes()).await;
             drop(stdin);
         };
-        let mut out = Vec::new();
+        let read = async {
+            // PCM: the WAV header is held back until its end is known, then only samples flow.
+            let mut header: Option<Vec<u8>> = (format == AudioFormat::Pcm).then(Vec::new);
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                let n = stdout.read(&mut buf).await?;
+                if n == 0 {
+                    return Ok::<(), std::io::Error>(());
+                }
+                let Some(held) = header.as_mut() else {
+                    sink.write(buf[..n].to_vec());
+                    continue;
+                };
+                held.extend_from_slice(&buf[..n]);
+                match wav::header(held) {
+                    Ok(Some(h)) => {
+                        sink.write(held.split_off(h.data_start));
+                        header = None;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+                    }
+                }
+            }
+        };
         let mut err = Vec::new();
         let mut stderr = stderr.take(STDERR_CAP);
-        let (_, read_out, _) = tokio::join!(
-            write,
-            stdout.read_to_end(&mut out),
-            stderr.read_to_end(&mut err)
-        );
+        let (_, read_out, _) = tokio::join!(write, read, stderr.read_to_end(&mut err));
         let status = child.wait().await.map_err(|e| {
             Self::failure(
                 Outcome::UpstreamError,
@@ -272,8 +302,7 @@ impl EspeakAdapter {
                 Outcome::UpstreamError,
                 format!("reading espeak-ng output: {e}"),
             )
-        })?;
-        Ok(out)
+        })
     }
 }
 
@@ -297,11 +326,20 @@ impl VendorAdapter for EspeakAdapter {
         check_output(format, sample_rate_hz)
     }
 
-    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure> {
+    fn default_sample_rate_hz(&self, _format: AudioFormat) -> Option<u32> {
+        Some(SAMPLE_RATE_HZ)
+    }
+
+    async fn stream(
+        &self,
+        request: VendorRequest<'_>,
+        sink: &AudioSink,
+    ) -> Result<StreamEnd, VendorFailure> {
         let args = map_voice(request.voice)
             .and_then(|a| check_output(request.format, request.sample_rate_hz).map(|()| a))
             .map_err(|e| Self::failure(Outcome::ClientError, e.to_string()))?;
-        let raw = tokio::time::timeout(request.timeout, self.run(&args, request.text))
+        let run = self.run(&args, request.text, request.format, sink);
+        tokio::time::timeout(request.timeout, run)
             .await
             .map_err(|_| {
                 Self::failure(
@@ -312,28 +350,19 @@ impl VendorAdapter for EspeakAdapter {
                     ),
                 )
             })??;
-        let spec = wav::WavSpec {
-            channels: 1,
-            sample_rate: SAMPLE_RATE_HZ,
-            bits_per_sample: 16,
-        };
-        let parsed = if raw.is_empty() {
-            wav::Wav { spec, data: &[] }
-        } else {
-            wav::parse(&raw).map_err(|e| {
+        if sink.written() == 0 && request.format == AudioFormat::Wav {
+            // Nothing to say (e.g. punctuation only): an empty WAV, not an error.
+            let spec = wav::WavSpec {
+                channels: 1,
+                sample_rate: SAMPLE_RATE_HZ,
+                bits_per_sample: 16,
+            };
+            sink.write(wav::write(spec, &[]).map_err(|e| {
                 Self::failure(Outcome::UpstreamError, format!("espeak-ng output: {e}"))
-            })?
-        };
-        let bytes = match request.format {
-            AudioFormat::Pcm => parsed.data.to_vec(),
-            _ => wav::write(parsed.spec, parsed.data).map_err(|e| {
-                Self::failure(Outcome::UpstreamError, format!("espeak-ng output: {e}"))
-            })?,
-        };
-        Ok(VendorAudio {
-            bytes,
-            format: request.format,
-            sample_rate_hz: Some(parsed.spec.sample_rate),
+            })?);
+        }
+        Ok(StreamEnd {
+            sample_rate_hz: Some(SAMPLE_RATE_HZ),
         })
     }
 }

@@ -2,8 +2,11 @@
 //! <https://platform.minimax.io/docs/api-reference/speech-t2a-http>, and its error code table;
 //! VENDORS.md "MiniMax T2A v2"). Default base `https://api.minimax.io`; bearer key. An upstream
 //! `params.group_id` is sent as the `GroupId` query parameter (older accounts need it).
-//! Non-streaming (`stream: false`); the answer is JSON with the audio as **hex** in
-//! `data.audio` and the status in `base_resp.status_code` (0 = success), usually with HTTP 200.
+//! Streaming (`"stream": true`): the answer is `text/event-stream`, each event's `data` JSON
+//! with a piece of the audio as **hex** in `data.audio` (`data.status` 1), written to the sink
+//! as it arrives, and a closing event (`data.status` 2, with `extra_info`) whose audio repeats
+//! the whole answer and is skipped; `base_resp.status_code` (0 = success) on every event. An
+//! error before the stream starts is one JSON document with `base_resp`, usually HTTP 200.
 //!
 //! # Param conversion
 //! | snapshot | wire | rule |
@@ -13,7 +16,7 @@
 //! | `params.pitchPct` p | `voice_setting.pitch` = round(12·log2(1 + p/100)) semitones | see below; -12..12 |
 //! | `extra.*` | — | refused (none supported) |
 //! | `MP3` / `PCM` | `audio_setting.format` `mp3` / `pcm` | |
-//! | `WAV` | `pcm`, then a RIFF header added here | |
+//! | `WAV` | `pcm`, behind a RIFF header written here | |
 //! | `OGG_OPUS` | — | refused |
 //! | rate | `audio_setting.sample_rate` | 8000, 16000, 22050, 24000, 32000, 44100 (default 32000) |
 //!
@@ -37,8 +40,9 @@ use voxpool_shared::{contract::Outcome, provider::Provider};
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{
-    AudioFormat, ParamError, TextLimit, VendorAdapter, VendorAudio, VendorFailure, VendorRequest,
-    http::{self, HttpReply},
+    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
+    VendorRequest,
+    http::{self, sse},
 };
 
 const PROVIDER: &str = Provider::MiniMax.as_str();
@@ -189,7 +193,7 @@ fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
     json!({
         "model": http::model_of(request.voice, request.pool_model),
         "text": request.text,
-        "stream": false,
+        "stream": true,
         "voice_setting": voice_setting,
         "audio_setting": {"sample_rate": wire.sample_rate, "bitrate": 128_000, "format": wire.format, "channel": 1},
     })
@@ -207,32 +211,81 @@ fn outcome_for_code(code: i64) -> Option<Outcome> {
     })
 }
 
-fn classify(reply: &HttpReply, secret: &Secret) -> Result<Vec<u8>, VendorFailure> {
-    let status = reply.status.as_u16();
-    let doc: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
+/// Classifies an answer document or event (`base_resp` nonzero, or no usable status) into a
+/// failure; `None` for status 0.
+fn failure_of(
+    status: u16,
+    doc: &Value,
+    headers: &reqwest::header::HeaderMap,
+    body: &[u8],
+    secret: &Secret,
+) -> Option<VendorFailure> {
     let code = doc["base_resp"]["status_code"].as_i64();
-    let message = doc["base_resp"]["status_msg"].as_str().unwrap_or_default();
-    if reply.status.is_success() && code == Some(0) {
-        let audio = doc["data"]["audio"]
-            .as_str()
-            .and_then(|h| hex::decode(h).ok())
-            .filter(|a| !a.is_empty());
-        return audio.ok_or_else(|| {
-            http::failure(
-                PROVIDER,
-                Outcome::UpstreamError,
-                Some(status),
-                None,
-                "status 0 without decodable audio",
-                Some(secret),
-            )
-        });
+    if (200..300).contains(&status) && code == Some(0) {
+        return None;
     }
+    let message = doc["base_resp"]["status_msg"].as_str().unwrap_or_default();
     let label = code.map(|c| format!("status_code {c}")).unwrap_or_default();
-    Err(
-        http::ErrorAnswer::of(reply, label, message, code.and_then(outcome_for_code))
-            .failure(PROVIDER, Some(secret)),
+    Some(
+        http::ErrorAnswer {
+            status,
+            headers,
+            body,
+            code: label,
+            message,
+            outcome: code.and_then(outcome_for_code),
+        }
+        .failure(PROVIDER, Some(secret)),
     )
+}
+
+/// The hex audio of a document or event, if any.
+fn audio_of(doc: &Value) -> Result<Option<Vec<u8>>, String> {
+    match doc["data"]["audio"].as_str() {
+        None | Some("") => Ok(None),
+        Some(h) => hex::decode(h)
+            .map(Some)
+            .map_err(|e| format!("data.audio is not hex: {e}")),
+    }
+}
+
+/// Handles one streamed event: an error fails the call; audio of a `data.status` 1 event is
+/// written; the closing `data.status` 2 event repeats the whole audio, so its audio is written
+/// only when no piece came before it.
+fn on_event(
+    data: &str,
+    (status, headers): (u16, &reqwest::header::HeaderMap),
+    wire: &Wire,
+    sink: &AudioSink,
+    secret: &Secret,
+) -> Result<(), VendorFailure> {
+    let doc: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+    if let Some(failure) = failure_of(status, &doc, headers, data.as_bytes(), secret) {
+        return Err(failure);
+    }
+    let upstream = |m: String| {
+        http::failure(
+            PROVIDER,
+            Outcome::UpstreamError,
+            Some(status),
+            None,
+            m,
+            Some(secret),
+        )
+    };
+    let Some(audio) = audio_of(&doc).map_err(upstream)? else {
+        return Ok(());
+    };
+    let closing = doc["data"]["status"].as_i64() == Some(2);
+    let wrote = sink.written() > 0;
+    if closing && wrote {
+        return Ok(());
+    }
+    if wire.wrap_wav && !wrote {
+        sink.write(http::pcm16_wav_header(PROVIDER, wire.sample_rate)?);
+    }
+    sink.write(audio);
+    Ok(())
 }
 
 fn endpoint(base_url: Option<&str>, group_id: Option<&str>) -> Result<Url, String> {
@@ -266,7 +319,15 @@ impl VendorAdapter for MiniMax {
         wire(voice, format, sample_rate_hz).map(|_| ())
     }
 
-    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure> {
+    fn default_sample_rate_hz(&self, _format: AudioFormat) -> Option<u32> {
+        Some(DEFAULT_RATE)
+    }
+
+    async fn stream(
+        &self,
+        request: VendorRequest<'_>,
+        sink: &AudioSink,
+    ) -> Result<StreamEnd, VendorFailure> {
         let wire = wire(request.voice, request.format, request.sample_rate_hz)
             .map_err(|e| http::param_failure(PROVIDER, &e))?;
         let secret = http::require_secret(PROVIDER, request.key)?;
@@ -280,43 +341,37 @@ impl VendorAdapter for MiniMax {
             .post(url)
             .bearer_auth(secret.expose())
             .json(&body(&request, &wire));
-        let reply = http::send(PROVIDER, builder, request.timeout, Some(secret)).await?;
-        let audio = classify(&reply, secret)?;
-        let vendor_format = if wire.wrap_wav {
-            AudioFormat::Pcm
+        let mut opened = http::open(PROVIDER, builder, request.timeout, Some(secret)).await?;
+        let status = opened.status.as_u16();
+        let is_sse = http::media_type(&opened.headers).is_some_and(|m| m == "text/event-stream");
+        if !opened.status.is_success() || !is_sse {
+            // An error before streaming (or a vendor that ignored `stream`): one JSON document.
+            let reply = opened.read_all(PROVIDER, Some(secret)).await?;
+            let text = String::from_utf8_lossy(&reply.body).into_owned();
+            let answer = (reply.status.as_u16(), &reply.headers);
+            on_event(&text, answer, &wire, sink, secret)?;
         } else {
-            request.format
-        };
-        if crate::audio::sniff(vendor_format, &audio).is_err() {
+            let mut reader = sse::SseReader::default();
+            while let Some(piece) = opened.chunk(PROVIDER, Some(secret)).await? {
+                for event in reader.push(&piece) {
+                    on_event(&event.data, (status, &opened.headers), &wire, sink, secret)?;
+                }
+            }
+            if let Some(event) = reader.finish() {
+                on_event(&event.data, (status, &opened.headers), &wire, sink, secret)?;
+            }
+        }
+        if sink.written() == 0 {
             return Err(http::failure(
                 PROVIDER,
                 Outcome::UpstreamError,
-                Some(reply.status.as_u16()),
+                Some(status),
                 None,
-                format!(
-                    "data.audio is not {} audio",
-                    http::format_name(vendor_format)
-                ),
+                "status 0 without decodable audio",
                 Some(secret),
             ));
         }
-        let bytes = if wire.wrap_wav {
-            crate::audio::wav::from_pcm16(&audio, wire.sample_rate).map_err(|m| {
-                http::failure(
-                    PROVIDER,
-                    Outcome::UpstreamError,
-                    Some(200),
-                    None,
-                    m.to_string(),
-                    Some(secret),
-                )
-            })?
-        } else {
-            audio
-        };
-        Ok(VendorAudio {
-            bytes,
-            format: request.format,
+        Ok(StreamEnd {
             sample_rate_hz: Some(wire.sample_rate),
         })
     }

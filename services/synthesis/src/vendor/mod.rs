@@ -5,9 +5,13 @@
 //!    multiplier, volume %, `extra`) and the requested format / sample rate onto what the
 //!    vendor can express, or refuses with a [`ParamError`] naming the param, the value and
 //!    the provider (invariant 8: applied or refused, never dropped or clamped).
-//! 2. [`VendorAdapter::synthesize`]: one HTTP call (or one engine process) with one key's
-//!    credential, returning audio or a [`VendorFailure`] classified into a scheduler outcome
-//!    as ../shared/docs/VENDORS.md says (body codes, not only HTTP status; `Retry-After` read).
+//! 2. [`VendorAdapter::stream`]: one HTTP call (or one engine process) with one key's
+//!    credential, writing the audio into an [`AudioSink`] as the vendor sends it (vendors that
+//!    stream: as each piece arrives; the others: once, whole), or failing with a
+//!    [`VendorFailure`] classified into a scheduler outcome as ../shared/docs/VENDORS.md says
+//!    (body codes, not only HTTP status; `Retry-After` read). A failure can come after audio
+//!    was written (a stream that breaks); the orchestrator decides what that means.
+//!    [`VendorAdapter::synthesize`] is the same call collected into one [`VendorAudio`].
 //! 3. [`VendorAdapter::text_limit`]: the vendor's per-request text limit, so the orchestrator
 //!    splits longer text at sentence boundaries.
 //!
@@ -29,6 +33,8 @@ pub mod volcengine;
 use std::{collections::BTreeMap, time::Duration};
 
 use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::sync::mpsc;
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 pub use voxpool_shared::{
@@ -111,6 +117,56 @@ pub struct VendorFailure {
     pub message: String,
 }
 
+/// Where an adapter writes a call's audio as the vendor sends it: consecutive pieces of one
+/// answer in the requested format (a WAV stream starts with its header, placeholder sizes
+/// allowed). Writing never fails and never waits: once the reader has gone the bytes are
+/// dropped, and the adapter reads on to the vendor's end (the lease covers the vendor's work).
+#[derive(Debug)]
+pub struct AudioSink {
+    tx: mpsc::UnboundedSender<Bytes>,
+    written: std::sync::atomic::AtomicU64,
+}
+
+impl AudioSink {
+    /// A sink and the receiver of what is written into it.
+    pub fn new() -> (Self, mpsc::UnboundedReceiver<Bytes>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Self {
+                tx,
+                written: std::sync::atomic::AtomicU64::new(0),
+            },
+            rx,
+        )
+    }
+
+    /// Writes the next piece (empty pieces are skipped).
+    pub fn write(&self, bytes: impl Into<Bytes>) {
+        let bytes = bytes.into();
+        if bytes.is_empty() {
+            return;
+        }
+        self.written.fetch_add(
+            u64::try_from(bytes.len()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        // A closed receiver means nobody wants the audio any more; the call still runs on.
+        let _ = self.tx.send(bytes);
+    }
+
+    /// Bytes written so far.
+    pub fn written(&self) -> u64 {
+        self.written.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// How a streamed call ended, once all its audio is in the sink.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamEnd {
+    /// The audio's sample rate (Hz), when the vendor or the request says it.
+    pub sample_rate_hz: Option<u32>,
+}
+
 /// A TTS vendor.
 #[async_trait]
 pub trait VendorAdapter: Send + Sync + 'static {
@@ -130,6 +186,35 @@ pub trait VendorAdapter: Send + Sync + 'static {
         sample_rate_hz: Option<u32>,
     ) -> Result<(), ParamError>;
 
-    /// One call with one key. Never retries.
-    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure>;
+    /// The sample rate (Hz) the vendor answers `format` with when none is asked for, if the
+    /// adapter knows it. A text split into chunks asks every chunk for this rate explicitly,
+    /// so chunks served by different upstreams share one rate. Default: unknown.
+    fn default_sample_rate_hz(&self, format: AudioFormat) -> Option<u32> {
+        let _ = format;
+        None
+    }
+
+    /// One call with one key, its audio written into `sink` as it arrives. Never retries.
+    async fn stream(
+        &self,
+        request: VendorRequest<'_>,
+        sink: &AudioSink,
+    ) -> Result<StreamEnd, VendorFailure>;
+
+    /// The same call, its audio collected into one piece.
+    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure> {
+        let format = request.format;
+        let (sink, mut rx) = AudioSink::new();
+        let end = self.stream(request, &sink).await?;
+        drop(sink);
+        let mut bytes = Vec::new();
+        while let Some(piece) = rx.recv().await {
+            bytes.extend_from_slice(&piece);
+        }
+        Ok(VendorAudio {
+            bytes,
+            format,
+            sample_rate_hz: end.sample_rate_hz,
+        })
+    }
 }

@@ -16,6 +16,12 @@
 //!
 //! Text limit: 4096 characters (`input`).
 //!
+//! # Streaming
+//! The 200 body arrives chunked as the audio is produced (the API reference's "streaming
+//! audio": the response is sent as it is generated); each piece goes to the sink as it
+//! arrives. `pcm` (and `mp3`, `opus`) start playing from the first bytes; `wav` carries its
+//! header first.
+//!
 //! # Errors
 //! Body `{"error":{"message","type","param","code"}}`: `insufficient_quota` → `QUOTA_EXHAUSTED`
 //! (even on 429), `rate_limit_exceeded` → `RATE_LIMITED`, `server_is_overloaded` →
@@ -29,7 +35,8 @@ use voxpool_shared::{contract::Outcome, provider::Provider};
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{
-    AudioFormat, ParamError, TextLimit, VendorAdapter, VendorAudio, VendorFailure, VendorRequest,
+    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
+    VendorRequest,
     http::{self, HttpReply},
 };
 
@@ -166,7 +173,15 @@ impl VendorAdapter for OpenAi {
         wire(voice, format, sample_rate_hz).map(|_| ())
     }
 
-    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure> {
+    fn default_sample_rate_hz(&self, _format: AudioFormat) -> Option<u32> {
+        Some(SAMPLE_RATE)
+    }
+
+    async fn stream(
+        &self,
+        request: VendorRequest<'_>,
+        sink: &AudioSink,
+    ) -> Result<StreamEnd, VendorFailure> {
         let wire = wire(request.voice, request.format, request.sample_rate_hz)
             .map_err(|e| http::param_failure(PROVIDER, &e))?;
         let secret = http::require_secret(PROVIDER, request.key)?;
@@ -175,14 +190,12 @@ impl VendorAdapter for OpenAi {
             .post(endpoint(request.upstream.base_url.as_deref()))
             .bearer_auth(secret.expose())
             .json(&body(&request, &wire));
-        let reply = http::send(PROVIDER, builder, request.timeout, Some(secret)).await?;
-        if !reply.status.is_success() || http::is_document(&reply.headers, &reply.body) {
-            return Err(classify(&reply, secret));
-        }
-        http::raw_audio_or_failure(PROVIDER, &reply, request.format, Some(secret))?;
-        Ok(VendorAudio {
-            bytes: reply.body.to_vec(),
-            format: request.format,
+        let opened = http::open(PROVIDER, builder, request.timeout, Some(secret)).await?;
+        http::stream_raw_audio(PROVIDER, opened, sink, Some(secret), |reply| {
+            classify(reply, secret)
+        })
+        .await?;
+        Ok(StreamEnd {
             sample_rate_hz: Some(SAMPLE_RATE),
         })
     }

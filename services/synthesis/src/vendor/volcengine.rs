@@ -12,6 +12,24 @@
 //! text_type `plain`, operation `query`}. The answer is JSON with base64 audio in `data` and
 //! `code` 3000 on success; errors come in the same JSON, often with HTTP 200.
 //!
+//! # V3 unidirectional stream (upstream `params.api = "v3"`)
+//! `POST {base}/api/v3/tts/unidirectional` (Volcengine docs "HTTP Chunked/SSE单向流式-V3",
+//! <https://www.volcengine.com/docs/6561/1598757>): headers `X-Api-App-Id` (the key's app id),
+//! `X-Api-Access-Key` (the credential), `X-Api-Resource-Id` (`params.resource_id`, default
+//! `seed-tts-1.0`), `X-Api-Request-Id` (the attempt id); body `user.uid`, `req_params`
+//! {`text`, `speaker` = voice id, `audio_params` {`format` mp3/ogg_opus/pcm (WAV: pcm behind a
+//! header written here), `sample_rate`, `speech_rate` = (rate − 1)·100 and `loudness_rate` =
+//! volumePct, both −50..100 (0.5×..2×)}}. No pitch ratio in V3: a pitch is refused for a V3
+//! upstream. The answer is JSON lines, each written to the sink as it arrives: `{"code":0,
+//! "data":"<base64 audio>"}`, lines with `data: null` (sentence info) skipped, the end line
+//! code 20000000. Any other code fails the call: 45000292 "quota exceeded for types:
+//! concurrency" → `RATE_LIMITED` (a `…_lifetime` quota in the message → `QUOTA_EXHAUSTED`),
+//! 55000000 (also a stream broken mid-way) → `UPSTREAM_ERROR`, 40402003 / 45000001 →
+//! `CLIENT_ERROR`, 45000000 by status (401/403 → `KEY_INVALID`). The codes of the concurrency
+//! refusal and of auth failures are unverified (the vendor's table gives the message, not a
+//! code of its own): classified by message first. V1 does not stream: its audio is written
+//! once, whole.
+//!
 //! # Classic or large-model voice
 //! `extra.family` = `classic` | `large` decides. Without it a voice is large-model when its
 //! `voice_type` ends in `_bigtts` or the model id contains `seed-tts` or `bigtts` (the naming of
@@ -43,7 +61,8 @@ use voxpool_shared::{contract::Outcome, provider::Provider};
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{
-    AudioFormat, ParamError, TextLimit, VendorAdapter, VendorAudio, VendorFailure, VendorRequest,
+    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
+    VendorRequest,
     http::{self, HttpReply},
 };
 
@@ -54,6 +73,18 @@ const DEFAULT_RATE: u32 = 24_000;
 const RATES: &[u32] = &[8_000, 16_000, 24_000];
 /// `app.token`: the vendor documents a fixed placeholder; the real token travels in the header.
 const BODY_TOKEN: &str = "access_token";
+/// V3: the stream's last line.
+const V3_DONE: i64 = 20_000_000;
+/// V3: "quota exceeded for types: …" (concurrency, or a `…_lifetime` quota by its message).
+const V3_QUOTA: i64 = 45_000_292;
+/// V3: invalid arguments.
+const V3_INVALID_ARGUMENT: i64 = 45_000_001;
+/// V3: text over the limit.
+const V3_TEXT_LIMIT: i64 = 40_402_003;
+/// V3: server error (also how a stream that breaks mid-way ends).
+const V3_SERVER_ERROR: i64 = 55_000_000;
+/// V3 `X-Api-Resource-Id` when the upstream sets no `params.resource_id`.
+const V3_DEFAULT_RESOURCE: &str = "seed-tts-1.0";
 
 /// The Volcengine v1 HTTP adapter.
 #[derive(Clone, Debug)]
@@ -251,9 +282,11 @@ fn outcome_of(status: u16, code: Option<i64>, message: &str) -> Outcome {
         return Outcome::QuotaExhausted;
     }
     match code {
-        Some(3003) => Outcome::RateLimited,
-        Some(3005 | 3030 | 3031 | 3032 | 3040) => Outcome::UpstreamError,
-        Some(3001 | 3006 | 3010 | 3011 | 3050) => Outcome::ClientError,
+        Some(3003 | V3_QUOTA) => Outcome::RateLimited,
+        Some(3005 | 3030 | 3031 | 3032 | 3040 | V3_SERVER_ERROR) => Outcome::UpstreamError,
+        Some(3001 | 3006 | 3010 | 3011 | 3050 | V3_TEXT_LIMIT | V3_INVALID_ARGUMENT) => {
+            Outcome::ClientError
+        }
         _ if status == 200 => Outcome::UpstreamError,
         _ => http::outcome_for_status(status),
     }
@@ -290,6 +323,171 @@ fn classify(reply: &HttpReply, secret: &Secret) -> Result<Vec<u8>, VendorFailure
     .failure(PROVIDER, Some(secret)))
 }
 
+/// V3 `req_params` from the request and its V1 wire values (module doc, "V3").
+fn v3_body(request: &VendorRequest<'_>, wire: &Wire) -> Result<Value, ParamError> {
+    let percent = |ratio: f64, param: &str, value: Option<f64>| {
+        let pct = ((ratio - 1.0) * 100.0).round();
+        if (-50.0..=100.0).contains(&pct) {
+            Ok(pct)
+        } else {
+            Err(http::refuse(
+                PROVIDER,
+                param,
+                http::num(value.unwrap_or(ratio)),
+                "the V3 API takes 0.5x to 2x (speech_rate / loudness_rate -50..100)",
+            ))
+        }
+    };
+    if wire.pitch_ratio.is_some() {
+        return Err(http::refuse(
+            PROVIDER,
+            "params.pitchPct",
+            http::num(request.voice.params.pitch_pct.unwrap_or_default()),
+            "the V3 API (upstream params.api = \"v3\") has no pitch ratio; serve this voice from a V1 upstream",
+        ));
+    }
+    let format = if wire.encoding == "wav" {
+        "pcm"
+    } else {
+        wire.encoding
+    };
+    let mut audio = json!({"format": format, "sample_rate": wire.rate});
+    if let Some(r) = wire.speed_ratio {
+        audio["speech_rate"] = json!(percent(r, "params.rate", request.voice.params.rate)?);
+    }
+    if let Some(v) = wire.volume_ratio.or(wire.loudness_ratio) {
+        audio["loudness_rate"] = json!(percent(
+            v,
+            "params.volumePct",
+            request.voice.params.volume_pct
+        )?);
+    }
+    Ok(json!({
+        "user": {"uid": "voxpool"},
+        "req_params": {
+            "text": request.text,
+            "speaker": request.voice.voice_id,
+            "audio_params": audio,
+        },
+    }))
+}
+
+/// Handles one V3 line: audio (base64 `data`) is written (a WAV request's header first), the
+/// end code stops, any other code fails the call. Returns true at the end line.
+fn v3_line(
+    line: &[u8],
+    (status, headers): (u16, &reqwest::header::HeaderMap),
+    wire: &Wire,
+    sink: &AudioSink,
+    secret: &Secret,
+) -> Result<bool, VendorFailure> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok(false);
+    }
+    let doc: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
+    let code = doc["code"].as_i64();
+    match code {
+        Some(V3_DONE) => return Ok(true),
+        Some(0) if (200..300).contains(&status) => {}
+        _ => {
+            let message = doc["message"].as_str().unwrap_or_default();
+            let label = code.map(|c| format!("code {c}")).unwrap_or_default();
+            return Err(http::ErrorAnswer {
+                status,
+                headers,
+                body: line,
+                code: label,
+                message,
+                outcome: Some(outcome_of(status, code, message)),
+            }
+            .failure(PROVIDER, Some(secret)));
+        }
+    }
+    let Some(b64) = doc["data"].as_str().filter(|d| !d.is_empty()) else {
+        return Ok(false);
+    };
+    let audio = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .map_err(|e| {
+            http::failure(
+                PROVIDER,
+                Outcome::UpstreamError,
+                Some(status),
+                None,
+                format!("data is not base64: {e}"),
+                Some(secret),
+            )
+        })?;
+    if wire.encoding == "wav" && sink.written() == 0 {
+        sink.write(http::pcm16_wav_header(PROVIDER, wire.rate)?);
+    }
+    sink.write(audio);
+    Ok(false)
+}
+
+impl Volcengine {
+    /// One V3 unidirectional stream (module doc, "V3").
+    async fn stream_v3(
+        &self,
+        request: &VendorRequest<'_>,
+        wire: &Wire,
+        secret: &Secret,
+        sink: &AudioSink,
+    ) -> Result<StreamEnd, VendorFailure> {
+        let body = v3_body(request, wire).map_err(|e| http::param_failure(PROVIDER, &e))?;
+        let resource = http::upstream_str(&request.upstream.params, "resource_id")
+            .unwrap_or(V3_DEFAULT_RESOURCE);
+        let url = format!(
+            "{}/api/v3/tts/unidirectional",
+            http::base_url(request.upstream.base_url.as_deref(), DEFAULT_BASE)
+        );
+        let builder = self
+            .client
+            .post(url)
+            .header("X-Api-App-Id", &request.key.app_id)
+            .header("X-Api-Access-Key", secret.expose())
+            .header("X-Api-Resource-Id", resource)
+            .header("X-Api-Request-Id", request.attempt_id)
+            .json(&body);
+        let mut opened = http::open(PROVIDER, builder, request.timeout, Some(secret)).await?;
+        let status = opened.status.as_u16();
+        let mut lines = http::LineReader::default();
+        let mut done = false;
+        while !done {
+            let Some(piece) = opened.chunk(PROVIDER, Some(secret)).await? else {
+                break;
+            };
+            for line in lines.push(&piece) {
+                done = v3_line(&line, (status, &opened.headers), wire, sink, secret)?;
+                if done {
+                    break;
+                }
+            }
+        }
+        if !done && let Some(line) = lines.finish() {
+            done = v3_line(&line, (status, &opened.headers), wire, sink, secret)?;
+        }
+        if !done || sink.written() == 0 {
+            let why = if done {
+                "the stream ended without audio"
+            } else {
+                "the stream ended without its end line (code 20000000)"
+            };
+            return Err(http::failure(
+                PROVIDER,
+                Outcome::UpstreamError,
+                Some(status),
+                None,
+                why,
+                Some(secret),
+            ));
+        }
+        Ok(StreamEnd {
+            sample_rate_hz: Some(wire.rate),
+        })
+    }
+}
+
 #[async_trait]
 impl VendorAdapter for Volcengine {
     fn provider(&self) -> Provider {
@@ -311,7 +509,15 @@ impl VendorAdapter for Volcengine {
         wire(voice, "", format, sample_rate_hz).map(|_| ())
     }
 
-    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure> {
+    fn default_sample_rate_hz(&self, _format: AudioFormat) -> Option<u32> {
+        Some(DEFAULT_RATE)
+    }
+
+    async fn stream(
+        &self,
+        request: VendorRequest<'_>,
+        sink: &AudioSink,
+    ) -> Result<StreamEnd, VendorFailure> {
         let wire = wire(
             request.voice,
             request.pool_model,
@@ -320,6 +526,9 @@ impl VendorAdapter for Volcengine {
         )
         .map_err(|e| http::param_failure(PROVIDER, &e))?;
         let secret = http::require_secret(PROVIDER, request.key)?;
+        if http::upstream_str(&request.upstream.params, "api") == Some("v3") {
+            return self.stream_v3(&request, &wire, secret, sink).await;
+        }
         let url = format!(
             "{}/api/v1/tts",
             http::base_url(request.upstream.base_url.as_deref(), DEFAULT_BASE)
@@ -347,9 +556,8 @@ impl VendorAdapter for Volcengine {
                 Some(secret),
             ));
         }
-        Ok(VendorAudio {
-            bytes,
-            format: request.format,
+        sink.write(bytes);
+        Ok(StreamEnd {
             sample_rate_hz: Some(wire.rate),
         })
     }

@@ -370,3 +370,22 @@ pub fn pool_toml(
     }
     t
 }
+
+/// Asserts that `err` ended a stream whose vendor broke mid-chunk after `delivered` bytes had
+/// gone out (ABORTED, `VENDOR_STREAM_BROKEN`, chunk 1); returns its ErrorInfo metadata.
+pub fn assert_stream_broken(
+    err: &tonic::Status,
+    delivered: usize,
+) -> std::collections::HashMap<String, String> {
+    use tonic_types::StatusExt;
+    assert_eq!(err.code(), tonic::Code::Aborted, "{err:?}");
+    let info = err
+        .get_error_details()
+        .error_info()
+        .cloned()
+        .expect("error info");
+    assert_eq!(info.reason, "VENDOR_STREAM_BROKEN");
+    assert_eq!(info.metadata["delivered_bytes"], delivered.to_string());
+    assert_eq!(info.metadata["failed_chunk"], "1");
+    info.metadata
+}

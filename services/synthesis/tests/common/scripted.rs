@@ -13,7 +13,7 @@ use voxpool_shared::snapshot::Snapshot;
 use voxpool_synthesis::{
     audio::wav::{self, WavSpec},
     vendor::{
-        AudioFormat, ParamError, TextLimit, VendorAdapter, VendorAudio, VendorFailure,
+        AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
         VendorRequest, registry::Registry,
     },
 };
@@ -36,6 +36,14 @@ pub enum Step {
     Panic,
     /// Signal `started`, wait until the test calls [`Scripted::open_gate`], then answer audio.
     Gate,
+    /// Stream the first half of the audio, signal `started`, wait for
+    /// [`Scripted::open_gate`], then stream the rest.
+    FirstThenGate,
+    /// Stream the first half of the audio, signal `started`, then hang until the call is
+    /// dropped (which signals `dropped`).
+    FirstThenBlock,
+    /// Stream the first half of the audio, then fail with this outcome (a broken stream).
+    FirstThenFail(Outcome),
 }
 
 /// One call as the adapter saw it.
@@ -160,7 +168,15 @@ impl VendorAdapter for Scripted {
         }
     }
 
-    async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure> {
+    fn default_sample_rate_hz(&self, _format: AudioFormat) -> Option<u32> {
+        Some(RATE)
+    }
+
+    async fn stream(
+        &self,
+        request: VendorRequest<'_>,
+        sink: &AudioSink,
+    ) -> Result<StreamEnd, VendorFailure> {
         self.calls.lock().expect("calls lock").push(Call {
             key_id: request.key.key_id.clone(),
             secret: request.key.secret.as_ref().map(|s| s.expose().to_owned()),
@@ -189,33 +205,54 @@ impl VendorAdapter for Scripted {
             let _ = self.started.send(());
             let _permit = self.gate.acquire().await.expect("gate open");
         }
+        let audio = || {
+            let data = samples_for(request.text);
+            match request.format {
+                AudioFormat::Pcm => data,
+                _ => wav::write(
+                    WavSpec {
+                        channels: 1,
+                        sample_rate: RATE,
+                        bits_per_sample: 16,
+                    },
+                    &data,
+                )
+                .expect("wav"),
+            }
+        };
+        let end = StreamEnd {
+            sample_rate_hz: Some(RATE),
+        };
         match step {
             Step::Audio | Step::Gate => {
-                let data = samples_for(request.text);
-                let bytes = match request.format {
-                    AudioFormat::Pcm => data,
-                    _ => wav::write(
-                        WavSpec {
-                            channels: 1,
-                            sample_rate: RATE,
-                            bits_per_sample: 16,
-                        },
-                        &data,
-                    )
-                    .expect("wav"),
-                };
-                Ok(VendorAudio {
-                    bytes,
-                    format: request.format,
-                    sample_rate_hz: Some(RATE),
-                })
+                sink.write(audio());
+                Ok(end)
+            }
+            Step::FirstThenGate | Step::FirstThenBlock | Step::FirstThenFail(_) => {
+                let mut bytes = audio();
+                let rest = bytes.split_off(bytes.len() / 2);
+                sink.write(bytes);
+                match step {
+                    Step::FirstThenFail(outcome) => Err(fail(outcome, Some(200), "stream broke")),
+                    Step::FirstThenBlock => {
+                        let _signal = SignalOnDrop(self.dropped.clone());
+                        let _ = self.started.send(());
+                        std::future::pending::<()>().await;
+                        unreachable!("pending never completes")
+                    }
+                    _ => {
+                        let _ = self.started.send(());
+                        let _permit = self.gate.acquire().await.expect("gate open");
+                        sink.write(rest);
+                        Ok(end)
+                    }
+                }
             }
             Step::Fail(outcome, status, message) => Err(fail(outcome, status, message)),
-            Step::JsonBody => Ok(VendorAudio {
-                bytes: br#"{"error":{"message":"internal"}}"#.to_vec(),
-                format: request.format,
-                sample_rate_hz: None,
-            }),
+            Step::JsonBody => {
+                sink.write(br#"{"error":{"message":"internal"}}"#.to_vec());
+                Ok(StreamEnd::default())
+            }
             Step::Block => {
                 let _signal = SignalOnDrop(self.dropped.clone());
                 let _ = self.started.send(());

@@ -64,6 +64,8 @@ pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
         request_id: String::new(),
         priority: ctx.priority as i32,
         tenant: ctx.tenant.clone(),
+        // voxctl writes files whole: exact WAV sizes.
+        wav_streaming_header: false,
     };
     let spoken = ctx
         .caller

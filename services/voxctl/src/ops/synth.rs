@@ -85,6 +85,8 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
         request_id: String::new(),
         priority: job.priority as i32,
         tenant: job.tenant.clone(),
+        // voxctl writes files whole: exact WAV sizes.
+        wav_streaming_header: false,
     };
     let spoken = caller
         .speak(

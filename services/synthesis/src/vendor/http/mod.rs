@@ -1,6 +1,8 @@
-//! Transport of the cloud vendor adapters: one pooled HTTP client and [`send`], which reads a
-//! whole response within the attempt's timeout and turns transport problems into `TIMEOUT`
-//! failures ([`transport_failure`]); upstream options from the config.
+//! Transport of the cloud vendor adapters: one pooled HTTP client; [`open`], which sends a
+//! request and hands back the response as its body streams in ([`Opened`]); [`send`], which
+//! reads a whole response; [`stream_raw_audio`], the streaming read of vendors that answer
+//! with raw audio bytes. All within the attempt's timeout, transport problems turned into
+//! `TIMEOUT` failures ([`transport_failure`]); upstream options from the config.
 //!
 //! The other jobs live beside it and are re-exported here, so an adapter names everything as
 //! `http::…`: [`classify`] (the error classification of VENDORS.md, secret scrubbing, the
@@ -8,6 +10,7 @@
 
 pub mod classify;
 pub mod params;
+pub mod sse;
 
 use std::{collections::BTreeMap, sync::OnceLock, time::Duration};
 
@@ -16,7 +19,7 @@ use reqwest::{Client, RequestBuilder, StatusCode, header::HeaderMap};
 use voxpool_shared::{contract::Outcome, secret::Secret};
 
 pub use self::{classify::*, params::*};
-use super::VendorFailure;
+use super::{AudioSink, VendorFailure};
 
 /// `User-Agent` sent to every vendor (Azure requires one).
 pub const USER_AGENT: &str = concat!("voxpool-synthesis/", env!("CARGO_PKG_VERSION"));
@@ -60,6 +63,104 @@ pub struct HttpReply {
     pub body: Bytes,
 }
 
+/// A response whose status and headers have arrived, its body still coming: read it piece by
+/// piece with [`Opened::chunk`] (a streaming vendor) or whole with [`Opened::read_all`].
+#[derive(Debug)]
+pub struct Opened {
+    /// Status code.
+    pub status: StatusCode,
+    /// Response headers.
+    pub headers: HeaderMap,
+    response: reqwest::Response,
+    timeout: Duration,
+    read: usize,
+}
+
+/// Sends `builder` with the per-attempt `timeout` (covering connect, headers and the whole
+/// body) and waits for the status and headers. Transport problems become `TIMEOUT` failures.
+pub async fn open(
+    provider: &str,
+    builder: RequestBuilder,
+    timeout: Duration,
+    secret: Option<&Secret>,
+) -> Result<Opened, VendorFailure> {
+    let response = builder
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(|e| transport_failure(provider, &e, None, timeout, secret))?;
+    Ok(Opened {
+        status: response.status(),
+        headers: response.headers().clone(),
+        response,
+        timeout,
+        read: 0,
+    })
+}
+
+impl Opened {
+    /// The next piece of the body as it arrives; `None` at its end. Errors: a broken
+    /// connection or the timeout (`TIMEOUT`), more than [`MAX_BODY_BYTES`] in all.
+    pub async fn chunk(
+        &mut self,
+        provider: &str,
+        secret: Option<&Secret>,
+    ) -> Result<Option<Bytes>, VendorFailure> {
+        let status = Some(self.status.as_u16());
+        match self.response.chunk().await {
+            Ok(Some(chunk)) => {
+                self.read += chunk.len();
+                if self.read > MAX_BODY_BYTES {
+                    return Err(failure(
+                        provider,
+                        Outcome::UpstreamError,
+                        status,
+                        None,
+                        format!("response body larger than {MAX_BODY_BYTES} bytes"),
+                        secret,
+                    ));
+                }
+                Ok(Some(chunk))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(transport_failure(
+                provider,
+                &e,
+                status,
+                self.timeout,
+                secret,
+            )),
+        }
+    }
+
+    /// The rest of the body, read whole, with `first` (already read) in front.
+    pub async fn read_rest(
+        mut self,
+        first: &[u8],
+        provider: &str,
+        secret: Option<&Secret>,
+    ) -> Result<HttpReply, VendorFailure> {
+        let mut body = first.to_vec();
+        while let Some(chunk) = self.chunk(provider, secret).await? {
+            body.extend_from_slice(&chunk);
+        }
+        Ok(HttpReply {
+            status: self.status,
+            headers: self.headers,
+            body: body.into(),
+        })
+    }
+
+    /// The whole body.
+    pub async fn read_all(
+        self,
+        provider: &str,
+        secret: Option<&Secret>,
+    ) -> Result<HttpReply, VendorFailure> {
+        self.read_rest(&[], provider, secret).await
+    }
+}
+
 /// Sends `builder` with the per-attempt `timeout` (covering connect, headers and the whole
 /// body) and reads the body. Transport problems become `TIMEOUT` failures.
 pub async fn send(
@@ -68,45 +169,103 @@ pub async fn send(
     timeout: Duration,
     secret: Option<&Secret>,
 ) -> Result<HttpReply, VendorFailure> {
-    let mut response = builder
-        .timeout(timeout)
-        .send()
+    open(provider, builder, timeout, secret)
+        .await?
+        .read_all(provider, secret)
         .await
-        .map_err(|e| transport_failure(provider, &e, None, timeout, secret))?;
-    let status = response.status();
-    let headers = response.headers().clone();
-    let mut body = Vec::new();
-    loop {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > MAX_BODY_BYTES {
-                    return Err(failure(
-                        provider,
-                        Outcome::UpstreamError,
-                        Some(status.as_u16()),
-                        None,
-                        format!("response body larger than {MAX_BODY_BYTES} bytes"),
-                        secret,
-                    ));
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(None) => break,
-            Err(e) => {
-                return Err(transport_failure(
-                    provider,
-                    &e,
-                    Some(status.as_u16()),
-                    timeout,
-                    secret,
-                ));
-            }
-        }
+}
+
+/// Streams the answer of a vendor that sends raw audio bytes (OpenAI-compatible, Azure,
+/// ElevenLabs `/stream`): each body piece goes into `sink` as it arrives. An error status, a
+/// document Content-Type, or a body that starts as a JSON object and is one (an error with
+/// HTTP 200) is read whole and handed to `classify` instead; an empty 200 body is
+/// `UPSTREAM_ERROR`. Whether the bytes are `format` audio is checked by the caller, on the
+/// first bytes, before any of them is used.
+pub async fn stream_raw_audio(
+    provider: &str,
+    mut opened: Opened,
+    sink: &AudioSink,
+    secret: Option<&Secret>,
+    classify: impl FnOnce(&HttpReply) -> VendorFailure,
+) -> Result<(), VendorFailure> {
+    let document = media_type(&opened.headers).is_some_and(|m| {
+        m.starts_with("text/") || m.contains("json") || m.contains("xml") || m.contains("html")
+    });
+    if !opened.status.is_success() || document {
+        let reply = opened.read_all(provider, secret).await?;
+        return Err(classify(&reply));
     }
-    Ok(HttpReply {
-        status,
-        headers,
-        body: body.into(),
+    let status = Some(opened.status.as_u16());
+    let mut first = true;
+    while let Some(chunk) = opened.chunk(provider, secret).await? {
+        if first && chunk.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+            let reply = opened.read_rest(&chunk, provider, secret).await?;
+            if is_document(&reply.headers, &reply.body) {
+                return Err(classify(&reply));
+            }
+            sink.write(reply.body);
+            return Ok(());
+        }
+        first = false;
+        sink.write(chunk);
+    }
+    if first {
+        return Err(failure(
+            provider,
+            Outcome::UpstreamError,
+            status,
+            None,
+            "HTTP 200 with an empty body",
+            secret,
+        ));
+    }
+    Ok(())
+}
+
+/// Splits a growing newline-delimited body (Volcengine V3's JSON lines) into lines.
+#[derive(Debug, Default)]
+pub struct LineReader {
+    pending: Vec<u8>,
+}
+
+impl LineReader {
+    /// Adds the next body piece; returns the lines it completed (without `\n`), in order.
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<Vec<u8>> {
+        self.pending.extend_from_slice(bytes);
+        let mut lines = Vec::new();
+        while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+            let mut line: Vec<u8> = self.pending.drain(..=end).collect();
+            line.pop();
+            lines.push(line);
+        }
+        lines
+    }
+
+    /// The last line when the body did not end with `\n`.
+    pub fn finish(self) -> Option<Vec<u8>> {
+        (!self.pending.is_empty()).then_some(self.pending)
+    }
+}
+
+/// The header a WAV answer starts with when the vendor streams 16-bit mono PCM at
+/// `sample_rate_hz` for it (ElevenLabs, DashScope, MiniMax): sizes unknown (`0xFFFFFFFF`), the
+/// samples follow as they arrive; the joiner writes the caller's exact header. Errors: a rate
+/// no WAV can carry (`UPSTREAM_ERROR`).
+pub fn pcm16_wav_header(provider: &str, sample_rate_hz: u32) -> Result<Vec<u8>, VendorFailure> {
+    let spec = voxpool_shared::audio::wav::WavSpec {
+        channels: 1,
+        sample_rate: sample_rate_hz,
+        bits_per_sample: 16,
+    };
+    voxpool_shared::audio::wav::streaming_header(spec).map_err(|e| {
+        failure(
+            provider,
+            Outcome::UpstreamError,
+            None,
+            None,
+            e.to_string(),
+            None,
+        )
     })
 }
 
