@@ -11,8 +11,11 @@
 //! Knobs: `OVERHEAD_REQUESTS` per side (default 2000), `OVERHEAD_ROUNDS` (default 10),
 //! `OVERHEAD_MAX_SECONDS` (default 60: later rounds are skipped past it).
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{env_or, pct};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, VendorKind};
@@ -32,21 +35,6 @@ use voxpool_synthesis::{
 };
 
 const FLOOR_MS: f64 = 1.0;
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[i].as_secs_f64() * 1000.0
-}
 
 fn main() {
     let per_side = env_or("OVERHEAD_REQUESTS", 2000).max(1);

@@ -1,0 +1,313 @@
+//! First-audio benchmark (`make bench`; not a test): what a live character waits for, and how
+//! long text runs, against streaming fake vendors. Side by side in one run:
+//!
+//! 1. **Time to first audio**: a fake OpenAI-compatible vendor that sends its first bytes after
+//!    200 ms and the rest over 1.5 s. Direct: the `openai` adapter's first byte in its sink.
+//!    Through voxpool: the first `SynthesizeStream` message (scheduler Acquire, the same
+//!    adapter, the relay). p50/p99 of both, alternating rounds; floor ≤ 20 ms added at p50.
+//! 2. **A 10-chunk text** (Volcengine V3 stream, 1024-byte chunks, each chunk's audio 200 ms to
+//!    first byte + 400 ms): end-to-end `Synthesize` time with `max_parallel_chunks` at its
+//!    default (4) and at 10, against 1 (one chunk after another); floor ≤ 0.35×.
+//!
+//! Knobs: `FIRST_AUDIO_REQUESTS` per side (default 48), `FIRST_AUDIO_CONCURRENCY` (default 8),
+//! `LONG_TEXT_RUNS` per setting (default 3).
+
+mod common;
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use common::{env_or, pct};
+use futures::StreamExt;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use voxpool_fake_vendors::{FakeConfig, FakeVendor, Streaming, VendorKind};
+use voxpool_proto::synthesis::v1::{self as pb, synthesis_client::SynthesisClient};
+use voxpool_shared::{auth::AdminAuth, config::Config, secret::Secret, testing::RedisServer};
+use voxpool_synthesis::{
+    server::{self, Options},
+    vendor::{
+        AudioFormat, AudioSink, KeyCredential, UpstreamTarget, VendorAdapter, VendorRequest,
+        http::shared_client,
+        openai::OpenAi,
+        registry::{self, AdapterOptions},
+    },
+};
+
+const FLOOR_ADDED_MS: f64 = 20.0;
+const FLOOR_RATIO: f64 = 0.35;
+
+/// A scheduler (Redis store) and one synthesis server per `max_parallel_chunks` value, in
+/// process; returns a client per synthesis server.
+async fn stack(
+    toml: &str,
+    redis: &RedisServer,
+    parallel: &[u32],
+    shutdown: &CancellationToken,
+) -> Vec<SynthesisClient<tonic::transport::Channel>> {
+    let config = Config::from_toml_str(toml).expect("config");
+    let store = voxpool_scheduler::server::open_store(&redis.url(), &config)
+        .await
+        .expect("store");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let scheduler_addr = listener.local_addr().expect("addr");
+    let (c, s) = (config.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        voxpool_scheduler::server::serve(listener, store, &c, AdminAuth::disabled(), s).await
+    });
+    let mut clients = Vec::new();
+    for &n in parallel {
+        let mut config = config.clone();
+        config.synthesis.max_parallel_chunks = n;
+        let options = Options {
+            scheduler_url: format!("http://{scheduler_addr}"),
+            catalog_url: "http://127.0.0.1:1".into(),
+            lease_ttl: server::DEFAULT_LEASE_TTL,
+        };
+        let core = server::build(
+            &config,
+            registry::builtin(&AdapterOptions::default()),
+            &options,
+        )
+        .expect("synthesis core");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let s = shutdown.clone();
+        tokio::spawn(async move { server::serve(listener, core, s).await });
+        clients.push(
+            SynthesisClient::connect(format!("http://{addr}"))
+                .await
+                .expect("synthesis"),
+        );
+    }
+    clients
+}
+
+fn pool_toml(
+    pool: &str,
+    provider: &str,
+    model: &str,
+    base_url: &str,
+    extra: &str,
+    dir: &std::path::Path,
+) -> String {
+    let credential = dir.join(format!("{pool}-key"));
+    std::fs::write(&credential, "k00\n").expect("credential file");
+    format!(
+        "[[pools]]\nid = \"{pool}\"\nprovider = \"{provider}\"\nmodel = \"{model}\"\n\
+         [[pools.upstreams]]\nid = \"u\"\nbase_url = \"{base_url}\"\n{extra}\
+         [[pools.upstreams.keys]]\nid = \"k00\"\ncapacity = 64\ncredential = {{ file = \"{}\" }}\n",
+        credential.display()
+    )
+}
+
+fn main() {
+    let per_side = env_or("FIRST_AUDIO_REQUESTS", 48).max(1);
+    let concurrency = env_or("FIRST_AUDIO_CONCURRENCY", 8).max(1);
+    let runs = env_or("LONG_TEXT_RUNS", 3).max(1);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    rt.block_on(async {
+        let shutdown = CancellationToken::new();
+        let live = FakeVendor::start(
+            FakeConfig::new(VendorKind::OpenAi)
+                .cap(0)
+                .streaming(Streaming::new(
+                    Duration::from_millis(200),
+                    Duration::from_millis(1500),
+                    16,
+                )),
+        )
+        .await
+        .expect("fake vendor");
+        let chunked = FakeVendor::start(
+            FakeConfig::new(VendorKind::Volcengine)
+                .cap(0)
+                .streaming(Streaming::new(
+                    Duration::from_millis(200),
+                    Duration::from_millis(400),
+                    4,
+                )),
+        )
+        .await
+        .expect("fake vendor");
+        let toml = format!(
+            "{}{}",
+            pool_toml("live", "openai", "tts-1", &live.base_url(), "", dir.path()),
+            pool_toml(
+                "long",
+                "volcengine",
+                "seed-tts-1.0",
+                &chunked.base_url(),
+                "params = { api = \"v3\" }\n",
+                dir.path()
+            )
+        );
+        let clients = stack(&toml, &redis, &[4, 1, 10], &shutdown).await;
+        let (default4, one, ten) = (clients[0].clone(), clients[1].clone(), clients[2].clone());
+
+        // 1. Time to first audio.
+        let voice = Arc::new(voxpool_fake_vendors::snapshot("openai", "live", "alloy"));
+        let request = pb::SynthesizeRequest {
+            voice: Some(pb::synthesize_request::Voice::Snapshot(voice.to_pb())),
+            text: "Hello there, this is a live character speaking.".into(),
+            format: pb::AudioFormat::Pcm as i32,
+            ..Default::default()
+        };
+        let adapter = Arc::new(OpenAi::new(shared_client().expect("http client")));
+        let key = Arc::new(KeyCredential {
+            key_id: "u/k00".into(),
+            app_id: "k00".into(),
+            secret: Some(Secret::new("k00")),
+        });
+        let upstream = Arc::new(UpstreamTarget {
+            id: "u".into(),
+            base_url: Some(live.base_url()),
+            ..Default::default()
+        });
+        let direct = |n: usize| {
+            let (adapter, voice, key, upstream) =
+                (adapter.clone(), voice.clone(), key.clone(), upstream.clone());
+            async move {
+                let mut out = Vec::new();
+                for _ in 0..n {
+                    let (sink, mut rx) = AudioSink::new();
+                    let t = Instant::now();
+                    let call = {
+                        let (adapter, voice, key, upstream) =
+                            (adapter.clone(), voice.clone(), key.clone(), upstream.clone());
+                        tokio::spawn(async move {
+                            adapter
+                                .stream(
+                                    VendorRequest {
+                                        text: "Hello there, this is a live character speaking.",
+                                        voice: &voice,
+                                        pool_model: "tts-1",
+                                        format: AudioFormat::Pcm,
+                                        sample_rate_hz: None,
+                                        key: &key,
+                                        upstream: &upstream,
+                                        timeout: Duration::from_secs(10),
+                                        attempt_id: "bench",
+                                    },
+                                    &sink,
+                                )
+                                .await
+                        })
+                    };
+                    rx.recv().await.expect("first audio");
+                    out.push(t.elapsed());
+                    call.await.expect("task").expect("direct call");
+                }
+                out
+            }
+        };
+        let through = |n: usize| {
+            let (mut client, request) = (default4.clone(), request.clone());
+            async move {
+                let mut out = Vec::new();
+                for _ in 0..n {
+                    let t = Instant::now();
+                    let mut stream = client
+                        .synthesize_stream(request.clone())
+                        .await
+                        .expect("stream")
+                        .into_inner();
+                    stream.next().await.expect("a message").expect("audio");
+                    out.push(t.elapsed());
+                    while let Some(m) = stream.next().await {
+                        m.expect("message");
+                    }
+                }
+                out
+            }
+        };
+        // Warm-up: connections, scripts.
+        let _ = futures::future::join(direct(2), through(2)).await;
+        let rounds = 4;
+        let per_task = (per_side / concurrency / rounds).max(1);
+        let (mut d, mut v) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            for got in futures::future::join_all((0..concurrency).map(|_| direct(per_task))).await {
+                d.extend(got);
+            }
+            for got in futures::future::join_all((0..concurrency).map(|_| through(per_task))).await {
+                v.extend(got);
+            }
+        }
+        d.sort_unstable();
+        v.sort_unstable();
+        let (d50, d99, v50, v99) = (pct(&d, 0.5), pct(&d, 0.99), pct(&v, 0.5), pct(&v, 0.99));
+        println!("## First audio\n");
+        println!(
+            "Fake OpenAI-compatible vendor streaming PCM: first bytes after 200 ms, the rest over \
+             1.5 s in 16 pieces. {} calls per side, {concurrency} at a time, alternating rounds.\n",
+            v.len()
+        );
+        println!("| path | first audio p50 ms | p99 ms |");
+        println!("|---|---:|---:|");
+        println!("| openai adapter → fake vendor, first byte in the sink (direct) | {d50:.1} | {d99:.1} |");
+        println!("| SynthesizeStream → Acquire → adapter → first message (voxpool) | {v50:.1} | {v99:.1} |");
+        println!();
+        let added = v50 - d50;
+        println!(
+            "- p50 added by voxpool: {added:.1} ms (floor ≤ {FLOOR_ADDED_MS} ms): {}\n",
+            if added <= FLOOR_ADDED_MS { "meets floor" } else { "BELOW FLOOR" }
+        );
+
+        // 2. A 10-chunk text, parallel vs one at a time.
+        let sentence = "The quick brown fox jumps over the lazy dog near the quiet river bank today. ";
+        let block: String = sentence.repeat(13);
+        let text: String = (0..10).map(|_| block.as_str()).collect();
+        let voice = voxpool_fake_vendors::snapshot("volcengine", "long", "zh_female_shuangkuaisisi_moon_bigtts");
+        let long = pb::SynthesizeRequest {
+            voice: Some(pb::synthesize_request::Voice::Snapshot(voice.to_pb())),
+            text,
+            format: pb::AudioFormat::Pcm as i32,
+            ..Default::default()
+        };
+        let time = |client: &SynthesisClient<tonic::transport::Channel>| {
+            let (mut client, long) = (client.clone(), long.clone());
+            async move {
+                let t = Instant::now();
+                let resp = client.synthesize(long).await.expect("synthesize").into_inner();
+                (t.elapsed(), resp.attempts.len())
+            }
+        };
+        let (_, chunks) = time(&one).await;
+        let (mut s1, mut s4, mut s10) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            s1.push(time(&one).await.0);
+            s4.push(time(&default4).await.0);
+            s10.push(time(&ten).await.0);
+        }
+        let median = |v: &mut Vec<Duration>| {
+            v.sort_unstable();
+            v[v.len() / 2].as_secs_f64() * 1000.0
+        };
+        let (m1, m4, m10) = (median(&mut s1), median(&mut s4), median(&mut s10));
+        println!("## Long text: chunks side by side\n");
+        println!(
+            "A text of {chunks} chunks (Volcengine V3 fake stream, each chunk 200 ms to first byte + \
+             400 ms), unary Synthesize, median of {runs} runs per setting, alternating.\n"
+        );
+        println!("| max_parallel_chunks | end to end ms | vs one at a time |");
+        println!("|---:|---:|---:|");
+        println!("| 1 (one at a time) | {m1:.0} | 1.00 |");
+        println!("| 4 (default) | {m4:.0} | {:.2} |", m4 / m1);
+        println!("| 10 | {m10:.0} | {:.2} |", m10 / m1);
+        println!();
+        println!(
+            "- default (4) vs one at a time: {:.2}× (floor ≤ {FLOOR_RATIO}×): {}\n",
+            m4 / m1,
+            if m4 / m1 <= FLOOR_RATIO { "meets floor" } else { "BELOW FLOOR" }
+        );
+        shutdown.cancel();
+    });
+}
