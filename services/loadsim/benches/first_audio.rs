@@ -139,9 +139,9 @@ fn main() {
         .expect("fake vendor");
         let toml = format!(
             "{}{}",
-            pool_toml("live", "openai", "tts-1", &live.base_url(), "", dir.path()),
+            pool_toml("openai-fake", "openai", "tts-1", &live.base_url(), "", dir.path()),
             pool_toml(
-                "long",
+                "volcengine-fake",
                 "volcengine",
                 "seed-tts-1.0",
                 &chunked.base_url(),
@@ -153,7 +153,7 @@ fn main() {
         let (default4, one, ten) = (clients[0].clone(), clients[1].clone(), clients[2].clone());
 
         // 1. Time to first audio.
-        let voice = Arc::new(voxpool_fake_vendors::snapshot("openai", "live", "alloy"));
+        let voice = Arc::new(voxpool_fake_vendors::snapshot("openai", "tts-1", "alloy"));
         let request = pb::SynthesizeRequest {
             voice: Some(pb::synthesize_request::Voice::Snapshot(voice.to_pb())),
             text: "Hello there, this is a live character speaking.".into(),
@@ -265,7 +265,7 @@ fn main() {
         let sentence = "The quick brown fox jumps over the lazy dog near the quiet river bank today. ";
         let block: String = sentence.repeat(13);
         let text: String = (0..10).map(|_| block.as_str()).collect();
-        let voice = voxpool_fake_vendors::snapshot("volcengine", "long", "zh_female_shuangkuaisisi_moon_bigtts");
+        let voice = voxpool_fake_vendors::snapshot("volcengine", "seed-tts-1.0", "zh_female_shuangkuaisisi_moon_bigtts");
         let long = pb::SynthesizeRequest {
             voice: Some(pb::synthesize_request::Voice::Snapshot(voice.to_pb())),
             text,
