@@ -25,7 +25,7 @@ use tracing::Instrument;
 
 use crate::{
     attempt::{ChunkMsg, ChunkOut},
-    audio::{AudioError, Joiner},
+    audio::{AudioError, AudioFormat, Joiner},
     core::{Core, Job},
     error::SynthesisError,
     failover::ChunkDone,
@@ -130,7 +130,10 @@ async fn emit(
     let deadline = tokio::time::sleep_until(job.deadline.at());
     tokio::pin!(deadline);
     joiner.begin().map_err(|e| audio_error(pool, e))?;
-    if out.live() {
+    // An exact WAV goes out after the last chunk: nothing of a chunk reaches the caller while
+    // it runs, so no chunk is live and a broken call still fails over.
+    let live = out.live() && !(job.format == AudioFormat::Wav && !job.wav_streaming_header);
+    if live {
         slots[0].live.send_replace(true);
     }
     while head < count {
@@ -157,7 +160,7 @@ async fn emit(
                     head += 1;
                     if head < count {
                         joiner.begin().map_err(|e| audio_error(pool, e))?;
-                        if out.live() {
+                        if live {
                             slots[head].live.send_replace(true);
                         }
                     }
@@ -188,6 +191,8 @@ async fn emit(
                     pool: Some(job.pool.id.clone()),
                     budget_ms: job.deadline.budget_ms(),
                     attempts,
+                    // Chunks started and not all done: their calls were under way.
+                    in_call: next > head,
                 });
             }
         }

@@ -176,14 +176,17 @@ pub enum SynthesisError {
         attempt: Box<AttemptRecord>,
     },
     /// The caller's deadline (or the server default) passed.
-    #[error("deadline of {budget_ms}ms exceeded{}{}", pool.as_ref().map(|p| format!(" on pool {p:?}")).unwrap_or_default(), deadline_suffix(pool.is_some(), attempts))]
+    #[error("deadline of {budget_ms}ms exceeded{}{}", pool.as_ref().map(|p| format!(" on pool {p:?}")).unwrap_or_default(), deadline_suffix(pool.is_some(), *in_call, attempts))]
     DeadlineExceeded {
         /// Pool id, once known.
         pool: Option<String>,
         /// The request's whole budget (ms).
         budget_ms: u64,
-        /// Attempts made.
+        /// Attempts finished.
         attempts: Vec<AttemptRecord>,
+        /// The deadline passed while vendor calls were under way (they finish, or are cut at
+        /// their first byte, in the background), not while waiting for a slot.
+        in_call: bool,
     },
     /// Audio pieces could not be joined.
     #[error("pool {pool:?}: cannot join the audio pieces: {message}")]
@@ -258,9 +261,15 @@ fn not_found_text(pack_id: &str, message: &str) -> String {
     )
 }
 
-/// What a deadline ran into: the attempts made, or (a known pool, none made) the wait for a slot.
-fn deadline_suffix(pool_known: bool, attempts: &[AttemptRecord]) -> String {
-    if pool_known && attempts.is_empty() {
+/// What a deadline ran into: vendor calls under way, the attempts made, or (a known pool, none
+/// made) the wait for a slot.
+fn deadline_suffix(pool_known: bool, in_call: bool, attempts: &[AttemptRecord]) -> String {
+    if in_call {
+        format!(
+            " while vendor calls were still answering (send a longer deadline for this text){}",
+            attempts_suffix(attempts)
+        )
+    } else if pool_known && attempts.is_empty() {
         " while waiting for a free key slot (every eligible key stayed at capacity or cooling): send a longer deadline or retry later".to_owned()
     } else {
         attempts_suffix(attempts)

@@ -89,11 +89,13 @@ impl Core {
                 retry_after,
             }
         };
-        let deadline_exceeded = |attempts: &[AttemptRecord]| SynthesisError::DeadlineExceeded {
+        let deadline_in = |attempts: &[AttemptRecord], in_call| SynthesisError::DeadlineExceeded {
             pool: Some(pool.id.clone()),
             budget_ms: job.deadline.budget_ms(),
             attempts: attempts.to_vec(),
+            in_call,
         };
+        let deadline_exceeded = |attempts: &[AttemptRecord]| deadline_in(attempts, false);
         loop {
             if tried.len() >= max_attempts {
                 let why = format!(
@@ -256,7 +258,7 @@ impl Core {
                     }
                     tried.push(key_id);
                 }
-                AttemptEnd::Deadline => return Err(deadline_exceeded(attempts)),
+                AttemptEnd::Deadline => return Err(deadline_in(attempts, true)),
                 AttemptEnd::Panicked => {
                     return Err(SynthesisError::AdapterPanicked {
                         provider: job.adapter.provider().to_string(),

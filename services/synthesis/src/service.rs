@@ -172,6 +172,7 @@ pub async fn run_job(core: &Arc<Core>, job: Job) -> Result<Synthesized, Synthesi
             pool: Some(job.pool.id.clone()),
             budget_ms: job.deadline.budget_ms(),
             attempts: Vec::new(),
+            in_call: false,
         });
     };
     let mut audio = out.audio;

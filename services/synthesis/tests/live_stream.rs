@@ -264,3 +264,31 @@ async fn cancelling_the_stream_cuts_every_call_and_releases_every_lease() {
     stack.wait_until_idle("p").await;
     assert_eq!(adapter.calls().len(), 4, "no further chunk started");
 }
+
+#[tokio::test]
+async fn an_exact_wav_stream_whose_vendor_breaks_fails_over_since_nothing_went_out() {
+    let text = "A single sentence.";
+    let (adapter, _) = Scripted::new(
+        "openai",
+        LIMIT,
+        vec![Step::FirstThenFail(Outcome::UpstreamError), Step::Audio],
+    );
+    let stack = Stack::start(&pool_toml("p", "openai", 1, 2, 2), adapter.registry()).await;
+    let req = pb::SynthesizeRequest {
+        format: pb::AudioFormat::Wav as i32,
+        ..request(&snapshot("openai", "p", "alloy", "{}"), text)
+    };
+    let wav = rest(open(&stack, req).await).await;
+    let header = wav::header(&wav).expect("a WAV").expect("a header");
+    assert_eq!(
+        header.data_len,
+        Some(samples_for(text).len() as u32),
+        "exact sizes"
+    );
+    assert_eq!(
+        &wav[header.data_start..],
+        samples_for(text),
+        "the second call's audio, whole"
+    );
+    assert_eq!(adapter.calls().len(), 2, "the broken call failed over");
+}
