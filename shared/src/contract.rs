@@ -25,7 +25,7 @@ pub fn check_tenant(tenant: &str) -> Result<(), FieldProblem> {
 pub enum Outcome {
     /// Audio came back.
     Success,
-    /// 429 or the vendor's concurrency / rate-limit error: the key cools for `Retry-After`.
+    /// 429 or the vendor's request-rate error: the key cools for `Retry-After`.
     RateLimited,
     /// 5xx or a vendor busy code: counts towards the failure backoff.
     UpstreamError,
@@ -37,11 +37,14 @@ pub enum Outcome {
     QuotaExhausted,
     /// The request itself was bad; says nothing about the key.
     ClientError,
+    /// The vendor refused because the key runs as many requests as the vendor allows it now:
+    /// lowers the key's effective capacity (adaptive pools); no cooldown.
+    ConcurrencyLimited,
 }
 
 impl Outcome {
     /// Every outcome, in wire order.
-    pub const ALL: [Outcome; 7] = [
+    pub const ALL: [Outcome; 8] = [
         Outcome::Success,
         Outcome::RateLimited,
         Outcome::UpstreamError,
@@ -49,6 +52,7 @@ impl Outcome {
         Outcome::KeyInvalid,
         Outcome::QuotaExhausted,
         Outcome::ClientError,
+        Outcome::ConcurrencyLimited,
     ];
 
     /// Stable lowercase name, used in the store, in logs and as a metric attribute.
@@ -61,6 +65,7 @@ impl Outcome {
             Outcome::KeyInvalid => "key_invalid",
             Outcome::QuotaExhausted => "quota_exhausted",
             Outcome::ClientError => "client_error",
+            Outcome::ConcurrencyLimited => "concurrency_limited",
         }
     }
 
@@ -86,6 +91,7 @@ impl From<Outcome> for pb::Outcome {
             Outcome::KeyInvalid => pb::Outcome::KeyInvalid,
             Outcome::QuotaExhausted => pb::Outcome::QuotaExhausted,
             Outcome::ClientError => pb::Outcome::ClientError,
+            Outcome::ConcurrencyLimited => pb::Outcome::ConcurrencyLimited,
         }
     }
 }
@@ -93,7 +99,7 @@ impl From<Outcome> for pb::Outcome {
 /// A wire outcome that is not one of [`Outcome`] (UNSPECIFIED or an unknown number).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{0} is not an outcome: use SUCCESS, RATE_LIMITED, UPSTREAM_ERROR, TIMEOUT, KEY_INVALID, QUOTA_EXHAUSTED or CLIENT_ERROR"
+    "{0} is not an outcome: use SUCCESS, RATE_LIMITED, UPSTREAM_ERROR, TIMEOUT, KEY_INVALID, QUOTA_EXHAUSTED, CLIENT_ERROR or CONCURRENCY_LIMITED"
 )]
 pub struct UnknownOutcome(pub i32);
 
@@ -109,6 +115,7 @@ impl TryFrom<i32> for Outcome {
             Ok(pb::Outcome::KeyInvalid) => Ok(Outcome::KeyInvalid),
             Ok(pb::Outcome::QuotaExhausted) => Ok(Outcome::QuotaExhausted),
             Ok(pb::Outcome::ClientError) => Ok(Outcome::ClientError),
+            Ok(pb::Outcome::ConcurrencyLimited) => Ok(Outcome::ConcurrencyLimited),
             Ok(pb::Outcome::Unspecified) | Err(_) => Err(UnknownOutcome(raw)),
         }
     }

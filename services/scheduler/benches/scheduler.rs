@@ -262,6 +262,7 @@ async fn replica_ack_cost(rounds: u64, workers: u64, secs: u64) -> [Rounds; 5] {
             })
             .collect(),
         batch_max_share: 1.0,
+        adaptive: true,
     };
     acked.seed(&[spec]).await.expect("seed");
     let (mut on, mut off, mut ratio, mut lat_on, mut lat_off) =
@@ -390,6 +391,7 @@ fn main() {
                 })
                 .collect(),
             batch_max_share: 1.0,
+            adaptive: true,
         };
         redis_store
             .seed(&[spec("bench-10k", 10_000), spec("bench-10", 10)])

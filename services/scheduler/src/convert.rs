@@ -41,6 +41,7 @@ pub fn key_status(pool: &str, k: &KeyStatus) -> pb::KeyStatus {
         key_id: k.key_id.clone(),
         upstream_id: upstream_of(&k.key_id).to_owned(),
         capacity: int(k.capacity),
+        effective_capacity: int(k.effective_capacity),
         in_flight: int(k.in_flight),
         utilization: k.utilization(),
         state: pb::KeyState::from(k.state) as i32,

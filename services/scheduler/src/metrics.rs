@@ -4,6 +4,7 @@
 //! |---|---|---|---|
 //! | `voxpool.key.in_flight` | gauge | `{lease}` | `pool`, `upstream`, `key` |
 //! | `voxpool.key.capacity` | gauge | `{lease}` | `pool`, `upstream`, `key` |
+//! | `voxpool.key.effective_capacity` | gauge | `{lease}` | `pool`, `upstream`, `key` (what grants are held to: learned from the vendor's concurrency refusals) |
 //! | `voxpool.key.utilization` | gauge | `1` (0..1) | `pool`, `upstream`, `key` |
 //! | `voxpool.key.state` | gauge | `1` (1 = in this state) | `pool`, `upstream`, `key`, `state` |
 //! | `voxpool.pool.in_flight` / `.capacity` | gauge | `{lease}` | `pool` |
@@ -124,9 +125,22 @@ impl SchedulerMetrics {
                 },
             ),
             gauge(
+                "voxpool.key.effective_capacity",
+                "{lease}",
+                "concurrent requests the key is granted now (learned from the vendor)",
+                |p, out| {
+                    out.extend(p.keys.iter().map(|k| {
+                        (
+                            f64::from(k.effective_capacity),
+                            key_attrs(&p.pool, &k.key_id),
+                        )
+                    }));
+                },
+            ),
+            gauge(
                 "voxpool.key.utilization",
                 "1",
-                "in-flight / capacity of the key",
+                "in-flight / effective capacity of the key",
                 |p, out| {
                     out.extend(
                         p.keys

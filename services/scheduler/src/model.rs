@@ -25,6 +25,9 @@ pub struct PoolSpec {
     pub keys: Vec<KeySpec>,
     /// Most of the pool's capacity BATCH leases may hold (0 < share <= 1; see [`batch_limit`]).
     pub batch_max_share: f64,
+    /// Whether keys learn their effective capacity from concurrency refusals
+    /// ([`HealthPolicy::lowered_capacity`]).
+    pub adaptive: bool,
 }
 
 /// Most BATCH leases a pool allows: `share` of `capacity` (the capacity of its available keys)
@@ -58,6 +61,7 @@ impl PoolSpec {
                     })
                     .collect(),
                 batch_max_share: p.batch_max_share,
+                adaptive: p.adaptive,
             })
             .collect()
     }
@@ -387,10 +391,12 @@ pub struct ReportResult {
     pub cooldown_until_ms: i64,
     /// Whether this call released the lease.
     pub released: bool,
+    /// The key's effective capacity before and after, when this report changed it.
+    pub effective_change: Option<(u32, u32)>,
 }
 
 /// Health policy applied by reports; from [`SchedulerSettings`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HealthPolicy {
     /// Cooldown after RATE_LIMITED with no Retry-After (ms).
     pub rate_limit_cooldown_ms: u64,
@@ -402,6 +408,13 @@ pub struct HealthPolicy {
     pub failure_backoff_max_ms: u64,
     /// Cooldown after KEY_INVALID / QUOTA_EXHAUSTED (ms).
     pub credential_cooldown_ms: u64,
+    /// Adaptive pools: factor applied to the effective capacity on a concurrency refusal.
+    pub adaptive_decrease: f64,
+    /// Adaptive pools: refusals this soon after a decrease do not lower it again (ms); one
+    /// right after an increase does (the probe found the limit).
+    pub adaptive_hold_ms: u64,
+    /// Adaptive pools: time since the last change after which a success adds a slot (ms).
+    pub adaptive_increase_ms: u64,
 }
 
 impl From<&SchedulerSettings> for HealthPolicy {
@@ -412,11 +425,25 @@ impl From<&SchedulerSettings> for HealthPolicy {
             failure_backoff_base_ms: s.failure_backoff_base_ms,
             failure_backoff_max_ms: s.failure_backoff_max_ms,
             credential_cooldown_ms: s.credential_cooldown_ms,
+            adaptive_decrease: s.adaptive_decrease,
+            adaptive_hold_ms: s.adaptive_hold_ms,
+            adaptive_increase_ms: s.adaptive_increase_ms,
         }
     }
 }
 
 impl HealthPolicy {
+    /// The effective capacity after a concurrency refusal on a key running `in_flight`
+    /// leases (the refused one included) at effective capacity `effective`:
+    /// `effective × adaptive_decrease` rounded down, but not below what the vendor accepted
+    /// (`in_flight − 1`) nor below 1, and at least one slot less than before. The Redis store
+    /// computes the same in `lua/report.lua`.
+    pub fn lowered_capacity(&self, effective: u32, in_flight: u32) -> u32 {
+        let scaled = (f64::from(effective) * self.adaptive_decrease + 1e-9).floor() as u32;
+        let accepted = in_flight.saturating_sub(1);
+        scaled.max(accepted).min(effective.saturating_sub(1)).max(1)
+    }
+
     /// Cooldown after the `failures`-th consecutive failure, or `None` below the threshold:
     /// `base * 2^(failures - threshold)`, capped at the max.
     pub fn failure_cooldown_ms(&self, failures: u32) -> Option<u64> {
@@ -437,8 +464,11 @@ impl HealthPolicy {
 pub struct KeyStatus {
     /// `upstream/key`.
     pub key_id: String,
-    /// Live capacity.
+    /// Live capacity: the configured one, or what `SetKeyCapacity` set (the ceiling).
     pub capacity: u32,
+    /// What leases are granted against: `capacity` as learned from the vendor's concurrency
+    /// refusals (adaptive pools), 1..=capacity (0 when capacity is 0).
+    pub effective_capacity: u32,
     /// Live leases.
     pub in_flight: u32,
     /// Available, cooling or disabled.
@@ -450,12 +480,12 @@ pub struct KeyStatus {
 }
 
 impl KeyStatus {
-    /// in_flight / capacity, 0 when capacity is 0.
+    /// in_flight / effective capacity (how full the key is now), 0 when it is 0.
     pub fn utilization(&self) -> f64 {
-        if self.capacity == 0 {
+        if self.effective_capacity == 0 {
             0.0
         } else {
-            f64::from(self.in_flight) / f64::from(self.capacity)
+            f64::from(self.in_flight) / f64::from(self.effective_capacity)
         }
     }
 }
@@ -483,7 +513,9 @@ pub struct PoolStatus {
 impl PoolStatus {
     /// Sum of capacities of available keys.
     pub fn capacity(&self) -> u64 {
-        self.available().map(|k| u64::from(k.capacity)).sum()
+        self.available()
+            .map(|k| u64::from(k.effective_capacity))
+            .sum()
     }
 
     /// Sum of in-flight leases on available keys.
@@ -552,6 +584,7 @@ mod tests {
             failure_backoff_base_ms: 1000,
             failure_backoff_max_ms: 5000,
             credential_cooldown_ms: 1,
+            ..HealthPolicy::from(&SchedulerSettings::default())
         };
         assert_eq!(p.failure_cooldown_ms(2), None);
         assert_eq!(p.failure_cooldown_ms(3), Some(1000));
@@ -559,5 +592,18 @@ mod tests {
         assert_eq!(p.failure_cooldown_ms(5), Some(4000));
         assert_eq!(p.failure_cooldown_ms(6), Some(5000));
         assert_eq!(p.failure_cooldown_ms(400), Some(5000));
+    }
+
+    #[test]
+    fn a_concurrency_refusal_lowers_toward_what_the_vendor_accepted() {
+        let p = HealthPolicy::from(&SchedulerSettings::default());
+        // Halved, but not below the leases the vendor accepted (in flight less the refused).
+        assert_eq!(p.lowered_capacity(10, 10), 9);
+        assert_eq!(p.lowered_capacity(10, 3), 5);
+        assert_eq!(p.lowered_capacity(5, 5), 4);
+        // At least one slot less, never below 1.
+        assert_eq!(p.lowered_capacity(4, 9), 3);
+        assert_eq!(p.lowered_capacity(2, 1), 1);
+        assert_eq!(p.lowered_capacity(1, 1), 1);
     }
 }

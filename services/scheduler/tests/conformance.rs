@@ -97,6 +97,11 @@ conformance!(
     priority_and_tenant_are_checked_and_reported_per_class,
     release_by_idempotency_key_frees_the_lease_that_key_was_granted,
     a_waiter_no_free_key_suits_lets_the_next_waiter_take_that_key,
+    a_concurrency_refusal_lowers_the_effective_capacity_toward_what_the_vendor_accepted,
+    sustained_success_raises_the_effective_capacity_one_slot_per_interval_to_the_ceiling,
+    a_pool_with_adaptive_off_grants_against_its_capacity_whatever_the_refusals,
+    set_key_capacity_sets_a_new_ceiling_and_learning_starts_from_it,
+    a_refusal_right_after_a_probe_lowers_it_again,
 );
 
 fn in_flight_by_key(s: &pb::PoolStatus) -> HashMap<String, i32> {
@@ -2019,4 +2024,157 @@ async fn a_waiter_no_free_key_suits_lets_the_next_waiter_take_that_key(b: Backen
         .expect("then k1 goes to the head")
         .into_inner();
     assert_eq!(got.key_id, "u0/k1");
+}
+
+/// (capacity, effective capacity, state) of `u0/k0`.
+async fn learned(h: &Harness) -> (i32, i32, KeyState) {
+    let k = h.key("p", "u0/k0").await;
+    (k.capacity, k.effective_capacity, k.state())
+}
+
+async fn a_concurrency_refusal_lowers_the_effective_capacity_toward_what_the_vendor_accepted(
+    b: Backend,
+) {
+    let h = start(b, &uniform_pool(1, 1, 10)).await;
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        held.push(h.acquire("p").await.unwrap());
+    }
+    // The vendor refused the 6th: it accepted 5. Halving 10 gives 5 too.
+    let refused = held.pop().unwrap();
+    let r = h
+        .report(&refused.lease_id, Outcome::ConcurrencyLimited, 0, true)
+        .await;
+    assert_eq!(r.key_state(), KeyState::Available, "no cooldown");
+    assert_eq!(learned(&h).await, (10, 5, KeyState::Available));
+    assert_eq!(
+        h.acquire("p").await.unwrap_err().code(),
+        Code::ResourceExhausted,
+        "5 in flight at an effective capacity of 5: full"
+    );
+    // A second refusal within the hold is the same overload: no further decrease.
+    let again = held.pop().unwrap();
+    h.report(&again.lease_id, Outcome::ConcurrencyLimited, 0, true)
+        .await;
+    assert_eq!(learned(&h).await.1, 5);
+    // After the hold, a refusal at 4 in flight: the vendor accepted 3 (5 halves to 2).
+    h.advance("p", 300).await;
+    let third = held.pop().unwrap();
+    h.report(&third.lease_id, Outcome::ConcurrencyLimited, 0, true)
+        .await;
+    assert_eq!(learned(&h).await.1, 3);
+    let status = h.status("p").await;
+    assert_eq!(
+        status.capacity, 3,
+        "the pool's capacity counts effective capacities"
+    );
+    // Never below 1.
+    for l in held.drain(..) {
+        h.advance("p", 300).await;
+        h.report(&l.lease_id, Outcome::ConcurrencyLimited, 0, true)
+            .await;
+    }
+    for _ in 0..3 {
+        h.advance("p", 300).await;
+        let l = h.acquire("p").await.unwrap();
+        h.report(&l.lease_id, Outcome::ConcurrencyLimited, 0, true)
+            .await;
+    }
+    assert_eq!(learned(&h).await, (10, 1, KeyState::Available));
+}
+
+async fn sustained_success_raises_the_effective_capacity_one_slot_per_interval_to_the_ceiling(
+    b: Backend,
+) {
+    let h = start(b, &uniform_pool(1, 1, 4)).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(h.acquire("p").await.unwrap());
+    }
+    h.report(&held[3].lease_id, Outcome::ConcurrencyLimited, 0, true)
+        .await;
+    assert_eq!(learned(&h).await.1, 3);
+    for l in &held[..3] {
+        h.report(&l.lease_id, Outcome::Success, 0, true).await;
+    }
+    assert_eq!(learned(&h).await.1, 3, "no increase before the interval");
+    for expected in [4, 4] {
+        h.advance("p", 3_001).await;
+        let l = h.acquire("p").await.unwrap();
+        h.report(&l.lease_id, Outcome::Success, 0, true).await;
+        let l = h.acquire("p").await.unwrap();
+        h.report(&l.lease_id, Outcome::Success, 0, true).await;
+        assert_eq!(
+            learned(&h).await,
+            (4, expected, KeyState::Available),
+            "one slot per interval, never above the capacity"
+        );
+    }
+}
+
+async fn a_pool_with_adaptive_off_grants_against_its_capacity_whatever_the_refusals(b: Backend) {
+    let toml = uniform_pool(1, 1, 4).replace(
+        "provider = \"espeak\"\n",
+        "provider = \"espeak\"\nadaptive = false\n",
+    );
+    let h = start(b, &toml).await;
+    for _ in 0..3 {
+        let l = h.acquire("p").await.unwrap();
+        h.report(&l.lease_id, Outcome::ConcurrencyLimited, 0, true)
+            .await;
+        h.advance("p", 300).await;
+    }
+    assert_eq!(learned(&h).await, (4, 4, KeyState::Available));
+    for _ in 0..4 {
+        h.acquire("p").await.unwrap();
+    }
+}
+
+async fn set_key_capacity_sets_a_new_ceiling_and_learning_starts_from_it(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 10)).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(h.acquire("p").await.unwrap());
+    }
+    h.report(&held[3].lease_id, Outcome::ConcurrencyLimited, 0, true)
+        .await;
+    assert_eq!(learned(&h).await.1, 5);
+    let k = h
+        .client()
+        .set_key_capacity(admin(pb::SetKeyCapacityRequest {
+            pool: "p".into(),
+            key_id: "u0/k0".into(),
+            capacity: 8,
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((k.capacity, k.effective_capacity), (8, 8));
+    h.advance("p", 300).await;
+    h.report(&held[2].lease_id, Outcome::ConcurrencyLimited, 0, true)
+        .await;
+    assert_eq!(learned(&h).await, (8, 4, KeyState::Available));
+}
+
+async fn a_refusal_right_after_a_probe_lowers_it_again(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 8)).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(h.acquire("p").await.unwrap());
+    }
+    h.report(&held[3].lease_id, Outcome::ConcurrencyLimited, 0, true)
+        .await;
+    assert_eq!(learned(&h).await.1, 4);
+    // The probe: one slot more after the interval...
+    h.advance("p", 3_001).await;
+    h.report(&held[2].lease_id, Outcome::Success, 0, true).await;
+    assert_eq!(learned(&h).await.1, 5);
+    // ...is refused at once: the hold after a decrease does not shield it.
+    let mut more = Vec::new();
+    for _ in 0..3 {
+        more.push(h.acquire("p").await.unwrap());
+    }
+    h.report(&more[2].lease_id, Outcome::ConcurrencyLimited, 0, true)
+        .await;
+    assert_eq!(learned(&h).await.1, 4);
 }

@@ -35,6 +35,9 @@ const POLICY: HealthPolicy = HealthPolicy {
     failure_backoff_base_ms: 1_000,
     failure_backoff_max_ms: 4_000,
     credential_cooldown_ms: 5_000,
+    adaptive_decrease: 0.5,
+    adaptive_hold_ms: 250,
+    adaptive_increase_ms: 3_000,
 };
 
 #[derive(Clone, Debug)]
@@ -152,6 +155,7 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                 })
                 .collect(),
             batch_max_share: 1.0,
+            adaptive: true,
         };
         store.seed(&[spec]).await.unwrap();
         let base = store.status(&pool).await.unwrap().unwrap().now_ms;
@@ -337,6 +341,8 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                             m.cool(&key, now + POLICY.credential_cooldown_ms as i64, true);
                         }
                         Outcome::ClientError => {}
+                        // Not generated: adaptation has its own conformance tests.
+                        Outcome::ConcurrencyLimited => {}
                     }
                     if release {
                         m.leases.remove(&lease);

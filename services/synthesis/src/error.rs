@@ -418,7 +418,12 @@ impl From<SynthesisError> for Status {
             } => {
                 let throttled = !attempts.is_empty()
                     && attempts.iter().all(|a| {
-                        matches!(a.outcome, Outcome::RateLimited | Outcome::QuotaExhausted)
+                        matches!(
+                            a.outcome,
+                            Outcome::RateLimited
+                                | Outcome::QuotaExhausted
+                                | Outcome::ConcurrencyLimited
+                        )
                     });
                 let code = if throttled {
                     Code::ResourceExhausted

@@ -203,10 +203,22 @@ impl Harness {
     }
 }
 
+/// What the vendor's refusal over its cap is: a concurrency refusal where the vendor names
+/// concurrency (ElevenLabs `too_many_concurrent_requests`, Volcengine 3003), a rate limit
+/// where its error does not tell them apart (OpenAI, Azure, MiniMax 1002, DashScope).
+fn refusal(kind: VendorKind) -> Outcome {
+    match kind {
+        VendorKind::ElevenLabs | VendorKind::Volcengine => Outcome::ConcurrencyLimited,
+        VendorKind::OpenAi | VendorKind::Azure | VendorKind::MiniMax | VendorKind::DashScope => {
+            Outcome::RateLimited
+        }
+    }
+}
+
 /// What VENDORS.md says each injected fault must become for `kind`.
 fn expected(kind: VendorKind, fault: &Fault) -> Outcome {
     match (kind, fault) {
-        (_, Fault::RateLimited { .. }) => Outcome::RateLimited,
+        (_, Fault::RateLimited { .. }) => refusal(kind),
         (_, Fault::Busy | Fault::ServerError) => Outcome::UpstreamError,
         (_, Fault::Unauthorized) => Outcome::KeyInvalid,
         // Azure has no quota error distinct from an auth failure (403).
@@ -215,7 +227,7 @@ fn expected(kind: VendorKind, fault: &Fault) -> Outcome {
         (_, Fault::InvalidText) => Outcome::ClientError,
         // Azure documents no error bodies on 200: a document instead of audio is an upstream fault.
         (VendorKind::Azure, Fault::ErrorIn200) => Outcome::UpstreamError,
-        (_, Fault::ErrorIn200) => Outcome::RateLimited,
+        (_, Fault::ErrorIn200) => refusal(kind),
     }
 }
 
@@ -363,7 +375,7 @@ async fn calls_beyond_the_cap_are_rate_limited_and_never_admitted(kind: VendorKi
         match call.await.expect("task") {
             Ok(_) => ok += 1,
             Err(f) => {
-                assert_eq!(f.outcome, Outcome::RateLimited, "{kind}: {f:?}");
+                assert_eq!(f.outcome, refusal(kind), "{kind}: {f:?}");
                 assert_eq!(f.retry_after_ms, Some(1000), "{kind}: {f:?}");
                 h.assert_clean("shared-key", &f);
                 limited += 1;

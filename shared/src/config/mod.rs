@@ -81,10 +81,19 @@ pub struct PoolConfig {
     /// below 1, live traffic always finds headroom while bulk jobs run.
     #[serde(default = "full_share")]
     pub batch_max_share: f64,
+    /// Learn each key's real concurrency from the vendor (default true): a concurrency refusal
+    /// lowers the key's effective capacity, sustained success raises it back one slot at a
+    /// time up to `capacity` (`[scheduler] adaptive_*`). False grants against `capacity` only.
+    #[serde(default = "enabled")]
+    pub adaptive: bool,
 }
 
 fn full_share() -> f64 {
     1.0
+}
+
+fn enabled() -> bool {
+    true
 }
 
 impl PoolConfig {

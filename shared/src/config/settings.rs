@@ -62,6 +62,18 @@ pub struct SchedulerSettings {
     /// several deployments can share one Redis. ASCII letters, digits, `-`, `_`, `.`; at most
     /// 32 characters. Default `vp`.
     pub store_key_prefix: String,
+    /// Adaptive pools: on a concurrency refusal a key's effective capacity is multiplied by
+    /// this (0 < f < 1), but never set below the in-flight count the vendor accepted (the
+    /// key's leases at the refusal, less the refused one) nor below 1. Default 0.5.
+    pub adaptive_decrease: f64,
+    /// Adaptive pools: further concurrency refusals within this many ms of a decrease are
+    /// the same overload seen again (leases granted before it) and do not lower it again (a
+    /// refusal right after an increase does: the probe found the limit). Default 250.
+    pub adaptive_hold_ms: u64,
+    /// Adaptive pools: a key below its capacity gains one slot on a success once this many
+    /// ms passed since its effective capacity last changed (probing one slot at a time).
+    /// Default 3000.
+    pub adaptive_increase_ms: u64,
 }
 
 impl Default for SchedulerSettings {
@@ -83,6 +95,9 @@ impl Default for SchedulerSettings {
             store_replica_ack_timeout_ms: 250,
             recovery_window_ms: 5_000,
             store_key_prefix: "vp".to_owned(),
+            adaptive_decrease: 0.5,
+            adaptive_hold_ms: 250,
+            adaptive_increase_ms: 3_000,
         }
     }
 }

@@ -254,6 +254,19 @@ impl Config {
                 ),
             );
         }
+        let f = s.adaptive_decrease;
+        if !(f.is_finite() && f > 0.0 && f < 1.0) {
+            push(
+                "scheduler.adaptive_decrease".into(),
+                format!("must be above 0 and below 1 (a factor), got {f}"),
+            );
+        }
+        if s.adaptive_increase_ms == 0 {
+            push(
+                "scheduler.adaptive_increase_ms".into(),
+                "must be at least 1 ms".into(),
+            );
+        }
         if self.synthesis.max_attempts == 0 {
             push("synthesis.max_attempts".into(), "must be at least 1".into());
         }

@@ -192,7 +192,7 @@ fn cooldown_reason(outcome: Outcome) -> Option<&'static str> {
         Outcome::RateLimited => Some("rate_limited"),
         Outcome::UpstreamError | Outcome::Timeout => Some("failures"),
         Outcome::KeyInvalid | Outcome::QuotaExhausted => Some("credential"),
-        Outcome::Success | Outcome::ClientError => None,
+        Outcome::Success | Outcome::ClientError | Outcome::ConcurrencyLimited => None,
     }
 }
 
@@ -259,6 +259,10 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
                 lease_id: r.lease_id.clone(),
             })?;
         let pool = &params.id.pool;
+        if let Some((before, after)) = result.effective_change {
+            tracing::info!(pool = %pool, key = %result.key_id, outcome = params.outcome.as_str(),
+                from = before, to = after, "key effective capacity changed");
+        }
         if result.state != KeyState::Available {
             if let Some(reason) = cooldown_reason(params.outcome) {
                 self.metrics.cooldown(pool, &result.key_id, reason);

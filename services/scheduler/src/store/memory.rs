@@ -32,7 +32,15 @@ pub(crate) const RETRY_HINT_MAX_MS: u64 = 1_000;
 
 #[derive(Debug, Default)]
 struct KeyEntry {
+    /// What grants are held to: the effective capacity (`ceiling` on a pool that does not
+    /// adapt).
     capacity: u32,
+    /// The configured or admin-set capacity: `capacity` never exceeds it.
+    ceiling: u32,
+    /// When `capacity` last changed by adaptation (store clock, ms).
+    adapted_at_ms: i64,
+    /// When a concurrency refusal last lowered `capacity` (store clock, ms).
+    lowered_at_ms: i64,
     config_capacity: u32,
     in_flight: u32,
     cool_until_ms: i64,
@@ -43,7 +51,7 @@ struct KeyEntry {
 
 impl KeyEntry {
     fn state(&self, now: i64) -> KeyState {
-        if self.capacity == 0 || self.disabled {
+        if self.ceiling == 0 || self.disabled {
             KeyState::Disabled
         } else if self.cool_until_ms > now {
             match self.cool_reason {
@@ -58,7 +66,8 @@ impl KeyEntry {
     fn status(&self, key_id: &str, now: i64) -> KeyStatus {
         KeyStatus {
             key_id: key_id.to_owned(),
-            capacity: self.capacity,
+            capacity: self.ceiling,
+            effective_capacity: self.capacity,
             in_flight: self.in_flight,
             state: self.state(now),
             cooldown_until_ms: if self.cool_until_ms > now {
@@ -100,6 +109,8 @@ struct PoolState {
     batch_leases: HashSet<String>,
     /// The pool's `batch_max_share`.
     batch_max_share: f64,
+    /// The pool's `adaptive` setting.
+    adaptive: bool,
     clock_offset_ms: i64,
     /// End of the recovery window (ms, this pool's clock); 0 = none (module doc of `store`).
     recovering_until_ms: i64,
@@ -119,6 +130,7 @@ impl Default for PoolState {
             leases: HashMap::new(),
             batch_leases: HashSet::new(),
             batch_max_share: 1.0,
+            adaptive: true,
             clock_offset_ms: 0,
             recovering_until_ms: 0,
             line: Line::default(),
@@ -464,16 +476,37 @@ fn queueable(refusal: &Refusal) -> bool {
 }
 
 /// Applies a vendor outcome to a key's health (shared rule, mirrored by the Redis script).
+/// Applies a reported outcome to key `k`, which ran `in_flight` leases (the reported one
+/// included) when the vendor answered; `adaptive` is the pool's setting. Returns the effective
+/// capacity before and after when it changed (model.rs `HealthPolicy::lowered_capacity`, the
+/// same rules as `lua/report.lua`).
 fn apply_outcome(
     k: &mut KeyEntry,
     outcome: Outcome,
     retry_after_ms: u64,
     policy: &HealthPolicy,
-    now: i64,
-) {
+    (now, in_flight, adaptive): (i64, u32, bool),
+) -> Option<(u32, u32)> {
     let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let before = k.capacity;
+    let since_change = now.saturating_sub(k.adapted_at_ms);
     match outcome {
-        Outcome::Success => k.failures = 0,
+        Outcome::Success => {
+            k.failures = 0;
+            if adaptive && k.capacity < k.ceiling && since_change >= ms(policy.adaptive_increase_ms)
+            {
+                k.capacity += 1;
+                k.adapted_at_ms = now;
+            }
+        }
+        Outcome::ConcurrencyLimited => {
+            let since_lowered = now.saturating_sub(k.lowered_at_ms);
+            if adaptive && k.capacity > 1 && since_lowered >= ms(policy.adaptive_hold_ms) {
+                k.capacity = policy.lowered_capacity(k.capacity, in_flight);
+                k.adapted_at_ms = now;
+                k.lowered_at_ms = now;
+            }
+        }
         Outcome::RateLimited => {
             let wait = if retry_after_ms > 0 {
                 retry_after_ms
@@ -496,6 +529,7 @@ fn apply_outcome(
         }
         Outcome::ClientError => {}
     }
+    (k.capacity != before).then_some((before, k.capacity))
 }
 
 #[async_trait]
@@ -516,13 +550,18 @@ impl LeaseStore for MemoryStore {
                 fresh
             });
             pool.batch_max_share = spec.batch_max_share;
+            pool.adaptive = spec.adaptive;
             pool.keys
                 .retain(|id, _| spec.keys.iter().any(|k| &k.key_id == id));
             for key in &spec.keys {
                 let entry = pool.keys.entry(key.key_id.clone()).or_default();
                 if entry.config_capacity != key.capacity {
                     entry.capacity = key.capacity;
+                    entry.ceiling = key.capacity;
                     entry.config_capacity = key.capacity;
+                }
+                if !spec.adaptive {
+                    entry.capacity = entry.ceiling;
                 }
             }
         }
@@ -617,15 +656,24 @@ impl LeaseStore for MemoryStore {
                     Some((key, _)) => key.clone(),
                     None => r.key_id.clone().filter(|k| pool.keys.contains_key(k))?,
                 };
+                let in_flight = pool.keys.get(&key_id)?.in_flight;
                 let released = r.release && pool.free(r.id.token.as_str(), now);
+                let adaptive = pool.adaptive;
                 let k = pool.keys.get_mut(&key_id)?;
-                apply_outcome(k, r.outcome, r.retry_after_ms, policy, now);
+                let effective_change = apply_outcome(
+                    k,
+                    r.outcome,
+                    r.retry_after_ms,
+                    policy,
+                    (now, in_flight, adaptive),
+                );
                 let st = k.status(&key_id, now);
                 Some(ReportResult {
                     key_id,
                     state: st.state,
                     cooldown_until_ms: st.cooldown_until_ms,
                     released,
+                    effective_change,
                 })
             })?
             .flatten())
@@ -685,7 +733,10 @@ impl LeaseStore for MemoryStore {
         Ok(self
             .with_pool(pool, |p, now| {
                 let k = p.keys.get_mut(key_id)?;
+                // A new ceiling; learning starts again from it.
                 k.capacity = capacity;
+                k.ceiling = capacity;
+                k.adapted_at_ms = now;
                 Some(k.status(key_id, now))
             })?
             .flatten())

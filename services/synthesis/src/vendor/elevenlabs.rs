@@ -24,8 +24,9 @@
 //!
 //! # Errors
 //! `{"detail":{"type","code","message","status"}}` (older answers carry the code in
-//! `status`): `too_many_concurrent_requests`/`concurrent_limit_exceeded`/`rate_limit_exceeded`
-//! → `RATE_LIMITED`; `system_busy` → `UPSTREAM_ERROR` (even though it is a 429);
+//! `status`): `too_many_concurrent_requests`/`concurrent_limit_exceeded` →
+//! `CONCURRENCY_LIMITED` (the plan's concurrency, which drives the key's effective capacity);
+//! `rate_limit_exceeded` → `RATE_LIMITED`; `system_busy` → `UPSTREAM_ERROR` (even though it is a 429);
 //! `quota_exceeded` → `QUOTA_EXHAUSTED` (ElevenLabs sends it as 401); `invalid_api_key` /
 //! `missing_permissions` → `KEY_INVALID`; `voice_not_found` → `CLIENT_ERROR`; else by status.
 
@@ -188,9 +189,8 @@ fn endpoint(base_url: Option<&str>, voice_id: &str, output_format: &str) -> Resu
 /// The outcome for an ElevenLabs error code (or `None` when unknown).
 fn outcome_for_code(code: &str) -> Option<Outcome> {
     Some(match code {
-        "too_many_concurrent_requests" | "concurrent_limit_exceeded" | "rate_limit_exceeded" => {
-            Outcome::RateLimited
-        }
+        "too_many_concurrent_requests" | "concurrent_limit_exceeded" => Outcome::ConcurrencyLimited,
+        "rate_limit_exceeded" => Outcome::RateLimited,
         "system_busy" => Outcome::UpstreamError,
         "quota_exceeded" => Outcome::QuotaExhausted,
         "invalid_api_key" | "missing_permissions" | "unauthorized" => Outcome::KeyInvalid,
@@ -461,8 +461,8 @@ mod tests {
     #[test]
     fn codes_win_over_statuses() {
         for (code, outcome) in [
-            ("too_many_concurrent_requests", Outcome::RateLimited),
-            ("concurrent_limit_exceeded", Outcome::RateLimited),
+            ("too_many_concurrent_requests", Outcome::ConcurrencyLimited),
+            ("concurrent_limit_exceeded", Outcome::ConcurrencyLimited),
             ("rate_limit_exceeded", Outcome::RateLimited),
             ("system_busy", Outcome::UpstreamError),
             ("quota_exceeded", Outcome::QuotaExhausted),

@@ -29,7 +29,8 @@
 //! Text limit: 5000 characters, conservative (the vendor documents fewer than 10000).
 //!
 //! # Errors (by `base_resp.status_code`, then the status)
-//! 1002/1039/1041 → `RATE_LIMITED`; 1000/1001 → `UPSTREAM_ERROR`; 1004 → `KEY_INVALID`;
+//! 1002 (rate) / 1039 (token rate) → `RATE_LIMITED`; 1041 (connection limit) →
+//! `CONCURRENCY_LIMITED`; 1000/1001 → `UPSTREAM_ERROR`; 1004 → `KEY_INVALID`;
 //! 1008 → `QUOTA_EXHAUSTED`; 2013/20132 → `CLIENT_ERROR`; others → by status, or
 //! `UPSTREAM_ERROR` with 200. Status 0 without decodable audio → `UPSTREAM_ERROR`.
 
@@ -202,7 +203,8 @@ fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
 /// The outcome of a nonzero `base_resp.status_code`, when known.
 fn outcome_for_code(code: i64) -> Option<Outcome> {
     Some(match code {
-        1002 | 1039 | 1041 => Outcome::RateLimited,
+        1002 | 1039 => Outcome::RateLimited,
+        1041 => Outcome::ConcurrencyLimited,
         1000 | 1001 => Outcome::UpstreamError,
         1004 => Outcome::KeyInvalid,
         1008 => Outcome::QuotaExhausted,
@@ -539,7 +541,7 @@ mod tests {
         for (code, outcome) in [
             (1002, Some(Outcome::RateLimited)),
             (1039, Some(Outcome::RateLimited)),
-            (1041, Some(Outcome::RateLimited)),
+            (1041, Some(Outcome::ConcurrencyLimited)),
             (1000, Some(Outcome::UpstreamError)),
             (1001, Some(Outcome::UpstreamError)),
             (1004, Some(Outcome::KeyInvalid)),

@@ -106,7 +106,8 @@ pub struct VendorRequest<'a> {
 /// How a vendor call failed, classified for the scheduler (VENDORS.md error table).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VendorFailure {
-    /// Scheduler outcome: RateLimited, UpstreamError, Timeout, KeyInvalid, QuotaExhausted or
+    /// Scheduler outcome: RateLimited, ConcurrencyLimited, UpstreamError, Timeout, KeyInvalid,
+    /// QuotaExhausted or
     /// ClientError.
     pub outcome: voxpool_shared::contract::Outcome,
     /// HTTP status, when there was a response.

@@ -23,7 +23,8 @@
 //! upstream. The answer is JSON lines, each written to the sink as it arrives: `{"code":0,
 //! "data":"<base64 audio>"}`, lines with `data: null` (sentence info) skipped, the end line
 //! code 20000000. Any other code fails the call: 45000292 "quota exceeded for types:
-//! concurrency" → `RATE_LIMITED` (a `…_lifetime` quota in the message → `QUOTA_EXHAUSTED`),
+//! concurrency" → `CONCURRENCY_LIMITED` (other types → `RATE_LIMITED`, a `…_lifetime` quota in
+//! the message → `QUOTA_EXHAUSTED`),
 //! 55000000 (also a stream broken mid-way) → `UPSTREAM_ERROR`, 40402003 / 45000001 →
 //! `CLIENT_ERROR`, 45000000 by status (401/403 → `KEY_INVALID`). The codes of the concurrency
 //! refusal and of auth failures are unverified (the vendor's table gives the message, not a
@@ -49,7 +50,9 @@
 //! # Errors (classified by the body, then the status)
 //! A message containing "grant not found", or HTTP 401/403 → `KEY_INVALID`; a message naming a
 //! `…lifetime` quota → `QUOTA_EXHAUSTED` (before the code: such a message may come with 3003);
-//! 3003 → `RATE_LIMITED`; 3005/3030/3031/3032/3040 → `UPSTREAM_ERROR`; 3001/3006/3010/3011/3050 →
+//! 3003 (or any message naming `concurrency`) → `CONCURRENCY_LIMITED` (the appid runs its
+//! concurrency limit: it drives the key's effective capacity); 3005/3030/3031/3032/3040 →
+//! `UPSTREAM_ERROR`; 3001/3006/3010/3011/3050 →
 //! `CLIENT_ERROR`; anything else by status, or `UPSTREAM_ERROR`. Code 3000 without decodable
 //! audio → `UPSTREAM_ERROR`.
 
@@ -281,8 +284,12 @@ fn outcome_of(status: u16, code: Option<i64>, message: &str) -> Outcome {
     if lower.contains("quota") && lower.contains("lifetime") {
         return Outcome::QuotaExhausted;
     }
+    if lower.contains("concurrency") {
+        return Outcome::ConcurrencyLimited;
+    }
     match code {
-        Some(3003 | V3_QUOTA) => Outcome::RateLimited,
+        Some(3003) => Outcome::ConcurrencyLimited,
+        Some(V3_QUOTA) => Outcome::RateLimited,
         Some(3005 | 3030 | 3031 | 3032 | 3040 | V3_SERVER_ERROR) => Outcome::UpstreamError,
         Some(3001 | 3006 | 3010 | 3011 | 3050 | V3_TEXT_LIMIT | V3_INVALID_ARGUMENT) => {
             Outcome::ClientError
@@ -813,6 +820,19 @@ mod tests {
                 200,
                 Some(3003),
                 "quota exceeded for types: concurrency",
+                Outcome::ConcurrencyLimited,
+            ),
+            (200, Some(3003), "", Outcome::ConcurrencyLimited),
+            (
+                200,
+                Some(V3_QUOTA),
+                "quota exceeded for types: concurrency",
+                Outcome::ConcurrencyLimited,
+            ),
+            (
+                200,
+                Some(V3_QUOTA),
+                "quota exceeded for types: qps",
                 Outcome::RateLimited,
             ),
             (

@@ -142,14 +142,14 @@ impl std::fmt::Debug for RedisStore {
 }
 
 /// How many Redis keys one pool has.
-pub const POOL_KEYS: usize = 20;
+pub const POOL_KEYS: usize = 24;
 
 /// The pool's Redis keys in the order the scripts expect (see `lua/prelude.lua`).
 pub fn pool_keys(prefix: &str, pool: &str) -> [String; POOL_KEYS] {
     [
         "cap", "cfgcap", "inflight", "load", "leases", "lease", "cool", "coolwhy", "disabled",
         "fails", "clock", "recover", "batch", "share", "line", "tickets", "tickexp", "rounds",
-        "handed", "arrivals",
+        "handed", "arrivals", "ceil", "adapted", "adaptive", "lowered",
     ]
     .map(|suffix| format!("{prefix}:{{{pool}}}:{suffix}"))
 }
@@ -470,6 +470,7 @@ impl LeaseStore for RedisStore {
             let mut args = vec![
                 self.options.recovery_window_ms.to_string(),
                 spec.batch_max_share.to_string(),
+                if spec.adaptive { "1" } else { "0" }.to_owned(),
                 spec.keys.len().to_string(),
             ];
             for k in &spec.keys {
@@ -572,6 +573,9 @@ impl LeaseStore for RedisStore {
             policy.failure_backoff_base_ms.to_string(),
             policy.failure_backoff_max_ms.to_string(),
             policy.credential_cooldown_ms.to_string(),
+            policy.adaptive_decrease.to_string(),
+            policy.adaptive_hold_ms.to_string(),
+            policy.adaptive_increase_ms.to_string(),
         ];
         let reply = items(self.run(&self.scripts.report, &r.id.pool, args).await?)?;
         if text(get(&reply, 0)?)? != "ok" {
@@ -582,8 +586,12 @@ impl LeaseStore for RedisStore {
             state: state_of(&text(get(&reply, 2)?)?)?,
             cooldown_until_ms: int(get(&reply, 3)?)?,
             released: int(get(&reply, 4)?)? == 1,
+            effective_change: {
+                let (before, after) = (u32_of(get(&reply, 5)?)?, u32_of(get(&reply, 6)?)?);
+                (before != after).then_some((before, after))
+            },
         };
-        self.handed_here(&r.id.pool, reply.get(5..).unwrap_or_default());
+        self.handed_here(&r.id.pool, reply.get(7..).unwrap_or_default());
         Ok(Some(result))
     }
 
@@ -604,11 +612,12 @@ impl LeaseStore for RedisStore {
             return Ok(None);
         }
         let keys = reply[10..]
-            .chunks(6)
+            .chunks(7)
             .map(|c| {
                 Ok(KeyStatus {
                     key_id: text(get(c, 0)?)?,
                     capacity: u32_of(get(c, 1)?)?,
+                    effective_capacity: u32_of(get(c, 6)?)?,
                     in_flight: u32_of(get(c, 2)?)?,
                     state: state_of(&text(get(c, 3)?)?)?,
                     cooldown_until_ms: int(get(c, 4)?)?,
@@ -724,6 +733,7 @@ impl RedisStore {
         Ok(Some(KeyStatus {
             key_id: text(get(&reply, 1)?)?,
             capacity: u32_of(get(&reply, 2)?)?,
+            effective_capacity: u32_of(get(&reply, 7)?)?,
             in_flight: u32_of(get(&reply, 3)?)?,
             state: state_of(&text(get(&reply, 4)?)?)?,
             cooldown_until_ms: int(get(&reply, 5)?)?,

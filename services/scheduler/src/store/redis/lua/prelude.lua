@@ -20,12 +20,18 @@
 --              <tickets in line>'; 'seq' -> arrival counter
 -- 19 handed   ZSET token -> until when a slot handed to that ticket waits for its claim (ms)
 -- 20 arrivals ZSET token -> class rank * 2^42 + since ms (waiters and oldest wait per class)
+-- 21 ceil     HASH key -> capacity ceiling (configured or admin-set); `cap` is the effective
+--              capacity grants use, at most this (report.lua adapts it)
+-- 22 adapted  HASH key -> when its effective capacity last changed by adaptation (ms)
+-- 23 adaptive STRING '1' | '0': whether the pool adapts (set by seed.lua; absent = '1')
+-- 24 lowered  HASH key -> when a concurrency refusal last lowered it (ms)
 -- ARGV[1] is always the reaping batch size. Time is Redis TIME, read here (one clock).
 local K_CAP, K_CFGCAP, K_INF, K_LOAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_LEASES, K_LEASE, K_COOL, K_COOLWHY = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_DIS, K_FAILS, K_CLOCK, K_REC = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local K_BATCH, K_SHARE, K_LINE, K_TICKETS = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local K_TICKEXP, K_ROUNDS, K_HANDED, K_ARRIVALS = KEYS[17], KEYS[18], KEYS[19], KEYS[20]
+local K_CEIL, K_ADAPTED, K_ADAPTIVE, K_LOWERED = KEYS[21], KEYS[22], KEYS[23], KEYS[24]
 local CLASSES = {[0] = 'interactive', [1] = 'standard', [2] = 'batch'}
 local RANKS = {interactive = 0, standard = 1, batch = 2}
 -- Tickets from the line's head a hand-over looks at for one a free key can take (memory.rs
@@ -35,6 +41,13 @@ local BATCH = tonumber(ARGV[1])
 
 local function num(v)
   return tonumber(v or 0) or 0
+end
+
+-- The key's capacity ceiling (`cap` before the first seed that wrote one).
+local function ceiling(k)
+  local c = redis.call('HGET', K_CEIL, k)
+  if c then return tonumber(c) end
+  return num(redis.call('HGET', K_CAP, k))
 end
 
 local function now_ms()

@@ -1,8 +1,14 @@
 -- ARGV: 1 batch, 2 lease token, 3 outcome, 4 retry_after ms, 5 release '1'|'0',
 --       6 fallback key ('' = none), 7 rate-limit cooldown, 8 failure threshold,
---       9 failure backoff base, 10 failure backoff max, 11 credential cooldown.
--- Returns {'ok', key, state, cooldown_until, released, tokens of the waiters handed a slot
--- (prelude.lua `serve`)...} | {'unknown'}.
+--       9 failure backoff base, 10 failure backoff max, 11 credential cooldown,
+--       12 adaptive decrease factor, 13 adaptive hold ms, 14 adaptive increase ms.
+-- Returns {'ok', key, state, cooldown_until, released, effective capacity before, after,
+-- tokens of the waiters handed a slot (prelude.lua `serve`)...} | {'unknown'}.
+-- Adaptation (model.rs `HealthPolicy::lowered_capacity`, memory.rs `apply_outcome`): a
+-- CONCURRENCY_LIMITED report lowers the effective capacity (`cap`) to floor(cap * factor), not
+-- below the leases the vendor accepted (in flight less the refused one) nor below 1, at least
+-- one slot, unless a refusal lowered it within the hold; a success raises it by one toward the
+-- ceiling once the increase interval passed since the last change.
 local now = now_ms()
 local token = ARGV[2]
 -- An expired lease no longer names its key (same as after reaping): reclaim it now.
@@ -24,8 +30,27 @@ local function cool(untl, why)
 end
 
 local outcome = ARGV[3]
+local eff = num(redis.call('HGET', K_CAP, k))
+local adaptive = redis.call('GET', K_ADAPTIVE) ~= '0'
+local since = now - num(redis.call('HGET', K_ADAPTED, k))
 if outcome == 'success' then
   redis.call('HDEL', K_FAILS, k)
+  if adaptive and eff < ceiling(k) and since >= tonumber(ARGV[14]) then
+    redis.call('HSET', K_CAP, k, eff + 1)
+    redis.call('HSET', K_ADAPTED, k, now)
+  end
+elseif outcome == 'concurrency_limited' then
+  local since_lowered = now - num(redis.call('HGET', K_LOWERED, k))
+  if adaptive and eff > 1 and since_lowered >= tonumber(ARGV[13]) then
+    local lowered = math.floor(eff * tonumber(ARGV[12]) + 1e-9)
+    local accepted = num(redis.call('HGET', K_INF, k)) - 1
+    if accepted > lowered then lowered = accepted end
+    if lowered > eff - 1 then lowered = eff - 1 end
+    if lowered < 1 then lowered = 1 end
+    redis.call('HSET', K_CAP, k, lowered)
+    redis.call('HSET', K_ADAPTED, k, now)
+    redis.call('HSET', K_LOWERED, k, now)
+  end
 elseif outcome == 'rate_limited' then
   local wait = tonumber(ARGV[4])
   if wait <= 0 then wait = tonumber(ARGV[7]) end
@@ -53,6 +78,6 @@ refresh(k)
 reap(now)
 serve(now)
 local st, untl = key_state(k, now)
-local out = {'ok', k, st, untl, released}
+local out = {'ok', k, st, untl, released, eff, num(redis.call('HGET', K_CAP, k))}
 for _, t in ipairs(HANDED) do out[#out + 1] = t end
 return out

@@ -1,7 +1,8 @@
--- ARGV: 1 batch, 2 recovery window ms, 3 batch_max_share, 4 n, then n pairs (key,
--- configured capacity).
+-- ARGV: 1 batch, 2 recovery window ms, 3 batch_max_share, 4 adaptive '1'|'0', 5 n, then n
+-- pairs (key, configured capacity).
 -- New keys get the configured capacity; existing keys keep live in-flight counts and an
--- admin-set capacity unless the configured capacity changed. Unlisted keys are removed.
+-- admin-set capacity (and what adaptation learned) unless the configured capacity changed.
+-- A pool that does not adapt grants against the ceiling. Unlisted keys are removed.
 -- A pool absent from the store (never seeded, or its state was lost: a restart without
 -- persistence, FLUSHALL, a replica promoted without it) opens a recovery window: grants wait
 -- until it ends while live leases re-register by renewing (renew.lua).
@@ -10,21 +11,27 @@ if redis.call('EXISTS', K_CAP) == 0 then
   if window > 0 then redis.call('SET', K_REC, now_ms() + window) end
 end
 redis.call('SET', K_SHARE, ARGV[3])
+redis.call('SET', K_ADAPTIVE, ARGV[4])
 local want = {}
-local n = tonumber(ARGV[4])
+local n = tonumber(ARGV[5])
 for j = 0, n - 1 do
-  local k, c = ARGV[5 + 2 * j], ARGV[6 + 2 * j]
+  local k, c = ARGV[6 + 2 * j], ARGV[7 + 2 * j]
   want[k] = true
   if redis.call('HGET', K_CFGCAP, k) ~= c then
     redis.call('HSET', K_CAP, k, c)
     redis.call('HSET', K_CFGCAP, k, c)
+    redis.call('HSET', K_CEIL, k, c)
   end
+  redis.call('HSETNX', K_CEIL, k, num(redis.call('HGET', K_CAP, k)))
+  if ARGV[4] == '0' then redis.call('HSET', K_CAP, k, ceiling(k)) end
   redis.call('HSETNX', K_INF, k, 0)
   refresh(k)
 end
 for _, k in ipairs(redis.call('HKEYS', K_CAP)) do
   if not want[k] then
-    for _, h in ipairs({K_CAP, K_CFGCAP, K_INF, K_COOLWHY, K_FAILS}) do redis.call('HDEL', h, k) end
+    for _, h in ipairs({K_CAP, K_CFGCAP, K_INF, K_COOLWHY, K_FAILS, K_CEIL, K_ADAPTED, K_LOWERED}) do
+      redis.call('HDEL', h, k)
+    end
     redis.call('ZREM', K_LOAD, k)
     redis.call('ZREM', K_COOL, k)
     redis.call('SREM', K_DIS, k)

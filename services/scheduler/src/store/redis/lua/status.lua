@@ -1,6 +1,7 @@
 -- ARGV: 1 batch. Returns {now, recovering_until (0 = not), batch_in_flight, batch_max_share,
 -- then per class (interactive, standard, batch) waiters in line and the oldest one's since
--- ms (0 without), then key, capacity, in_flight, state, cooldown_until, failures, ...}; no key
+-- ms (0 without), then key, capacity (ceiling), in_flight, state, cooldown_until, failures,
+-- effective capacity, ...}; no key
 -- entries for a pool that was never seeded.
 local now = now_ms()
 for _ = 1, 1000 do
@@ -20,10 +21,11 @@ table.sort(keys)
 for _, k in ipairs(keys) do
   local st, untl = key_state(k, now)
   out[#out + 1] = k
-  out[#out + 1] = num(redis.call('HGET', K_CAP, k))
+  out[#out + 1] = ceiling(k)
   out[#out + 1] = num(redis.call('HGET', K_INF, k))
   out[#out + 1] = st
   out[#out + 1] = untl
   out[#out + 1] = num(redis.call('HGET', K_FAILS, k))
+  out[#out + 1] = num(redis.call('HGET', K_CAP, k))
 end
 return out
