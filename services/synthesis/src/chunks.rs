@@ -132,7 +132,7 @@ async fn emit(
     joiner.begin().map_err(|e| audio_error(pool, e))?;
     // An exact WAV goes out after the last chunk: nothing of a chunk reaches the caller while
     // it runs, so no chunk is live and a broken call still fails over.
-    let live = out.live() && !(job.format == AudioFormat::Wav && !job.wav_streaming_header);
+    let live = out.live() && (job.format != AudioFormat::Wav || job.wav_streaming_header);
     if live {
         slots[0].live.send_replace(true);
     }
