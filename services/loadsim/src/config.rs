@@ -46,6 +46,13 @@ pub struct SimConfig {
     pub fail_backoff: Duration,
     /// Longest wait for a free slot.
     pub wait: Duration,
+    /// Capacity each key is configured with in voxpool's pool; `None` = `cap` (the config
+    /// tells the truth). Above `cap`: a vendor whose real limit is lower than configured.
+    pub configured_cap: Option<u32>,
+    /// voxpool's pool learns the keys' real limits (`adaptive`): the vendor's 429s are
+    /// reported as CONCURRENCY_LIMITED. Off: `adaptive = false` and 429s are RATE_LIMITED
+    /// (a cooldown each).
+    pub adaptive: bool,
 }
 
 impl Default for SimConfig {
@@ -65,6 +72,8 @@ impl Default for SimConfig {
             attempts: 3,
             fail_backoff: Duration::from_millis(50),
             wait: Duration::from_secs(10),
+            configured_cap: None,
+            adaptive: true,
         }
     }
 }

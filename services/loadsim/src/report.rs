@@ -34,6 +34,8 @@ pub struct RunResult {
     pub failure_reasons: BTreeMap<String, u64>,
     /// 429s the vendor answered for being over a key's cap (whole run).
     pub vendor_429s: u64,
+    /// Vendor requests and 429s answered within the measured window (after the warm-up).
+    pub window_vendor: (u64, u64),
     /// Highest concurrency any key saw at the vendor, refused requests included (whole run).
     pub peak_per_key: u64,
     /// The cap it is measured against.
@@ -86,6 +88,7 @@ pub fn summarize(
     failovers: u64,
     failure_reasons: BTreeMap<String, u64>,
     per_key: &[KeyStats],
+    window_vendor: (u64, u64),
 ) -> RunResult {
     latencies.sort_unstable();
     let served: Vec<u64> = per_key.iter().map(|k| k.successes).collect();
@@ -99,6 +102,7 @@ pub fn summarize(
         failovers,
         failure_reasons,
         vendor_429s: per_key.iter().map(|k| k.rejected_over_cap).sum(),
+        window_vendor,
         peak_per_key: per_key
             .iter()
             .map(|k| k.peak_concurrency)

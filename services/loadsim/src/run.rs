@@ -87,6 +87,17 @@ pub async fn run(
             ))
         })
         .collect();
+    // The vendor's own counters over the window: requests and 429s.
+    let vendor_totals = || {
+        fake.stats().values().fold((0, 0), |(n, r), k| {
+            (n + k.total_requests, r + k.rejected_over_cap)
+        })
+    };
+    tokio::time::sleep_until(window_start).await;
+    let at_start = vendor_totals();
+    tokio::time::sleep_until(stop).await;
+    let at_stop = vendor_totals();
+    let window_vendor = (at_stop.0 - at_start.0, at_stop.1 - at_start.1);
     let mut logs = Vec::with_capacity(clients.len());
     let drain_until = stop + DRAIN_LIMIT;
     for task in clients {
@@ -140,5 +151,6 @@ pub async fn run(
         extra_attempts,
         reasons,
         &per_key,
+        window_vendor,
     ))
 }

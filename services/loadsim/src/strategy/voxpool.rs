@@ -35,15 +35,20 @@ fn bounded<T>(message: T) -> tonic::Request<T> {
 /// The scheduler config of the simulated pool: one upstream `u` with keys `k00..` of
 /// capacity `cap` (the fake vendor's cap), provider `openai`, default scheduler settings.
 pub fn pool_config(config: &SimConfig, pool: &str) -> Result<Config, String> {
-    let mut t = format!("[[pools]]\nid = \"{pool}\"\nprovider = \"openai\"\nmodel = \"tts-1\"\n");
+    let mut t = format!(
+        "[[pools]]\nid = \"{pool}\"\nprovider = \"openai\"\nmodel = \"tts-1\"\nadaptive = {}\n",
+        config.adaptive
+    );
     t.push_str("[[pools.upstreams]]\nid = \"u\"\n");
     for i in 0..config.keys {
         t.push_str(&format!(
             "[[pools.upstreams.keys]]\nid = \"{}\"\ncapacity = {}\n",
             config.key_name(i),
-            config.cap
+            config.configured_cap.unwrap_or(config.cap)
         ));
     }
+    // A fresh pool in the store would otherwise hold grants back for the recovery window.
+    t.push_str("[scheduler]\nrecovery_window_ms = 0\n");
     Config::from_toml_str(&t).map_err(|e| format!("simulation config: {e}"))
 }
 
@@ -54,6 +59,8 @@ pub struct Replica {
     pool: String,
     attempts: u32,
     wait: Duration,
+    /// The vendor's 429 is a concurrency refusal (adaptive pool) or a rate limit.
+    adaptive: bool,
 }
 
 impl Replica {
@@ -94,6 +101,7 @@ impl Replica {
             pool: pool.to_owned(),
             attempts: config.attempts,
             wait: config.wait,
+            adaptive: config.adaptive,
         })
     }
 
@@ -123,6 +131,8 @@ impl Replica {
             let outcome = vendor.speak(key).await;
             let reported = match &outcome {
                 CallOutcome::Ok => pb::Outcome::Success,
+                // The fake's 429 is its per-key concurrency cap.
+                CallOutcome::RateLimited if self.adaptive => pb::Outcome::ConcurrencyLimited,
                 CallOutcome::RateLimited => pb::Outcome::RateLimited,
                 CallOutcome::Failed(_) => pb::Outcome::UpstreamError,
             };
