@@ -34,7 +34,7 @@ fn a_file_typo_names_the_file_the_indexed_path_and_the_intended_field() {
     assert_eq!(
         text,
         "config text: pools[0].upstreams[0].keys[0].capcity: unknown field `capcity`; \
-         known fields: `id`, `capacity`, `credential` (did you mean `capacity`?)"
+         known fields: `id`, `capacity`, `credential`, `quota` (did you mean `capacity`?)"
     );
 }
 

@@ -259,6 +259,7 @@ async fn replica_ack_cost(rounds: u64, workers: u64, secs: u64) -> [Rounds; 5] {
             .map(|k| KeySpec {
                 key_id: format!("u/k{k}"),
                 capacity: 100,
+                quota: None,
             })
             .collect(),
         batch_max_share: 1.0,
@@ -388,6 +389,7 @@ fn main() {
                 .map(|k| KeySpec {
                     key_id: format!("u/k{k}"),
                     capacity: 10,
+                    quota: None,
                 })
                 .collect(),
             batch_max_share: 1.0,

@@ -330,6 +330,7 @@ impl Admission {
                 pool: pool.to_owned(),
                 next_available_ms,
                 now_ms,
+                over_quota: Vec::new(),
             },
             Refusal::NoEligibleKey => SchedulerError::NoEligibleKey {
                 pool: pool.to_owned(),

@@ -31,6 +31,7 @@ impl From<KeyState> for pb::KeyState {
             KeyState::Available => pb::KeyState::Available,
             KeyState::Cooling => pb::KeyState::Cooling,
             KeyState::Disabled => pb::KeyState::Disabled,
+            KeyState::OverQuota => pb::KeyState::OverQuota,
         }
     }
 }
@@ -48,6 +49,9 @@ pub fn key_status(pool: &str, k: &KeyStatus) -> pb::KeyStatus {
         cooldown_until_ms: k.cooldown_until_ms,
         consecutive_failures: int(k.consecutive_failures),
         pool: pool.to_owned(),
+        quota_used: i64::try_from(k.quota_used).unwrap_or(i64::MAX),
+        quota_limit: i64::try_from(k.quota_limit).unwrap_or(i64::MAX),
+        quota_resets_at_ms: k.quota_resets_at_ms,
     }
 }
 

@@ -87,7 +87,7 @@ pub enum SchedulerError {
         keys: usize,
     },
     /// Every eligible key is cooling or disabled.
-    #[error("{}", unavailable_message(pool, *next_available_ms, *now_ms))]
+    #[error("{}{}", unavailable_message(pool, *next_available_ms, *now_ms), over_quota_suffix(over_quota))]
     KeysUnavailable {
         /// Pool id.
         pool: String,
@@ -95,6 +95,9 @@ pub enum SchedulerError {
         next_available_ms: Option<i64>,
         /// Store clock at the attempt (ms).
         now_ms: i64,
+        /// Keys out because their character quota is spent, with when their period resets
+        /// (store clock, ms).
+        over_quota: Vec<(String, i64)>,
     },
     /// The store lost the pool's state and its recovery window runs (`store` module doc).
     #[error(
@@ -172,6 +175,26 @@ fn unavailable_message(pool: &str, next: Option<i64>, now: i64) -> String {
             "every eligible key of pool {pool:?} is disabled; an admin must EnableKey or raise its capacity"
         ),
     }
+}
+
+/// `; over quota: u0/k1 until 1798761600000 (2027-01-01T00:00:00Z), …` when keys are.
+fn over_quota_suffix(keys: &[(String, i64)]) -> String {
+    if keys.is_empty() {
+        return String::new();
+    }
+    let listed: Vec<String> = keys
+        .iter()
+        .map(|(k, t)| {
+            let at = chrono::DateTime::from_timestamp_millis(*t)
+                .map(|d| d.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+                .unwrap_or_default();
+            format!("{k} until {t} ({at})")
+        })
+        .collect();
+    format!(
+        "; over quota (their period's characters are spent): {}",
+        listed.join(", ")
+    )
 }
 
 impl From<SchedulerError> for Status {
@@ -260,8 +283,16 @@ impl From<SchedulerError> for Status {
                 pool,
                 next_available_ms,
                 now_ms,
+                over_quota,
             } => {
                 let mut md = HashMap::from([("pool".to_owned(), pool)]);
+                if !over_quota.is_empty() {
+                    let keys: Vec<&str> = over_quota.iter().map(|(k, _)| k.as_str()).collect();
+                    md.insert("over_quota_keys".to_owned(), keys.join(","));
+                    for (k, t) in &over_quota {
+                        md.insert(format!("quota_resets_at_ms:{k}"), t.to_string());
+                    }
+                }
                 let retry = next_available_ms.map(|t| {
                     md.insert("next_available_ms".to_owned(), t.to_string());
                     Duration::from_millis(u64::try_from(t - now_ms).unwrap_or(0))

@@ -5,6 +5,7 @@
 //! | `voxpool.key.in_flight` | gauge | `{lease}` | `pool`, `upstream`, `key` |
 //! | `voxpool.key.capacity` | gauge | `{lease}` | `pool`, `upstream`, `key` |
 //! | `voxpool.key.effective_capacity` | gauge | `{lease}` | `pool`, `upstream`, `key` (what grants are held to: learned from the vendor's concurrency refusals) |
+//! | `voxpool.key.quota_used` / `.quota_limit` | gauge | `{character}` | `pool`, `upstream`, `key` (keys with a quota only; used in the current period) |
 //! | `voxpool.key.utilization` | gauge | `1` (0..1) | `pool`, `upstream`, `key` |
 //! | `voxpool.key.state` | gauge | `1` (1 = in this state) | `pool`, `upstream`, `key`, `state` |
 //! | `voxpool.pool.in_flight` / `.capacity` | gauge | `{lease}` | `pool` |
@@ -72,6 +73,7 @@ fn state_name(s: KeyState) -> &'static str {
         KeyState::Available => "available",
         KeyState::Cooling => "cooling",
         KeyState::Disabled => "disabled",
+        KeyState::OverQuota => "over_quota",
     }
 }
 
@@ -138,6 +140,32 @@ impl SchedulerMetrics {
                 },
             ),
             gauge(
+                "voxpool.key.quota_used",
+                "{character}",
+                "characters used in the current quota period",
+                |p, out| {
+                    out.extend(
+                        p.keys
+                            .iter()
+                            .filter(|k| k.quota_limit > 0)
+                            .map(|k| (k.quota_used as f64, key_attrs(&p.pool, &k.key_id))),
+                    );
+                },
+            ),
+            gauge(
+                "voxpool.key.quota_limit",
+                "{character}",
+                "characters the key's quota allows per period",
+                |p, out| {
+                    out.extend(
+                        p.keys
+                            .iter()
+                            .filter(|k| k.quota_limit > 0)
+                            .map(|k| (k.quota_limit as f64, key_attrs(&p.pool, &k.key_id))),
+                    );
+                },
+            ),
+            gauge(
                 "voxpool.key.utilization",
                 "1",
                 "in-flight / effective capacity of the key",
@@ -155,7 +183,12 @@ impl SchedulerMetrics {
                 "1 for the key's current state",
                 |p, out| {
                     for k in &p.keys {
-                        for s in [KeyState::Available, KeyState::Cooling, KeyState::Disabled] {
+                        for s in [
+                            KeyState::Available,
+                            KeyState::Cooling,
+                            KeyState::Disabled,
+                            KeyState::OverQuota,
+                        ] {
                             let mut attrs = key_attrs(&p.pool, &k.key_id);
                             attrs.push(KeyValue::new("state", state_name(s)));
                             out.push((if k.state == s { 1.0 } else { 0.0 }, attrs));

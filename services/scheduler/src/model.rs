@@ -6,6 +6,7 @@
 use std::fmt;
 
 use voxpool_shared::config::{Config, SchedulerSettings};
+pub use voxpool_shared::config::{QuotaConfig, QuotaPeriod};
 
 /// One key of a pool as the store knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,6 +15,8 @@ pub struct KeySpec {
     pub key_id: String,
     /// Concurrent requests allowed, from the config file.
     pub capacity: u32,
+    /// The key's character budget per period, from the config file.
+    pub quota: Option<QuotaConfig>,
 }
 
 /// A pool's keys, as seeded into the store from the config file.
@@ -57,6 +60,7 @@ impl PoolSpec {
                         u.keys.iter().map(move |k| KeySpec {
                             key_id: format!("{}/{}", u.id, k.id),
                             capacity: k.capacity,
+                            quota: k.quota,
                         })
                     })
                     .collect(),
@@ -331,6 +335,8 @@ pub enum KeyState {
     Cooling,
     /// Skipped until an admin enables it (or capacity is 0, or a credential cooldown runs).
     Disabled,
+    /// Its character quota for the period is spent: skipped until the period resets.
+    OverQuota,
 }
 
 /// Why a key is cooling; decides the reported state.
@@ -342,6 +348,8 @@ pub enum CoolReason {
     Failures,
     /// After KEY_INVALID/QUOTA_EXHAUSTED: reported as DISABLED until it ends or EnableKey.
     Credential,
+    /// Its configured character quota is spent: reported as OVER_QUOTA until the period ends.
+    Quota,
 }
 
 impl CoolReason {
@@ -351,6 +359,7 @@ impl CoolReason {
             CoolReason::RateLimited => "rate_limited",
             CoolReason::Failures => "failures",
             CoolReason::Credential => "credential",
+            CoolReason::Quota => "quota",
         }
     }
 
@@ -360,6 +369,7 @@ impl CoolReason {
             "rate_limited" => Some(CoolReason::RateLimited),
             "failures" => Some(CoolReason::Failures),
             "credential" => Some(CoolReason::Credential),
+            "quota" => Some(CoolReason::Quota),
             _ => None,
         }
     }
@@ -378,6 +388,8 @@ pub struct ReportParams {
     pub retry_after_ms: u64,
     /// Also release the lease.
     pub release: bool,
+    /// Characters the call synthesized (counted against the key's quota on SUCCESS).
+    pub characters: u64,
 }
 
 /// Result of a report.
@@ -411,10 +423,14 @@ pub struct HealthPolicy {
     /// Adaptive pools: factor applied to the effective capacity on a concurrency refusal.
     pub adaptive_decrease: f64,
     /// Adaptive pools: refusals this soon after a decrease do not lower it again (ms); one
-    /// right after an increase does (the probe found the limit).
+    /// right after an increase does (the probe found the limit). A refusal while the key
+    /// holds more leases than its effective capacity never does (they predate the decrease).
     pub adaptive_hold_ms: u64,
-    /// Adaptive pools: time since the last change after which a success adds a slot (ms).
+    /// Adaptive pools: time since the last change after which a success adds a slot (ms),
+    /// doubled per refused probe up to `adaptive_increase_max_ms`.
     pub adaptive_increase_ms: u64,
+    /// Adaptive pools: the longest wait between probes (ms).
+    pub adaptive_increase_max_ms: u64,
 }
 
 impl From<&SchedulerSettings> for HealthPolicy {
@@ -428,6 +444,7 @@ impl From<&SchedulerSettings> for HealthPolicy {
             adaptive_decrease: s.adaptive_decrease,
             adaptive_hold_ms: s.adaptive_hold_ms,
             adaptive_increase_ms: s.adaptive_increase_ms,
+            adaptive_increase_max_ms: s.adaptive_increase_max_ms,
         }
     }
 }
@@ -477,6 +494,12 @@ pub struct KeyStatus {
     pub cooldown_until_ms: i64,
     /// Consecutive UPSTREAM_ERROR/TIMEOUT reports.
     pub consecutive_failures: u32,
+    /// Characters used in the current quota period (0 without a quota).
+    pub quota_used: u64,
+    /// The key's characters per period (0 = no quota).
+    pub quota_limit: u64,
+    /// When the current quota period ends (store clock, ms; 0 without a quota).
+    pub quota_resets_at_ms: i64,
 }
 
 impl KeyStatus {

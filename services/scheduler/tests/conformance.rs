@@ -102,6 +102,12 @@ conformance!(
     a_pool_with_adaptive_off_grants_against_its_capacity_whatever_the_refusals,
     set_key_capacity_sets_a_new_ceiling_and_learning_starts_from_it,
     a_refusal_right_after_a_probe_lowers_it_again,
+    a_refusal_from_a_lease_above_the_effective_capacity_is_stale,
+    refusals_within_the_hold_do_not_lower_it_again,
+    a_key_stops_at_its_character_quota_while_others_serve_and_the_next_period_brings_it_back,
+    keys_near_their_quota_are_picked_last,
+    with_every_key_over_quota_the_error_names_them_and_their_reset,
+    a_report_with_a_bad_character_count_is_invalid_argument,
 );
 
 fn in_flight_by_key(s: &pb::PoolStatus) -> HashMap<String, i32> {
@@ -2052,13 +2058,11 @@ async fn a_concurrency_refusal_lowers_the_effective_capacity_toward_what_the_ven
         Code::ResourceExhausted,
         "5 in flight at an effective capacity of 5: full"
     );
-    // A second refusal within the hold is the same overload: no further decrease.
+    // A burst of refusals walks down one lease at a time, to what the vendor accepted.
     let again = held.pop().unwrap();
     h.report(&again.lease_id, Outcome::ConcurrencyLimited, 0, true)
         .await;
-    assert_eq!(learned(&h).await.1, 5);
-    // After the hold, a refusal at 4 in flight: the vendor accepted 3 (5 halves to 2).
-    h.advance("p", 300).await;
+    assert_eq!(learned(&h).await.1, 4, "5 in flight: the vendor accepted 4");
     let third = held.pop().unwrap();
     h.report(&third.lease_id, Outcome::ConcurrencyLimited, 0, true)
         .await;
@@ -2070,12 +2074,10 @@ async fn a_concurrency_refusal_lowers_the_effective_capacity_toward_what_the_ven
     );
     // Never below 1.
     for l in held.drain(..) {
-        h.advance("p", 300).await;
         h.report(&l.lease_id, Outcome::ConcurrencyLimited, 0, true)
             .await;
     }
     for _ in 0..3 {
-        h.advance("p", 300).await;
         let l = h.acquire("p").await.unwrap();
         h.report(&l.lease_id, Outcome::ConcurrencyLimited, 0, true)
             .await;
@@ -2177,4 +2179,200 @@ async fn a_refusal_right_after_a_probe_lowers_it_again(b: Backend) {
     h.report(&more[2].lease_id, Outcome::ConcurrencyLimited, 0, true)
         .await;
     assert_eq!(learned(&h).await.1, 4);
+    // A refused probe doubles the wait for the next one (base 2000 ms here, then 4000).
+    for l in more.drain(..2) {
+        h.report(&l.lease_id, Outcome::Success, 0, true).await;
+    }
+    async fn success(h: &Harness) {
+        let l = h.acquire("p").await.unwrap();
+        h.report(&l.lease_id, Outcome::Success, 0, true).await;
+    }
+    h.advance("p", 3_001).await;
+    success(&h).await;
+    assert_eq!(
+        learned(&h).await.1,
+        4,
+        "3 s after a refused probe: still waiting"
+    );
+    h.advance("p", 1_000).await;
+    success(&h).await;
+    assert_eq!(learned(&h).await.1, 5);
+    // Probes that hold bring the pace back to the base.
+    h.advance("p", 4_001).await;
+    success(&h).await;
+    assert_eq!(learned(&h).await.1, 6);
+    h.advance("p", 2_001).await;
+    success(&h).await;
+    assert_eq!(learned(&h).await.1, 7);
+}
+
+/// `uniform_pool(1, keys, capacity)` with `quota` on `u0/k0`.
+fn quota_pool(keys: usize, capacity: u32, quota: &str) -> String {
+    uniform_pool(1, keys, capacity).replacen(
+        &format!("id = \"k0\"\ncapacity = {capacity}\n"),
+        &format!("id = \"k0\"\ncapacity = {capacity}\nquota = {quota}\n"),
+        1,
+    )
+}
+
+/// Acquires on `u0/k0` and reports a success of `characters`.
+async fn spend(h: &Harness, characters: i64) -> pb::ReportResponse {
+    let lease = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            upstream_ids: vec!["u0".into()],
+            exclude_keys: (1..4).map(|k| format!("u0/k{k}")).collect(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(lease.key_id, "u0/k0");
+    h.client()
+        .report(pb::ReportRequest {
+            lease_id: lease.lease_id,
+            outcome: Outcome::Success as i32,
+            release: true,
+            characters,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn a_key_stops_at_its_character_quota_while_others_serve_and_the_next_period_brings_it_back(
+    b: Backend,
+) {
+    let h = start(b, &quota_pool(2, 5, "{ characters = 100, per = \"day\" }")).await;
+    spend(&h, 60).await;
+    let k = h.key("p", "u0/k0").await;
+    assert_eq!((k.quota_used, k.quota_limit), (60, 100));
+    assert_eq!(k.state(), KeyState::Available);
+    let now = h.status("p").await.now_ms;
+    let day = 86_400_000;
+    assert_eq!(
+        k.quota_resets_at_ms,
+        (now / day + 1) * day,
+        "the next UTC midnight"
+    );
+    let r = spend(&h, 50).await;
+    assert_eq!(r.key_state(), KeyState::OverQuota);
+    let k = h.key("p", "u0/k0").await;
+    assert_eq!((k.quota_used, k.state()), (110, KeyState::OverQuota));
+    assert_eq!(k.cooldown_until_ms, k.quota_resets_at_ms);
+    for _ in 0..5 {
+        assert_eq!(
+            h.acquire("p").await.unwrap().key_id,
+            "u0/k1",
+            "the other key serves"
+        );
+    }
+    // The period rolls over (the store's clock moved past midnight): the key is back, unused.
+    let now = h.status("p").await.now_ms;
+    h.advance("p", u64::try_from(k.quota_resets_at_ms - now + 1).unwrap())
+        .await;
+    let k = h.key("p", "u0/k0").await;
+    assert_eq!((k.quota_used, k.state()), (0, KeyState::Available));
+    spend(&h, 10).await;
+    assert_eq!(h.key("p", "u0/k0").await.quota_used, 10);
+}
+
+async fn keys_near_their_quota_are_picked_last(b: Backend) {
+    let h = start(
+        b,
+        &quota_pool(2, 5, "{ characters = 100, per = \"month\" }"),
+    )
+    .await;
+    spend(&h, 95).await;
+    for _ in 0..5 {
+        assert_eq!(
+            h.acquire("p").await.unwrap().key_id,
+            "u0/k1",
+            "within a tenth of its quota: used only when no other key has room"
+        );
+    }
+    assert_eq!(h.acquire("p").await.unwrap().key_id, "u0/k0");
+}
+
+async fn with_every_key_over_quota_the_error_names_them_and_their_reset(b: Backend) {
+    let h = start(b, &quota_pool(1, 5, "{ characters = 10, per = \"month\" }")).await;
+    spend(&h, 10).await;
+    let k = h.key("p", "u0/k0").await;
+    assert_eq!(k.state(), KeyState::OverQuota);
+    let err = h.acquire("p").await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(
+        err.message().contains("over quota") && err.message().contains("u0/k0"),
+        "{}",
+        err.message()
+    );
+    let details = err.get_error_details();
+    let info = details.error_info().expect("error info");
+    assert_eq!(info.metadata["over_quota_keys"], "u0/k0");
+    assert_eq!(
+        info.metadata["quota_resets_at_ms:u0/k0"],
+        k.quota_resets_at_ms.to_string()
+    );
+    assert!(
+        details.retry_info().is_some(),
+        "retry when the period resets"
+    );
+}
+
+async fn a_report_with_a_bad_character_count_is_invalid_argument(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 5)).await;
+    let lease = h.acquire("p").await.unwrap();
+    let err = h
+        .client()
+        .report(pb::ReportRequest {
+            lease_id: lease.lease_id,
+            outcome: Outcome::Success as i32,
+            characters: -1,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("characters"), "{}", err.message());
+}
+
+async fn a_refusal_from_a_lease_above_the_effective_capacity_is_stale(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 10)).await;
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(h.acquire("p").await.unwrap());
+    }
+    // Reported without release: 8 leases stay at an effective capacity of 7.
+    h.report(&held[7].lease_id, Outcome::ConcurrencyLimited, 0, false)
+        .await;
+    assert_eq!(learned(&h).await.1, 7);
+    h.report(&held[6].lease_id, Outcome::ConcurrencyLimited, 0, true)
+        .await;
+    assert_eq!(
+        learned(&h).await.1,
+        7,
+        "8 leases at 7: they predate the decrease, nothing new is learned"
+    );
+}
+
+async fn refusals_within_the_hold_do_not_lower_it_again(b: Backend) {
+    let h = start_with(b, &uniform_pool(1, 1, 10), "adaptive_hold_ms = 1000\n").await;
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        held.push(h.acquire("p").await.unwrap());
+    }
+    h.report(&held[5].lease_id, Outcome::ConcurrencyLimited, 0, true)
+        .await;
+    assert_eq!(learned(&h).await.1, 5);
+    h.report(&held[4].lease_id, Outcome::ConcurrencyLimited, 0, true)
+        .await;
+    assert_eq!(learned(&h).await.1, 5, "within the hold");
+    h.advance("p", 1_001).await;
+    h.report(&held[3].lease_id, Outcome::ConcurrencyLimited, 0, true)
+        .await;
+    assert_eq!(
+        learned(&h).await.1,
+        3,
+        "after the hold: 4 in flight, the vendor accepted 3"
+    );
 }

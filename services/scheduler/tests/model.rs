@@ -36,8 +36,9 @@ const POLICY: HealthPolicy = HealthPolicy {
     failure_backoff_max_ms: 4_000,
     credential_cooldown_ms: 5_000,
     adaptive_decrease: 0.5,
-    adaptive_hold_ms: 250,
-    adaptive_increase_ms: 3_000,
+    adaptive_hold_ms: 0,
+    adaptive_increase_ms: 2_000,
+    adaptive_increase_max_ms: 8_000,
 };
 
 #[derive(Clone, Debug)]
@@ -152,6 +153,7 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                 .map(|(k, c)| KeySpec {
                     key_id: (*k).into(),
                     capacity: *c,
+                    quota: None,
                 })
                 .collect(),
             batch_max_share: 1.0,
@@ -307,6 +309,7 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                                 outcome,
                                 retry_after_ms: retry_after as u64,
                                 release,
+                                characters: 0,
                             },
                             &POLICY,
                         )

@@ -399,7 +399,10 @@ async fn call_under_lease<T>(
     let failure = match stop {
         Stop::Joined(Ok(Ok(end))) => match relay.close() {
             Ok(()) => {
-                guard.finish(Outcome::Success, None, latency_ms).await;
+                let characters = input.text.chars().count() as u64;
+                guard
+                    .finish(Outcome::Success, None, latency_ms, characters)
+                    .await;
                 return (AttemptEnd::Audio(end), Some(record(Outcome::Success, None)));
             }
             Err(e) => not_audio(&e),
@@ -451,7 +454,7 @@ async fn call_under_lease<T>(
         other => other,
     };
     guard
-        .finish(outcome, failure.retry_after_ms, latency_ms)
+        .finish(outcome, failure.retry_after_ms, latency_ms, 0)
         .await;
     (
         AttemptEnd::Failed { delivered },

@@ -134,6 +134,68 @@ pub struct KeyConfig {
     /// Where the credential lives; not needed by the `espeak` provider.
     #[serde(default)]
     pub credential: Option<CredentialRef>,
+    /// Characters the vendor's plan allows this key per UTC calendar period
+    /// (`quota = { characters = 1000000, per = "month" }`): synthesis reports the characters
+    /// each call used, and a key whose quota is spent is not leased until the period resets.
+    #[serde(default)]
+    pub quota: Option<QuotaConfig>,
+}
+
+/// A key's character budget per period (see [`KeyConfig::quota`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaConfig {
+    /// Characters per period, at least 1.
+    pub characters: u64,
+    /// The period.
+    pub per: QuotaPeriod,
+}
+
+/// A UTC calendar period of a quota.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuotaPeriod {
+    /// From 00:00 UTC to the next 00:00 UTC.
+    Day,
+    /// From the first of the month 00:00 UTC to the first of the next.
+    Month,
+}
+
+impl QuotaPeriod {
+    /// The name in the config and the store (`day`, `month`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuotaPeriod::Day => "day",
+            QuotaPeriod::Month => "month",
+        }
+    }
+
+    /// The period containing `now_ms` (ms since the Unix epoch, UTC): `(start_ms, end_ms)`,
+    /// end exclusive. The Redis store computes the same in `lua/prelude.lua` (`quota_window`).
+    pub fn window(self, now_ms: i64) -> (i64, i64) {
+        use chrono::{Datelike, NaiveDate, TimeZone, Utc};
+        const DAY: i64 = 86_400_000;
+        let day_start = now_ms.div_euclid(DAY) * DAY;
+        match self {
+            QuotaPeriod::Day => (day_start, day_start + DAY),
+            QuotaPeriod::Month => {
+                let Some(now) = Utc.timestamp_millis_opt(now_ms).single() else {
+                    return (day_start, day_start + DAY);
+                };
+                let first = |y: i32, m: u32| {
+                    NaiveDate::from_ymd_opt(y, m, 1)
+                        .and_then(|d| d.and_hms_opt(0, 0, 0))
+                        .map(|t| t.and_utc().timestamp_millis())
+                };
+                let (y, m) = (now.year(), now.month());
+                let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+                match (first(y, m), first(ny, nm)) {
+                    (Some(start), Some(end)) => (start, end),
+                    _ => (day_start, day_start + DAY),
+                }
+            }
+        }
+    }
 }
 
 impl Config {
@@ -208,6 +270,26 @@ id = "app-1"
 capacity = 10
 credential = { env = "VOXPOOL_TEST_NEVER_SET_1" }
 "#;
+
+    #[test]
+    fn quota_windows_are_utc_calendar_days_and_months() {
+        // 2026-12-31T23:59:59.999Z and the instant after.
+        let last_ms_of_2026 = 1_798_761_599_999;
+        let (start, end) = QuotaPeriod::Day.window(last_ms_of_2026);
+        assert_eq!((start, end), (1_798_675_200_000, 1_798_761_600_000));
+        let (start, end) = QuotaPeriod::Month.window(last_ms_of_2026);
+        assert_eq!(start, 1_796_083_200_000, "2026-12-01T00:00Z");
+        assert_eq!(end, 1_798_761_600_000, "2027-01-01T00:00Z");
+        assert_eq!(
+            QuotaPeriod::Month.window(end).0,
+            end,
+            "the next period starts at the end"
+        );
+        // February of a leap year.
+        let feb_2028 = 1_834_617_600_000; // 2028-02-20T00:00Z
+        let (start, end) = QuotaPeriod::Month.window(feb_2028);
+        assert_eq!((end - start) / 86_400_000, 29);
+    }
 
     #[test]
     fn api_md_example_parses_and_validates_without_credentials() {

@@ -66,14 +66,21 @@ pub struct SchedulerSettings {
     /// this (0 < f < 1), but never set below the in-flight count the vendor accepted (the
     /// key's leases at the refusal, less the refused one) nor below 1. Default 0.5.
     pub adaptive_decrease: f64,
-    /// Adaptive pools: further concurrency refusals within this many ms of a decrease are
-    /// the same overload seen again (leases granted before it) and do not lower it again (a
-    /// refusal right after an increase does: the probe found the limit). Default 250.
+    /// Adaptive pools: concurrency refusals within this many ms of a decrease do not lower it
+    /// again (a refusal right after an increase does: the probe found the limit). Refusals on
+    /// a key holding more leases than its effective capacity never do (those leases predate
+    /// the decrease), so 0 is safe: each refusal then lowers it to what the vendor accepted.
+    /// Raise it for a vendor whose refusals arrive late, in bursts. Default 0.
     pub adaptive_hold_ms: u64,
     /// Adaptive pools: a key below its capacity gains one slot on a success once this many
     /// ms passed since its effective capacity last changed (probing one slot at a time).
-    /// Default 3000.
+    /// A probe the vendor refuses doubles the key's wait for the next one, up to
+    /// `adaptive_increase_max_ms`; one that holds brings it back to this. Default 2000.
     pub adaptive_increase_ms: u64,
+    /// Adaptive pools: the longest wait between probes of a key whose probes keep being
+    /// refused (the vendor's limit is stable): bounds how long a raised vendor limit goes
+    /// unnoticed. At least `adaptive_increase_ms`. Default 8000.
+    pub adaptive_increase_max_ms: u64,
 }
 
 impl Default for SchedulerSettings {
@@ -96,8 +103,9 @@ impl Default for SchedulerSettings {
             recovery_window_ms: 5_000,
             store_key_prefix: "vp".to_owned(),
             adaptive_decrease: 0.5,
-            adaptive_hold_ms: 250,
-            adaptive_increase_ms: 3_000,
+            adaptive_hold_ms: 0,
+            adaptive_increase_ms: 2_000,
+            adaptive_increase_max_ms: 8_000,
         }
     }
 }

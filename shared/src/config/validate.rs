@@ -155,6 +155,12 @@ impl Config {
                             ),
                         );
                     }
+                    if key.quota.is_some_and(|q| q.characters == 0) {
+                        push(
+                            format!("{kp}.quota.characters"),
+                            "must be at least 1 (leave quota out for a key without one)".into(),
+                        );
+                    }
                     if credentials == Credentials::Require
                         && !pool
                             .provider_id()
@@ -265,6 +271,15 @@ impl Config {
             push(
                 "scheduler.adaptive_increase_ms".into(),
                 "must be at least 1 ms".into(),
+            );
+        }
+        if s.adaptive_increase_max_ms < s.adaptive_increase_ms {
+            push(
+                "scheduler.adaptive_increase_max_ms".into(),
+                format!(
+                    "must be at least adaptive_increase_ms ({}), got {}",
+                    s.adaptive_increase_ms, s.adaptive_increase_max_ms
+                ),
             );
         }
         if self.synthesis.max_attempts == 0 {

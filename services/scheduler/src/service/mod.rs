@@ -224,7 +224,33 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             acquire_label(&result),
             started.elapsed().as_secs_f64(),
         );
-        let (lease, _) = result?;
+        let (lease, _) = match result {
+            Err(SchedulerError::KeysUnavailable {
+                pool: p,
+                next_available_ms,
+                now_ms,
+                ..
+            }) => {
+                // Which keys are out for their quota, and until when: read only on this path.
+                let over_quota = match self.store.status(&p).await {
+                    Ok(Some(status)) => status
+                        .keys
+                        .iter()
+                        .filter(|k| k.state == KeyState::OverQuota)
+                        .map(|k| (k.key_id.clone(), k.quota_resets_at_ms))
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                return Err(SchedulerError::KeysUnavailable {
+                    pool: p,
+                    next_available_ms,
+                    now_ms,
+                    over_quota,
+                }
+                .into());
+            }
+            other => other?,
+        };
         self.metrics.grant(pool, priority, &r.tenant);
         span.record("key", lease.key_id.as_str());
         tracing::debug!(parent: &span, "lease granted");

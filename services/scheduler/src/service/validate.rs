@@ -36,6 +36,9 @@ const MAX_ID_CHARS: usize = 1024;
 /// caller before its own timer fires.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(50);
 
+/// Most characters one Report may count against a key's quota (one vendor call's text).
+const MAX_REPORT_CHARACTERS: u64 = 10_000_000;
+
 pub(super) fn invalid(field: impl Into<String>, message: impl Into<String>) -> SchedulerError {
     SchedulerError::InvalidArgument {
         field: field.into(),
@@ -251,12 +254,25 @@ impl SchedulerService {
                 format!("must be >= 0, got {}", r.latency_ms),
             ));
         }
+        let characters = u64::try_from(r.characters)
+            .ok()
+            .filter(|c| *c <= MAX_REPORT_CHARACTERS)
+            .ok_or_else(|| {
+                invalid(
+                    "characters",
+                    format!(
+                        "must be 0..={MAX_REPORT_CHARACTERS} (the characters of one vendor call), got {}",
+                        r.characters
+                    ),
+                )
+            })?;
         Ok(ReportParams {
             id,
             key_id: (!r.key_id.is_empty()).then(|| r.key_id.clone()),
             outcome,
             retry_after_ms,
             release: r.release,
+            characters,
         })
     }
 

@@ -18,8 +18,8 @@ use tokio::sync::mpsc;
 use super::{Handover, LeaseStore, StoreError, StoreResult, line::Line};
 use crate::model::{
     AcquireParams, AcquireResult, CoolReason, HealthPolicy, KeyState, KeyStatus, Lease, LeaseId,
-    LeaseToken, Outcome, PoolSpec, PoolStatus, Priority, Refusal, ReportParams, ReportResult,
-    TicketState, batch_limit, upstream_of,
+    LeaseToken, Outcome, PoolSpec, PoolStatus, Priority, QuotaConfig, Refusal, ReportParams,
+    ReportResult, TicketState, batch_limit, upstream_of,
 };
 
 /// How many tickets from the head of a line a hand-over looks at for one that a free key can
@@ -41,6 +41,14 @@ struct KeyEntry {
     adapted_at_ms: i64,
     /// When a concurrency refusal last lowered `capacity` (store clock, ms).
     lowered_at_ms: i64,
+    /// Wait before the next probe (ms); 0 = `adaptive_increase_ms`.
+    probe_ms: u64,
+    /// The key's character budget per period.
+    quota: Option<QuotaConfig>,
+    /// Characters used in the period starting at `quota_window_start_ms`.
+    quota_used: u64,
+    /// Start of the period `quota_used` counts (store clock, ms).
+    quota_window_start_ms: i64,
     config_capacity: u32,
     in_flight: u32,
     cool_until_ms: i64,
@@ -56,6 +64,7 @@ impl KeyEntry {
         } else if self.cool_until_ms > now {
             match self.cool_reason {
                 Some(CoolReason::Credential) => KeyState::Disabled,
+                Some(CoolReason::Quota) => KeyState::OverQuota,
                 _ => KeyState::Cooling,
             }
         } else {
@@ -76,6 +85,37 @@ impl KeyEntry {
                 0
             },
             consecutive_failures: self.failures,
+            quota_used: self.quota_used_at(now),
+            quota_limit: self.quota.map_or(0, |q| q.characters),
+            quota_resets_at_ms: self.quota.map_or(0, |q| q.per.window(now).1),
+        }
+    }
+
+    /// Characters used in the quota period containing `now` (0 once a new period began).
+    fn quota_used_at(&self, now: i64) -> u64 {
+        match self.quota {
+            Some(q) if q.per.window(now).0 == self.quota_window_start_ms => self.quota_used,
+            _ => 0,
+        }
+    }
+
+    /// Within a tenth of its quota: picked only when no other key has room.
+    fn near_quota(&self, now: i64) -> bool {
+        self.quota
+            .is_some_and(|q| self.quota_used_at(now).saturating_mul(10) >= q.characters * 9)
+    }
+
+    /// Counts `characters` against the quota; spent, the key is out until the period ends.
+    fn spend(&mut self, characters: u64, now: i64) {
+        let Some(q) = self.quota else { return };
+        let (start, end) = q.per.window(now);
+        if self.quota_window_start_ms != start {
+            self.quota_window_start_ms = start;
+            self.quota_used = 0;
+        }
+        self.quota_used = self.quota_used.saturating_add(characters);
+        if self.quota_used >= q.characters {
+            self.cool(end, CoolReason::Quota);
         }
     }
 
@@ -237,11 +277,15 @@ impl PoolState {
                 });
             }
         }
-        // Lowest utilization among keys with room; compare in_flight/capacity exactly.
+        // Lowest utilization among keys with room; compare in_flight/capacity exactly. Keys
+        // near their quota only when no other key has room.
+        let fresh_room = available
+            .iter()
+            .any(|(_, k)| k.in_flight < k.capacity && !k.near_quota(now));
         let mut best: Vec<&String> = Vec::new();
         let mut best_ratio: Option<(u32, u32)> = None;
         for (id, k) in &available {
-            if k.in_flight >= k.capacity {
+            if k.in_flight >= k.capacity || (fresh_room && k.near_quota(now)) {
                 continue;
             }
             let ratio = (k.in_flight, k.capacity);
@@ -482,26 +526,47 @@ fn queueable(refusal: &Refusal) -> bool {
 /// same rules as `lua/report.lua`).
 fn apply_outcome(
     k: &mut KeyEntry,
-    outcome: Outcome,
-    retry_after_ms: u64,
+    r: &ReportParams,
     policy: &HealthPolicy,
     (now, in_flight, adaptive): (i64, u32, bool),
 ) -> Option<(u32, u32)> {
+    let (outcome, retry_after_ms) = (r.outcome, r.retry_after_ms);
     let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     let before = k.capacity;
     let since_change = now.saturating_sub(k.adapted_at_ms);
     match outcome {
         Outcome::Success => {
             k.failures = 0;
-            if adaptive && k.capacity < k.ceiling && since_change >= ms(policy.adaptive_increase_ms)
-            {
+            if r.characters > 0 {
+                k.spend(r.characters, now);
+            }
+            let wait = if k.probe_ms == 0 {
+                policy.adaptive_increase_ms
+            } else {
+                k.probe_ms
+            };
+            if adaptive && k.capacity < k.ceiling && since_change >= ms(wait) {
+                // The last change an increase that held: probes go back to the base pace.
+                if k.adapted_at_ms > k.lowered_at_ms {
+                    k.probe_ms = policy.adaptive_increase_ms;
+                }
                 k.capacity += 1;
                 k.adapted_at_ms = now;
             }
         }
         Outcome::ConcurrencyLimited => {
             let since_lowered = now.saturating_sub(k.lowered_at_ms);
-            if adaptive && k.capacity > 1 && since_lowered >= ms(policy.adaptive_hold_ms) {
+            // More leases than the effective capacity: granted before it was lowered.
+            let stale = in_flight > k.capacity;
+            if adaptive && k.capacity > 1 && !stale && since_lowered >= ms(policy.adaptive_hold_ms)
+            {
+                // A refused probe (the last change was an increase): wait twice as long.
+                if k.adapted_at_ms > k.lowered_at_ms {
+                    let current = k.probe_ms.max(policy.adaptive_increase_ms);
+                    k.probe_ms = current
+                        .saturating_mul(2)
+                        .min(policy.adaptive_increase_max_ms);
+                }
                 k.capacity = policy.lowered_capacity(k.capacity, in_flight);
                 k.adapted_at_ms = now;
                 k.lowered_at_ms = now;
@@ -563,6 +628,7 @@ impl LeaseStore for MemoryStore {
                 if !spec.adaptive {
                     entry.capacity = entry.ceiling;
                 }
+                entry.quota = key.quota;
             }
         }
         Ok(())
@@ -660,13 +726,7 @@ impl LeaseStore for MemoryStore {
                 let released = r.release && pool.free(r.id.token.as_str(), now);
                 let adaptive = pool.adaptive;
                 let k = pool.keys.get_mut(&key_id)?;
-                let effective_change = apply_outcome(
-                    k,
-                    r.outcome,
-                    r.retry_after_ms,
-                    policy,
-                    (now, in_flight, adaptive),
-                );
+                let effective_change = apply_outcome(k, r, policy, (now, in_flight, adaptive));
                 let st = k.status(&key_id, now);
                 Some(ReportResult {
                     key_id,

@@ -41,11 +41,13 @@ impl LeaseGuard {
     /// Reports the vendor call's outcome and releases in one call; falls back to Release. The
     /// guard stays armed until the scheduler confirms, so a caller that goes away during the
     /// report still gets its lease released by `Drop`.
+    /// `characters`: what the call synthesized, counted against the key's quota on SUCCESS.
     pub async fn finish(
         mut self,
         outcome: voxpool_shared::contract::Outcome,
         retry_after_ms: Option<u64>,
         latency_ms: u64,
+        characters: u64,
     ) {
         let request = pb::ReportRequest {
             lease_id: self.lease.lease_id.clone(),
@@ -55,6 +57,7 @@ impl LeaseGuard {
             latency_ms: i64::try_from(latency_ms).unwrap_or(i64::MAX),
             release: true,
             key_id: self.lease.key_id.clone(),
+            characters: i64::try_from(characters).unwrap_or(i64::MAX),
         };
         match self.scheduler.report(request).await {
             Ok(_) => self.armed = false,

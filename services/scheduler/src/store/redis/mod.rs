@@ -142,14 +142,15 @@ impl std::fmt::Debug for RedisStore {
 }
 
 /// How many Redis keys one pool has.
-pub const POOL_KEYS: usize = 24;
+pub const POOL_KEYS: usize = 28;
 
 /// The pool's Redis keys in the order the scripts expect (see `lua/prelude.lua`).
 pub fn pool_keys(prefix: &str, pool: &str) -> [String; POOL_KEYS] {
     [
         "cap", "cfgcap", "inflight", "load", "leases", "lease", "cool", "coolwhy", "disabled",
         "fails", "clock", "recover", "batch", "share", "line", "tickets", "tickexp", "rounds",
-        "handed", "arrivals", "ceil", "adapted", "adaptive", "lowered",
+        "handed", "arrivals", "ceil", "adapted", "adaptive", "lowered", "quota", "qused", "qstart",
+        "probe",
     ]
     .map(|suffix| format!("{prefix}:{{{pool}}}:{suffix}"))
 }
@@ -458,6 +459,7 @@ fn state_of(s: &str) -> StoreResult<KeyState> {
         "available" => Ok(KeyState::Available),
         "cooling" => Ok(KeyState::Cooling),
         "disabled" => Ok(KeyState::Disabled),
+        "over_quota" => Ok(KeyState::OverQuota),
         other => Err(StoreError::Protocol(format!("unknown key state {other:?}"))),
     }
 }
@@ -476,6 +478,11 @@ impl LeaseStore for RedisStore {
             for k in &spec.keys {
                 args.push(k.key_id.clone());
                 args.push(k.capacity.to_string());
+                args.push(
+                    k.quota
+                        .map(|q| format!("{}:{}", q.characters, q.per.as_str()))
+                        .unwrap_or_default(),
+                );
             }
             self.run(&self.scripts.seed, &spec.pool, args).await?;
         }
@@ -576,6 +583,8 @@ impl LeaseStore for RedisStore {
             policy.adaptive_decrease.to_string(),
             policy.adaptive_hold_ms.to_string(),
             policy.adaptive_increase_ms.to_string(),
+            r.characters.to_string(),
+            policy.adaptive_increase_max_ms.to_string(),
         ];
         let reply = items(self.run(&self.scripts.report, &r.id.pool, args).await?)?;
         if text(get(&reply, 0)?)? != "ok" {
@@ -612,7 +621,7 @@ impl LeaseStore for RedisStore {
             return Ok(None);
         }
         let keys = reply[10..]
-            .chunks(7)
+            .chunks(10)
             .map(|c| {
                 Ok(KeyStatus {
                     key_id: text(get(c, 0)?)?,
@@ -622,6 +631,9 @@ impl LeaseStore for RedisStore {
                     state: state_of(&text(get(c, 3)?)?)?,
                     cooldown_until_ms: int(get(c, 4)?)?,
                     consecutive_failures: u32_of(get(c, 5)?)?,
+                    quota_used: int(get(c, 7)?)?.max(0) as u64,
+                    quota_limit: int(get(c, 8)?)?.max(0) as u64,
+                    quota_resets_at_ms: int(get(c, 9)?)?,
                 })
             })
             .collect::<StoreResult<Vec<_>>>()?;
@@ -738,6 +750,9 @@ impl RedisStore {
             state: state_of(&text(get(&reply, 4)?)?)?,
             cooldown_until_ms: int(get(&reply, 5)?)?,
             consecutive_failures: u32_of(get(&reply, 6)?)?,
+            quota_used: int(get(&reply, 8)?)?.max(0) as u64,
+            quota_limit: int(get(&reply, 9)?)?.max(0) as u64,
+            quota_resets_at_ms: int(get(&reply, 10)?)?,
         }))
     }
 }

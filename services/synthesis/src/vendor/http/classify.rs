@@ -101,8 +101,44 @@ pub fn outcome_for_status(status: u16) -> Outcome {
 }
 
 /// `retry-after-ms` (OpenAI) or `Retry-After` (delta-seconds, fractional seconds, or an HTTP
-/// date relative to `now`) in milliseconds. A date in the past gives 0; garbage gives `None`.
+/// date relative to `now`) in milliseconds; without either, the rate-limit window's reset:
+/// OpenAI's `x-ratelimit-reset-requests` (a duration such as `1s`, `6m0s`, `250ms`) or the
+/// common `x-ratelimit-reset` (seconds until the reset, or a Unix time in seconds). A date in
+/// the past gives 0; garbage gives `None`.
 pub fn retry_after_ms(headers: &HeaderMap, now: SystemTime) -> Option<u64> {
+    retry_after_header_ms(headers, now).or_else(|| rate_limit_reset_ms(headers, now))
+}
+
+/// `x-ratelimit-reset-requests` / `x-ratelimit-reset` in ms from `now` (see [`retry_after_ms`]).
+fn rate_limit_reset_ms(headers: &HeaderMap, now: SystemTime) -> Option<u64> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(d) = header("x-ratelimit-reset-requests").and_then(reset_duration_ms) {
+        return Some(d);
+    }
+    let secs = header("x-ratelimit-reset")?.parse::<u64>().ok()?;
+    let now_secs = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    // A value past 2001-09-09 in seconds is a Unix time, anything smaller a delay.
+    if secs > 1_000_000_000 {
+        Some(secs.saturating_sub(now_secs).saturating_mul(1000))
+    } else {
+        Some(secs.saturating_mul(1000))
+    }
+}
+
+/// A duration such as `1s`, `6m0s`, `250ms` (OpenAI's reset headers) in ms, by `humantime`.
+fn reset_duration_ms(v: &str) -> Option<u64> {
+    let d = humantime::parse_duration(v).ok()?;
+    Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn retry_after_header_ms(headers: &HeaderMap, now: SystemTime) -> Option<u64> {
     let header = |name: &str| {
         headers
             .get(name)
@@ -342,6 +378,29 @@ mod tests {
         assert_eq!(retry_after_ms(&with("retry-after", &earlier), now), Some(0));
         assert_eq!(retry_after_ms(&with("retry-after", "soon"), now), None);
         assert_eq!(retry_after_ms(&HeaderMap::new(), now), None);
+        // Without Retry-After: the rate-limit window's reset.
+        assert_eq!(
+            retry_after_ms(&with("x-ratelimit-reset-requests", "6m0s"), now),
+            Some(360_000)
+        );
+        assert_eq!(
+            retry_after_ms(&with("x-ratelimit-reset-requests", "250ms"), now),
+            Some(250)
+        );
+        assert_eq!(
+            retry_after_ms(&with("x-ratelimit-reset", "3"), now),
+            Some(3000)
+        );
+        let unix = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 5;
+        assert_eq!(
+            retry_after_ms(&with("x-ratelimit-reset", &unix.to_string()), now),
+            Some(5000),
+            "a Unix time in seconds"
+        );
     }
 
     #[test]

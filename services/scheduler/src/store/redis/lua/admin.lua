@@ -1,6 +1,6 @@
 -- ARGV: 1 batch, 2 op ('capacity' | 'disable' | 'enable'), 3 key, 4 capacity.
 -- Returns {'ok', key, capacity (ceiling), in_flight, state, cooldown_until, failures,
--- effective capacity} | {'unknown'}.
+-- effective capacity, quota used, quota limit, quota resets at} | {'unknown'}.
 local now = now_ms()
 local k, op = ARGV[3], ARGV[2]
 if redis.call('HEXISTS', K_CAP, k) == 0 then return {'unknown'} end
@@ -22,5 +22,6 @@ end
 refresh(k)
 serve(now)
 local st, untl = key_state(k, now)
+local used, limit, resets = quota_state(k, now)
 return {'ok', k, ceiling(k), num(redis.call('HGET', K_INF, k)), st, untl,
-  num(redis.call('HGET', K_FAILS, k)), num(redis.call('HGET', K_CAP, k))}
+  num(redis.call('HGET', K_FAILS, k)), num(redis.call('HGET', K_CAP, k)), used, limit, resets}

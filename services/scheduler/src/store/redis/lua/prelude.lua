@@ -25,6 +25,10 @@
 -- 22 adapted  HASH key -> when its effective capacity last changed by adaptation (ms)
 -- 23 adaptive STRING '1' | '0': whether the pool adapts (set by seed.lua; absent = '1')
 -- 24 lowered  HASH key -> when a concurrency refusal last lowered it (ms)
+-- 25 quota    HASH key -> '<characters>:<day|month>', its character budget (seed.lua)
+-- 26 qused    HASH key -> characters used in the period starting at qstart
+-- 27 qstart   HASH key -> start of the period qused counts (ms)
+-- 28 probe    HASH key -> wait before its next capacity probe (ms; absent = the base)
 -- ARGV[1] is always the reaping batch size. Time is Redis TIME, read here (one clock).
 local K_CAP, K_CFGCAP, K_INF, K_LOAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_LEASES, K_LEASE, K_COOL, K_COOLWHY = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -32,6 +36,8 @@ local K_DIS, K_FAILS, K_CLOCK, K_REC = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local K_BATCH, K_SHARE, K_LINE, K_TICKETS = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local K_TICKEXP, K_ROUNDS, K_HANDED, K_ARRIVALS = KEYS[17], KEYS[18], KEYS[19], KEYS[20]
 local K_CEIL, K_ADAPTED, K_ADAPTIVE, K_LOWERED = KEYS[21], KEYS[22], KEYS[23], KEYS[24]
+local K_QUOTA, K_QUSED, K_QSTART, K_PROBE = KEYS[25], KEYS[26], KEYS[27], KEYS[28]
+local DAY_MS = 86400000
 local CLASSES = {[0] = 'interactive', [1] = 'standard', [2] = 'batch'}
 local RANKS = {interactive = 0, standard = 1, batch = 2}
 -- Tickets from the line's head a hand-over looks at for one a free key can take (memory.rs
@@ -56,14 +62,81 @@ local function now_ms()
     + num(redis.call('GET', K_CLOCK))
 end
 
--- Key k is in the load set, scored in_flight/capacity, exactly when it may take leases.
+-- Days since 1970-01-01 <-> proleptic Gregorian (year, month, day), the integer algorithms
+-- of H. Hinnant's "chrono-compatible low-level date algorithms" (model.rs uses chrono).
+local function civil_from_days(z)
+  z = z + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return y, m
+end
+
+local function days_from_civil(y, m)
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = m > 2 and m - 3 or m + 9
+  local doy = math.floor((153 * mp + 2) / 5)
+  return era * 146097 + yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy - 719468
+end
+
+-- The quota of k: characters per period and the period ('day' | 'month'), or nil.
+local function quota_of(k)
+  local q = redis.call('HGET', K_QUOTA, k)
+  if not q then return nil end
+  local limit, per = string.match(q, '^(%d+):(%a+)$')
+  return tonumber(limit), per
+end
+
+-- The UTC calendar period containing now: start and end ms (QuotaPeriod::window in Rust).
+local function quota_window(per, now)
+  local day = math.floor(now / DAY_MS)
+  if per ~= 'month' then return day * DAY_MS, (day + 1) * DAY_MS end
+  local y, m = civil_from_days(day)
+  local ny, nm = y, m + 1
+  if nm > 12 then ny, nm = y + 1, 1 end
+  return days_from_civil(y, m) * DAY_MS, days_from_civil(ny, nm) * DAY_MS
+end
+
+-- Characters k used in the period containing now (0 once a new period began, or no quota),
+-- its limit (0 = none) and the period's end.
+local function quota_state(k, now)
+  local limit, per = quota_of(k)
+  if not limit then return 0, 0, 0 end
+  local start, untl = quota_window(per, now)
+  local used = 0
+  if num(redis.call('HGET', K_QSTART, k)) == start then used = num(redis.call('HGET', K_QUSED, k)) end
+  return used, limit, untl
+end
+
+-- Key k is in the load set exactly when it may take leases, scored in_flight/capacity plus 2
+-- when it is within a tenth of its quota: such keys rank after every other key, full or not
+-- (a score s has room when s % 2 < 1).
 local function refresh(k)
   local cap = num(redis.call('HGET', K_CAP, k))
   if cap <= 0 or redis.call('SISMEMBER', K_DIS, k) == 1 or redis.call('ZSCORE', K_COOL, k) then
     redis.call('ZREM', K_LOAD, k)
   else
-    redis.call('ZADD', K_LOAD, num(redis.call('HGET', K_INF, k)) / cap, k)
+    local tier = 0
+    if redis.call('HEXISTS', K_QUOTA, k) == 1 then
+      local used, limit = quota_state(k, now_ms())
+      if used * 10 >= limit * 9 then tier = 2 end
+    end
+    redis.call('ZADD', K_LOAD, tier + num(redis.call('HGET', K_INF, k)) / cap, k)
   end
+end
+
+-- Whether any key of the load set has room (either tier).
+local function any_room()
+  if #redis.call('ZRANGE', K_LOAD, '-inf', '(1', 'BYSCORE', 'LIMIT', 0, 1) > 0 then return true end
+  return #redis.call('ZRANGE', K_LOAD, 2, '(3', 'BYSCORE', 'LIMIT', 0, 1) > 0
 end
 
 -- Frees one slot of k; never below zero.
@@ -119,7 +192,8 @@ local function uncool(now)
   end
 end
 
--- State of k at now: 'available' | 'cooling' | 'disabled', and its cooldown end (0 = none).
+-- State of k at now: 'available' | 'cooling' | 'disabled' | 'over_quota', and its cooldown
+-- end (0 = none; for 'over_quota' the end of the quota period).
 local function key_state(k, now)
   local untl = num(redis.call('ZSCORE', K_COOL, k))
   if untl <= now then untl = 0 end
@@ -127,7 +201,9 @@ local function key_state(k, now)
     return 'disabled', untl
   end
   if untl > 0 then
-    if redis.call('HGET', K_COOLWHY, k) == 'credential' then return 'disabled', untl end
+    local why = redis.call('HGET', K_COOLWHY, k)
+    if why == 'credential' then return 'disabled', untl end
+    if why == 'quota' then return 'over_quota', untl end
     return 'cooling', untl
   end
   return 'available', 0
@@ -255,8 +331,8 @@ local function try_grant(token, ttl, rnd, excl, ups, nups, class, now)
       if #page == 0 then break end
       for j = 1, #page, 2 do
         local k, s = page[j], tonumber(page[j + 1])
-        if s >= 1 or (best_score ~= nil and s > best_score) then done = true; break end
-        if eligible(k) and has_room(k) then
+        if s >= 3 or (best_score ~= nil and s > best_score) then done = true; break end
+        if s % 2 < 1 and eligible(k) and has_room(k) then
           best_score = s
           nbest = nbest + 1
           best[nbest] = k
@@ -296,7 +372,7 @@ local function try_grant(token, ttl, rnd, excl, ups, nups, class, now)
   end
   local inf = redis.call('HINCRBY', K_INF, pick, 1)
   local cap = num(redis.call('HGET', K_CAP, pick))
-  redis.call('ZADD', K_LOAD, inf / cap, pick)
+  refresh(pick)
   local exp = now + ttl
   redis.call('ZADD', K_LEASES, exp, token)
   redis.call('HSET', K_LEASE, token, pick)
@@ -326,8 +402,7 @@ local function serve(now)
   uncool(now)
   local channel = (string.gsub(K_CAP, ':cap$', ':freed'))
   for _ = 1, BATCH do
-    local head = redis.call('ZRANGE', K_LOAD, 0, 0, 'WITHSCORES')
-    if #head == 0 or tonumber(head[2]) >= 1 then return end
+    if not any_room() then return end
     local got, claim_ttl = nil, 0
     local head_line = redis.call('ZRANGE', K_LINE, 0, SERVE_SCAN - 1, 'WITHSCORES')
     for j = 1, #head_line, 2 do

@@ -1,13 +1,18 @@
 -- ARGV: 1 batch, 2 lease token, 3 outcome, 4 retry_after ms, 5 release '1'|'0',
 --       6 fallback key ('' = none), 7 rate-limit cooldown, 8 failure threshold,
 --       9 failure backoff base, 10 failure backoff max, 11 credential cooldown,
---       12 adaptive decrease factor, 13 adaptive hold ms, 14 adaptive increase ms.
+--       12 adaptive decrease factor, 13 adaptive hold ms, 14 adaptive increase ms (the base
+--       wait between probes; a refused probe doubles the key's, 16 caps it),
+--       15 characters the call synthesized (counted against the key's quota on success: a
+--       key that spends it cools until its period ends, reason 'quota'),
+--       16 adaptive increase max ms.
 -- Returns {'ok', key, state, cooldown_until, released, effective capacity before, after,
 -- tokens of the waiters handed a slot (prelude.lua `serve`)...} | {'unknown'}.
 -- Adaptation (model.rs `HealthPolicy::lowered_capacity`, memory.rs `apply_outcome`): a
 -- CONCURRENCY_LIMITED report lowers the effective capacity (`cap`) to floor(cap * factor), not
 -- below the leases the vendor accepted (in flight less the refused one) nor below 1, at least
--- one slot, unless a refusal lowered it within the hold; a success raises it by one toward the
+-- one slot, unless the key holds more leases than that (granted before a decrease: a stale
+-- signal) or a refusal lowered it within the hold; a success raises it by one toward the
 -- ceiling once the increase interval passed since the last change.
 local now = now_ms()
 local token = ARGV[2]
@@ -35,18 +40,41 @@ local adaptive = redis.call('GET', K_ADAPTIVE) ~= '0'
 local since = now - num(redis.call('HGET', K_ADAPTED, k))
 if outcome == 'success' then
   redis.call('HDEL', K_FAILS, k)
-  if adaptive and eff < ceiling(k) and since >= tonumber(ARGV[14]) then
+  local chars = tonumber(ARGV[15])
+  local limit, per = quota_of(k)
+  if limit and chars > 0 then
+    local start, untl = quota_window(per, now)
+    if num(redis.call('HGET', K_QSTART, k)) ~= start then
+      redis.call('HSET', K_QSTART, k, start)
+      redis.call('HSET', K_QUSED, k, 0)
+    end
+    if redis.call('HINCRBY', K_QUSED, k, chars) >= limit then cool(untl, 'quota') end
+  end
+  local wait = num(redis.call('HGET', K_PROBE, k))
+  if wait <= 0 then wait = tonumber(ARGV[14]) end
+  if adaptive and eff < ceiling(k) and since >= wait then
+    -- The last change an increase that held: probes go back to the base pace.
+    if num(redis.call('HGET', K_ADAPTED, k)) > num(redis.call('HGET', K_LOWERED, k)) then
+      redis.call('HSET', K_PROBE, k, ARGV[14])
+    end
     redis.call('HSET', K_CAP, k, eff + 1)
     redis.call('HSET', K_ADAPTED, k, now)
   end
 elseif outcome == 'concurrency_limited' then
   local since_lowered = now - num(redis.call('HGET', K_LOWERED, k))
-  if adaptive and eff > 1 and since_lowered >= tonumber(ARGV[13]) then
+  local inf = num(redis.call('HGET', K_INF, k))
+  -- More leases than the effective capacity: granted before it was lowered, a stale signal.
+  if adaptive and eff > 1 and inf <= eff and since_lowered >= tonumber(ARGV[13]) then
     local lowered = math.floor(eff * tonumber(ARGV[12]) + 1e-9)
-    local accepted = num(redis.call('HGET', K_INF, k)) - 1
+    local accepted = inf - 1
     if accepted > lowered then lowered = accepted end
     if lowered > eff - 1 then lowered = eff - 1 end
     if lowered < 1 then lowered = 1 end
+    -- A refused probe (the last change was an increase): wait twice as long for the next.
+    if num(redis.call('HGET', K_ADAPTED, k)) > num(redis.call('HGET', K_LOWERED, k)) then
+      local cur = math.max(num(redis.call('HGET', K_PROBE, k)), tonumber(ARGV[14]))
+      redis.call('HSET', K_PROBE, k, math.min(cur * 2, tonumber(ARGV[16])))
+    end
     redis.call('HSET', K_CAP, k, lowered)
     redis.call('HSET', K_ADAPTED, k, now)
     redis.call('HSET', K_LOWERED, k, now)

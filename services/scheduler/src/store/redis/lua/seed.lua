@@ -1,5 +1,6 @@
 -- ARGV: 1 batch, 2 recovery window ms, 3 batch_max_share, 4 adaptive '1'|'0', 5 n, then n
--- pairs (key, configured capacity).
+-- triples (key, configured capacity, quota '<characters>:<day|month>' or '' for none).
+-- A quota's use so far is kept across seeds.
 -- New keys get the configured capacity; existing keys keep live in-flight counts and an
 -- admin-set capacity (and what adaptation learned) unless the configured capacity changed.
 -- A pool that does not adapt grants against the ceiling. Unlisted keys are removed.
@@ -15,7 +16,8 @@ redis.call('SET', K_ADAPTIVE, ARGV[4])
 local want = {}
 local n = tonumber(ARGV[5])
 for j = 0, n - 1 do
-  local k, c = ARGV[6 + 2 * j], ARGV[7 + 2 * j]
+  local k, c, q = ARGV[6 + 3 * j], ARGV[7 + 3 * j], ARGV[8 + 3 * j]
+  if q == '' then redis.call('HDEL', K_QUOTA, k) else redis.call('HSET', K_QUOTA, k, q) end
   want[k] = true
   if redis.call('HGET', K_CFGCAP, k) ~= c then
     redis.call('HSET', K_CAP, k, c)
@@ -29,7 +31,8 @@ for j = 0, n - 1 do
 end
 for _, k in ipairs(redis.call('HKEYS', K_CAP)) do
   if not want[k] then
-    for _, h in ipairs({K_CAP, K_CFGCAP, K_INF, K_COOLWHY, K_FAILS, K_CEIL, K_ADAPTED, K_LOWERED}) do
+    for _, h in ipairs({K_CAP, K_CFGCAP, K_INF, K_COOLWHY, K_FAILS, K_CEIL, K_ADAPTED, K_LOWERED,
+        K_QUOTA, K_QUSED, K_QSTART, K_PROBE}) do
       redis.call('HDEL', h, k)
     end
     redis.call('ZREM', K_LOAD, k)

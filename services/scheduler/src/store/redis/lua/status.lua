@@ -1,7 +1,7 @@
 -- ARGV: 1 batch. Returns {now, recovering_until (0 = not), batch_in_flight, batch_max_share,
 -- then per class (interactive, standard, batch) waiters in line and the oldest one's since
 -- ms (0 without), then key, capacity (ceiling), in_flight, state, cooldown_until, failures,
--- effective capacity, ...}; no key
+-- effective capacity, quota used, quota limit, quota resets at, ...}; no key
 -- entries for a pool that was never seeded.
 local now = now_ms()
 for _ = 1, 1000 do
@@ -27,5 +27,9 @@ for _, k in ipairs(keys) do
   out[#out + 1] = untl
   out[#out + 1] = num(redis.call('HGET', K_FAILS, k))
   out[#out + 1] = num(redis.call('HGET', K_CAP, k))
+  local used, limit, resets = quota_state(k, now)
+  out[#out + 1] = used
+  out[#out + 1] = limit
+  out[#out + 1] = resets
 end
 return out
