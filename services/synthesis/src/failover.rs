@@ -1,7 +1,8 @@
 //! Failover for one text chunk (invariant 9): lease a key of the snapshot's pool, call the
 //! vendor, and on a retryable outcome (RATE_LIMITED, UPSTREAM_ERROR, TIMEOUT, KEY_INVALID,
 //! QUOTA_EXHAUSTED) lease another key — same pool, same snapshot, only the snapshot's
-//! `upstreamIds` — excluding every key already tried, until audio arrives,
+//! `upstreamIds` — excluding every key already tried (but a CONCURRENCY_LIMITED key, which is
+//! full rather than failing: it may serve the retry at its lowered capacity), until audio arrives,
 //! `synthesis.max_attempts` calls were made, no eligible key is left, or the deadline passes.
 //! CLIENT_ERROR returns at once. Failover happens only while none of the chunk's audio has been
 //! handed over: a call that breaks after that ends the chunk with
@@ -66,7 +67,9 @@ impl Core {
         } else {
             String::new()
         };
+        // Keys excluded from further attempts, and the vendor calls made.
         let mut tried: Vec<String> = Vec::new();
+        let mut calls = 0usize;
         let input = |key, upstream| CallInput {
             pool_id: pool.id.clone(),
             provider: pool.provider.to_string(),
@@ -97,11 +100,9 @@ impl Core {
         };
         let deadline_exceeded = |attempts: &[AttemptRecord]| deadline_in(attempts, false);
         loop {
-            if tried.len() >= max_attempts {
-                let why = format!(
-                    "{} attempts failed (synthesis.max_attempts = {max_attempts})",
-                    tried.len()
-                );
+            if calls >= max_attempts {
+                let why =
+                    format!("{calls} attempts failed (synthesis.max_attempts = {max_attempts})");
                 return Err(exhausted(why, attempts, None));
             }
             let remaining = job.deadline.remaining();
@@ -253,10 +254,17 @@ impl Core {
                             attempt: Box::new(attempt),
                         });
                     }
-                    if let Some(last) = attempts.last() {
-                        metrics::failover(&pool.id, last.outcome.wire_name());
+                    calls += 1;
+                    let last = attempts.last().map(|a| a.outcome);
+                    if let Some(outcome) = last {
+                        metrics::failover(&pool.id, outcome.wire_name());
                     }
-                    tried.push(key_id);
+                    // A concurrency refusal says the key is full, not bad: its effective
+                    // capacity was just lowered, so it may take the retry once a slot frees
+                    // (a pool of one key still serves). Every other failure excludes the key.
+                    if last != Some(Outcome::ConcurrencyLimited) {
+                        tried.push(key_id);
+                    }
                 }
                 AttemptEnd::Deadline => return Err(deadline_in(attempts, true)),
                 AttemptEnd::Panicked => {

@@ -625,3 +625,37 @@ async fn ogg_opus_text_that_needs_several_calls_is_refused_naming_the_vendor_lim
     );
     assert!(adapter.calls().is_empty(), "refused before any vendor call");
 }
+
+#[tokio::test]
+async fn a_concurrency_refusal_retries_the_only_key_at_its_lowered_capacity() {
+    let (adapter, _) = Scripted::new(
+        "openai",
+        TextLimit::Chars(4096),
+        vec![Step::Fail(
+            Outcome::ConcurrencyLimited,
+            Some(429),
+            "too many concurrent requests",
+        )],
+    );
+    let stack = Stack::start(&openai_pool(1, 1, 4), adapter.registry()).await;
+    let resp = stack
+        .synthesize(request(
+            &snapshot("openai", "p", "alloy", "{}"),
+            "Hello there.",
+        ))
+        .await
+        .expect("a full key is not a bad key: the retry waits for a slot on it");
+    let calls = adapter.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(
+        calls[0].key_id, calls[1].key_id,
+        "the pool's only key, again"
+    );
+    assert_eq!(resp.attempts[0].outcome, Outcome::ConcurrencyLimited as i32);
+    let key = stack.key("p", "u0/k0").await;
+    assert_eq!(
+        (key.capacity, key.effective_capacity, key.state()),
+        (4, 2, KeyState::Available),
+        "halved (nothing else was in flight to go by), no cooldown"
+    );
+}
