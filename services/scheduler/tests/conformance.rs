@@ -120,14 +120,21 @@ fn in_flight_by_key(s: &pb::PoolStatus) -> HashMap<String, i32> {
 async fn acquire_spreads_load_across_keys(b: Backend) {
     let h = start(b, &uniform_pool(2, 5, 10)).await;
     let tasks: Vec<_> = (0..50)
-        .map(|_| {
+        .map(|i| {
             let mut c = h.client();
             tokio::spawn(async move {
-                c.acquire(pb::AcquireRequest {
-                    pool: "p".into(),
-                    ..Default::default()
-                })
-                .await
+                // As the contract tells a caller: UNAVAILABLE (a grant the replica did not
+                // acknowledge in time on a loaded machine, withdrawn) is retried with the same
+                // idempotency key.
+                let request = idempotent("p", &format!("spread-{i}"));
+                let mut last = None;
+                for _ in 0..20 {
+                    match c.acquire(request.clone()).await {
+                        Err(e) if e.code() == Code::Unavailable => last = Some(e),
+                        other => return other,
+                    }
+                }
+                Err(last.expect("an UNAVAILABLE answer"))
             })
         })
         .collect();
