@@ -148,11 +148,14 @@ pub enum SchedulerReason {
     /// UNAVAILABLE: the store lost the pool's state; grants resume when its recovery window
     /// ends (`RetryInfo`), while live leases re-register.
     PoolRecovering,
+    /// PERMISSION_DENIED: the lease id's signature does not verify: made up, altered, or
+    /// signed under a lease secret the fleet no longer accepts. Never retry it.
+    LeaseNotIssued,
 }
 
 impl SchedulerReason {
     /// Every reason.
-    pub const ALL: [SchedulerReason; 11] = [
+    pub const ALL: [SchedulerReason; 12] = [
         SchedulerReason::PoolFull,
         SchedulerReason::TooManyWaiters,
         SchedulerReason::BatchShareFull,
@@ -164,6 +167,7 @@ impl SchedulerReason {
         SchedulerReason::StoreUnavailable,
         SchedulerReason::PoolNotSeeded,
         SchedulerReason::PoolRecovering,
+        SchedulerReason::LeaseNotIssued,
     ];
 
     /// The reason string on the wire.
@@ -180,6 +184,7 @@ impl SchedulerReason {
             SchedulerReason::StoreUnavailable => "STORE_UNAVAILABLE",
             SchedulerReason::PoolNotSeeded => "POOL_NOT_SEEDED",
             SchedulerReason::PoolRecovering => "POOL_RECOVERING",
+            SchedulerReason::LeaseNotIssued => "LEASE_NOT_ISSUED",
         }
     }
 

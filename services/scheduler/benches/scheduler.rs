@@ -227,6 +227,7 @@ async fn store_at(url: &str, replica_acks: u32) -> Arc<dyn LeaseStore> {
                 replica_ack_timeout: Duration::from_millis(100),
                 recovery_window_ms: 0,
                 key_prefix: "vp".into(),
+                recovery_lease_ttl_ms: 30_000,
             },
         )
         .await
@@ -347,6 +348,7 @@ fn main() {
                     replica_ack_timeout: Duration::from_millis(100),
                     recovery_window_ms: 0,
                     key_prefix: "vp".into(),
+                    recovery_lease_ttl_ms: 30_000,
                 },
             )
             .await

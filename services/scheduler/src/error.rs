@@ -135,6 +135,15 @@ pub enum SchedulerError {
         /// The lease id.
         lease_id: String,
     },
+    /// A lease id whose signature does not verify ([`crate::signing`]).
+    #[error(
+        "lease {} was not issued by this scheduler fleet (its signature does not verify: made up, altered, or signed under a lease secret no longer accepted); nothing was changed; use the leaseId Acquire returned",
+        quote(lease_id)
+    )]
+    LeaseNotIssued {
+        /// The presented id (untrusted).
+        lease_id: String,
+    },
     /// Report on a lease that is gone, without a `key_id` to report against.
     #[error(
         "lease {lease_id} is not live (expired or released) and no key_id was given; report with key_id set to the lease's keyId"
@@ -320,6 +329,13 @@ impl From<SchedulerError> for Status {
                 message,
                 SchedulerReason::LeaseNotLive.as_str(),
                 HashMap::from([("lease_id".to_owned(), lease_id)]),
+                None,
+            ),
+            SchedulerError::LeaseNotIssued { lease_id } => with_info(
+                Code::PermissionDenied,
+                message,
+                SchedulerReason::LeaseNotIssued.as_str(),
+                HashMap::from([("lease_id".to_owned(), prefix(&lease_id).to_owned())]),
                 None,
             ),
             SchedulerError::ReportKeyUnknown { lease_id } => {

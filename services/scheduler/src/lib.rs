@@ -13,6 +13,8 @@
 //! - [`admission`]: how an Acquire becomes a lease: FIFO waiting, undo-on-cancel, re-seed,
 //!   waiting out a recovery window (domain types only).
 //! - [`service`]: the gRPC edge: thin handlers over request validation and the domain.
+//! - [`signing`]: lease ids as capabilities: the signed id callers hold, its MAC, the fleet's
+//!   lease secret (configured, or kept in the store).
 //! - [`convert`]: domain types to and from their protobuf forms.
 //! - [`metrics`]: OpenTelemetry instruments (per-key in-flight, utilization, acquires, cooldowns).
 //! - [`error`]: the service error enum and its exhaustive mapping to `tonic::Status`.
@@ -25,5 +27,6 @@ pub mod metrics;
 pub mod model;
 pub mod server;
 pub mod service;
+pub mod signing;
 pub mod store;
 mod waiters;

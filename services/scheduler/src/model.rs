@@ -154,6 +154,9 @@ pub struct Lease {
     pub key_id: String,
     /// Expiry on the store clock (ms since epoch).
     pub expires_at_ms: i64,
+    /// When the store granted it (store clock, ms since epoch): the same on every answer for
+    /// one lease (an idempotent retry, a claim), so its signed id is too.
+    pub granted_at_ms: i64,
     /// In-flight leases on the key including this one.
     pub key_in_flight: u32,
     /// The key's capacity at grant time.
@@ -390,6 +393,10 @@ pub struct ReportParams {
     pub release: bool,
     /// Characters the call synthesized (counted against the key's quota on SUCCESS).
     pub characters: u64,
+    /// When the lease was granted (store clock, from its signed id). A lease the store no
+    /// longer holds takes a report on `key_id` only while this is within
+    /// [`crate::store::REPORTED_MEMORY_MS`] of now; `None`: only a live lease takes one.
+    pub granted_at_ms: Option<i64>,
 }
 
 /// Result of a report.
@@ -405,6 +412,9 @@ pub struct ReportResult {
     pub released: bool,
     /// The key's effective capacity before and after, when this report changed it.
     pub effective_change: Option<(u32, u32)>,
+    /// Whether the outcome was applied to the key: false when the lease was reported on
+    /// before (an outcome counts once per lease) or is gone and was granted too long ago.
+    pub applied: bool,
 }
 
 /// Health policy applied by reports; from [`SchedulerSettings`].

@@ -11,6 +11,7 @@ use crate::{
     metrics::{SchedulerMetrics, StatusCache},
     model::PoolSpec,
     service::SchedulerService,
+    signing::LeaseSigner,
     store::{
         LeaseStore,
         memory::MemoryStore,
@@ -31,7 +32,10 @@ const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
 pub async fn open_store(spec: &str, config: &Config) -> Result<Arc<dyn LeaseStore>, String> {
     let s = &config.scheduler;
     let store: Arc<dyn LeaseStore> = if spec == "memory" {
-        Arc::new(MemoryStore::with_recovery_window(s.recovery_window_ms))
+        Arc::new(
+            MemoryStore::with_recovery_window(s.recovery_window_ms)
+                .with_recovery_lease_ttl(s.default_lease_ttl_ms),
+        )
     } else if Topology::of(spec).is_some() {
         let store = RedisStore::connect(spec, RedisOptions::from_settings(s))
             .await
@@ -98,6 +102,8 @@ pub async fn serve(
 }
 
 /// [`serve`] with explicit server limits (timeout, message size, load shedding, TLS).
+///
+/// Errors: a configured lease secret that is unusable (`signing`), or the server failing.
 pub async fn serve_with(
     listener: TcpListener,
     store: Arc<dyn LeaseStore>,
@@ -108,8 +114,20 @@ pub async fn serve_with(
 ) -> Result<(), String> {
     let metrics = Arc::new(SchedulerMetrics::new());
     let cache = metrics.cache();
-    let service = SchedulerService::new(store.clone(), config, auth, metrics, shutdown.clone())
-        .into_server()
+    let signer = Arc::new(LeaseSigner::from_settings(&config.scheduler)?);
+    if let Err(e) = signer.refresh(store.as_ref()).await {
+        tracing::warn!(error = %e, "lease secret not read yet; health retries it");
+    }
+    signer.spawn_refresh(store.clone(), shutdown.clone());
+    let service = SchedulerService::new(
+        store.clone(),
+        config,
+        auth,
+        metrics,
+        signer.clone(),
+        shutdown.clone(),
+    )
+    .into_server()
         .max_decoding_message_size(flags.max_message_bytes)
         .max_encoding_message_size(flags.max_message_bytes);
     let specs = PoolSpec::from_config(config);
@@ -117,8 +135,12 @@ pub async fn serve_with(
     // restarted empty) before the replica reports SERVING.
     let probe = move |was_serving: bool| {
         let (store, specs, cache) = (store.clone(), specs.clone(), cache.clone());
+        let signer = signer.clone();
         async move {
             store.ping().await.map_err(|e| e.to_string())?;
+            if !signer.is_ready() {
+                signer.refresh(store.as_ref()).await?;
+            }
             if !was_serving {
                 // Pool by pool: one unreachable shard must not keep the others unseeded (an
                 // Acquire re-seeds its own pool anyway when it finds it missing).

@@ -90,6 +90,9 @@ conformance!(
     a_renew_that_finds_the_pool_gone_re_seeds_and_re_registers,
     a_replayed_idempotent_acquire_counts_its_ttl_from_the_retry,
     re_registration_never_takes_a_key_past_its_capacity,
+    a_made_up_or_altered_lease_id_changes_nothing,
+    an_outcome_counts_once_per_lease,
+    a_report_naming_another_key_than_the_leases_is_refused,
     batch_leases_stop_at_the_batch_share_while_interactive_takes_the_rest,
     a_batch_waiter_waits_for_a_batch_slot_even_while_slots_are_free,
     an_interactive_waiter_is_served_before_earlier_batch_waiters,
@@ -471,10 +474,15 @@ async fn release_is_idempotent_and_counts_never_go_negative(b: Backend) {
     assert!(h.release(&lease.lease_id).await);
     assert!(!h.release(&lease.lease_id).await);
     assert!(!h.release(&lease.lease_id).await);
-    assert!(
-        !h.release("p/0123456789abcdef0123456789abcdef").await,
-        "unknown lease"
-    );
+    let made_up = h
+        .client()
+        .release(pb::ReleaseRequest {
+            lease_id: made_up_id("p", "u0/k0"),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(made_up.code(), Code::PermissionDenied, "{made_up:?}");
     let s = h.status("p").await;
     assert_eq!(s.in_flight, 0);
     assert!(s.keys.iter().all(|k| k.in_flight == 0));
@@ -803,32 +811,179 @@ async fn late_report_with_key_id_still_reaches_the_key(b: Backend) {
         .await
         .unwrap();
     h.advance("p", 200).await;
-    let err = h
-        .client()
-        .report(pb::ReportRequest {
-            lease_id: l.lease_id.clone(),
-            outcome: Outcome::RateLimited as i32,
+    // The lease expired, but its signed id names its key: the late report still reaches it
+    // (with or without key_id), once.
+    let late = pb::ReportRequest {
+        lease_id: l.lease_id.clone(),
+        outcome: Outcome::RateLimited as i32,
+        retry_after_ms: 2_000,
+        release: true,
+        key_id: l.key_id.clone(),
+        ..Default::default()
+    };
+    let r = h.client().report(late.clone()).await.unwrap().into_inner();
+    assert_eq!(r.key_state(), KeyState::Cooling);
+    assert!(r.outcome_applied);
+    assert!(!r.released, "the lease had expired");
+    assert_eq!(h.status("p").await.in_flight, 0);
+    let again = h.client().report(late).await.unwrap().into_inner();
+    assert!(!again.outcome_applied, "an outcome counts once per lease");
+    // A lease the store no longer holds, granted longer ago than the report window: its
+    // report changes nothing (a replayed id cannot keep a key cooling).
+    h.advance("p", 5_000).await;
+    let old = h
+        .acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            lease_ttl_ms: 100,
             ..Default::default()
         })
         .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::NotFound, "{err:?}");
-    let r = h
+        .unwrap();
+    h.advance("p", 61_000).await;
+    let stale = h
         .client()
         .report(pb::ReportRequest {
-            lease_id: l.lease_id.clone(),
-            outcome: Outcome::RateLimited as i32,
-            retry_after_ms: 2_000,
-            release: true,
-            key_id: l.key_id.clone(),
+            lease_id: old.lease_id.clone(),
+            outcome: Outcome::KeyInvalid as i32,
             ..Default::default()
         })
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(r.key_state(), KeyState::Cooling);
-    assert!(!r.released, "the lease had expired");
-    assert_eq!(h.status("p").await.in_flight, 0);
+    assert!(!stale.outcome_applied);
+    assert_eq!(stale.key_state(), KeyState::Available, "{stale:?}");
+}
+
+/// A well-formed lease id on `key` of `pool` that no scheduler signed.
+fn made_up_id(pool: &str, key: &str) -> String {
+    format!(
+        "{pool}/{key}/{:032x}.1764640000000.{:032x}",
+        rand::random::<u128>(),
+        rand::random::<u128>()
+    )
+}
+
+async fn a_made_up_or_altered_lease_id_changes_nothing(b: Backend) {
+    let h = start(b, &uniform_pool(1, 2, 10)).await;
+    let real = h.acquire("p").await.unwrap();
+    let other_key = if real.key_id == "u0/k0" { "u0/k1" } else { "u0/k0" };
+    let before = h.status("p").await;
+    // Made up, or a real id moved to another key (its MAC no longer verifies).
+    for forged in [
+        made_up_id("p", other_key),
+        real.lease_id.replacen(&real.key_id, other_key, 1),
+    ] {
+        let mut c = h.client();
+        let report = c
+            .report(pb::ReportRequest {
+                lease_id: forged.clone(),
+                outcome: Outcome::KeyInvalid as i32,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(report.code(), Code::PermissionDenied, "{report:?}");
+        assert_eq!(
+            voxpool_shared::contract::SchedulerReason::of(&report),
+            Some(voxpool_shared::contract::SchedulerReason::LeaseNotIssued)
+        );
+        let renew = c
+            .renew(pb::RenewRequest {
+                lease_id: forged.clone(),
+                lease_ttl_ms: 600_000,
+                key_id: other_key.into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(renew.code(), Code::PermissionDenied, "{renew:?}");
+        let release = c
+            .release(pb::ReleaseRequest {
+                lease_id: forged,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(release.code(), Code::PermissionDenied, "{release:?}");
+    }
+    let after = h.status("p").await;
+    assert_eq!(after.in_flight, before.in_flight);
+    for k in &after.keys {
+        assert_eq!(k.state(), KeyState::Available, "{k:?}");
+        assert_eq!(k.effective_capacity, 10, "{k:?}");
+    }
+    assert!(h.release(&real.lease_id).await, "the real lease is untouched");
+}
+
+async fn an_outcome_counts_once_per_lease(b: Backend) {
+    let h = start(b, &uniform_pool(1, 1, 10)).await;
+    let l = h.acquire("p").await.unwrap();
+    // Three failures cool a key (failure_threshold 3), but not three reports on one lease.
+    let mut applied = Vec::new();
+    for _ in 0..3 {
+        let r = h
+            .client()
+            .report(pb::ReportRequest {
+                lease_id: l.lease_id.clone(),
+                outcome: Outcome::UpstreamError as i32,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        applied.push(r.outcome_applied);
+    }
+    assert_eq!(applied, [true, false, false]);
+    let k = h.key("p", &l.key_id).await;
+    assert_eq!(k.consecutive_failures, 1, "{k:?}");
+    assert_eq!(k.state(), KeyState::Available);
+    // Concurrency refusals on one lease lower the effective capacity once.
+    let c = h.acquire("p").await.unwrap();
+    for _ in 0..6 {
+        h.client()
+            .report(pb::ReportRequest {
+                lease_id: c.lease_id.clone(),
+                outcome: Outcome::ConcurrencyLimited as i32,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let lowered = h.key("p", &c.key_id).await.effective_capacity;
+    assert!(lowered >= 5, "one refusal halves at most: {lowered}");
+    // A release after the report still frees the slot.
+    let r = h
+        .client()
+        .report(pb::ReportRequest {
+            lease_id: l.lease_id.clone(),
+            outcome: Outcome::Success as i32,
+            release: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.released && !r.outcome_applied, "{r:?}");
+    assert_eq!(h.status("p").await.in_flight, 1);
+}
+
+async fn a_report_naming_another_key_than_the_leases_is_refused(b: Backend) {
+    let h = start(b, &uniform_pool(1, 2, 10)).await;
+    let l = h.acquire("p").await.unwrap();
+    let other = if l.key_id == "u0/k0" { "u0/k1" } else { "u0/k0" };
+    let err = h
+        .client()
+        .report(pb::ReportRequest {
+            lease_id: l.lease_id.clone(),
+            outcome: Outcome::KeyInvalid as i32,
+            key_id: other.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("key_id"), "{}", err.message());
+    assert_eq!(h.key("p", other).await.state(), KeyState::Available);
+    assert_eq!(h.key("p", &l.key_id).await.state(), KeyState::Available);
 }
 
 async fn bad_input_is_invalid_argument_naming_the_field(b: Backend) {
@@ -973,7 +1128,7 @@ async fn bad_input_is_invalid_argument_naming_the_field(b: Backend) {
     let err = h
         .client()
         .report(pb::ReportRequest {
-            lease_id: format!("nope/{}", "0".repeat(32)),
+            lease_id: made_up_id("nope", "u0/k0"),
             outcome: 1,
             ..Default::default()
         })
@@ -1536,8 +1691,15 @@ async fn a_lost_pool_holds_grants_back_while_live_leases_re_register(b: Backend)
     assert_eq!(h.status("p").await.in_flight, 1);
     renew_with_key(&h, &c).await.unwrap();
     assert_eq!(h.status("p").await.in_flight, 2);
+    // A re-registered lease lives at most the default lease TTL (30 s), whatever it asked:
+    // its holder renews every half window anyway.
+    let s = h.status("p").await;
+    assert!(back.expires_at_ms <= s.now_ms + 30_000, "{back:?} at {}", s.now_ms);
+    h.advance("p", 29_000).await;
+    renew_with_key(&h, &a).await.unwrap();
+    renew_with_key(&h, &c).await.unwrap();
     // The window ends: exactly the slot nobody holds is granted.
-    h.advance("p", 60_000).await;
+    h.advance("p", 31_000).await;
     h.acquire("p").await.expect("the free slot");
     assert_eq!(
         h.acquire("p").await.unwrap_err().code(),
@@ -1669,29 +1831,39 @@ async fn a_replayed_idempotent_acquire_counts_its_ttl_from_the_retry(b: Backend)
 
 async fn re_registration_never_takes_a_key_past_its_capacity(b: Backend) {
     let h = recovering_harness(b, &uniform_pool(1, 1, 2)).await;
+    let (a, c) = (h.acquire("p").await.unwrap(), h.acquire("p").await.unwrap());
     h.store.forget_pool("p").await.unwrap();
     h.store
         .seed(&voxpool_scheduler::model::PoolSpec::from_config(&h.config))
         .await
         .unwrap();
-    // Lease ids nobody was granted (or more holders than the key ever had room for).
-    let invented = |n: u32| pb::Lease {
-        lease_id: format!("p/{:032x}", 0xfeed_0000_u128 + u128::from(n)),
-        key_id: "u0/k0".into(),
-        ..Default::default()
-    };
-    renew_with_key(&h, &invented(1))
+    // Made-up ids (40 of them, with the key and the longest TTL) re-register nothing.
+    for _ in 0..40 {
+        let invented = pb::Lease {
+            lease_id: made_up_id("p", "u0/k0"),
+            key_id: "u0/k0".into(),
+            ..Default::default()
+        };
+        let refused = renew_with_key(&h, &invented).await.unwrap_err();
+        assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    }
+    assert_eq!(h.status("p").await.in_flight, 0);
+    // Genuine leases re-register, never past the key's capacity (lowered meanwhile to 1).
+    h.client()
+        .set_key_capacity(admin(pb::SetKeyCapacityRequest {
+            pool: "p".into(),
+            key_id: "u0/k0".into(),
+            capacity: 1,
+        }))
         .await
-        .expect("room for one");
-    renew_with_key(&h, &invented(2))
-        .await
-        .expect("room for two");
-    let refused = renew_with_key(&h, &invented(3)).await.unwrap_err();
+        .unwrap();
+    renew_with_key(&h, &a).await.expect("room for one");
+    let refused = renew_with_key(&h, &c).await.unwrap_err();
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
     assert_eq!(
         h.status("p").await.in_flight,
-        2,
-        "never above the capacity of 2"
+        1,
+        "never above the capacity of 1"
     );
 }
 

@@ -95,6 +95,8 @@ struct Model {
     /// lease index -> (id, key, expiry); removed when released or reaped
     leases: HashMap<usize, (LeaseId, String, i64)>,
     ids: Vec<LeaseId>,
+    /// Leases reported on (an outcome counts once per lease).
+    reported: std::collections::HashSet<usize>,
 }
 
 impl Model {
@@ -177,6 +179,7 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                 .collect(),
             leases: HashMap::new(),
             ids: Vec::new(),
+            reported: Default::default(),
         };
         for op in ops {
             m.reap();
@@ -310,6 +313,7 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                                 retry_after_ms: retry_after as u64,
                                 release,
                                 characters: 0,
+                                granted_at_ms: None,
                             },
                             &POLICY,
                         )
@@ -323,7 +327,9 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                         continue;
                     };
                     let now = m.now;
+                    let applied = m.reported.insert(lease);
                     match outcome {
+                        _ if !applied => {}
                         Outcome::Success => m.keys.get_mut(&key).unwrap().failures = 0,
                         Outcome::RateLimited => {
                             let wait = if retry_after > 0 {
@@ -354,6 +360,7 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                     let got = got.expect("live lease names its key");
                     prop_assert_eq!(&got.key_id, &key);
                     prop_assert_eq!(got.released, release);
+                    prop_assert_eq!(got.applied, applied, "an outcome counts once per lease");
                     prop_assert_eq!(got.state, m.state(&m.keys[&key]));
                 }
                 Op::Advance(ms) => {
@@ -414,6 +421,7 @@ fn options() -> RedisOptions {
         replica_ack_timeout: std::time::Duration::from_millis(2_500),
         recovery_window_ms: 0,
         key_prefix: "model".into(),
+        recovery_lease_ttl_ms: 30_000,
     }
 }
 

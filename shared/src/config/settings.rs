@@ -81,6 +81,18 @@ pub struct SchedulerSettings {
     /// refused (the vendor's limit is stable): bounds how long a raised vendor limit goes
     /// unnoticed. At least `adaptive_increase_ms`. Default 8000.
     pub adaptive_increase_max_ms: u64,
+    /// The secret lease ids are signed with (HMAC-SHA256), shared by every scheduler replica
+    /// of the deployment: a credential reference, `{ env = "NAME" }` or `{ file = "/path" }`,
+    /// at least 32 characters. Unset: the replicas share one kept in the store (created by the
+    /// first replica, at `<store_key_prefix>:lease-secret`), which a memory-store scheduler
+    /// loses when it restarts (its callers' leases then cannot re-register; see the README's
+    /// security section).
+    pub lease_secret: Option<crate::config::CredentialRef>,
+    /// The secret before the last rotation: lease ids it signed still verify (and only
+    /// `lease_secret` signs), so a rotation never refuses a live lease. Drop it once every
+    /// lease signed before the rotation has ended (`max_lease_ttl_ms` after every replica
+    /// took the new secret).
+    pub lease_secret_previous: Option<crate::config::CredentialRef>,
 }
 
 impl Default for SchedulerSettings {
@@ -106,6 +118,8 @@ impl Default for SchedulerSettings {
             adaptive_hold_ms: 0,
             adaptive_increase_ms: 2_000,
             adaptive_increase_max_ms: 8_000,
+            lease_secret: None,
+            lease_secret_previous: None,
         }
     }
 }

@@ -26,6 +26,7 @@ use crate::{
     error::SchedulerError,
     metrics::SchedulerMetrics,
     model::{HealthPolicy, KeyState, KeyStatus, Outcome, PoolSpec, PoolStatus},
+    signing::LeaseSigner,
     store::{LeaseStore, StoreError},
 };
 
@@ -46,6 +47,8 @@ pub struct SchedulerService {
     policy: HealthPolicy,
     auth: AdminAuth,
     metrics: Arc<SchedulerMetrics>,
+    /// Signs granted leases and verifies presented ids.
+    signer: Arc<LeaseSigner>,
     /// `Lease.renew_interval_ms`: half the recovery window (0 when recovery is off).
     renew_interval_ms: i64,
 }
@@ -60,14 +63,15 @@ impl std::fmt::Debug for SchedulerService {
 
 impl SchedulerService {
     /// Builds the service over `store` for the pools of `config` (already validated and
-    /// seeded into the store). Waiting Acquires end with UNAVAILABLE SHUTTING_DOWN when
-    /// `shutdown` is cancelled, so a draining replica does not hold long waits past its grace
-    /// period; the callers retry on another replica.
+    /// seeded into the store), granting leases signed by `signer`. Waiting Acquires end with
+    /// UNAVAILABLE SHUTTING_DOWN when `shutdown` is cancelled, so a draining replica does not
+    /// hold long waits past its grace period; the callers retry on another replica.
     pub fn new(
         store: Arc<dyn LeaseStore>,
         config: &Config,
         auth: AdminAuth,
         metrics: Arc<SchedulerMetrics>,
+        signer: Arc<LeaseSigner>,
         shutdown: tokio_util::sync::CancellationToken,
     ) -> Self {
         let pools: HashMap<String, PoolInfo> = config
@@ -99,6 +103,7 @@ impl SchedulerService {
             policy: HealthPolicy::from(&config.scheduler),
             auth,
             metrics,
+            signer,
             renew_interval_ms: match config.scheduler.recovery_window_ms {
                 0 => 0,
                 window => i64::try_from((window / 2).max(1)).unwrap_or(i64::MAX),
@@ -118,11 +123,21 @@ impl SchedulerService {
             .map_or("unknown", |(name, _)| name.as_str())
     }
 
-    /// The lease as sent, telling its holder how often to renew (`Lease.renew_interval_ms`).
-    fn lease_pb(&self, lease: crate::model::Lease) -> pb::Lease {
+    /// The lease as sent: its signed id (granted at `granted_at_ms`, store clock), telling its
+    /// holder how often to renew (`Lease.renew_interval_ms`).
+    fn lease_pb(
+        &self,
+        lease: crate::model::Lease,
+        granted_at_ms: i64,
+    ) -> Result<pb::Lease, SchedulerError> {
+        let signed = self
+            .signer
+            .sign(&lease, granted_at_ms)
+            .ok_or_else(validate::not_ready)?;
         let mut out = pb::Lease::from(lease);
+        out.lease_id = signed.to_string();
         out.renew_interval_ms = self.renew_interval_ms;
-        out
+        Ok(out)
     }
 
     fn status_pb(&self, s: &PoolStatus) -> pb::PoolStatus {
@@ -210,6 +225,9 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         let span = tracing::info_span!("scheduler.acquire", pool = %pool, request_id = %r.request_id, key = tracing::field::Empty);
         let started = Instant::now();
         let result = async {
+            if !self.signer.is_ready() {
+                return Err(validate::not_ready());
+            }
             let request = self.acquire_request(&r, deadline)?;
             self.admission
                 .acquire(request, || voxpool_shared::limits::step_aside(&extensions))
@@ -254,7 +272,8 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         self.metrics.grant(pool, priority, &r.tenant);
         span.record("key", lease.key_id.as_str());
         tracing::debug!(parent: &span, "lease granted");
-        Ok(Response::new(self.lease_pb(lease)))
+        let granted_at_ms = lease.granted_at_ms;
+        Ok(Response::new(self.lease_pb(lease, granted_at_ms)?))
     }
 
     async fn release(
@@ -289,7 +308,9 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             tracing::info!(pool = %pool, key = %result.key_id, outcome = params.outcome.as_str(),
                 from = before, to = after, "key effective capacity changed");
         }
-        if result.state != KeyState::Available {
+        if !result.applied {
+            tracing::debug!(pool = %pool, key = %result.key_id, "report on a lease already reported on (or granted too long ago): outcome not applied");
+        } else if result.state != KeyState::Available {
             if let Some(reason) = cooldown_reason(params.outcome) {
                 self.metrics.cooldown(pool, &result.key_id, reason);
             }
@@ -301,6 +322,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             cooldown_until_ms: result.cooldown_until_ms,
             released: result.released,
             key_id: result.key_id,
+            outcome_applied: result.applied,
         }))
     }
 
@@ -309,21 +331,19 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         request: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::Lease>, Status> {
         let r = request.into_inner();
-        let id = self.lease_id("lease_id", &r.lease_id)?;
+        let signed = self.lease_id("lease_id", &r.lease_id)?;
         let ttl = self.ttl("lease_ttl_ms", r.lease_ttl_ms)?;
-        let key_id = if r.key_id.is_empty() {
-            None
-        } else {
-            Some(self.key_of(&id.pool, "key_id", &r.key_id)?)
-        };
-        let lease =
-            self.admission
-                .renew(&id, ttl, key_id)
-                .await?
-                .ok_or(SchedulerError::LeaseNotLive {
-                    lease_id: r.lease_id,
-                })?;
-        Ok(Response::new(self.lease_pb(lease)))
+        self.same_key(&signed, "key_id", &r.key_id)?;
+        // Re-registration (recovery) is on the key the lease was granted on, never another.
+        let key_id = (!r.key_id.is_empty()).then_some(signed.key_id.as_str());
+        let lease = self
+            .admission
+            .renew(&signed.id, ttl, key_id)
+            .await?
+            .ok_or(SchedulerError::LeaseNotLive {
+                lease_id: r.lease_id,
+            })?;
+        Ok(Response::new(self.lease_pb(lease, signed.granted_at_ms)?))
     }
 
     async fn get_pool_status(

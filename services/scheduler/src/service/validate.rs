@@ -20,6 +20,8 @@ use crate::{
     admission::AcquireRequest,
     error::SchedulerError,
     model::{AcquireParams, LeaseId, LeaseToken, Priority, ReportParams},
+    signing::{Refused, SignedLease},
+    store::StoreError,
 };
 
 /// Most entries accepted in `exclude_keys` / `upstream_ids`.
@@ -104,19 +106,53 @@ impl SchedulerService {
         }
     }
 
-    /// A lease id of a configured pool.
-    pub(super) fn lease_id(&self, field: &str, raw: &str) -> Result<LeaseId, SchedulerError> {
-        let id = LeaseId::parse(raw).ok_or_else(|| {
+    /// A lease id this fleet issued, of a configured pool (`signing` module doc): malformed
+    /// is INVALID_ARGUMENT naming `field`, a signature that does not verify PERMISSION_DENIED.
+    pub(super) fn lease_id(&self, field: &str, raw: &str) -> Result<SignedLease, SchedulerError> {
+        let malformed = || {
             invalid(
                 field,
                 format!(
-                    "{} is not a lease id: expected <pool>/<32 lowercase hex digits> as returned by Acquire",
+                    "{} is not a lease id: expected <pool>/<upstream>/<key>/<32 hex digits>.<grant ms>.<32 hex digits> as returned by Acquire",
                     quote(raw)
                 ),
             )
-        })?;
-        self.pool(field, &id.pool)?;
-        Ok(id)
+        };
+        // The shape and the pool first: an id of a pool this fleet does not serve is NOT_FOUND
+        // naming the pools it does, whatever its signature.
+        let shape = SignedLease::parse(raw).ok_or_else(malformed)?;
+        self.pool(field, &shape.id.pool)?;
+        if !self.signer.is_ready() {
+            return Err(not_ready());
+        }
+        self.signer.verify(raw).map_err(|refused| match refused {
+            Refused::Malformed => malformed(),
+            Refused::NotIssued => SchedulerError::LeaseNotIssued {
+                lease_id: raw.to_owned(),
+            },
+        })
+    }
+
+    /// The lease's own key when the request names one (`key_id` of Report / Renew): naming
+    /// another key than the lease was granted on is refused.
+    pub(super) fn same_key(
+        &self,
+        lease: &SignedLease,
+        field: &str,
+        key: &str,
+    ) -> Result<(), SchedulerError> {
+        if key.is_empty() || key == lease.key_id {
+            return Ok(());
+        }
+        self.key_of(&lease.id.pool, field, key)?;
+        Err(invalid(
+            field,
+            format!(
+                "the lease is on key {:?}, not {}; send the keyId the lease was granted on (or leave it empty)",
+                lease.key_id,
+                quote(key)
+            ),
+        ))
     }
 
     /// An Acquire as the admission policy takes it.
@@ -204,7 +240,9 @@ impl SchedulerService {
     /// idempotent Acquire got or will get), never both.
     pub(super) fn release_target(&self, r: &pb::ReleaseRequest) -> Result<LeaseId, SchedulerError> {
         match (r.lease_id.is_empty(), r.idempotency_key.is_empty()) {
-            (false, true) if r.pool.is_empty() => self.lease_id("lease_id", &r.lease_id),
+            (false, true) if r.pool.is_empty() => {
+                self.lease_id("lease_id", &r.lease_id).map(|l| l.id)
+            }
             (true, false) => {
                 self.pool("pool", &r.pool)?;
                 check_field(&r.idempotency_key, MAX_REQUEST_ID_CHARS)
@@ -230,10 +268,8 @@ impl SchedulerService {
         &self,
         r: &pb::ReportRequest,
     ) -> Result<ReportParams, SchedulerError> {
-        let id = self.lease_id("lease_id", &r.lease_id)?;
-        if !r.key_id.is_empty() {
-            self.key_of(&id.pool, "key_id", &r.key_id)?;
-        }
+        let lease = self.lease_id("lease_id", &r.lease_id)?;
+        self.same_key(&lease, "key_id", &r.key_id)?;
         let outcome =
             Outcome::try_from(r.outcome).map_err(|e| invalid("outcome", e.to_string()))?;
         let retry_after_ms = u64::try_from(r.retry_after_ms)
@@ -267,12 +303,13 @@ impl SchedulerService {
                 )
             })?;
         Ok(ReportParams {
-            id,
-            key_id: (!r.key_id.is_empty()).then(|| r.key_id.clone()),
+            id: lease.id,
+            key_id: Some(lease.key_id),
             outcome,
             retry_after_ms,
             release: r.release,
             characters,
+            granted_at_ms: Some(lease.granted_at_ms),
         })
     }
 
@@ -313,6 +350,13 @@ impl SchedulerService {
         }
         Ok(())
     }
+}
+
+/// UNAVAILABLE while a store-kept lease secret has not been read yet (`signing` module doc).
+pub(super) fn not_ready() -> SchedulerError {
+    SchedulerError::Store(StoreError::Unavailable(
+        "this replica has not read the fleet's lease secret from the store yet; retry (another replica may answer)".into(),
+    ))
 }
 
 /// A `SetKeyCapacity.capacity`: 0 (disables the key) to [`MAX_KEY_CAPACITY`].

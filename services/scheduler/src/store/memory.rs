@@ -6,7 +6,8 @@
 //! single replica's lifetime: run the Redis store for more than one replica.
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    cmp::Reverse,
+    collections::{BTreeMap, BinaryHeap, HashMap, HashSet},
     sync::Mutex,
     time::{SystemTime, UNIX_EPOCH},
 };
@@ -15,7 +16,7 @@ use async_trait::async_trait;
 use rand::Rng;
 use tokio::sync::mpsc;
 
-use super::{Handover, LeaseStore, StoreError, StoreResult, line::Line};
+use super::{Handover, LeaseStore, REPORTED_MEMORY_MS, StoreError, StoreResult, line::Line};
 use crate::model::{
     AcquireParams, AcquireResult, CoolReason, HealthPolicy, KeyState, KeyStatus, Lease, LeaseId,
     LeaseToken, Outcome, PoolSpec, PoolStatus, Priority, QuotaConfig, Refusal, ReportParams,
@@ -121,11 +122,12 @@ impl KeyEntry {
 
     /// The lease `id` on this key (`key_id`), ending at `expires_at_ms`, with the key's
     /// counts now.
-    fn lease(&self, id: LeaseId, key_id: String, expires_at_ms: i64) -> Lease {
+    fn lease(&self, id: LeaseId, key_id: String, expires_at_ms: i64, granted_at_ms: i64) -> Lease {
         Lease {
             id,
             key_id,
             expires_at_ms,
+            granted_at_ms,
             key_in_flight: self.in_flight,
             key_capacity: self.capacity,
         }
@@ -145,6 +147,8 @@ struct PoolState {
     keys: BTreeMap<String, KeyEntry>,
     /// lease token -> (key id, expiry ms)
     leases: HashMap<String, (String, i64)>,
+    /// lease token -> when it was granted (ms), for every token of `leases`.
+    granted: HashMap<String, i64>,
     /// Tokens of the live BATCH leases (a subset of `leases`).
     batch_leases: HashSet<String>,
     /// The pool's `batch_max_share`.
@@ -161,6 +165,11 @@ struct PoolState {
     handed: HashMap<String, i64>,
     /// Tokens handed a slot during the current call, announced when it ends.
     announce: Vec<String>,
+    /// Lease token -> until when it stays marked as reported on (ms; [`REPORTED_MEMORY_MS`]).
+    reported: HashMap<String, i64>,
+    /// The marks by expiry, for reaping (a renewal pushes a later entry; a stale one is
+    /// skipped).
+    reported_by_expiry: BinaryHeap<Reverse<(i64, String)>>,
 }
 
 impl Default for PoolState {
@@ -168,6 +177,7 @@ impl Default for PoolState {
         Self {
             keys: BTreeMap::new(),
             leases: HashMap::new(),
+            granted: HashMap::new(),
             batch_leases: HashSet::new(),
             batch_max_share: 1.0,
             adaptive: true,
@@ -176,6 +186,8 @@ impl Default for PoolState {
             line: Line::default(),
             handed: HashMap::new(),
             announce: Vec::new(),
+            reported: HashMap::new(),
+            reported_by_expiry: BinaryHeap::new(),
         }
     }
 }
@@ -188,9 +200,28 @@ impl PoolState {
         wall + self.clock_offset_ms
     }
 
-    /// Reclaims every expired lease (expiry <= now).
+    /// Marks `token` as reported on until `until`, or later if it already is.
+    fn mark_reported(&mut self, token: &str, until: i64) {
+        let at = self.reported.entry(token.to_owned()).or_insert(until);
+        *at = (*at).max(until);
+        self.reported_by_expiry
+            .push(Reverse((*at, token.to_owned())));
+    }
+
+    /// Reclaims every expired lease (expiry <= now) and every ended reported mark.
     fn reap(&mut self, now: i64) {
+        while let Some(Reverse((until, _))) = self.reported_by_expiry.peek() {
+            if *until > now {
+                break;
+            }
+            if let Some(Reverse((until, token))) = self.reported_by_expiry.pop()
+                && self.reported.get(&token).is_some_and(|at| *at <= until)
+            {
+                self.reported.remove(&token);
+            }
+        }
         let (keys, batch, handed) = (&mut self.keys, &mut self.batch_leases, &mut self.handed);
+        let granted = &mut self.granted;
         self.leases.retain(|token, (key, exp)| {
             if *exp > now {
                 return true;
@@ -200,6 +231,7 @@ impl PoolState {
             }
             batch.remove(token);
             handed.remove(token);
+            granted.remove(token);
             false
         });
     }
@@ -212,6 +244,7 @@ impl PoolState {
         }
         self.batch_leases.remove(token);
         self.handed.remove(token);
+        self.granted.remove(token);
         if let Some((key, _)) = self.leases.remove(token) {
             if let Some(k) = self.keys.get_mut(&key) {
                 k.in_flight = k.in_flight.saturating_sub(1);
@@ -329,6 +362,7 @@ impl PoolState {
         let expires = now.saturating_add(i64::try_from(p.ttl_ms).unwrap_or(i64::MAX));
         self.leases
             .insert(p.token.as_str().to_owned(), (chosen.clone(), expires));
+        self.granted.insert(p.token.as_str().to_owned(), now);
         if p.priority == Priority::Batch {
             self.batch_leases.insert(p.token.as_str().to_owned());
         }
@@ -336,7 +370,7 @@ impl PoolState {
             return Err(Refusal::NoEligibleKey);
         };
         k.in_flight += 1;
-        Ok(k.lease(p.lease_id(), chosen, expires))
+        Ok(k.lease(p.lease_id(), chosen, expires, now))
     }
 
     /// Whether some available key has a free slot.
@@ -402,6 +436,10 @@ impl PoolState {
 pub struct MemoryStore {
     pools: Mutex<HashMap<String, PoolState>>,
     recovery_window_ms: u64,
+    /// Longest TTL a lease re-registered during a recovery window gets (ms).
+    recovery_lease_ttl_ms: u64,
+    /// The replicas' shared lease secret when none is configured (one replica here).
+    lease_secret: Mutex<Option<voxpool_shared::secret::Secret>>,
     handovers: mpsc::UnboundedSender<Handover>,
     handovers_rx: Mutex<Option<mpsc::UnboundedReceiver<Handover>>>,
 }
@@ -427,9 +465,20 @@ impl MemoryStore {
         Self {
             pools: Mutex::default(),
             recovery_window_ms,
+            recovery_lease_ttl_ms: voxpool_shared::config::SchedulerSettings::default()
+                .default_lease_ttl_ms,
+            lease_secret: Mutex::default(),
             handovers,
             handovers_rx: Mutex::new(Some(rx)),
         }
+    }
+
+    /// The longest TTL a lease re-registered during a recovery window gets
+    /// (`scheduler.default_lease_ttl_ms`; default 30000).
+    #[must_use]
+    pub fn with_recovery_lease_ttl(mut self, ttl_ms: u64) -> Self {
+        self.recovery_lease_ttl_ms = ttl_ms;
+        self
     }
 
     fn with_pool<T>(
@@ -488,7 +537,8 @@ impl MemoryStore {
                             pool: pool.to_owned(),
                             token: token.clone(),
                         };
-                        let lease = k.lease(id, key.clone(), *exp);
+                        let granted = p.granted.get(t).copied().unwrap_or(now);
+                        let lease = k.lease(id, key.clone(), *exp, granted);
                         p.handed.remove(t);
                         return TicketState::Granted(lease);
                     }
@@ -644,7 +694,8 @@ impl LeaseStore for MemoryStore {
                 && let Some(k) = pool.keys.get(key.as_str())
             {
                 *exp = (*exp).max(now.saturating_add(i64::try_from(p.ttl_ms).unwrap_or(i64::MAX)));
-                let lease = k.lease(p.lease_id(), key.clone(), *exp);
+                let granted = pool.granted.get(p.token.as_str()).copied().unwrap_or(now);
+                let lease = k.lease(p.lease_id(), key.clone(), *exp, granted);
                 pool.handed.remove(p.token.as_str());
                 pool.line.remove(p.token.as_str());
                 return AcquireResult::Granted(lease);
@@ -689,11 +740,18 @@ impl LeaseStore for MemoryStore {
     ) -> StoreResult<Option<Lease>> {
         Ok(self
             .with_pool(&id.pool, |pool, now| {
-                let expires = now.saturating_add(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
-                let key = if let Some((key, exp)) = pool.leases.get_mut(id.token.as_str()) {
+                let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+                let mut expires = now.saturating_add(ms(ttl_ms));
+                let token = id.token.as_str();
+                let key = if let Some((key, exp)) = pool.leases.get_mut(token) {
                     *exp = expires;
-                    key.clone()
+                    let key = key.clone();
+                    if pool.reported.contains_key(token) {
+                        pool.mark_reported(token, expires.saturating_add(REPORTED_MEMORY_MS));
+                    }
+                    key
                 } else {
+                    expires = now.saturating_add(ms(ttl_ms.min(self.recovery_lease_ttl_ms)));
                     // Recovery: a live lease the store lost comes back on its key, never past
                     // the key's capacity (see `lua/renew.lua`).
                     let key = key_id.filter(|k| {
@@ -702,11 +760,13 @@ impl LeaseStore for MemoryStore {
                     })?;
                     pool.leases
                         .insert(id.token.as_str().to_owned(), (key.to_owned(), expires));
+                    pool.granted.insert(id.token.as_str().to_owned(), now);
                     let k = pool.keys.get_mut(key)?;
                     k.in_flight = k.in_flight.saturating_add(1);
                     key.to_owned()
                 };
-                Some(pool.keys.get(&key)?.lease(id.clone(), key, expires))
+                let granted = pool.granted.get(id.token.as_str()).copied().unwrap_or(now);
+                Some(pool.keys.get(&key)?.lease(id.clone(), key, expires, granted))
             })?
             .ok_or_else(|| StoreError::NotSeeded(id.pool.clone()))?)
     }
@@ -718,15 +778,29 @@ impl LeaseStore for MemoryStore {
     ) -> StoreResult<Option<ReportResult>> {
         Ok(self
             .with_pool(&r.id.pool, |pool, now| {
-                let key_id = match pool.leases.get(r.id.token.as_str()) {
-                    Some((key, _)) => key.clone(),
-                    None => r.key_id.clone().filter(|k| pool.keys.contains_key(k))?,
+                let token = r.id.token.as_str();
+                let (key_id, lease_expiry) = match pool.leases.get(token) {
+                    Some((key, exp)) => (key.clone(), Some(*exp)),
+                    None => (r.key_id.clone().filter(|k| pool.keys.contains_key(k))?, None),
                 };
+                // Once per lease; a lease the store no longer holds only if granted recently.
+                let fresh = lease_expiry.is_some()
+                    || r.granted_at_ms
+                        .is_some_and(|g| now.saturating_sub(g) <= REPORTED_MEMORY_MS);
+                let applied = fresh && !pool.reported.contains_key(token);
+                if applied {
+                    let until = lease_expiry.unwrap_or(now).max(now);
+                    pool.mark_reported(token, until.saturating_add(REPORTED_MEMORY_MS));
+                }
                 let in_flight = pool.keys.get(&key_id)?.in_flight;
-                let released = r.release && pool.free(r.id.token.as_str(), now);
+                let released = r.release && pool.free(token, now);
                 let adaptive = pool.adaptive;
                 let k = pool.keys.get_mut(&key_id)?;
-                let effective_change = apply_outcome(k, r, policy, (now, in_flight, adaptive));
+                let effective_change = if applied {
+                    apply_outcome(k, r, policy, (now, in_flight, adaptive))
+                } else {
+                    None
+                };
                 let st = k.status(&key_id, now);
                 Some(ReportResult {
                     key_id,
@@ -734,6 +808,7 @@ impl LeaseStore for MemoryStore {
                     cooldown_until_ms: st.cooldown_until_ms,
                     released,
                     effective_change,
+                    applied,
                 })
             })?
             .flatten())
@@ -824,6 +899,17 @@ impl LeaseStore for MemoryStore {
 
     async fn ping(&self) -> StoreResult<()> {
         Ok(())
+    }
+
+    async fn lease_secret(
+        &self,
+        candidate: &voxpool_shared::secret::Secret,
+    ) -> StoreResult<voxpool_shared::secret::Secret> {
+        let mut kept = self
+            .lease_secret
+            .lock()
+            .map_err(|_| StoreError::Protocol("memory store mutex poisoned".into()))?;
+        Ok(kept.get_or_insert_with(|| candidate.clone()).clone())
     }
 
     async fn forget_pool(&self, pool: &str) -> StoreResult<()> {

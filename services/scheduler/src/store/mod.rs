@@ -44,6 +44,13 @@ use crate::model::{
     PoolStatus, ReportParams, ReportResult, TicketState,
 };
 
+/// How long a lease stays marked as reported on after its last renewal or its report, and the
+/// oldest grant a report on a lease the store no longer holds may name (ms). An outcome changes
+/// a key once per lease (invariant 11): a replayed Report within this finds the mark, one after
+/// it names a grant too old to be taken. Both backends use it (`lua/prelude.lua`
+/// `REPORTED_MS`).
+pub const REPORTED_MEMORY_MS: i64 = 60_000;
+
 /// A freed slot handed to the waiting request `token` of `pool`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Handover {
@@ -92,7 +99,8 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// an expired lease is never resurrected. The one exception is recovery (module doc): a
     /// lease the store does not know, renewed with its `key_id` while the pool's recovery
     /// window runs, is re-registered on that key (counted in flight again) if the key has
-    /// room: re-registration never takes a key past its capacity.
+    /// room: re-registration never takes a key past its capacity, and lives at most the
+    /// default lease TTL (`scheduler.default_lease_ttl_ms`) whatever `ttl_ms` asks.
     async fn renew(
         &self,
         id: &LeaseId,
@@ -100,8 +108,10 @@ pub trait LeaseStore: Send + Sync + 'static {
         key_id: Option<&str>,
     ) -> StoreResult<Option<Lease>>;
 
-    /// Applies a vendor outcome to the lease's key (or `params.key_id` when the lease is gone)
-    /// and optionally releases the lease. `Ok(None)` when neither identifies a known key.
+    /// Applies a vendor outcome to the lease's key (or `params.key_id` when the lease is gone,
+    /// if it was granted within [`REPORTED_MEMORY_MS`]) and optionally releases the lease. An
+    /// outcome is applied once per lease: a second report on it only releases
+    /// ([`ReportResult::applied`] false). `Ok(None)` when neither identifies a known key.
     async fn report(
         &self,
         params: &ReportParams,
@@ -127,6 +137,14 @@ pub trait LeaseStore: Send + Sync + 'static {
         key_id: &str,
         disabled: bool,
     ) -> StoreResult<Option<KeyStatus>>;
+
+    /// The lease secret the scheduler replicas share when none is configured
+    /// ([`crate::signing`]): the store's, or `candidate` when the store had none (it is
+    /// stored then, so every later caller gets it).
+    async fn lease_secret(
+        &self,
+        candidate: &voxpool_shared::secret::Secret,
+    ) -> StoreResult<voxpool_shared::secret::Secret>;
 
     /// Round-trips to the store (health checks).
     async fn ping(&self) -> StoreResult<()>;

@@ -103,6 +103,9 @@ pub struct RedisOptions {
     pub recovery_window_ms: u64,
     /// Key prefix (`store_key_prefix`).
     pub key_prefix: String,
+    /// Longest TTL of a lease re-registered during a recovery window
+    /// (`default_lease_ttl_ms`).
+    pub recovery_lease_ttl_ms: u64,
 }
 
 impl RedisOptions {
@@ -115,6 +118,7 @@ impl RedisOptions {
             replica_ack_timeout: Duration::from_millis(s.store_replica_ack_timeout_ms),
             recovery_window_ms: s.recovery_window_ms,
             key_prefix: s.store_key_prefix.clone(),
+            recovery_lease_ttl_ms: s.default_lease_ttl_ms,
         }
     }
 }
@@ -142,7 +146,7 @@ impl std::fmt::Debug for RedisStore {
 }
 
 /// How many Redis keys one pool has.
-pub const POOL_KEYS: usize = 28;
+pub const POOL_KEYS: usize = 30;
 
 /// The pool's Redis keys in the order the scripts expect (see `lua/prelude.lua`).
 pub fn pool_keys(prefix: &str, pool: &str) -> [String; POOL_KEYS] {
@@ -150,7 +154,7 @@ pub fn pool_keys(prefix: &str, pool: &str) -> [String; POOL_KEYS] {
         "cap", "cfgcap", "inflight", "load", "leases", "lease", "cool", "coolwhy", "disabled",
         "fails", "clock", "recover", "batch", "share", "line", "tickets", "tickexp", "rounds",
         "handed", "arrivals", "ceil", "adapted", "adaptive", "lowered", "quota", "qused", "qstart",
-        "probe",
+        "probe", "reported", "granted",
     ]
     .map(|suffix| format!("{prefix}:{{{pool}}}:{suffix}"))
 }
@@ -410,8 +414,9 @@ fn get(items: &[Value], i: usize) -> StoreResult<&Value> {
         .ok_or_else(|| StoreError::Protocol(format!("reply too short: no item {i}")))
 }
 
-/// The lease `id` as the scripts reply it: items 1-4 are its key, expiry, the key's in-flight
-/// count and capacity (`lua/acquire.lua`, `lua/renew.lua`, `lua/waiting.lua`).
+/// The lease `id` as the scripts reply it: items 1-5 are its key, expiry, the key's in-flight
+/// count and capacity, and its grant time (`lua/acquire.lua`, `lua/renew.lua`,
+/// `lua/waiting.lua`).
 fn lease_reply(id: LeaseId, reply: &[Value]) -> StoreResult<Lease> {
     Ok(Lease {
         id,
@@ -419,6 +424,7 @@ fn lease_reply(id: LeaseId, reply: &[Value]) -> StoreResult<Lease> {
         expires_at_ms: int(get(reply, 2)?)?,
         key_in_flight: u32_of(get(reply, 3)?)?,
         key_capacity: u32_of(get(reply, 4)?)?,
+        granted_at_ms: int(get(reply, 5)?)?,
     })
 }
 
@@ -510,7 +516,7 @@ impl LeaseStore for RedisStore {
         match text(get(&reply, 0)?)?.as_str() {
             "ok" => {
                 let lease = lease_reply(p.lease_id(), &reply)?;
-                let online = int(get(&reply, 5)?)?;
+                let online = int(get(&reply, 6)?)?;
                 self.withdrawn_unless_replicated(&lease, "the grant", online)
                     .await?;
                 Ok(AcquireResult::Granted(lease))
@@ -547,6 +553,7 @@ impl LeaseStore for RedisStore {
                     id.token.as_str().to_owned(),
                     ttl_ms.to_string(),
                     key_id.unwrap_or_default().to_owned(),
+                    self.options.recovery_lease_ttl_ms.to_string(),
                 ],
             )
             .await?,
@@ -554,7 +561,7 @@ impl LeaseStore for RedisStore {
         match text(get(&reply, 0)?)?.as_str() {
             "ok" => {}
             "reregistered" => {
-                let online = int(get(&reply, 5)?)?;
+                let online = int(get(&reply, 6)?)?;
                 self.replicated(&id.pool, "the re-registered lease", online)
                     .await?;
             }
@@ -585,6 +592,7 @@ impl LeaseStore for RedisStore {
             policy.adaptive_increase_ms.to_string(),
             r.characters.to_string(),
             policy.adaptive_increase_max_ms.to_string(),
+            r.granted_at_ms.unwrap_or(-1).to_string(),
         ];
         let reply = items(self.run(&self.scripts.report, &r.id.pool, args).await?)?;
         if text(get(&reply, 0)?)? != "ok" {
@@ -599,8 +607,9 @@ impl LeaseStore for RedisStore {
                 let (before, after) = (u32_of(get(&reply, 5)?)?, u32_of(get(&reply, 6)?)?);
                 (before != after).then_some((before, after))
             },
+            applied: int(get(&reply, 7)?)? == 1,
         };
-        self.handed_here(&r.id.pool, reply.get(7..).unwrap_or_default());
+        self.handed_here(&r.id.pool, reply.get(8..).unwrap_or_default());
         Ok(Some(result))
     }
 
@@ -665,6 +674,26 @@ impl LeaseStore for RedisStore {
     ) -> StoreResult<Option<KeyStatus>> {
         self.admin(pool, if disabled { "disable" } else { "enable" }, key_id, 0)
             .await
+    }
+
+    async fn lease_secret(
+        &self,
+        candidate: &voxpool_shared::secret::Secret,
+    ) -> StoreResult<voxpool_shared::secret::Secret> {
+        let key = format!("{}:lease-secret", self.options.key_prefix);
+        let mut set = redis::cmd("SET");
+        set.arg(&key).arg(candidate.expose()).arg("NX");
+        self.bounded("SET NX", self.conn.query(&set)).await?;
+        let mut get = redis::cmd("GET");
+        get.arg(&key);
+        match self.bounded("GET", self.conn.query(&get)).await? {
+            Value::BulkString(bytes) => String::from_utf8(bytes)
+                .map(voxpool_shared::secret::Secret::new)
+                .map_err(|_| StoreError::Protocol("the lease secret in the store is not text".into())),
+            // Deleted between the two calls: keep ours, the next refresh stores it again.
+            Value::Nil => Ok(candidate.clone()),
+            _ => Err(StoreError::Protocol("unexpected reply reading the lease secret".into())),
+        }
     }
 
     async fn ping(&self) -> StoreResult<()> {

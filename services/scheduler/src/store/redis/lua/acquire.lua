@@ -1,7 +1,7 @@
 -- ARGV: 1 batch, 2 lease token, 3 ttl ms, 4 random in [0,1), 5 #exclude, exclude...,
 --       #upstreams, upstreams..., class ('interactive' | 'standard' | 'batch'), tenant,
 --       join the line when refused ('1' | '0'), ticket ttl ms (also the claim ttl)
--- Returns {'ok', key, expires_at, key_in_flight, key_capacity, online_replicas}
+-- Returns {'ok', key, expires_at, key_in_flight, key_capacity, granted_at, online_replicas}
 --       | a refusal: {'full', capacity, in_flight, ms_until_soonest_expiry}
 --         | {'batch_share', limit, batch_in_flight, ms_until_soonest_batch_expiry}
 --         | {'unavailable', earliest_cooldown_end or -1, now} | {'none'}
@@ -35,7 +35,8 @@ if held then
     end
     redis.call('ZREM', K_HANDED, token)
     line_take(token, false)
-    return {'ok', held, exp, num(redis.call('HGET', K_INF, held)), num(redis.call('HGET', K_CAP, held)), online_replicas()}
+    return {'ok', held, exp, num(redis.call('HGET', K_INF, held)), num(redis.call('HGET', K_CAP, held)),
+      granted_at(token, now), online_replicas()}
   end
   drop_lease(token) -- expired but not reaped yet (the reaping batch ran out)
 end
@@ -49,7 +50,7 @@ if rec > 0 then
 else
   refusal = try_grant(token, ttl, rnd, excl, ups, nups, class, now)
   if refusal[1] == 'ok' then
-    refusal[6] = online_replicas()
+    refusal[7] = online_replicas()
     return refusal
   end
 end

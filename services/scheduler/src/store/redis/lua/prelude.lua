@@ -29,6 +29,10 @@
 -- 26 qused    HASH key -> characters used in the period starting at qstart
 -- 27 qstart   HASH key -> start of the period qused counts (ms)
 -- 28 probe    HASH key -> wait before its next capacity probe (ms; absent = the base)
+-- 29 reported ZSET lease token -> until when it stays marked as reported on (ms): an outcome
+--              changes a key once per lease (store/mod.rs REPORTED_MEMORY_MS)
+-- 30 granted  HASH lease token -> when it was granted (ms): every answer for one lease (an
+--              idempotent retry, a claim) carries the same grant time, so its signed id too
 -- ARGV[1] is always the reaping batch size. Time is Redis TIME, read here (one clock).
 local K_CAP, K_CFGCAP, K_INF, K_LOAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_LEASES, K_LEASE, K_COOL, K_COOLWHY = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -37,6 +41,10 @@ local K_BATCH, K_SHARE, K_LINE, K_TICKETS = KEYS[13], KEYS[14], KEYS[15], KEYS[1
 local K_TICKEXP, K_ROUNDS, K_HANDED, K_ARRIVALS = KEYS[17], KEYS[18], KEYS[19], KEYS[20]
 local K_CEIL, K_ADAPTED, K_ADAPTIVE, K_LOWERED = KEYS[21], KEYS[22], KEYS[23], KEYS[24]
 local K_QUOTA, K_QUSED, K_QSTART, K_PROBE = KEYS[25], KEYS[26], KEYS[27], KEYS[28]
+local K_REPORTED, K_GRANTED = KEYS[29], KEYS[30]
+-- How long a report mark outlives its lease, and the oldest grant a report on a lease the
+-- store no longer holds may name (ms; store/mod.rs REPORTED_MEMORY_MS).
+local REPORTED_MS = 60000
 local DAY_MS = 86400000
 local CLASSES = {[0] = 'interactive', [1] = 'standard', [2] = 'batch'}
 local RANKS = {interactive = 0, standard = 1, batch = 2}
@@ -148,10 +156,16 @@ local function dec(k)
   refresh(k)
 end
 
+-- When token's lease was granted (ms; `now` for one granted before grant times were kept).
+local function granted_at(token, now)
+  return tonumber(redis.call('HGET', K_GRANTED, token) or now)
+end
+
 local function drop_lease(token)
   local k = redis.call('HGET', K_LEASE, token)
   redis.call('ZREM', K_LEASES, token)
   redis.call('HDEL', K_LEASE, token)
+  redis.call('HDEL', K_GRANTED, token)
   redis.call('SREM', K_BATCH, token)
   redis.call('ZREM', K_HANDED, token)
   if k then dec(k) end
@@ -179,6 +193,7 @@ local function reap(now)
   for _, token in ipairs(expired) do drop_lease(token) end
   local unclaimed = redis.call('ZRANGE', K_HANDED, '-inf', now, 'BYSCORE', 'LIMIT', 0, BATCH)
   for _, token in ipairs(unclaimed) do drop_lease(token) end
+  redis.call('ZREMRANGEBYSCORE', K_REPORTED, '-inf', now)
   return #expired + #unclaimed
 end
 
@@ -283,7 +298,7 @@ end
 
 -- Leases one slot to token (ttl ms, tie-break rnd in [0,1), excl set of excluded keys, ups set
 -- of wanted upstreams, nups of them, class name) on the least-utilized eligible key with room.
--- Returns {'ok', key, expires_at, key_in_flight, key_capacity} or the refusal:
+-- Returns {'ok', key, expires_at, key_in_flight, key_capacity, granted_at} or the refusal:
 -- {'full', capacity, in_flight, ms_until_soonest_expiry}
 -- | {'batch_share', limit, batch_in_flight, ms_until_soonest_batch_expiry}
 -- | {'unavailable', earliest_cooldown_end or -1, now} | {'none'}.
@@ -376,8 +391,9 @@ local function try_grant(token, ttl, rnd, excl, ups, nups, class, now)
   local exp = now + ttl
   redis.call('ZADD', K_LEASES, exp, token)
   redis.call('HSET', K_LEASE, token, pick)
+  redis.call('HSET', K_GRANTED, token, now)
   if class == 'batch' then redis.call('SADD', K_BATCH, token) end
-  return {'ok', pick, exp, inf, cap}
+  return {'ok', pick, exp, inf, cap, now}
 end
 
 -- A list as a set.

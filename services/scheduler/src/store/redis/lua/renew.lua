@@ -1,5 +1,6 @@
--- ARGV: 1 batch, 2 lease token, 3 ttl ms, 4 key id the holder says the lease is on ('' = none).
--- Returns {'ok', key, expires_at, key_in_flight, key_capacity}
+-- ARGV: 1 batch, 2 lease token, 3 ttl ms, 4 key id the holder says the lease is on ('' = none),
+--       5 longest ttl of a re-registered lease (ms; the default lease TTL).
+-- Returns {'ok', key, expires_at, key_in_flight, key_capacity, granted_at}
 --       | {'reregistered', ...same, online_replicas}: the store had lost the lease and the recovery window runs,
 --         so it is counted on its key again | {'gone'} (never resurrects an expired lease)
 --       | {'unseeded'}: the pool itself is gone (the caller re-seeds, opening the window).
@@ -16,11 +17,13 @@ if not exp then
     or num(redis.call('HGET', K_INF, claimed)) >= num(redis.call('HGET', K_CAP, claimed)) then
     return {'gone'}
   end
+  newexp = now + math.min(ttl, tonumber(ARGV[5]))
   local inf = redis.call('HINCRBY', K_INF, claimed, 1)
   refresh(claimed)
   redis.call('ZADD', K_LEASES, newexp, token)
   redis.call('HSET', K_LEASE, token, claimed)
-  return {'reregistered', claimed, newexp, inf, num(redis.call('HGET', K_CAP, claimed)), online_replicas()}
+  redis.call('HSET', K_GRANTED, token, now)
+  return {'reregistered', claimed, newexp, inf, num(redis.call('HGET', K_CAP, claimed)), now, online_replicas()}
 end
 if tonumber(exp) <= now then
   drop_lease(token)
@@ -28,4 +31,6 @@ if tonumber(exp) <= now then
 end
 local k = redis.call('HGET', K_LEASE, token)
 redis.call('ZADD', K_LEASES, newexp, token)
-return {'ok', k, newexp, num(redis.call('HGET', K_INF, k)), num(redis.call('HGET', K_CAP, k))}
+-- A reported lease stays marked until REPORTED_MS after its end.
+redis.call('ZADD', K_REPORTED, 'XX', 'GT', newexp + REPORTED_MS, token)
+return {'ok', k, newexp, num(redis.call('HGET', K_INF, k)), num(redis.call('HGET', K_CAP, k)), granted_at(token, now)}

@@ -5,9 +5,11 @@
 --       wait between probes; a refused probe doubles the key's, 16 caps it),
 --       15 characters the call synthesized (counted against the key's quota on success: a
 --       key that spends it cools until its period ends, reason 'quota'),
---       16 adaptive increase max ms.
+--       16 adaptive increase max ms, 17 grant time of the lease (store clock ms; -1 = unknown).
 -- Returns {'ok', key, state, cooldown_until, released, effective capacity before, after,
--- tokens of the waiters handed a slot (prelude.lua `serve`)...} | {'unknown'}.
+-- applied 1|0, tokens of the waiters handed a slot (prelude.lua `serve`)...} | {'unknown'}.
+-- An outcome is applied once per lease (K_REPORTED), and to a lease the store no longer holds
+-- only when it was granted within REPORTED_MS; otherwise the report only releases.
 -- Adaptation (model.rs `HealthPolicy::lowered_capacity`, memory.rs `apply_outcome`): a
 -- CONCURRENCY_LIMITED report lowers the effective capacity (`cap`) to floor(cap * factor), not
 -- below the leases the vendor accepted (in flight less the refused one) nor below 1, at least
@@ -20,10 +22,19 @@ local token = ARGV[2]
 local exp = redis.call('ZSCORE', K_LEASES, token)
 if exp and tonumber(exp) <= now then drop_lease(token) end
 local k = redis.call('HGET', K_LEASE, token)
+local live = k
 if not k then
   if ARGV[6] ~= '' then k = ARGV[6] else return {'unknown'} end
 end
 if redis.call('HEXISTS', K_CAP, k) == 0 then return {'unknown'} end
+local granted = tonumber(ARGV[17])
+local applied = (live or (granted >= 0 and now - granted <= REPORTED_MS))
+  and not redis.call('ZSCORE', K_REPORTED, token)
+if applied then
+  local lexp = tonumber(redis.call('ZSCORE', K_LEASES, token) or now)
+  if lexp < now then lexp = now end
+  redis.call('ZADD', K_REPORTED, lexp + REPORTED_MS, token)
+end
 
 -- A new cooldown never shortens an existing one.
 local function cool(untl, why)
@@ -35,6 +46,7 @@ local function cool(untl, why)
 end
 
 local outcome = ARGV[3]
+if not applied then outcome = 'none' end
 local eff = num(redis.call('HGET', K_CAP, k))
 local adaptive = redis.call('GET', K_ADAPTIVE) ~= '0'
 local since = now - num(redis.call('HGET', K_ADAPTED, k))
@@ -106,6 +118,6 @@ refresh(k)
 reap(now)
 serve(now)
 local st, untl = key_state(k, now)
-local out = {'ok', k, st, untl, released, eff, num(redis.call('HGET', K_CAP, k))}
+local out = {'ok', k, st, untl, released, eff, num(redis.call('HGET', K_CAP, k)), applied and 1 or 0}
 for _, t in ipairs(HANDED) do out[#out + 1] = t end
 return out

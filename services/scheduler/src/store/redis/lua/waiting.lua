@@ -2,7 +2,7 @@
 -- claim / renew: 3 ticket ttl ms, 4 n, then n tokens of waiting requests. Hands free slots to
 -- the line's head first (prelude.lua `serve`: slots freed by expiry or a cooldown's end that
 -- no call announced), then per token: a slot handed to it is claimed ({'granted', key,
--- expires_at, key_in_flight, key_capacity}; claim) or reported ({'handed'}; renew, which
+-- expires_at, key_in_flight, key_capacity, granted_at}; claim) or reported ({'handed'}; renew, which
 -- never claims: the waiter does) | {'waiting'} (ticket renewed for the ttl) | {'gone'}.
 -- Returns {online_replicas, answer...} ({'unseeded'} for an unknown pool).
 -- leave: 3 token, 4 keep the lease ('1' | '0'); takes the ticket out of the line and, unless
@@ -30,7 +30,7 @@ for j = 1, tonumber(ARGV[4]) do
       redis.call('ZREM', K_HANDED, token)
       claimed = true
       out[#out + 1] = {'granted', k, tonumber(redis.call('ZSCORE', K_LEASES, token) or 0),
-        num(redis.call('HGET', K_INF, k)), num(redis.call('HGET', K_CAP, k))}
+        num(redis.call('HGET', K_INF, k)), num(redis.call('HGET', K_CAP, k)), granted_at(token, now)}
     else
       out[#out + 1] = {'handed'}
     end
