@@ -10,6 +10,10 @@ CONFIG=${VOXPOOL_CONFIG:-deploy/config/example.toml}
 DATA=${VOXPOOL_RUN_DIR:-target/run}
 mkdir -p "$DATA"
 export VOXPOOL_ADMIN_TOKEN=${VOXPOOL_ADMIN_TOKEN:-dev-admin-token-local}
+# The secret lease ids are signed with (scheduler.lease_secret): configured, so leases held
+# across a restart of the memory-store scheduler can still re-register.
+export VOXPOOL_LEASE_SECRET=${VOXPOOL_LEASE_SECRET:-dev-lease-secret-local-0123456789abcdef}
+export VOXPOOL_SCHEDULER__LEASE_SECRET__ENV=VOXPOOL_LEASE_SECRET
 DB="sqlite://$(realpath -m "$DATA")/voxpool.db?mode=rwc"
 
 command -v espeak-ng >/dev/null || echo "warning: espeak-ng not found (apt-get install espeak-ng): synthesis will fail" >&2

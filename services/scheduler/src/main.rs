@@ -57,6 +57,11 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
+    // A configured lease secret that does not resolve is a configuration error too.
+    if let Err(e) = voxpool_scheduler::signing::LeaseSigner::from_settings(&config.scheduler) {
+        eprintln!("voxpool-scheduler: invalid configuration: {e}");
+        return ExitCode::FAILURE;
+    }
     if args.check_config {
         println!("OK");
         return ExitCode::SUCCESS;

@@ -32,6 +32,11 @@ const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
 pub async fn open_store(spec: &str, config: &Config) -> Result<Arc<dyn LeaseStore>, String> {
     let s = &config.scheduler;
     let store: Arc<dyn LeaseStore> = if spec == "memory" {
+        if s.lease_secret.is_none() {
+            tracing::warn!(
+                "memory store without scheduler.lease_secret: the lease secret lives in this process, so after a restart the leases callers still hold cannot re-register (they are refused and their calls end); configure scheduler.lease_secret to keep them across restarts"
+            );
+        }
         Arc::new(
             MemoryStore::with_recovery_window(s.recovery_window_ms)
                 .with_recovery_lease_ttl(s.default_lease_ttl_ms),

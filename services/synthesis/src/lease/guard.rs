@@ -116,7 +116,10 @@ impl LeaseGuard {
                     tracing::debug!(lease = %self.lease.lease_id, "lease renewed");
                 }
                 Err(status)
-                    if matches!(status.code(), Code::FailedPrecondition | Code::NotFound) =>
+                    if matches!(
+                        status.code(),
+                        Code::FailedPrecondition | Code::NotFound | Code::PermissionDenied
+                    ) =>
                 {
                     tracing::warn!(lease = %self.lease.lease_id, key = %self.lease.key_id, "lease expired during a vendor call; aborting the call");
                     return LeaseLost::Expired;
