@@ -133,8 +133,8 @@ pub async fn serve_with(
         shutdown.clone(),
     )
     .into_server()
-        .max_decoding_message_size(flags.max_message_bytes)
-        .max_encoding_message_size(flags.max_message_bytes);
+    .max_decoding_message_size(flags.max_message_bytes)
+    .max_encoding_message_size(flags.max_message_bytes);
     let specs = PoolSpec::from_config(config);
     // Health follows the store; when it answers again the pools are re-seeded (it may have
     // restarted empty) before the replica reports SERVING.

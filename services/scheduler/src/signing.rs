@@ -216,9 +216,7 @@ impl LeaseSigner {
     /// [`MIN_SECRET_CHARS`], with its config path (a configuration error: exit at start-up).
     pub fn from_settings(settings: &SchedulerSettings) -> Result<Self, String> {
         let resolve = |path: &'static str, r: &voxpool_shared::config::CredentialRef| {
-            let secret = r
-                .resolve()
-                .map_err(|e| format!("scheduler.{path}: {e}"))?;
+            let secret = r.resolve().map_err(|e| format!("scheduler.{path}: {e}"))?;
             if secret.expose().chars().count() < MIN_SECRET_CHARS {
                 return Err(format!(
                     "scheduler.{path}: the lease secret has fewer than {MIN_SECRET_CHARS} characters; use e.g. `openssl rand -hex 32`"
@@ -363,7 +361,10 @@ mod tests {
         a.refresh(&store).await.expect("store answers");
         b.refresh(&store).await.expect("store answers");
         let raw = a.sign(&lease(), 1).expect("ready").to_string();
-        assert!(b.verify(&raw).is_ok(), "a lease one replica signs verifies on the other");
+        assert!(
+            b.verify(&raw).is_ok(),
+            "a lease one replica signs verifies on the other"
+        );
     }
 
     fn lease() -> Lease {
@@ -428,11 +429,17 @@ mod tests {
     fn the_previous_secret_still_verifies_after_a_rotation() {
         let old = signer(&"o".repeat(32));
         let raw = old.sign(&lease(), 5).expect("ready").to_string();
-        let rotated =
-            LeaseSigner::configured(Secret::new("n".repeat(32)), Some(Secret::new("o".repeat(32))));
+        let rotated = LeaseSigner::configured(
+            Secret::new("n".repeat(32)),
+            Some(Secret::new("o".repeat(32))),
+        );
         assert!(rotated.verify(&raw).is_ok());
         let fresh = rotated.sign(&lease(), 5).expect("ready").to_string();
-        assert_eq!(old.verify(&fresh), Err(Refused::NotIssued), "only the new secret signs");
+        assert_eq!(
+            old.verify(&fresh),
+            Err(Refused::NotIssued),
+            "only the new secret signs"
+        );
     }
 
     #[test]
@@ -449,8 +456,7 @@ mod tests {
         ] {
             assert_eq!(s.verify(bad), Err(Refused::Malformed), "{bad:?}");
         }
-        let well_formed =
-            "volc-standard/acct-a/app-1/0123456789abcdef0123456789abcdef.1.00000000000000000000000000000000";
+        let well_formed = "volc-standard/acct-a/app-1/0123456789abcdef0123456789abcdef.1.00000000000000000000000000000000";
         assert_eq!(s.verify(well_formed), Err(Refused::NotIssued));
     }
 }

@@ -866,7 +866,11 @@ fn made_up_id(pool: &str, key: &str) -> String {
 async fn a_made_up_or_altered_lease_id_changes_nothing(b: Backend) {
     let h = start(b, &uniform_pool(1, 2, 10)).await;
     let real = h.acquire("p").await.unwrap();
-    let other_key = if real.key_id == "u0/k0" { "u0/k1" } else { "u0/k0" };
+    let other_key = if real.key_id == "u0/k0" {
+        "u0/k1"
+    } else {
+        "u0/k0"
+    };
     let before = h.status("p").await;
     // Made up, or a real id moved to another key (its MAC no longer verifies).
     for forged in [
@@ -911,7 +915,10 @@ async fn a_made_up_or_altered_lease_id_changes_nothing(b: Backend) {
         assert_eq!(k.state(), KeyState::Available, "{k:?}");
         assert_eq!(k.effective_capacity, 10, "{k:?}");
     }
-    assert!(h.release(&real.lease_id).await, "the real lease is untouched");
+    assert!(
+        h.release(&real.lease_id).await,
+        "the real lease is untouched"
+    );
 }
 
 async fn an_outcome_counts_once_per_lease(b: Backend) {
@@ -969,7 +976,11 @@ async fn an_outcome_counts_once_per_lease(b: Backend) {
 async fn a_report_naming_another_key_than_the_leases_is_refused(b: Backend) {
     let h = start(b, &uniform_pool(1, 2, 10)).await;
     let l = h.acquire("p").await.unwrap();
-    let other = if l.key_id == "u0/k0" { "u0/k1" } else { "u0/k0" };
+    let other = if l.key_id == "u0/k0" {
+        "u0/k1"
+    } else {
+        "u0/k0"
+    };
     let err = h
         .client()
         .report(pb::ReportRequest {
@@ -1694,7 +1705,11 @@ async fn a_lost_pool_holds_grants_back_while_live_leases_re_register(b: Backend)
     // A re-registered lease lives at most the default lease TTL (30 s), whatever it asked:
     // its holder renews every half window anyway.
     let s = h.status("p").await;
-    assert!(back.expires_at_ms <= s.now_ms + 30_000, "{back:?} at {}", s.now_ms);
+    assert!(
+        back.expires_at_ms <= s.now_ms + 30_000,
+        "{back:?} at {}",
+        s.now_ms
+    );
     h.advance("p", 29_000).await;
     renew_with_key(&h, &a).await.unwrap();
     renew_with_key(&h, &c).await.unwrap();

@@ -604,3 +604,122 @@ async fn sigterm_ends_waiting_acquires_and_exits_promptly() {
         "drained promptly"
     );
 }
+
+/// Whether `redis` holds the fleet's store-kept lease secret (`vp:lease-secret`).
+fn has_lease_secret(redis: &RedisServer) -> bool {
+    let out = Command::new("redis-cli")
+        .arg("-s")
+        .arg(redis.socket())
+        .args(["EXISTS", "vp:lease-secret"])
+        .output()
+        .expect("run redis-cli EXISTS");
+    String::from_utf8_lossy(&out.stdout).trim() == "1"
+}
+
+async fn release(c: &mut PoolSchedulerClient<Channel>, lease_id: &str) -> Result<bool, Code> {
+    c.release(pb::ReleaseRequest {
+        lease_id: lease_id.to_owned(),
+        ..Default::default()
+    })
+    .await
+    .map(|r| r.into_inner().released)
+    .map_err(|s| s.code())
+}
+
+async fn acquire(c: &mut PoolSchedulerClient<Channel>) -> pb::Lease {
+    c.acquire(pb::AcquireRequest {
+        pool: "p".into(),
+        ..Default::default()
+    })
+    .await
+    .expect("acquire")
+    .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_a_store_kept_lease_secret_and_put_it_back_after_a_flush() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 2, 5);
+    let a = spawn(&config, &redis.url());
+    wait_health(&a.addr, ServingStatus::Serving).await;
+    let b = spawn(&config, &redis.url());
+    wait_health(&b.addr, ServingStatus::Serving).await;
+    let (mut ca, mut cb) = (client(&a).await, client(&b).await);
+    // No secret configured: one replica's lease verifies on the other.
+    let lease = acquire(&mut ca).await;
+    assert_eq!(release(&mut cb, &lease.lease_id).await, Ok(true));
+    // The store loses everything, the secret with it; a live lease stays verifiable: the
+    // replicas put their secret back (signalled by the key reappearing) before a replica
+    // started afterwards creates another.
+    let held = acquire(&mut ca).await;
+    redis.flushall();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !has_lease_secret(&redis) {
+        assert!(
+            Instant::now() < deadline,
+            "no replica put the lease secret back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let c = spawn(&config, &redis.url());
+    wait_health(&c.addr, ServingStatus::Serving).await;
+    let mut cc = client(&c).await;
+    assert_eq!(
+        release(&mut cc, &held.lease_id).await,
+        Ok(false),
+        "verified (the flush lost the lease itself, so nothing was freed)"
+    );
+    // A made-up id is refused on every replica.
+    let forged = held.lease_id.replacen(".", ".9", 1);
+    for cl in [&mut ca, &mut cb, &mut cc] {
+        assert_eq!(release(cl, &forged).await, Err(Code::PermissionDenied));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_lease_secret_still_verifies_leases_signed_before_the_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = ("o".repeat(40), "n".repeat(40));
+    let secret_lines = |current: &str, previous: Option<&str>| {
+        let mut t = format!(
+            "recovery_window_ms = 0\nlease_secret = {{ file = \"{}\" }}\n",
+            dir.path().join(current).display()
+        );
+        if let Some(p) = previous {
+            t.push_str(&format!(
+                "lease_secret_previous = {{ file = \"{}\" }}\n",
+                dir.path().join(p).display()
+            ));
+        }
+        t
+    };
+    std::fs::write(dir.path().join("old"), &old).unwrap();
+    std::fs::write(dir.path().join("new"), &new).unwrap();
+    let redis = RedisServer::start();
+    let spawn_in = |name: &str, lines: String| {
+        let sub = dir.path().join(name);
+        std::fs::create_dir_all(&sub).unwrap();
+        let config = write_config_with(&sub, 2, 5, &lines);
+        spawn(&config, &redis.url())
+    };
+    let before = spawn_in("before", secret_lines("old", None));
+    let during = spawn_in("during", secret_lines("new", Some("old")));
+    let after = spawn_in("after", secret_lines("new", None));
+    let (mut cb, mut cd, mut ca) = (
+        client(&before).await,
+        client(&during).await,
+        client(&after).await,
+    );
+    let signed_before = acquire(&mut cb).await;
+    let signed_before_2 = acquire(&mut cb).await;
+    let signed_during = acquire(&mut cd).await;
+    // During the rotation both secrets verify; only the new one signs.
+    assert_eq!(release(&mut cd, &signed_before.lease_id).await, Ok(true));
+    assert_eq!(release(&mut ca, &signed_during.lease_id).await, Ok(true));
+    // Once the previous secret is dropped, what it signed is refused.
+    assert_eq!(
+        release(&mut ca, &signed_before_2.lease_id).await,
+        Err(Code::PermissionDenied)
+    );
+}

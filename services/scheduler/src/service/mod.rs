@@ -336,13 +336,11 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         self.same_key(&signed, "key_id", &r.key_id)?;
         // Re-registration (recovery) is on the key the lease was granted on, never another.
         let key_id = (!r.key_id.is_empty()).then_some(signed.key_id.as_str());
-        let lease = self
-            .admission
-            .renew(&signed.id, ttl, key_id)
-            .await?
-            .ok_or(SchedulerError::LeaseNotLive {
+        let lease = self.admission.renew(&signed.id, ttl, key_id).await?.ok_or(
+            SchedulerError::LeaseNotLive {
                 lease_id: r.lease_id,
-            })?;
+            },
+        )?;
         Ok(Response::new(self.lease_pb(lease, signed.granted_at_ms)?))
     }
 

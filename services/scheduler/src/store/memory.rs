@@ -766,7 +766,11 @@ impl LeaseStore for MemoryStore {
                     key.to_owned()
                 };
                 let granted = pool.granted.get(id.token.as_str()).copied().unwrap_or(now);
-                Some(pool.keys.get(&key)?.lease(id.clone(), key, expires, granted))
+                Some(
+                    pool.keys
+                        .get(&key)?
+                        .lease(id.clone(), key, expires, granted),
+                )
             })?
             .ok_or_else(|| StoreError::NotSeeded(id.pool.clone()))?)
     }
@@ -781,7 +785,10 @@ impl LeaseStore for MemoryStore {
                 let token = r.id.token.as_str();
                 let (key_id, lease_expiry) = match pool.leases.get(token) {
                     Some((key, exp)) => (key.clone(), Some(*exp)),
-                    None => (r.key_id.clone().filter(|k| pool.keys.contains_key(k))?, None),
+                    None => (
+                        r.key_id.clone().filter(|k| pool.keys.contains_key(k))?,
+                        None,
+                    ),
                 };
                 // Once per lease; a lease the store no longer holds only if granted recently.
                 let fresh = lease_expiry.is_some()

@@ -689,10 +689,14 @@ impl LeaseStore for RedisStore {
         match self.bounded("GET", self.conn.query(&get)).await? {
             Value::BulkString(bytes) => String::from_utf8(bytes)
                 .map(voxpool_shared::secret::Secret::new)
-                .map_err(|_| StoreError::Protocol("the lease secret in the store is not text".into())),
+                .map_err(|_| {
+                    StoreError::Protocol("the lease secret in the store is not text".into())
+                }),
             // Deleted between the two calls: keep ours, the next refresh stores it again.
             Value::Nil => Ok(candidate.clone()),
-            _ => Err(StoreError::Protocol("unexpected reply reading the lease secret".into())),
+            _ => Err(StoreError::Protocol(
+                "unexpected reply reading the lease secret".into(),
+            )),
         }
     }
 
