@@ -129,6 +129,7 @@ async fn raw_pair(store: Arc<dyn LeaseStore>, pool: String) {
         tenant: String::new(),
         join_line: false,
         ticket_ttl_ms: 0,
+        characters: 0,
     };
     let AcquireResult::Granted(lease) = store.acquire(&params).await.expect("acquire") else {
         panic!("bench pool must never be full");

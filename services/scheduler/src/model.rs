@@ -234,6 +234,10 @@ pub struct AcquireParams {
     /// How long that ticket, and a slot handed to it, live without a renewal or claim (ms;
     /// `scheduler.line_ticket_ttl_ms`).
     pub ticket_ttl_ms: u64,
+    /// Characters the call will bill, reserved against the key's quota while the lease lives:
+    /// a key with a quota whose used + reserved characters leave no room for them is not
+    /// granted, and a Report counts at most these (0: nothing reserved, nothing counted).
+    pub characters: u64,
 }
 
 impl AcquireParams {

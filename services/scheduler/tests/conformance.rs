@@ -109,6 +109,7 @@ conformance!(
     refusals_within_the_hold_do_not_lower_it_again,
     a_key_stops_at_its_character_quota_while_others_serve_and_the_next_period_brings_it_back,
     keys_near_their_quota_are_picked_last,
+    calls_in_flight_never_take_a_key_past_its_quota,
     with_every_key_over_quota_the_error_names_them_and_their_reset,
     a_report_with_a_bad_character_count_is_invalid_argument,
 );
@@ -2409,13 +2410,14 @@ fn quota_pool(keys: usize, capacity: u32, quota: &str) -> String {
     )
 }
 
-/// Acquires on `u0/k0` and reports a success of `characters`.
+/// Acquires on `u0/k0` reserving `characters` and reports a success of them.
 async fn spend(h: &Harness, characters: i64) -> pb::ReportResponse {
     let lease = h
         .acquire_with(pb::AcquireRequest {
             pool: "p".into(),
             upstream_ids: vec!["u0".into()],
             exclude_keys: (1..4).map(|k| format!("u0/k{k}")).collect(),
+            characters,
             ..Default::default()
         })
         .await
@@ -2449,10 +2451,10 @@ async fn a_key_stops_at_its_character_quota_while_others_serve_and_the_next_peri
         (now / day + 1) * day,
         "the next UTC midnight"
     );
-    let r = spend(&h, 50).await;
+    let r = spend(&h, 40).await;
     assert_eq!(r.key_state(), KeyState::OverQuota);
     let k = h.key("p", "u0/k0").await;
-    assert_eq!((k.quota_used, k.state()), (110, KeyState::OverQuota));
+    assert_eq!((k.quota_used, k.state()), (100, KeyState::OverQuota));
     assert_eq!(k.cooldown_until_ms, k.quota_resets_at_ms);
     for _ in 0..5 {
         assert_eq!(
@@ -2469,6 +2471,88 @@ async fn a_key_stops_at_its_character_quota_while_others_serve_and_the_next_peri
     assert_eq!((k.quota_used, k.state()), (0, KeyState::Available));
     spend(&h, 10).await;
     assert_eq!(h.key("p", "u0/k0").await.quota_used, 10);
+}
+
+async fn calls_in_flight_never_take_a_key_past_its_quota(b: Backend) {
+    let h = start(b, &quota_pool(1, 10, "{ characters = 300, per = \"day\" }")).await;
+    let reserve = |characters: i64| {
+        h.acquire_with(pb::AcquireRequest {
+            pool: "p".into(),
+            characters,
+            ..Default::default()
+        })
+    };
+    // Three calls of 100 characters hold the whole quota while they run.
+    let mut leases = Vec::new();
+    for _ in 0..3 {
+        leases.push(reserve(100).await.expect("room in the quota"));
+    }
+    let refused = reserve(100).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Code::ResourceExhausted,
+        "reserved, not spent: a slot may come back ({refused:?})"
+    );
+    let k = h.key("p", "u0/k0").await;
+    assert_eq!((k.quota_used, k.in_flight), (0, 3), "{k:?}");
+    // A report counts at most what its Acquire reserved.
+    let mut reports = Vec::new();
+    for (lease, reported) in leases.iter().zip([150, 100, 50]) {
+        reports.push(
+            h.client()
+                .report(pb::ReportRequest {
+                    lease_id: lease.lease_id.clone(),
+                    outcome: Outcome::Success as i32,
+                    release: true,
+                    characters: reported,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner(),
+        );
+    }
+    let k = h.key("p", "u0/k0").await;
+    assert_eq!(
+        k.quota_used, 250,
+        "150 reported, 100 reserved: 100 counted ({k:?})"
+    );
+    assert_eq!(k.state(), KeyState::Available);
+    // More than the period has left, with nothing reserved: only the next period serves it
+    // (UNAVAILABLE, not worth a wait); what fits is granted.
+    let err = reserve(100).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    let last = reserve(50).await.expect("50 fit");
+    h.client()
+        .report(pb::ReportRequest {
+            lease_id: last.lease_id,
+            outcome: Outcome::Success as i32,
+            release: true,
+            characters: 50,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let k = h.key("p", "u0/k0").await;
+    assert_eq!(
+        (k.quota_used, k.state()),
+        (300, KeyState::OverQuota),
+        "never past the quota"
+    );
+    // A call that reserved nothing counts nothing.
+    let h = start(b, &quota_pool(1, 10, "{ characters = 300, per = \"day\" }")).await;
+    let free = h.acquire("p").await.unwrap();
+    h.client()
+        .report(pb::ReportRequest {
+            lease_id: free.lease_id,
+            outcome: Outcome::Success as i32,
+            release: true,
+            characters: 5_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(h.key("p", "u0/k0").await.quota_used, 0);
 }
 
 async fn keys_near_their_quota_are_picked_last(b: Backend) {

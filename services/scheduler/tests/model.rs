@@ -204,6 +204,7 @@ fn run_case(store: Arc<dyn LeaseStore>, ops: Vec<Op>) -> Result<(), TestCaseErro
                             tenant: String::new(),
                             join_line: false,
                             ticket_ttl_ms: 0,
+                            characters: 0,
                         })
                         .await
                         .unwrap();

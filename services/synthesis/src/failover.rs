@@ -120,6 +120,8 @@ impl Core {
                 idempotency_key: crate::attempt::attempt_id(),
                 priority: job.priority as i32,
                 tenant: job.tenant.clone(),
+                // Reserved against the key's character quota while the call runs.
+                characters: i64::try_from(job.chunks[index].chars().count()).unwrap_or(i64::MAX),
             };
             let lease = match self.scheduler.acquire(request, remaining).await {
                 Ok(lease) => lease,

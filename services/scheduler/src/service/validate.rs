@@ -208,6 +208,7 @@ impl SchedulerService {
         let priority = priority(r.priority)?;
         voxpool_shared::contract::check_tenant(&r.tenant)
             .map_err(|p| invalid("tenant", p.to_string()))?;
+        let characters = characters(r.characters)?;
         Ok(AcquireRequest {
             params: AcquireParams {
                 pool: r.pool.clone(),
@@ -230,6 +231,7 @@ impl SchedulerService {
                 tenant: r.tenant.clone(),
                 join_line: false,
                 ticket_ttl_ms: 0,
+                characters,
             },
             wait: Duration::from_millis(wait_ms),
             deadline,
@@ -290,18 +292,7 @@ impl SchedulerService {
                 format!("must be >= 0, got {}", r.latency_ms),
             ));
         }
-        let characters = u64::try_from(r.characters)
-            .ok()
-            .filter(|c| *c <= MAX_REPORT_CHARACTERS)
-            .ok_or_else(|| {
-                invalid(
-                    "characters",
-                    format!(
-                        "must be 0..={MAX_REPORT_CHARACTERS} (the characters of one vendor call), got {}",
-                        r.characters
-                    ),
-                )
-            })?;
+        let characters = characters(r.characters)?;
         Ok(ReportParams {
             id: lease.id,
             key_id: Some(lease.key_id),
@@ -350,6 +341,21 @@ impl SchedulerService {
         }
         Ok(())
     }
+}
+
+/// `characters` of an Acquire or Report: 0..=[`MAX_REPORT_CHARACTERS`].
+fn characters(raw: i64) -> Result<u64, SchedulerError> {
+    u64::try_from(raw)
+        .ok()
+        .filter(|c| *c <= MAX_REPORT_CHARACTERS)
+        .ok_or_else(|| {
+            invalid(
+                "characters",
+                format!(
+                    "must be 0..={MAX_REPORT_CHARACTERS} (the characters of one vendor call), got {raw}"
+                ),
+            )
+        })
 }
 
 /// UNAVAILABLE while a store-kept lease secret has not been read yet (`signing` module doc).

@@ -48,6 +48,8 @@ struct KeyEntry {
     quota: Option<QuotaConfig>,
     /// Characters used in the period starting at `quota_window_start_ms`.
     quota_used: u64,
+    /// Characters reserved by live leases (their Acquire's `characters`), not counted yet.
+    quota_reserved: u64,
     /// Start of the period `quota_used` counts (store clock, ms).
     quota_window_start_ms: i64,
     config_capacity: u32,
@@ -100,6 +102,27 @@ impl KeyEntry {
         }
     }
 
+    /// Whether `characters` more fit in the quota next to what is used and reserved.
+    fn quota_room(&self, characters: u64, now: i64) -> bool {
+        match self.quota {
+            Some(q) if characters > 0 => {
+                self.quota_used_at(now)
+                    .saturating_add(self.quota_reserved)
+                    .saturating_add(characters)
+                    <= q.characters
+            }
+            _ => true,
+        }
+    }
+
+    /// Whether `characters` exceed what the period has left even with nothing reserved: only
+    /// the next period can serve them.
+    fn quota_spent_for(&self, characters: u64, now: i64) -> bool {
+        self.quota.is_some_and(|q| {
+            characters > 0 && self.quota_used_at(now).saturating_add(characters) > q.characters
+        })
+    }
+
     /// Within a tenth of its quota: picked only when no other key has room.
     fn near_quota(&self, now: i64) -> bool {
         self.quota
@@ -149,6 +172,8 @@ struct PoolState {
     leases: HashMap<String, (String, i64)>,
     /// lease token -> when it was granted (ms), for every token of `leases`.
     granted: HashMap<String, i64>,
+    /// lease token -> characters it reserved on its key's quota (leases that reserved some).
+    reservations: HashMap<String, u64>,
     /// Tokens of the live BATCH leases (a subset of `leases`).
     batch_leases: HashSet<String>,
     /// The pool's `batch_max_share`.
@@ -178,6 +203,7 @@ impl Default for PoolState {
             keys: BTreeMap::new(),
             leases: HashMap::new(),
             granted: HashMap::new(),
+            reservations: HashMap::new(),
             batch_leases: HashSet::new(),
             batch_max_share: 1.0,
             adaptive: true,
@@ -221,13 +247,15 @@ impl PoolState {
             }
         }
         let (keys, batch, handed) = (&mut self.keys, &mut self.batch_leases, &mut self.handed);
-        let granted = &mut self.granted;
+        let (granted, reservations) = (&mut self.granted, &mut self.reservations);
         self.leases.retain(|token, (key, exp)| {
             if *exp > now {
                 return true;
             }
             if let Some(k) = keys.get_mut(key.as_str()) {
                 k.in_flight = k.in_flight.saturating_sub(1);
+                let reserved = reservations.remove(token).unwrap_or(0);
+                k.quota_reserved = k.quota_reserved.saturating_sub(reserved);
             }
             batch.remove(token);
             handed.remove(token);
@@ -245,9 +273,11 @@ impl PoolState {
         self.batch_leases.remove(token);
         self.handed.remove(token);
         self.granted.remove(token);
+        let reserved = self.reservations.remove(token).unwrap_or(0);
         if let Some((key, _)) = self.leases.remove(token) {
             if let Some(k) = self.keys.get_mut(&key) {
                 k.in_flight = k.in_flight.saturating_sub(1);
+                k.quota_reserved = k.quota_reserved.saturating_sub(reserved);
             }
             true
         } else {
@@ -312,13 +342,17 @@ impl PoolState {
         }
         // Lowest utilization among keys with room; compare in_flight/capacity exactly. Keys
         // near their quota only when no other key has room.
-        let fresh_room = available
-            .iter()
-            .any(|(_, k)| k.in_flight < k.capacity && !k.near_quota(now));
+        let chars = p.characters;
+        let fresh_room = available.iter().any(|(_, k)| {
+            k.in_flight < k.capacity && !k.near_quota(now) && k.quota_room(chars, now)
+        });
         let mut best: Vec<&String> = Vec::new();
         let mut best_ratio: Option<(u32, u32)> = None;
         for (id, k) in &available {
-            if k.in_flight >= k.capacity || (fresh_room && k.near_quota(now)) {
+            if k.in_flight >= k.capacity
+                || !k.quota_room(chars, now)
+                || (fresh_room && k.near_quota(now))
+            {
                 continue;
             }
             let ratio = (k.in_flight, k.capacity);
@@ -338,6 +372,26 @@ impl PoolState {
                     }
                 }
             }
+        }
+        // Keys with a free slot but not the quota for these characters: when the period
+        // cannot hold them even with nothing reserved, only the next period serves them.
+        let short: Vec<&KeyEntry> = available
+            .iter()
+            .map(|(_, k)| *k)
+            .filter(|k| k.in_flight < k.capacity && !k.quota_room(chars, now))
+            .collect();
+        if best.is_empty()
+            && !short.is_empty()
+            && short.iter().all(|k| k.quota_spent_for(chars, now))
+        {
+            let next = short
+                .iter()
+                .filter_map(|k| k.quota.map(|q| q.per.window(now).1))
+                .min();
+            return Err(Refusal::Unavailable {
+                next_available_ms: next,
+                now_ms: now,
+            });
         }
         if best.is_empty() {
             let capacity: u64 = available.iter().map(|(_, k)| u64::from(k.capacity)).sum();
@@ -370,6 +424,10 @@ impl PoolState {
             return Err(Refusal::NoEligibleKey);
         };
         k.in_flight += 1;
+        if chars > 0 && k.quota.is_some() {
+            k.quota_reserved = k.quota_reserved.saturating_add(chars);
+            self.reservations.insert(p.token.as_str().to_owned(), chars);
+        }
         Ok(k.lease(p.lease_id(), chosen, expires, now))
     }
 
@@ -571,14 +629,16 @@ fn queueable(refusal: &Refusal) -> bool {
 
 /// Applies a vendor outcome to a key's health (shared rule, mirrored by the Redis script).
 /// Applies a reported outcome to key `k`, which ran `in_flight` leases (the reported one
-/// included) when the vendor answered; `adaptive` is the pool's setting. Returns the effective
+/// included) when the vendor answered; `adaptive` is the pool's setting; a SUCCESS counts
+/// `settled` characters against the quota (what the call reported, at most what its lease
+/// reserved). Returns the effective
 /// capacity before and after when it changed (model.rs `HealthPolicy::lowered_capacity`, the
 /// same rules as `lua/report.lua`).
 fn apply_outcome(
     k: &mut KeyEntry,
     r: &ReportParams,
     policy: &HealthPolicy,
-    (now, in_flight, adaptive): (i64, u32, bool),
+    (now, in_flight, adaptive, settled): (i64, u32, bool, u64),
 ) -> Option<(u32, u32)> {
     let (outcome, retry_after_ms) = (r.outcome, r.retry_after_ms);
     let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
@@ -587,8 +647,8 @@ fn apply_outcome(
     match outcome {
         Outcome::Success => {
             k.failures = 0;
-            if r.characters > 0 {
-                k.spend(r.characters, now);
+            if settled > 0 {
+                k.spend(settled, now);
             }
             let wait = if k.probe_ms == 0 {
                 policy.adaptive_increase_ms
@@ -800,11 +860,21 @@ impl LeaseStore for MemoryStore {
                     pool.mark_reported(token, until.saturating_add(REPORTED_MEMORY_MS));
                 }
                 let in_flight = pool.keys.get(&key_id)?.in_flight;
+                // A success settles the lease's reservation: at most what it reserved counts.
+                let reserved = if applied && r.outcome == Outcome::Success {
+                    pool.reservations.remove(token).unwrap_or(0)
+                } else {
+                    0
+                };
+                if let Some(k) = pool.keys.get_mut(&key_id) {
+                    k.quota_reserved = k.quota_reserved.saturating_sub(reserved);
+                }
+                let settled = r.characters.min(reserved);
                 let released = r.release && pool.free(token, now);
                 let adaptive = pool.adaptive;
                 let k = pool.keys.get_mut(&key_id)?;
                 let effective_change = if applied {
-                    apply_outcome(k, r, policy, (now, in_flight, adaptive))
+                    apply_outcome(k, r, policy, (now, in_flight, adaptive, settled))
                 } else {
                     None
                 };

@@ -146,7 +146,7 @@ impl std::fmt::Debug for RedisStore {
 }
 
 /// How many Redis keys one pool has.
-pub const POOL_KEYS: usize = 30;
+pub const POOL_KEYS: usize = 32;
 
 /// The pool's Redis keys in the order the scripts expect (see `lua/prelude.lua`).
 pub fn pool_keys(prefix: &str, pool: &str) -> [String; POOL_KEYS] {
@@ -154,7 +154,7 @@ pub fn pool_keys(prefix: &str, pool: &str) -> [String; POOL_KEYS] {
         "cap", "cfgcap", "inflight", "load", "leases", "lease", "cool", "coolwhy", "disabled",
         "fails", "clock", "recover", "batch", "share", "line", "tickets", "tickexp", "rounds",
         "handed", "arrivals", "ceil", "adapted", "adaptive", "lowered", "quota", "qused", "qstart",
-        "probe", "reported", "granted",
+        "probe", "reported", "granted", "reserved", "lres",
     ]
     .map(|suffix| format!("{prefix}:{{{pool}}}:{suffix}"))
 }
@@ -509,6 +509,7 @@ impl LeaseStore for RedisStore {
         args.push(p.tenant.clone());
         args.push(if p.join_line { "1" } else { "0" }.to_owned());
         args.push(p.ticket_ttl_ms.to_string());
+        args.push(p.characters.to_string());
         let reply = items(self.run(&self.scripts.acquire, &p.pool, args).await?)?;
         if text(get(&reply, 0)?)? == "queued" {
             return Ok(AcquireResult::Queued(refusal(&reply[1..])?));

@@ -1,6 +1,7 @@
 -- ARGV: 1 batch, 2 lease token, 3 ttl ms, 4 random in [0,1), 5 #exclude, exclude...,
 --       #upstreams, upstreams..., class ('interactive' | 'standard' | 'batch'), tenant,
---       join the line when refused ('1' | '0'), ticket ttl ms (also the claim ttl)
+--       join the line when refused ('1' | '0'), ticket ttl ms (also the claim ttl), characters
+--       to reserve on the key's quota
 -- Returns {'ok', key, expires_at, key_in_flight, key_capacity, granted_at, online_replicas}
 --       | a refusal: {'full', capacity, in_flight, ms_until_soonest_expiry}
 --         | {'batch_share', limit, batch_in_flight, ms_until_soonest_batch_expiry}
@@ -20,6 +21,7 @@ for _ = 1, n do excl[ARGV[i]] = true; xs[#xs + 1] = ARGV[i]; i = i + 1 end
 n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do ups[ARGV[i]] = true; us[#us + 1] = ARGV[i]; nups = nups + 1; i = i + 1 end
 local class, tenant, join, ticket_ttl = ARGV[i], ARGV[i + 1], ARGV[i + 2] == '1', tonumber(ARGV[i + 3])
+local chars = tonumber(ARGV[i + 4]) or 0
 local rank = RANKS[class] or 1
 -- A live lease with this token (an idempotent retry, or a slot handed to this token's ticket
 -- and not claimed yet; reaped above if expired) is answered again instead of taking a second
@@ -48,7 +50,7 @@ local rec = recovering(now)
 if rec > 0 then
   refusal = {'recovering', rec, now}
 else
-  refusal = try_grant(token, ttl, rnd, excl, ups, nups, class, now)
+  refusal = try_grant(token, ttl, rnd, excl, ups, nups, class, now, chars)
   if refusal[1] == 'ok' then
     refusal[7] = online_replicas()
     return refusal
@@ -58,7 +60,7 @@ end
 -- (memory.rs `queueable`).
 local hopeless = refusal[1] == 'none' or (refusal[1] == 'unavailable' and refusal[2] < 0)
 if join and not hopeless then
-  line_push(token, {c = rank, tn = tenant, ttl = ttl, ct = ticket_ttl, x = xs, u = us, rnd = rnd}, now, ticket_ttl)
+  line_push(token, {c = rank, tn = tenant, ttl = ttl, ct = ticket_ttl, x = xs, u = us, rnd = rnd, ch = chars}, now, ticket_ttl)
   table.insert(refusal, 1, 'queued')
 end
 return refusal

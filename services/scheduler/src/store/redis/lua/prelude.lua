@@ -33,6 +33,8 @@
 --              changes a key once per lease (store/mod.rs REPORTED_MEMORY_MS)
 -- 30 granted  HASH lease token -> when it was granted (ms): every answer for one lease (an
 --              idempotent retry, a claim) carries the same grant time, so its signed id too
+-- 31 reserved HASH key -> characters reserved by its live leases (not counted in qused yet)
+-- 32 lres     HASH lease token -> characters it reserved (leases on a key with a quota)
 -- ARGV[1] is always the reaping batch size. Time is Redis TIME, read here (one clock).
 local K_CAP, K_CFGCAP, K_INF, K_LOAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_LEASES, K_LEASE, K_COOL, K_COOLWHY = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -41,7 +43,7 @@ local K_BATCH, K_SHARE, K_LINE, K_TICKETS = KEYS[13], KEYS[14], KEYS[15], KEYS[1
 local K_TICKEXP, K_ROUNDS, K_HANDED, K_ARRIVALS = KEYS[17], KEYS[18], KEYS[19], KEYS[20]
 local K_CEIL, K_ADAPTED, K_ADAPTIVE, K_LOWERED = KEYS[21], KEYS[22], KEYS[23], KEYS[24]
 local K_QUOTA, K_QUSED, K_QSTART, K_PROBE = KEYS[25], KEYS[26], KEYS[27], KEYS[28]
-local K_REPORTED, K_GRANTED = KEYS[29], KEYS[30]
+local K_REPORTED, K_GRANTED, K_RESERVED, K_LRES = KEYS[29], KEYS[30], KEYS[31], KEYS[32]
 -- How long a report mark outlives its lease, and the oldest grant a report on a lease the
 -- store no longer holds may name (ms; store/mod.rs REPORTED_MEMORY_MS).
 local REPORTED_MS = 60000
@@ -124,6 +126,22 @@ local function quota_state(k, now)
   return used, limit, untl
 end
 
+-- Whether chars more characters fit in k's quota next to what is used and reserved
+-- (memory.rs `quota_room`).
+local function quota_room(k, chars, now)
+  if chars <= 0 then return true end
+  local used, limit = quota_state(k, now)
+  if limit <= 0 then return true end
+  return used + num(redis.call('HGET', K_RESERVED, k)) + chars <= limit
+end
+
+-- Whether chars exceed what k's period has left even with nothing reserved.
+local function quota_spent_for(k, chars, now)
+  if chars <= 0 then return false end
+  local used, limit = quota_state(k, now)
+  return limit > 0 and used + chars > limit
+end
+
 -- Key k is in the load set exactly when it may take leases, scored in_flight/capacity plus 2
 -- when it is within a tenth of its quota: such keys rank after every other key, full or not
 -- (a score s has room when s % 2 < 1).
@@ -163,6 +181,9 @@ end
 
 local function drop_lease(token)
   local k = redis.call('HGET', K_LEASE, token)
+  local reserved = tonumber(redis.call('HGET', K_LRES, token) or '0')
+  if k and reserved > 0 then redis.call('HINCRBY', K_RESERVED, k, -reserved) end
+  redis.call('HDEL', K_LRES, token)
   redis.call('ZREM', K_LEASES, token)
   redis.call('HDEL', K_LEASE, token)
   redis.call('HDEL', K_GRANTED, token)
@@ -297,12 +318,14 @@ local function line_expire(now)
 end
 
 -- Leases one slot to token (ttl ms, tie-break rnd in [0,1), excl set of excluded keys, ups set
--- of wanted upstreams, nups of them, class name) on the least-utilized eligible key with room.
+-- of wanted upstreams, nups of them, class name, chars to reserve on the key's quota) on the
+-- least-utilized eligible key with room (in capacity and in quota).
 -- Returns {'ok', key, expires_at, key_in_flight, key_capacity, granted_at} or the refusal:
 -- {'full', capacity, in_flight, ms_until_soonest_expiry}
 -- | {'batch_share', limit, batch_in_flight, ms_until_soonest_batch_expiry}
 -- | {'unavailable', earliest_cooldown_end or -1, now} | {'none'}.
-local function try_grant(token, ttl, rnd, excl, ups, nups, class, now)
+local function try_grant(token, ttl, rnd, excl, ups, nups, class, now, chars)
+  chars = chars or 0
   if class == 'batch' then
     local held = redis.call('SCARD', K_BATCH)
     local limit = batch_limit()
@@ -326,6 +349,7 @@ local function try_grant(token, ttl, rnd, excl, ups, nups, class, now)
   end
   local function has_room(k)
     return num(redis.call('HGET', K_INF, k)) < num(redis.call('HGET', K_CAP, k))
+      and quota_room(k, chars, now)
   end
   local pick = nil
   -- Fast path, O(log n): a random key among those tied at the lowest utilization.
@@ -360,13 +384,26 @@ local function try_grant(token, ttl, rnd, excl, ups, nups, class, now)
   if not pick then
     -- No grant: say why (this path scans the pool's keys; it only runs when nothing is free).
     local any, any_avail, cap_sum, inf_sum, next_until = false, false, 0, 0, -1
+    -- Keys with a free slot but not the quota for chars; all spent for them: only the next
+    -- period serves them (memory.rs `try_grant`).
+    local short, all_spent, next_period = 0, true, -1
     for _, k in ipairs(redis.call('HKEYS', K_CAP)) do
       if eligible(k) then
         any = true
         if redis.call('ZSCORE', K_LOAD, k) then
           any_avail = true
-          cap_sum = cap_sum + num(redis.call('HGET', K_CAP, k))
-          inf_sum = inf_sum + num(redis.call('HGET', K_INF, k))
+          local kcap, kinf = num(redis.call('HGET', K_CAP, k)), num(redis.call('HGET', K_INF, k))
+          cap_sum = cap_sum + kcap
+          inf_sum = inf_sum + kinf
+          if kinf < kcap and not quota_room(k, chars, now) then
+            short = short + 1
+            if quota_spent_for(k, chars, now) then
+              local _, _, resets = quota_state(k, now)
+              if next_period < 0 or resets < next_period then next_period = resets end
+            else
+              all_spent = false
+            end
+          end
         else
           local c = redis.call('ZSCORE', K_COOL, k)
           if c and redis.call('SISMEMBER', K_DIS, k) == 0 and num(redis.call('HGET', K_CAP, k)) > 0 then
@@ -377,6 +414,7 @@ local function try_grant(token, ttl, rnd, excl, ups, nups, class, now)
       end
     end
     if not any then return {'none'} end
+    if short > 0 and all_spent then return {'unavailable', next_period, now} end
     if any_avail then
       local soon = redis.call('ZRANGE', K_LEASES, 0, 0, 'WITHSCORES')
       local retry = 0
@@ -392,6 +430,10 @@ local function try_grant(token, ttl, rnd, excl, ups, nups, class, now)
   redis.call('ZADD', K_LEASES, exp, token)
   redis.call('HSET', K_LEASE, token, pick)
   redis.call('HSET', K_GRANTED, token, now)
+  if chars > 0 and quota_of(pick) then
+    redis.call('HINCRBY', K_RESERVED, pick, chars)
+    redis.call('HSET', K_LRES, token, chars)
+  end
   if class == 'batch' then redis.call('SADD', K_BATCH, token) end
   return {'ok', pick, exp, inf, cap, now}
 end
@@ -433,7 +475,7 @@ local function serve(now)
       if raw then
         local t = cjson.decode(raw)
         local u = t.u or {}
-        local r = try_grant(token, t.ttl, t.rnd, set_of(t.x), set_of(u), #u, CLASSES[t.c], now)
+        local r = try_grant(token, t.ttl, t.rnd, set_of(t.x), set_of(u), #u, CLASSES[t.c], now, t.ch or 0)
         if r[1] == 'ok' then got, claim_ttl = token, t.ct; break end
         -- Every ticket after a BATCH one is BATCH too.
         if r[1] == 'batch_share' then break end

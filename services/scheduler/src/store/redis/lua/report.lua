@@ -3,8 +3,9 @@
 --       9 failure backoff base, 10 failure backoff max, 11 credential cooldown,
 --       12 adaptive decrease factor, 13 adaptive hold ms, 14 adaptive increase ms (the base
 --       wait between probes; a refused probe doubles the key's, 16 caps it),
---       15 characters the call synthesized (counted against the key's quota on success: a
---       key that spends it cools until its period ends, reason 'quota'),
+--       15 characters the call synthesized (counted against the key's quota on success, at
+--       most what the lease reserved at Acquire: a key that spends it cools until its period
+--       ends, reason 'quota'),
 --       16 adaptive increase max ms, 17 grant time of the lease (store clock ms; -1 = unknown).
 -- Returns {'ok', key, state, cooldown_until, released, effective capacity before, after,
 -- applied 1|0, tokens of the waiters handed a slot (prelude.lua `serve`)...} | {'unknown'}.
@@ -52,7 +53,13 @@ local adaptive = redis.call('GET', K_ADAPTIVE) ~= '0'
 local since = now - num(redis.call('HGET', K_ADAPTED, k))
 if outcome == 'success' then
   redis.call('HDEL', K_FAILS, k)
-  local chars = tonumber(ARGV[15])
+  -- The lease's reservation is settled: at most what it reserved counts.
+  local reserved = tonumber(redis.call('HGET', K_LRES, token) or '0')
+  if reserved > 0 then
+    redis.call('HINCRBY', K_RESERVED, k, -reserved)
+    redis.call('HDEL', K_LRES, token)
+  end
+  local chars = math.min(tonumber(ARGV[15]), reserved)
   local limit, per = quota_of(k)
   if limit and chars > 0 then
     local start, untl = quota_window(per, now)
