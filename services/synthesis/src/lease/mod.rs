@@ -28,7 +28,7 @@ use std::time::Duration;
 use tonic::{Code, Status, service::interceptor::InterceptedService, transport::Channel};
 use tonic_types::StatusExt;
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
-use voxpool_shared::{contract::SchedulerReason, telemetry::TraceContextInterceptor};
+use voxpool_shared::{auth::ClientToken, contract::SchedulerReason};
 
 pub use guard::LeaseGuard;
 
@@ -39,7 +39,7 @@ const SMALL_RPC_TIMEOUT: Duration = Duration::from_secs(6);
 /// The scheduler's gRPC client (lazily connected) and its URL for messages.
 #[derive(Clone, Debug)]
 pub struct Scheduler {
-    client: PoolSchedulerClient<InterceptedService<Channel, TraceContextInterceptor>>,
+    client: PoolSchedulerClient<InterceptedService<Channel, ClientToken>>,
     health: tonic_health::pb::health_client::HealthClient<Channel>,
     endpoints: voxpool_shared::endpoints::Endpoints,
     url: String,
@@ -192,6 +192,14 @@ fn classify(status: &Status) -> AcquireError {
         (Code::NotFound | Code::InvalidArgument | Code::FailedPrecondition, _) => {
             AcquireError::Mismatch { message }
         }
+        // A deployment mistake, not an outage: retrying cannot help.
+        (Code::Unauthenticated | Code::PermissionDenied, _) => AcquireError::Mismatch {
+            message: format!(
+                "the scheduler refused this synthesis replica as a caller ({message}); give \
+                 synthesis one of the scheduler's [[client_tokens]] in VOXPOOL_CLIENT_TOKEN or \
+                 --client-token-file"
+            ),
+        },
         (Code::Unavailable, _) => AcquireError::Unreachable { message },
         (code, _) => AcquireError::Unreachable {
             message: format!("{code:?}: {message}"),
@@ -201,13 +209,13 @@ fn classify(status: &Status) -> AcquireError {
 
 impl Scheduler {
     /// A client for `spec` (`URL[,URL...]`, see `voxpool_shared::endpoints`) that connects on
-    /// first use.
+    /// first use and presents `token` on every call (health checks go without).
     /// Needs a Tokio runtime (the endpoint prober is a task).
-    pub fn connect_lazy(spec: &str) -> Result<Self, String> {
+    pub fn connect_lazy(spec: &str, token: ClientToken) -> Result<Self, String> {
         let endpoints = voxpool_shared::endpoints::Endpoints::start("--scheduler", spec)?;
         let channel = endpoints.channel.clone();
         Ok(Self {
-            client: PoolSchedulerClient::with_interceptor(channel.clone(), TraceContextInterceptor),
+            client: PoolSchedulerClient::with_interceptor(channel.clone(), token),
             health: tonic_health::pb::health_client::HealthClient::new(channel),
             endpoints,
             url: spec.to_owned(),
