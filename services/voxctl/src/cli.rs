@@ -1,6 +1,6 @@
-//! The command line (clap derive). Service addresses and the admin token also come from the
+//! The command line (clap derive). Service addresses and the tokens also come from the
 //! environment (`VOXPOOL_SYNTHESIS`, `VOXPOOL_CATALOG`, `VOXPOOL_SCHEDULER`,
-//! `VOXPOOL_ADMIN_TOKEN`).
+//! `VOXPOOL_CLIENT_TOKEN`, `VOXPOOL_ADMIN_TOKEN`).
 
 use std::{path::PathBuf, time::Duration};
 
@@ -19,6 +19,16 @@ pub const DEFAULT_SCHEDULER: &str = "http://127.0.0.1:50051";
 #[derive(Debug, Parser)]
 #[command(name = "voxctl", version)]
 pub struct Cli {
+    /// Client token sent to synthesis and the scheduler (one of their `[[client_tokens]]`),
+    /// needed when they authenticate callers. Prefer the environment variable: a value given
+    /// on the command line shows in `ps`.
+    #[arg(
+        long,
+        global = true,
+        env = "VOXPOOL_CLIENT_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
