@@ -86,3 +86,75 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tower::ServiceExt as _;
+
+    use super::*;
+    use crate::{auth::caller_identity, secret::Secret};
+
+    /// Answers OK with the caller identity it was given (as a handler reads it) in a header.
+    fn echo_caller()
+    -> tower::util::BoxCloneSyncService<http::Request<Body>, http::Response<Body>, Infallible> {
+        tower::util::BoxCloneSyncService::new(tower::service_fn(|r: http::Request<Body>| async {
+            let request = tonic::Request::from_http(r);
+            let who = caller_identity(&request).map_or("none".to_owned(), ToString::to_string);
+            let mut answer = tonic::Status::ok("").into_http::<Body>();
+            answer
+                .headers_mut()
+                .insert("x-caller", who.parse().expect("header"));
+            Ok::<_, Infallible>(answer)
+        }))
+    }
+
+    async fn call(auth: ClientAuth, path: &str, bearer: Option<&str>) -> http::Response<Body> {
+        let mut request = http::Request::builder().uri(path);
+        if let Some(token) = bearer {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        Authenticated::new(echo_caller(), auth, &["DisableKey"])
+            .oneshot(request.body(Body::empty()).expect("request"))
+            .await
+            .expect("infallible")
+    }
+
+    fn header<'a>(response: &'a http::Response<Body>, name: &str) -> Option<&'a str> {
+        response.headers().get(name).and_then(|v| v.to_str().ok())
+    }
+
+    #[tokio::test]
+    async fn handlers_see_the_caller_and_refused_calls_never_reach_them() {
+        let auth = ClientAuth::with_tokens(
+            [(
+                "synthesis".to_owned(),
+                Secret::new("synthesis-token-0123456789"),
+            )],
+            false,
+        )
+        .expect("auth");
+        let acquire = "/voxpool.scheduler.v1.PoolScheduler/Acquire";
+        let served = call(auth.clone(), acquire, Some("synthesis-token-0123456789")).await;
+        assert_eq!(header(&served, "x-caller"), Some("token:synthesis"));
+        for bearer in [None, Some("not-a-known-token-0123")] {
+            let refused = call(auth.clone(), acquire, bearer).await;
+            assert_eq!(header(&refused, "x-caller"), None, "{bearer:?}");
+            assert_eq!(
+                header(&refused, "grpc-status"),
+                Some("16"),
+                "UNAUTHENTICATED"
+            );
+        }
+        // An admin method passes untouched (its handler checks the admin token).
+        let admin = call(
+            auth,
+            "/voxpool.scheduler.v1.PoolScheduler/DisableKey",
+            Some("admin"),
+        )
+        .await;
+        assert_eq!(header(&admin, "x-caller"), Some("none"));
+        // Nothing configured: every call passes, without identity.
+        let open = call(ClientAuth::open(), acquire, None).await;
+        assert_eq!(header(&open, "x-caller"), Some("none"));
+    }
+}
