@@ -54,7 +54,12 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
-        let method = request.uri().path().rsplit('/').next().unwrap_or_default();
+        // `/<service>/<method>` exactly: any other path is not an admin method.
+        let mut parts = request.uri().path().split('/');
+        let method = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some(""), Some(_), Some(method), None) => method,
+            _ => "",
+        };
         if !self.auth.is_enabled() || self.open_methods.contains(&method) {
             return Box::pin(self.inner.call(request));
         }
@@ -147,12 +152,20 @@ mod tests {
         }
         // An admin method passes untouched (its handler checks the admin token).
         let admin = call(
-            auth,
+            auth.clone(),
             "/voxpool.scheduler.v1.PoolScheduler/DisableKey",
             Some("admin"),
         )
         .await;
         assert_eq!(header(&admin, "x-caller"), Some("none"));
+        // Only that exact path: a longer one ending in an admin name is guarded.
+        let longer = call(
+            auth,
+            "/voxpool.scheduler.v1.PoolScheduler/Acquire/DisableKey",
+            None,
+        )
+        .await;
+        assert_eq!(header(&longer, "grpc-status"), Some("16"));
         // Nothing configured: every call passes, without identity.
         let open = call(ClientAuth::open(), acquire, None).await;
         assert_eq!(header(&open, "x-caller"), Some("none"));
