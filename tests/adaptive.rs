@@ -22,7 +22,7 @@ use std::{
 };
 
 use tokio::time::Instant;
-use tonic::transport::Channel;
+use voxpool_e2e::Authed;
 use voxpool_e2e::{Service, binary, start};
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, Latency, VendorKind};
 use voxpool_proto::{
@@ -52,6 +52,7 @@ fn write_config(dir: &Path, low: &str, ok: &str) -> std::path::PathBuf {
         ));
     }
     t.push_str("[scheduler]\nrecovery_window_ms = 0\nwait_poll_ms = 10\n");
+    t.push_str(voxpool_e2e::CLIENT_TOKENS_TOML);
     let path = dir.join("config.toml");
     std::fs::write(&path, t).expect("config file");
     path
@@ -75,15 +76,15 @@ fn synthesis(config: &Path, scheduler: &Service) -> Service {
     start(c)
 }
 
-async fn channel(addr: &str) -> Channel {
-    Channel::from_shared(format!("http://{addr}"))
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect")
+/// A connection to `addr` whose calls carry the test's client token.
+async fn channel(addr: &str) -> Authed {
+    Authed::new(
+        voxpool_e2e::connect(addr).await,
+        voxpool_e2e::voxctl_token(),
+    )
 }
 
-async fn low_key(scheduler: &mut PoolSchedulerClient<Channel>) -> spb::KeyStatus {
+async fn low_key(scheduler: &mut PoolSchedulerClient<Authed>) -> spb::KeyStatus {
     let status = scheduler
         .get_pool_status(spb::GetPoolStatusRequest { pool: POOL.into() })
         .await

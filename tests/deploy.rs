@@ -207,6 +207,51 @@ fn kubernetes_manifests_probe_over_grpc_and_reference_defined_keys() {
     for kind in ["Deployment", "Service", "PodDisruptionBudget"] {
         assert!(kinds.contains(kind), "missing {kind}");
     }
+    // Client tokens: every one the config references is in the Secret and given to each
+    // Deployment that accepts it, and synthesis presents one to the scheduler.
+    let env_of = |file: &str| -> BTreeSet<String> {
+        docs(&k8s.join(file))
+            .iter()
+            .filter(|d| s(&d["kind"]) == "Deployment")
+            .flat_map(|d| {
+                d["spec"]["template"]["spec"]["containers"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .flat_map(|c| c["env"].as_sequence().into_iter().flatten())
+                    .map(|e| s(&e["name"]).to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    assert!(
+        !config.client_tokens.is_empty(),
+        "the k8s config authenticates callers"
+    );
+    for entry in &config.client_tokens {
+        let voxpool_shared::config::CredentialRef::Env(var) = &entry.token else {
+            continue;
+        };
+        assert!(
+            secret_keys.contains(var.as_str()),
+            "client token {var} not in the Secret"
+        );
+        for (service, file) in [
+            (
+                voxpool_shared::config::DataPlane::Scheduler,
+                "scheduler.yaml",
+            ),
+            (
+                voxpool_shared::config::DataPlane::Synthesis,
+                "synthesis.yaml",
+            ),
+        ] {
+            if entry.accepted_by(service) {
+                assert!(env_of(file).contains(var), "{file} lacks {var}");
+            }
+        }
+    }
+    assert!(env_of("synthesis.yaml").contains("VOXPOOL_CLIENT_TOKEN"));
     // Every credential the config references is provided by the Secret.
     for pool in &config.pools {
         for up in &pool.upstreams {

@@ -1,6 +1,7 @@
 //! Secrets never leak: after a run where the vendor rejects the key (401) and an admin call
-//! carries a wrong token, neither the vendor credential nor the admin token appears in any
-//! service log (at debug level), error message or error detail.
+//! carries a wrong token, neither the vendor credential, the admin token nor the client tokens
+//! appear in any service log (at debug level), error message or error detail, while the
+//! callers' identities (`token:voxctl`, `token:synthesis`) do appear in the logs.
 
 use std::{
     io::{BufRead, BufReader},
@@ -9,10 +10,8 @@ use std::{
 
 use voxpool_e2e::{Service, binary, start_with_stderr, voice};
 use voxpool_proto::{
-    scheduler::v1::{self as spb, pool_scheduler_client::PoolSchedulerClient},
-    synthesis::v1::{
-        SynthesizeRequest, synthesis_client::SynthesisClient, synthesize_request::Voice,
-    },
+    scheduler::v1 as spb,
+    synthesis::v1::{SynthesizeRequest, synthesize_request::Voice},
 };
 
 const VENDOR_KEY: &str = "sk-SECRET-vendor-key-123456";
@@ -52,7 +51,7 @@ async fn no_credential_or_admin_token_in_logs_or_errors_after_failing_vendors() 
              [[pools.upstreams]]\nid = \"acct\"\nbase_url = \"{url}\"\n\
              [[pools.upstreams.keys]]\nid = \"k1\"\ncapacity = 2\ncredential = {{ env = \"VOXPOOL_E2E_VENDOR_KEY\" }}\n\
              [[pools.upstreams.keys]]\nid = \"k2\"\ncapacity = 2\ncredential = {{ env = \"VOXPOOL_E2E_VENDOR_KEY\" }}\n"
-        ),
+        ) + voxpool_e2e::CLIENT_TOKENS_TOML,
     )
     .unwrap();
     let log = |name: &str| std::fs::File::create(dir.path().join(name)).unwrap();
@@ -74,9 +73,7 @@ async fn no_credential_or_admin_token_in_logs_or_errors_after_failing_vendors() 
         .env("RUST_LOG", "debug");
     let synthesis = start_with_stderr(cmd, log("synthesis.log").into());
 
-    let mut client = SynthesisClient::connect(format!("http://{}", synthesis.addr))
-        .await
-        .unwrap();
+    let mut client = voxpool_e2e::synthesis_client(&synthesis.addr).await;
     let snap = voice::snapshot("openai", "gpt-4o-mini-tts", "alloy", "openai-test");
     let mut errors = Vec::new();
     for _ in 0..3 {
@@ -98,9 +95,7 @@ async fn no_credential_or_admin_token_in_logs_or_errors_after_failing_vendors() 
         "the vendor's 401 reached the caller: {}",
         errors[0]
     );
-    let mut sched = PoolSchedulerClient::connect(format!("http://{}", scheduler.addr))
-        .await
-        .unwrap();
+    let mut sched = voxpool_e2e::scheduler_client(&scheduler.addr).await;
     let mut wrong = tonic::Request::new(spb::DisableKeyRequest {
         pool: "openai-test".into(),
         key_id: "acct/k1".into(),
@@ -119,12 +114,23 @@ async fn no_credential_or_admin_token_in_logs_or_errors_after_failing_vendors() 
         logs[1].contains("vendor call failed"),
         "synthesis logged the failures at all"
     );
+    assert!(
+        logs[0].contains("token:synthesis") && logs[1].contains("token:voxctl"),
+        "each service logged who called it"
+    );
     for (what, text) in logs
         .iter()
         .map(|l| ("log", l.as_str()))
         .chain(errors.iter().map(|e| ("error", e.as_str())))
     {
-        for secret in [VENDOR_KEY, ADMIN_TOKEN, almost, &VENDOR_KEY[..20]] {
+        for secret in [
+            VENDOR_KEY,
+            ADMIN_TOKEN,
+            almost,
+            &VENDOR_KEY[..20],
+            voxpool_e2e::SYNTHESIS_TOKEN,
+            voxpool_e2e::VOXCTL_TOKEN,
+        ] {
             assert!(
                 !text.contains(secret),
                 "a secret appeared in a {what}: {text}"

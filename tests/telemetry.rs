@@ -11,7 +11,7 @@ fn start(mut cmd: Command) -> voxpool_e2e::Service {
     cmd.env("RUST_LOG", "info");
     start_with_stderr(cmd, std::process::Stdio::null())
 }
-use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
+use voxpool_proto::scheduler::v1 as pb;
 
 /// A scheduler on the example config exporting traces and metrics to `endpoint` often.
 fn scheduler_exporting_to(endpoint: &str) -> voxpool_e2e::Service {
@@ -36,9 +36,7 @@ fn scheduler_exporting_to(endpoint: &str) -> voxpool_e2e::Service {
 async fn scheduler_exports_pool_metrics_and_spans_over_otlp() {
     let (endpoint, received) = otlp::start().await;
     let scheduler = scheduler_exporting_to(&endpoint);
-    let mut client = PoolSchedulerClient::connect(format!("http://{}", scheduler.addr))
-        .await
-        .unwrap();
+    let mut client = voxpool_e2e::scheduler_client(&scheduler.addr).await;
     let lease = client
         .acquire(pb::AcquireRequest {
             pool: "volc-standard".into(),
@@ -130,9 +128,7 @@ async fn scheduler_exports_pool_metrics_and_spans_over_otlp() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_trace_spans_synthesis_and_scheduler_and_synthesis_metrics_arrive() {
-    use voxpool_proto::synthesis::v1::{
-        SynthesizeRequest, synthesis_client::SynthesisClient, synthesize_request::Voice,
-    };
+    use voxpool_proto::synthesis::v1::{SynthesizeRequest, synthesize_request::Voice};
     let (endpoint, received) = otlp::start().await;
     let otel = |cmd: &mut Command| {
         cmd.current_dir(workspace_root())
@@ -161,9 +157,7 @@ async fn one_trace_spans_synthesis_and_scheduler_and_synthesis_metrics_arrive() 
     .arg(format!("http://{}", scheduler.addr));
     otel(&mut cmd);
     let synthesis = start(cmd);
-    let mut client = SynthesisClient::connect(format!("http://{}", synthesis.addr))
-        .await
-        .unwrap();
+    let mut client = voxpool_e2e::synthesis_client(&synthesis.addr).await;
     let snap = voxpool_e2e::voice::snapshot("espeak", "espeak-ng", "en-us", "espeak-local");
     let resp = client
         .synthesize(SynthesizeRequest {
@@ -232,9 +226,7 @@ fn rss_kib(pid: u32) -> u64 {
 async fn unknown_pool_names_never_become_metric_series_or_memory() {
     let (endpoint, received) = otlp::start().await;
     let scheduler = scheduler_exporting_to(&endpoint);
-    let mut client = PoolSchedulerClient::connect(format!("http://{}", scheduler.addr))
-        .await
-        .unwrap();
+    let mut client = voxpool_e2e::scheduler_client(&scheduler.addr).await;
     let unknown = |i: usize| format!("{i:05}-{}", "x".repeat(64 * 1024));
     let mut send = async |range: std::ops::Range<usize>| {
         for i in range {

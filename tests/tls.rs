@@ -5,9 +5,7 @@
 use std::process::Command;
 
 use voxpool_e2e::{binary, start, voice, workspace_root};
-use voxpool_proto::synthesis::v1::{
-    SynthesizeRequest, synthesis_client::SynthesisClient, synthesize_request::Voice,
-};
+use voxpool_proto::synthesis::v1::{SynthesizeRequest, synthesize_request::Voice};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn synthesis_reaches_a_tls_scheduler_with_a_private_ca() {
@@ -56,9 +54,7 @@ async fn synthesis_reaches_a_tls_scheduler_with_a_private_ca() {
         ..Default::default()
     };
     let trusted = synthesis_with(Some(&cert_path));
-    let mut client = SynthesisClient::connect(format!("http://{}", trusted.addr))
-        .await
-        .unwrap();
+    let mut client = voxpool_e2e::synthesis_client(&trusted.addr).await;
     let audio = client
         .synthesize(request())
         .await
@@ -68,9 +64,7 @@ async fn synthesis_reaches_a_tls_scheduler_with_a_private_ca() {
     assert_eq!(&audio[0..4], b"RIFF");
 
     let untrusted = synthesis_with(None);
-    let mut client = SynthesisClient::connect(format!("http://{}", untrusted.addr))
-        .await
-        .unwrap();
+    let mut client = voxpool_e2e::synthesis_client(&untrusted.addr).await;
     let err = client.synthesize(request()).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
 }

@@ -32,7 +32,7 @@ use std::{
 
 use tokio::time::Instant;
 use tonic::{Code, transport::Channel};
-use voxpool_e2e::{Service, binary, start};
+use voxpool_e2e::{Authed, Service, binary, start};
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, Latency, VendorKind};
 use voxpool_proto::{
     scheduler::v1::{self as spb, pool_scheduler_client::PoolSchedulerClient},
@@ -76,6 +76,8 @@ fn write_config(dir: &Path, base_url: &str, recovery_window_ms: u64) -> std::pat
          recovery_window_ms = {recovery_window_ms}\n\
          [synthesis]\nattempt_timeout_ms = 2500\ndefault_deadline_ms = 20000\n"
     ));
+    // Callers authenticate, as in `make run`.
+    t.push_str(voxpool_e2e::CLIENT_TOKENS_TOML);
     let path = dir.join("config.toml");
     std::fs::write(&path, t).expect("config file");
     path
@@ -122,12 +124,12 @@ fn synthesis(config: &Path, schedulers: [&Service; 2]) -> Service {
     start(quiet(c))
 }
 
-async fn channel(addr: &str) -> Channel {
-    Channel::from_shared(format!("http://{addr}"))
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect")
+/// A connection to `addr` whose calls carry the test's client token.
+async fn channel(addr: &str) -> Authed {
+    Authed::new(
+        voxpool_e2e::connect(addr).await,
+        voxpool_e2e::voxctl_token(),
+    )
 }
 
 /// How one request ended.
@@ -463,7 +465,7 @@ async fn a_killed_synthesis_replica_costs_its_callers_only_a_retry() {
     let balanced = voxpool_shared::endpoints::Endpoints::start("--synthesis", &urls)
         .expect("endpoints")
         .channel;
-    let client = SynthesisClient::new(balanced);
+    let client = SynthesisClient::with_interceptor(balanced, voxpool_e2e::voxctl_token());
     let voice = voxpool_fake_vendors::snapshot("openai", "tts-1", "alloy");
     let done = Arc::new(AtomicUsize::new(0));
     let callers: Vec<_> = (0..100)
@@ -546,7 +548,7 @@ async fn a_killed_synthesis_replica_costs_its_callers_only_a_retry() {
 async fn two_by_two(
     config: &Path,
     store: &str,
-) -> ([Service; 2], [Service; 2], [SynthesisClient<Channel>; 2]) {
+) -> ([Service; 2], [Service; 2], [SynthesisClient<Authed>; 2]) {
     let schedulers = [scheduler(config, store), scheduler(config, store)];
     let synth = [
         synthesis(config, [&schedulers[0], &schedulers[1]]),
@@ -581,7 +583,7 @@ struct Load {
 }
 
 impl Load {
-    fn start(clients: &[SynthesisClient<Channel>], callers: usize) -> Self {
+    fn start(clients: &[SynthesisClient<Authed>], callers: usize) -> Self {
         let voice = voxpool_fake_vendors::snapshot("openai", "tts-1", "alloy");
         let done = Arc::new(AtomicUsize::new(0));
         let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -14,6 +14,10 @@ export VOXPOOL_ADMIN_TOKEN=${VOXPOOL_ADMIN_TOKEN:-dev-admin-token-local}
 # across a restart of the memory-store scheduler can still re-register.
 export VOXPOOL_LEASE_SECRET=${VOXPOOL_LEASE_SECRET:-dev-lease-secret-local-0123456789abcdef}
 export VOXPOOL_SCHEDULER__LEASE_SECRET__ENV=VOXPOOL_LEASE_SECRET
+# Client tokens of the example config's [[client_tokens]]: synthesis presents its own to the
+# scheduler; voxctl and grpcurl present the voxctl one (VOXPOOL_CLIENT_TOKEN for voxctl).
+export VOXPOOL_CLIENT_TOKEN_SYNTHESIS=${VOXPOOL_CLIENT_TOKEN_SYNTHESIS:-dev-client-token-synthesis}
+export VOXPOOL_CLIENT_TOKEN_VOXCTL=${VOXPOOL_CLIENT_TOKEN_VOXCTL:-dev-client-token-voxctl}
 DB="sqlite://$(realpath -m "$DATA")/voxpool.db?mode=rwc"
 
 command -v espeak-ng >/dev/null || echo "warning: espeak-ng not found (apt-get install espeak-ng): synthesis will fail" >&2
@@ -48,9 +52,11 @@ start() {
 export VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS=${VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS:-0}
 start scheduler 50051 "$BIN/voxpool-scheduler" --config "$CONFIG" --store memory
 start catalog 50052 "$BIN/voxpool-catalog" --database "$DB" --pools-config "$CONFIG"
-start synthesis 50053 "$BIN/voxpool-synthesis" --config "$CONFIG"
+start synthesis 50053 env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_TOKEN_SYNTHESIS" \
+    "$BIN/voxpool-synthesis" --config "$CONFIG"
 echo "voxpool running: scheduler 127.0.0.1:50051, catalog 127.0.0.1:50052, synthesis 127.0.0.1:50053"
 echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token-local). Ctrl-C stops everything."
+echo "client token: \$VOXPOOL_CLIENT_TOKEN_VOXCTL (default dev-client-token-voxctl): export VOXPOOL_CLIENT_TOKEN=\$VOXPOOL_CLIENT_TOKEN_VOXCTL for voxctl"
 set +e
 wait -n -p dead "${!names[@]}"
 status=$?

@@ -1,18 +1,55 @@
-//! Bearer-token authorization for admin RPCs.
+//! Bearer-token authorization: admin RPCs (this module) and data-plane callers ([`ClientAuth`]:
+//! service tokens and client certificates, [`CallerIdentity`]).
 //!
-//! The token comes from `VOXPOOL_ADMIN_TOKEN` or `--admin-token-file FILE`; callers send
+//! The admin token comes from `VOXPOOL_ADMIN_TOKEN` or `--admin-token-file FILE`; callers send
 //! `authorization: Bearer <token>` metadata: the scheme is case-insensitive (RFC 7235 §2.1),
 //! exactly one `authorization` entry is accepted (two are refused rather than letting one of
 //! them decide), and comparison is constant-time. Tokens shorter than [`MIN_TOKEN_CHARS`]
 //! are refused at start-up. With no token configured, admin RPCs are refused with a message
 //! that says how to configure one.
 
+mod client;
+mod layer;
+mod peer;
+
 use std::path::Path;
 
 use subtle::ConstantTimeEq;
 use tonic::{Status, metadata::MetadataMap};
 
+pub use self::{
+    client::{CallerIdentity, ClientAuth, ClientToken, caller_identity},
+    layer::Authenticated,
+};
 use crate::secret::Secret;
+
+/// Why a request's `authorization` metadata holds no usable bearer token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BearerError {
+    /// No `authorization` entry.
+    Missing,
+    /// More than one `authorization` entry (refused rather than letting one of them decide).
+    Repeated,
+    /// Not `Bearer <token>` (the scheme is case-insensitive).
+    Malformed,
+}
+
+/// The token of the one `authorization: Bearer <token>` entry of `headers` (the parsing rules
+/// of the module doc, shared by admin and client authentication).
+pub(crate) fn bearer_token(headers: &http::HeaderMap) -> Result<&str, BearerError> {
+    let mut entries = headers.get_all("authorization").iter();
+    let header = match (entries.next(), entries.next()) {
+        (None, _) => return Err(BearerError::Missing),
+        (Some(_), Some(_)) => return Err(BearerError::Repeated),
+        (Some(header), None) => header,
+    };
+    let header = header.to_str().map_err(|_| BearerError::Malformed)?;
+    let (scheme, token) = header.split_once(' ').ok_or(BearerError::Malformed)?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(BearerError::Malformed);
+    }
+    Ok(token.trim())
+}
 
 /// Shortest admin token accepted at start-up.
 pub const MIN_TOKEN_CHARS: usize = 16;
@@ -105,20 +142,19 @@ impl AdminAuth {
                  or --admin-token-file FILE",
             ));
         };
-        let mut headers = metadata.get_all("authorization").iter();
-        let (Some(header), None) = (headers.next(), headers.next()) else {
-            return Err(Status::unauthenticated(
-                "admin RPC needs exactly one metadata entry 'authorization: Bearer <admin token>'",
-            ));
+        let presented = match bearer_token(metadata.as_ref()) {
+            Ok(token) => token,
+            Err(BearerError::Missing | BearerError::Repeated) => {
+                return Err(Status::unauthenticated(
+                    "admin RPC needs exactly one metadata entry 'authorization: Bearer <admin token>'",
+                ));
+            }
+            Err(BearerError::Malformed) => {
+                return Err(Status::unauthenticated(
+                    "authorization metadata must be 'Bearer <admin token>'",
+                ));
+            }
         };
-        let malformed =
-            || Status::unauthenticated("authorization metadata must be 'Bearer <admin token>'");
-        let header = header.to_str().map_err(|_| malformed())?;
-        let (scheme, presented) = header.split_once(' ').ok_or_else(malformed)?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return Err(malformed());
-        }
-        let presented = presented.trim();
         if bool::from(presented.as_bytes().ct_eq(expected.expose().as_bytes())) {
             Ok(())
         } else {

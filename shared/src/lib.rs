@@ -7,7 +7,7 @@
 //! - [`provider`]: the provider ids as one enum.
 //! - [`secret`]: a string that never prints (vendor credentials, the admin token).
 //! - [`audio`]: audio formats, the one sniffer, WAV reader/writer and joiner.
-//! - [`auth`]: bearer-token check for admin RPCs (constant-time compare).
+//! - [`auth`]: admin bearer token; data-plane callers by client token or certificate.
 //! - [`status`]: `tonic::Status` builders that attach `google.rpc` error details.
 //! - [`serve`]: binding, health, reflection and graceful shutdown shared by every binary.
 //! - [`snapshot`]: the frozen voice-pack snapshot, its card JSON form and its digest.

@@ -20,7 +20,7 @@ use futures::future::BoxFuture;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::{
     Status,
-    transport::{Identity, Server, ServerTlsConfig},
+    transport::{Certificate, Identity, Server, ServerTlsConfig},
 };
 use tower::{Layer, Service, layer::util::Stack};
 
@@ -49,6 +49,12 @@ pub struct ServerFlags {
     /// PEM private key for --tls-cert.
     #[arg(long, env = "VOXPOOL_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// PEM CA bundle: accept data-plane callers presenting a client certificate it signed
+    /// (mTLS; the caller is named by the certificate's CN). A certificate it did not sign
+    /// fails the handshake; a client without one may still connect (health, reflection, a
+    /// client token). Needs --tls-cert.
+    #[arg(long, env = "VOXPOOL_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 impl Default for ServerFlags {
@@ -60,6 +66,7 @@ impl Default for ServerFlags {
             drain_delay: Duration::from_secs(1),
             tls_cert: None,
             tls_key: None,
+            tls_client_ca: None,
         }
     }
 }
@@ -91,9 +98,17 @@ impl ServerFlags {
                 std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
             };
             let identity = Identity::from_pem(read(cert)?, read(key)?);
+            let mut tls = ServerTlsConfig::new().identity(identity);
+            if let Some(ca) = &self.tls_client_ca {
+                // Optional at the TLS level: health and reflection stay open to clients
+                // without a certificate; data-plane RPCs are refused by `auth::Authenticated`.
+                tls = tls
+                    .client_ca_root(Certificate::from_pem(read(ca)?))
+                    .client_auth_optional(true);
+            }
             builder = builder
-                .tls_config(ServerTlsConfig::new().identity(identity))
-                .map_err(|e| format!("invalid TLS certificate or key: {e}"))?;
+                .tls_config(tls)
+                .map_err(|e| format!("invalid TLS certificate, key or client CA: {e}"))?;
         }
         Ok(builder.layer(LimitsLayer::new(
             self.max_concurrent_requests,
@@ -105,7 +120,10 @@ impl ServerFlags {
 /// An endpoint for one of our gRPC servers at `url` (`http://…` or `https://…`), named by
 /// `flag` in errors (e.g. `--scheduler`). For `https://` the server certificate is checked
 /// against the PEM bundle in `VOXPOOL_TLS_CA` when set (a private CA), else against the
-/// public web PKI roots. Errors: a malformed URL, an unreadable CA file.
+/// public web PKI roots, and the client certificate in `VOXPOOL_TLS_CLIENT_CERT` (PEM, with
+/// its key in `VOXPOOL_TLS_CLIENT_KEY`) is presented when set, for servers started with
+/// `--tls-client-ca`. Errors: a malformed URL, an unreadable CA or client certificate file,
+/// one of the two client variables without the other.
 pub fn client_endpoint(flag: &str, url: &str) -> Result<tonic::transport::Endpoint, String> {
     let endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())
         .map_err(|e| format!("{flag} {url:?} is not a URL: {e}"))?;
@@ -126,9 +144,41 @@ pub fn client_endpoint(flag: &str, url: &str) -> Result<tonic::transport::Endpoi
         }
         None => tonic::transport::ClientTlsConfig::new().with_webpki_roots(),
     };
+    let tls = match client_identity()? {
+        Some(identity) => tls.identity(identity),
+        None => tls,
+    };
     endpoint
         .tls_config(tls)
         .map_err(|e| format!("{flag} {url:?}: TLS setup failed: {e}"))
+}
+
+/// The client certificate and key named by `VOXPOOL_TLS_CLIENT_CERT` and
+/// `VOXPOOL_TLS_CLIENT_KEY`, if set.
+fn client_identity() -> Result<Option<Identity>, String> {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let read = |name: &str, path: &std::ffi::OsStr| {
+        std::fs::read(path).map_err(|e| {
+            format!(
+                "cannot read {name} {}: {e}",
+                std::path::Path::new(path).display()
+            )
+        })
+    };
+    match (
+        var("VOXPOOL_TLS_CLIENT_CERT"),
+        var("VOXPOOL_TLS_CLIENT_KEY"),
+    ) {
+        (None, None) => Ok(None),
+        (Some(cert), Some(key)) => Ok(Some(Identity::from_pem(
+            read("VOXPOOL_TLS_CLIENT_CERT", &cert)?,
+            read("VOXPOOL_TLS_CLIENT_KEY", &key)?,
+        ))),
+        _ => Err(
+            "VOXPOOL_TLS_CLIENT_CERT and VOXPOOL_TLS_CLIENT_KEY go together: set both or neither"
+                .to_owned(),
+        ),
+    }
 }
 
 /// Makes ring the process-wide rustls crypto provider (once; later calls do nothing). The

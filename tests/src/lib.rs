@@ -1,6 +1,11 @@
 //! Helpers for end-to-end tests: find the workspace's binaries, run them on `127.0.0.1:0`,
 //! read their bound address, and pull the grpcurl walk-through out of the README.
 //!
+//! Client tokens are on, as in `make run`: [`start`] gives every service the variables that
+//! `deploy/config/example.toml`'s `[[client_tokens]]` (and [`CLIENT_TOKENS_TOML`]) read, and
+//! synthesis its own token to present to the scheduler; the tests' clients send
+//! [`VOXCTL_TOKEN`] ([`synthesis_client`], [`scheduler_client`], [`BEARER`]).
+//!
 //! `cargo test --workspace` builds every package's binaries before any test runs, so the
 //! binaries sit next to the test executable's parent directory (`target/debug`).
 
@@ -41,6 +46,88 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// The token synthesis presents to the scheduler (`VOXPOOL_CLIENT_TOKEN_SYNTHESIS`), as
+/// `make run` sets it.
+pub const SYNTHESIS_TOKEN: &str = "dev-client-token-synthesis";
+/// The token of voxctl, grpcurl and the tests' own clients (`VOXPOOL_CLIENT_TOKEN_VOXCTL`), as
+/// `make run` sets it.
+pub const VOXCTL_TOKEN: &str = "dev-client-token-voxctl";
+/// The `authorization` metadata value carrying [`VOXCTL_TOKEN`].
+pub const BEARER: &str = "Bearer dev-client-token-voxctl";
+/// The `[[client_tokens]]` of `deploy/config/example.toml`, for tests that write their own
+/// config: append it and [`start`] provides the values.
+pub const CLIENT_TOKENS_TOML: &str = r#"
+[[client_tokens]]
+name = "synthesis"
+token = { env = "VOXPOOL_CLIENT_TOKEN_SYNTHESIS" }
+services = ["scheduler"]
+
+[[client_tokens]]
+name = "voxctl"
+token = { env = "VOXPOOL_CLIENT_TOKEN_VOXCTL" }
+"#;
+
+/// A gRPC client's transport that sends [`VOXCTL_TOKEN`] on every call.
+pub type Authed = tonic::service::interceptor::InterceptedService<
+    tonic::transport::Channel,
+    voxpool_shared::auth::ClientToken,
+>;
+
+/// The interceptor that sends [`VOXCTL_TOKEN`].
+pub fn voxctl_token() -> voxpool_shared::auth::ClientToken {
+    voxpool_shared::auth::ClientToken::new(&voxpool_shared::secret::Secret::new(VOXCTL_TOKEN))
+        .expect("a header value")
+}
+
+/// A channel to `addr` (`host:port`), connected.
+pub async fn connect(addr: &str) -> tonic::transport::Channel {
+    tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .expect("url")
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("connect {addr}: {e}"))
+}
+
+/// A Synthesis client for `addr` that authenticates as `voxctl`.
+pub async fn synthesis_client(
+    addr: &str,
+) -> voxpool_proto::synthesis::v1::synthesis_client::SynthesisClient<Authed> {
+    voxpool_proto::synthesis::v1::synthesis_client::SynthesisClient::with_interceptor(
+        connect(addr).await,
+        voxctl_token(),
+    )
+}
+
+/// A PoolScheduler client for `addr` that authenticates as `voxctl`.
+pub async fn scheduler_client(
+    addr: &str,
+) -> voxpool_proto::scheduler::v1::pool_scheduler_client::PoolSchedulerClient<Authed> {
+    voxpool_proto::scheduler::v1::pool_scheduler_client::PoolSchedulerClient::with_interceptor(
+        connect(addr).await,
+        voxctl_token(),
+    )
+}
+
+/// Gives `command` the client token variables it does not set itself (module doc).
+fn with_client_tokens(command: &mut Command) {
+    let set: Vec<std::ffi::OsString> = command.get_envs().map(|(k, _)| k.to_owned()).collect();
+    let is_synthesis = Path::new(command.get_program())
+        .file_name()
+        .is_some_and(|n| n == "voxpool-synthesis");
+    let mut vars = vec![
+        ("VOXPOOL_CLIENT_TOKEN_SYNTHESIS", SYNTHESIS_TOKEN),
+        ("VOXPOOL_CLIENT_TOKEN_VOXCTL", VOXCTL_TOKEN),
+    ];
+    if is_synthesis {
+        vars.push(("VOXPOOL_CLIENT_TOKEN", SYNTHESIS_TOKEN));
+    }
+    for (name, value) in vars {
+        if !set.iter().any(|k| k == name) {
+            command.env(name, value);
+        }
+    }
+}
+
 /// A child process killed on drop, with the address it reported on its first stdout line.
 pub struct Service {
     /// The process.
@@ -73,6 +160,7 @@ pub fn start(mut command: Command) -> Service {
 
 /// [`start`] with the child's stderr (its logs) sent to `stderr`, e.g. a file to inspect.
 pub fn start_with_stderr(mut command: Command, stderr: Stdio) -> Service {
+    with_client_tokens(&mut command);
     let mut child = command
         .stdout(Stdio::piped())
         .stderr(stderr)

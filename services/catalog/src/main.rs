@@ -111,6 +111,15 @@ async fn run(args: Args) -> Result<(), String> {
 }
 
 async fn serve(args: Args) -> Result<(), String> {
+    if args.server.tls_client_ca.is_some() {
+        // Its reads are open by design (voice packs hold no secret) and its admin RPCs take
+        // the admin token: accepting the flag would suggest a protection it does not give.
+        return Err(
+            "--tls-client-ca: the catalog does not authenticate callers by certificate \
+                    (its reads are open, its admin RPCs take the admin token); remove it"
+                .to_owned(),
+        );
+    }
     let token_env = std::env::var("VOXPOOL_ADMIN_TOKEN").ok();
     let auth = AdminAuth::load(args.admin_token_file.as_deref(), token_env.as_deref())
         .map_err(|e| e.to_string())?;

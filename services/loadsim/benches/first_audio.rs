@@ -65,6 +65,8 @@ async fn stack(
             scheduler_url: format!("http://{scheduler_addr}"),
             catalog_url: "http://127.0.0.1:1".into(),
             lease_ttl: server::DEFAULT_LEASE_TTL,
+            // The bench's scheduler authenticates no one (its config has no client tokens).
+            client_token: voxpool_shared::auth::ClientToken::none(),
         };
         let core = server::build(
             &config,

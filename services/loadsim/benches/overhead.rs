@@ -76,6 +76,8 @@ fn main() {
             scheduler_url: format!("http://{scheduler_addr}"),
             catalog_url: "http://127.0.0.1:1".into(),
             lease_ttl: server::DEFAULT_LEASE_TTL,
+            // The bench's scheduler authenticates no one (its config has no client tokens).
+            client_token: voxpool_shared::auth::ClientToken::none(),
         };
         let core = server::build(&config, registry::builtin(&AdapterOptions::default()), &options)
             .expect("synthesis core");

@@ -7,8 +7,8 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::Parser;
 use voxpool_shared::{
-    auth::AdminAuth,
-    config::{Config, Credentials},
+    auth::{AdminAuth, ClientAuth},
+    config::{Config, Credentials, DataPlane},
 };
 
 /// Leases TTS vendor keys to callers: least utilization first, never over a key's capacity,
@@ -76,6 +76,13 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
     let token_env = std::env::var("VOXPOOL_ADMIN_TOKEN").ok();
     let auth = AdminAuth::load(args.admin_token_file.as_deref(), token_env.as_deref())
         .map_err(|e| e.to_string())?;
+    // Read here too (serve_with reads them for itself) so that a bad client token stops the
+    // start before the address is announced.
+    ClientAuth::load(
+        &config.client_tokens,
+        DataPlane::Scheduler,
+        args.server.tls_client_ca.is_some(),
+    )?;
     let store = voxpool_scheduler::server::open_store(&args.store, &config).await?;
     let (listener, bound) = voxpool_shared::serve::bind(&args.listen).await?;
     voxpool_shared::serve::announce("voxpool-scheduler", bound)?;

@@ -5,7 +5,11 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use voxpool_shared::{auth::AdminAuth, config::Config, limits::ServerFlags};
+use voxpool_shared::{
+    auth::{AdminAuth, Authenticated, ClientAuth},
+    config::{Config, DataPlane},
+    limits::ServerFlags,
+};
 
 use crate::{
     metrics::{SchedulerMetrics, StatusCache},
@@ -21,6 +25,10 @@ use crate::{
 
 /// The gRPC service name health reports under (besides `""` for the whole process).
 pub const SERVICE_NAME: &str = "voxpool.scheduler.v1.PoolScheduler";
+
+/// PoolScheduler methods that take the admin token (checked by their handlers) instead of a
+/// client credential.
+pub const ADMIN_METHODS: &[&str] = &["SetKeyCapacity", "DisableKey", "EnableKey"];
 
 /// How often the health task pings the store.
 const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
@@ -108,7 +116,11 @@ pub async fn serve(
 
 /// [`serve`] with explicit server limits (timeout, message size, load shedding, TLS).
 ///
-/// Errors: a configured lease secret that is unusable (`signing`), or the server failing.
+/// Data-plane RPCs (all but [`ADMIN_METHODS`]) need a client credential when the config has
+/// `[[client_tokens]]` for the scheduler or `flags` has `--tls-client-ca`
+/// (`voxpool_shared::auth::ClientAuth`); their values are read here. Errors: an unreadable or
+/// too short client token, a configured lease secret that is unusable (`signing`), or the
+/// server failing.
 pub async fn serve_with(
     listener: TcpListener,
     store: Arc<dyn LeaseStore>,
@@ -117,6 +129,17 @@ pub async fn serve_with(
     flags: &ServerFlags,
     shutdown: CancellationToken,
 ) -> Result<(), String> {
+    let callers = ClientAuth::load(
+        &config.client_tokens,
+        DataPlane::Scheduler,
+        flags.tls_client_ca.is_some(),
+    )?;
+    tracing::info!(
+        client_tokens = ?callers.token_names(),
+        client_certificates = callers.accepts_certificates(),
+        "data-plane callers {}",
+        if callers.is_enabled() { "must authenticate" } else { "are not authenticated" }
+    );
     let metrics = Arc::new(SchedulerMetrics::new());
     let cache = metrics.cache();
     let signer = Arc::new(LeaseSigner::from_settings(&config.scheduler)?);
@@ -135,6 +158,7 @@ pub async fn serve_with(
     .into_server()
     .max_decoding_message_size(flags.max_message_bytes)
     .max_encoding_message_size(flags.max_message_bytes);
+    let service = Authenticated::new(service, callers, ADMIN_METHODS);
     let specs = PoolSpec::from_config(config);
     // Health follows the store; when it answers again the pools are re-seeded (it may have
     // restarted empty) before the replica reports SERVING.

@@ -294,6 +294,16 @@ fn start_up_failures_exit_non_zero_with_a_one_line_reason() {
     .unwrap();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken_addr = taken.local_addr().unwrap().to_string();
+    // A client token whose variable is unset, and one too short to resist guessing.
+    let tokens = |name: &str, var: &str| {
+        let path = dir.path().join(name);
+        let text = std::fs::read_to_string(&good).unwrap()
+            + &format!("[[client_tokens]]\nname = \"synthesis\"\ntoken = {{ env = \"{var}\" }}\n");
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let unset_token = tokens("unset-token.toml", "VOXPOOL_TEST_TOKEN_NEVER_SET");
+    let short_token = tokens("short-token.toml", "VOXPOOL_TEST_SHORT_TOKEN");
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             vec!["--config".into(), bad.display().to_string()],
@@ -342,14 +352,28 @@ fn start_up_failures_exit_non_zero_with_a_one_line_reason() {
             ],
             "--store must be",
         ),
+        (
+            vec!["--config".into(), unset_token],
+            "client_tokens[0].token: environment variable VOXPOOL_TEST_TOKEN_NEVER_SET is not set",
+        ),
+        (
+            vec!["--config".into(), short_token],
+            "client_tokens[0].token: the token of \"synthesis\" has 5 characters; use at least 16",
+        ),
     ];
     for (args, reason) in cases {
         let out = Command::new(BIN)
             .args(&args)
             .env_remove("VOXPOOL_ADMIN_TOKEN")
+            .env_remove("VOXPOOL_TEST_TOKEN_NEVER_SET")
+            .env("VOXPOOL_TEST_SHORT_TOKEN", "short")
             .output()
             .unwrap();
         assert!(!out.status.success(), "{args:?} should fail");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: failed before announcing an address"
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         let last = stderr.lines().last().unwrap_or_default();
         assert!(

@@ -29,6 +29,8 @@ pub struct Core {
     pub settings: SynthesisSettings,
     /// TTL asked for each lease; renewed every third of it during a call.
     pub lease_ttl: Duration,
+    /// `[[client_tokens]]` of the config (references, not values): read by `server::serve_with`.
+    pub client_tokens: Vec<voxpool_shared::config::ClientTokenConfig>,
     /// Every vendor call under way, including those whose caller has gone: each holds its
     /// lease until the vendor answers (see [`crate::attempt`]); shutdown waits for them.
     pub background: TaskTracker,

@@ -8,7 +8,8 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Parser;
 use voxpool_shared::{
-    config::{Config, Credentials},
+    auth::{ClientAuth, ClientToken},
+    config::{Config, Credentials, DataPlane},
     provider::Provider,
 };
 use voxpool_synthesis::{
@@ -56,6 +57,10 @@ struct Args {
     /// left out of rotation and a pool with no usable key answers FAILED_PRECONDITION.
     #[arg(long, env = "VOXPOOL_REQUIRE_CREDENTIALS")]
     require_credentials: bool,
+    /// File holding the client token presented to the scheduler (else VOXPOOL_CLIENT_TOKEN;
+    /// without either none is sent): one of the scheduler's `[[client_tokens]]`.
+    #[arg(long, env = "VOXPOOL_CLIENT_TOKEN_FILE")]
+    client_token_file: Option<PathBuf>,
     /// Validate the config (and credentials with --require-credentials), print OK, and exit.
     #[arg(long)]
     check_config: bool,
@@ -132,7 +137,18 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
         scheduler_url: args.scheduler.clone(),
         catalog_url: args.catalog.clone(),
         lease_ttl: Duration::from_millis(args.lease_ttl_ms),
+        client_token: ClientToken::load(
+            args.client_token_file.as_deref(),
+            "VOXPOOL_CLIENT_TOKEN",
+            std::env::var("VOXPOOL_CLIENT_TOKEN").ok().as_deref(),
+        )?,
     };
+    // Read here too so that a bad token stops the start before the address is announced.
+    ClientAuth::load(
+        &config.client_tokens,
+        DataPlane::Synthesis,
+        args.server.tls_client_ca.is_some(),
+    )?;
     let core = server::build(&config, adapters, &options)?;
     warn_about_credentials(&core.pools);
     let shutdown = voxpool_shared::serve::shutdown_token();

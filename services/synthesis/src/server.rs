@@ -6,7 +6,11 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use voxpool_shared::{config::Config, limits::ServerFlags};
+use voxpool_shared::{
+    auth::{Authenticated, ClientAuth, ClientToken},
+    config::{Config, DataPlane},
+    limits::ServerFlags,
+};
 
 use crate::{
     catalog::Catalog, core::Core, lease::Scheduler, pools::Pools, service::SynthesisService,
@@ -31,6 +35,9 @@ pub struct Options {
     pub catalog_url: String,
     /// TTL of each lease (`--lease-ttl-ms`); at most the config's `scheduler.max_lease_ttl_ms`.
     pub lease_ttl: Duration,
+    /// What this replica presents to the scheduler (`VOXPOOL_CLIENT_TOKEN`,
+    /// `--client-token-file`).
+    pub client_token: ClientToken,
 }
 
 /// Builds the shared state from a validated config and `adapters`. Errors are one-line reasons
@@ -47,9 +54,10 @@ pub fn build(config: &Config, adapters: Registry, options: &Options) -> Result<A
     Ok(Arc::new(Core {
         pools: Pools::from_config(config),
         adapters,
-        scheduler: Scheduler::connect_lazy(&options.scheduler_url)?,
+        scheduler: Scheduler::connect_lazy(&options.scheduler_url, options.client_token.clone())?,
         catalog: Catalog::connect_lazy(&options.catalog_url)?,
         settings: config.synthesis.clone(),
+        client_tokens: config.client_tokens.clone(),
         lease_ttl: options.lease_ttl,
         background: tokio_util::task::TaskTracker::new(),
     }))
@@ -69,6 +77,10 @@ pub async fn serve(
 /// `shutdown` is cancelled, then drains in-flight RPCs and waits for every vendor call still
 /// under way (those whose caller went away too) to be reported and released, at most
 /// `synthesis.attempt_timeout_ms` plus a second; a lease still held then expires at its TTL.
+///
+/// Every Synthesis RPC needs a client credential when `core`'s config has `[[client_tokens]]`
+/// for synthesis or `flags` has `--tls-client-ca` (`voxpool_shared::auth::ClientAuth`).
+/// Errors: an unreadable or too short client token.
 pub async fn serve_with(
     listener: TcpListener,
     core: Arc<Core>,
@@ -95,7 +107,19 @@ pub async fn serve_with(
         interval: HEALTH_INTERVAL,
         probe,
     };
+    let callers = ClientAuth::load(
+        &core.client_tokens,
+        DataPlane::Synthesis,
+        flags.tls_client_ca.is_some(),
+    )?;
+    tracing::info!(
+        client_tokens = ?callers.token_names(),
+        client_certificates = callers.accepts_certificates(),
+        "data-plane callers {}",
+        if callers.is_enabled() { "must authenticate" } else { "are not authenticated" }
+    );
     let service = SynthesisService::new(core.clone(), flags.max_message_bytes).into_server();
+    let service = Authenticated::new(service, callers, &[]);
     let result = voxpool_shared::serve::serve_grpc(
         listener,
         flags,

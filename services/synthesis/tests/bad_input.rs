@@ -257,12 +257,13 @@ async fn invalid_utf8_in_snapshot_json_is_refused_on_the_wire() {
     let path = tonic::codegen::http::uri::PathAndQuery::from_static(
         "/voxpool.synthesis.v1.Synthesis/Synthesize",
     );
+    let mut raw = tonic::Request::new(RawBytes(raw));
+    raw.metadata_mut().insert(
+        "authorization",
+        "Bearer secret-client-tests".parse().expect("header"),
+    );
     let err = grpc
-        .unary::<RawBytes, pb::SynthesizeResponse, _>(
-            tonic::Request::new(RawBytes(raw)),
-            path,
-            RawCodec::default(),
-        )
+        .unary::<RawBytes, pb::SynthesizeResponse, _>(raw, path, RawCodec::default())
         .await
         .expect_err("invalid UTF-8 must be refused");
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");

@@ -53,6 +53,8 @@ async fn measure(url: &str, snapshot: Option<&serde_json::Value>) -> Vec<f64> {
         config.concurrency = CONCURRENCY;
         config.progress = ProgressMode::Quiet;
         config.deadline = Duration::from_secs(30);
+        // The real stack authenticates its callers (stack.rs); the fake server ignores it.
+        config.token = voxctl::connect::client_token(Some(stack::CLIENT_TOKEN)).expect("token");
         let started = Instant::now();
         let outcome = batch::run(config, Shutdown::new())
             .await

@@ -2,6 +2,8 @@
 
 use std::io::Read as _;
 
+use voxpool_shared::auth::ClientToken;
+
 use crate::{
     batch::{self, BatchConfig},
     breaker::BreakerConfig,
@@ -20,8 +22,15 @@ use crate::{
 
 /// Runs a command; returns the exit code.
 pub async fn run(cli: Cli) -> u8 {
+    let token = match crate::connect::client_token(cli.token.as_deref()) {
+        Ok(token) => token,
+        Err(e) => {
+            eprintln!("voxctl: {e}");
+            return 2;
+        }
+    };
     let result = match cli.command {
-        Command::Batch(args) => return run_batch(args).await,
+        Command::Batch(args) => return run_batch(args, token).await,
         Command::Pool {
             command:
                 PoolCommand::Status {
@@ -35,13 +44,14 @@ pub async fn run(cli: Cli) -> u8 {
             pool::status(
                 &scheduler,
                 &synthesis,
+                &token,
                 pool.as_deref(),
                 watch.then_some(interval),
             )
             .await
         }
         Command::Packs(args) => run_packs(args).await,
-        Command::Synth(args) => run_synth(args).await,
+        Command::Synth(args) => run_synth(args, token).await,
     };
     match result {
         Ok(()) => 0,
@@ -93,8 +103,10 @@ pub fn batch_config(args: BatchArgs) -> BatchConfig {
     config
 }
 
-async fn run_batch(args: BatchArgs) -> u8 {
-    match batch::run(batch_config(args), Shutdown::on_signals()).await {
+async fn run_batch(args: BatchArgs, token: ClientToken) -> u8 {
+    let mut config = batch_config(args);
+    config.token = token;
+    match batch::run(config, Shutdown::on_signals()).await {
         Ok(outcome) => outcome.exit_code,
         Err(e) => {
             eprintln!("voxctl: {e}");
@@ -152,7 +164,7 @@ async fn run_packs(args: PacksArgs) -> Result<(), OpError> {
     Ok(())
 }
 
-async fn run_synth(args: SynthArgs) -> Result<(), OpError> {
+async fn run_synth(args: SynthArgs, token: ClientToken) -> Result<(), OpError> {
     let voice = match (&args.pack, &args.snapshot, &args.card) {
         (Some(pack), _, _) => Voice::PackId(pack.clone()),
         (_, Some(file), _) => manifest::from_snapshot_file(file).map_err(OpError::usage)?,
@@ -183,6 +195,7 @@ async fn run_synth(args: SynthArgs) -> Result<(), OpError> {
         max_chars: args.max_chars as usize,
         priority: args.priority.to_pb(),
         tenant: args.tenant,
+        token,
     })
     .await
 }

@@ -8,7 +8,6 @@ use std::{sync::Arc, time::Duration};
 
 use backon::Retryable as _;
 use governor::DefaultDirectRateLimiter;
-use tonic::transport::Channel;
 use voxpool_proto::synthesis::v1::{
     SynthesizeRequest, SynthesizeResponse, synthesis_client::SynthesisClient,
 };
@@ -23,7 +22,7 @@ use crate::{
 #[derive(Clone)]
 pub struct Caller {
     /// The Synthesis client (one HTTP/2 connection, cloned per call).
-    pub client: SynthesisClient<Channel>,
+    pub client: SynthesisClient<crate::connect::Authed>,
     /// Where it points (`--synthesis`), named in errors that never reached the server.
     pub url: String,
     /// The shared circuit breaker.

@@ -1,10 +1,21 @@
-//! gRPC channels to the voxpool services and the admin bearer token.
+//! gRPC channels to the voxpool services, the client token (`--token`, `VOXPOOL_CLIENT_TOKEN`)
+//! sent to synthesis and the scheduler, and the admin bearer token.
 //!
 //! Channels connect lazily (the first call connects; a later call reconnects after a failure),
 //! so a service that is down when voxctl starts is handled by the retry/breaker logic instead
 //! of failing the whole run up front.
 
-use tonic::{Request, Status, metadata::MetadataValue, service::Interceptor, transport::Channel};
+use tonic::{
+    Request, Status,
+    metadata::MetadataValue,
+    service::{Interceptor, interceptor::InterceptedService},
+    transport::Channel,
+};
+use voxpool_shared::auth::ClientToken;
+
+/// A channel whose calls carry the client token: for synthesis and the scheduler, whose
+/// data-plane RPCs need one when they are configured with `[[client_tokens]]`.
+pub type Authed = InterceptedService<Channel, ClientToken>;
 
 /// Largest response accepted (long items produce large audio).
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
@@ -29,6 +40,16 @@ pub fn channel(spec: &str) -> Result<Channel, UrlError> {
             url: spec.to_owned(),
             reason,
         })
+}
+
+/// [`channel`] with `token` sent on every call.
+pub fn authed(spec: &str, token: &ClientToken) -> Result<Authed, UrlError> {
+    Ok(InterceptedService::new(channel(spec)?, token.clone()))
+}
+
+/// The client token from `--token` / `VOXPOOL_CLIENT_TOKEN` (none when unset).
+pub fn client_token(value: Option<&str>) -> Result<ClientToken, String> {
+    ClientToken::load(None, "--token / VOXPOOL_CLIENT_TOKEN", value)
 }
 
 /// Adds `authorization: Bearer <token>` to every request.

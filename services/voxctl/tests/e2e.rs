@@ -61,6 +61,7 @@ fn voxctl(manifest: &std::path::Path, out: &std::path::Path, url: &str, extra: &
         "20s",
     ]);
     c.args(extra)
+        .env("VOXPOOL_CLIENT_TOKEN", common::stack::CLIENT_TOKEN)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -221,6 +222,7 @@ async fn a_dry_run_reports_items_whose_pack_pins_a_pool_the_scheduler_does_not_s
         .arg("--out")
         .arg(dir.path().join("out"))
         .args(["--dry-run", "--synthesis", &stack.synthesis_url])
+        .env("VOXPOOL_CLIENT_TOKEN", common::stack::CLIENT_TOKEN)
         .args([
             "--catalog",
             &catalog.url(),

@@ -32,12 +32,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::provider::Provider;
 
+mod client_tokens;
 mod credential;
 mod load_error;
 mod settings;
 mod validate;
 
 pub use self::{
+    client_tokens::{ClientTokenConfig, DataPlane},
     credential::CredentialRef,
     settings::{SchedulerSettings, SynthesisSettings},
     validate::{ConfigError, ConfigProblem, Credentials, is_valid_id},
@@ -59,6 +61,9 @@ pub struct Config {
     /// Synthesis tuning (text limits, attempts, timeouts).
     #[serde(default)]
     pub synthesis: SynthesisSettings,
+    /// Data-plane caller tokens (`[[client_tokens]]`, see [`ClientTokenConfig`]).
+    #[serde(default)]
+    pub client_tokens: Vec<ClientTokenConfig>,
 }
 
 /// One pool: the keys that serve one tts model id.

@@ -294,6 +294,7 @@ impl Config {
                 ),
             );
         }
+        problems.extend(super::client_tokens::problems(&self.client_tokens));
         if problems.is_empty() {
             Ok(())
         } else {

@@ -28,7 +28,7 @@ use std::time::Duration;
 use tonic::{Code, Status, service::interceptor::InterceptedService, transport::Channel};
 use tonic_types::StatusExt;
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
-use voxpool_shared::{contract::SchedulerReason, telemetry::TraceContextInterceptor};
+use voxpool_shared::{auth::ClientToken, contract::SchedulerReason};
 
 pub use guard::LeaseGuard;
 
@@ -39,7 +39,7 @@ const SMALL_RPC_TIMEOUT: Duration = Duration::from_secs(6);
 /// The scheduler's gRPC client (lazily connected) and its URL for messages.
 #[derive(Clone, Debug)]
 pub struct Scheduler {
-    client: PoolSchedulerClient<InterceptedService<Channel, TraceContextInterceptor>>,
+    client: PoolSchedulerClient<InterceptedService<Channel, ClientToken>>,
     health: tonic_health::pb::health_client::HealthClient<Channel>,
     endpoints: voxpool_shared::endpoints::Endpoints,
     url: String,
@@ -192,6 +192,14 @@ fn classify(status: &Status) -> AcquireError {
         (Code::NotFound | Code::InvalidArgument | Code::FailedPrecondition, _) => {
             AcquireError::Mismatch { message }
         }
+        // A deployment mistake, not an outage: retrying cannot help.
+        (Code::Unauthenticated | Code::PermissionDenied, _) => AcquireError::Mismatch {
+            message: format!(
+                "the scheduler refused this synthesis replica as a caller ({message}); give \
+                 synthesis one of the scheduler's [[client_tokens]] in VOXPOOL_CLIENT_TOKEN or \
+                 --client-token-file"
+            ),
+        },
         (Code::Unavailable, _) => AcquireError::Unreachable { message },
         (code, _) => AcquireError::Unreachable {
             message: format!("{code:?}: {message}"),
@@ -201,13 +209,13 @@ fn classify(status: &Status) -> AcquireError {
 
 impl Scheduler {
     /// A client for `spec` (`URL[,URL...]`, see `voxpool_shared::endpoints`) that connects on
-    /// first use.
+    /// first use and presents `token` on every call (health checks go without).
     /// Needs a Tokio runtime (the endpoint prober is a task).
-    pub fn connect_lazy(spec: &str) -> Result<Self, String> {
+    pub fn connect_lazy(spec: &str, token: ClientToken) -> Result<Self, String> {
         let endpoints = voxpool_shared::endpoints::Endpoints::start("--scheduler", spec)?;
         let channel = endpoints.channel.clone();
         Ok(Self {
-            client: PoolSchedulerClient::with_interceptor(channel.clone(), TraceContextInterceptor),
+            client: PoolSchedulerClient::with_interceptor(channel.clone(), token),
             health: tonic_health::pb::health_client::HealthClient::new(channel),
             endpoints,
             url: spec.to_owned(),
@@ -388,65 +396,4 @@ impl Scheduler {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::HashMap;
-
-    use super::*;
-    use voxpool_shared::status::with_info;
-
-    #[test]
-    fn scheduler_errors_are_classified_by_code_and_reason() {
-        let full = with_info(
-            Code::ResourceExhausted,
-            "full",
-            "POOL_FULL",
-            HashMap::new(),
-            Some(Duration::from_millis(250)),
-        );
-        assert_eq!(
-            classify(&full),
-            AcquireError::PoolFull {
-                message: "full".into(),
-                retry_after: Some(Duration::from_millis(250))
-            }
-        );
-        let none = with_info(
-            Code::ResourceExhausted,
-            "none",
-            "NO_ELIGIBLE_KEY",
-            HashMap::new(),
-            None,
-        );
-        assert!(matches!(
-            classify(&none),
-            AcquireError::NoEligibleKey { .. }
-        ));
-        let cooling = with_info(
-            Code::Unavailable,
-            "cool",
-            "KEYS_UNAVAILABLE",
-            HashMap::new(),
-            None,
-        );
-        assert!(matches!(
-            classify(&cooling),
-            AcquireError::KeysUnavailable { .. }
-        ));
-        let store = with_info(
-            Code::Unavailable,
-            "store",
-            "STORE_UNAVAILABLE",
-            HashMap::new(),
-            None,
-        );
-        assert!(matches!(classify(&store), AcquireError::Unreachable { .. }));
-        assert!(matches!(
-            classify(&Status::not_found("pool")),
-            AcquireError::Mismatch { .. }
-        ));
-        assert!(matches!(
-            classify(&Status::unavailable("tcp connect error")),
-            AcquireError::Unreachable { .. }
-        ));
-    }
-}
+mod tests;

@@ -9,12 +9,18 @@ use std::{net::SocketAddr, time::Duration};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
+use tonic::{service::interceptor::InterceptedService, transport::Channel};
 use voxpool_proto::{
     scheduler::v1::{self as spb, pool_scheduler_client::PoolSchedulerClient},
     synthesis::v1::{self as pb, synthesis_client::SynthesisClient},
 };
-use voxpool_shared::{auth::AdminAuth, config::Config, limits::ServerFlags, snapshot::Snapshot};
+use voxpool_shared::{
+    auth::{AdminAuth, ClientToken},
+    config::Config,
+    limits::ServerFlags,
+    secret::Secret,
+    snapshot::Snapshot,
+};
 use voxpool_synthesis::{
     server::{self, Options},
     vendor::registry::Registry,
@@ -23,6 +29,27 @@ use voxpool_synthesis::{
 /// Scheduler settings for tests: fast polling, no recovery window unless [`Opts`] asks.
 pub const SCHEDULER_SETTINGS: &str =
     "\n[scheduler]\nwait_poll_ms = 10\nrate_limit_cooldown_ms = 60000\n";
+
+/// Client tokens every stack runs with (their files are written by [`materialize`]): the
+/// synthesis server presents `synthesis` to the scheduler, the tests' own clients `tests`.
+pub const CLIENT_TOKENS: &str = "
+[[client_tokens]]
+name = \"synthesis\"
+token = { file = \"{dir}/client-synthesis\" }
+services = [\"scheduler\"]
+
+[[client_tokens]]
+name = \"tests\"
+token = { file = \"{dir}/client-tests\" }
+";
+
+/// The token [`CLIENT_TOKENS`] gives `name` (what [`materialize`] writes).
+pub fn client_token(name: &str) -> ClientToken {
+    ClientToken::new(&Secret::new(format!("secret-client-{name}"))).expect("a header value")
+}
+
+/// A gRPC client type of the tests: their calls carry the `tests` client token.
+pub type Authed = InterceptedService<Channel, ClientToken>;
 
 /// Synthesis server options for a test.
 pub struct Opts {
@@ -91,8 +118,8 @@ pub async fn gated_proxy(
 
 /// A running scheduler + synthesis pair.
 pub struct Stack {
-    pub synthesis: SynthesisClient<Channel>,
-    pub scheduler: PoolSchedulerClient<Channel>,
+    pub synthesis: SynthesisClient<Authed>,
+    pub scheduler: PoolSchedulerClient<Authed>,
     pub synthesis_addr: SocketAddr,
     pub scheduler_addr: SocketAddr,
     pub config: Config,
@@ -188,8 +215,9 @@ impl Stack {
         } = opts;
         let dir = tempfile::tempdir().expect("tempdir");
         let text = format!(
-            "{}{SCHEDULER_SETTINGS}recovery_window_ms = {recovery_window_ms}\n",
-            materialize(toml, dir.path())
+            "{}{SCHEDULER_SETTINGS}recovery_window_ms = {recovery_window_ms}\n{}",
+            materialize(toml, dir.path()),
+            materialize(CLIENT_TOKENS, dir.path())
         );
         let config = Config::from_toml_str(&text).expect("config parses");
         config
@@ -206,6 +234,7 @@ impl Stack {
             scheduler_url: format!("http://{reach_scheduler}"),
             catalog_url: catalog,
             lease_ttl,
+            client_token: client_token("synthesis"),
         };
         let core = server::build(&config, registry, &options).expect("build synthesis");
         let listener = TcpListener::bind("127.0.0.1:0")
@@ -219,10 +248,14 @@ impl Stack {
                 .expect("synthesis serve");
         });
         let synthesis = client(synthesis_addr, |c| {
-            SynthesisClient::new(c).max_decoding_message_size(64 << 20)
+            SynthesisClient::with_interceptor(c, client_token("tests"))
+                .max_decoding_message_size(64 << 20)
         })
         .await;
-        let scheduler = client(scheduler_addr, PoolSchedulerClient::new).await;
+        let scheduler = client(scheduler_addr, |c| {
+            PoolSchedulerClient::with_interceptor(c, client_token("tests"))
+        })
+        .await;
         Self {
             synthesis,
             scheduler,

@@ -59,6 +59,8 @@ pub struct BatchConfig {
     pub force: bool,
     /// How progress is shown.
     pub progress: ProgressMode,
+    /// Client token sent to synthesis and the scheduler (`--token`).
+    pub token: voxpool_shared::auth::ClientToken,
 }
 
 impl BatchConfig {
@@ -86,6 +88,7 @@ impl BatchConfig {
             retry_failed: false,
             force: false,
             progress: ProgressMode::Auto,
+            token: voxpool_shared::auth::ClientToken::none(),
         }
     }
 }

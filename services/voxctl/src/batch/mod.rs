@@ -193,10 +193,10 @@ async fn check_pack_ids(config: &BatchConfig, manifest: &mut Manifest) -> Result
         return Ok(());
     };
     let pools = match &config.scheduler {
-        Some(scheduler) => scheduler_pools(scheduler).await?,
+        Some(scheduler) => scheduler_pools(scheduler, &config.token).await?,
         None => None,
     };
-    let not_serving = synthesis_not_serving(&config.synthesis).await;
+    let not_serving = synthesis_not_serving(&config.synthesis, &config.token).await;
     let uses_packs = manifest
         .items
         .iter()
@@ -222,8 +222,11 @@ async fn check_pack_ids(config: &BatchConfig, manifest: &mut Manifest) -> Result
 
 /// Pools synthesis says it cannot serve (no key with a credential, no adapter), with why;
 /// empty when it does not answer (the run will find out per item).
-async fn synthesis_not_serving(url: &str) -> BTreeMap<String, String> {
-    let Ok(channel) = connect::channel(url) else {
+async fn synthesis_not_serving(
+    url: &str,
+    token: &voxpool_shared::auth::ClientToken,
+) -> BTreeMap<String, String> {
+    let Ok(channel) = connect::authed(url, token) else {
         return BTreeMap::new();
     };
     let mut client = SynthesisClient::new(channel);
@@ -271,8 +274,11 @@ async fn synthesis_not_serving(url: &str) -> BTreeMap<String, String> {
 }
 
 /// The scheduler's pool ids, or `None` (with a warning) when it cannot answer.
-async fn scheduler_pools(url: &str) -> Result<Option<BTreeSet<String>>, BatchError> {
-    let mut client = PoolSchedulerClient::new(connect::channel(url)?);
+async fn scheduler_pools(
+    url: &str,
+    token: &voxpool_shared::auth::ClientToken,
+) -> Result<Option<BTreeSet<String>>, BatchError> {
+    let mut client = PoolSchedulerClient::new(connect::authed(url, token)?);
     let listed = tokio::time::timeout(
         Duration::from_secs(10),
         client.list_pools(ListPoolsRequest {}),
@@ -334,7 +340,7 @@ fn caller(
     breaker: &Arc<Breaker>,
     stats: &Arc<Stats>,
 ) -> Result<Caller, BatchError> {
-    let client = SynthesisClient::new(connect::channel(&config.synthesis)?)
+    let client = SynthesisClient::new(connect::authed(&config.synthesis, &config.token)?)
         .max_decoding_message_size(connect::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(connect::MAX_MESSAGE_BYTES);
     let limiter = match config.qps {

@@ -34,6 +34,9 @@ impl OpError {
     /// From a gRPC status of `what` (e.g. `GetVoicePack`).
     pub fn status(what: &str, status: &tonic::Status) -> Self {
         let hint = match status.code() {
+            tonic::Code::Unauthenticated if status.message().contains("client token") => {
+                " (voxctl sends the client token from --token or VOXPOOL_CLIENT_TOKEN; make run's is dev-client-token-voxctl)"
+            }
             tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => {
                 " (voxctl sends the admin token from --admin-token or VOXPOOL_ADMIN_TOKEN; make run uses dev-admin-token-local)"
             }
@@ -53,5 +56,34 @@ impl OpError {
 impl From<crate::connect::UrlError> for OpError {
     fn from(e: crate::connect::UrlError) -> Self {
         Self::usage(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OpError;
+
+    #[test]
+    fn an_unauthenticated_answer_points_at_the_token_it_is_about() {
+        let client = OpError::status(
+            "GetPoolStatus",
+            &tonic::Status::unauthenticated(
+                "this RPC needs an authenticated caller: send 'authorization: Bearer <client token>'",
+            ),
+        );
+        assert!(
+            client.message.contains("--token or VOXPOOL_CLIENT_TOKEN"),
+            "{}",
+            client.message
+        );
+        let admin = OpError::status(
+            "DisableVoicePack",
+            &tonic::Status::unauthenticated("admin token rejected"),
+        );
+        assert!(
+            admin.message.contains("VOXPOOL_ADMIN_TOKEN"),
+            "{}",
+            admin.message
+        );
     }
 }

@@ -27,11 +27,12 @@ const BAR: usize = 20;
 pub async fn status(
     scheduler: &str,
     synthesis: &str,
+    token: &voxpool_shared::auth::ClientToken,
     pool: Option<&str>,
     watch: Option<Duration>,
 ) -> Result<(), OpError> {
-    let mut client = PoolSchedulerClient::new(connect::channel(scheduler)?);
-    let mut synthesis_client = SynthesisClient::new(connect::channel(synthesis)?);
+    let mut client = PoolSchedulerClient::new(connect::authed(scheduler, token)?);
+    let mut synthesis_client = SynthesisClient::new(connect::authed(synthesis, token)?);
     let tty = std::io::stdout().is_terminal();
     loop {
         let pools = fetch(&mut client, pool).await?;
@@ -75,7 +76,7 @@ pub async fn status(
 }
 
 async fn fetch(
-    client: &mut PoolSchedulerClient<tonic::transport::Channel>,
+    client: &mut PoolSchedulerClient<connect::Authed>,
     pool: Option<&str>,
 ) -> Result<Vec<PoolStatus>, OpError> {
     match pool {
@@ -94,7 +95,7 @@ async fn fetch(
 
 /// Synthesis's view of every pool, or why it did not answer.
 async fn readiness(
-    client: &mut SynthesisClient<tonic::transport::Channel>,
+    client: &mut SynthesisClient<connect::Authed>,
 ) -> Result<Vec<PoolReadiness>, String> {
     let call = client.list_pools(synthesis_pb::ListPoolsRequest {});
     match tokio::time::timeout(Duration::from_secs(3), call).await {

@@ -47,6 +47,8 @@ pub struct SynthJob {
     pub priority: voxpool_proto::scheduler::v1::Priority,
     /// Tenant of the calls.
     pub tenant: String,
+    /// Client token sent with every call (`--token`).
+    pub token: voxpool_shared::auth::ClientToken,
 }
 
 /// Synthesizes the job; prints where the audio went and which keys served it.
@@ -66,7 +68,7 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
             target_dir.display()
         )));
     }
-    let client = SynthesisClient::new(connect::channel(&job.synthesis)?)
+    let client = SynthesisClient::new(connect::authed(&job.synthesis, &job.token)?)
         .max_decoding_message_size(connect::MAX_MESSAGE_BYTES);
     let caller = Caller {
         client,

@@ -43,6 +43,8 @@ pub fn config(manifest: &Path, out: &Path, url: &str) -> BatchConfig {
     c.catalog = None;
     c.progress = ProgressMode::Quiet;
     c.deadline = Duration::from_secs(10);
+    // What the real stack accepts (stack.rs); the fake servers ignore it.
+    c.token = voxctl::connect::client_token(Some(stack::CLIENT_TOKEN)).expect("token");
     c.retry = RetryPolicy {
         max_attempts: 5,
         base: Duration::from_millis(1),

@@ -13,12 +13,15 @@ use std::{
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tonic::{Request, Response, Status, transport::Channel};
+use tonic::{
+    Request, Response, Status, service::interceptor::InterceptedService, transport::Channel,
+};
 use voxpool_proto::synthesis::v1::{
     AudioChunk, SynthesizeRequest, SynthesizeResponse,
     synthesis_client::SynthesisClient,
     synthesis_server::{Synthesis, SynthesisServer},
 };
+use voxpool_shared::auth::ClientToken;
 
 #[derive(Default)]
 struct Counts {
@@ -27,9 +30,17 @@ struct Counts {
 }
 
 struct Inner {
-    upstream: SynthesisClient<Channel>,
+    upstream: SynthesisClient<InterceptedService<Channel, ClientToken>>,
     counts: Mutex<Counts>,
     successes: watch::Sender<u64>,
+}
+
+/// The stack's client token: the proxy is voxpool's caller, voxctl only the proxy's.
+fn stack_token() -> ClientToken {
+    ClientToken::new(&voxpool_shared::secret::Secret::new(
+        super::stack::CLIENT_TOKEN,
+    ))
+    .expect("a header value")
 }
 
 /// A running proxy; stops when dropped.
@@ -49,7 +60,8 @@ impl CountingProxy {
             .expect("url")
             .connect_lazy();
         let inner = Arc::new(Inner {
-            upstream: SynthesisClient::new(channel).max_decoding_message_size(256 << 20),
+            upstream: SynthesisClient::with_interceptor(channel, stack_token())
+                .max_decoding_message_size(256 << 20),
             counts: Mutex::new(Counts::default()),
             successes: watch::channel(0).0,
         });

@@ -20,6 +20,14 @@ use tokio::{
     process::{Child, Command},
 };
 
+/// The client token voxctl presents to the stack's synthesis and scheduler (the stack runs
+/// with `[[client_tokens]]` on, as `make run` does).
+pub const CLIENT_TOKEN: &str = "voxctl-e2e-client-token";
+/// The token the stack's synthesis presents to its scheduler.
+const SYNTHESIS_TOKEN: &str = "voxctl-e2e-synthesis-token";
+/// The stack's `[[client_tokens]]`.
+const CLIENT_TOKENS: &str = "[[client_tokens]]\nname = \"synthesis\"\ntoken = { env = \"VOXCTL_E2E_TOKEN_SYNTHESIS\" }\nservices = [\"scheduler\"]\n[[client_tokens]]\nname = \"voxctl\"\ntoken = { env = \"VOXCTL_E2E_TOKEN_VOXCTL\" }\n";
+
 /// Pool id used by the stack.
 pub const POOL: &str = "fake-openai";
 /// A second pool of the stack whose only key has no credential (synthesis cannot serve it).
@@ -155,6 +163,7 @@ impl Stack {
         toml.push_str(&format!(
             "[[pools]]\nid = \"{UNSERVED_POOL}\"\nprovider = \"openai\"\n[[pools.upstreams]]\nid = \"acct-x\"\nbase_url = \"{vendor_url}\"\n[[pools.upstreams.keys]]\nid = \"k0\"\ncapacity = 1\ncredential = {{ env = \"VOXCTL_E2E_NEVER_SET\" }}\n"
         ));
+        toml.push_str(CLIENT_TOKENS);
         toml.push_str("\n[scheduler]\nrate_limit_cooldown_ms = 200\nfailure_threshold = 5\nfailure_backoff_base_ms = 100\nfailure_backoff_max_ms = 500\nwait_poll_ms = 10\nrecovery_window_ms = 0\n");
         let config = dir.path().join("pools.toml");
         std::fs::write(&config, toml).expect("write config");
@@ -164,6 +173,8 @@ impl Stack {
             .arg(&config)
             .args(["--listen", "127.0.0.1:0", "--store", "memory"])
             .env_remove("VOXPOOL_ADMIN_TOKEN")
+            .env("VOXCTL_E2E_TOKEN_SYNTHESIS", SYNTHESIS_TOKEN)
+            .env("VOXCTL_E2E_TOKEN_VOXCTL", CLIENT_TOKEN)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -188,6 +199,8 @@ impl Stack {
             .env("VOXPOOL_LOG_FORMAT", "json")
             .env("RUST_LOG", "info")
             .env("VOXCTL_E2E_KEY", "sk-fake-e2e")
+            .env("VOXCTL_E2E_TOKEN_VOXCTL", CLIENT_TOKEN)
+            .env("VOXPOOL_CLIENT_TOKEN", SYNTHESIS_TOKEN)
             .env_remove("VOXCTL_E2E_NEVER_SET")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -1,0 +1,93 @@
+use clap::CommandFactory as _;
+
+use super::*;
+
+#[test]
+fn the_command_line_definition_is_consistent() {
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn batch_defaults_match_the_documented_ones() {
+    let cli = Cli::try_parse_from(["voxctl", "batch", "m.jsonl", "--out", "d"]).expect("parse");
+    let Command::Batch(b) = cli.command else {
+        panic!("not batch");
+    };
+    assert_eq!(
+        (b.concurrency, b.max_attempts, b.max_chars),
+        (16, 5, 20_000)
+    );
+    assert_eq!(b.deadline, Duration::from_secs(60));
+    assert_eq!(b.format, Format::Wav);
+    assert_eq!(
+        b.priority,
+        PriorityArg::Batch,
+        "bulk work is BATCH unless told"
+    );
+}
+
+#[test]
+fn zero_periods_and_out_of_range_shares_are_usage_errors() {
+    let batch = |extra: &[&str]| {
+        let mut args = vec!["voxctl", "batch", "m.jsonl", "--out", "d"];
+        args.extend_from_slice(extra);
+        Cli::try_parse_from(args)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    for bad in [
+        &["--progress-interval", "0s"][..],
+        &["--deadline", "0s"],
+        &["--breaker-ratio", "2"],
+        &["--breaker-ratio", "0"],
+        &["--breaker-ratio", "-0.1"],
+        &["--breaker-window", "0"],
+        &["--priority", "urgent"],
+        &["--tenant", &"t".repeat(65)],
+    ] {
+        let err = batch(bad).expect_err("refused");
+        assert!(err.contains(bad[0]), "{bad:?}: {err}");
+    }
+    assert!(batch(&["--breaker-ratio", "1", "--deadline", "1ms"]).is_ok());
+    let watch = Cli::try_parse_from(["voxctl", "pool", "status", "--watch", "--interval", "0s"]);
+    assert!(watch.is_err(), "a zero redraw period would spin");
+    let without_watch = Cli::try_parse_from(["voxctl", "pool", "status", "--interval", "2s"]);
+    assert!(
+        without_watch.is_err(),
+        "--interval means nothing without --watch"
+    );
+}
+
+#[test]
+fn synth_needs_exactly_one_voice() {
+    assert!(Cli::try_parse_from(["voxctl", "synth", "hi", "-o", "x.wav"]).is_err());
+    assert!(
+        Cli::try_parse_from([
+            "voxctl", "synth", "hi", "-o", "x.wav", "--pack", "a", "--card", "c"
+        ])
+        .is_err()
+    );
+    assert!(Cli::try_parse_from(["voxctl", "synth", "hi", "-o", "x.wav", "--pack", "a"]).is_ok());
+}
+
+#[test]
+fn the_client_token_is_taken_after_any_subcommand() {
+    for args in [
+        &["voxctl", "--token", "t-0123456789abcdef", "pool", "status"][..],
+        &["voxctl", "pool", "status", "--token", "t-0123456789abcdef"],
+        &[
+            "voxctl",
+            "synth",
+            "hi",
+            "-o",
+            "x.wav",
+            "--pack",
+            "a",
+            "--token",
+            "t-0123456789abcdef",
+        ],
+    ] {
+        let cli = Cli::try_parse_from(args).expect("parses");
+        assert_eq!(cli.token.as_deref(), Some("t-0123456789abcdef"), "{args:?}");
+    }
+}

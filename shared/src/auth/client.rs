@@ -1,0 +1,442 @@
+//! Data-plane callers: who may call Acquire, Report, Synthesize and the other non-admin RPCs.
+//!
+//! A service authenticates its callers when configured to: by a service bearer token listed in
+//! the config's `[[client_tokens]]` (`authorization: Bearer <token>`, parsed as admin tokens
+//! are: one entry, case-insensitive scheme), and/or by a client certificate verified against
+//! `--tls-client-ca` during the TLS handshake. Either one suffices; a token that is presented
+//! must be a known one, even on a connection with a good certificate. Tokens are kept as their
+//! SHA-256 digests and compared in constant time against every accepted digest.
+//!
+//! The caller's [`CallerIdentity`] (`token:<name>` or `mtls:CN=<common name>`, never the
+//! secret) goes into the request's extensions, where handlers read it with
+//! [`caller_identity`], and into the RPC's `grpc.server` span as `caller`. With nothing
+//! configured every call is let through and carries no identity.
+
+use std::{fmt, path::Path, sync::Arc};
+
+use sha2::{Digest as _, Sha256};
+use subtle::ConstantTimeEq;
+use tonic::{
+    Status,
+    metadata::{Ascii, MetadataValue},
+};
+
+use super::{BearerError, MIN_TOKEN_CHARS, bearer_token};
+use crate::{
+    config::{ClientTokenConfig, DataPlane},
+    secret::Secret,
+};
+
+/// Who made a data-plane call: `token:<name>` (a `[[client_tokens]]` entry) or
+/// `mtls:CN=<common name>` (also `mtls:DNS=…`, `mtls:URI=…` when the certificate has no common
+/// name, `mtls:sha256=…` when it has no usable name at all). Never holds a secret.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CallerIdentity(String);
+
+impl CallerIdentity {
+    /// The identity of the `[[client_tokens]]` entry named `name`.
+    pub fn token(name: &str) -> Self {
+        Self(format!("token:{name}"))
+    }
+
+    /// An identity taken from a verified client certificate (`what` such as `CN=synthesis`).
+    pub(crate) fn mtls(what: &str) -> Self {
+        Self(format!("mtls:{what}"))
+    }
+
+    /// The identity as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CallerIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The authenticated caller of `req`, or `None` when the service authenticates no callers (no
+/// `[[client_tokens]]` for it and no `--tls-client-ca`) or the RPC is not a data-plane one.
+pub fn caller_identity<T>(req: &tonic::Request<T>) -> Option<&CallerIdentity> {
+    req.extensions().get::<CallerIdentity>()
+}
+
+/// One accepted token: the caller's name and the digest of its token.
+#[derive(Clone)]
+struct Accepted {
+    name: String,
+    digest: [u8; 32],
+}
+
+/// How a service authenticates its data-plane callers (module doc). Cheap to clone.
+#[derive(Clone)]
+pub struct ClientAuth {
+    tokens: Arc<Vec<Accepted>>,
+    mtls: bool,
+}
+
+impl fmt::Debug for ClientAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.tokens.iter().map(|t| t.name.as_str()).collect();
+        f.debug_struct("ClientAuth")
+            .field("tokens", &names)
+            .field("mtls", &self.mtls)
+            .finish()
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+impl ClientAuth {
+    /// No authentication: every call is let through, without identity.
+    pub fn open() -> Self {
+        Self {
+            tokens: Arc::new(Vec::new()),
+            mtls: false,
+        }
+    }
+
+    /// Reads the tokens of the `entries` that `service` accepts; `mtls` when the server
+    /// verifies client certificates (`--tls-client-ca`). Errors, naming the entry and never a
+    /// value: an unreadable or empty credential, a token shorter than [`MIN_TOKEN_CHARS`], two
+    /// entries with the same token (their callers could not be told apart).
+    pub fn load(
+        entries: &[ClientTokenConfig],
+        service: DataPlane,
+        mtls: bool,
+    ) -> Result<Self, String> {
+        let mut tokens = Vec::new();
+        for (i, entry) in entries.iter().enumerate() {
+            if !entry.accepted_by(service) {
+                continue;
+            }
+            let path = format!("client_tokens[{i}].token");
+            let secret = entry.token.resolve().map_err(|e| format!("{path}: {e}"))?;
+            let chars = secret.expose().chars().count();
+            if chars < MIN_TOKEN_CHARS {
+                return Err(format!(
+                    "{path}: the token of {:?} has {chars} characters; use at least {MIN_TOKEN_CHARS} (e.g. `openssl rand -hex 24`)",
+                    entry.name
+                ));
+            }
+            tokens.push((entry.name.clone(), secret));
+        }
+        Self::with_tokens(tokens, mtls)
+    }
+
+    /// Accepts `tokens` (caller name, token) and, with `mtls`, verified client certificates.
+    /// Errors: two names with the same token.
+    pub fn with_tokens(
+        tokens: impl IntoIterator<Item = (String, Secret)>,
+        mtls: bool,
+    ) -> Result<Self, String> {
+        let mut accepted: Vec<Accepted> = Vec::new();
+        for (name, secret) in tokens {
+            let digest = digest(secret.expose());
+            if let Some(twin) = accepted.iter().find(|a| a.digest == digest) {
+                return Err(format!(
+                    "client tokens {:?} and {name:?} are the same token: give each caller its own",
+                    twin.name
+                ));
+            }
+            accepted.push(Accepted { name, digest });
+        }
+        Ok(Self {
+            tokens: Arc::new(accepted),
+            mtls,
+        })
+    }
+
+    /// True when calls must be authenticated (some token accepted, or mTLS).
+    pub fn is_enabled(&self) -> bool {
+        self.mtls || !self.tokens.is_empty()
+    }
+
+    /// The names of the accepted tokens (for the start-up log line).
+    pub fn token_names(&self) -> Vec<&str> {
+        self.tokens.iter().map(|t| t.name.as_str()).collect()
+    }
+
+    /// True when client certificates are accepted.
+    pub fn accepts_certificates(&self) -> bool {
+        self.mtls
+    }
+
+    /// Who sent a request with `headers` and `extensions` (the HTTP/2 request's), or `None`
+    /// when nothing is configured. Errors: UNAUTHENTICATED with how to authenticate, for a
+    /// missing, malformed or unknown token (and no verified certificate).
+    pub fn authenticate(
+        &self,
+        headers: &http::HeaderMap,
+        extensions: &http::Extensions,
+    ) -> Result<Option<CallerIdentity>, Status> {
+        if !self.is_enabled() {
+            return Ok(None);
+        }
+        match bearer_token(headers) {
+            Ok(presented) => self.match_token(presented).map(Some),
+            Err(BearerError::Missing) => match super::peer::identity(extensions) {
+                Some(identity) if self.mtls => Ok(Some(identity)),
+                _ => Err(Status::unauthenticated(self.how_to())),
+            },
+            Err(BearerError::Repeated) => Err(Status::unauthenticated(
+                "send exactly one metadata entry 'authorization: Bearer <client token>'",
+            )),
+            Err(BearerError::Malformed) => Err(Status::unauthenticated(
+                "authorization metadata must be 'Bearer <client token>'",
+            )),
+        }
+    }
+
+    /// The caller whose token is `presented`: compared with every accepted digest, no early
+    /// exit.
+    fn match_token(&self, presented: &str) -> Result<CallerIdentity, Status> {
+        let presented = digest(presented);
+        let mut found = None;
+        for accepted in self.tokens.iter() {
+            if bool::from(presented.ct_eq(&accepted.digest)) {
+                found = Some(accepted);
+            }
+        }
+        found
+            .map(|a| CallerIdentity::token(&a.name))
+            .ok_or_else(|| {
+                Status::unauthenticated(
+                    "client token rejected: it is none of this server's [[client_tokens]] \
+                     (ask the operator for the token configured for your service)",
+                )
+            })
+    }
+
+    /// The message for a caller that presented nothing.
+    fn how_to(&self) -> String {
+        let token = "send metadata 'authorization: Bearer <client token>' with a token of the \
+                     server's [[client_tokens]] config (voxctl: --token or VOXPOOL_CLIENT_TOKEN)";
+        match (self.tokens.is_empty(), self.mtls) {
+            (false, true) => format!(
+                "this RPC needs an authenticated caller: {token}, or connect over TLS with a \
+                 client certificate signed by the server's --tls-client-ca"
+            ),
+            (true, true) => "this RPC needs an authenticated caller: connect over TLS with a \
+                             client certificate signed by the server's --tls-client-ca \
+                             (VOXPOOL_TLS_CLIENT_CERT and VOXPOOL_TLS_CLIENT_KEY on our clients)"
+                .to_owned(),
+            _ => format!("this RPC needs an authenticated caller: {token}"),
+        }
+    }
+}
+
+/// The bearer token a process presents to other voxpool services' data-plane RPCs, as the
+/// interceptor of its gRPC clients: adds `authorization: Bearer <token>` (when there is one,
+/// and the call does not carry an `authorization` of its own, as admin calls do) and the trace
+/// context (`TraceContextInterceptor`). `Debug` never shows the token.
+#[derive(Clone, Default)]
+pub struct ClientToken(Option<MetadataValue<Ascii>>);
+
+impl ClientToken {
+    /// Sends no token (the callee then lets the call through only when it authenticates no
+    /// one).
+    pub fn none() -> Self {
+        Self(None)
+    }
+
+    /// Sends `token`. Errors: characters a header cannot carry (the value is not shown).
+    pub fn new(token: &Secret) -> Result<Self, String> {
+        let mut value: MetadataValue<Ascii> = format!("Bearer {}", token.expose())
+            .parse()
+            .map_err(|_| "the client token holds characters not allowed in a header".to_owned())?;
+        value.set_sensitive(true);
+        Ok(Self(Some(value)))
+    }
+
+    /// The token from `file` if given, else `env_value` (a variable's value), else none.
+    /// Errors: an unreadable or empty file or value, naming `env_name` or the file.
+    pub fn load(
+        file: Option<&Path>,
+        env_name: &str,
+        env_value: Option<&str>,
+    ) -> Result<Self, String> {
+        let (origin, raw) = match (file, env_value) {
+            (Some(path), _) => (
+                path.display().to_string(),
+                std::fs::read_to_string(path).map_err(|e| {
+                    format!("cannot read client token file {}: {e}", path.display())
+                })?,
+            ),
+            (None, Some(value)) => (env_name.to_owned(), value.to_owned()),
+            (None, None) => return Ok(Self::none()),
+        };
+        let secret = Secret::new(raw);
+        if secret.is_empty() {
+            return Err(format!("client token from {origin} is empty"));
+        }
+        Self::new(&secret).map_err(|e| format!("{e} ({origin})"))
+    }
+
+    /// True when a token is sent.
+    pub fn is_set(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl fmt::Debug for ClientToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "ClientToken(<redacted>)"
+        } else {
+            "ClientToken(none)"
+        })
+    }
+}
+
+impl tonic::service::Interceptor for ClientToken {
+    fn call(&mut self, request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        let mut request = tonic::service::Interceptor::call(
+            &mut crate::telemetry::TraceContextInterceptor,
+            request,
+        )?;
+        // A call that carries its own `authorization` (an admin RPC's token) keeps it.
+        if let Some(value) = &self.0
+            && !request.metadata().contains_key("authorization")
+        {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(value: &str) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        h.insert("authorization", value.parse().unwrap());
+        h
+    }
+
+    fn auth() -> ClientAuth {
+        ClientAuth::with_tokens(
+            [
+                (
+                    "synthesis".to_owned(),
+                    Secret::new("synthesis-token-0123456789"),
+                ),
+                ("voxctl".to_owned(), Secret::new("voxctl-token-0123456789")),
+            ],
+            false,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_known_token_names_its_caller_and_any_scheme_case_works() {
+        let none = http::Extensions::new();
+        for scheme in ["Bearer", "bearer", "BEARER"] {
+            let who = auth()
+                .authenticate(
+                    &headers(&format!("{scheme} voxctl-token-0123456789")),
+                    &none,
+                )
+                .unwrap();
+            assert_eq!(who, Some(CallerIdentity::token("voxctl")), "{scheme}");
+        }
+        assert_eq!(CallerIdentity::token("voxctl").to_string(), "token:voxctl");
+    }
+
+    #[test]
+    fn missing_wrong_repeated_and_malformed_tokens_are_unauthenticated_without_the_value() {
+        let none = http::Extensions::new();
+        let auth = auth();
+        let missing = auth
+            .authenticate(&http::HeaderMap::new(), &none)
+            .unwrap_err();
+        assert_eq!(missing.code(), tonic::Code::Unauthenticated);
+        assert!(
+            missing.message().contains("authorization: Bearer")
+                && missing.message().contains("[[client_tokens]]"),
+            "says how: {}",
+            missing.message()
+        );
+        let wrong = auth
+            .authenticate(&headers("Bearer not-a-known-token-123"), &none)
+            .unwrap_err();
+        assert_eq!(wrong.code(), tonic::Code::Unauthenticated);
+        assert!(
+            !wrong.message().contains("not-a-known"),
+            "{}",
+            wrong.message()
+        );
+        let mut two = headers("Bearer voxctl-token-0123456789");
+        two.append("authorization", "Bearer nope".parse().unwrap());
+        let err = auth.authenticate(&two, &none).unwrap_err();
+        assert!(err.message().contains("exactly one"), "{}", err.message());
+        let err = auth
+            .authenticate(&headers("voxctl-token-0123456789"), &none)
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    }
+
+    #[test]
+    fn with_nothing_configured_calls_pass_without_identity() {
+        let open = ClientAuth::open();
+        assert!(!open.is_enabled());
+        assert_eq!(
+            open.authenticate(&http::HeaderMap::new(), &http::Extensions::new())
+                .unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn two_callers_with_one_token_are_refused_and_debug_shows_names_only() {
+        let err = ClientAuth::with_tokens(
+            [
+                ("a".to_owned(), Secret::new("same-token-0123456789")),
+                ("b".to_owned(), Secret::new("same-token-0123456789")),
+            ],
+            false,
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("same token") && !err.contains("same-token-"),
+            "{err}"
+        );
+        let shown = format!("{:?}", auth());
+        assert!(
+            shown.contains("synthesis") && !shown.contains("0123456789"),
+            "{shown}"
+        );
+        let token = ClientToken::new(&Secret::new("voxctl-token-0123456789")).unwrap();
+        assert!(!format!("{token:?}").contains("0123456789"));
+    }
+
+    #[test]
+    fn load_reads_the_entries_of_this_service_and_refuses_short_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let (long, short) = (dir.path().join("long"), dir.path().join("short"));
+        std::fs::write(&long, "file-token-0123456789\n").unwrap();
+        std::fs::write(&short, "abc\n").unwrap();
+        let entry = |name: &str, path: &Path, services: Vec<DataPlane>| ClientTokenConfig {
+            name: name.to_owned(),
+            token: crate::config::CredentialRef::File(path.to_owned()),
+            services,
+        };
+        let entries = [
+            entry("synthesis", &long, vec![DataPlane::Scheduler]),
+            entry("short", &short, vec![DataPlane::Synthesis]),
+        ];
+        let scheduler = ClientAuth::load(&entries, DataPlane::Scheduler, false).unwrap();
+        assert_eq!(scheduler.token_names(), ["synthesis"]);
+        let err = ClientAuth::load(&entries, DataPlane::Synthesis, false).unwrap_err();
+        assert!(
+            err.starts_with("client_tokens[1].token:") && !err.contains("abc"),
+            "{err}"
+        );
+    }
+}
