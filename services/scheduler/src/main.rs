@@ -1,7 +1,10 @@
 //! `voxpool-scheduler`: the PoolScheduler gRPC server.
 //!
-//! Exits non-zero with a one-line reason on a bad config, an unreachable store or a port in
-//! use. `--help` documents every flag; each flag also reads `VOXPOOL_<FLAG>`.
+//! Exits non-zero with a one-line reason on a bad config (a malformed `--store` included) or
+//! a port in use. A store that does not answer yet is no reason to exit: the server starts,
+//! answers health NOT_SERVING and retries the store with capped back-off until it answers
+//! (`voxpool_shared::startup`). `--help` documents every flag; each flag also reads
+//! `VOXPOOL_<FLAG>`.
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -71,10 +74,11 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
     let token_env = std::env::var("VOXPOOL_ADMIN_TOKEN").ok();
     let auth = AdminAuth::load(args.admin_token_file.as_deref(), token_env.as_deref())
         .map_err(|e| e.to_string())?;
-    let store = voxpool_scheduler::server::open_store(&args.store, &config).await?;
     let (listener, bound) = voxpool_shared::serve::bind(&args.listen).await?;
-    voxpool_shared::serve::announce("voxpool-scheduler", bound)?;
     let shutdown = voxpool_shared::serve::shutdown_token();
+    let store =
+        voxpool_scheduler::server::open_store_waiting(&args.store, &config, &shutdown).await?;
+    voxpool_shared::serve::announce("voxpool-scheduler", bound)?;
     tracing::info!(
         listen = %bound,
         store = %voxpool_scheduler::server::redact_url(&args.store),
