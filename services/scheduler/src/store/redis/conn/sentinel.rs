@@ -154,7 +154,8 @@ impl SentinelConn {
     }
 
     /// The current primary's connection and its generation, asking the sentinels when there
-    /// is none.
+    /// is none (with a new sentinel client first when [`SentinelConn::check`] asked for one).
+    /// Callers pass the outcome of their call, lookup included, to [`SentinelConn::check`].
     pub(super) async fn primary(&self) -> RedisResult<(u64, MultiplexedConnection)> {
         if let Some(c) = self.cached() {
             return Ok(c);
@@ -178,15 +179,8 @@ impl SentinelConn {
                 self.timeout,
             ))
         });
-        let found = match found {
-            Ok(found) => found,
-            Err(e) => {
-                if self.streak.record::<()>(&Err(e.clone())).is_some() {
-                    self.rebuild(&mut sentinels);
-                }
-                return Err(e);
-            }
-        };
+        // A failed lookup is counted by the caller's [`SentinelConn::check`].
+        let found = found?;
         let generation = self.connections.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut current) = self.current.lock() {
             *current = Some((generation, found.clone()));
