@@ -38,6 +38,11 @@ use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedu
 use voxpool_shared::testing::{RedisCluster, RedisSentinel};
 
 const KEYS_PER_POOL: usize = 4;
+
+/// Held by the tests that kill a cluster primary under load: two of them at once on two cores
+/// starve each other's callers (a waiting Acquire then times out as RESOURCE_EXHAUSTED), so
+/// they take turns.
+static UNDER_LOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const CAP: u32 = 2;
 
 fn spawn(config: &Path, store: &str) -> Replica {
@@ -233,6 +238,7 @@ async fn until_granted(seen: &Seen, from: usize, n: usize, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_primary_killed_under_load_leaves_other_shards_untouched() {
+    let _turn = UNDER_LOAD.lock().await;
     let cluster = Arc::new(
         tokio::task::spawn_blocking(|| RedisCluster::start(3, 1))
             .await
@@ -488,6 +494,7 @@ async fn failover_under_load(run: usize) -> Duration {
 /// in every run both replicas are SERVING and answering both pools within 10 s of the kill.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_serve_again_within_10_s_of_each_of_five_primary_kills() {
+    let _turn = UNDER_LOAD.lock().await;
     let mut times = Vec::new();
     for run in 1..=5 {
         times.push(failover_under_load(run).await);

@@ -63,8 +63,8 @@ impl ClusterConn {
     where
         F: Future<Output = RedisResult<T>>,
     {
-        let (_, conn) = self.current();
-        self.counted(what, call(conn)).await
+        let (generation, conn) = self.current();
+        self.counted(generation, what, call(conn)).await
     }
 
     /// [`ClusterConn::run`] on the connection of `generation` only: an error when it was
@@ -84,17 +84,24 @@ impl ClusterConn {
                 "{what}: the cluster connection was rebuilt since the write it is for; retry"
             ))));
         }
-        self.counted(what, call(conn)).await
+        self.counted(generation, what, call(conn)).await
     }
 
+    /// `call`'s result, bounded by the store timeout and counted towards a rebuild, unless
+    /// the connection it ran on (`generation`) was replaced meanwhile: the old one's last
+    /// failures say nothing of the new one.
     async fn counted<T>(
         self: &Arc<Self>,
+        generation: u64,
         what: &str,
         call: impl Future<Output = RedisResult<T>>,
     ) -> RedisResult<T> {
         let result = tokio::time::timeout(self.timeout, call)
             .await
             .unwrap_or_else(|_| Err(timed_out(what, self.timeout)));
+        if self.generation() != generation {
+            return result;
+        }
         if let Some(failures) = self.streak.record(&result) {
             self.rebuild_in_background(failures);
         }
