@@ -12,7 +12,8 @@
 //!   left counted;
 //! - a Sentinel failover: health NOT_SERVING while no primary answers, SERVING once the
 //!   sentinels name the new one, whose scripts are loaded on first use (NOSCRIPT), and the
-//!   live lease granted before the failover still counts.
+//!   live lease granted before the failover still counts; the same with the URL's first
+//!   sentinel stalled.
 //!
 //! "Held" is counted by the test itself, from a grant's answer to its release being sent: the
 //! vendor's view of the slots. The Synthesize-level faults (a Sentinel primary killed, Redis
@@ -608,6 +609,43 @@ async fn a_sentinel_failover_is_not_serving_then_serving_with_the_lease_still_co
         .expect("release on the new primary")
         .into_inner();
     assert!(released.released);
+}
+
+/// The first sentinel of the URL stalls (SIGSTOP: connections stay open, nothing answers),
+/// then the primary dies: the replica still follows the failover the other two sentinels
+/// make (the sentinel client is rebuilt starting at the next sentinel when lookups keep
+/// failing) and serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_first_sentinel_does_not_keep_the_replica_from_the_new_primary() {
+    let sentinel = Arc::new(
+        tokio::task::spawn_blocking(RedisSentinel::start)
+            .await
+            .expect("sentinel"),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), &["p"], "");
+    let r = spawn(&config, &sentinel.url());
+    wait_health(&r.addr, ServingStatus::Serving).await;
+    let first = sentinel.sentinel_ports()[0];
+    sentinel.pause_port(first);
+    let old = sentinel.kill_primary();
+    wait_health(&r.addr, ServingStatus::NotServing).await;
+    let new = {
+        let sentinel = sentinel.clone();
+        tokio::task::spawn_blocking(move || sentinel.wait_failover(old))
+            .await
+            .expect("failover by the two live sentinels")
+    };
+    assert_ne!(new, old);
+    wait_health(&r.addr, ServingStatus::Serving).await;
+    let mut c = client(&r).await;
+    c.acquire(pb::AcquireRequest {
+        pool: "p".into(),
+        ..Default::default()
+    })
+    .await
+    .expect("granted on the new primary with the first sentinel still stalled");
+    sentinel.resume_port(first);
 }
 
 /// `WAIT` calls the Redis at `port` has served (`INFO commandstats`).

@@ -3,12 +3,13 @@
 //! client itself rebuilt when lookups keep failing.
 //!
 //! Why the rebuild: the `redis` crate's `SentinelClient` keeps one connection per sentinel and
-//! asks them in the URL's order, with no response timeout of its own. A first sentinel that
-//! stalls (paused, or its host black-holed) makes every lookup wait on it until the store
-//! timeout cancels the lookup, before the second sentinel is ever asked: the replica would stay
-//! NOT_SERVING with the other sentinels healthy. After [`super::heal::REBUILD_AFTER`]
-//! connection-class failures in a row (primary calls or lookups), the next lookup builds a new
-//! client, with fresh sentinel connections, starting at the next sentinel of the list.
+//! asks them in the URL's order, each with the crate's default response timeout (500 ms),
+//! reconnecting once before moving on. A first sentinel that stalls (paused, or its host
+//! black-holed) costs every lookup that wait before the next sentinel is asked, up to the
+//! whole store timeout (the lookup is then cancelled, the next sentinel never asked), for as
+//! long as the stalled one stays first. After [`super::heal::REBUILD_AFTER`] connection-class
+//! failures in a row (primary calls or lookups), the next lookup builds a new client, with
+//! fresh sentinel connections, starting at the next sentinel of the list.
 //!
 //! Each primary connection has a generation, so a replica acknowledgement is never checked on
 //! a connection other than the one that wrote (`super::Conn::wait_replicas`).
