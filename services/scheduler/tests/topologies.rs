@@ -2,9 +2,8 @@
 //! - two replicas on a 3-primary Redis Cluster grant exactly each pool's capacity, pools on
 //!   different shards;
 //! - a cluster primary (with a replica) is SIGKILLed under load: the pool on another shard
-//!   keeps serving (at most one UNAVAILABLE per caller, at the kill and at the promotion's
-//!   slot refresh), the failed-over shard's pool resumes, no key is ever held past its
-//!   capacity;
+//!   keeps serving (at most one UNAVAILABLE per caller, at the kill), the failed-over shard's
+//!   pool resumes, no key is ever held past its capacity;
 //! - five times over, on a fresh cluster each time, a primary is SIGKILLed under 150 callers:
 //!   both replicas serve every pool again within 10 s (issue 25: a wedged cluster connection is
 //!   rebuilt), no key over its capacity;
@@ -312,27 +311,25 @@ async fn a_cluster_primary_killed_under_load_leaves_other_shards_untouched() {
         t.await.expect("worker");
     }
 
-    // The healthy shard keeps serving (checked above). The cluster client can hold calls in
-    // flight at two instants of the failover for up to the store timeout: the kill, while it
+    // The healthy shard keeps serving (checked above). The cluster client can hold calls
+    // that were in flight at the instant of the kill for up to the store timeout while it
     // notices the dead node (seen on a loaded 2-core CI machine: 4 of 16 workers, all within
-    // 40 ms), and the slot refresh that follows the promotion, which on a loaded machine can
-    // stall every call of the connection until the store timeout (issue 25: before the
-    // connection was rebuilt on persistent failures, that stall could last for good). Those
-    // answer UNAVAILABLE, which callers retry by contract. Anything else, later, or more than
-    // one per worker and instant would be the other shard being disturbed.
-    let window = Duration::from_secs(3);
+    // 40 ms); those answer UNAVAILABLE, which callers retry by contract. Anything else, later,
+    // or more than one per worker would be the other shard being disturbed (issue 25: a
+    // cluster connection wedged in the slot refresh after the promotion timed out the healthy
+    // shard's calls too, until it was rebuilt on persistent failures).
     let other_errors = seen_other.errors.lock().expect("errors").clone();
     for (at, code, message) in other_errors.iter() {
         assert_eq!(*code, Code::Unavailable, "healthy shard: {message}");
         assert!(
-            *at >= killed_at && *at <= promoted_at.max(killed_at) + window,
+            *at >= killed_at && *at <= killed_at + Duration::from_secs(3),
             "the healthy shard failed {:?} after the kill (promotion seen {:?} after it): {message}",
             at.saturating_duration_since(killed_at),
             promoted_at.saturating_duration_since(killed_at)
         );
     }
     assert!(
-        other_errors.len() <= 2 * 16,
+        other_errors.len() <= 16,
         "the pool on the healthy shard saw {} errors: {:?}",
         other_errors.len(),
         other_errors.iter().take(5).collect::<Vec<_>>()
