@@ -10,6 +10,7 @@
 //! - [`auth`]: admin bearer token; data-plane callers by client token or certificate.
 //! - [`status`]: `tonic::Status` builders that attach `google.rpc` error details.
 //! - [`serve`]: binding, health, reflection and graceful shutdown shared by every binary.
+//! - [`startup`]: waiting for a dependency at start-up (capped exponential back-off).
 //! - [`snapshot`]: the frozen voice-pack snapshot, its card JSON form and its digest.
 //! - [`untrusted`]: caller strings bounded and escaped for messages, logs and labels.
 //! - [`text`]: the one sentence splitter (synthesis chunks, voxctl parts).
@@ -26,6 +27,7 @@ pub mod provider;
 pub mod secret;
 pub mod serve;
 pub mod snapshot;
+pub mod startup;
 pub mod status;
 pub mod telemetry;
 pub mod text;

@@ -17,17 +17,27 @@ use voxpool_migrations::{Migrator, MigratorTrait};
 /// How long to wait for the database when connecting or taking a pooled connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Opens a connection pool of at most `pool_size` connections.
-///
-/// Errors: an unsupported scheme, or the database cannot be reached (one line, redacted).
-pub async fn connect(url: &str, pool_size: u32) -> Result<DatabaseConnection, String> {
-    let sqlite = url.starts_with("sqlite:");
-    if !sqlite && !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+/// Checks `--database` names a supported database, without connecting: the error no retry
+/// can fix (one line, redacted).
+pub fn check_url(url: &str) -> Result<(), String> {
+    if !url.starts_with("sqlite:")
+        && !url.starts_with("postgres://")
+        && !url.starts_with("postgresql://")
+    {
         return Err(format!(
             "--database must be sqlite://PATH?mode=rwc or postgres://…, got {:?}",
             redact(url)
         ));
     }
+    Ok(())
+}
+
+/// Opens a connection pool of at most `pool_size` connections.
+///
+/// Errors: an unsupported scheme, or the database cannot be reached (one line, redacted).
+pub async fn connect(url: &str, pool_size: u32) -> Result<DatabaseConnection, String> {
+    check_url(url)?;
+    let sqlite = url.starts_with("sqlite:");
     let in_memory = url.contains(":memory:") || url.contains("mode=memory");
     let mut options = ConnectOptions::new(url.to_owned());
     options

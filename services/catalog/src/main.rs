@@ -1,10 +1,13 @@
 //! `voxpool-catalog`: the voice catalog gRPC server, plus `migrate` and `seed` for operators.
 //!
-//! Exits non-zero with a one-line reason on a bad database URL, an unreachable database, a
-//! bad seed file or a port in use. `--help` documents every flag; each flag also reads
+//! The server exits non-zero with a one-line reason on an unsupported database URL or a port
+//! in use; a database that does not answer yet is no reason to exit: the server starts,
+//! answers health NOT_SERVING and retries it (and its migrations) with capped back-off until
+//! it answers (`voxpool_shared::startup`). `migrate` and `seed`, one-shot jobs, exit non-zero
+//! on an unreachable database or a bad seed file. `--help` documents every flag; each flag also reads
 //! `VOXPOOL_<FLAG>`. A DSN password is never printed.
 
-use std::{path::PathBuf, process::ExitCode, sync::Arc};
+use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
 use voxpool_catalog::{db, pools::ServedPools, seed, server};
@@ -126,9 +129,10 @@ async fn serve(args: Args) -> Result<(), String> {
     let pools = served_pools(&args)?;
     // Bind first: a bad --listen or a port in use fails before any migration runs.
     let (listener, bound) = voxpool_shared::serve::bind(&args.listen).await?;
-    let repo = server::open_repository(&args.database, args.db_pool_size).await?;
-    voxpool_shared::serve::announce("voxpool-catalog", bound)?;
     let shutdown = voxpool_shared::serve::shutdown_token();
+    let repo =
+        server::open_repository_waiting(&args.database, args.db_pool_size, &shutdown).await?;
+    voxpool_shared::serve::announce("voxpool-catalog", bound)?;
     tracing::info!(
         listen = %bound,
         database = %db::redact(&args.database),
@@ -136,15 +140,7 @@ async fn serve(args: Args) -> Result<(), String> {
         pools_known = pools.is_known(),
         "voxpool-catalog serving"
     );
-    server::serve_with(
-        listener,
-        Arc::new(repo),
-        auth,
-        pools,
-        &args.server,
-        shutdown,
-    )
-    .await
+    server::serve_with(listener, repo, auth, pools, &args.server, shutdown).await
 }
 
 fn served_pools(args: &Args) -> Result<ServedPools, String> {

@@ -1,5 +1,6 @@
-//! Wiring shared by the `voxpool-catalog` binary and the tests: open + migrate the database,
-//! build the gRPC server with health and reflection, keep health in step with the database.
+//! Wiring shared by the `voxpool-catalog` binary and the tests: open + migrate the database
+//! (at once, or in the background while serving NOT_SERVING), build the gRPC server with
+//! health and reflection, keep health in step with the database.
 
 use std::{sync::Arc, time::Duration};
 
@@ -7,11 +8,12 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use voxpool_shared::auth::AdminAuth;
 use voxpool_shared::limits::ServerFlags;
+use voxpool_shared::startup::{self, NotReady};
 
 use crate::{
     db,
     pools::ServedPools,
-    repo::{PackRepository, sea::SeaRepository},
+    repo::{PackRepository, connecting::Connecting, sea::SeaRepository},
     service::{AdminService, CatalogService},
 };
 
@@ -29,6 +31,44 @@ pub async fn open_repository(url: &str, pool_size: u32) -> Result<SeaRepository,
     let conn = db::connect(url, pool_size).await?;
     db::migrate(&conn, url).await?;
     Ok(SeaRepository::new(conn))
+}
+
+/// [`open_repository`] without waiting: an unsupported `--database` is an error at once; a
+/// database that answers the first try is returned open and migrated, as by
+/// [`open_repository`]; otherwise the repository is returned at once and the database opened
+/// and migrated in the background, retried with capped exponential back-off ([`voxpool_shared::startup`]) until
+/// it answers or `shutdown` is cancelled. Until then every call answers UNAVAILABLE, so
+/// health is NOT_SERVING (a database restarting with the catalog is no crash loop).
+pub async fn open_repository_waiting(
+    url: &str,
+    pool_size: u32,
+    shutdown: &CancellationToken,
+) -> Result<Arc<dyn PackRepository>, String> {
+    db::check_url(url)?;
+    let first = match open_repository(url, pool_size).await {
+        Ok(repo) => return Ok(Arc::new(repo)),
+        Err(why) => why,
+    };
+    tracing::warn!(dependency = "catalog database", reason = %first, "not reachable yet; serving with health NOT_SERVING and retrying in the background");
+    let connecting = Arc::new(Connecting::new(first));
+    let (url, shutdown, target) = (url.to_owned(), shutdown.clone(), connecting.clone());
+    tokio::spawn(async move {
+        let attempt = || {
+            let (url, target) = (&url, &target);
+            async move {
+                open_repository(url, pool_size).await.map_err(|why| {
+                    target.not_yet(why.clone());
+                    NotReady::Unreachable(why)
+                })
+            }
+        };
+        match startup::wait_for("catalog database", attempt, &shutdown).await {
+            Ok(Some(repo)) => target.ready(Arc::new(repo)),
+            Ok(None) => {}
+            Err(why) => tracing::error!(reason = %why, "the catalog database cannot be used"),
+        }
+    });
+    Ok(connecting)
 }
 
 /// Serves VoiceCatalog, VoiceCatalogAdmin, health and reflection (v1 + v1alpha) on

@@ -140,3 +140,80 @@ fn an_unsupported_database_scheme_is_refused() {
     assert!(err.contains("--database must be"), "{err}");
     assert!(!err.contains("secret"), "{err}");
 }
+
+/// The server (not `migrate`): a database that cannot be opened yet is waited for, not a
+/// reason to exit (issue 25). Health is NOT_SERVING and calls are UNAVAILABLE meanwhile, then
+/// SERVING, migrated, once the database opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_not_ready_yet_is_waited_for_not_serving_then_serving() {
+    use std::{
+        io::{BufRead as _, BufReader},
+        process::Stdio,
+        time::{Duration, Instant},
+    };
+    use tonic_health::pb::{
+        HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+    };
+
+    let dir = tempfile::tempdir().expect("dir");
+    // SQLite creates the file but not its directory: the database opens once it exists.
+    let missing = dir.path().join("not-yet");
+    let db = format!("sqlite://{}?mode=rwc", missing.join("c.db").display());
+    /// Kills the server however the test ends.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Command::new(BIN)
+        .args(["--listen", "127.0.0.1:0", "--database", &db])
+        .env_remove("VOXPOOL_DATABASE")
+        .env_remove("VOXPOOL_ADMIN_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(Killed)
+        .expect("spawn voxpool-catalog");
+    let mut line = String::new();
+    BufReader::new(child.0.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("first line");
+    let addr = line
+        .trim()
+        .strip_prefix("voxpool-catalog listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    let status = async |addr: &str| {
+        let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+            .expect("url")
+            .connect()
+            .await
+            .expect("connect");
+        let mut h = HealthClient::new(channel);
+        let r = h
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .expect("health answers while the database is down")
+            .into_inner();
+        ServingStatus::try_from(r.status).expect("status")
+    };
+    assert_eq!(status(&addr).await, ServingStatus::NotServing);
+    assert!(
+        child.0.try_wait().expect("wait").is_none(),
+        "the catalog exited instead of waiting for its database"
+    );
+    std::fs::create_dir(&missing).expect("create the database directory");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while status(&addr).await != ServingStatus::Serving {
+        assert!(
+            Instant::now() < deadline,
+            "never SERVING once the database opened"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(missing.join("c.db").exists());
+}

@@ -1,7 +1,10 @@
 //! `voxpool-scheduler`: the PoolScheduler gRPC server.
 //!
-//! Exits non-zero with a one-line reason on a bad config, an unreachable store or a port in
-//! use. `--help` documents every flag; each flag also reads `VOXPOOL_<FLAG>`.
+//! Exits non-zero with a one-line reason on a bad config (a malformed `--store` included) or
+//! a port in use. A store that does not answer yet is no reason to exit: the server starts,
+//! answers health NOT_SERVING and retries the store with capped back-off until it answers
+//! (`voxpool_shared::startup`). `--help` documents every flag; each flag also reads
+//! `VOXPOOL_<FLAG>`.
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -83,10 +86,11 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
         DataPlane::Scheduler,
         args.server.tls_client_ca.is_some(),
     )?;
-    let store = voxpool_scheduler::server::open_store(&args.store, &config).await?;
     let (listener, bound) = voxpool_shared::serve::bind(&args.listen).await?;
-    voxpool_shared::serve::announce("voxpool-scheduler", bound)?;
     let shutdown = voxpool_shared::serve::shutdown_token();
+    let store =
+        voxpool_scheduler::server::open_store_waiting(&args.store, &config, &shutdown).await?;
+    voxpool_shared::serve::announce("voxpool-scheduler", bound)?;
     tracing::info!(
         listen = %bound,
         store = %voxpool_scheduler::server::redact_url(&args.store),

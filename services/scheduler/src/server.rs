@@ -1,5 +1,6 @@
-//! Wiring shared by the `voxpool-scheduler` binary and the tests: choose and seed the store,
-//! build the gRPC server with health and reflection, keep health in step with the store.
+//! Wiring shared by the `voxpool-scheduler` binary and the tests: choose and seed the store
+//! (at once, or in the background while serving NOT_SERVING), build the gRPC server with
+//! health and reflection, keep health in step with the store.
 
 use std::{sync::Arc, time::Duration};
 
@@ -9,6 +10,7 @@ use voxpool_shared::{
     auth::{AdminAuth, Authenticated, ClientAuth},
     config::{Config, DataPlane},
     limits::ServerFlags,
+    startup::{self, NotReady},
 };
 
 use crate::{
@@ -18,8 +20,12 @@ use crate::{
     signing::LeaseSigner,
     store::{
         LeaseStore,
+        connecting::Connecting,
         memory::MemoryStore,
-        redis::{RedisOptions, RedisStore, conn::Topology},
+        redis::{
+            RedisOptions, RedisStore,
+            conn::{Conn, Topology},
+        },
     },
 };
 
@@ -61,10 +67,7 @@ pub async fn open_store(spec: &str, config: &Config) -> Result<Arc<dyn LeaseStor
         );
         Arc::new(store)
     } else {
-        return Err(format!(
-            "--store must be \"memory\" or a Redis URL (redis://host:port, rediss://, unix:///path/redis.sock, redis-sentinel://host:port[,host:port...][/db]#master, redis-cluster://host:port[,host:port...]), got {:?}",
-            redact_url(spec)
-        ));
+        return Err(not_a_store(spec));
     };
     store
         .seed(&PoolSpec::from_config(config))
@@ -82,6 +85,67 @@ pub async fn open_store(spec: &str, config: &Config) -> Result<Arc<dyn LeaseStor
             one_line(&format!("seeding pools into the store {}: {e}{hint}", redact_url(spec)))
         })?;
     Ok(store)
+}
+
+/// [`open_store`] without waiting: a `--store` no retry can fix (not `memory` nor a Redis
+/// URL, a malformed URL) is an error at once; a store that answers the first try is returned
+/// connected and seeded, as by [`open_store`]; otherwise the store is returned at once and
+/// connected and seeded in the background, retried with capped exponential back-off
+/// ([`voxpool_shared::startup`]) until it answers or `shutdown` is cancelled. Until then every
+/// call answers UNAVAILABLE naming the last reason, so health is NOT_SERVING (a refused
+/// connection, a cluster still converging: the store and the schedulers restarting together
+/// is no crash loop).
+pub async fn open_store_waiting(
+    spec: &str,
+    config: &Config,
+    shutdown: &CancellationToken,
+) -> Result<Arc<dyn LeaseStore>, String> {
+    if spec == "memory" {
+        return open_store(spec, config).await;
+    }
+    if let Err(e) = Conn::check_url(spec) {
+        return Err(match Topology::of(spec) {
+            Some(_) => one_line(&format!("store {}: {e}", redact_url(spec))),
+            None => not_a_store(spec),
+        });
+    }
+    let first = match open_store(spec, config).await {
+        Ok(store) => return Ok(store),
+        Err(why) => why,
+    };
+    tracing::warn!(dependency = "lease store", reason = %first, "not reachable yet; serving with health NOT_SERVING and retrying in the background");
+    let connecting = Arc::new(Connecting::new(first));
+    let (spec, config, shutdown, target) = (
+        spec.to_owned(),
+        config.clone(),
+        shutdown.clone(),
+        connecting.clone(),
+    );
+    let store: Arc<dyn LeaseStore> = connecting;
+    tokio::spawn(async move {
+        let attempt = || {
+            let (spec, config, target) = (&spec, &config, &target);
+            async move {
+                open_store(spec, config).await.map_err(|why| {
+                    target.not_yet(why.clone());
+                    NotReady::Unreachable(why)
+                })
+            }
+        };
+        match startup::wait_for("lease store", attempt, &shutdown).await {
+            Ok(Some(store)) => target.ready(store),
+            Ok(None) => {}
+            Err(why) => tracing::error!(reason = %why, "the lease store cannot be used"),
+        }
+    });
+    Ok(store)
+}
+
+fn not_a_store(spec: &str) -> String {
+    format!(
+        "--store must be \"memory\" or a Redis URL (redis://host:port, rediss://, unix:///path/redis.sock, redis-sentinel://host:port[,host:port...][/db]#master, redis-cluster://host:port[,host:port...]), got {:?}",
+        redact_url(spec)
+    )
 }
 
 /// `text` on one line (a store that is not Redis answers with multi-line parse errors).

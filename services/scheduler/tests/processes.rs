@@ -1,5 +1,6 @@
 //! Tests that run the real `voxpool-scheduler` binary: two replicas on one Redis, a replica
-//! killed with SIGKILL, Redis going away and coming back, and start-up failures.
+//! killed with SIGKILL, Redis going away and coming back, a Redis not up yet at start-up
+//! (waited for, NOT_SERVING meanwhile), and start-up failures (configuration only).
 
 use std::{
     collections::HashMap,
@@ -282,6 +283,48 @@ async fn listen_accepts_a_host_name() {
     assert_eq!(pools.len(), 1, "served on {}", r.addr);
 }
 
+/// A store that is not up yet is no start-up failure (issue 25: Redis and the schedulers
+/// restarting together must not crash-loop): the replica serves health NOT_SERVING and
+/// UNAVAILABLE, retries, and serves once the store answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_not_up_yet_is_waited_for_not_serving_then_serving() {
+    let mut redis = RedisServer::start();
+    redis.kill();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), 2, 1);
+    let mut r = spawn(&config, &redis.url());
+    wait_health(&r.addr, ServingStatus::NotServing).await;
+    let mut c = client(&r).await;
+    let refused = c
+        .acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no store yet");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(
+        refused.message().contains("not connected yet"),
+        "{}",
+        refused.message()
+    );
+    assert!(
+        r.child.try_wait().unwrap().is_none(),
+        "the replica exited instead of waiting for its store"
+    );
+    redis.restart_empty();
+    wait_health(&r.addr, ServingStatus::Serving).await;
+    let lease = c
+        .acquire(pb::AcquireRequest {
+            pool: "p".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("granted once the store answers: the pools were seeded")
+        .into_inner();
+    assert!(!lease.key_id.is_empty(), "{lease:?}");
+}
+
 #[test]
 fn start_up_failures_exit_non_zero_with_a_one_line_reason() {
     let dir = tempfile::tempdir().unwrap();
@@ -339,9 +382,9 @@ fn start_up_failures_exit_non_zero_with_a_one_line_reason() {
                 "--config".into(),
                 good.display().to_string(),
                 "--store".into(),
-                "redis://127.0.0.1:1/0".into(),
+                "redis-cluster://:s3cret@127.0.0.1".into(),
             ],
-            "lease store unreachable",
+            "has no port",
         ),
         (
             vec![
@@ -380,6 +423,7 @@ fn start_up_failures_exit_non_zero_with_a_one_line_reason() {
             last.contains(reason),
             "{args:?}: expected {reason:?} in {stderr:?}"
         );
+        assert!(!stderr.contains("s3cret"), "{stderr}");
     }
     let out = Command::new(BIN)
         .arg("--config")

@@ -14,6 +14,7 @@ use crate::error::SynthesisError;
 #[derive(Clone, Debug)]
 pub struct Catalog {
     client: VoiceCatalogClient<InterceptedService<Channel, TraceContextInterceptor>>,
+    health: tonic_health::pb::health_client::HealthClient<Channel>,
     url: String,
 }
 
@@ -24,9 +25,27 @@ impl Catalog {
             .connect_timeout(Duration::from_secs(2))
             .connect_lazy();
         Ok(Self {
-            client: VoiceCatalogClient::with_interceptor(channel, TraceContextInterceptor),
+            client: VoiceCatalogClient::with_interceptor(channel.clone(), TraceContextInterceptor),
+            health: tonic_health::pb::health_client::HealthClient::new(channel),
             url: url.to_owned(),
         })
+    }
+
+    /// The catalog's URL, for messages.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// True when the catalog answers its health check with SERVING within `timeout`.
+    pub async fn is_serving(&self, timeout: Duration) -> bool {
+        let mut health = self.health.clone();
+        let check = health.check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        });
+        matches!(
+            tokio::time::timeout(timeout, check).await,
+            Ok(Ok(r)) if r.get_ref().status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+        )
     }
 
     /// Freezes `pack_id`'s current values, within `timeout`.

@@ -1,7 +1,8 @@
 //! `voxpool-synthesis`: the Synthesis gRPC server.
 //!
 //! Exits non-zero with a one-line reason on a bad config, a missing credential under
-//! `--require-credentials`, or a port in use. `--help` documents every flag; each flag also
+//! `--require-credentials`, or a port in use; never for a scheduler or catalog that does not
+//! answer yet (health is NOT_SERVING until the scheduler does, see `server`). `--help` documents every flag; each flag also
 //! reads `VOXPOOL_<FLAG>`.
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};

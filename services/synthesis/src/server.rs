@@ -1,6 +1,12 @@
 //! Wiring shared by the `voxpool-synthesis` binary and the tests: build the [`Core`] from the
 //! config and an adapter registry, serve Synthesis with health and reflection, keep health in
 //! step with the scheduler (NOT_SERVING while it does not answer: no lease, no synthesis).
+//!
+//! Start-up never waits on, nor exits for, the scheduler or the catalog: both are connected
+//! lazily, health is NOT_SERVING until the scheduler answers, and [`watch_start_up`] logs
+//! (once per back-off step, [`voxpool_shared::startup`]) which of them does not answer yet,
+//! until both do. The catalog is not part of health: only requests naming a pack id need it,
+//! and those answer UNAVAILABLE naming it while it is down.
 
 use std::{sync::Arc, time::Duration};
 
@@ -10,6 +16,7 @@ use voxpool_shared::{
     auth::{Authenticated, ClientAuth, ClientToken},
     config::{Config, DataPlane},
     limits::ServerFlags,
+    startup::{self, NotReady},
 };
 
 use crate::{
@@ -61,6 +68,37 @@ pub fn build(config: &Config, adapters: Registry, options: &Options) -> Result<A
         lease_ttl: options.lease_ttl,
         background: tokio_util::task::TaskTracker::new(),
     }))
+}
+
+/// Retries the scheduler's and the catalog's health with capped back-off until both answer
+/// SERVING, logging each step that one does not (module doc); ends at `shutdown`.
+pub async fn watch_start_up(core: Arc<Core>, shutdown: CancellationToken) {
+    let attempt = || {
+        let core = core.clone();
+        async move {
+            let scheduler = core.scheduler.is_serving().await;
+            let catalog = core.catalog.is_serving(Duration::from_secs(2)).await;
+            let mut missing = Vec::new();
+            if !scheduler {
+                missing.push(format!(
+                    "the scheduler at {} is not serving (health NOT_SERVING meanwhile)",
+                    core.scheduler.url()
+                ));
+            }
+            if !catalog {
+                missing.push(format!(
+                    "the catalog at {} is not serving (requests naming a pack id answer UNAVAILABLE meanwhile)",
+                    core.catalog.url()
+                ));
+            }
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(NotReady::Unreachable(missing.join("; ")))
+            }
+        }
+    };
+    let _ = startup::wait_for("scheduler and catalog", attempt, &shutdown).await;
 }
 
 /// [`serve_with`] with the default server limits.
@@ -120,6 +158,7 @@ pub async fn serve_with(
     );
     let service = SynthesisService::new(core.clone(), flags.max_message_bytes).into_server();
     let service = Authenticated::new(service, callers, &[]);
+    tokio::spawn(watch_start_up(core.clone(), shutdown.clone()));
     let result = voxpool_shared::serve::serve_grpc(
         listener,
         flags,

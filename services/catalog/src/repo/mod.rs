@@ -10,6 +10,7 @@
 //!   n, and no accepted change is lost;
 //! - revisions are contiguous: version v of a pack has exactly one revision row.
 
+pub mod connecting;
 pub mod entity;
 mod rows;
 pub mod sea;

@@ -33,6 +33,7 @@
 //! ([`LeaseStore::claim`]). Tickets and unclaimed hand-overs live `scheduler.line_ticket_ttl_ms`
 //! ([`AcquireParams::ticket_ttl_ms`]) unless their replica renews them, so a dead replica's waiters leave the line by themselves.
 
+pub mod connecting;
 pub(crate) mod line;
 pub mod memory;
 pub mod redis;

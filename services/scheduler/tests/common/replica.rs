@@ -35,6 +35,20 @@ impl Drop for Replica {
     }
 }
 
+/// Where replicas log: nowhere, unless `VOXPOOL_TEST_REPLICA_LOG` names a file (appended to by
+/// every replica: how to see what a replica did in a failed run).
+fn replica_log() -> Stdio {
+    std::env::var_os("VOXPOOL_TEST_REPLICA_LOG")
+        .and_then(|path| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .ok()
+        })
+        .map_or_else(Stdio::null, Stdio::from)
+}
+
 /// Starts a replica with exactly `args` after `--config`.
 pub fn spawn_args(config: &Path, args: &[&str]) -> Replica {
     let mut child = Command::new(BIN)
@@ -43,7 +57,7 @@ pub fn spawn_args(config: &Path, args: &[&str]) -> Replica {
         .args(args)
         .env("VOXPOOL_ADMIN_TOKEN", "processes-test-admin-token")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(replica_log())
         .spawn()
         .expect("spawn voxpool-scheduler");
     let mut line = String::new();

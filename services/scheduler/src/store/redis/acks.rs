@@ -12,9 +12,13 @@
 //! the grant needs. WAITs are numbered as they are sent (`started`); a grant notes the number
 //! after its write, and only a WAIT with a higher number counts for it.
 //!
-//! What it cannot see: the connection re-established between a write and its WAIT (a WAIT on a
-//! fresh connection has no writes to wait for). That needs the connection to break in the
-//! sub-millisecond gap and the primary to die before replicating: a double fault.
+//! A connection replaced between a write and its WAIT (a rebuilt cluster connection, a new
+//! Sentinel primary connection: `conn::Conn::generation`) would make the WAIT count nothing of
+//! that write, so a WAIT counts only for grants whose write went to the connection of the same
+//! generation; the others fail (withdrawn, retried by the caller). What it cannot see: the
+//! cluster client reconnecting one node by itself between a write and its WAIT. That needs the
+//! connection to break in that sub-millisecond gap and the primary to die before replicating:
+//! a double fault.
 
 use std::{
     collections::HashMap,
@@ -36,8 +40,9 @@ struct Batch {
     started: AtomicU64,
     /// Held by the grant whose WAIT is in flight.
     leader: tokio::sync::Mutex<()>,
-    /// `(number, replicas acknowledged)` of the last WAIT that finished; -1 replicas = it failed.
-    done: watch::Sender<(u64, i64)>,
+    /// `(number, replicas acknowledged, connection generation)` of the last WAIT that
+    /// finished; -1 replicas = it failed.
+    done: watch::Sender<(u64, i64, u64)>,
 }
 
 /// How a wait for acknowledgements ended.
@@ -86,7 +91,7 @@ impl Acks {
                 Arc::new(Batch {
                     started: AtomicU64::new(0),
                     leader: tokio::sync::Mutex::new(()),
-                    done: watch::channel((0, 0)).0,
+                    done: watch::channel((0, 0, 0)).0,
                 })
             })
             .clone()
@@ -104,14 +109,23 @@ impl Acks {
         timeout: Duration,
     ) -> Result<(), AckError> {
         let batch = self.batch(pool);
-        // WAITs numbered above this one are sent after our write was answered.
+        // The connection our write went to, and WAITs numbered above this one are sent after
+        // our write was answered.
+        let generation = conn.generation();
         let ticket = batch.started.load(Ordering::SeqCst);
         let deadline = Instant::now() + timeout;
         let mut finished = batch.done.subscribe();
         let mut acked = 0;
         loop {
-            let (number, count) = *finished.borrow_and_update();
+            let (number, count, waited_on) = *finished.borrow_and_update();
             if number > ticket {
+                if waited_on != generation {
+                    return Err(AckError::Redis(redis::RedisError::from(
+                        std::io::Error::other(
+                            "the connection that wrote the grant was replaced before its WAIT; it cannot be checked",
+                        ),
+                    )));
+                }
                 if count >= i64::from(want) {
                     return Ok(());
                 }
@@ -123,9 +137,9 @@ impl Acks {
             if let Ok(_leading) = batch.leader.try_lock() {
                 let number = batch.started.fetch_add(1, Ordering::SeqCst) + 1;
                 let left = deadline.saturating_duration_since(Instant::now());
-                let result = conn.wait_replicas(key, want, left).await;
+                let result = conn.wait_replicas(key, want, left, generation).await;
                 let count = result.as_ref().map_or(-1, |n| *n);
-                batch.done.send_replace((number, count));
+                batch.done.send_replace((number, count, generation));
                 return match result {
                     Ok(n) if n >= i64::from(want) => Ok(()),
                     Ok(n) => Err(AckError::Short { acked: n }),

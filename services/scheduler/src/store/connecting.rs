@@ -1,0 +1,161 @@
+//! A lease store that is still being connected at start-up: the server serves (health
+//! NOT_SERVING) while `server::open_store_waiting` retries the real store in the background,
+//! and every call answers [`StoreError::Unavailable`] naming the last reason until it is in
+//! place. Then every call goes to it, and its hand-over announcements are forwarded to the
+//! receiver handed out before.
+
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use super::{Handover, LeaseStore, StoreError, StoreResult};
+use crate::model::{
+    AcquireParams, AcquireResult, HealthPolicy, KeyStatus, Lease, LeaseId, LeaseToken, PoolSpec,
+    PoolStatus, ReportParams, ReportResult, TicketState,
+};
+
+/// The store being connected (module doc).
+pub struct Connecting {
+    store: OnceLock<Arc<dyn LeaseStore>>,
+    why: Mutex<String>,
+    forward: mpsc::UnboundedSender<Handover>,
+    handovers: Mutex<Option<mpsc::UnboundedReceiver<Handover>>>,
+}
+
+impl Connecting {
+    /// A store not connected yet, for `why` (shown by every call until [`Connecting::ready`]).
+    pub fn new(why: String) -> Self {
+        let (forward, handovers) = mpsc::unbounded_channel();
+        Self {
+            store: OnceLock::new(),
+            why: Mutex::new(why),
+            forward,
+            handovers: Mutex::new(Some(handovers)),
+        }
+    }
+
+    /// Records why the last try failed.
+    pub fn not_yet(&self, why: String) {
+        *self.why.lock().unwrap_or_else(PoisonError::into_inner) = why;
+    }
+
+    /// Puts the connected store in place (once; later calls are ignored).
+    pub fn ready(&self, store: Arc<dyn LeaseStore>) {
+        if let Some(mut from) = store.handovers() {
+            let to = self.forward.clone();
+            tokio::spawn(async move {
+                while let Some(h) = from.recv().await {
+                    if to.send(h).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let _ = self.store.set(store);
+    }
+
+    fn get(&self) -> StoreResult<&Arc<dyn LeaseStore>> {
+        self.store.get().ok_or_else(|| {
+            let why = self.why.lock().unwrap_or_else(PoisonError::into_inner);
+            StoreError::Unavailable(format!("not connected yet (start-up): {why}"))
+        })
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Connecting {
+    async fn seed(&self, pools: &[PoolSpec]) -> StoreResult<()> {
+        self.get()?.seed(pools).await
+    }
+
+    async fn acquire(&self, params: &AcquireParams) -> StoreResult<AcquireResult> {
+        self.get()?.acquire(params).await
+    }
+
+    async fn release(&self, id: &LeaseId) -> StoreResult<bool> {
+        self.get()?.release(id).await
+    }
+
+    async fn renew(
+        &self,
+        id: &LeaseId,
+        ttl_ms: u64,
+        key_id: Option<&str>,
+    ) -> StoreResult<Option<Lease>> {
+        self.get()?.renew(id, ttl_ms, key_id).await
+    }
+
+    async fn report(
+        &self,
+        params: &ReportParams,
+        policy: &HealthPolicy,
+    ) -> StoreResult<Option<ReportResult>> {
+        self.get()?.report(params, policy).await
+    }
+
+    async fn status(&self, pool: &str) -> StoreResult<Option<PoolStatus>> {
+        self.get()?.status(pool).await
+    }
+
+    async fn set_capacity(
+        &self,
+        pool: &str,
+        key_id: &str,
+        capacity: u32,
+    ) -> StoreResult<Option<KeyStatus>> {
+        self.get()?.set_capacity(pool, key_id, capacity).await
+    }
+
+    async fn set_disabled(
+        &self,
+        pool: &str,
+        key_id: &str,
+        disabled: bool,
+    ) -> StoreResult<Option<KeyStatus>> {
+        self.get()?.set_disabled(pool, key_id, disabled).await
+    }
+
+    async fn lease_secret(
+        &self,
+        candidate: &voxpool_shared::secret::Secret,
+    ) -> StoreResult<voxpool_shared::secret::Secret> {
+        self.get()?.lease_secret(candidate).await
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        self.get()?.ping().await
+    }
+
+    async fn claim(&self, pool: &str, token: &LeaseToken, ttl_ms: u64) -> StoreResult<TicketState> {
+        self.get()?.claim(pool, token, ttl_ms).await
+    }
+
+    async fn keep_waiting(
+        &self,
+        pool: &str,
+        tokens: &[LeaseToken],
+        ttl_ms: u64,
+    ) -> StoreResult<Vec<TicketState>> {
+        self.get()?.keep_waiting(pool, tokens, ttl_ms).await
+    }
+
+    async fn leave(&self, pool: &str, token: &LeaseToken, keep_lease: bool) -> StoreResult<()> {
+        self.get()?.leave(pool, token, keep_lease).await
+    }
+
+    fn handovers(&self) -> Option<mpsc::UnboundedReceiver<Handover>> {
+        self.handovers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    async fn advance_clock(&self, pool: &str, ms: u64) -> StoreResult<()> {
+        self.get()?.advance_clock(pool, ms).await
+    }
+
+    async fn forget_pool(&self, pool: &str) -> StoreResult<()> {
+        self.get()?.forget_pool(pool).await
+    }
+}
