@@ -354,3 +354,59 @@ async fn a_scheduler_with_a_client_ca_serves_certificates_it_signed_only() {
         "the scheduler names the signed certificate's subject: {logged}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_is_bound_to_its_caller() {
+    let scheduler = start(scheduler_cmd("deploy/config/example.toml"));
+    let acquire = || spb::AcquireRequest {
+        pool: "volc-standard".into(),
+        idempotency_key: "retry-me-0123456789".into(),
+        ..Default::default()
+    };
+    let synthesis_bearer = "Bearer dev-client-token-synthesis";
+    let mut c = PoolSchedulerClient::new(connect(&scheduler.addr).await);
+    let first = c
+        .acquire(with_authorization(acquire(), BEARER))
+        .await
+        .expect("voxctl leases")
+        .into_inner();
+    let retried = c
+        .acquire(with_authorization(acquire(), BEARER))
+        .await
+        .expect("voxctl retries")
+        .into_inner();
+    assert_eq!(retried.lease_id, first.lease_id, "the same caller's retry");
+    // Another caller presenting the same key gets a lease of its own, never the first one.
+    let other = c
+        .acquire(with_authorization(acquire(), synthesis_bearer))
+        .await
+        .expect("synthesis leases")
+        .into_inner();
+    assert_ne!(other.lease_id, first.lease_id);
+    // Nor can it release the first caller's lease by that key.
+    let released = c
+        .release(with_authorization(
+            spb::ReleaseRequest {
+                pool: "volc-standard".into(),
+                idempotency_key: "retry-me-0123456789".into(),
+                ..Default::default()
+            },
+            synthesis_bearer,
+        ))
+        .await
+        .expect("release by key")
+        .into_inner();
+    assert!(released.released, "it releases its own lease");
+    let mine = c
+        .release(with_authorization(
+            spb::ReleaseRequest {
+                lease_id: first.lease_id,
+                ..Default::default()
+            },
+            BEARER,
+        ))
+        .await
+        .expect("release")
+        .into_inner();
+    assert!(mine.released, "the first caller's lease was still held");
+}

@@ -87,14 +87,18 @@ impl LeaseToken {
         Self(hex::encode(bytes))
     }
 
-    /// The token of the lease that Acquires carrying `idempotency_key` on `pool` share: the
-    /// first 128 bits of SHA-256 over both, so every replica derives the same one (as
-    /// unguessable as the caller's key).
-    pub fn for_idempotency_key(pool: &str, idempotency_key: &str) -> Self {
+    /// The token of the lease that Acquires carrying `idempotency_key` on `pool` from
+    /// `caller` (its authenticated identity, empty when callers are not authenticated) share:
+    /// the first 128 bits of SHA-256 over the three, so every replica derives the same one (as
+    /// unguessable as the caller's key), and another caller presenting the same key derives
+    /// another token: it gets nothing of the first caller's lease.
+    pub fn for_idempotency_key(pool: &str, caller: &str, idempotency_key: &str) -> Self {
         use sha2::Digest as _;
         let digest = sha2::Sha256::new()
             .chain_update(b"voxpool idempotent acquire\0")
             .chain_update(pool.as_bytes())
+            .chain_update(b"\0")
+            .chain_update(caller.as_bytes())
             .chain_update(b"\0")
             .chain_update(idempotency_key.as_bytes())
             .finalize();

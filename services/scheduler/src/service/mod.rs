@@ -179,6 +179,13 @@ impl SchedulerService {
     }
 }
 
+/// The authenticated caller's identity, empty when callers are not authenticated.
+fn caller_of<T>(request: &Request<T>) -> String {
+    voxpool_shared::auth::caller_identity(request)
+        .map(|c| c.as_str().to_owned())
+        .unwrap_or_default()
+}
+
 /// The `result` attribute of the acquire metrics.
 fn acquire_label(result: &Result<(crate::model::Lease, Granted), SchedulerError>) -> &'static str {
     match result {
@@ -218,6 +225,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::Lease>, Status> {
         let deadline = validate::deadline(request.metadata());
+        let caller = caller_of(&request);
         let (_, extensions, r) = request.into_parts();
         // Checked before anything logs it: a newline would forge a log line.
         validate::request_id(&r.request_id)?;
@@ -228,7 +236,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             if !self.signer.is_ready() {
                 return Err(validate::not_ready());
             }
-            let request = self.acquire_request(&r, deadline)?;
+            let request = self.acquire_request(&r, &caller, deadline)?;
             self.admission
                 .acquire(request, || voxpool_shared::limits::step_aside(&extensions))
                 .await
@@ -280,7 +288,8 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
-        let id = self.release_target(request.get_ref())?;
+        let caller = caller_of(&request);
+        let id = self.release_target(request.get_ref(), &caller)?;
         let released = self
             .store
             .release(&id)

@@ -156,9 +156,13 @@ impl SchedulerService {
     }
 
     /// An Acquire as the admission policy takes it.
+    ///
+    /// `caller` is the authenticated caller's identity (empty when callers are not
+    /// authenticated): an idempotency key is bound to it.
     pub(super) fn acquire_request(
         &self,
         r: &pb::AcquireRequest,
+        caller: &str,
         deadline: Option<Instant>,
     ) -> Result<AcquireRequest, SchedulerError> {
         let pool = self.pool("pool", &r.pool)?;
@@ -213,7 +217,7 @@ impl SchedulerService {
             params: AcquireParams {
                 pool: r.pool.clone(),
                 token: if idempotent {
-                    LeaseToken::for_idempotency_key(&r.pool, &r.idempotency_key)
+                    LeaseToken::for_idempotency_key(&r.pool, caller, &r.idempotency_key)
                 } else {
                     LeaseToken::random()
                 },
@@ -240,7 +244,12 @@ impl SchedulerService {
 
     /// The lease a Release names: `lease_id`, or `pool` + `idempotency_key` (the lease an
     /// idempotent Acquire got or will get), never both.
-    pub(super) fn release_target(&self, r: &pb::ReleaseRequest) -> Result<LeaseId, SchedulerError> {
+    /// The lease a Release frees; by idempotency key, the one `caller` was granted.
+    pub(super) fn release_target(
+        &self,
+        r: &pb::ReleaseRequest,
+        caller: &str,
+    ) -> Result<LeaseId, SchedulerError> {
         match (r.lease_id.is_empty(), r.idempotency_key.is_empty()) {
             (false, true) if r.pool.is_empty() => {
                 self.lease_id("lease_id", &r.lease_id).map(|l| l.id)
@@ -251,7 +260,7 @@ impl SchedulerService {
                     .map_err(|p| invalid("idempotency_key", p.to_string()))?;
                 Ok(LeaseId {
                     pool: r.pool.clone(),
-                    token: LeaseToken::for_idempotency_key(&r.pool, &r.idempotency_key),
+                    token: LeaseToken::for_idempotency_key(&r.pool, caller, &r.idempotency_key),
                 })
             }
             (true, true) => Err(invalid(
