@@ -37,7 +37,8 @@ pub struct SchedulerSettings {
     pub reap_batch: u32,
     /// Most Acquires that may wait at once in one pool's line on one replica; one more is
     /// answered RESOURCE_EXHAUSTED naming this setting. Waiting Acquires do not count against
-    /// `--max-concurrent-requests`, so this is what bounds them. Default 1024.
+    /// `--max-concurrent-requests`, so this is what bounds them. Default 1024; 1..=100000
+    /// ([`super::MAX_WAITERS`]).
     pub max_waiters: u32,
     /// Replicas that must acknowledge a grant (Redis `WAIT`) before Acquire answers; a grant
     /// fewer replicas acknowledge in time is withdrawn and Acquire answers UNAVAILABLE. This
@@ -114,11 +115,11 @@ impl Default for SchedulerSettings {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SynthesisSettings {
-    /// Longest accepted text, in characters. Default 20000.
+    /// Longest accepted text, in characters. Default 20000; at least 1.
     pub max_text_chars: usize,
     /// Most vendor attempts (keys tried) per request chunk. Default 4.
     pub max_attempts: u32,
-    /// Timeout of one vendor HTTP call. Default 30000.
+    /// Timeout of one vendor HTTP call. Default 30000; at least 1.
     pub attempt_timeout_ms: u64,
     /// Overall deadline when the caller sets none. Default 60000.
     pub default_deadline_ms: u64,
