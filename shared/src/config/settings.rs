@@ -10,7 +10,9 @@ pub struct SchedulerSettings {
     pub default_lease_ttl_ms: u64,
     /// Largest `lease_ttl_ms` accepted. Default 600000 (10 min).
     pub max_lease_ttl_ms: u64,
-    /// Cooldown after RATE_LIMITED without `retry_after_ms`. Default 1000.
+    /// Cooldown after RATE_LIMITED without `retry_after_ms`. On an adaptive pool only when the
+    /// key ran no other lease: there a rate limit lowers the effective capacity instead
+    /// (`adaptive_*`), and cools the key only for a Retry-After the vendor sent. Default 1000.
     pub rate_limit_cooldown_ms: u64,
     /// Consecutive UPSTREAM_ERROR/TIMEOUT reports before a key cools. Default 3.
     pub failure_threshold: u32,
@@ -63,7 +65,9 @@ pub struct SchedulerSettings {
     /// several deployments can share one Redis. ASCII letters, digits, `-`, `_`, `.`; at most
     /// 32 characters. Default `vp`.
     pub store_key_prefix: String,
-    /// Adaptive pools: on a concurrency refusal a key's effective capacity is multiplied by
+    /// Adaptive pools: on an overload refusal (CONCURRENCY_LIMITED, or RATE_LIMITED: any HTTP
+    /// 429, a 503 with Retry-After, a read timeout of a `queueing` upstream) a key's effective
+    /// capacity is multiplied by
     /// this (0 < f < 1), but never set below the in-flight count the vendor accepted (the
     /// key's leases at the refusal, less the refused one) nor below 1. Default 0.5.
     pub adaptive_decrease: f64,
