@@ -141,3 +141,37 @@ fn an_absurd_max_waiters_is_refused_with_the_accepted_range() {
         "the bound itself is accepted"
     );
 }
+
+#[test]
+#[allow(
+    clippy::result_large_err,
+    reason = "Jail's closure returns figment's own error type"
+)]
+fn cancel_grace_defaults_and_is_bounded_naming_the_pool() {
+    figment::Jail::expect_with(|_| {
+        let parsed = Config::from_toml_str(ONE_POOL).expect("parses");
+        assert_eq!(
+            parsed.pools[0].cancel_grace_ms,
+            voxpool_shared::config::DEFAULT_CANCEL_GRACE_MS
+        );
+        Ok(())
+    });
+    let with = |ms: u64| {
+        ONE_POOL.replacen(
+            "provider = 'espeak'\n",
+            &format!("provider = 'espeak'\ncancel_grace_ms = {ms}\n"),
+            1,
+        )
+    };
+    assert_eq!(
+        problems(&with(0)),
+        "",
+        "0: released once the connection is closed"
+    );
+    let text = problems(&with(60_000));
+    assert!(
+        text.contains("pools[0].cancel_grace_ms: must be 0..=10000 ms")
+            && text.contains("got 60000"),
+        "{text}"
+    );
+}

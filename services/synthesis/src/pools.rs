@@ -13,6 +13,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
+    time::Duration,
 };
 
 use voxpool_shared::{
@@ -44,6 +45,9 @@ pub struct Pool {
     pub upstream_ids: Vec<String>,
     /// Keys by `upstream/key`.
     pub keys: BTreeMap<String, PoolKey>,
+    /// How long a streaming call cut off on cancel keeps its lease after its vendor
+    /// connection was closed (config `cancel_grace_ms`).
+    pub cancel_grace: Duration,
 }
 
 impl Pool {
@@ -89,6 +93,7 @@ impl Pool {
             model: p.model.clone(),
             upstream_ids: p.upstreams.iter().map(|u| u.id.clone()).collect(),
             keys,
+            cancel_grace: Duration::from_millis(p.cancel_grace_ms),
         })
     }
 

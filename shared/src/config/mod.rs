@@ -90,6 +90,22 @@ pub struct PoolConfig {
     /// time up to `capacity` (`[scheduler] adaptive_*`). False grants against `capacity` only.
     #[serde(default = "enabled")]
     pub adaptive: bool,
+    /// How long a streaming vendor call cut off because its caller went away keeps its lease
+    /// after its vendor connection was closed, in ms (default [`DEFAULT_CANCEL_GRACE_MS`], at
+    /// most [`MAX_CANCEL_GRACE_MS`]): the vendor notices the closed connection a moment later,
+    /// and a slot handed on before that would be its cap + 1.
+    #[serde(default = "default_cancel_grace_ms")]
+    pub cancel_grace_ms: u64,
+}
+
+/// Default `cancel_grace_ms`: covers a vendor noticing a closed connection on its next write
+/// (tuned against the fake vendors' streaming cancellation burst, with margin).
+pub const DEFAULT_CANCEL_GRACE_MS: u64 = 50;
+/// Largest `cancel_grace_ms` accepted: every cut-off call holds its slot this long.
+pub const MAX_CANCEL_GRACE_MS: u64 = 10_000;
+
+fn default_cancel_grace_ms() -> u64 {
+    DEFAULT_CANCEL_GRACE_MS
 }
 
 fn full_share() -> f64 {

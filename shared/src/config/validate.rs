@@ -3,7 +3,7 @@
 
 use std::{collections::HashSet, fmt};
 
-use super::{Config, MAX_KEY_CAPACITY, MAX_WAITERS};
+use super::{Config, MAX_CANCEL_GRACE_MS, MAX_KEY_CAPACITY, MAX_WAITERS};
 
 /// Why a configuration could not be used: every problem, each with its path.
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +100,15 @@ impl Config {
                     format!("{pp}.batch_max_share"),
                     format!(
                         "must be above 0 and at most 1 (a share of the pool's capacity), got {share}"
+                    ),
+                );
+            }
+            if pool.cancel_grace_ms > MAX_CANCEL_GRACE_MS {
+                push(
+                    format!("{pp}.cancel_grace_ms"),
+                    format!(
+                        "must be 0..={MAX_CANCEL_GRACE_MS} ms (every call cut off on cancel holds its lease this long), got {}",
+                        pool.cancel_grace_ms
                     ),
                 );
             }
