@@ -61,6 +61,7 @@ impl Pool {
                 base_url: u.base_url.clone(),
                 region: u.region.clone(),
                 params: u.params.clone(),
+                queueing: u.queueing,
             });
             for k in &u.keys {
                 let key_id = format!("{}/{}", u.id, k.id);

@@ -85,8 +85,9 @@ pub struct PoolConfig {
     /// below 1, live traffic always finds headroom while bulk jobs run.
     #[serde(default = "full_share")]
     pub batch_max_share: f64,
-    /// Learn each key's real concurrency from the vendor (default true): a concurrency refusal
-    /// lowers the key's effective capacity, sustained success raises it back one slot at a
+    /// Learn each key's real concurrency from the vendor (default true): an overload refusal
+    /// (a concurrency code, any HTTP 429, a 503 with Retry-After, a `queueing` upstream's read
+    /// timeout) lowers the key's effective capacity, sustained success raises it back one slot at a
     /// time up to `capacity` (`[scheduler] adaptive_*`). False grants against `capacity` only.
     #[serde(default = "enabled")]
     pub adaptive: bool,
@@ -138,6 +139,12 @@ pub struct UpstreamConfig {
     /// Adapter options (e.g. Volcengine `cluster`). Values are strings, numbers or booleans.
     #[serde(default)]
     pub params: BTreeMap<String, serde_json::Value>,
+    /// The upstream queues requests beyond its concurrency instead of refusing them (the
+    /// self-hosted servers of VENDORS.md): a call that runs out its whole attempt timeout
+    /// there is reported RATE_LIMITED, an overload signal that lowers an adaptive key's
+    /// effective capacity, instead of TIMEOUT. Default false.
+    #[serde(default)]
+    pub queueing: bool,
     /// The keys (app ids) of this account.
     #[serde(default)]
     pub keys: Vec<KeyConfig>,

@@ -22,6 +22,12 @@
 //! worked on at the vendor, so it is cut at its first byte, or runs to its answer (a vendor
 //! that does not stream sends everything at once).
 //!
+//! **A queueing upstream's timeout is overload.** An upstream marked `queueing` (a
+//! self-hosted server that queues requests instead of refusing them) that holds a call for the
+//! whole attempt timeout is reported RATE_LIMITED, not TIMEOUT: an overload signal that lowers
+//! an adaptive key's effective capacity (`vendor::http::classify`). A quicker TIMEOUT there
+//! (connect error, reset) stays TIMEOUT.
+//!
 //! # Where the audio goes ([`ChunkOut`])
 //! The first bytes are checked with [`crate::audio::sniff_start`] before any of them is
 //! passed on (a JSON error body with HTTP 200 is UPSTREAM_ERROR and fails over, nothing
@@ -278,7 +284,7 @@ async fn call_under_lease<T>(
         retry_after_ms: failure.and_then(|f| f.retry_after_ms),
     };
     let delivered = relay.delivered;
-    let failure = match stop {
+    let mut failure = match stop {
         Stop::Joined(Ok(Ok(end))) => match relay.close() {
             Ok(()) => {
                 let characters = input.text.chars().count() as u64;
@@ -336,6 +342,16 @@ async fn call_under_lease<T>(
     };
     let outcome = match failure.outcome {
         Outcome::Success => Outcome::UpstreamError,
+        // A queueing upstream that held the call for its whole attempt timeout is overloaded,
+        // not broken (module doc): an overload signal, like a 429.
+        Outcome::Timeout
+            if input.upstream.queueing && Duration::from_millis(latency_ms) >= timeout =>
+        {
+            failure
+                .message
+                .push_str(" (a queueing upstream: reported as overload)");
+            Outcome::RateLimited
+        }
         other => other,
     };
     guard
