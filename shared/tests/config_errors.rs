@@ -76,3 +76,102 @@ fn a_name_far_from_every_field_gets_no_guess() {
         "{text}"
     );
 }
+
+/// The validation problems of `toml` (loaded inside figment's `Jail`, as [`load`] does).
+#[allow(
+    clippy::result_large_err,
+    reason = "Jail's closure returns figment's own error type"
+)]
+fn problems(toml: &str) -> String {
+    let mut text = String::new();
+    figment::Jail::expect_with(|_| {
+        match Config::from_toml_str(toml) {
+            Ok(c) => {
+                if let Err(e) = c.validate(voxpool_shared::config::Credentials::Ignore) {
+                    text = e.to_string();
+                }
+            }
+            Err(e) => text = format!("load failed: {e}"),
+        }
+        Ok(())
+    });
+    text
+}
+
+const ONE_POOL: &str = "[[pools]]\nid = 'a'\nprovider = 'espeak'\n[[pools.upstreams]]\nid = 'u'\n[[pools.upstreams.keys]]\nid = 'k'\ncapacity = 3\n";
+
+#[test]
+fn zero_text_limit_and_zero_attempt_timeout_are_refused_naming_their_paths() {
+    for (field, want) in [
+        (
+            "max_text_chars",
+            "synthesis.max_text_chars: must be at least 1, got 0",
+        ),
+        (
+            "attempt_timeout_ms",
+            "synthesis.attempt_timeout_ms: must be at least 1, got 0",
+        ),
+    ] {
+        let text = problems(&format!("{ONE_POOL}[synthesis]\n{field} = 0\n"));
+        assert!(text.contains(want), "{field}: {text}");
+    }
+    assert_eq!(
+        problems(&format!(
+            "{ONE_POOL}[synthesis]\nmax_text_chars = 1\nattempt_timeout_ms = 1\n"
+        )),
+        "",
+        "1 is a (tiny) limit"
+    );
+}
+
+#[test]
+fn an_absurd_max_waiters_is_refused_with_the_accepted_range() {
+    let text = problems(&format!("{ONE_POOL}[scheduler]\nmax_waiters = 100000000\n"));
+    assert!(
+        text.contains("scheduler.max_waiters: must be 1..=100000")
+            && text.contains("got 100000000"),
+        "{text}"
+    );
+    assert_eq!(
+        problems(&format!(
+            "{ONE_POOL}[scheduler]\nmax_waiters = {}\n",
+            voxpool_shared::config::MAX_WAITERS
+        )),
+        "",
+        "the bound itself is accepted"
+    );
+}
+
+#[test]
+#[allow(
+    clippy::result_large_err,
+    reason = "Jail's closure returns figment's own error type"
+)]
+fn cancel_grace_defaults_and_is_bounded_naming_the_pool() {
+    figment::Jail::expect_with(|_| {
+        let parsed = Config::from_toml_str(ONE_POOL).expect("parses");
+        assert_eq!(
+            parsed.pools[0].cancel_grace_ms,
+            voxpool_shared::config::DEFAULT_CANCEL_GRACE_MS
+        );
+        Ok(())
+    });
+    let with = |ms: u64| {
+        ONE_POOL.replacen(
+            "provider = 'espeak'\n",
+            &format!("provider = 'espeak'\ncancel_grace_ms = {ms}\n"),
+            1,
+        )
+    };
+    assert_eq!(
+        problems(&with(0)),
+        "",
+        "0: released once the connection is closed"
+    );
+    let text = problems(&with(60_000));
+    assert!(
+        text.contains("pools[0].cancel_grace_ms: must be 0..=10000 ms")
+            && text.contains("got 60000"),
+        "{text}"
+    );
+}

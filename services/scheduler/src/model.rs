@@ -28,8 +28,8 @@ pub struct PoolSpec {
     pub keys: Vec<KeySpec>,
     /// Most of the pool's capacity BATCH leases may hold (0 < share <= 1; see [`batch_limit`]).
     pub batch_max_share: f64,
-    /// Whether keys learn their effective capacity from concurrency refusals
-    /// ([`HealthPolicy::lowered_capacity`]).
+    /// Whether keys learn their effective capacity from the vendor's overload refusals
+    /// (CONCURRENCY_LIMITED and RATE_LIMITED reports, [`HealthPolicy::lowered_capacity`]).
     pub adaptive: bool,
 }
 
@@ -428,7 +428,9 @@ pub struct ReportResult {
 /// Health policy applied by reports; from [`SchedulerSettings`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HealthPolicy {
-    /// Cooldown after RATE_LIMITED with no Retry-After (ms).
+    /// Cooldown after RATE_LIMITED with no Retry-After (ms). On an adaptive pool only when the
+    /// key ran no other lease: otherwise the lowered effective capacity is the back-off
+    /// ([`HealthPolicy::lowered_capacity`]).
     pub rate_limit_cooldown_ms: u64,
     /// Consecutive failures before cooling.
     pub failure_threshold: u32,
@@ -468,7 +470,9 @@ impl From<&SchedulerSettings> for HealthPolicy {
 }
 
 impl HealthPolicy {
-    /// The effective capacity after a concurrency refusal on a key running `in_flight`
+    /// The effective capacity after an overload refusal (CONCURRENCY_LIMITED, or RATE_LIMITED
+    /// on an adaptive pool: a plain HTTP 429 teaches the limit as a vendor's concurrency code
+    /// does, besides any cooldown the vendor asked for) on a key running `in_flight`
     /// leases (the refused one included) at effective capacity `effective`:
     /// `effective × adaptive_decrease` rounded down, but not below what the vendor accepted
     /// (`in_flight − 1`) nor below 1, and at least one slot less than before. The Redis store
@@ -501,7 +505,7 @@ pub struct KeyStatus {
     pub key_id: String,
     /// Live capacity: the configured one, or what `SetKeyCapacity` set (the ceiling).
     pub capacity: u32,
-    /// What leases are granted against: `capacity` as learned from the vendor's concurrency
+    /// What leases are granted against: `capacity` as learned from the vendor's overload
     /// refusals (adaptive pools), 1..=capacity (0 when capacity is 0).
     pub effective_capacity: u32,
     /// Live leases.

@@ -1,7 +1,8 @@
 //! Invariant 10: no single caller keeps the scheduler from answering. Any number of waiters
 //! leaves health, status, Release/Renew and other pools answerable; a stalled Redis answers
 //! every caller, waiters included, UNAVAILABLE while it is still stalled; a request that is
-//! not valid protobuf is INVALID_ARGUMENT.
+//! not valid protobuf is INVALID_ARGUMENT, and so is a filter entry (`exclude_keys[i]`,
+//! `upstream_ids[i]`) that is over-long or holds control characters.
 
 mod common;
 
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 use common::{Backend, start_with};
 use tonic::{Code, transport::Channel};
+use tonic_types::StatusExt;
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
 
 /// Pool `a` (one key of capacity 1, to fill) and pool `b` (another pool that must stay served).
@@ -224,4 +226,64 @@ async fn invalid_utf8_in_a_string_field_is_invalid_argument() {
         .expect_err("invalid UTF-8 is refused");
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("UTF-8"), "{}", err.message());
+}
+
+#[tokio::test]
+async fn filter_entries_are_bounded_and_free_of_control_characters_like_every_caller_string() {
+    let h = start_with(Backend::Memory, POOLS, "").await;
+    let huge = "u0/".to_owned() + &"k".repeat(10 * 1024 * 1024);
+    let with = |exclude: Vec<String>, upstreams: Vec<String>| pb::AcquireRequest {
+        pool: "a".into(),
+        exclude_keys: exclude,
+        upstream_ids: upstreams,
+        ..Default::default()
+    };
+    for (req, field, want) in [
+        (
+            with(vec!["u0/k9".into(), huge.clone()], vec![]),
+            "exclude_keys[1]",
+            "at most 129 characters",
+        ),
+        (
+            with(vec!["u0/k0\nforged log line".into()], vec![]),
+            "exclude_keys[0]",
+            "control",
+        ),
+        (
+            with(vec![], vec!["u0".into(), "u0\u{202e}".into()]),
+            "upstream_ids[1]",
+            "control",
+        ),
+        (
+            with(vec![], vec![huge.clone()]),
+            "upstream_ids[0]",
+            "at most 129 characters",
+        ),
+    ] {
+        let err = h.acquire_with(req).await.expect_err(field);
+        assert_eq!(err.code(), Code::InvalidArgument, "{field}: {err:?}");
+        let details = err.get_error_details();
+        let violation = &details
+            .bad_request()
+            .expect("BadRequest detail")
+            .field_violations[0];
+        assert_eq!(violation.field, field);
+        assert!(
+            err.message().contains(field) && err.message().contains(want),
+            "{field}: {}",
+            err.message()
+        );
+        assert!(
+            err.message().len() < 1024,
+            "the entry is not echoed: {} bytes",
+            err.message().len()
+        );
+    }
+    // The longest key id a config can hold still passes (and, unknown, excludes nothing).
+    let longest = format!("{}/{}", "u".repeat(64), "k".repeat(64));
+    let lease = h
+        .acquire_with(with(vec![longest], vec![]))
+        .await
+        .expect("a 129-character entry is accepted");
+    assert!(h.release(&lease.lease_id).await);
 }

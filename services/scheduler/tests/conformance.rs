@@ -103,6 +103,7 @@ conformance!(
     a_concurrency_refusal_lowers_the_effective_capacity_toward_what_the_vendor_accepted,
     sustained_success_raises_the_effective_capacity_one_slot_per_interval_to_the_ceiling,
     a_pool_with_adaptive_off_grants_against_its_capacity_whatever_the_refusals,
+    a_rate_limit_on_an_adaptive_pool_lowers_the_effective_capacity_and_cools_only_as_asked,
     set_key_capacity_sets_a_new_ceiling_and_learning_starts_from_it,
     a_refusal_right_after_a_probe_lowers_it_again,
     a_refusal_from_a_lease_above_the_effective_capacity_is_stale,
@@ -2325,6 +2326,75 @@ async fn a_pool_with_adaptive_off_grants_against_its_capacity_whatever_the_refus
     for _ in 0..4 {
         h.acquire("p").await.unwrap();
     }
+}
+
+/// Every overload signal teaches the effective capacity: a RATE_LIMITED report (a plain HTTP
+/// 429, as self-hosted and proxy-fronted servers send) lowers it as CONCURRENCY_LIMITED does,
+/// besides the cooldown the vendor asked for; without Retry-After the key cools only when it
+/// ran no other lease. A pool with adaptive off keeps today's cooldown and capacity.
+async fn a_rate_limit_on_an_adaptive_pool_lowers_the_effective_capacity_and_cools_only_as_asked(
+    b: Backend,
+) {
+    let h = start(b, &uniform_pool(1, 1, 10)).await;
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        held.push(h.acquire("p").await.unwrap());
+    }
+    // A plain 429 on the 6th: the vendor accepted 5. No cooldown was asked for.
+    let refused = held.pop().unwrap();
+    let r = h
+        .report(&refused.lease_id, Outcome::RateLimited, 0, true)
+        .await;
+    assert_eq!(r.key_state(), KeyState::Available, "no cooldown");
+    assert_eq!(learned(&h).await, (10, 5, KeyState::Available));
+    assert_eq!(
+        h.acquire("p").await.unwrap_err().code(),
+        Code::ResourceExhausted,
+        "5 in flight at an effective capacity of 5: full"
+    );
+    // With Retry-After: lowered again, and cooling as long as the vendor asked.
+    let asked = held.pop().unwrap();
+    let r = h
+        .report(&asked.lease_id, Outcome::RateLimited, 2_000, true)
+        .await;
+    assert_eq!(r.key_state(), KeyState::Cooling);
+    assert_eq!(learned(&h).await, (10, 4, KeyState::Cooling));
+    let remaining = r.cooldown_until_ms - h.status("p").await.now_ms;
+    assert!(
+        (1_000..=2_000).contains(&remaining),
+        "the vendor's 2 s, got {remaining}"
+    );
+    for l in held.drain(..) {
+        h.report(&l.lease_id, Outcome::Success, 0, true).await;
+    }
+    h.advance("p", 2_001).await;
+    // A lone request refused: no concurrency of ours explains it, the default cooldown applies.
+    let lone = h.acquire("p").await.unwrap();
+    let r = h
+        .report(&lone.lease_id, Outcome::RateLimited, 0, true)
+        .await;
+    assert_eq!(r.key_state(), KeyState::Cooling, "a lone request refused");
+    let remaining = r.cooldown_until_ms - h.status("p").await.now_ms;
+    assert!(
+        (1..=1_000).contains(&remaining),
+        "default 1000 ms, got {remaining}"
+    );
+    assert_eq!(learned(&h).await.1, 2);
+
+    let fixed = uniform_pool(1, 1, 4).replace(
+        "provider = \"espeak\"\n",
+        "provider = \"espeak\"\nadaptive = false\n",
+    );
+    let h = start(b, &fixed).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(h.acquire("p").await.unwrap());
+    }
+    let r = h
+        .report(&held[2].lease_id, Outcome::RateLimited, 0, true)
+        .await;
+    assert_eq!(r.key_state(), KeyState::Cooling, "adaptive off: as before");
+    assert_eq!(learned(&h).await, (4, 4, KeyState::Cooling));
 }
 
 async fn set_key_capacity_sets_a_new_ceiling_and_learning_starts_from_it(b: Backend) {

@@ -82,6 +82,7 @@ impl Core {
             key,
             upstream,
             attempt_timeout: Duration::from_millis(self.settings.attempt_timeout_ms),
+            cancel_grace: pool.cancel_grace,
         };
         let exhausted = |why: String, attempts: &[AttemptRecord], retry_after| {
             metrics::exhausted(&pool.id);

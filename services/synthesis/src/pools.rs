@@ -13,6 +13,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
+    time::Duration,
 };
 
 use voxpool_shared::{
@@ -44,6 +45,9 @@ pub struct Pool {
     pub upstream_ids: Vec<String>,
     /// Keys by `upstream/key`.
     pub keys: BTreeMap<String, PoolKey>,
+    /// How long a streaming call cut off on cancel keeps its lease after its vendor
+    /// connection was closed (config `cancel_grace_ms`).
+    pub cancel_grace: Duration,
 }
 
 impl Pool {
@@ -57,6 +61,7 @@ impl Pool {
                 base_url: u.base_url.clone(),
                 region: u.region.clone(),
                 params: u.params.clone(),
+                queueing: u.queueing,
             });
             for k in &u.keys {
                 let key_id = format!("{}/{}", u.id, k.id);
@@ -89,6 +94,7 @@ impl Pool {
             model: p.model.clone(),
             upstream_ids: p.upstreams.iter().map(|u| u.id.clone()).collect(),
             keys,
+            cancel_grace: Duration::from_millis(p.cancel_grace_ms),
         })
     }
 

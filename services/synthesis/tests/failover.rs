@@ -352,6 +352,35 @@ async fn an_abandoned_call_the_vendor_never_answers_ends_at_the_attempt_timeout(
 }
 
 #[tokio::test]
+async fn a_queueing_upstream_that_holds_a_call_past_the_attempt_timeout_is_an_overload_signal() {
+    let (adapter, mut signals) = Scripted::new("openai", TextLimit::Chars(4096), vec![Step::Block]);
+    let toml = format!(
+        "{}\n[synthesis]\nattempt_timeout_ms = 300\n",
+        openai_pool(1, 1, 4).replace("id = \"u0\"\n", "id = \"u0\"\nqueueing = true\n")
+    );
+    let stack = Stack::start(&toml, adapter.registry()).await;
+    let err = stack
+        .synthesize(request(&snapshot("openai", "p", "alloy", "{}"), "hi"))
+        .await
+        .unwrap_err();
+    tokio::time::timeout(WAIT, signals.dropped.recv())
+        .await
+        .expect("the vendor call is cut off at synthesis.attempt_timeout_ms");
+    assert!(
+        err.message().contains("RATE_LIMITED") && err.message().contains("queueing upstream"),
+        "reported as overload, not as the key's failure: {}",
+        err.message()
+    );
+    stack.wait_until_idle("p").await;
+    let key = stack.key("p", "u0/k0").await;
+    assert_eq!(key.consecutive_failures, 0, "not counted as a failure");
+    assert!(
+        key.effective_capacity < 4,
+        "the queueing server's overload lowered the effective capacity: {key:?}"
+    );
+}
+
+#[tokio::test]
 async fn an_adapter_panic_is_internal_releases_the_lease_and_the_server_keeps_serving() {
     let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![Step::Panic]);
     let stack = Stack::start(&openai_pool(1, 1, 1), adapter.registry()).await;

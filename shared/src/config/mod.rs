@@ -48,6 +48,10 @@ pub use self::{
 /// Largest capacity a key may declare (a sanity bound, far above any vendor's cap).
 pub const MAX_KEY_CAPACITY: u32 = 100_000;
 
+/// Largest `scheduler.max_waiters` accepted: waiting Acquires per pool line on one replica
+/// (a sanity bound; each waiter holds a request, a task and a ticket in the store's line).
+pub const MAX_WAITERS: u32 = 100_000;
+
 /// The whole configuration file.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -86,11 +90,28 @@ pub struct PoolConfig {
     /// below 1, live traffic always finds headroom while bulk jobs run.
     #[serde(default = "full_share")]
     pub batch_max_share: f64,
-    /// Learn each key's real concurrency from the vendor (default true): a concurrency refusal
-    /// lowers the key's effective capacity, sustained success raises it back one slot at a
+    /// Learn each key's real concurrency from the vendor (default true): an overload refusal
+    /// (a concurrency code, any HTTP 429, a 503 with Retry-After, a `queueing` upstream's read
+    /// timeout) lowers the key's effective capacity, sustained success raises it back one slot at a
     /// time up to `capacity` (`[scheduler] adaptive_*`). False grants against `capacity` only.
     #[serde(default = "enabled")]
     pub adaptive: bool,
+    /// How long a streaming vendor call cut off because its caller went away keeps its lease
+    /// after its vendor connection was closed, in ms (default [`DEFAULT_CANCEL_GRACE_MS`], at
+    /// most [`MAX_CANCEL_GRACE_MS`]): the vendor notices the closed connection a moment later,
+    /// and a slot handed on before that would be its cap + 1.
+    #[serde(default = "default_cancel_grace_ms")]
+    pub cancel_grace_ms: u64,
+}
+
+/// Default `cancel_grace_ms`: covers a vendor noticing a closed connection on its next write
+/// (tuned against the fake vendors' streaming cancellation burst, with margin).
+pub const DEFAULT_CANCEL_GRACE_MS: u64 = 50;
+/// Largest `cancel_grace_ms` accepted: every cut-off call holds its slot this long.
+pub const MAX_CANCEL_GRACE_MS: u64 = 10_000;
+
+fn default_cancel_grace_ms() -> u64 {
+    DEFAULT_CANCEL_GRACE_MS
 }
 
 fn full_share() -> f64 {
@@ -123,6 +144,12 @@ pub struct UpstreamConfig {
     /// Adapter options (e.g. Volcengine `cluster`). Values are strings, numbers or booleans.
     #[serde(default)]
     pub params: BTreeMap<String, serde_json::Value>,
+    /// The upstream queues requests beyond its concurrency instead of refusing them (the
+    /// self-hosted servers of VENDORS.md): a call that runs out its whole attempt timeout
+    /// there is reported RATE_LIMITED, an overload signal that lowers an adaptive key's
+    /// effective capacity, instead of TIMEOUT. Default false.
+    #[serde(default)]
+    pub queueing: bool,
     /// The keys (app ids) of this account.
     #[serde(default)]
     pub keys: Vec<KeyConfig>,
@@ -256,204 +283,4 @@ impl Config {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const GOOD: &str = r#"
-[[pools]]
-id = "volc-standard"
-provider = "volcengine"
-model = "seed-tts-1.0"
-
-[[pools.upstreams]]
-id = "acct-a"
-base_url = "https://openspeech.bytedance.com"
-params = { cluster = "volcano_tts" }
-
-[[pools.upstreams.keys]]
-id = "app-1"
-capacity = 10
-credential = { env = "VOXPOOL_TEST_NEVER_SET_1" }
-"#;
-
-    #[test]
-    fn quota_windows_are_utc_calendar_days_and_months() {
-        // 2026-12-31T23:59:59.999Z and the instant after.
-        let last_ms_of_2026 = 1_798_761_599_999;
-        let (start, end) = QuotaPeriod::Day.window(last_ms_of_2026);
-        assert_eq!((start, end), (1_798_675_200_000, 1_798_761_600_000));
-        let (start, end) = QuotaPeriod::Month.window(last_ms_of_2026);
-        assert_eq!(start, 1_796_083_200_000, "2026-12-01T00:00Z");
-        assert_eq!(end, 1_798_761_600_000, "2027-01-01T00:00Z");
-        assert_eq!(
-            QuotaPeriod::Month.window(end).0,
-            end,
-            "the next period starts at the end"
-        );
-        // February of a leap year.
-        let feb_2028 = 1_834_617_600_000; // 2028-02-20T00:00Z
-        let (start, end) = QuotaPeriod::Month.window(feb_2028);
-        assert_eq!((end - start) / 86_400_000, 29);
-    }
-
-    #[test]
-    fn api_md_example_parses_and_validates_without_credentials() {
-        let c = Config::from_toml_str(GOOD).unwrap();
-        c.validate(Credentials::Ignore).unwrap();
-        assert_eq!(c.pools[0].upstreams[0].keys[0].capacity, 10);
-        assert_eq!(
-            c.pools[0].upstreams[0].keys[0].credential,
-            Some(CredentialRef::Env("VOXPOOL_TEST_NEVER_SET_1".into()))
-        );
-    }
-
-    #[test]
-    fn missing_credential_variable_is_named_not_printed() {
-        let c = Config::from_toml_str(GOOD).unwrap();
-        let err = c.validate(Credentials::Require).unwrap_err().to_string();
-        assert!(
-            err.contains("pools[0].upstreams[0].keys[0].credential"),
-            "{err}"
-        );
-        assert!(err.contains("VOXPOOL_TEST_NEVER_SET_1 is not set"), "{err}");
-    }
-
-    #[test]
-    fn credentials_are_references_with_exactly_one_known_field() {
-        for (bad, want) in [
-            (
-                r#"credential = "sk-inline-secret-123456""#,
-                "never the secret itself",
-            ),
-            (
-                r#"credential = { env = "A", foo = 1 }"#,
-                "unknown credential field \"foo\"",
-            ),
-            (
-                r#"credential = { env = "A", file = "/x" }"#,
-                "both env and file",
-            ),
-            (r#"credential = {}"#, "empty credential"),
-        ] {
-            let text = GOOD.replace(r#"credential = { env = "VOXPOOL_TEST_NEVER_SET_1" }"#, bad);
-            let err = Config::from_toml_str(&text).unwrap_err().to_string();
-            assert!(err.contains(want), "{bad}: {err}");
-            assert!(
-                !err.contains("sk-inline-secret"),
-                "the inline secret was echoed: {err}"
-            );
-        }
-        let text = GOOD.replace(
-            r#"{ env = "VOXPOOL_TEST_NEVER_SET_1" }"#,
-            r#"{ file = "/run/secrets/x" }"#,
-        );
-        let c = Config::from_toml_str(&text).unwrap();
-        assert_eq!(
-            c.pools[0].upstreams[0].keys[0].credential,
-            Some(CredentialRef::File("/run/secrets/x".into()))
-        );
-    }
-
-    #[test]
-    fn store_settings_out_of_range_are_named_with_what_is_accepted() {
-        for (lines, path, want) in [
-            (
-                "store_replica_ack_timeout_ms = 501\n",
-                "scheduler.store_replica_ack_timeout_ms",
-                "half of store_timeout_ms 1000",
-            ),
-            (
-                "store_replica_ack_timeout_ms = 0\n",
-                "scheduler.store_replica_ack_timeout_ms",
-                "must be 1..=500",
-            ),
-            (
-                "recovery_window_ms = 700000\n",
-                "scheduler.recovery_window_ms",
-                "max_lease_ttl_ms (600000)",
-            ),
-            (
-                "store_key_prefix = \"a{b}\"\n",
-                "scheduler.store_key_prefix",
-                "got \"a{b}\"",
-            ),
-        ] {
-            let c = Config::from_toml_str(&format!("{GOOD}\n[scheduler]\n{lines}")).unwrap();
-            let err = c.validate(Credentials::Ignore).unwrap_err().to_string();
-            assert!(err.contains(path) && err.contains(want), "{lines}: {err}");
-        }
-    }
-
-    #[test]
-    fn unknown_fields_fail_loudly() {
-        let text = GOOD.replace("capacity = 10", "capacty = 10");
-        let err = Config::from_toml_str(&text).unwrap_err().to_string();
-        assert!(err.contains("capacty"), "{err}");
-    }
-
-    #[test]
-    fn problems_name_their_paths() {
-        let text = format!(
-            "{GOOD}\n[[pools.upstreams.keys]]\nid = \"app-1\"\ncapacity = 0\n\n[[pools]]\nid = \"volc-standard\"\nprovider = \"nope\"\n"
-        );
-        let err = Config::from_toml_str(&text)
-            .unwrap()
-            .validate(Credentials::Ignore)
-            .unwrap_err();
-        let ConfigError::Invalid(problems) = err else {
-            panic!("expected Invalid")
-        };
-        let paths: Vec<_> = problems.iter().map(|p| p.path.as_str()).collect();
-        assert!(
-            paths.contains(&"pools[0].upstreams[0].keys[1].id"),
-            "{paths:?}"
-        );
-        assert!(
-            paths.contains(&"pools[0].upstreams[0].keys[1].capacity"),
-            "{paths:?}"
-        );
-        assert!(paths.contains(&"pools[1].id"), "{paths:?}");
-        assert!(paths.contains(&"pools[1].provider"), "{paths:?}");
-        assert!(paths.contains(&"pools[1].upstreams"), "{paths:?}");
-    }
-
-    #[test]
-    fn batch_max_share_defaults_to_one_and_must_be_a_share() {
-        let c = Config::from_toml_str(GOOD).unwrap();
-        assert_eq!(c.pools[0].batch_max_share, 1.0);
-        for bad in ["0", "1.5", "-0.2", "nan"] {
-            let text = GOOD.replacen(
-                "model = \"seed-tts-1.0\"",
-                &format!("model = \"seed-tts-1.0\"\nbatch_max_share = {bad}"),
-                1,
-            );
-            let err = Config::from_toml_str(&text)
-                .unwrap()
-                .validate(Credentials::Ignore)
-                .unwrap_err();
-            assert!(
-                err.to_string().contains("pools[0].batch_max_share"),
-                "{bad}: {err}"
-            );
-        }
-        let ok = GOOD.replacen(
-            "model = \"seed-tts-1.0\"",
-            "model = \"seed-tts-1.0\"\nbatch_max_share = 0.6",
-            1,
-        );
-        let c = Config::from_toml_str(&ok).unwrap();
-        c.validate(Credentials::Ignore).unwrap();
-        assert_eq!(c.pools[0].batch_max_share, 0.6);
-    }
-
-    #[test]
-    fn ids_follow_the_documented_charset() {
-        assert!(is_valid_id("volc-standard"));
-        assert!(is_valid_id("a.b_c-1"));
-        assert!(!is_valid_id(""));
-        assert!(!is_valid_id("-x"));
-        assert!(!is_valid_id("Upper"));
-        assert!(!is_valid_id("a/b"));
-        assert!(!is_valid_id(&"x".repeat(65)));
-    }
-}
+mod tests;

@@ -10,7 +10,9 @@ pub struct SchedulerSettings {
     pub default_lease_ttl_ms: u64,
     /// Largest `lease_ttl_ms` accepted. Default 600000 (10 min).
     pub max_lease_ttl_ms: u64,
-    /// Cooldown after RATE_LIMITED without `retry_after_ms`. Default 1000.
+    /// Cooldown after RATE_LIMITED without `retry_after_ms`. On an adaptive pool only when the
+    /// key ran no other lease: there a rate limit lowers the effective capacity instead
+    /// (`adaptive_*`), and cools the key only for a Retry-After the vendor sent. Default 1000.
     pub rate_limit_cooldown_ms: u64,
     /// Consecutive UPSTREAM_ERROR/TIMEOUT reports before a key cools. Default 3.
     pub failure_threshold: u32,
@@ -37,7 +39,8 @@ pub struct SchedulerSettings {
     pub reap_batch: u32,
     /// Most Acquires that may wait at once in one pool's line on one replica; one more is
     /// answered RESOURCE_EXHAUSTED naming this setting. Waiting Acquires do not count against
-    /// `--max-concurrent-requests`, so this is what bounds them. Default 1024.
+    /// `--max-concurrent-requests`, so this is what bounds them. Default 1024; 1..=100000
+    /// ([`super::MAX_WAITERS`]).
     pub max_waiters: u32,
     /// Replicas that must acknowledge a grant (Redis `WAIT`) before Acquire answers; a grant
     /// fewer replicas acknowledge in time is withdrawn and Acquire answers UNAVAILABLE. This
@@ -62,7 +65,9 @@ pub struct SchedulerSettings {
     /// several deployments can share one Redis. ASCII letters, digits, `-`, `_`, `.`; at most
     /// 32 characters. Default `vp`.
     pub store_key_prefix: String,
-    /// Adaptive pools: on a concurrency refusal a key's effective capacity is multiplied by
+    /// Adaptive pools: on an overload refusal (CONCURRENCY_LIMITED, or RATE_LIMITED: any HTTP
+    /// 429, a 503 with Retry-After, a read timeout of a `queueing` upstream) a key's effective
+    /// capacity is multiplied by
     /// this (0 < f < 1), but never set below the in-flight count the vendor accepted (the
     /// key's leases at the refusal, less the refused one) nor below 1. Default 0.5.
     pub adaptive_decrease: f64,
@@ -128,11 +133,11 @@ impl Default for SchedulerSettings {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SynthesisSettings {
-    /// Longest accepted text, in characters. Default 20000.
+    /// Longest accepted text, in characters. Default 20000; at least 1.
     pub max_text_chars: usize,
     /// Most vendor attempts (keys tried) per request chunk. Default 4.
     pub max_attempts: u32,
-    /// Timeout of one vendor HTTP call. Default 30000.
+    /// Timeout of one vendor HTTP call. Default 30000; at least 1.
     pub attempt_timeout_ms: u64,
     /// Overall deadline when the caller sets none. Default 60000.
     pub default_deadline_ms: u64,

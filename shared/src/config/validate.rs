@@ -3,7 +3,7 @@
 
 use std::{collections::HashSet, fmt};
 
-use super::{Config, MAX_KEY_CAPACITY};
+use super::{Config, MAX_CANCEL_GRACE_MS, MAX_KEY_CAPACITY, MAX_WAITERS};
 
 /// Why a configuration could not be used: every problem, each with its path.
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +100,15 @@ impl Config {
                     format!("{pp}.batch_max_share"),
                     format!(
                         "must be above 0 and at most 1 (a share of the pool's capacity), got {share}"
+                    ),
+                );
+            }
+            if pool.cancel_grace_ms > MAX_CANCEL_GRACE_MS {
+                push(
+                    format!("{pp}.cancel_grace_ms"),
+                    format!(
+                        "must be 0..={MAX_CANCEL_GRACE_MS} ms (every call cut off on cancel holds its lease this long), got {}",
+                        pool.cancel_grace_ms
                     ),
                 );
             }
@@ -209,6 +218,15 @@ impl Config {
                 "must be at least 1".into(),
             );
         }
+        if s.max_waiters > MAX_WAITERS {
+            push(
+                "scheduler.max_waiters".into(),
+                format!(
+                    "must be 1..={MAX_WAITERS} (each waiting Acquire holds a request, a task and a ticket in the store's line), got {}",
+                    s.max_waiters
+                ),
+            );
+        }
         for (field, value) in [
             ("store_timeout_ms", s.store_timeout_ms),
             ("wait_poll_ms", s.wait_poll_ms),
@@ -281,6 +299,20 @@ impl Config {
                     s.adaptive_increase_ms, s.adaptive_increase_max_ms
                 ),
             );
+        }
+        for (field, value) in [
+            ("max_text_chars", self.synthesis.max_text_chars as u64),
+            ("attempt_timeout_ms", self.synthesis.attempt_timeout_ms),
+        ] {
+            if value == 0 {
+                push(
+                    format!("synthesis.{field}"),
+                    format!(
+                        "must be at least 1, got 0 (set in the config file or VOXPOOL_SYNTHESIS__{})",
+                        field.to_ascii_uppercase()
+                    ),
+                );
+            }
         }
         if self.synthesis.max_attempts == 0 {
             push("synthesis.max_attempts".into(), "must be at least 1".into());

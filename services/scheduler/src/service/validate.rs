@@ -26,6 +26,9 @@ use crate::{
 
 /// Most entries accepted in `exclude_keys` / `upstream_ids`.
 pub const MAX_FILTER_ENTRIES: usize = 256;
+/// Longest accepted `exclude_keys` / `upstream_ids` entry: a key id `upstream/key` is at
+/// most 64 + 1 + 64 characters (config ids are at most 64).
+pub const MAX_FILTER_ENTRY_CHARS: usize = 129;
 /// Longest accepted `request_id`.
 pub const MAX_REQUEST_ID_CHARS: usize = 128;
 /// Longest accepted `wait_timeout_ms` (10 minutes).
@@ -178,6 +181,11 @@ impl SchedulerService {
                         entries.len()
                     ),
                 ));
+            }
+            // Checked before anything compares, logs or stores them (module doc).
+            for (i, entry) in entries.iter().enumerate() {
+                check_field(entry, MAX_FILTER_ENTRY_CHARS)
+                    .map_err(|p| invalid(format!("{field}[{i}]"), p.to_string()))?;
             }
         }
         for (i, u) in r.upstream_ids.iter().enumerate() {

@@ -683,12 +683,25 @@ fn apply_outcome(
             }
         }
         Outcome::RateLimited => {
-            let wait = if retry_after_ms > 0 {
-                retry_after_ms
-            } else {
-                policy.rate_limit_cooldown_ms
-            };
-            k.cool(now.saturating_add(ms(wait)), CoolReason::RateLimited);
+            // Adaptive pools: a rate-limit refusal is an overload signal like a concurrency
+            // refusal and lowers the effective capacity by the same rules; the key cools only
+            // for the vendor's Retry-After, or the default when it ran no other lease (a lone
+            // request refused: no concurrency of ours explains it). See `lua/report.lua`.
+            if adaptive {
+                let refusal = ReportParams {
+                    outcome: Outcome::ConcurrencyLimited,
+                    ..r.clone()
+                };
+                apply_outcome(k, &refusal, policy, (now, in_flight, adaptive));
+            }
+            if !adaptive || retry_after_ms > 0 || in_flight <= 1 {
+                let wait = if retry_after_ms > 0 {
+                    retry_after_ms
+                } else {
+                    policy.rate_limit_cooldown_ms
+                };
+                k.cool(now.saturating_add(ms(wait)), CoolReason::RateLimited);
+            }
         }
         Outcome::UpstreamError | Outcome::Timeout => {
             k.failures = k.failures.saturating_add(1);

@@ -78,6 +78,9 @@ pub struct UpstreamTarget {
     pub region: Option<String>,
     /// Adapter options (e.g. Volcengine `cluster`).
     pub params: BTreeMap<String, serde_json::Value>,
+    /// The upstream queues requests beyond its concurrency instead of refusing them (config
+    /// `queueing`): a call that runs out its attempt timeout there is an overload signal.
+    pub queueing: bool,
 }
 
 /// One vendor call.

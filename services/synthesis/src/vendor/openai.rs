@@ -24,9 +24,12 @@
 //!
 //! # Errors
 //! Body `{"error":{"message","type","param","code"}}`: `insufficient_quota` → `QUOTA_EXHAUSTED`
-//! (even on 429), `rate_limit_exceeded` → `RATE_LIMITED`, `server_is_overloaded` →
-//! `UPSTREAM_ERROR`, `invalid_api_key` → `KEY_INVALID`; otherwise by status. A 200 whose body
-//! is a JSON document is classified by its code (or `UPSTREAM_ERROR`), never returned as audio.
+//! (even on 429), `invalid_api_key` → `KEY_INVALID`, any other 429 (`rate_limit_exceeded`, or
+//! whatever body a self-hosted or proxy server sends) → `RATE_LIMITED`, an overload signal that
+//! lowers an adaptive key's effective capacity (`http::classify`); `rate_limit_exceeded` →
+//! `RATE_LIMITED`, `server_is_overloaded` → `UPSTREAM_ERROR` (`RATE_LIMITED` on a 503 with
+//! `Retry-After`); otherwise by status. A 200 whose body is a JSON document is classified by its
+//! code (or `UPSTREAM_ERROR`), never returned as audio.
 
 use async_trait::async_trait;
 use reqwest::Client;
@@ -143,9 +146,11 @@ fn classify(reply: &HttpReply, secret: &Secret) -> VendorFailure {
     let kind = error["type"].as_str().unwrap_or_default();
     let outcome = match (code, kind) {
         ("insufficient_quota", _) | (_, "insufficient_quota") => Outcome::QuotaExhausted,
+        ("invalid_api_key", _) => Outcome::KeyInvalid,
+        // Any other 429 is an overload signal, whatever its body (module doc).
+        _ if status == 429 => Outcome::RateLimited,
         ("rate_limit_exceeded", _) => Outcome::RateLimited,
         ("server_is_overloaded" | "server_error", _) => Outcome::UpstreamError,
-        ("invalid_api_key", _) => Outcome::KeyInvalid,
         _ if status == 200 => Outcome::UpstreamError,
         _ => http::outcome_for_status(status),
     };
@@ -370,6 +375,46 @@ mod tests {
             body(&request, &w),
             json!({"model": "tts-1", "input": "hello", "voice": "alloy", "response_format": "wav", "speed": 1.25})
         );
+    }
+
+    #[test]
+    fn a_plain_429_is_a_rate_limit_never_a_spent_quota() {
+        let secret = Secret::new("sk-test-0123456789abcdef");
+        let reply = |status: u16, body: &'static str| HttpReply {
+            status: reqwest::StatusCode::from_u16(status).expect("status"),
+            headers: reqwest::header::HeaderMap::new(),
+            body: bytes::Bytes::from_static(body.as_bytes()),
+        };
+        for (status, body, outcome) in [
+            // Self-hosted and proxy-fronted servers: no OpenAI document at all.
+            (429, "Too Many Requests", Outcome::RateLimited),
+            (429, "", Outcome::RateLimited),
+            (429, r#"{"detail":"server busy"}"#, Outcome::RateLimited),
+            (
+                429,
+                r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#,
+                Outcome::RateLimited,
+            ),
+            (
+                429,
+                r#"{"error":{"message":"over capacity","type":"server_error","code":null}}"#,
+                Outcome::RateLimited,
+            ),
+            (
+                503,
+                r#"{"error":{"code":"server_is_overloaded"}}"#,
+                Outcome::UpstreamError,
+            ),
+            (
+                429,
+                r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#,
+                Outcome::QuotaExhausted,
+            ),
+        ] {
+            let f = classify(&reply(status, body), &secret);
+            assert_eq!(f.outcome, outcome, "{status} {body}");
+            assert_eq!(f.http_status, Some(status));
+        }
     }
 
     #[test]

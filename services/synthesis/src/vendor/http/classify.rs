@@ -9,7 +9,8 @@
 //! # Classification shared by all vendors
 //! | what happened | outcome |
 //! |---|---|
-//! | HTTP 429 | `RATE_LIMITED` (`Retry-After` / `retry-after-ms` read) |
+//! | HTTP 429 (any body but a spent quota's) | `RATE_LIMITED` (`Retry-After` / `retry-after-ms` read) |
+//! | HTTP 503 with `Retry-After` | `RATE_LIMITED` (the server shedding load, back at the time it says) |
 //! | HTTP 401 / 403 | `KEY_INVALID` |
 //! | HTTP 402 | `QUOTA_EXHAUSTED` |
 //! | HTTP 408, connect error, read timeout, connection reset | `TIMEOUT` |
@@ -18,6 +19,15 @@
 //!
 //! Adapters refine this with the vendor's body code first (several vendors answer errors with
 //! HTTP 200), then fall back to [`outcome_for_status`].
+//!
+//! # Overload signals teach the adaptive capacity
+//! RATE_LIMITED is an overload signal: on an adaptive pool the scheduler lowers the key's
+//! effective capacity for it as for CONCURRENCY_LIMITED (a vendor's concurrency code), and
+//! cools the key only for the `Retry-After` the vendor sent. So a plain 429 (self-hosted and
+//! proxy-fronted OpenAI-compatible servers signal overload that way), a 503 with
+//! `Retry-After`, and a read timeout of an upstream marked `queueing` (reported RATE_LIMITED
+//! by `crate::attempt`) all teach the key its real limit. A spent quota or balance is never
+//! one of them: it stays QUOTA_EXHAUSTED (OpenAI's 429 `insufficient_quota`).
 
 use std::time::SystemTime;
 
@@ -280,15 +290,24 @@ pub struct ErrorAnswer<'a> {
 impl ErrorAnswer<'_> {
     /// The one path from a vendor's error answer to a failure: the vendor's own code decides
     /// when known, else the HTTP status ([`outcome_for_status`]; an error sent with HTTP 200
-    /// is UPSTREAM_ERROR). The message is `HTTP <status> <code>: <message>`, or the body's
+    /// is UPSTREAM_ERROR); an UPSTREAM_ERROR answered 503 with `Retry-After` is RATE_LIMITED. The message is `HTTP <status> <code>: <message>`, or the body's
     /// first 200 bytes when the vendor named neither; it is scrubbed of `secret`.
     pub fn failure(self, provider: &str, secret: Option<&Secret>) -> VendorFailure {
         let status = self.status;
-        let outcome = self.outcome.unwrap_or(if status == 200 {
+        let mut outcome = self.outcome.unwrap_or(if status == 200 {
             Outcome::UpstreamError
         } else {
             outcome_for_status(status)
         });
+        // A 503 that says when to come back is the server shedding load: an overload signal
+        // (RATE_LIMITED: cooled as asked, and it lowers an adaptive key's effective capacity).
+        let now = SystemTime::now();
+        if status == 503
+            && outcome == Outcome::UpstreamError
+            && retry_after_header_ms(self.headers, now).is_some()
+        {
+            outcome = Outcome::RateLimited;
+        }
         let detail = match (self.code.is_empty(), self.message.is_empty()) {
             (true, true) => {
                 String::from_utf8_lossy(&self.body[..self.body.len().min(200)]).into_owned()
@@ -300,7 +319,7 @@ impl ErrorAnswer<'_> {
             provider,
             outcome,
             Some(status),
-            retry_after_ms(self.headers, SystemTime::now()),
+            retry_after_ms(self.headers, now),
             format!("HTTP {status} {}", detail.trim()),
             secret,
         )
@@ -327,163 +346,5 @@ impl<'a> ErrorAnswer<'a> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use reqwest::header::{HeaderValue, RETRY_AFTER};
-
-    use super::*;
-
-    #[test]
-    fn status_table_matches_vendors_md() {
-        for (status, outcome) in [
-            (400, Outcome::ClientError),
-            (401, Outcome::KeyInvalid),
-            (402, Outcome::QuotaExhausted),
-            (403, Outcome::KeyInvalid),
-            (404, Outcome::ClientError),
-            (408, Outcome::Timeout),
-            (415, Outcome::ClientError),
-            (422, Outcome::ClientError),
-            (429, Outcome::RateLimited),
-            (500, Outcome::UpstreamError),
-            (502, Outcome::UpstreamError),
-            (503, Outcome::UpstreamError),
-            (302, Outcome::UpstreamError),
-        ] {
-            assert_eq!(outcome_for_status(status), outcome, "status {status}");
-        }
-    }
-
-    #[test]
-    fn retry_after_reads_seconds_fractions_dates_and_ms() {
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
-        let with = |name: &'static str, v: &str| {
-            let mut h = HeaderMap::new();
-            h.insert(name, HeaderValue::from_str(v).unwrap());
-            h
-        };
-        assert_eq!(retry_after_ms(&with("retry-after", "7"), now), Some(7000));
-        assert_eq!(retry_after_ms(&with("retry-after", "0.25"), now), Some(250));
-        assert_eq!(
-            retry_after_ms(&with("retry-after-ms", "120"), now),
-            Some(120)
-        );
-        let later = httpdate::fmt_http_date(now + Duration::from_secs(30));
-        assert_eq!(
-            retry_after_ms(&with(RETRY_AFTER.as_str(), &later), now),
-            Some(30_000)
-        );
-        let earlier = httpdate::fmt_http_date(now - Duration::from_secs(30));
-        assert_eq!(retry_after_ms(&with("retry-after", &earlier), now), Some(0));
-        assert_eq!(retry_after_ms(&with("retry-after", "soon"), now), None);
-        assert_eq!(retry_after_ms(&HeaderMap::new(), now), None);
-        // Without Retry-After: the rate-limit window's reset.
-        assert_eq!(
-            retry_after_ms(&with("x-ratelimit-reset-requests", "6m0s"), now),
-            Some(360_000)
-        );
-        assert_eq!(
-            retry_after_ms(&with("x-ratelimit-reset-requests", "250ms"), now),
-            Some(250)
-        );
-        assert_eq!(
-            retry_after_ms(&with("x-ratelimit-reset", "3"), now),
-            Some(3000)
-        );
-        let unix = now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            + 5;
-        assert_eq!(
-            retry_after_ms(&with("x-ratelimit-reset", &unix.to_string()), now),
-            Some(5000),
-            "a Unix time in seconds"
-        );
-    }
-
-    #[test]
-    fn scrub_removes_the_secret_and_masked_echoes() {
-        let secret = Secret::new("sk-test-0123456789abcdef");
-        let msg =
-            "Incorrect API key provided: sk-tes***********cdef. key sk-test-0123456789abcdef again";
-        let out = scrub(msg, Some(&secret));
-        assert!(!out.contains("sk-test-0123456789abcdef"), "{out}");
-        assert!(!out.contains("cdef"), "{out}");
-        assert!(out.contains("Incorrect API key provided"), "{out}");
-        let long = "x".repeat(1000);
-        assert!(scrub(&long, None).chars().count() <= MAX_MESSAGE_CHARS + 1);
-        assert_eq!(scrub("line\nbreak", None), "line break");
-    }
-
-    #[test]
-    fn documents_are_never_taken_for_audio() {
-        let mut json = HeaderMap::new();
-        json.insert(
-            "content-type",
-            HeaderValue::from_static("application/json; charset=utf-8"),
-        );
-        assert!(is_document(&json, b"RIFF...."));
-        assert!(is_document(
-            &HeaderMap::new(),
-            br#" {"error":{"code":"x"}}"#
-        ));
-        assert!(!is_document(&HeaderMap::new(), &[0x7B, 0x00, 0x12, 0x34]));
-        assert!(audio::sniff(AudioFormat::Mp3, &[0xFF, 0xFB, 0x90, 0xC0]).is_ok());
-        assert!(audio::sniff(AudioFormat::Mp3, b"{\"a\":1}").is_err());
-        assert!(audio::sniff(AudioFormat::Pcm, &[1, 2, 3]).is_err());
-    }
-
-    #[test]
-    fn an_error_answer_shows_code_and_message_or_the_body_and_reads_retry_after() {
-        let mut headers = HeaderMap::new();
-        headers.insert("retry-after", HeaderValue::from_static("3"));
-        let secret = Secret::new("sk-test-0123456789abcdef");
-        let f = ErrorAnswer {
-            status: 429,
-            headers: &headers,
-            body: b"{}",
-            code: "rate_limit_exceeded".into(),
-            message: "slow down sk-test-0123456789abcdef",
-            outcome: None,
-        }
-        .failure("openai", Some(&secret));
-        assert_eq!(f.outcome, Outcome::RateLimited);
-        assert_eq!(f.retry_after_ms, Some(3000));
-        assert_eq!(f.http_status, Some(429));
-        assert!(
-            f.message
-                .starts_with("openai: HTTP 429 rate_limit_exceeded: slow down"),
-            "{}",
-            f.message
-        );
-        assert!(!f.message.contains("0123456789"), "{}", f.message);
-        let no_doc = HeaderMap::new();
-        let f = ErrorAnswer {
-            status: 200,
-            headers: &no_doc,
-            body: b"<html>busy</html>",
-            code: String::new(),
-            message: "",
-            outcome: None,
-        }
-        .failure("azure", None);
-        assert_eq!(
-            f.outcome,
-            Outcome::UpstreamError,
-            "an error in a 200 is the vendor's"
-        );
-        assert!(f.message.contains("<html>busy</html>"), "{}", f.message);
-        let f = ErrorAnswer {
-            status: 200,
-            headers: &no_doc,
-            body: b"{}",
-            code: "code 1004".into(),
-            message: "auth",
-            outcome: Some(Outcome::KeyInvalid),
-        }
-        .failure("minimax", None);
-        assert_eq!(f.outcome, Outcome::KeyInvalid, "the vendor's code decides");
-    }
-}
+#[path = "classify_tests.rs"]
+mod tests;

@@ -16,7 +16,8 @@
 -- below the leases the vendor accepted (in flight less the refused one) nor below 1, at least
 -- one slot, unless the key holds more leases than that (granted before a decrease: a stale
 -- signal) or a refusal lowered it within the hold; a success raises it by one toward the
--- ceiling once the increase interval passed since the last change.
+-- ceiling once the increase interval passed since the last change. On an adaptive pool a
+-- RATE_LIMITED report lowers it the same way (every overload signal teaches it).
 local now = now_ms()
 local token = ARGV[2]
 -- An expired lease no longer names its key (same as after reaping): reclaim it now.
@@ -50,6 +51,10 @@ local outcome = ARGV[3]
 if not applied then outcome = 'none' end
 local eff = num(redis.call('HGET', K_CAP, k))
 local adaptive = redis.call('GET', K_ADAPTIVE) ~= '0'
+-- Adaptive pools: a rate-limit refusal is an overload signal and lowers the effective capacity
+-- as a concurrency refusal does; its cooldown is applied after the adaptation below.
+local rate_limited = outcome == 'rate_limited'
+if rate_limited and adaptive then outcome = 'concurrency_limited' end
 local since = now - num(redis.call('HGET', K_ADAPTED, k))
 if outcome == 'success' then
   redis.call('HDEL', K_FAILS, k)
@@ -111,6 +116,13 @@ elseif outcome == 'upstream_error' or outcome == 'timeout' then
   end
 elseif outcome == 'key_invalid' or outcome == 'quota_exhausted' then
   cool(now + tonumber(ARGV[11]), 'credential')
+end
+-- A rate limit on an adaptive pool cools only for the vendor's Retry-After, or the default
+-- when the key ran no other lease (a lone request refused: no concurrency of ours explains it).
+if rate_limited and adaptive then
+  local wait = tonumber(ARGV[4])
+  if wait <= 0 and num(redis.call('HGET', K_INF, k)) <= 1 then wait = tonumber(ARGV[7]) end
+  if wait > 0 then cool(now + wait, 'rate_limited') end
 end
 
 local released = 0

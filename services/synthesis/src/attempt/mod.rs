@@ -16,9 +16,17 @@
 //! gone: the caller cancelled, its deadline passed, or another chunk failed the request), a
 //! call whose vendor has started sending audio is cut at once: the connection is closed (the
 //! engine process killed), which ends a streaming vendor's work on it, and the lease is
-//! released without a report. A call that has not sent its first byte yet is still being
+//! released without a report — but only once the call's task is gone with its connection,
+//! and the pool's `cancel_grace_ms` after that: the vendor counts the call until it notices
+//! the closed connection, and a slot handed on before then would be its cap + 1. A call that has not sent its first byte yet is still being
 //! worked on at the vendor, so it is cut at its first byte, or runs to its answer (a vendor
 //! that does not stream sends everything at once).
+//!
+//! **A queueing upstream's timeout is overload.** An upstream marked `queueing` (a
+//! self-hosted server that queues requests instead of refusing them) that holds a call for the
+//! whole attempt timeout is reported RATE_LIMITED, not TIMEOUT: an overload signal that lowers
+//! an adaptive key's effective capacity (`vendor::http::classify`). A quicker TIMEOUT there
+//! (connect error, reset) stays TIMEOUT.
 //!
 //! # Where the audio goes ([`ChunkOut`])
 //! The first bytes are checked with [`crate::audio::sniff_start`] before any of them is
@@ -31,17 +39,11 @@
 //! Each finished call is counted in the metrics here, abandoned or not, so the
 //! vendor-response metrics match what the vendor served.
 
-use std::{
-    pin::Pin,
-    sync::Arc,
-    task::{Context, Poll},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use tokio::{
     sync::{mpsc, watch},
-    task::JoinHandle,
     time::Instant,
 };
 use tokio_util::task::TaskTracker;
@@ -57,9 +59,15 @@ use crate::{
     record::AttemptRecord,
     vendor::{
         AudioFormat, AudioSink, KeyCredential, StreamEnd, UpstreamTarget, VendorAdapter,
-        VendorFailure, VendorRequest,
+        VendorFailure,
     },
 };
+
+mod call;
+mod relay;
+
+pub use self::call::attempt_id;
+use self::{call::spawn_call, relay::Relay};
 
 /// Extra time an adapter gets past its own timeout before the attempt is cut off.
 const GRACE: Duration = Duration::from_secs(1);
@@ -89,6 +97,9 @@ pub struct CallInput {
     pub upstream: Arc<UpstreamTarget>,
     /// `synthesis.attempt_timeout_ms`.
     pub attempt_timeout: Duration,
+    /// The pool's `cancel_grace_ms`: how long a call cut off on cancel keeps its lease after
+    /// its vendor connection was closed (module doc).
+    pub cancel_grace: Duration,
 }
 
 /// What a chunk's receiver gets: audio in order, then how the chunk ended.
@@ -137,68 +148,6 @@ pub enum AttemptEnd {
     Panicked,
 }
 
-/// Aborts the task when dropped, so cutting a call off also ends its vendor request (and
-/// `kill_on_drop` ends an engine process).
-struct AbortOnDrop<T>(JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-impl<T> Future for AbortOnDrop<T> {
-    type Output = Result<T, tokio::task::JoinError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx)
-    }
-}
-
-fn spawn_call(
-    input: &CallInput,
-    timeout: Duration,
-    attempt_id: String,
-    sink: AudioSink,
-) -> AbortOnDrop<Result<StreamEnd, VendorFailure>> {
-    let input = input.clone();
-    AbortOnDrop(tokio::spawn(
-        async move {
-            let request = VendorRequest {
-                text: &input.text,
-                voice: &input.voice,
-                pool_model: &input.pool_model,
-                format: input.format,
-                sample_rate_hz: input.sample_rate_hz,
-                key: &input.key,
-                upstream: &input.upstream,
-                timeout,
-                attempt_id: &attempt_id,
-            };
-            input.adapter.stream(request, &sink).await
-        }
-        .instrument(tracing::Span::current()),
-    ))
-}
-
-/// A fresh random UUID v4 string: the vendor's per-call id (Volcengine wants a unique `reqid`)
-/// and the idempotency key of each lease attempt.
-pub fn attempt_id() -> String {
-    let b = rand::random::<u128>().to_be_bytes();
-    let mut b = b;
-    b[6] = (b[6] & 0x0F) | 0x40;
-    b[8] = (b[8] & 0x3F) | 0x80;
-    let h = hex::encode(b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
 /// Runs one call under `guard` (module doc) in a task of `tracker`, handing its audio to
 /// `out`, and waits for it until `deadline`. Returns how it ended and, unless the deadline
 /// came first, the call was cut off or the adapter panicked, the attempt's record. Dropping
@@ -232,67 +181,6 @@ pub async fn run<T: Send + 'static>(
             tracing::debug!("deadline passed during a vendor call; it finishes in the background");
             (AttemptEnd::Deadline, None)
         }
-    }
-}
-
-/// The audio of one call on its way to the chunk: checked first, then held or handed over.
-struct Relay<T> {
-    out: ChunkOut<T>,
-    format: AudioFormat,
-    /// First bytes not yet judged by the sniffer.
-    probe: Vec<u8>,
-    checked: bool,
-    /// Checked audio waiting for the chunk to go live (or the call to succeed).
-    held: Vec<Bytes>,
-    /// Bytes the vendor sent.
-    received: u64,
-    /// Bytes handed over.
-    delivered: u64,
-}
-
-impl<T> Relay<T> {
-    /// Takes the vendor's next bytes. Errors: the first bytes are not `format` audio.
-    fn take(&mut self, bytes: Bytes) -> Result<(), audio::AudioError> {
-        self.received += bytes.len() as u64;
-        if self.checked {
-            self.held.push(bytes);
-        } else {
-            self.probe.extend_from_slice(&bytes);
-            if audio::sniff_start(self.format, &self.probe)? {
-                self.checked = true;
-                self.held.push(Bytes::from(std::mem::take(&mut self.probe)));
-            }
-        }
-        if *self.out.live.borrow() {
-            self.hand_over();
-        }
-        Ok(())
-    }
-
-    /// Hands every held byte to the chunk.
-    fn hand_over(&mut self) {
-        for bytes in self.held.drain(..) {
-            self.delivered += bytes.len() as u64;
-            let _ = self.out.tx.send(ChunkMsg::Audio(bytes));
-        }
-    }
-
-    /// At the call's successful end: judges bytes still unjudged (and PCM's whole length: whole
-    /// 16-bit samples), hands everything over.
-    fn close(&mut self) -> Result<(), audio::AudioError> {
-        if !self.checked {
-            audio::sniff(self.format, &self.probe)?;
-            self.checked = true;
-            self.held.push(Bytes::from(std::mem::take(&mut self.probe)));
-        }
-        if self.format == AudioFormat::Pcm && self.received % 2 == 1 {
-            return Err(audio::AudioError::NotAudio {
-                format: AudioFormat::Pcm,
-                reason: format!("{} bytes: not whole 16-bit samples", self.received),
-            });
-        }
-        self.hand_over();
-        Ok(())
     }
 }
 
@@ -396,7 +284,7 @@ async fn call_under_lease<T>(
         retry_after_ms: failure.and_then(|f| f.retry_after_ms),
     };
     let delivered = relay.delivered;
-    let failure = match stop {
+    let mut failure = match stop {
         Stop::Joined(Ok(Ok(end))) => match relay.close() {
             Ok(()) => {
                 let characters = input.text.chars().count() as u64;
@@ -408,7 +296,7 @@ async fn call_under_lease<T>(
             Err(e) => not_audio(&e),
         },
         Stop::NotAudio(e) => {
-            drop(call);
+            call.close().await;
             not_audio(&e)
         }
         Stop::Joined(Ok(Err(failure))) => failure,
@@ -418,7 +306,10 @@ async fn call_under_lease<T>(
             return (AttemptEnd::Panicked, None);
         }
         Stop::CutOff => {
-            drop(call);
+            // The vendor counts the call until it sees the connection close: the lease is
+            // kept until the connection is dropped here, and the pool's grace after that.
+            call.close().await;
+            tokio::time::sleep(input.cancel_grace).await;
             tracing::debug!(key = %lease.key_id, received = relay.received, "call cut off: nobody wants its audio");
             guard.release().await;
             return (AttemptEnd::Failed { delivered }, None);
@@ -426,7 +317,7 @@ async fn call_under_lease<T>(
         Stop::Lost(why) => {
             // Fenced: the slot may already belong to another caller, so the call was aborted
             // to keep the vendor within the key's capacity. Not the key's fault: no report.
-            drop(call);
+            call.close().await;
             guard.release().await;
             let failure = VendorFailure {
                 outcome: Outcome::Timeout,
@@ -440,7 +331,7 @@ async fn call_under_lease<T>(
             );
         }
         Stop::TimedOut => {
-            drop(call);
+            call.close().await;
             VendorFailure {
                 outcome: Outcome::Timeout,
                 http_status: None,
@@ -451,6 +342,16 @@ async fn call_under_lease<T>(
     };
     let outcome = match failure.outcome {
         Outcome::Success => Outcome::UpstreamError,
+        // A queueing upstream that held the call for its whole attempt timeout is overloaded,
+        // not broken (module doc): an overload signal, like a 429.
+        Outcome::Timeout
+            if input.upstream.queueing && Duration::from_millis(latency_ms) >= timeout =>
+        {
+            failure
+                .message
+                .push_str(" (a queueing upstream: reported as overload)");
+            Outcome::RateLimited
+        }
         other => other,
     };
     guard
@@ -468,18 +369,5 @@ fn not_audio(e: &audio::AudioError) -> VendorFailure {
         http_status: None,
         retry_after_ms: None,
         message: format!("returned unusable audio: {e}"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::attempt_id;
-
-    #[test]
-    fn attempt_ids_are_unique_uuid_v4_strings() {
-        let a = attempt_id();
-        assert_eq!(a.len(), 36);
-        assert_eq!(&a[14..15], "4");
-        assert_ne!(a, attempt_id());
     }
 }
