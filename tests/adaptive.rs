@@ -347,7 +347,7 @@ async fn learn(case: &Case) -> Learned {
             .find(|k| k.key_id == LOW_KEY)
             .expect("the low key")
     };
-    let low_status = |status: &mut PoolSchedulerClient<Channel>| {
+    let low_status = |status: &mut PoolSchedulerClient<Authed>| {
         let mut status = status.clone();
         let pool = pool.clone();
         async move {

@@ -692,7 +692,7 @@ fn apply_outcome(
                     outcome: Outcome::ConcurrencyLimited,
                     ..r.clone()
                 };
-                apply_outcome(k, &refusal, policy, (now, in_flight, adaptive));
+                apply_outcome(k, &refusal, policy, (now, in_flight, adaptive, 0));
             }
             if !adaptive || retry_after_ms > 0 || in_flight <= 1 {
                 let wait = if retry_after_ms > 0 {
