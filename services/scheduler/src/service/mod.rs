@@ -123,6 +123,18 @@ impl SchedulerService {
             .map_or("unknown", |(name, _)| name.as_str())
     }
 
+    /// Reads a store-kept lease secret not read yet (start-up, the store just came back), so
+    /// the call that needs it is answered with the store's own reason when it cannot be.
+    async fn ensure_signer(&self) -> Result<(), SchedulerError> {
+        if self.signer.is_ready() {
+            return Ok(());
+        }
+        self.signer
+            .refresh(self.store.as_ref())
+            .await
+            .map_err(|e| SchedulerError::Store(StoreError::Unavailable(e)))
+    }
+
     /// The lease as sent: its signed id (granted at `granted_at_ms`, store clock), telling its
     /// holder how often to renew (`Lease.renew_interval_ms`).
     fn lease_pb(
@@ -233,9 +245,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         let span = tracing::info_span!("scheduler.acquire", pool = %pool, request_id = %r.request_id, key = tracing::field::Empty);
         let started = Instant::now();
         let result = async {
-            if !self.signer.is_ready() {
-                return Err(validate::not_ready());
-            }
+            self.ensure_signer().await?;
             let request = self.acquire_request(&r, &caller, deadline)?;
             self.admission
                 .acquire(request, || voxpool_shared::limits::step_aside(&extensions))
@@ -289,6 +299,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let caller = caller_of(&request);
+        self.ensure_signer().await?;
         let id = self.release_target(request.get_ref(), &caller)?;
         let released = self
             .store
@@ -303,6 +314,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         request: Request<pb::ReportRequest>,
     ) -> Result<Response<pb::ReportResponse>, Status> {
         let r = request.into_inner();
+        self.ensure_signer().await?;
         let params = self.report_params(&r)?;
         let result = self
             .store
@@ -340,6 +352,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         request: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::Lease>, Status> {
         let r = request.into_inner();
+        self.ensure_signer().await?;
         let signed = self.lease_id("lease_id", &r.lease_id)?;
         let ttl = self.ttl("lease_ttl_ms", r.lease_ttl_ms)?;
         self.same_key(&signed, "key_id", &r.key_id)?;

@@ -8,8 +8,8 @@
 //! 2. [`VendorAdapter::stream`]: one HTTP call (or one engine process) with one key's
 //!    credential, writing the audio into an [`AudioSink`] as the vendor sends it (vendors that
 //!    stream: as each piece arrives; the others: once, whole), or failing with a
-//!    [`VendorFailure`] classified into a scheduler outcome as ../shared/docs/VENDORS.md says
-//!    (body codes, not only HTTP status; `Retry-After` read). A failure can come after audio
+//!    [`VendorFailure`] classified into a scheduler outcome (`http/classify.rs`, the README's
+//!    vendor error table: body codes, not only HTTP status; `Retry-After` read). A failure can come after audio
 //!    was written (a stream that breaks); the orchestrator decides what that means.
 //!    [`VendorAdapter::synthesize`] is the same call collected into one [`VendorAudio`].
 //! 3. [`VendorAdapter::text_limit`]: the vendor's per-request text limit, so the orchestrator
