@@ -193,17 +193,11 @@ pub async fn serve_with(
     flags: &ServerFlags,
     shutdown: CancellationToken,
 ) -> Result<(), String> {
-    let callers = ClientAuth::load(
+    let callers = ClientAuth::load_announced(
         &config.client_tokens,
         DataPlane::Scheduler,
         flags.tls_client_ca.is_some(),
     )?;
-    tracing::info!(
-        client_tokens = ?callers.token_names(),
-        client_certificates = callers.accepts_certificates(),
-        "data-plane callers {}",
-        if callers.is_enabled() { "must authenticate" } else { "are not authenticated" }
-    );
     let metrics = Arc::new(SchedulerMetrics::new());
     let cache = metrics.cache();
     let signer = Arc::new(LeaseSigner::from_settings(&config.scheduler)?);

@@ -145,17 +145,11 @@ pub async fn serve_with(
         interval: HEALTH_INTERVAL,
         probe,
     };
-    let callers = ClientAuth::load(
+    let callers = ClientAuth::load_announced(
         &core.client_tokens,
         DataPlane::Synthesis,
         flags.tls_client_ca.is_some(),
     )?;
-    tracing::info!(
-        client_tokens = ?callers.token_names(),
-        client_certificates = callers.accepts_certificates(),
-        "data-plane callers {}",
-        if callers.is_enabled() { "must authenticate" } else { "are not authenticated" }
-    );
     let service = SynthesisService::new(core.clone(), flags.max_message_bytes).into_server();
     let service = Authenticated::new(service, callers, &[]);
     tokio::spawn(watch_start_up(core.clone(), shutdown.clone()));

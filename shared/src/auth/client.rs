@@ -127,6 +127,23 @@ impl ClientAuth {
         Self::with_tokens(tokens, mtls)
     }
 
+    /// [`ClientAuth::load`], then logs who must authenticate (token names, never the tokens):
+    /// what a server runs at start-up.
+    pub fn load_announced(
+        entries: &[ClientTokenConfig],
+        service: DataPlane,
+        mtls: bool,
+    ) -> Result<Self, String> {
+        let callers = Self::load(entries, service, mtls)?;
+        tracing::info!(
+            client_tokens = ?callers.token_names(),
+            client_certificates = callers.accepts_certificates(),
+            "data-plane callers {}",
+            if callers.is_enabled() { "must authenticate" } else { "are not authenticated" }
+        );
+        Ok(callers)
+    }
+
     /// Accepts `tokens` (caller name, token) and, with `mtls`, verified client certificates.
     /// Errors: two names with the same token.
     pub fn with_tokens(
