@@ -186,16 +186,25 @@ impl Admission {
     /// Renews a lease (re-registering it during a recovery window when `key_id` names its
     /// key), re-seeding once if the store lost the pool: that re-seed is what opens the
     /// window, so a holder that renews first after a loss keeps its lease counted.
+    /// Only the lease granted at `granted_at_ms` is renewed (`LeaseStore::renew_granted`).
     pub async fn renew(
         &self,
         id: &LeaseId,
         ttl_ms: u64,
         key_id: Option<&str>,
+        granted_at_ms: Option<i64>,
     ) -> Result<Option<Lease>, SchedulerError> {
-        match self.store.renew(id, ttl_ms, key_id).await {
+        match self
+            .store
+            .renew_granted(id, ttl_ms, key_id, granted_at_ms)
+            .await
+        {
             Err(StoreError::NotSeeded(pool)) => {
                 self.reseed(&pool).await?;
-                Ok(self.store.renew(id, ttl_ms, key_id).await?)
+                Ok(self
+                    .store
+                    .renew_granted(id, ttl_ms, key_id, granted_at_ms)
+                    .await?)
             }
             other => Ok(other?),
         }

@@ -87,6 +87,8 @@ impl SignedLease {
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
             || granted.is_empty()
             || granted.len() > 16
+            // One spelling per id: no leading zeros.
+            || (granted.len() > 1 && granted.starts_with('0'))
             || !granted.bytes().all(|b| b.is_ascii_digit())
         {
             return None;
@@ -453,6 +455,7 @@ mod tests {
             "volc-standard/acct-a/app-1/0123456789abcdef0123456789abcdef.-1.00000000000000000000000000000000",
             "Bad Pool/acct-a/app-1/0123456789abcdef0123456789abcdef.1.00000000000000000000000000000000",
             "volc-standard/acct-a/0123456789abcdef0123456789abcdef.1.00000000000000000000000000000000",
+            "volc-standard/acct-a/app-1/0123456789abcdef0123456789abcdef.01.00000000000000000000000000000000",
         ] {
             assert_eq!(s.verify(bad), Err(Refused::Malformed), "{bad:?}");
         }

@@ -92,6 +92,7 @@ conformance!(
     re_registration_never_takes_a_key_past_its_capacity,
     a_made_up_or_altered_lease_id_changes_nothing,
     an_outcome_counts_once_per_lease,
+    an_ended_leases_id_never_reaches_a_later_lease_under_its_idempotency_key,
     a_report_naming_another_key_than_the_leases_is_refused,
     batch_leases_stop_at_the_batch_share_while_interactive_takes_the_rest,
     a_batch_waiter_waits_for_a_batch_slot_even_while_slots_are_free,
@@ -921,6 +922,64 @@ async fn a_made_up_or_altered_lease_id_changes_nothing(b: Backend) {
         h.release(&real.lease_id).await,
         "the real lease is untouched"
     );
+}
+
+async fn an_ended_leases_id_never_reaches_a_later_lease_under_its_idempotency_key(b: Backend) {
+    let h = start(b, &uniform_pool(1, 2, 10)).await;
+    let request = || pb::AcquireRequest {
+        pool: "p".into(),
+        idempotency_key: "used-twice-0123456789".into(),
+        ..Default::default()
+    };
+    let first = h.acquire_with(request()).await.unwrap();
+    assert!(h.release(&first.lease_id).await);
+    // The key used again after its lease ended: a new lease under the same token.
+    let second = h.acquire_with(request()).await.unwrap();
+    assert_ne!(second.lease_id, first.lease_id, "another grant, another id");
+    // The first lease's id frees, renews and reports nothing of the second.
+    assert!(!h.release(&first.lease_id).await);
+    assert_eq!(
+        h.status("p").await.in_flight,
+        1,
+        "the second lease is still held"
+    );
+    let renewed = h
+        .client()
+        .renew(pb::RenewRequest {
+            lease_id: first.lease_id.clone(),
+            lease_ttl_ms: 1_000,
+            key_id: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(renewed.code(), Code::FailedPrecondition, "{renewed:?}");
+    let late = h
+        .client()
+        .report(pb::ReportRequest {
+            lease_id: first.lease_id.clone(),
+            outcome: Outcome::ClientError as i32,
+            release: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!late.released, "{late:?}");
+    let own = h
+        .client()
+        .report(pb::ReportRequest {
+            lease_id: second.lease_id.clone(),
+            outcome: Outcome::UpstreamError as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        own.outcome_applied,
+        "the second lease's own first report counts: {own:?}"
+    );
+    assert!(h.release(&second.lease_id).await);
 }
 
 async fn an_outcome_counts_once_per_lease(b: Backend) {

@@ -300,10 +300,10 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let caller = caller_of(&request);
         self.ensure_signer().await?;
-        let id = self.release_target(request.get_ref(), &caller)?;
+        let (id, granted_at_ms) = self.release_target(request.get_ref(), &caller)?;
         let released = self
             .store
-            .release(&id)
+            .release_granted(&id, granted_at_ms)
             .await
             .map_err(SchedulerError::from)?;
         Ok(Response::new(pb::ReleaseResponse { released }))
@@ -358,11 +358,13 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         self.same_key(&signed, "key_id", &r.key_id)?;
         // Re-registration (recovery) is on the key the lease was granted on, never another.
         let key_id = (!r.key_id.is_empty()).then_some(signed.key_id.as_str());
-        let lease = self.admission.renew(&signed.id, ttl, key_id).await?.ok_or(
-            SchedulerError::LeaseNotLive {
+        let lease = self
+            .admission
+            .renew(&signed.id, ttl, key_id, Some(signed.granted_at_ms))
+            .await?
+            .ok_or(SchedulerError::LeaseNotLive {
                 lease_id: r.lease_id,
-            },
-        )?;
+            })?;
         Ok(Response::new(self.lease_pb(lease, signed.granted_at_ms)?))
     }
 

@@ -252,24 +252,28 @@ impl SchedulerService {
 
     /// The lease a Release names: `lease_id`, or `pool` + `idempotency_key` (the lease an
     /// idempotent Acquire got or will get), never both.
-    /// The lease a Release frees; by idempotency key, the one `caller` was granted.
+    /// The lease a Release frees (and its grant time, from its signed id); by idempotency key,
+    /// the one `caller` was granted, whenever.
     pub(super) fn release_target(
         &self,
         r: &pb::ReleaseRequest,
         caller: &str,
-    ) -> Result<LeaseId, SchedulerError> {
+    ) -> Result<(LeaseId, Option<i64>), SchedulerError> {
         match (r.lease_id.is_empty(), r.idempotency_key.is_empty()) {
-            (false, true) if r.pool.is_empty() => {
-                self.lease_id("lease_id", &r.lease_id).map(|l| l.id)
-            }
+            (false, true) if r.pool.is_empty() => self
+                .lease_id("lease_id", &r.lease_id)
+                .map(|l| (l.id, Some(l.granted_at_ms))),
             (true, false) => {
                 self.pool("pool", &r.pool)?;
                 check_field(&r.idempotency_key, MAX_REQUEST_ID_CHARS)
                     .map_err(|p| invalid("idempotency_key", p.to_string()))?;
-                Ok(LeaseId {
-                    pool: r.pool.clone(),
-                    token: LeaseToken::for_idempotency_key(&r.pool, caller, &r.idempotency_key),
-                })
+                Ok((
+                    LeaseId {
+                        pool: r.pool.clone(),
+                        token: LeaseToken::for_idempotency_key(&r.pool, caller, &r.idempotency_key),
+                    },
+                    None,
+                ))
             }
             (true, true) => Err(invalid(
                 "lease_id",

@@ -73,17 +73,20 @@ impl LeaseStore for Connecting {
         self.get()?.acquire(params).await
     }
 
-    async fn release(&self, id: &LeaseId) -> StoreResult<bool> {
-        self.get()?.release(id).await
+    async fn release_granted(&self, id: &LeaseId, granted_at_ms: Option<i64>) -> StoreResult<bool> {
+        self.get()?.release_granted(id, granted_at_ms).await
     }
 
-    async fn renew(
+    async fn renew_granted(
         &self,
         id: &LeaseId,
         ttl_ms: u64,
         key_id: Option<&str>,
+        granted_at_ms: Option<i64>,
     ) -> StoreResult<Option<Lease>> {
-        self.get()?.renew(id, ttl_ms, key_id).await
+        self.get()?
+            .renew_granted(id, ttl_ms, key_id, granted_at_ms)
+            .await
     }
 
     async fn report(

@@ -226,6 +226,22 @@ impl PoolState {
         wall + self.clock_offset_ms
     }
 
+    /// Whether `token` names a lease the store holds, granted at `granted` (any, for `None`):
+    /// an idempotency key used again after its lease ended gives the same token to another
+    /// lease, which the earlier lease's id must not reach.
+    fn holds(&self, token: &str, granted: Option<i64>) -> bool {
+        self.leases.contains_key(token)
+            && granted.is_none_or(|g| self.granted.get(token) == Some(&g))
+    }
+
+    /// The reported mark of the lease `token` granted at `granted` (`REPORTED_MEMORY_MS`).
+    fn mark(token: &str, granted: Option<i64>) -> String {
+        match granted {
+            Some(g) => format!("{token}:{g}"),
+            None => token.to_owned(),
+        }
+    }
+
     /// Marks `token` as reported on until `until`, or later if it already is.
     fn mark_reported(&mut self, token: &str, until: i64) {
         let at = self.reported.entry(token.to_owned()).or_insert(until);
@@ -799,28 +815,37 @@ impl LeaseStore for MemoryStore {
         result.ok_or_else(|| StoreError::NotSeeded(p.pool.clone()))
     }
 
-    async fn release(&self, id: &LeaseId) -> StoreResult<bool> {
+    async fn release_granted(&self, id: &LeaseId, granted_at_ms: Option<i64>) -> StoreResult<bool> {
         Ok(self
-            .with_pool(&id.pool, |pool, now| pool.free(id.token.as_str(), now))?
+            .with_pool(&id.pool, |pool, now| {
+                let token = id.token.as_str();
+                pool.holds(token, granted_at_ms) && pool.free(token, now)
+            })?
             .unwrap_or(false))
     }
 
-    async fn renew(
+    async fn renew_granted(
         &self,
         id: &LeaseId,
         ttl_ms: u64,
         key_id: Option<&str>,
+        granted_at_ms: Option<i64>,
     ) -> StoreResult<Option<Lease>> {
         Ok(self
             .with_pool(&id.pool, |pool, now| {
                 let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
                 let mut expires = now.saturating_add(ms(ttl_ms));
                 let token = id.token.as_str();
+                if pool.leases.contains_key(token) && !pool.holds(token, granted_at_ms) {
+                    // Another lease under the same token: this id's lease ended.
+                    return None;
+                }
                 let key = if let Some((key, exp)) = pool.leases.get_mut(token) {
                     *exp = expires;
                     let key = key.clone();
-                    if pool.reported.contains_key(token) {
-                        pool.mark_reported(token, expires.saturating_add(REPORTED_MEMORY_MS));
+                    let mark = PoolState::mark(token, pool.granted.get(token).copied());
+                    if pool.reported.contains_key(&mark) {
+                        pool.mark_reported(&mark, expires.saturating_add(REPORTED_MEMORY_MS));
                     }
                     key
                 } else {
@@ -833,7 +858,9 @@ impl LeaseStore for MemoryStore {
                     })?;
                     pool.leases
                         .insert(id.token.as_str().to_owned(), (key.to_owned(), expires));
-                    pool.granted.insert(id.token.as_str().to_owned(), now);
+                    // The re-registered lease keeps the grant time its id was signed with.
+                    pool.granted
+                        .insert(id.token.as_str().to_owned(), granted_at_ms.unwrap_or(now));
                     let k = pool.keys.get_mut(key)?;
                     k.in_flight = k.in_flight.saturating_add(1);
                     key.to_owned()
@@ -856,25 +883,30 @@ impl LeaseStore for MemoryStore {
         Ok(self
             .with_pool(&r.id.pool, |pool, now| {
                 let token = r.id.token.as_str();
+                let live = pool.holds(token, r.granted_at_ms);
                 let (key_id, lease_expiry) = match pool.leases.get(token) {
-                    Some((key, exp)) => (key.clone(), Some(*exp)),
-                    None => (
+                    Some((key, exp)) if live => (key.clone(), Some(*exp)),
+                    _ => (
                         r.key_id.clone().filter(|k| pool.keys.contains_key(k))?,
                         None,
                     ),
                 };
+                let mark = PoolState::mark(
+                    token,
+                    r.granted_at_ms.or_else(|| pool.granted.get(token).copied()),
+                );
                 // Once per lease; a lease the store no longer holds only if granted recently.
                 let fresh = lease_expiry.is_some()
                     || r.granted_at_ms
                         .is_some_and(|g| now.saturating_sub(g) <= REPORTED_MEMORY_MS);
-                let applied = fresh && !pool.reported.contains_key(token);
+                let applied = fresh && !pool.reported.contains_key(&mark);
                 if applied {
                     let until = lease_expiry.unwrap_or(now).max(now);
-                    pool.mark_reported(token, until.saturating_add(REPORTED_MEMORY_MS));
+                    pool.mark_reported(&mark, until.saturating_add(REPORTED_MEMORY_MS));
                 }
                 let in_flight = pool.keys.get(&key_id)?.in_flight;
                 // A success settles the lease's reservation: at most what it reserved counts.
-                let reserved = if applied && r.outcome == Outcome::Success {
+                let reserved = if live && applied && r.outcome == Outcome::Success {
                     pool.reservations.remove(token).unwrap_or(0)
                 } else {
                     0
@@ -883,7 +915,7 @@ impl LeaseStore for MemoryStore {
                     k.quota_reserved = k.quota_reserved.saturating_sub(reserved);
                 }
                 let settled = r.characters.min(reserved);
-                let released = r.release && pool.free(token, now);
+                let released = r.release && live && pool.free(token, now);
                 let adaptive = pool.adaptive;
                 let k = pool.keys.get_mut(&key_id)?;
                 let effective_change = if applied {

@@ -94,7 +94,15 @@ pub trait LeaseStore: Send + Sync + 'static {
 
     /// Frees a lease. `Ok(true)` if this call freed it, `Ok(false)` if it was already released
     /// or had expired (its slot was or is now reclaimed).
-    async fn release(&self, id: &LeaseId) -> StoreResult<bool>;
+    async fn release(&self, id: &LeaseId) -> StoreResult<bool> {
+        self.release_granted(id, None).await
+    }
+
+    /// [`LeaseStore::release`] of the lease `id` granted at `granted_at_ms` (store clock) only:
+    /// a later lease under the same token (an idempotency key used again after its lease
+    /// ended) is another lease, and an id of the earlier one frees nothing (`Ok(false)`).
+    /// `None`: whatever lease the token names.
+    async fn release_granted(&self, id: &LeaseId, granted_at_ms: Option<i64>) -> StoreResult<bool>;
 
     /// Extends a live lease to now + `ttl_ms`. `Ok(None)` when it expired or was released;
     /// an expired lease is never resurrected. The one exception is recovery (module doc): a
@@ -107,9 +115,23 @@ pub trait LeaseStore: Send + Sync + 'static {
         id: &LeaseId,
         ttl_ms: u64,
         key_id: Option<&str>,
+    ) -> StoreResult<Option<Lease>> {
+        self.renew_granted(id, ttl_ms, key_id, None).await
+    }
+
+    /// [`LeaseStore::renew`] of the lease granted at `granted_at_ms` only (see
+    /// [`LeaseStore::release_granted`]): a later lease under the same token answers `Ok(None)`.
+    /// A lease re-registered during a recovery window keeps `granted_at_ms` as its grant time.
+    async fn renew_granted(
+        &self,
+        id: &LeaseId,
+        ttl_ms: u64,
+        key_id: Option<&str>,
+        granted_at_ms: Option<i64>,
     ) -> StoreResult<Option<Lease>>;
 
     /// Applies a vendor outcome to the lease's key (or `params.key_id` when the lease is gone,
+    /// or the token now names a lease granted at another time than `params.granted_at_ms`,
     /// if it was granted within [`REPORTED_MEMORY_MS`]) and optionally releases the lease. An
     /// outcome is applied once per lease: a second report on it only releases
     /// ([`ReportResult::applied`] false). `Ok(None)` when neither identifies a known key.

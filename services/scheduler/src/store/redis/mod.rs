@@ -527,12 +527,15 @@ impl LeaseStore for RedisStore {
         }
     }
 
-    async fn release(&self, id: &LeaseId) -> StoreResult<bool> {
+    async fn release_granted(&self, id: &LeaseId, granted_at_ms: Option<i64>) -> StoreResult<bool> {
         let reply = self
             .run(
                 &self.scripts.release,
                 &id.pool,
-                vec![id.token.as_str().to_owned()],
+                vec![
+                    id.token.as_str().to_owned(),
+                    granted_at_ms.unwrap_or(-1).to_string(),
+                ],
             )
             .await?;
         let reply = items(reply)?;
@@ -540,11 +543,12 @@ impl LeaseStore for RedisStore {
         Ok(int(get(&reply, 0)?)? == 1)
     }
 
-    async fn renew(
+    async fn renew_granted(
         &self,
         id: &LeaseId,
         ttl_ms: u64,
         key_id: Option<&str>,
+        granted_at_ms: Option<i64>,
     ) -> StoreResult<Option<Lease>> {
         let reply = items(
             self.run(
@@ -555,6 +559,7 @@ impl LeaseStore for RedisStore {
                     ttl_ms.to_string(),
                     key_id.unwrap_or_default().to_owned(),
                     self.options.recovery_lease_ttl_ms.to_string(),
+                    granted_at_ms.unwrap_or(-1).to_string(),
                 ],
             )
             .await?,

@@ -179,6 +179,20 @@ local function granted_at(token, now)
   return tonumber(redis.call('HGET', K_GRANTED, token) or now)
 end
 
+-- Whether token names a lease held here granted at `granted` (any for a negative one): an
+-- idempotency key used again after its lease ended gives its token to another lease, which the
+-- earlier lease's id must not reach (memory.rs `holds`).
+local function holds(token, granted)
+  if not redis.call('HGET', K_LEASE, token) then return false end
+  return granted < 0 or tonumber(redis.call('HGET', K_GRANTED, token) or '-1') == granted
+end
+
+-- The reported mark of the lease token granted at `granted` (memory.rs `mark`).
+local function mark_of(token, granted)
+  if granted < 0 then return token end
+  return token .. ':' .. granted
+end
+
 local function drop_lease(token)
   local k = redis.call('HGET', K_LEASE, token)
   local reserved = tonumber(redis.call('HGET', K_LRES, token) or '0')

@@ -23,19 +23,27 @@ local token = ARGV[2]
 -- An expired lease no longer names its key (same as after reaping): reclaim it now.
 local exp = redis.call('ZSCORE', K_LEASES, token)
 if exp and tonumber(exp) <= now then drop_lease(token) end
-local k = redis.call('HGET', K_LEASE, token)
-local live = k
+local granted = tonumber(ARGV[17])
+local live = holds(token, granted)
+local k = false
+if live then k = redis.call('HGET', K_LEASE, token) end
 if not k then
   if ARGV[6] ~= '' then k = ARGV[6] else return {'unknown'} end
 end
 if redis.call('HEXISTS', K_CAP, k) == 0 then return {'unknown'} end
-local granted = tonumber(ARGV[17])
+local mark = token
+if granted >= 0 then
+  mark = mark_of(token, granted)
+elseif live then
+  mark = mark_of(token, granted_at(token, now))
+end
 local applied = (live or (granted >= 0 and now - granted <= REPORTED_MS))
-  and not redis.call('ZSCORE', K_REPORTED, token)
+  and not redis.call('ZSCORE', K_REPORTED, mark)
 if applied then
-  local lexp = tonumber(redis.call('ZSCORE', K_LEASES, token) or now)
+  local lexp = now
+  if live then lexp = tonumber(redis.call('ZSCORE', K_LEASES, token) or now) end
   if lexp < now then lexp = now end
-  redis.call('ZADD', K_REPORTED, lexp + REPORTED_MS, token)
+  redis.call('ZADD', K_REPORTED, lexp + REPORTED_MS, mark)
 end
 
 -- A new cooldown never shortens an existing one.
@@ -59,7 +67,8 @@ local since = now - num(redis.call('HGET', K_ADAPTED, k))
 if outcome == 'success' then
   redis.call('HDEL', K_FAILS, k)
   -- The lease's reservation is settled: at most what it reserved counts.
-  local reserved = tonumber(redis.call('HGET', K_LRES, token) or '0')
+  local reserved = 0
+  if live then reserved = tonumber(redis.call('HGET', K_LRES, token) or '0') end
   if reserved > 0 then
     redis.call('HINCRBY', K_RESERVED, k, -reserved)
     redis.call('HDEL', K_LRES, token)
@@ -126,7 +135,7 @@ if rate_limited and adaptive then
 end
 
 local released = 0
-if ARGV[5] == '1' then
+if ARGV[5] == '1' and live then
   local exp = redis.call('ZSCORE', K_LEASES, token)
   if exp then
     if tonumber(exp) > now then released = 1 end
