@@ -10,8 +10,8 @@ CONFIG=${VOXPOOL_CONFIG:-deploy/config/example.toml}
 DATA=${VOXPOOL_RUN_DIR:-target/run}
 mkdir -p "$DATA"
 export VOXPOOL_ADMIN_TOKEN=${VOXPOOL_ADMIN_TOKEN:-dev-admin-token-local}
-# The secret lease ids are signed with (scheduler.lease_secret): configured, so leases held
-# across a restart of the memory-store scheduler can still re-register.
+# The secret lease ids are signed with (scheduler.lease_secret): configured, so the ids callers
+# hold still verify after a restart of the memory-store scheduler.
 export VOXPOOL_LEASE_SECRET=${VOXPOOL_LEASE_SECRET:-dev-lease-secret-local-0123456789abcdef}
 export VOXPOOL_SCHEDULER__LEASE_SECRET__ENV=VOXPOOL_LEASE_SECRET
 # Client tokens of the example config's [[client_tokens]]: synthesis presents its own to the

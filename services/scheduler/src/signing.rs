@@ -18,7 +18,8 @@
 //! a recovery-window Renew acts on is always the one the lease was granted on.
 //!
 //! **The secret.** `scheduler.lease_secret` (a credential reference) when configured, with
-//! `scheduler.lease_secret_previous` still accepted during a rotation. Unset, the replicas share
+//! `scheduler.lease_secret_previous` also accepted, never signing (a rotation adds the new
+//! secret there first, then swaps the two: README "Security"). Unset, the replicas share
 //! one kept in the store ([`LeaseStore::lease_secret`]): the first replica creates it, every
 //! other adopts it, so every lease one replica grants verifies on every other with no setup.
 //! Each replica re-asserts it every [`REFRESH`]: a store that lost it (FLUSHALL, a restart
@@ -49,8 +50,10 @@ const MAC_HEX: usize = 32;
 /// Most secrets a replica accepts at once (its signing one, a configured previous one, and
 /// those it adopted from or lost to the store).
 const MAX_ACCEPTED: usize = 4;
-/// How often a replica on a store-kept secret re-asserts it in the store.
-pub const REFRESH: Duration = Duration::from_secs(5);
+/// How often a replica on a store-kept secret re-asserts it in the store: short, so that after
+/// a flush the running replicas put it back before a replica starting then creates another
+/// (one SET NX and one GET per replica and second).
+pub const REFRESH: Duration = Duration::from_secs(1);
 
 /// A lease id as the caller holds it, parsed (not yet verified: see [`LeaseSigner::verify`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -324,7 +327,7 @@ impl LeaseSigner {
             keys.accepted.insert(0, old);
             keys.accepted.truncate(MAX_ACCEPTED - 1);
         } else {
-            tracing::info!("lease secret read from the store");
+            tracing::info!("lease secret in place (the store's, or created there by this replica)");
         }
         Ok(())
     }

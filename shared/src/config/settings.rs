@@ -93,10 +93,9 @@ pub struct SchedulerSettings {
     /// loses when it restarts (its callers' leases then cannot re-register; see the README's
     /// security section).
     pub lease_secret: Option<crate::config::CredentialRef>,
-    /// The secret before the last rotation: lease ids it signed still verify (and only
-    /// `lease_secret` signs), so a rotation never refuses a live lease. Drop it once every
-    /// lease signed before the rotation has ended (`max_lease_ttl_ms` after every replica
-    /// took the new secret).
+    /// A second secret lease ids may be signed with: accepted, never used to sign. A rotation
+    /// puts the new secret here first, then swaps it with `lease_secret` (the old one is then
+    /// here until every lease signed with it has ended), so no replica refuses a live lease.
     pub lease_secret_previous: Option<crate::config::CredentialRef>,
 }
 
