@@ -772,16 +772,24 @@ async fn a_rotated_lease_secret_still_verifies_leases_signed_before_the_rotation
         spawn(&config, &redis.url())
     };
     let before = spawn_in("before", secret_lines("old", None));
+    // Step 1 of the README's rotation: the new secret accepted, not signing yet.
+    let adding = spawn_in("adding", secret_lines("old", Some("new")));
     let during = spawn_in("during", secret_lines("new", Some("old")));
     let after = spawn_in("after", secret_lines("new", None));
-    let (mut cb, mut cd, mut ca) = (
+    let (mut cb, mut cn, mut cd, mut ca) = (
         client(&before).await,
+        client(&adding).await,
         client(&during).await,
         client(&after).await,
     );
     let signed_before = acquire(&mut cb).await;
     let signed_before_2 = acquire(&mut cb).await;
     let signed_during = acquire(&mut cd).await;
+    let signed_during_2 = acquire(&mut cd).await;
+    let signed_adding = acquire(&mut cn).await;
+    // A replica still at step 1 verifies what a replica at step 2 signs, and the reverse.
+    assert_eq!(release(&mut cn, &signed_during_2.lease_id).await, Ok(true));
+    assert_eq!(release(&mut cd, &signed_adding.lease_id).await, Ok(true));
     // During the rotation both secrets verify; only the new one signs.
     assert_eq!(release(&mut cd, &signed_before.lease_id).await, Ok(true));
     assert_eq!(release(&mut ca, &signed_during.lease_id).await, Ok(true));
