@@ -325,12 +325,14 @@ impl Admission {
                 capacity,
                 in_flight,
                 retry_after_ms,
+                quota_short,
             } => SchedulerError::PoolFull {
                 pool: pool.to_owned(),
                 capacity,
                 in_flight,
                 retry_after_ms,
                 waited_ms: millis(waited),
+                quota_short,
             },
             Refusal::Unavailable {
                 next_available_ms,
@@ -588,6 +590,7 @@ mod tests {
             capacity: 1,
             in_flight: 1,
             retry_after_ms: 10,
+            quota_short: 0,
         };
         assert!(!hopeless(&full, end));
         let recovering_briefly = Refusal::Recovering {

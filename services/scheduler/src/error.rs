@@ -44,7 +44,12 @@ pub enum SchedulerError {
     },
     /// Every eligible available key is at capacity.
     #[error(
-        "pool {pool:?} is full ({in_flight}/{capacity} in flight on eligible keys){}; retry in {retry_after_ms}ms",
+        "pool {pool:?} is full ({in_flight}/{capacity} in flight on eligible keys){}{}; retry in {retry_after_ms}ms",
+        if *quota_short > 0 {
+            format!(", {quota_short} key(s) with free slots have no character quota left for this request while calls in flight hold their reservations")
+        } else {
+            String::new()
+        },
         if *waited_ms > 0 { format!(" after waiting {waited_ms}ms") } else { String::new() }
     )]
     PoolFull {
@@ -58,6 +63,8 @@ pub enum SchedulerError {
         retry_after_ms: u64,
         /// How long this request waited (ms).
         waited_ms: u64,
+        /// Keys with a free slot whose character quota is held by reservations.
+        quota_short: u64,
     },
     /// A BATCH Acquire while BATCH leases hold the pool's batch share.
     #[error(
@@ -225,6 +232,7 @@ impl From<SchedulerError> for Status {
                 in_flight,
                 retry_after_ms,
                 waited_ms,
+                quota_short,
             } => with_info(
                 Code::ResourceExhausted,
                 message,
@@ -233,6 +241,7 @@ impl From<SchedulerError> for Status {
                     ("pool".to_owned(), pool),
                     ("capacity".to_owned(), capacity.to_string()),
                     ("in_flight".to_owned(), in_flight.to_string()),
+                    ("quota_short_keys".to_owned(), quota_short.to_string()),
                     ("waited_ms".to_owned(), waited_ms.to_string()),
                 ]),
                 Some(Duration::from_millis(retry_after_ms)),

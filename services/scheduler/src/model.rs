@@ -302,6 +302,9 @@ pub enum Refusal {
         in_flight: u64,
         /// Suggested wait before retrying (ms).
         retry_after_ms: u64,
+        /// Keys among them with a free slot but no room in their character quota for the
+        /// request, because calls in flight hold reservations (it frees as those end).
+        quota_short: u64,
     },
     /// No eligible key is available: all cooling or disabled.
     Unavailable {

@@ -2622,6 +2622,11 @@ async fn calls_in_flight_never_take_a_key_past_its_quota(b: Backend) {
         Code::ResourceExhausted,
         "reserved, not spent: a slot may come back ({refused:?})"
     );
+    assert!(
+        refused.message().contains("character quota"),
+        "the message says why a pool with free slots refused: {}",
+        refused.message()
+    );
     let k = h.key("p", "u0/k0").await;
     assert_eq!((k.quota_used, k.in_flight), (0, 3), "{k:?}");
     // A report counts at most what its Acquire reserved.

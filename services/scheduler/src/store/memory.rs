@@ -426,6 +426,10 @@ impl PoolState {
                 capacity,
                 in_flight,
                 retry_after_ms: retry,
+                quota_short: short
+                    .iter()
+                    .filter(|k| !k.quota_spent_for(chars, now))
+                    .count() as u64,
             });
         }
         let chosen = best[rand::rng().random_range(0..best.len())].clone();

@@ -442,6 +442,7 @@ fn refusal(reply: &[Value]) -> StoreResult<Refusal> {
             capacity: int(get(reply, 1)?)?.max(0) as u64,
             in_flight: int(get(reply, 2)?)?.max(0) as u64,
             retry_after_ms: hint(get(reply, 3)?)?,
+            quota_short: int(get(reply, 4)?)?.max(0) as u64,
         },
         "batch_share" => Refusal::BatchShare {
             limit: int(get(reply, 1)?)?.max(0) as u64,

@@ -3,7 +3,7 @@
 --       join the line when refused ('1' | '0'), ticket ttl ms (also the claim ttl), characters
 --       to reserve on the key's quota
 -- Returns {'ok', key, expires_at, key_in_flight, key_capacity, granted_at, online_replicas}
---       | a refusal: {'full', capacity, in_flight, ms_until_soonest_expiry}
+--       | a refusal: {'full', capacity, in_flight, ms_until_soonest_expiry, quota_short}
 --         | {'batch_share', limit, batch_in_flight, ms_until_soonest_batch_expiry}
 --         | {'unavailable', earliest_cooldown_end or -1, now} | {'none'}
 --         | {'recovering', window_end, now}

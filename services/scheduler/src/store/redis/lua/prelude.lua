@@ -335,7 +335,8 @@ end
 -- of wanted upstreams, nups of them, class name, chars to reserve on the key's quota) on the
 -- least-utilized eligible key with room (in capacity and in quota).
 -- Returns {'ok', key, expires_at, key_in_flight, key_capacity, granted_at} or the refusal:
--- {'full', capacity, in_flight, ms_until_soonest_expiry}
+-- {'full', capacity, in_flight, ms_until_soonest_expiry, keys with a free slot but no quota
+--  room for chars (reservations of calls in flight)}
 -- | {'batch_share', limit, batch_in_flight, ms_until_soonest_batch_expiry}
 -- | {'unavailable', earliest_cooldown_end or -1, now} | {'none'}.
 local function try_grant(token, ttl, rnd, excl, ups, nups, class, now, chars)
@@ -400,7 +401,7 @@ local function try_grant(token, ttl, rnd, excl, ups, nups, class, now, chars)
     local any, any_avail, cap_sum, inf_sum, next_until = false, false, 0, 0, -1
     -- Keys with a free slot but not the quota for chars; all spent for them: only the next
     -- period serves them (memory.rs `try_grant`).
-    local short, all_spent, next_period = 0, true, -1
+    local short, held, all_spent, next_period = 0, 0, true, -1
     for _, k in ipairs(redis.call('HKEYS', K_CAP)) do
       if eligible(k) then
         any = true
@@ -416,6 +417,7 @@ local function try_grant(token, ttl, rnd, excl, ups, nups, class, now, chars)
               if next_period < 0 or resets < next_period then next_period = resets end
             else
               all_spent = false
+              held = held + 1
             end
           end
         else
@@ -433,7 +435,7 @@ local function try_grant(token, ttl, rnd, excl, ups, nups, class, now, chars)
       local soon = redis.call('ZRANGE', K_LEASES, 0, 0, 'WITHSCORES')
       local retry = 0
       if #soon > 0 then retry = tonumber(soon[2]) - now end
-      return {'full', cap_sum, inf_sum, retry}
+      return {'full', cap_sum, inf_sum, retry, held}
     end
     return {'unavailable', next_until, now}
   end
