@@ -50,10 +50,12 @@ const MAC_HEX: usize = 32;
 /// Most secrets a replica accepts at once (its signing one, a configured previous one, and
 /// those it adopted from or lost to the store).
 const MAX_ACCEPTED: usize = 4;
-/// How often a replica on a store-kept secret re-asserts it in the store: short, so that after
-/// a flush the running replicas put it back before a replica starting then creates another
-/// (one SET NX and one GET per replica and second).
-pub const REFRESH: Duration = Duration::from_secs(1);
+/// How often a replica on a store-kept secret re-asserts it in the store, so that after a
+/// flush the running replicas put it back before a replica starting then creates another. Not
+/// shorter: while the secret's cluster shard fails over, each failing re-assertion also counts
+/// towards the connection's rebuild (`store/redis/conn/heal.rs`), and at 1 s those extra
+/// rebuilds disturbed the healthy shards (`topologies.rs`).
+pub const REFRESH: Duration = Duration::from_secs(5);
 
 /// A lease id as the caller holds it, parsed (not yet verified: see [`LeaseSigner::verify`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
