@@ -333,8 +333,12 @@ async fn a_cluster_primary_killed_under_load_leaves_other_shards_untouched() {
     let other_errors = seen_other.errors.lock().expect("errors").clone();
     for (at, code, message) in other_errors.iter() {
         assert_eq!(*code, Code::Unavailable, "healthy shard: {message}");
+        // The topology changes twice: at the kill, and at the promotion (the slot map moves,
+        // calls in flight then may wait out one store timeout, 1 s).
+        let window_end =
+            (killed_at + Duration::from_secs(3)).max(promoted_at + Duration::from_secs(1));
         assert!(
-            *at >= killed_at && *at <= killed_at + Duration::from_secs(3),
+            *at >= killed_at && *at <= window_end,
             "the healthy shard failed {:?} after the kill (promotion seen {:?} after it): {message}",
             at.saturating_duration_since(killed_at),
             promoted_at.saturating_duration_since(killed_at)
@@ -347,8 +351,14 @@ async fn a_cluster_primary_killed_under_load_leaves_other_shards_untouched() {
         other_errors.iter().take(5).collect::<Vec<_>>()
     );
     let doomed_errors = seen_doomed.errors.lock().expect("errors").clone();
+    // The failed-over pool answers UNAVAILABLE while its shard is down; once it is back, the
+    // slots whose release the failover lost stay counted until their lease TTL (3 s, never
+    // oversold), so a caller's 2 s wait may end RESOURCE_EXHAUSTED meanwhile: both retryable.
     for (at, code, message) in doomed_errors.iter() {
-        assert_eq!(*code, Code::Unavailable, "{message}");
+        assert!(
+            matches!(code, Code::Unavailable | Code::ResourceExhausted),
+            "{code:?}: {message}"
+        );
         assert!(*at >= killed_at, "an error before the kill: {message}");
     }
     for seen in [&seen_doomed, &seen_other] {
