@@ -1,0 +1,283 @@
+//! The `google.rpc.ErrorInfo.reason` of every error a voxpool service answers with and a
+//! client may act on, one enum per service, and whether a call failed with it is worth
+//! another try.
+//!
+//! Each reason is declared once below with its wire string and its [`Retry`] class; the
+//! enum, its `ALL` list, parsing and the retry decision are generated from that one line, so
+//! the server that sends a reason and the client that reads it cannot disagree on its
+//! spelling or its meaning.
+
+use std::{error::Error as _, fmt};
+
+use tonic::{Code, Status};
+use tonic_types::StatusExt as _;
+
+/// Whether a call that failed may succeed if made again unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// Transient: another try (after the server's `RetryInfo`, on another replica or once a
+    /// dependency is back) may succeed.
+    Again,
+    /// The same request fails the same way: report it to the caller with the server's
+    /// message (it names the field, pool or key and what to change).
+    Never,
+}
+
+/// A typed `ErrorInfo.reason` of one service.
+pub trait Reason: Copy + Eq + fmt::Debug + fmt::Display + 'static {
+    /// Every reason of the service.
+    const ALL: &'static [Self];
+
+    /// The reason string on the wire (`POOL_FULL`).
+    fn as_str(self) -> &'static str;
+
+    /// Whether a call that failed with this reason is worth another try.
+    fn retry(self) -> Retry;
+
+    /// The reason a wire string names, if it is one of this service's.
+    fn parse(raw: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|r| r.as_str() == raw)
+    }
+
+    /// The reason of a `Status` from this service, read from its `ErrorInfo` detail.
+    fn of(status: &Status) -> Option<Self> {
+        status
+            .get_error_details()
+            .error_info()
+            .and_then(|info| Self::parse(&info.reason))
+    }
+}
+
+/// Whether a call to the service whose reasons are `R` that failed with `status` is worth
+/// another try: by its typed reason when it carries one of `R`, otherwise by its code —
+/// UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED and transport failures (a status tonic
+/// built from a connection error, which has a source) are transient, every other code is not.
+pub fn retry_of<R: Reason>(status: &Status) -> Retry {
+    if let Some(reason) = R::of(status) {
+        return reason.retry();
+    }
+    let transport = matches!(
+        status.code(),
+        Code::Unknown | Code::Cancelled | Code::Internal
+    ) && status.source().is_some();
+    match status.code() {
+        _ if transport => Retry::Again,
+        Code::Unavailable | Code::ResourceExhausted | Code::DeadlineExceeded => Retry::Again,
+        _ => Retry::Never,
+    }
+}
+
+/// Declares one service's reasons: `Variant = "WIRE_NAME", RetryClass;` with its doc.
+macro_rules! reasons {
+    (
+        $(#[$meta:meta])*
+        $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident = $wire:literal, $retry:ident; )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $( $(#[$vmeta])* $variant, )*
+        }
+
+        impl $name {
+            /// The reason string on the wire.
+            pub fn as_str(self) -> &'static str {
+                <Self as Reason>::as_str(self)
+            }
+
+            /// The reason a wire string names, if it is one of this service's.
+            pub fn parse(raw: &str) -> Option<Self> {
+                <Self as Reason>::parse(raw)
+            }
+
+            /// The reason of a `Status`, read from its `ErrorInfo` detail.
+            pub fn of(status: &Status) -> Option<Self> {
+                <Self as Reason>::of(status)
+            }
+        }
+
+        impl Reason for $name {
+            const ALL: &'static [Self] = &[ $( $name::$variant, )* ];
+
+            fn as_str(self) -> &'static str {
+                match self {
+                    $( $name::$variant => $wire, )*
+                }
+            }
+
+            fn retry(self) -> Retry {
+                match self {
+                    $( $name::$variant => Retry::$retry, )*
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(Reason::as_str(*self))
+            }
+        }
+    };
+}
+
+reasons! {
+    /// The reasons of the scheduler (`voxpool.scheduler.v1.PoolScheduler`).
+    SchedulerReason {
+        /// RESOURCE_EXHAUSTED: every eligible key is at capacity; retry after `RetryInfo`.
+        PoolFull = "POOL_FULL", Again;
+        /// RESOURCE_EXHAUSTED: the pool's line of waiters is full (`scheduler.max_waiters`).
+        TooManyWaiters = "TOO_MANY_WAITERS", Again;
+        /// RESOURCE_EXHAUSTED: BATCH leases already hold the pool's `batch_max_share`; retry
+        /// after `RetryInfo` (the free slots are kept for live traffic).
+        BatchShareFull = "BATCH_SHARE_FULL", Again;
+        /// RESOURCE_EXHAUSTED: `exclude_keys` / `upstream_ids` leave no key.
+        NoEligibleKey = "NO_ELIGIBLE_KEY", Never;
+        /// UNAVAILABLE: every eligible key is cooling or disabled.
+        KeysUnavailable = "KEYS_UNAVAILABLE", Again;
+        /// DEADLINE_EXCEEDED: the caller's deadline ended the wait for a slot.
+        WaitDeadline = "WAIT_DEADLINE", Never;
+        /// FAILED_PRECONDITION: Renew of a lease that expired or was released.
+        LeaseNotLive = "LEASE_NOT_LIVE", Never;
+        /// UNAVAILABLE: this replica is draining; another replica will answer.
+        ShuttingDown = "SHUTTING_DOWN", Again;
+        /// UNAVAILABLE: the lease store does not answer.
+        StoreUnavailable = "STORE_UNAVAILABLE", Again;
+        /// UNAVAILABLE: the store lost the pool and could not re-seed it.
+        PoolNotSeeded = "POOL_NOT_SEEDED", Again;
+        /// UNAVAILABLE: the store lost the pool's state; grants resume when its recovery
+        /// window ends (`RetryInfo`), while live leases re-register.
+        PoolRecovering = "POOL_RECOVERING", Again;
+        /// PERMISSION_DENIED: the lease id's signature does not verify: made up, altered, or
+        /// signed under a lease secret the fleet no longer accepts. Never retry it.
+        LeaseNotIssued = "LEASE_NOT_ISSUED", Never;
+    }
+}
+
+reasons! {
+    /// The reasons of synthesis (`voxpool.synthesis.v1.Synthesis`).
+    SynthesisReason {
+        /// FAILED_PRECONDITION: the snapshot's provider is not the pool's.
+        ProviderMismatch = "PROVIDER_MISMATCH", Never;
+        /// FAILED_PRECONDITION: this replica has no adapter for the provider.
+        NoAdapter = "NO_ADAPTER", Never;
+        /// FAILED_PRECONDITION: the pool has no key with a credential on this replica.
+        CredentialsMissing = "CREDENTIALS_MISSING", Never;
+        /// FAILED_PRECONDITION: the scheduler granted an upstream this replica does not know.
+        UnknownUpstream = "UNKNOWN_UPSTREAM", Never;
+        /// FAILED_PRECONDITION: the catalog refused the voice pack (disabled, unusable).
+        PackUnusable = "PACK_UNUSABLE", Never;
+        /// UNAVAILABLE: the catalog does not answer.
+        CatalogUnavailable = "CATALOG_UNAVAILABLE", Again;
+        /// INTERNAL: the catalog answered with an error of its own.
+        CatalogFailed = "CATALOG_FAILED", Never;
+        /// UNAVAILABLE: no scheduler endpoint answers; retry after `RetryInfo`.
+        SchedulerUnavailable = "SCHEDULER_UNAVAILABLE", Again;
+        /// FAILED_PRECONDITION: the scheduler and this replica disagree on the pools.
+        SchedulerConfigMismatch = "SCHEDULER_CONFIG_MISMATCH", Never;
+        /// RESOURCE_EXHAUSTED: every key of the pool is at capacity; retry after `RetryInfo`.
+        PoolFull = "POOL_FULL", Again;
+        /// RESOURCE_EXHAUSTED or UNAVAILABLE: every key tried failed (429s, errors,
+        /// cooldowns); `ErrorInfo` lists the attempts.
+        KeysExhausted = "KEYS_EXHAUSTED", Again;
+        /// INVALID_ARGUMENT: the vendor rejected the request itself; changing keys cannot help.
+        VendorRejected = "VENDOR_REJECTED", Never;
+        /// DEADLINE_EXCEEDED: the call's deadline ended before audio came back.
+        DeadlineExceeded = "DEADLINE_EXCEEDED", Again;
+        /// INTERNAL: the chunks' audio could not be joined.
+        AudioJoinFailed = "AUDIO_JOIN_FAILED", Never;
+        /// RESOURCE_EXHAUSTED: the audio would not fit in one response message (metadata
+        /// `bytes`, `limit`): the same text never succeeds, a shorter one can.
+        ResponseTooLarge = "RESPONSE_TOO_LARGE", Never;
+        /// ABORTED: the vendor's stream broke after audio was sent; the call may be made again.
+        VendorStreamBroken = "VENDOR_STREAM_BROKEN", Again;
+        /// A stream ended early for a cause that carried no reason of its own.
+        StreamInterrupted = "STREAM_INTERRUPTED", Again;
+        /// INTERNAL: an adapter failed unexpectedly (a bug, logged on the server).
+        AdapterFailed = "ADAPTER_FAILED", Never;
+    }
+}
+
+reasons! {
+    /// The reasons of the catalog (`voxpool.catalog.v1`).
+    CatalogReason {
+        /// ALREADY_EXISTS: a pack with the same identity exists (metadata `existing_pack_id`).
+        PackIdentityExists = "PACK_IDENTITY_EXISTS", Never;
+        /// ABORTED: the update's `etag` / expected version is stale; read the pack again.
+        VersionConflict = "VERSION_CONFLICT", Never;
+        /// ABORTED: concurrent writes kept the update from committing; try again.
+        WriteContention = "WRITE_CONTENTION", Again;
+        /// FAILED_PRECONDITION: the voice pack is disabled.
+        PackDisabled = "PACK_DISABLED", Never;
+        /// UNAVAILABLE: the catalog database does not answer; retry after `RetryInfo`.
+        DatabaseUnavailable = "DATABASE_UNAVAILABLE", Again;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::status::with_info;
+
+    fn all_parse_back<R: Reason>() {
+        for r in R::ALL {
+            assert_eq!(R::parse(r.as_str()), Some(*r), "{r}");
+            assert_eq!(r.to_string(), r.as_str());
+        }
+        assert_eq!(R::parse("POOL_FULLER"), None);
+    }
+
+    #[test]
+    fn reasons_parse_back() {
+        all_parse_back::<SchedulerReason>();
+        all_parse_back::<SynthesisReason>();
+        all_parse_back::<CatalogReason>();
+    }
+
+    #[test]
+    fn the_typed_reason_decides_before_the_code() {
+        let too_large = with_info(
+            Code::ResourceExhausted,
+            "audio over the limit",
+            SynthesisReason::ResponseTooLarge.as_str(),
+            HashMap::new(),
+            None,
+        );
+        assert_eq!(
+            SynthesisReason::of(&too_large),
+            Some(SynthesisReason::ResponseTooLarge)
+        );
+        assert_eq!(retry_of::<SynthesisReason>(&too_large), Retry::Never);
+        let contention = with_info(
+            Code::Aborted,
+            "busy",
+            CatalogReason::WriteContention.as_str(),
+            HashMap::new(),
+            None,
+        );
+        assert_eq!(retry_of::<CatalogReason>(&contention), Retry::Again);
+    }
+
+    #[test]
+    fn without_a_reason_the_code_decides() {
+        assert_eq!(
+            retry_of::<SynthesisReason>(&Status::unavailable("down")),
+            Retry::Again
+        );
+        assert_eq!(
+            retry_of::<SynthesisReason>(&Status::resource_exhausted("busy")),
+            Retry::Again
+        );
+        assert_eq!(
+            retry_of::<SynthesisReason>(&Status::invalid_argument("text")),
+            Retry::Never
+        );
+        assert_eq!(
+            retry_of::<SynthesisReason>(&Status::internal("bug")),
+            Retry::Never
+        );
+    }
+}
