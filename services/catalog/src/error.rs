@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use sea_orm::{DbErr, RuntimeErr};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, FieldViolation, StatusExt};
+use voxpool_shared::contract::CatalogReason;
 use voxpool_shared::status::{ERROR_DOMAIN, invalid_argument, not_found, with_info};
 
 /// The `ResourceInfo.resource_type` of a voice pack.
@@ -172,7 +173,7 @@ impl From<CatalogError> for Status {
                 let mut details = ErrorDetails::new();
                 details.set_resource_info(PACK_RESOURCE, existing_id.clone(), "", "");
                 details.set_error_info(
-                    "PACK_IDENTITY_EXISTS",
+                    CatalogReason::PackIdentityExists.as_str(),
                     ERROR_DOMAIN,
                     metadata(&[("existing_pack_id", existing_id)]),
                 );
@@ -185,7 +186,7 @@ impl From<CatalogError> for Status {
             } => with_info(
                 Code::Aborted,
                 message,
-                "VERSION_CONFLICT",
+                CatalogReason::VersionConflict.as_str(),
                 metadata(&[
                     ("pack_id", id),
                     ("expected_version", expected.to_string()),
@@ -196,17 +197,21 @@ impl From<CatalogError> for Status {
             CatalogError::Contention { id, attempts } => with_info(
                 Code::Aborted,
                 message,
-                "WRITE_CONTENTION",
+                CatalogReason::WriteContention.as_str(),
                 metadata(&[("pack_id", id), ("attempts", attempts.to_string())]),
                 None,
             ),
             CatalogError::PackDisabled { id } => {
                 let mut details = ErrorDetails::with_precondition_failure_violation(
-                    "PACK_DISABLED",
+                    CatalogReason::PackDisabled.as_str(),
                     format!("{PACK_RESOURCE}/{id}"),
                     "the voice pack is disabled",
                 );
-                details.set_error_info("PACK_DISABLED", ERROR_DOMAIN, metadata(&[("pack_id", id)]));
+                details.set_error_info(
+                    CatalogReason::PackDisabled.as_str(),
+                    ERROR_DOMAIN,
+                    metadata(&[("pack_id", id)]),
+                );
                 Status::with_error_details(Code::FailedPrecondition, message, details)
             }
             CatalogError::CorruptRow { id, message: cause } => {
@@ -218,7 +223,7 @@ impl From<CatalogError> for Status {
                 with_info(
                     Code::Unavailable,
                     message,
-                    "DATABASE_UNAVAILABLE",
+                    CatalogReason::DatabaseUnavailable.as_str(),
                     HashMap::new(),
                     Some(std::time::Duration::from_secs(1)),
                 )

@@ -1,8 +1,11 @@
 //! Which call failures are worth another try, and how long to wait before it.
 //!
-//! Retryable: UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED and transport failures (a
-//! status tonic built from a connection error). Everything else (INVALID_ARGUMENT,
-//! FAILED_PRECONDITION, NOT_FOUND, ...) fails the item at once with the server's message.
+//! Whether a failure is retryable is decided once, in [`CallError::from_status`], by the
+//! contract's [`retry_of`] over synthesis's typed reasons: a reason the server sent decides
+//! (RESPONSE_TOO_LARGE never, KEYS_EXHAUSTED again, ...); without one, UNAVAILABLE,
+//! RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED and transport failures (a status tonic built from a
+//! connection error) are retried and everything else (INVALID_ARGUMENT, FAILED_PRECONDITION,
+//! NOT_FOUND, ...) fails the item at once with the server's message. Never from message text.
 //!
 //! Delay before retry `n`: "full jitter" (a uniform draw in `0..=ceiling`, where the ceiling
 //! grows exponentially from `base` up to `cap`; the ceiling sequence comes from `backon`),
@@ -15,6 +18,7 @@ use backon::ExponentialBuilder;
 use rand::Rng as _;
 use tonic::{Code, Status};
 use tonic_types::StatusExt as _;
+use voxpool_shared::contract::{Retry, SynthesisReason, retry_of};
 
 /// A failed Synthesize call, reduced to what retrying and reporting need.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,15 +31,14 @@ pub struct CallError {
     pub retry_after: Option<Duration>,
     /// Whether the status came from the transport (no server answer).
     pub transport: bool,
-    /// The server's `google.rpc.ErrorInfo` reason (`RESPONSE_TOO_LARGE`, `POOL_FULL`, …).
-    pub reason: Option<String>,
+    /// The server's `google.rpc.ErrorInfo` reason, when it is one of synthesis's.
+    pub reason: Option<SynthesisReason>,
+    /// Whether the same call made again may succeed (decided from the typed reason, else
+    /// the code; see the module doc).
+    pub retry: Retry,
     /// The `ErrorInfo` metadata (for `RESPONSE_TOO_LARGE`: `bytes` and `limit`).
     pub metadata: std::collections::HashMap<String, String>,
 }
-
-/// `ErrorInfo` reason of a Synthesize answer whose audio would not fit in one message: the
-/// same text can never succeed, a shorter one can.
-pub const RESPONSE_TOO_LARGE: &str = "RESPONSE_TOO_LARGE";
 
 /// How a call result counts for the circuit breaker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,7 +65,8 @@ impl CallError {
             message: status.message().to_owned(),
             retry_after: details.retry_info().and_then(|r| r.retry_delay),
             transport,
-            reason: info.map(|i| i.reason.clone()),
+            reason: SynthesisReason::of(status),
+            retry: retry_of::<SynthesisReason>(status),
             metadata: info.map(|i| i.metadata.clone()).unwrap_or_default(),
         }
     }
@@ -78,6 +82,7 @@ impl CallError {
             retry_after: None,
             transport: false,
             reason: None,
+            retry: Retry::Again,
             metadata: std::collections::HashMap::new(),
         }
     }
@@ -85,19 +90,12 @@ impl CallError {
     /// Whether another attempt may succeed. A response over the message limit never does
     /// (the same text gives the same audio); [`CallError::too_large`] says how to split it.
     pub fn retryable(&self) -> bool {
-        if self.too_large().is_some() {
-            return false;
-        }
-        self.transport
-            || matches!(
-                self.code,
-                Code::Unavailable | Code::ResourceExhausted | Code::DeadlineExceeded
-            )
+        self.retry == Retry::Again
     }
 
     /// For a `RESPONSE_TOO_LARGE` answer: the audio's size and the server's limit (bytes).
     pub fn too_large(&self) -> Option<(u64, u64)> {
-        if self.reason.as_deref() != Some(RESPONSE_TOO_LARGE) {
+        if self.reason != Some(SynthesisReason::ResponseTooLarge) {
             return None;
         }
         let field = |k: &str| self.metadata.get(k).and_then(|v| v.parse::<u64>().ok());
@@ -232,6 +230,32 @@ mod tests {
     }
 
     #[test]
+    fn the_typed_reason_decides_over_the_code() {
+        let with_reason = |code, reason: SynthesisReason| {
+            CallError::from_status(&Status::with_error_details(
+                code,
+                "x",
+                ErrorDetails::with_error_info(
+                    reason.as_str(),
+                    "voxpool.dev",
+                    std::collections::HashMap::new(),
+                ),
+            ))
+        };
+        let broken = with_reason(Code::Aborted, SynthesisReason::VendorStreamBroken);
+        assert_eq!(broken.reason, Some(SynthesisReason::VendorStreamBroken));
+        assert!(
+            broken.retryable(),
+            "a broken vendor stream is worth another try"
+        );
+        let mismatch = with_reason(Code::ResourceExhausted, SynthesisReason::ResponseTooLarge);
+        assert!(
+            !mismatch.retryable(),
+            "RESPONSE_TOO_LARGE never, whatever the code"
+        );
+    }
+
+    #[test]
     fn resource_exhausted_is_neutral_and_client_errors_prove_the_service_up() {
         let health = |c| CallError::from_status(&Status::new(c, "x")).health();
         assert_eq!(health(Code::Unavailable), Health::Down);
@@ -257,7 +281,7 @@ mod tests {
             Code::ResourceExhausted,
             "too big",
             ErrorDetails::with_error_info(
-                RESPONSE_TOO_LARGE,
+                SynthesisReason::ResponseTooLarge.as_str(),
                 "voxpool.synthesis",
                 [
                     ("bytes".to_owned(), "900".to_owned()),

@@ -19,6 +19,7 @@ use voxctl::{
     report::Status as ItemStatus,
     shutdown::Shutdown,
 };
+use voxpool_shared::contract::SynthesisReason;
 
 #[tokio::test]
 async fn every_item_is_written_as_a_complete_wav_and_the_report_says_so() {
@@ -358,7 +359,7 @@ fn too_large_over_40_chars(call: &common::fake_synthesis::Call) -> Reply {
         Code::ResourceExhausted,
         "the audio is too large; use SynthesizeStream for long text",
         ErrorDetails::with_error_info(
-            "RESPONSE_TOO_LARGE",
+            SynthesisReason::ResponseTooLarge.as_str(),
             "voxpool.synthesis",
             [
                 ("bytes".to_owned(), (chars * 1000).to_string()),
@@ -426,7 +427,7 @@ async fn a_too_large_part_that_cannot_be_split_fails_at_once_with_the_servers_wo
             Code::ResourceExhausted,
             "the audio is too large; use SynthesizeStream for long text",
             ErrorDetails::with_error_info(
-                "RESPONSE_TOO_LARGE",
+                SynthesisReason::ResponseTooLarge.as_str(),
                 "voxpool.synthesis",
                 [
                     (
