@@ -25,7 +25,7 @@ pub async fn run(cli: Cli) -> u8 {
     let token = match crate::connect::client_token(cli.token.as_deref()) {
         Ok(token) => token,
         Err(e) => {
-            eprintln!("voxctl: {e}");
+            crate::say!("voxctl: {e}");
             return 2;
         }
     };
@@ -56,7 +56,7 @@ pub async fn run(cli: Cli) -> u8 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("voxctl: {e}");
+            crate::say!("voxctl: {e}");
             e.exit_code
         }
     }
@@ -71,8 +71,9 @@ pub fn batch_config(args: BatchArgs) -> BatchConfig {
     config.qps = args.qps;
     config.synthesis = args.synthesis;
     config.catalog = (!args.no_pack_check).then_some(args.catalog);
-    config.scheduler = (!args.no_pack_check).then_some(args.scheduler);
+    config.scheduler = args.scheduler.filter(|_| !args.no_pack_check);
     config.deadline = args.deadline;
+    config.give_up_after = args.give_up_after;
     config.retry = RetryPolicy {
         max_attempts: args.max_attempts,
         base: args.backoff_base,
@@ -109,7 +110,7 @@ async fn run_batch(args: BatchArgs, token: ClientToken) -> u8 {
     match batch::run(config, Shutdown::on_signals()).await {
         Ok(outcome) => outcome.exit_code,
         Err(e) => {
-            eprintln!("voxctl: {e}");
+            crate::say!("voxctl: {e}");
             e.exit_code()
         }
     }
@@ -119,9 +120,9 @@ async fn run_packs(args: PacksArgs) -> Result<(), OpError> {
     let mut catalog = Catalog::new(&args.catalog, args.admin_token.as_deref())?;
     match args.command {
         PacksCommand::List { filter, all } => {
-            println!("{}", render_list(&catalog.list(&filter, all).await?));
+            crate::show!("{}", render_list(&catalog.list(&filter, all).await?));
         }
-        PacksCommand::Show { id } => println!("{}", render_pack(&catalog.show(&id).await?)),
+        PacksCommand::Show { id } => crate::show!("{}", render_pack(&catalog.show(&id).await?)),
         PacksCommand::Create(c) => {
             let new = NewPack {
                 display_name: c.display_name,
@@ -140,24 +141,27 @@ async fn run_packs(args: PacksArgs) -> Result<(), OpError> {
                 extra: c.extra,
             };
             let pack = catalog.create(new.to_pb()?).await?;
-            println!("{}", pack.id);
-            eprintln!(
+            crate::show!("{}", pack.id);
+            crate::say!(
                 "voxctl: created pack {} (version {})",
-                pack.id, pack.version
+                pack.id,
+                pack.version
             );
         }
         PacksCommand::Disable { id } => {
             let pack = catalog.set_enabled(&id, false).await?;
-            eprintln!(
+            crate::say!(
                 "voxctl: disabled pack {} (version {})",
-                pack.id, pack.version
+                pack.id,
+                pack.version
             );
         }
         PacksCommand::Enable { id } => {
             let pack = catalog.set_enabled(&id, true).await?;
-            eprintln!(
+            crate::say!(
                 "voxctl: enabled pack {} (version {})",
-                pack.id, pack.version
+                pack.id,
+                pack.version
             );
         }
     }

@@ -88,6 +88,8 @@ struct Inner {
     consecutive_opens: u32,
     trips: u64,
     generation: u64,
+    /// Whether the last open came from closed (a trip) rather than from a failed probe.
+    opened_from_closed: bool,
 }
 
 /// The shared breaker; see the module doc.
@@ -96,6 +98,8 @@ pub struct Breaker {
     config: BreakerConfig,
     inner: Mutex<Inner>,
     phase: watch::Sender<Phase>,
+    /// The last failure that said the service is down (names the service and its URL).
+    last_failure: Mutex<Option<String>>,
 }
 
 /// The right to make one call; report its result with [`Permit::record`].
@@ -119,8 +123,10 @@ impl Breaker {
                 consecutive_opens: 0,
                 trips: 0,
                 generation: 0,
+                opened_from_closed: false,
             }),
             phase: watch::channel(Phase::Closed).0,
+            last_failure: Mutex::new(None),
         }
     }
 
@@ -143,6 +149,29 @@ impl Breaker {
     /// How many times the breaker opened from closed.
     pub fn trips(&self) -> u64 {
         self.lock().trips
+    }
+
+    /// Whether the breaker's current (or last) open was a trip from closed, counted by
+    /// [`Breaker::trips`], rather than a failed probe extending the pause.
+    pub fn opened_from_closed(&self) -> bool {
+        self.lock().opened_from_closed
+    }
+
+    /// Keeps `failure` (a call result that counted as down; it names the service and URL) for
+    /// the pause and give-up lines.
+    pub fn note_failure(&self, failure: String) {
+        *self
+            .last_failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(failure);
+    }
+
+    /// The last failure given to [`Breaker::note_failure`].
+    pub fn last_failure(&self) -> Option<String> {
+        self.last_failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Time until an open breaker lets a probe through (`None` unless open).
@@ -218,7 +247,10 @@ impl Breaker {
         let mut inner = self.lock();
         if probe {
             match health {
-                Health::Down => self.open(&mut inner),
+                Health::Down => {
+                    inner.opened_from_closed = false;
+                    self.open(&mut inner);
+                }
                 Health::Up | Health::Neutral => {
                     inner.state = State::Closed;
                     inner.consecutive_opens = 0;
@@ -249,6 +281,7 @@ impl Breaker {
             && inner.downs as f64 >= self.config.failure_ratio * n as f64
         {
             inner.trips += 1;
+            inner.opened_from_closed = true;
             self.open(&mut inner);
         }
     }

@@ -95,10 +95,18 @@ impl Caller {
             }
             Ok(Ok(response)) => Ok(response.into_inner()),
         };
-        permit.record(match &result {
+        let health = match &result {
             Ok(_) => Health::Up,
             Err(e) => e.health(),
-        });
+        };
+        if let (Health::Down, Err(e)) = (health, &result) {
+            self.breaker.note_failure(if e.transport {
+                e.to_string()
+            } else {
+                format!("synthesis at {} answered {e}", self.url)
+            });
+        }
+        permit.record(health);
         result
     }
 }
@@ -190,6 +198,11 @@ impl Caller {
                         }
                     }
                     spoken.audio.push(response.audio);
+                    Stats::bump(&self.stats.parts_spoken);
+                    self.stats.chars_spoken.fetch_add(
+                        part.chars().count() as u64,
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
                 }
                 Err(error) => {
                     let chars = part.chars().count();

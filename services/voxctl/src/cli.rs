@@ -98,8 +98,9 @@ pub struct BatchArgs {
     #[arg(long, env = "VOXPOOL_CATALOG", default_value = DEFAULT_CATALOG)]
     pub catalog: String,
     /// Scheduler URL, used to check that a pool serves each pack's ttsModelId before running.
-    #[arg(long, env = "VOXPOOL_SCHEDULER", default_value = DEFAULT_SCHEDULER)]
-    pub scheduler: String,
+    /// Without it the pools are the ones synthesis (--synthesis) lists as serving.
+    #[arg(long, env = "VOXPOOL_SCHEDULER")]
+    pub scheduler: Option<String>,
     /// Do not check pack ids against the catalog, nor their pools against the scheduler
     /// (synthesis still refuses unknown packs).
     #[arg(long)]
@@ -107,6 +108,11 @@ pub struct BatchArgs {
     /// Deadline of one Synthesize call (e.g. 30s, 2m).
     #[arg(long, default_value = "60s", value_parser = positive_duration)]
     pub deadline: Duration,
+    /// End the run by itself when for this long no item finished and no part came back (a
+    /// service that stays down): exit 1, the items not done reported as not started, and the
+    /// same command resumes them.
+    #[arg(long, default_value = "5m", value_parser = positive_duration)]
+    pub give_up_after: Duration,
     /// Most calls per request, first included (a split item makes one request per part).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub max_attempts: u32,

@@ -16,6 +16,7 @@ pub mod call;
 pub mod checkpoint;
 pub mod cli;
 pub mod connect;
+pub mod console;
 pub mod format;
 pub mod join;
 pub mod manifest;

@@ -13,7 +13,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("voxctl: cannot start the async runtime: {e}");
+            voxctl::say!("voxctl: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };

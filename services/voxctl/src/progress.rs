@@ -1,5 +1,10 @@
 //! Progress while a batch runs: an `indicatif` bar on a terminal, plain periodic lines
-//! otherwise (logs, CI), and a line whenever the circuit breaker changes state.
+//! otherwise (logs, CI), and a line whenever the circuit breaker changes state, naming the
+//! service and URL that fails.
+//!
+//! Rate and ETA count characters of the parts that came back, not finished items, so they
+//! keep moving (and stay honest) while one long item runs; with nothing spoken yet the ETA
+//! is unknown rather than zero.
 
 use std::{
     io::IsTerminal as _,
@@ -87,7 +92,7 @@ async fn run(mode: ProgressMode, source: Source, stop: CancellationToken) {
                         bar.set_position(view.done + view.failed);
                         bar.set_message(line.message);
                     }
-                    None if matches!(mode, ProgressMode::Lines(_)) => eprintln!("voxctl: {}", line.full),
+                    None if matches!(mode, ProgressMode::Lines(_)) => crate::say!("voxctl: {}", line.full),
                     None => {}
                 }
             }
@@ -99,7 +104,7 @@ async fn run(mode: ProgressMode, source: Source, stop: CancellationToken) {
                 let text = breaker_change(phase, &source.breaker);
                 match &bar {
                     Some(bar) => bar.println(text),
-                    None => eprintln!("{text}"),
+                    None => crate::say!("{text}"),
                 }
             }
         }
@@ -111,18 +116,25 @@ async fn run(mode: ProgressMode, source: Source, stop: CancellationToken) {
 
 fn new_bar(total: u64) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-    let style = ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} {msg} eta {eta}")
+    let style = ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} {msg}")
         .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style.progress_chars("=> "));
     bar
 }
 
 fn breaker_change(phase: Phase, breaker: &Breaker) -> String {
+    let failure = breaker
+        .last_failure()
+        .unwrap_or_else(|| "most recent calls failed".into());
+    let probe_in = breaker.retry_in().unwrap_or_default().as_secs_f64();
     match phase {
-        Phase::Open => format!(
-            "voxctl: circuit breaker open: most recent calls failed with UNAVAILABLE; pausing the batch, probing in {:.1}s",
-            breaker.retry_in().unwrap_or_default().as_secs_f64()
+        Phase::Open if breaker.opened_from_closed() => format!(
+            "voxctl: circuit breaker open (trip {}): {failure}; pausing the batch, probing in {probe_in:.1}s",
+            breaker.trips()
         ),
+        Phase::Open => {
+            format!("voxctl: probe failed: {failure}; still paused, next probe in {probe_in:.1}s")
+        }
         Phase::HalfOpen => "voxctl: circuit breaker half-open: sending one probe".into(),
         Phase::Closed => "voxctl: circuit breaker closed: resuming the batch".into(),
     }
@@ -143,15 +155,12 @@ fn status_line(source: &Source) -> Line {
         ),
         (phase, _) => format!("breaker {}", phase.as_str()),
     };
-    let message = format_counts(&view, elapsed, &breaker);
-    let full = format!(
-        "{}/{} {message}{}",
-        view.done + view.failed,
-        view.total,
-        eta(&view, elapsed)
-            .map(|e| format!(" · eta {e}"))
-            .unwrap_or_default()
+    let message = format!(
+        "{} · eta {}",
+        format_counts(&view, elapsed, &breaker),
+        eta(&view, elapsed).unwrap_or_else(|| "unknown".into())
     );
+    let full = format!("{}/{} {message}", view.done + view.failed, view.total);
     Line { message, full }
 }
 
@@ -163,18 +172,23 @@ pub fn format_counts(view: &StatsView, elapsed: Duration, breaker: &str) -> Stri
         view.done,
         view.failed,
         view.in_flight,
-        view.chars_done as f64 / secs
+        view.chars_spoken as f64 / secs
     )
 }
 
+/// Time left at the rate characters came back so far (at least 1 s while work remains);
+/// `None` before anything came back.
 fn eta(view: &StatsView, elapsed: Duration) -> Option<String> {
-    let finished = view.done + view.failed;
-    if finished == 0 || view.total <= finished {
+    if view.done + view.failed >= view.total {
+        return Some("0s".into());
+    }
+    if view.chars_spoken == 0 {
         return None;
     }
-    let per_item = elapsed.as_secs_f64() / finished as f64;
-    let left = Duration::from_secs_f64(per_item * (view.total - finished) as f64);
-    Some(humantime::format_duration(Duration::from_secs(left.as_secs())).to_string())
+    let left_chars = view.chars_total.saturating_sub(view.chars_spoken).max(1);
+    let secs = elapsed.as_secs_f64() * left_chars as f64 / view.chars_spoken as f64;
+    let left = Duration::from_secs(secs.ceil().max(1.0) as u64);
+    Some(humantime::format_duration(left).to_string())
 }
 
 #[cfg(test)]
@@ -189,6 +203,8 @@ mod tests {
             failed: 1,
             in_flight: 3,
             chars_done: 2_000,
+            chars_spoken: 2_000,
+            chars_total: 4_000,
             ..StatsView::default()
         };
         let line = format_counts(&view, Duration::from_secs(2), "breaker open (probe in 1s)");
@@ -197,5 +213,25 @@ mod tests {
             "ok 4 · failed 1 · in flight 3 · 1000 chars/s · breaker open (probe in 1s)"
         );
         assert_eq!(eta(&view, Duration::from_secs(5)).as_deref(), Some("5s"));
+    }
+
+    #[test]
+    fn the_eta_moves_with_the_parts_of_one_long_item_and_is_never_zero_while_it_runs() {
+        let one_long_item = |spoken| StatsView {
+            total: 1,
+            in_flight: 1,
+            chars_total: 100_000,
+            chars_spoken: spoken,
+            ..StatsView::default()
+        };
+        assert_eq!(eta(&one_long_item(0), Duration::from_secs(60)), None);
+        assert_eq!(
+            eta(&one_long_item(25_000), Duration::from_secs(60)).as_deref(),
+            Some("3m")
+        );
+        assert_eq!(
+            eta(&one_long_item(99_999), Duration::from_secs(60)).as_deref(),
+            Some("1s")
+        );
     }
 }

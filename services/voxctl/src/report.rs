@@ -81,12 +81,19 @@ pub struct Summary {
     pub breaker_trips: u64,
     /// Whether a Ctrl-C stopped the run.
     pub interrupted: bool,
+    /// Whether the run ended by itself after `--give-up-after` without progress.
+    pub gave_up: bool,
     /// Most frequent errors of failed items (`CODE: message`) with their counts, most
     /// frequent first (at most 5).
     pub top_errors: Vec<(String, usize)>,
+    /// Distinct errors of failed items left out of `top_errors`, and how many items they
+    /// cover.
+    pub more_errors: (usize, usize),
     /// Most frequent manifest problems of invalid lines, apart from `top_errors` so that many
     /// bad lines cannot hide why items failed (at most 3).
     pub top_invalid: Vec<(String, usize)>,
+    /// Distinct problems left out of `top_invalid`, and how many lines they cover.
+    pub more_invalid: (usize, usize),
 }
 
 impl Summary {
@@ -157,16 +164,22 @@ pub fn tally(items: &[ItemReport], wall: Duration, summary: &mut Summary) {
                 .or_default() += 1;
         }
     }
-    summary.top_errors = most_frequent(errors, 5);
-    summary.top_invalid = most_frequent(invalid, 3);
+    (summary.top_errors, summary.more_errors) = most_frequent(errors, 5);
+    (summary.top_invalid, summary.more_invalid) = most_frequent(invalid, 3);
     summary.wall_seconds = wall.as_secs_f64();
 }
 
-fn most_frequent(counts: HashMap<String, usize>, n: usize) -> Vec<(String, usize)> {
+/// The `n` most frequent entries, most frequent first, and (distinct entries, total count) of
+/// the rest.
+fn most_frequent(
+    counts: HashMap<String, usize>,
+    n: usize,
+) -> (Vec<(String, usize)>, (usize, usize)) {
     let mut top: Vec<_> = counts.into_iter().collect();
     top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    top.truncate(n);
-    top
+    let rest = top.split_off(n.min(top.len()));
+    let more = (rest.len(), rest.iter().map(|(_, count)| count).sum());
+    (top, more)
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -203,16 +216,35 @@ pub fn render(summary: &Summary) -> String {
         summary.calls,
         summary.retries,
         summary.breaker_trips,
-        if summary.interrupted { ", interrupted" } else { "" },
+        match (summary.interrupted, summary.gave_up) {
+            (_, true) => ", gave up (--give-up-after)",
+            (true, false) => ", interrupted",
+            (false, false) => "",
+        },
     ));
-    for (title, top) in [
-        ("top errors of failed items", &summary.top_errors),
-        ("top problems of invalid lines", &summary.top_invalid),
+    for (title, top, (kinds, count), what) in [
+        (
+            "top errors of failed items",
+            &summary.top_errors,
+            summary.more_errors,
+            "item(s)",
+        ),
+        (
+            "top problems of invalid lines",
+            &summary.top_invalid,
+            summary.more_invalid,
+            "line(s)",
+        ),
     ] {
         if !top.is_empty() {
             lines.push(format!("voxctl: {title}:"));
             for (error, n) in top {
                 lines.push(format!("  {n:>6} × {error}"));
+            }
+            if kinds > 0 {
+                lines.push(format!(
+                    "  … and {kinds} more kind(s) on {count} {what} (--report FILE lists every item)"
+                ));
             }
         }
     }
@@ -266,6 +298,16 @@ mod tests {
             "invalid lines never push a failure out of the list"
         );
         assert_eq!(many_invalid.top_invalid.len(), 3);
+        assert_eq!(
+            many_invalid.more_invalid,
+            (6, 6),
+            "the problems left out are counted"
+        );
+        let rendered = render(&many_invalid);
+        assert!(
+            rendered.contains("… and 6 more kind(s) on 6 line(s)"),
+            "the summary says what it left out: {rendered}"
+        );
         let mut s = Summary::default();
         tally(&items, Duration::from_secs(2), &mut s);
         assert_eq!(

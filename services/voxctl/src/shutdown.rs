@@ -1,8 +1,17 @@
-//! Two-stage interruption: the first Ctrl-C (or SIGTERM) stops dispatching new items and lets
-//! in-flight ones finish; a second one aborts them. The checkpoint is flushed either way,
-//! because only complete, durable records are ever acknowledged.
+//! Interruption: the first Ctrl-C (or SIGTERM) stops dispatching new items at once and gives
+//! the ones in flight [`DRAIN_GRACE`] to finish; then, or at a second signal, they are
+//! cancelled (their temporary files go, nothing is recorded for them, so a resumed run redoes
+//! them). The checkpoint is consistent either way, because only complete, durable records are
+//! ever acknowledged. The handler prints through [`crate::say!`], which cannot fail, so a
+//! closed stderr never stops it from acting on the signal.
+
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+
+/// How long items in flight at the first signal may take to finish before they are cancelled:
+/// short enough that voxctl ends within 2 s of a Ctrl-C, long enough for calls about to answer.
+pub const DRAIN_GRACE: Duration = Duration::from_millis(1500);
 
 /// The two stages, as tokens the batch watches.
 #[derive(Clone, Debug, Default)]
@@ -19,18 +28,22 @@ impl Shutdown {
         Self::default()
     }
 
-    /// Tokens cancelled by Ctrl-C / SIGTERM: first drain, then abort.
+    /// Tokens cancelled by Ctrl-C / SIGTERM: drain at the first, abort [`DRAIN_GRACE`] later
+    /// or at the second, whichever comes first.
     pub fn on_signals() -> Self {
         let shutdown = Self::new();
         let tokens = shutdown.clone();
         tokio::spawn(async move {
             signal().await;
-            eprintln!(
-                "voxctl: stopping: no new items; waiting for the ones in flight (Ctrl-C again to abort)"
+            crate::say!(
+                "voxctl: stopping: no new items; the ones in flight get {}ms to finish, then are cancelled and redone on resume (Ctrl-C again to cancel them now)",
+                DRAIN_GRACE.as_millis()
             );
             tokens.drain.cancel();
-            signal().await;
-            eprintln!("voxctl: aborting the items in flight");
+            tokio::select! {
+                () = signal() => crate::say!("voxctl: cancelling the items in flight"),
+                () = tokio::time::sleep(DRAIN_GRACE) => {}
+            }
             tokens.abort.cancel();
         });
         shutdown

@@ -15,6 +15,13 @@ pub struct Stats {
     pub in_flight: AtomicU64,
     /// Characters of the items done in this run.
     pub chars_done: AtomicU64,
+    /// Characters of every item this run will try (the ETA's denominator).
+    pub chars_total: AtomicU64,
+    /// Characters of the parts that came back with audio in this run, items not finished yet
+    /// included: what moves while one long item runs.
+    pub chars_spoken: AtomicU64,
+    /// Parts that came back with audio in this run.
+    pub parts_spoken: AtomicU64,
     /// Synthesize calls made.
     pub calls: AtomicU64,
     /// Calls that were retries.
@@ -34,6 +41,12 @@ pub struct StatsView {
     pub in_flight: u64,
     /// See [`Stats::chars_done`].
     pub chars_done: u64,
+    /// See [`Stats::chars_total`].
+    pub chars_total: u64,
+    /// See [`Stats::chars_spoken`].
+    pub chars_spoken: u64,
+    /// See [`Stats::parts_spoken`].
+    pub parts_spoken: u64,
     /// See [`Stats::calls`].
     pub calls: u64,
     /// See [`Stats::retries`].
@@ -49,9 +62,22 @@ impl Stats {
             failed: self.failed.load(Relaxed),
             in_flight: self.in_flight.load(Relaxed),
             chars_done: self.chars_done.load(Relaxed),
+            chars_total: self.chars_total.load(Relaxed),
+            chars_spoken: self.chars_spoken.load(Relaxed),
+            parts_spoken: self.parts_spoken.load(Relaxed),
             calls: self.calls.load(Relaxed),
             retries: self.retries.load(Relaxed),
         }
+    }
+
+    /// What has to move for the run to count as progressing (`--give-up-after`): items
+    /// settled (done or failed) and parts spoken.
+    pub fn progress_mark(&self) -> (u64, u64, u64) {
+        (
+            self.done.load(Relaxed),
+            self.failed.load(Relaxed),
+            self.parts_spoken.load(Relaxed),
+        )
     }
 
     /// Adds one to a counter.

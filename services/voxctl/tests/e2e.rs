@@ -250,4 +250,29 @@ async fn a_dry_run_reports_items_whose_pack_pins_a_pool_the_scheduler_does_not_s
         stderr.contains("1 valid item(s), 3 invalid line(s)"),
         "{stderr}"
     );
+
+    // Without --scheduler the pools are the ones synthesis lists (its ListPools), so a
+    // scheduler at the default address is never asked.
+    let output = Command::new(env!("CARGO_BIN_EXE_voxctl"))
+        .arg("batch")
+        .arg(&manifest)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .args(["--dry-run", "--synthesis", &stack.synthesis_url])
+        .args(["--catalog", &catalog.url()])
+        .env("VOXPOOL_CLIENT_TOKEN", common::stack::CLIENT_TOKEN)
+        .env_remove("VOXPOOL_SCHEDULER")
+        .output()
+        .await
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("pack \"vp_orphan\" pins ttsModelId \"pool-that-was-removed\", which no synthesis pool serves (pools: fake-openai, no-credential)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("1 valid item(s), 3 invalid line(s)"),
+        "{stderr}"
+    );
 }

@@ -313,3 +313,140 @@ async fn non_tty_progress_is_plain_periodic_lines_with_counts() {
         progress[0]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_stays_down_ends_the_run_after_give_up_after_and_the_rest_resumes() {
+    let server = FakeSynthesis::start(|_| Reply::err(Status::unavailable("catalog down"))).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = write_manifest(dir.path(), "m.jsonl", &items(10));
+    let out = dir.path().join("out");
+    let report = dir.path().join("report.json");
+    let (code, stderr) = stderr_of(
+        voxctl(
+            &manifest,
+            &out,
+            &server.url(),
+            &[
+                "--give-up-after",
+                "1s",
+                "--breaker-pause",
+                "100ms",
+                "--report",
+                report.to_str().expect("utf-8 path"),
+            ],
+        )
+        .spawn()
+        .expect("spawn"),
+    )
+    .await;
+
+    assert_eq!(
+        code, 1,
+        "gave up is a failed run, not an interrupt: {stderr}"
+    );
+    let giving_up = stderr
+        .lines()
+        .find(|l| l.contains("giving up"))
+        .unwrap_or_else(|| panic!("no give-up line: {stderr}"));
+    assert!(
+        giving_up.contains("--give-up-after")
+            && giving_up.contains(&format!("synthesis at {}", server.url()))
+            && giving_up.contains("catalog down"),
+        "the line names the flag, the service, its URL and the failure: {giving_up}"
+    );
+    let pause = stderr
+        .lines()
+        .find(|l| l.contains("circuit breaker open"))
+        .unwrap_or_else(|| panic!("no pause line: {stderr}"));
+    assert!(
+        pause.contains(&format!("synthesis at {}", server.url())),
+        "the pause line names the URL that fails: {pause}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("json");
+    assert_eq!(doc["summary"]["gaveUp"], true);
+    assert_eq!(doc["summary"]["notStarted"].as_u64(), Some(10), "{doc}");
+    let trips = doc["summary"]["breakerTrips"].as_u64().expect("trips");
+    let logged = stderr
+        .lines()
+        .filter(|l| l.contains("circuit breaker open (trip"))
+        .count() as u64;
+    assert!(
+        logged <= trips && stderr.contains(&format!("(trip {trips})")),
+        "the log's trip numbers end at the summary's count ({trips}): {stderr}"
+    );
+    assert!(temp_files(&out).is_empty());
+
+    server.set_script(|_| Reply::ok());
+    let (code, stderr) = stderr_of(
+        voxctl(&manifest, &out, &server.url(), &[])
+            .spawn()
+            .expect("spawn"),
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        audio_files(&out).len(),
+        10,
+        "the same command resumes every item"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_ctrl_c_ends_a_run_of_slow_items_within_two_seconds_with_a_consistent_checkpoint()
+{
+    let server = FakeSynthesis::start(|_| Reply::ok().after(Duration::from_secs(60))).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = write_manifest(dir.path(), "m.jsonl", &items(10));
+    let out = dir.path().join("out");
+    let mut child = voxctl(&manifest, &out, &server.url(), &["--concurrency", "4"])
+        .spawn()
+        .expect("spawn");
+    server.wait_calls(4, Duration::from_secs(30)).await;
+    let interrupted = std::time::Instant::now();
+    interrupt(&child);
+    let code = wait_exit(&mut child, Duration::from_secs(30)).await;
+    let took = interrupted.elapsed();
+
+    assert_eq!(code, 130);
+    assert!(
+        took < Duration::from_secs(2),
+        "one Ctrl-C ended the run in {took:?}, not after the 60 s items"
+    );
+    assert!(audio_files(&out).is_empty() && temp_files(&out).is_empty());
+    let journal = voxctl::checkpoint::read(&out.join(voxctl::checkpoint::JOURNAL_NAME))
+        .expect("readable checkpoint");
+    assert!(!journal.torn_tail && journal.corrupt_lines.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stderr_and_stdout_never_make_voxctl_deaf_to_signals() {
+    let server = FakeSynthesis::start(|_| Reply::ok().after(Duration::from_secs(60))).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = write_manifest(dir.path(), "m.jsonl", &items(10));
+    let out = dir.path().join("out");
+    let mut cmd = voxctl(
+        &manifest,
+        &out,
+        &server.url(),
+        &[
+            "--concurrency",
+            "2",
+            "--progress",
+            "lines",
+            "--progress-interval",
+            "20ms",
+        ],
+    );
+    cmd.stdout(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    // The reader goes away, as `2>&1 | head -5` does once head has its lines.
+    drop(child.stderr.take());
+    drop(child.stdout.take());
+    server.wait_calls(2, Duration::from_secs(30)).await;
+    // The handler's own "stopping" line goes into the closed pipe: a print that panics there
+    // kills the handler before it acts, and the 60 s items would keep the run alive.
+    interrupt(&child);
+    let code = wait_exit(&mut child, Duration::from_secs(10)).await;
+    assert_eq!(code, 130);
+}

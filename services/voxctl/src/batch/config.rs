@@ -37,6 +37,9 @@ pub struct BatchConfig {
     pub scheduler: Option<String>,
     /// Per-call deadline.
     pub deadline: Duration,
+    /// How long the run may go without an item settling or a part coming back before it
+    /// ends by itself (exit 1, the rest not started and resumable).
+    pub give_up_after: Duration,
     /// Retries.
     pub retry: RetryPolicy,
     /// Circuit breaker tuning.
@@ -77,6 +80,7 @@ impl BatchConfig {
             catalog: None,
             scheduler: None,
             deadline: Duration::from_secs(60),
+            give_up_after: Duration::from_secs(300),
             retry: RetryPolicy::default(),
             breaker: BreakerConfig::default(),
             max_chars: 20_000,
@@ -136,7 +140,7 @@ pub struct BatchOutcome {
     pub summary: Summary,
     /// Every item.
     pub items: Vec<ItemReport>,
-    /// Process exit code: 0 all ok, 1 some item not ok, 2 invalid manifest in a dry run,
-    /// 130 interrupted.
+    /// Process exit code: 0 all ok, 1 some item not ok (or the run gave up, see
+    /// [`BatchConfig::give_up_after`]), 2 invalid manifest in a dry run, 130 interrupted.
     pub exit_code: u8,
 }

@@ -1,12 +1,13 @@
 //! Runs the planned items with at most `concurrency` in flight, in manifest order, and reacts
 //! to interruption: on `drain` no new item starts and the running ones finish; on `abort` the
 //! running ones are abandoned (their temporary files are deleted as their tasks drop, and
-//! nothing is recorded for them, so they are redone next time).
+//! nothing is recorded for them, so they are redone next time). A watchdog gives up the run
+//! (drain and abort at once) when for `give_up_after` no item settled and no part came back.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use tokio::{sync::Semaphore, task::JoinSet};
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::AbortOnDropHandle};
 
 use super::{
     item::{ItemContext, Processed, process},
@@ -15,6 +16,7 @@ use super::{
 use crate::{
     report::{ItemReport, Status},
     shutdown::Shutdown,
+    stats::Stats,
 };
 
 /// What the dispatcher produced.
@@ -24,6 +26,8 @@ pub struct Dispatched {
     pub reports: Vec<ItemReport>,
     /// Whether a signal (or a checkpoint failure) stopped the run early.
     pub interrupted: bool,
+    /// Whether the run ended by itself after `give_up_after` without progress.
+    pub gave_up: bool,
 }
 
 fn not_started(todo: &Todo) -> ItemReport {
@@ -42,14 +46,44 @@ fn not_started(todo: &Todo) -> ItemReport {
     }
 }
 
+/// Returns once `stats` has shown no progress for `after` (see [`Stats::progress_mark`]);
+/// checks every twentieth of `after` (10 ms..1 s).
+async fn watch_progress(stats: Arc<Stats>, after: Duration) {
+    let period = (after / 20).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let mut mark = stats.progress_mark();
+    let mut since = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(period).await;
+        let now = stats.progress_mark();
+        if now != mark {
+            (mark, since) = (now, tokio::time::Instant::now());
+        } else if since.elapsed() >= after {
+            return;
+        }
+    }
+}
+
 /// Runs `todo` (see the module doc).
 pub async fn dispatch(
     todo: Vec<Todo>,
     ctx: Arc<ItemContext>,
     concurrency: usize,
     shutdown: &Shutdown,
+    give_up_after: Duration,
 ) -> Dispatched {
+    let give_up = CancellationToken::new();
     let stop = shutdown.drain.child_token();
+    let abort = shutdown.abort.child_token();
+    let _watchdog = AbortOnDropHandle::new(tokio::spawn({
+        let (stats, tokens) = (
+            Arc::clone(&ctx.stats),
+            [give_up.clone(), stop.clone(), abort.clone()],
+        );
+        async move {
+            watch_progress(stats, give_up_after).await;
+            tokens.iter().for_each(CancellationToken::cancel);
+        }
+    }));
     let slots = Arc::new(Semaphore::new(concurrency.max(1)));
     let mut running: JoinSet<Processed> = JoinSet::new();
     let mut by_task: HashMap<tokio::task::Id, Todo> = HashMap::new();
@@ -83,7 +117,7 @@ pub async fn dispatch(
     loop {
         tokio::select! {
             biased;
-            _ = shutdown.abort.cancelled(), if !running.is_empty() => {
+            _ = abort.cancelled(), if !running.is_empty() => {
                 running.abort_all();
                 while let Some(joined) = running.join_next_with_id().await {
                     collect(&mut out, &mut by_task, &stop, joined);
@@ -96,10 +130,10 @@ pub async fn dispatch(
             },
         }
     }
-    out.interrupted = stop.is_cancelled();
+    out.gave_up = give_up.is_cancelled();
+    out.interrupted = stop.is_cancelled() && !out.gave_up;
     out
 }
-
 type Joined = Result<(tokio::task::Id, Processed), tokio::task::JoinError>;
 
 fn collect(

@@ -35,7 +35,10 @@ use crate::{
     call::Caller,
     checkpoint::{Checkpoint, RunIdentity},
     connect,
-    manifest::{Manifest, Voice, packs::check_packs},
+    manifest::{
+        Manifest, Voice,
+        packs::{KnownPools, check_packs},
+    },
     output,
     progress::Progress,
     report::{self, ItemReport, Report, Status, Summary},
@@ -57,13 +60,17 @@ pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome
         )));
     }
     let mut manifest = Manifest::load(&config.manifest)?;
-    check_pack_ids(&config, &mut manifest).await?;
+    tokio::select! {
+        biased;
+        () = shutdown.drain.cancelled() => {}
+        checked = check_pack_ids(&config, &mut manifest) => checked?,
+    }
     for problem in &manifest.problems {
-        eprintln!("voxctl: {}: {problem}", config.manifest.display());
+        crate::say!("voxctl: {}: {problem}", config.manifest.display());
     }
     let invalid: Vec<ItemReport> = manifest.problems.iter().map(invalid_report).collect();
     if config.dry_run {
-        eprintln!(
+        crate::say!(
             "voxctl: {}: {} valid item(s), {} invalid line(s)",
             config.manifest.display(),
             manifest.items.len(),
@@ -90,7 +97,7 @@ pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome
     let checkpoint = open_checkpoint(&config, &manifest).await?;
     let stale = output::remove_stale_temps(&config.out).map_err(out_err)?;
     if stale > 0 {
-        eprintln!("voxctl: removed {stale} unfinished temporary file(s) of an interrupted run");
+        crate::say!("voxctl: removed {stale} unfinished temporary file(s) of an interrupted run");
     }
     let plan = plan(
         std::mem::take(&mut manifest.items),
@@ -101,7 +108,7 @@ pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome
         config.retry_failed,
     );
     if !plan.settled.is_empty() {
-        eprintln!(
+        crate::say!(
             "voxctl: resuming: {} item(s) settled by earlier runs, {} to do",
             plan.settled.len(),
             plan.todo.len()
@@ -109,6 +116,10 @@ pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome
     }
     let stats = Arc::new(Stats::default());
     stats.total.store(plan.todo.len() as u64, Relaxed);
+    stats.chars_total.store(
+        plan.todo.iter().map(|t| t.item.chars() as u64).sum(),
+        Relaxed,
+    );
     let breaker = Arc::new(Breaker::new(config.breaker));
     let journal = Arc::new(checkpoint.journal);
     let ctx = Arc::new(ItemContext {
@@ -124,8 +135,30 @@ pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome
     });
     let run_started = Instant::now();
     let progress = Progress::start(config.progress, Arc::clone(&stats), Arc::clone(&breaker));
-    let dispatched = dispatch(plan.todo, ctx, config.concurrency, &shutdown).await;
+    let dispatched = dispatch(
+        plan.todo,
+        ctx,
+        config.concurrency,
+        &shutdown,
+        config.give_up_after,
+    )
+    .await;
     progress.finish().await;
+    if dispatched.gave_up {
+        let not_done = dispatched
+            .reports
+            .iter()
+            .filter(|r| r.status == Status::NotStarted)
+            .count();
+        crate::say!(
+            "voxctl: giving up: no item finished and no part came back for {} (--give-up-after); last failure: {}; {not_done} item(s) not done are reported as not started: run the same command again to resume them",
+            humantime::format_duration(config.give_up_after),
+            breaker.last_failure().unwrap_or_else(|| format!(
+                "none recorded (synthesis at {} is slow or stalled)",
+                config.synthesis
+            )),
+        );
+    }
     let run_wall = run_started.elapsed();
     if let Some(journal) = Arc::into_inner(journal) {
         let _ = tokio::task::spawn_blocking(move || journal.close()).await;
@@ -142,6 +175,7 @@ pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome
         retries: view.retries,
         breaker_trips: breaker.trips(),
         interrupted: dispatched.interrupted,
+        gave_up: dispatched.gave_up,
         items_per_second: (view.done + view.failed) as f64 / run_wall.as_secs_f64().max(1e-9),
         chars_per_second: view.chars_done as f64 / run_wall.as_secs_f64().max(1e-9),
         ..Summary::default()
@@ -156,10 +190,10 @@ pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome
             items: items.clone(),
         };
         if let Err(e) = doc.write(path) {
-            eprintln!("voxctl: cannot write the report {}: {e}", path.display());
+            crate::say!("voxctl: cannot write the report {}: {e}", path.display());
         }
     }
-    eprintln!("{}", report::render(&summary));
+    crate::say!("{}", report::render(&summary));
     let exit_code = match (summary.all_ok(), summary.interrupted) {
         (true, _) => 0,
         (false, true) => 130,
@@ -192,11 +226,22 @@ async fn check_pack_ids(config: &BatchConfig, manifest: &mut Manifest) -> Result
     let Some(url) = &config.catalog else {
         return Ok(());
     };
-    let pools = match &config.scheduler {
-        Some(scheduler) => scheduler_pools(scheduler, &config.token).await?,
-        None => None,
+    let served = synthesis_pools(&config.synthesis, &config.token).await;
+    let known = match &config.scheduler {
+        Some(scheduler) => scheduler_pools(scheduler, &config.token)
+            .await?
+            .map(|pools| KnownPools {
+                source: "scheduler",
+                pools,
+            }),
+        None => served.as_ref().map(|(pools, _)| KnownPools {
+            source: "synthesis",
+            pools: pools.clone(),
+        }),
     };
-    let not_serving = synthesis_not_serving(&config.synthesis, &config.token).await;
+    let not_serving = served
+        .map(|(_, not_serving)| not_serving)
+        .unwrap_or_default();
     let uses_packs = manifest
         .items
         .iter()
@@ -206,29 +251,28 @@ async fn check_pack_ids(config: &BatchConfig, manifest: &mut Manifest) -> Result
     } else {
         None
     };
-    let check = check_packs(manifest, client, pools.as_ref(), &not_serving);
+    let check = check_packs(manifest, client, known.as_ref(), &not_serving);
     match tokio::time::timeout(Duration::from_secs(10), check).await {
         Ok(Ok(_)) => {}
-        Ok(Err(status)) => eprintln!(
+        Ok(Err(status)) => crate::say!(
             "voxctl: warning: cannot check pack ids against the catalog at {url} ({}); synthesis will judge them per item",
             status.message()
         ),
-        Err(_) => eprintln!(
+        Err(_) => crate::say!(
             "voxctl: warning: the catalog at {url} did not answer within 10s; synthesis will judge pack ids per item"
         ),
     }
     Ok(())
 }
 
-/// Pools synthesis says it cannot serve (no key with a credential, no adapter), with why;
-/// empty when it does not answer (the run will find out per item).
-async fn synthesis_not_serving(
+/// The pools synthesis lists, and those of them it says it cannot serve (no key with a
+/// credential, no adapter) with why; `None` when it does not answer (the run will find out
+/// per item).
+async fn synthesis_pools(
     url: &str,
     token: &voxpool_shared::auth::ClientToken,
-) -> BTreeMap<String, String> {
-    let Ok(channel) = connect::authed(url, token) else {
-        return BTreeMap::new();
-    };
+) -> Option<(BTreeSet<String>, BTreeMap<String, String>)> {
+    let channel = connect::authed(url, token).ok()?;
     let mut client = SynthesisClient::new(channel);
     let listed = tokio::time::timeout(
         Duration::from_secs(5),
@@ -238,22 +282,22 @@ async fn synthesis_not_serving(
     let response = match listed {
         Ok(Ok(response)) => response,
         Ok(Err(status)) => {
-            eprintln!(
+            crate::say!(
                 "voxctl: warning: cannot ask synthesis at {url} which pools it serves ({}); credentials are not checked",
                 status.message()
             );
-            return BTreeMap::new();
+            return None;
         }
         Err(_) => {
-            eprintln!(
+            crate::say!(
                 "voxctl: warning: synthesis at {url} did not answer within 5s; credentials are not checked"
             );
-            return BTreeMap::new();
+            return None;
         }
     };
-    response
-        .into_inner()
-        .pools
+    let pools = response.into_inner().pools;
+    let listed = pools.iter().map(|p| p.pool.clone()).collect();
+    let not_serving = pools
         .into_iter()
         .filter(|p| !p.serving)
         .map(|p| {
@@ -270,7 +314,8 @@ async fn synthesis_not_serving(
             };
             (p.pool, why)
         })
-        .collect()
+        .collect();
+    Some((listed, not_serving))
 }
 
 /// The scheduler's pool ids, or `None` (with a warning) when it cannot answer.
@@ -294,14 +339,14 @@ async fn scheduler_pools(
                 .collect(),
         )),
         Ok(Err(status)) => {
-            eprintln!(
+            crate::say!(
                 "voxctl: warning: cannot list the scheduler's pools at {url} ({}); packs' pools are not checked",
                 status.message()
             );
             Ok(None)
         }
         Err(_) => {
-            eprintln!(
+            crate::say!(
                 "voxctl: warning: the scheduler at {url} did not answer within 10s; packs' pools are not checked"
             );
             Ok(None)
@@ -324,10 +369,10 @@ async fn open_checkpoint(
         .map_err(|e| BatchError::Usage(format!("checkpoint open stopped: {e}")))??;
     let replayed = &checkpoint.replayed;
     if replayed.torn_tail {
-        eprintln!("voxctl: the checkpoint ended in a torn record (a killed run); it was dropped");
+        crate::say!("voxctl: the checkpoint ended in a torn record (a killed run); it was dropped");
     }
     if !replayed.corrupt_lines.is_empty() {
-        eprintln!(
+        crate::say!(
             "voxctl: warning: ignored unreadable checkpoint line(s) {:?}; their items are redone",
             replayed.corrupt_lines
         );

@@ -1,6 +1,7 @@
 //! Checks the pack ids a manifest names against the catalog before anything runs, so an
-//! unknown or disabled pack, or one whose `ttsModelId` no scheduler pool serves, is reported
-//! with its manifest lines instead of failing every item of it on the server.
+//! unknown or disabled pack, or one whose `ttsModelId` no pool serves (as the scheduler, or
+//! synthesis when no `--scheduler` is given, lists them), is reported with its manifest lines
+//! instead of failing every item of it on the server.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,11 +12,20 @@ use voxpool_shared::snapshot::Snapshot;
 
 use super::{Manifest, Problem, Voice};
 
+/// The pools a service says exist, and which service said so (`scheduler` or `synthesis`).
+#[derive(Clone, Debug)]
+pub struct KnownPools {
+    /// Who listed them: `scheduler` or `synthesis`.
+    pub source: &'static str,
+    /// The pool ids.
+    pub pools: BTreeSet<String>,
+}
+
 /// Why a voice on pool `model` cannot be served (`runs on pool …` / `pins ttsModelId …`), if
 /// synthesis says it cannot serve that pool or the scheduler has no such pool.
 fn pool_problem(
     model: &str,
-    pools: Option<&BTreeSet<String>>,
+    known: Option<&KnownPools>,
     not_serving: &BTreeMap<String, String>,
 ) -> Option<String> {
     if let Some(why) = not_serving.get(model) {
@@ -23,15 +33,16 @@ fn pool_problem(
             "runs on pool {model:?}, which synthesis cannot serve: {why}; every call would fail"
         ));
     }
-    let pools = pools.filter(|p| !p.contains(model))?;
-    let listed = pools.iter().cloned().collect::<Vec<_>>().join(", ");
+    let known = known.filter(|k| !k.pools.contains(model))?;
+    let listed = known.pools.iter().cloned().collect::<Vec<_>>().join(", ");
     Some(format!(
-        "pins ttsModelId {model:?}, which no scheduler pool serves (pools: {listed}); every call would fail"
+        "pins ttsModelId {model:?}, which no {} pool serves (pools: {listed}); every call would fail",
+        known.source
     ))
 }
 
 /// Moves every item whose pack is unknown or disabled, pins a `ttsModelId` none of the
-/// scheduler's `pools` serves (when known), or runs on a pool synthesis cannot serve
+/// `known` pools serves (when known), or runs on a pool synthesis cannot serve
 /// (`not_serving`: pool → why, from synthesis's `ListPools`), from `items` to `problems`.
 ///
 /// Returns an error (and changes nothing) when the catalog cannot answer, so the caller can warn
@@ -39,7 +50,7 @@ fn pool_problem(
 pub async fn check_packs(
     manifest: &mut Manifest,
     mut catalog: Option<VoiceCatalogClient<Channel>>,
-    pools: Option<&BTreeSet<String>>,
+    known: Option<&KnownPools>,
     not_serving: &BTreeMap<String, String>,
 ) -> Result<usize, tonic::Status> {
     let ids: BTreeSet<String> = manifest
@@ -61,7 +72,7 @@ pub async fn check_packs(
                 bad.insert(id.clone(), format!("pack {id:?} is disabled"));
             }
             Ok(pack) => {
-                if let Some(why) = pool_problem(&pack.get_ref().tts_model_id, pools, not_serving) {
+                if let Some(why) = pool_problem(&pack.get_ref().tts_model_id, known, not_serving) {
                     bad.insert(id.clone(), format!("pack {id:?} {why}"));
                 }
             }
@@ -78,7 +89,7 @@ pub async fn check_packs(
             Voice::PackId(id) => bad.get(id).cloned(),
             Voice::Snapshot { json, pack_id } => Snapshot::from_json(json)
                 .ok()
-                .and_then(|snap| pool_problem(&snap.tts_model_id, pools, not_serving))
+                .and_then(|snap| pool_problem(&snap.tts_model_id, known, not_serving))
                 .map(|why| format!("the snapshot of pack {pack_id:?} {why}")),
         };
         match reason {

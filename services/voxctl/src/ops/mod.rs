@@ -31,8 +31,10 @@ impl OpError {
         }
     }
 
-    /// From a gRPC status of `what` (e.g. `GetVoicePack`).
-    pub fn status(what: &str, status: &tonic::Status) -> Self {
+    /// From a gRPC status of `what` (e.g. `GetVoicePack`) sent to `service` (e.g. `catalog at
+    /// http://127.0.0.1:50052`), which the message names so the operator knows which URL
+    /// failed.
+    pub fn status(what: &str, service: &str, status: &tonic::Status) -> Self {
         let hint = match status.code() {
             tonic::Code::Unauthenticated if status.message().contains("client token") => {
                 " (voxctl sends the client token from --token or VOXPOOL_CLIENT_TOKEN; make run's is dev-client-token-voxctl)"
@@ -46,7 +48,7 @@ impl OpError {
             _ => "",
         };
         Self::failed(format!(
-            "{what}: {}: {}{hint}",
+            "{what} ({service}): {}: {}{hint}",
             crate::retry::code_name(status.code()),
             status.message()
         ))
@@ -67,9 +69,17 @@ mod tests {
     fn an_unauthenticated_answer_points_at_the_token_it_is_about() {
         let client = OpError::status(
             "GetPoolStatus",
+            "scheduler at http://127.0.0.1:50051",
             &tonic::Status::unauthenticated(
                 "this RPC needs an authenticated caller: send 'authorization: Bearer <client token>'",
             ),
+        );
+        assert!(
+            client.message.starts_with(
+                "GetPoolStatus (scheduler at http://127.0.0.1:50051): UNAUTHENTICATED"
+            ),
+            "{}",
+            client.message
         );
         assert!(
             client.message.contains("--token or VOXPOOL_CLIENT_TOKEN"),
@@ -78,6 +88,7 @@ mod tests {
         );
         let admin = OpError::status(
             "DisableVoicePack",
+            "catalog at http://127.0.0.1:50052",
             &tonic::Status::unauthenticated("admin token rejected"),
         );
         assert!(

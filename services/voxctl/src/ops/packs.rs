@@ -1,7 +1,7 @@
 //! `voxctl packs list|show|create|disable|enable`: the voice catalog from the command line.
 //! Admin calls carry `authorization: Bearer $VOXPOOL_ADMIN_TOKEN`.
 
-use std::{collections::HashMap, fmt::Write as _};
+use std::collections::HashMap;
 
 use tonic::{codegen::InterceptedService, transport::Channel};
 use voxpool_proto::catalog::v1::{
@@ -20,6 +20,8 @@ type Admin = VoiceCatalogAdminClient<InterceptedService<Channel, AdminToken>>;
 pub struct Catalog {
     read: VoiceCatalogClient<Channel>,
     admin: Admin,
+    /// `catalog at URL`, named in every error.
+    service: String,
 }
 
 impl Catalog {
@@ -30,6 +32,7 @@ impl Catalog {
         Ok(Self {
             read: VoiceCatalogClient::new(channel.clone()),
             admin: VoiceCatalogAdminClient::with_interceptor(channel, token),
+            service: format!("catalog at {url}"),
         })
     }
 
@@ -54,7 +57,7 @@ impl Catalog {
                 } else {
                     "ListVoicePacks"
                 };
-                OpError::status(rpc, &s)
+                OpError::status(rpc, &self.service, &s)
             })?
             .into_inner();
             packs.extend(page.voice_packs);
@@ -71,7 +74,7 @@ impl Catalog {
             .get_voice_pack(GetVoicePackRequest { id: id.into() })
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|s| OpError::status("GetVoicePack", &s))
+            .map_err(|s| OpError::status("GetVoicePack", &self.service, &s))
     }
 
     /// Creates a pack.
@@ -82,7 +85,7 @@ impl Catalog {
             })
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|s| OpError::status("CreateVoicePack", &s))
+            .map_err(|s| OpError::status("CreateVoicePack", &self.service, &s))
     }
 
     /// Disables (`enabled = false`) or enables a pack.
@@ -103,7 +106,7 @@ impl Catalog {
         };
         result
             .map(tonic::Response::into_inner)
-            .map_err(|s| OpError::status(what, &s))
+            .map_err(|s| OpError::status(what, &self.service, &s))
     }
 }
 
@@ -216,16 +219,17 @@ pub fn render_list(packs: &[VoicePack]) -> String {
         "ENABLED",
         "VERSION",
     ];
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| crate::console::width(h)).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
+            *w = (*w).max(crate::console::width(cell));
         }
     }
     let line = |cells: Vec<&str>| {
         let mut s = String::new();
         for (cell, w) in cells.iter().zip(&widths) {
-            let _ = write!(s, "{cell:<w$}  ");
+            s.push_str(&crate::console::pad(cell, *w));
+            s.push_str("  ");
         }
         s.trim_end().to_owned()
     };
@@ -315,6 +319,28 @@ mod tests {
         assert!(
             lines[1].starts_with("vp_1  Alloy") && lines[1].ends_with("STANDARD  yes      3"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn cjk_names_keep_the_columns_aligned() {
+        let pack = |id: &str, name: &str| VoicePack {
+            id: id.into(),
+            display_name: name.into(),
+            provider: "volcengine".into(),
+            ..VoicePack::default()
+        };
+        let text = render_list(&[pack("vp_1", "温柔女声"), pack("vp_2", "Alloy")]);
+        let provider_column: Vec<usize> = text
+            .lines()
+            .map(|line| {
+                let at = line.find("volcengine").or_else(|| line.find("PROVIDER"));
+                crate::console::width(&line[..at.expect("provider column")])
+            })
+            .collect();
+        assert!(
+            provider_column.windows(2).all(|w| w[0] == w[1]),
+            "PROVIDER starts at the same terminal column on every line: {provider_column:?}\n{text}"
         );
     }
 }

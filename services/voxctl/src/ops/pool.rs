@@ -35,11 +35,11 @@ pub async fn status(
     let mut synthesis_client = SynthesisClient::new(connect::authed(synthesis, token)?);
     let tty = std::io::stdout().is_terminal();
     loop {
-        let pools = fetch(&mut client, pool).await?;
+        let pools = fetch(&mut client, &format!("scheduler at {scheduler}"), pool).await?;
         let readiness = match readiness(&mut synthesis_client).await {
             Ok(r) => r,
             Err(why) => {
-                eprintln!(
+                crate::say!(
                     "voxctl: credentials not checked: synthesis at {synthesis} {why} (--synthesis)"
                 );
                 Vec::new()
@@ -77,6 +77,7 @@ pub async fn status(
 
 async fn fetch(
     client: &mut PoolSchedulerClient<connect::Authed>,
+    service: &str,
     pool: Option<&str>,
 ) -> Result<Vec<PoolStatus>, OpError> {
     match pool {
@@ -84,12 +85,12 @@ async fn fetch(
             .get_pool_status(GetPoolStatusRequest { pool: pool.into() })
             .await
             .map(|r| vec![r.into_inner()])
-            .map_err(|s| OpError::status("GetPoolStatus", &s)),
+            .map_err(|s| OpError::status("GetPoolStatus", service, &s)),
         None => client
             .list_pools(ListPoolsRequest {})
             .await
             .map(|r| r.into_inner().pools)
-            .map_err(|s| OpError::status("ListPools", &s)),
+            .map_err(|s| OpError::status("ListPools", service, &s)),
     }
 }
 
@@ -149,7 +150,12 @@ pub fn render(pool: &PoolStatus, readiness: Option<&PoolReadiness>) -> String {
         _ => {}
     }
     out.push('\n');
-    let width = pool.keys.iter().map(|k| k.key_id.len()).max().unwrap_or(0);
+    let width = pool
+        .keys
+        .iter()
+        .map(|k| crate::console::width(&k.key_id))
+        .max()
+        .unwrap_or(0);
     for key in &pool.keys {
         let unusable = readiness
             .and_then(|r| r.keys.iter().find(|k| k.key_id == key.key_id))
@@ -176,8 +182,8 @@ fn key_line(key: &KeyStatus, width: usize, now_ms: i64, no_credential: bool) -> 
         KeyState::try_from(key.state).map_or("UNKNOWN", |s| s.as_str_name())
     };
     let mut line = format!(
-        "{:<width$}  [{}{}] {:>3}/{:<3} {state}",
-        key.key_id,
+        "{}  [{}{}] {:>3}/{:<3} {state}",
+        crate::console::pad(&key.key_id, width),
         "#".repeat(filled),
         "·".repeat(BAR - filled),
         key.in_flight,

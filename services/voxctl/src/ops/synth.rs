@@ -120,7 +120,7 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
         .into_owned();
     output::write_atomic(dir, &name, &bytes)
         .map_err(|e| OpError::failed(format!("cannot write {}: {e}", job.out.display())))?;
-    eprintln!(
+    crate::say!(
         "voxctl: wrote {} ({} bytes, {} part(s)) via {} in {calls} call(s)",
         job.out.display(),
         bytes.len(),
