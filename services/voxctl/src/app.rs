@@ -95,13 +95,17 @@ pub fn batch_config(args: BatchArgs) -> BatchConfig {
     config.strict = args.strict;
     config.retry_failed = args.retry_failed;
     config.force = args.force;
-    config.progress = match args.progress {
+    config.progress = progress_mode(args.progress, args.progress_interval);
+    config
+}
+
+fn progress_mode(arg: ProgressArg, interval: std::time::Duration) -> ProgressMode {
+    match arg {
         ProgressArg::Auto => ProgressMode::Auto,
         ProgressArg::Bar => ProgressMode::Bar,
-        ProgressArg::Lines => ProgressMode::Lines(args.progress_interval),
+        ProgressArg::Lines => ProgressMode::Lines(interval),
         ProgressArg::Quiet => ProgressMode::Quiet,
-    };
-    config
+    }
 }
 
 async fn run_batch(args: BatchArgs, token: ClientToken) -> u8 {
@@ -200,6 +204,8 @@ async fn run_synth(args: SynthArgs, token: ClientToken) -> Result<(), OpError> {
         priority: args.priority.to_pb(),
         tenant: args.tenant,
         token,
+        force: args.force,
+        progress: progress_mode(args.progress, args.progress_interval),
     })
     .await
 }

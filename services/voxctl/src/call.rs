@@ -14,6 +14,7 @@ use voxpool_proto::synthesis::v1::{
 
 use crate::{
     breaker::{Breaker, Health},
+    format::Format,
     retry::{CallError, RetryPolicy},
     stats::Stats,
 };
@@ -35,6 +36,46 @@ pub struct Caller {
     pub deadline: Duration,
     /// Counters.
     pub stats: Arc<Stats>,
+    /// Most audio bytes one text may produce ([`AudioBudget`]); `None` = no limit.
+    pub audio_budget: Option<AudioBudget>,
+}
+
+/// A ceiling on the audio of one text, checked after every part: once what came back, or
+/// what the rate so far extrapolates to for the whole text, passes `bytes`, the text stops
+/// with a local OUT_OF_RANGE error naming `what` (no file is written), instead of spending
+/// minutes and memory on audio that cannot be written or was not wanted.
+#[derive(Clone, Debug)]
+pub struct AudioBudget {
+    /// The ceiling, in bytes.
+    pub bytes: u64,
+    /// What sets it and how to get past it (`the WAV format's 4 GiB limit; …`).
+    pub what: String,
+}
+
+impl AudioBudget {
+    /// The output format's own limit ([`Format::max_file_bytes`]), if it has one.
+    pub fn for_format(format: Format) -> Option<Self> {
+        format.max_file_bytes().map(|bytes| Self {
+            bytes,
+            what: format!(
+                "the {} format's limit of {bytes} bytes (its sizes are 32-bit): split the text, or use --format pcm, mp3 or ogg-opus",
+                format.as_str()
+            ),
+        })
+    }
+
+    /// The error for a text of `chars` characters whose first `spoken_chars` gave `bytes`
+    /// bytes of audio, if the budget cannot hold it.
+    pub(crate) fn check(&self, bytes: u64, spoken_chars: usize, chars: usize) -> Option<CallError> {
+        let estimate = u128::from(bytes) * chars as u128 / spoken_chars.max(1) as u128;
+        let estimate = u64::try_from(estimate).unwrap_or(u64::MAX);
+        (estimate > self.bytes).then(|| {
+            CallError::local(format!(
+                "after {spoken_chars} of {chars} characters the audio is {bytes} bytes, about {estimate} bytes for the whole text: over {}",
+                self.what
+            ))
+        })
+    }
 }
 
 /// The result of a request: the response or the last error, with the calls it took.
@@ -170,6 +211,8 @@ impl Caller {
                 .map(str::to_owned)
                 .collect()
         };
+        let chars = text.chars().count();
+        let (mut audio_bytes, mut spoken_chars) = (0u64, 0usize);
         let mut todo: std::collections::VecDeque<String> = pieces(text, limit.get()).into();
         let mut spoken = Spoken {
             parts: todo.len(),
@@ -197,12 +240,22 @@ impl Caller {
                             spoken.keys.push(key.to_owned());
                         }
                     }
+                    audio_bytes += response.audio.len() as u64;
+                    spoken_chars += part.chars().count();
                     spoken.audio.push(response.audio);
                     Stats::bump(&self.stats.parts_spoken);
                     self.stats.chars_spoken.fetch_add(
                         part.chars().count() as u64,
                         std::sync::atomic::Ordering::Relaxed,
                     );
+                    let over = self
+                        .audio_budget
+                        .as_ref()
+                        .and_then(|b| b.check(audio_bytes, spoken_chars, chars));
+                    if let Some(error) = over {
+                        spoken.error = Some((error, spoken.audio.len(), spoken.parts));
+                        return spoken;
+                    }
                 }
                 Err(error) => {
                     let chars = part.chars().count();

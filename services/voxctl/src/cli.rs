@@ -330,6 +330,16 @@ pub struct SynthArgs {
     /// Tenant the calls are for (at most 64 characters).
     #[arg(long, default_value = "", value_parser = tenant)]
     pub tenant: String,
+    /// How progress is shown on stderr while a text of several parts is spoken.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub progress: ProgressArg,
+    /// Period of the plain progress lines.
+    #[arg(long, default_value = "10s", value_parser = positive_duration)]
+    pub progress_interval: Duration,
+    /// Go on past 1 GiB of audio (held in memory until the file is written); the format's
+    /// own limit (WAV: 4 GiB) still holds.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// A duration above zero (`200ms`, `30s`, `2m`): a zero period or deadline would spin or fail

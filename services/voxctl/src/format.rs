@@ -48,6 +48,16 @@ impl Format {
         }
     }
 
+    /// Largest file the format can describe, in bytes: a WAV's RIFF and `data` sizes are
+    /// 32-bit (RIFF/WAVE, Microsoft Multimedia Programming Interface 1.0), so past 4 GiB the
+    /// file cannot say how long it is. The other formats have no such field.
+    pub fn max_file_bytes(self) -> Option<u64> {
+        match self {
+            Format::Wav => Some(u64::from(u32::MAX)),
+            Format::Mp3 | Format::OggOpus | Format::Pcm => None,
+        }
+    }
+
     /// The proto enum name (`WAV`), as recorded in the checkpoint.
     pub fn as_str(self) -> &'static str {
         self.to_pb().as_str_name()

@@ -87,6 +87,20 @@ impl CallError {
         }
     }
 
+    /// A failure decided here, not by a server (code OUT_OF_RANGE, never retried): e.g. audio
+    /// that would pass the output format's size limit.
+    pub fn local(message: String) -> Self {
+        Self {
+            code: Code::OutOfRange,
+            message,
+            retry_after: None,
+            transport: false,
+            reason: None,
+            retry: Retry::Never,
+            metadata: std::collections::HashMap::new(),
+        }
+    }
+
     /// Whether another attempt may succeed. A response over the message limit never does
     /// (the same text gives the same audio); [`CallError::too_large`] says how to split it.
     pub fn retryable(&self) -> bool {

@@ -450,3 +450,38 @@ async fn a_closed_stderr_and_stdout_never_make_voxctl_deaf_to_signals() {
     let code = wait_exit(&mut child, Duration::from_secs(10)).await;
     assert_eq!(code, 130);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synth_of_a_long_text_shows_progress_while_its_parts_come_back() {
+    let server = FakeSynthesis::start(|_| Reply::ok().after(Duration::from_millis(150))).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = "One sentence of the long text. ".repeat(8);
+    let out = dir.path().join("long.wav");
+    let output = Command::new(env!("CARGO_BIN_EXE_voxctl"))
+        .env_remove("VOXPOOL_SYNTHESIS")
+        .arg("synth")
+        .arg(&text)
+        .args(["--pack", "vp_test"])
+        .arg("-o")
+        .arg(&out)
+        .args(["--synthesis", &server.url(), "--max-chars", "40"])
+        .args(["--progress", "lines", "--progress-interval", "100ms"])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let progress: Vec<&str> = stderr.lines().filter(|l| l.contains("chars/s")).collect();
+    assert!(
+        progress.len() >= 2
+            && progress
+                .iter()
+                .any(|l| l.contains("eta ") && !l.contains("eta unknown")),
+        "progress lines with a known ETA while the parts come back: {stderr}"
+    );
+    assert!(stderr.contains("8 part(s)"), "{stderr}");
+    let spoken = text_of_wav(&std::fs::read(&out).expect("audio"));
+    let words = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert_eq!(words(&spoken), words(&text), "every part, in order");
+}

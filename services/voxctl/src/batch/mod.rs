@@ -405,5 +405,6 @@ fn caller(
         policy: config.retry,
         deadline: config.deadline,
         stats: Arc::clone(stats),
+        audio_budget: crate::call::AudioBudget::for_format(config.format),
     })
 }

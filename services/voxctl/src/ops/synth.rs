@@ -1,9 +1,14 @@
 //! `voxctl synth --pack ID "text" -o out.wav`: one text to one file, with the batch's retries,
 //! splitting of long text and atomic write.
+//!
+//! A text longer than one part shows progress on stderr (the batch's bar or lines), and the
+//! audio is held to a budget checked after every part ([`AudioBudget`]): the format's own
+//! limit (WAV: 4 GiB), and [`MEMORY_BUDGET`] unless `--force`, since the parts are held in
+//! memory until the file is written.
 
 use std::{
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{Arc, atomic::Ordering::Relaxed},
     time::Duration,
 };
 
@@ -12,12 +17,13 @@ use voxpool_proto::synthesis::v1::{SynthesizeRequest, synthesis_client::Synthesi
 use super::OpError;
 use crate::{
     breaker::{Breaker, BreakerConfig},
-    call::{Caller, PartLimit},
+    call::{AudioBudget, Caller, PartLimit},
     connect,
     format::Format,
     join::join,
     manifest::Voice,
     output,
+    progress::{Progress, ProgressMode},
     retry::RetryPolicy,
     stats::Stats,
 };
@@ -49,6 +55,26 @@ pub struct SynthJob {
     pub tenant: String,
     /// Client token sent with every call (`--token`).
     pub token: voxpool_shared::auth::ClientToken,
+    /// Write audio past [`MEMORY_BUDGET`] (the format's own limit still holds).
+    pub force: bool,
+    /// How progress is shown while a text of several parts is spoken.
+    pub progress: ProgressMode,
+}
+
+/// Most audio `voxctl synth` collects without `--force`, in bytes (1 GiB).
+pub const MEMORY_BUDGET: u64 = 1 << 30;
+
+fn budget(format: Format, force: bool) -> Option<AudioBudget> {
+    let memory = (!force).then(|| AudioBudget {
+        bytes: MEMORY_BUDGET,
+        what: format!(
+            "{MEMORY_BUDGET} bytes, the most voxctl synth holds in memory: pass --force to go on, or split the text (voxctl batch writes one file per manifest item)"
+        ),
+    });
+    match (AudioBudget::for_format(format), memory) {
+        (Some(f), Some(m)) => Some(if f.bytes < m.bytes { f } else { m }),
+        (f, m) => f.or(m),
+    }
 }
 
 /// Synthesizes the job; prints where the audio went and which keys served it.
@@ -78,7 +104,19 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
         policy: job.retry,
         deadline: job.deadline,
         stats: Arc::new(Stats::default()),
+        audio_budget: budget(job.format, job.force),
     };
+    let chars = job.text.chars().count();
+    caller.stats.total.store(1, Relaxed);
+    caller.stats.chars_total.store(chars as u64, Relaxed);
+    let progress = (chars > job.max_chars).then(|| {
+        Progress::start(
+            job.progress,
+            Arc::clone(&caller.stats),
+            Arc::clone(&caller.breaker),
+        )
+    });
+    let _in_flight = caller.stats.in_flight_guard();
     let template = SynthesizeRequest {
         voice: Some(job.voice.to_pb()),
         text: String::new(),
@@ -98,6 +136,9 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
             "voxctl-synth",
         )
         .await;
+    if let Some(progress) = progress {
+        progress.finish().await;
+    }
     if let Some((error, part, parts)) = spoken.error {
         let at = if parts > 1 {
             format!(" (part {part} of {parts})")
@@ -128,4 +169,51 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
         keys.join(", ")
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_is_the_smaller_of_the_memory_and_the_format_limit() {
+        assert_eq!(
+            budget(Format::Wav, false).map(|b| b.bytes),
+            Some(MEMORY_BUDGET)
+        );
+        assert_eq!(
+            budget(Format::Wav, true).map(|b| b.bytes),
+            Some(u64::from(u32::MAX)),
+            "--force lifts the memory budget, never the format's limit"
+        );
+        assert_eq!(
+            budget(Format::Pcm, false).map(|b| b.bytes),
+            Some(MEMORY_BUDGET)
+        );
+        assert!(budget(Format::Pcm, true).is_none());
+    }
+
+    #[test]
+    fn a_text_whose_first_parts_extrapolate_past_the_budget_stops_early_naming_the_way_out() {
+        let wav = budget(Format::Wav, true).expect("WAV has a limit");
+        // 1.1 M characters at 2,500 bytes per character: about 2.75 GB, under 4 GiB.
+        assert!(wav.check(50_000_000, 20_000, 1_100_000).is_none());
+        // At 5,000 bytes per character the same text would pass 4 GiB: refused after part 1.
+        let refused = wav
+            .check(100_000_000, 20_000, 1_100_000)
+            .expect("over the WAV limit");
+        assert_eq!(refused.code, tonic::Code::OutOfRange);
+        assert!(!refused.retryable());
+        assert!(
+            refused.message.contains("about 5500000000 bytes")
+                && refused.message.contains("--format pcm"),
+            "{}",
+            refused.message
+        );
+        let memory = budget(Format::Wav, false).expect("memory budget");
+        let refused = memory
+            .check(50_000_000, 20_000, 1_100_000)
+            .expect("2.75 GB is over 1 GiB");
+        assert!(refused.message.contains("--force"), "{}", refused.message);
+    }
 }
