@@ -60,7 +60,7 @@ fn readme_quick_flow_produces_real_speech() {
     ]);
     let synthesis = start(cmd);
 
-    let script = walkthrough("quickstart")
+    let script = walkthrough("README.md", "quickstart")
         .join("\n")
         .replace("127.0.0.1:50051", &scheduler.addr)
         .replace("127.0.0.1:50052", &catalog.addr)

@@ -1,6 +1,7 @@
-//! The README's grpcurl walk-throughs, each run as one bash script with the real grpcurl
-//! against the real binaries, so the README cannot rot; the documented default addresses are
-//! mapped to the test's ports.
+//! The guides' grpcurl walk-throughs (docs/SCHEDULER.md "A grpcurl session", docs/CATALOG.md
+//! "Walk-through with grpcurl"), each run as one bash script with the real grpcurl against the
+//! real binaries, so the docs cannot rot; the documented default addresses are mapped to the
+//! test's ports. The README's own one-minute flow is `tests/quickstart.rs`.
 
 use std::process::Command;
 
@@ -25,7 +26,8 @@ fn scheduler_walkthrough_runs_as_written() {
         // wait for.
         .env("VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS", "0");
     let scheduler = start(cmd);
-    let script = walkthrough_script("scheduler").replace("127.0.0.1:50051", &scheduler.addr);
+    let script = walkthrough_script("docs/SCHEDULER.md", "scheduler")
+        .replace("127.0.0.1:50051", &scheduler.addr);
     let out = Command::new("bash")
         .current_dir(workspace_root())
         .args(["-euo", "pipefail", "-c", &script])
@@ -80,7 +82,8 @@ fn catalog_walkthrough_runs_as_written() {
         .args(["--database", &db, "--listen", "127.0.0.1:0"])
         .env("VOXPOOL_ADMIN_TOKEN", "dev-admin-token-local");
     let catalog = start(cmd);
-    let script = walkthrough_script("catalog").replace("127.0.0.1:50052", &catalog.addr);
+    let script =
+        walkthrough_script("docs/CATALOG.md", "catalog").replace("127.0.0.1:50052", &catalog.addr);
     // Twice on the same catalog: the block must work again on a catalog that has its pack.
     for run in ["first", "second"] {
         let out = Command::new("bash")

@@ -1,5 +1,5 @@
 //! Helpers for end-to-end tests: find the workspace's binaries, run them on `127.0.0.1:0`,
-//! read their bound address, and pull the grpcurl walk-through out of the README.
+//! read their bound address, and pull the grpcurl walk-throughs out of the README and docs/.
 //!
 //! Client tokens are on, as in `make run`: [`start`] gives every service the variables that
 //! `deploy/config/example.toml`'s `[[client_tokens]]` (and [`CLIENT_TOKENS_TOML`]) read, and
@@ -179,15 +179,19 @@ pub fn start_with_stderr(mut command: Command, stderr: Stdio) -> Service {
     Service { child, addr }
 }
 
-/// The README code block that follows `<!-- walkthrough:NAME … -->`, as written (to run as one
-/// script when its lines share shell variables).
-pub fn walkthrough_script(name: &str) -> String {
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
+/// The code block that follows `<!-- walkthrough:NAME … -->` in `doc` (a path from the
+/// repository root: `README.md`, `docs/SCHEDULER.md`, …), as written (to run as one script when
+/// its lines share shell variables). The marker must appear exactly once in that file.
+pub fn walkthrough_script(doc: &str, name: &str) -> String {
+    let text = std::fs::read_to_string(workspace_root().join(doc))
+        .unwrap_or_else(|e| panic!("{doc}: {e}"));
     let marker = format!("<!-- walkthrough:{name}");
-    let start = readme
-        .find(&marker)
-        .unwrap_or_else(|| panic!("README has no {marker}"));
-    let rest = &readme[start..];
+    let mut found = text.match_indices(&marker).map(|(at, _)| at);
+    let start = found
+        .next()
+        .unwrap_or_else(|| panic!("{doc} has no {marker}"));
+    assert!(found.next().is_none(), "{doc} has {marker} more than once");
+    let rest = &text[start..];
     let block = &rest[rest
         .find("```sh\n")
         .expect("a ```sh block after the marker")
@@ -195,10 +199,10 @@ pub fn walkthrough_script(name: &str) -> String {
     block[..block.find("```").expect("closing fence")].to_owned()
 }
 
-/// The shell commands of the README code block that follows `<!-- walkthrough:NAME … -->`,
+/// The shell commands of the code block that follows `<!-- walkthrough:NAME … -->` in `doc`,
 /// with `\` line continuations joined and comments dropped.
-pub fn walkthrough(name: &str) -> Vec<String> {
-    let block = walkthrough_script(name);
+pub fn walkthrough(doc: &str, name: &str) -> Vec<String> {
+    let block = walkthrough_script(doc, name);
     let mut commands = Vec::new();
     let mut current = String::new();
     for line in block.lines() {
