@@ -83,7 +83,7 @@ fn readme_quick_flow_produces_real_speech() {
         "FreezeSnapshot printed a sealed snapshot: {stdout}"
     );
 
-    let wav = std::fs::read(dir.path().join("hello.wav")).unwrap();
+    let wav = std::fs::read(dir.path().join("scratch/hello.wav")).unwrap();
     assert_eq!(&wav[0..4], b"RIFF");
     assert_eq!(&wav[8..12], b"WAVE");
     assert_eq!(

