@@ -77,6 +77,31 @@ async fn stderr_of(child: Child) -> (i32, String) {
     )
 }
 
+/// A fake synthesis answering with `script`, a manifest of `n` items and the run's output
+/// directory (inside the returned temporary directory).
+async fn scene(
+    script: impl Fn(&common::fake_synthesis::Call) -> Reply + Send + Sync + 'static,
+    n: usize,
+) -> (
+    FakeSynthesis,
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
+    let server = FakeSynthesis::start(script).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = write_manifest(dir.path(), "m.jsonl", &items(n));
+    let out = dir.path().join("out");
+    (server, dir, manifest, out)
+}
+
+/// The checkpoint in `out` reads back whole: no torn record, no unreadable line.
+fn assert_checkpoint_consistent(out: &Path) {
+    let journal = voxctl::checkpoint::read(&out.join(voxctl::checkpoint::JOURNAL_NAME))
+        .expect("readable checkpoint");
+    assert!(!journal.torn_tail && journal.corrupt_lines.is_empty());
+}
+
 /// 15% UNAVAILABLE, 5% RESOURCE_EXHAUSTED with a 30ms RetryInfo, 5..25ms latency.
 fn flaky(_: &common::fake_synthesis::Call) -> Reply {
     let latency = Duration::from_millis(rand::random_range(5..=25));
@@ -175,10 +200,8 @@ async fn a_run_killed_with_sigkill_and_resumed_writes_every_file_once_and_never_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_stops_dispatching_lets_in_flight_items_finish_and_flushes_the_checkpoint() {
-    let server = FakeSynthesis::start(|_| Reply::ok().after(Duration::from_millis(400))).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let manifest = write_manifest(dir.path(), "m.jsonl", &items(60));
-    let out = dir.path().join("out");
+    let (server, _dir, manifest, out) =
+        scene(|_| Reply::ok().after(Duration::from_millis(400)), 60).await;
     let mut child = voxctl(&manifest, &out, &server.url(), &["--concurrency", "6"])
         .spawn()
         .expect("spawn");
@@ -204,10 +227,8 @@ async fn ctrl_c_stops_dispatching_lets_in_flight_items_finish_and_flushes_the_ch
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_ctrl_c_aborts_in_flight_items_without_leaving_partial_files() {
-    let server = FakeSynthesis::start(|_| Reply::ok().after(Duration::from_secs(60))).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let manifest = write_manifest(dir.path(), "m.jsonl", &items(10));
-    let out = dir.path().join("out");
+    let (server, _dir, manifest, out) =
+        scene(|_| Reply::ok().after(Duration::from_secs(60)), 10).await;
     let mut child = voxctl(&manifest, &out, &server.url(), &["--concurrency", "4"])
         .spawn()
         .expect("spawn");
@@ -232,9 +253,7 @@ async fn a_second_ctrl_c_aborts_in_flight_items_without_leaving_partial_files() 
     assert!(audio_files(&out).is_empty());
     assert!(temp_files(&out).is_empty());
     assert!(done_ids(&out).is_empty());
-    let journal = voxctl::checkpoint::read(&out.join(voxctl::checkpoint::JOURNAL_NAME))
-        .expect("readable checkpoint");
-    assert!(!journal.torn_tail && journal.corrupt_lines.is_empty());
+    assert_checkpoint_consistent(&out);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -284,10 +303,8 @@ async fn bad_manifest_lines_are_printed_with_their_line_numbers_and_the_run_exit
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_tty_progress_is_plain_periodic_lines_with_counts() {
-    let server = FakeSynthesis::start(|_| Reply::ok().after(Duration::from_millis(100))).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let manifest = write_manifest(dir.path(), "m.jsonl", &items(20));
-    let out = dir.path().join("out");
+    let (server, _dir, manifest, out) =
+        scene(|_| Reply::ok().after(Duration::from_millis(100)), 20).await;
     let mut cmd = voxctl(
         &manifest,
         &out,
@@ -316,10 +333,8 @@ async fn non_tty_progress_is_plain_periodic_lines_with_counts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_that_stays_down_ends_the_run_after_give_up_after_and_the_rest_resumes() {
-    let server = FakeSynthesis::start(|_| Reply::err(Status::unavailable("catalog down"))).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let manifest = write_manifest(dir.path(), "m.jsonl", &items(10));
-    let out = dir.path().join("out");
+    let (server, dir, manifest, out) =
+        scene(|_| Reply::err(Status::unavailable("catalog down")), 10).await;
     let report = dir.path().join("report.json");
     let (code, stderr) = stderr_of(
         voxctl(
@@ -395,10 +410,8 @@ async fn a_service_that_stays_down_ends_the_run_after_give_up_after_and_the_rest
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_ctrl_c_ends_a_run_of_slow_items_within_two_seconds_with_a_consistent_checkpoint()
 {
-    let server = FakeSynthesis::start(|_| Reply::ok().after(Duration::from_secs(60))).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let manifest = write_manifest(dir.path(), "m.jsonl", &items(10));
-    let out = dir.path().join("out");
+    let (server, _dir, manifest, out) =
+        scene(|_| Reply::ok().after(Duration::from_secs(60)), 10).await;
     let mut child = voxctl(&manifest, &out, &server.url(), &["--concurrency", "4"])
         .spawn()
         .expect("spawn");
@@ -414,17 +427,13 @@ async fn the_first_ctrl_c_ends_a_run_of_slow_items_within_two_seconds_with_a_con
         "one Ctrl-C ended the run in {took:?}, not after the 60 s items"
     );
     assert!(audio_files(&out).is_empty() && temp_files(&out).is_empty());
-    let journal = voxctl::checkpoint::read(&out.join(voxctl::checkpoint::JOURNAL_NAME))
-        .expect("readable checkpoint");
-    assert!(!journal.torn_tail && journal.corrupt_lines.is_empty());
+    assert_checkpoint_consistent(&out);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_stderr_and_stdout_never_make_voxctl_deaf_to_signals() {
-    let server = FakeSynthesis::start(|_| Reply::ok().after(Duration::from_secs(60))).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let manifest = write_manifest(dir.path(), "m.jsonl", &items(10));
-    let out = dir.path().join("out");
+    let (server, _dir, manifest, out) =
+        scene(|_| Reply::ok().after(Duration::from_secs(60)), 10).await;
     let mut cmd = voxctl(
         &manifest,
         &out,
