@@ -103,7 +103,7 @@ impl MemoryStore {
             let out = f(p, now);
             p.serve(now);
             for token in std::mem::take(&mut p.announce) {
-                // Nobody listening (no Admission yet): waiters still poll.
+                // Nobody listening (no domain yet): waiters still poll.
                 let _ = self.handovers.send(Handover {
                     pool: pool.to_owned(),
                     token,
