@@ -179,38 +179,31 @@ impl Scheduler {
         Ok(self.store.report(params, &self.policy).await?)
     }
 
-    /// Admin: sets the live capacity of `key` of `pool` (0 disables).
-    pub async fn set_capacity(
+    /// Admin: applies `change` to `key` of `pool` and answers the key's status; UnknownKey
+    /// when the store no longer has the key (config and store disagree, e.g. during a
+    /// rolling config change).
+    pub async fn change_key(
         &self,
         pool: &str,
         key: &str,
-        capacity: u32,
+        change: KeyChange,
     ) -> Result<KeyStatus, SchedulerError> {
-        let answer = self.store.set_capacity(pool, key, capacity).await;
-        admin_result(pool, key, answer)
-    }
-
-    /// Admin: disables (`true`) or enables (`false`) `key` of `pool`.
-    pub async fn set_disabled(
-        &self,
-        pool: &str,
-        key: &str,
-        disabled: bool,
-    ) -> Result<KeyStatus, SchedulerError> {
-        let answer = self.store.set_disabled(pool, key, disabled).await;
-        admin_result(pool, key, answer)
+        let answer = match change {
+            KeyChange::Capacity(capacity) => self.store.set_capacity(pool, key, capacity).await,
+            KeyChange::Disabled(disabled) => self.store.set_disabled(pool, key, disabled).await,
+        };
+        answer?.ok_or_else(|| SchedulerError::UnknownKey {
+            pool: pool.to_owned(),
+            key: key.to_owned(),
+        })
     }
 }
 
-/// The key status an admin store call answered, or UnknownKey when the store no longer has
-/// the key (config and store disagree, e.g. during a rolling config change).
-fn admin_result(
-    pool: &str,
-    key: &str,
-    answer: Result<Option<KeyStatus>, StoreError>,
-) -> Result<KeyStatus, SchedulerError> {
-    answer?.ok_or_else(|| SchedulerError::UnknownKey {
-        pool: pool.to_owned(),
-        key: key.to_owned(),
-    })
+/// What an admin RPC changes on a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyChange {
+    /// A new live capacity, the key's ceiling (0 disables it).
+    Capacity(u32),
+    /// Disabled (`true`) or enabled again (`false`; also clears its cooldown and failures).
+    Disabled(bool),
 }

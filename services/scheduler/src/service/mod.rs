@@ -22,7 +22,7 @@ pub use self::validate::{
 };
 use crate::{
     convert::key_status,
-    domain::{Granted, Scheduler},
+    domain::{Granted, KeyChange, Scheduler},
     error::SchedulerError,
     metrics::SchedulerMetrics,
     model::{KeyState, Outcome, PoolStatus},
@@ -137,6 +137,33 @@ impl SchedulerService {
             })
             .collect();
         out
+    }
+}
+
+impl SchedulerService {
+    /// An admin RPC (already authorized) on `key` of `pool`: the target is checked first, then
+    /// the change (`change`) is decoded and applied.
+    async fn change_key(
+        &self,
+        pool: &str,
+        key: &str,
+        change: impl FnOnce() -> Result<KeyChange, SchedulerError>,
+    ) -> Result<Response<pb::KeyStatus>, Status> {
+        self.admin_target(pool, key)?;
+        let change = change()?;
+        let status = self.scheduler.change_key(pool, key, change).await?;
+        match change {
+            KeyChange::Capacity(capacity) => {
+                tracing::info!(pool = %pool, key = %key, capacity, "admin set key capacity");
+            }
+            KeyChange::Disabled(true) => {
+                tracing::info!(pool = %pool, key = %key, "admin disabled key");
+            }
+            KeyChange::Disabled(false) => {
+                tracing::info!(pool = %pool, key = %key, "admin enabled key");
+            }
+        }
+        Ok(Response::new(key_status(pool, &status)))
     }
 }
 
@@ -330,15 +357,8 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
     ) -> Result<Response<pb::KeyStatus>, Status> {
         self.auth.authorize(request.metadata())?;
         let r = request.into_inner();
-        self.admin_target(&r.pool, &r.key_id)?;
-        let capacity = validate::capacity(r.capacity)?;
-        let status = self
-            .scheduler
-            .set_capacity(&r.pool, &r.key_id, capacity)
-            .await?;
-        let status = key_status(&r.pool, &status);
-        tracing::info!(pool = %r.pool, key = %r.key_id, capacity, "admin set key capacity");
-        Ok(Response::new(status))
+        let change = || validate::capacity(r.capacity).map(KeyChange::Capacity);
+        self.change_key(&r.pool, &r.key_id, change).await
     }
 
     async fn disable_key(
@@ -347,14 +367,8 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
     ) -> Result<Response<pb::KeyStatus>, Status> {
         self.auth.authorize(request.metadata())?;
         let r = request.into_inner();
-        self.admin_target(&r.pool, &r.key_id)?;
-        let status = self
-            .scheduler
-            .set_disabled(&r.pool, &r.key_id, true)
-            .await?;
-        let status = key_status(&r.pool, &status);
-        tracing::info!(pool = %r.pool, key = %r.key_id, "admin disabled key");
-        Ok(Response::new(status))
+        let change = || Ok(KeyChange::Disabled(true));
+        self.change_key(&r.pool, &r.key_id, change).await
     }
 
     async fn enable_key(
@@ -363,13 +377,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
     ) -> Result<Response<pb::KeyStatus>, Status> {
         self.auth.authorize(request.metadata())?;
         let r = request.into_inner();
-        self.admin_target(&r.pool, &r.key_id)?;
-        let status = self
-            .scheduler
-            .set_disabled(&r.pool, &r.key_id, false)
-            .await?;
-        let status = key_status(&r.pool, &status);
-        tracing::info!(pool = %r.pool, key = %r.key_id, "admin enabled key");
-        Ok(Response::new(status))
+        let change = || Ok(KeyChange::Disabled(false));
+        self.change_key(&r.pool, &r.key_id, change).await
     }
 }

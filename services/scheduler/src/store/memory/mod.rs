@@ -26,7 +26,7 @@ use std::{collections::HashMap, sync::Mutex};
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use self::pool::PoolState;
+use self::{key::KeyEntry, pool::PoolState};
 use super::{Handover, LeaseStore, StoreError, StoreResult};
 use crate::model::{
     AcquireParams, AcquireResult, HealthPolicy, KeyStatus, Lease, LeaseId, LeaseToken, PoolSpec,
@@ -111,6 +111,23 @@ impl MemoryStore {
             }
             out
         }))
+    }
+
+    /// An admin change `f` of key `key_id` of `pool`, answering the key's status (`None`
+    /// for an unknown key).
+    fn with_key(
+        &self,
+        pool: &str,
+        key_id: &str,
+        f: impl FnOnce(&mut KeyEntry, i64),
+    ) -> StoreResult<Option<KeyStatus>> {
+        Ok(self
+            .with_pool(pool, |p, now| {
+                let k = p.keys.get_mut(key_id)?;
+                f(k, now);
+                Some(k.status(key_id, now))
+            })?
+            .flatten())
     }
 
     /// [`MemoryStore::with_pool`] for a call on a pool the store must hold.
@@ -213,13 +230,7 @@ impl LeaseStore for MemoryStore {
         key_id: &str,
         capacity: u32,
     ) -> StoreResult<Option<KeyStatus>> {
-        Ok(self
-            .with_pool(pool, |p, now| {
-                let k = p.keys.get_mut(key_id)?;
-                k.set_capacity(capacity, now);
-                Some(k.status(key_id, now))
-            })?
-            .flatten())
+        self.with_key(pool, key_id, |k, now| k.set_capacity(capacity, now))
     }
 
     async fn set_disabled(
@@ -228,13 +239,7 @@ impl LeaseStore for MemoryStore {
         key_id: &str,
         disabled: bool,
     ) -> StoreResult<Option<KeyStatus>> {
-        Ok(self
-            .with_pool(pool, |p, now| {
-                let k = p.keys.get_mut(key_id)?;
-                k.set_disabled(disabled);
-                Some(k.status(key_id, now))
-            })?
-            .flatten())
+        self.with_key(pool, key_id, |k, _| k.set_disabled(disabled))
     }
 
     async fn ping(&self) -> StoreResult<()> {
