@@ -1,7 +1,7 @@
 //! The `LeaseStore` trait: where in-flight counts, leases, cooldowns and capacities live.
 //!
 //! Two backends implement the same semantics and pass the same conformance suite
-//! (`tests/conformance.rs`):
+//! (`tests/conformance/`):
 //! - [`memory::MemoryStore`]: in-process, for a single replica (the embedded default).
 //! - [`redis::RedisStore`]: Redis sorted sets driven by Lua scripts, shared by any number of
 //!   replicas; time is Redis `TIME` read inside each script.
