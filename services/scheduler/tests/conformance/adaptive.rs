@@ -19,19 +19,17 @@ async fn learned(h: &Harness) -> (i32, i32, KeyState) {
     (k.capacity, k.effective_capacity, k.state())
 }
 
-async fn a_concurrency_refusal_lowers_the_effective_capacity_toward_what_the_vendor_accepted(
-    b: Backend,
-) {
+/// One key of capacity 10 holding 6 leases, the 6th refused by the vendor with `overload`
+/// (and released): no cooldown, the effective capacity is 5, so the pool is full. Returns
+/// the 5 leases still held.
+async fn refused_at_the_sixth(b: Backend, overload: Outcome) -> (Harness, Vec<pb::Lease>) {
     let h = start(b, &uniform_pool(1, 1, 10)).await;
     let mut held = Vec::new();
     for _ in 0..6 {
         held.push(h.acquire("p").await.unwrap());
     }
-    // The vendor refused the 6th: it accepted 5. Halving 10 gives 5 too.
     let refused = held.pop().unwrap();
-    let r = h
-        .report(&refused.lease_id, Outcome::ConcurrencyLimited, 0, true)
-        .await;
+    let r = h.report(&refused.lease_id, overload, 0, true).await;
     assert_eq!(r.key_state(), KeyState::Available, "no cooldown");
     assert_eq!(learned(&h).await, (10, 5, KeyState::Available));
     assert_eq!(
@@ -39,6 +37,14 @@ async fn a_concurrency_refusal_lowers_the_effective_capacity_toward_what_the_ven
         Code::ResourceExhausted,
         "5 in flight at an effective capacity of 5: full"
     );
+    (h, held)
+}
+
+async fn a_concurrency_refusal_lowers_the_effective_capacity_toward_what_the_vendor_accepted(
+    b: Backend,
+) {
+    // The vendor refused the 6th: it accepted 5. Halving 10 gives 5 too.
+    let (h, mut held) = refused_at_the_sixth(b, Outcome::ConcurrencyLimited).await;
     // A burst of refusals walks down one lease at a time, to what the vendor accepted.
     let again = held.pop().unwrap();
     h.report(&again.lease_id, Outcome::ConcurrencyLimited, 0, true)
@@ -120,23 +126,8 @@ async fn a_pool_with_adaptive_off_grants_against_its_capacity_whatever_the_refus
 async fn a_rate_limit_on_an_adaptive_pool_lowers_the_effective_capacity_and_cools_only_as_asked(
     b: Backend,
 ) {
-    let h = start(b, &uniform_pool(1, 1, 10)).await;
-    let mut held = Vec::new();
-    for _ in 0..6 {
-        held.push(h.acquire("p").await.unwrap());
-    }
     // A plain 429 on the 6th: the vendor accepted 5. No cooldown was asked for.
-    let refused = held.pop().unwrap();
-    let r = h
-        .report(&refused.lease_id, Outcome::RateLimited, 0, true)
-        .await;
-    assert_eq!(r.key_state(), KeyState::Available, "no cooldown");
-    assert_eq!(learned(&h).await, (10, 5, KeyState::Available));
-    assert_eq!(
-        h.acquire("p").await.unwrap_err().code(),
-        Code::ResourceExhausted,
-        "5 in flight at an effective capacity of 5: full"
-    );
+    let (h, mut held) = refused_at_the_sixth(b, Outcome::RateLimited).await;
     // With Retry-After: lowered again, and cooling as long as the vendor asked.
     let asked = held.pop().unwrap();
     let r = h
@@ -193,11 +184,7 @@ async fn set_key_capacity_sets_a_new_ceiling_and_learning_starts_from_it(b: Back
     assert_eq!(learned(&h).await.1, 5);
     let k = h
         .client()
-        .set_key_capacity(admin(pb::SetKeyCapacityRequest {
-            pool: "p".into(),
-            key_id: "u0/k0".into(),
-            capacity: 8,
-        }))
+        .set_key_capacity(admin(req::set_capacity("p", "u0/k0", 8)))
         .await
         .unwrap()
         .into_inner();

@@ -130,10 +130,7 @@ async fn credential_failures_disable_the_key_until_enable(b: Backend) {
     );
     let k = h
         .client()
-        .enable_key(admin(pb::EnableKeyRequest {
-            pool: "p".into(),
-            key_id: "u0/k0".into(),
-        }))
+        .enable_key(admin(req::enable("p", "u0/k0")))
         .await
         .unwrap()
         .into_inner();
@@ -198,10 +195,7 @@ async fn every_key_disabled_is_unavailable_saying_so(b: Backend) {
     let h = start(b, &uniform_pool(1, 2, 5)).await;
     for key in ["u0/k0", "u0/k1"] {
         h.client()
-            .disable_key(admin(pb::DisableKeyRequest {
-                pool: "p".into(),
-                key_id: key.into(),
-            }))
+            .disable_key(admin(req::disable("p", key)))
             .await
             .unwrap();
     }

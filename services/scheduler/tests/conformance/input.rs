@@ -156,10 +156,7 @@ async fn bad_input_is_invalid_argument_naming_the_field(b: Backend) {
 
 async fn admin_rpcs_need_the_bearer_token(b: Backend) {
     let h = start(b, &uniform_pool(1, 1, 1)).await;
-    let req = || pb::DisableKeyRequest {
-        pool: "p".into(),
-        key_id: "u0/k0".into(),
-    };
+    let req = || req::disable("p", "u0/k0");
     let err = h.client().disable_key(req()).await.unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated);
     let mut wrong = tonic::Request::new(req());
@@ -183,20 +180,13 @@ async fn admin_rpcs_need_the_bearer_token(b: Backend) {
     assert_eq!(k.state(), KeyState::Disabled);
     let err = h
         .client()
-        .disable_key(admin(pb::DisableKeyRequest {
-            pool: "p".into(),
-            key_id: "u0/nope".into(),
-        }))
+        .disable_key(admin(req::disable("p", "u0/nope")))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
     let err = h
         .client()
-        .set_key_capacity(admin(pb::SetKeyCapacityRequest {
-            pool: "p".into(),
-            key_id: "u0/k0".into(),
-            capacity: -1,
-        }))
+        .set_key_capacity(admin(req::set_capacity("p", "u0/k0", -1)))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
@@ -211,11 +201,7 @@ async fn lowering_capacity_never_oversells_and_zero_disables(b: Backend) {
     }
     let k = h
         .client()
-        .set_key_capacity(admin(pb::SetKeyCapacityRequest {
-            pool: "p".into(),
-            key_id: "u0/k0".into(),
-            capacity: 3,
-        }))
+        .set_key_capacity(admin(req::set_capacity("p", "u0/k0", 3)))
         .await
         .unwrap()
         .into_inner();
@@ -235,11 +221,7 @@ async fn lowering_capacity_never_oversells_and_zero_disables(b: Backend) {
     );
     let k = h
         .client()
-        .set_key_capacity(admin(pb::SetKeyCapacityRequest {
-            pool: "p".into(),
-            key_id: "u0/k0".into(),
-            capacity: 0,
-        }))
+        .set_key_capacity(admin(req::set_capacity("p", "u0/k0", 0)))
         .await
         .unwrap()
         .into_inner();

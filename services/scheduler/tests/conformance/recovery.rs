@@ -47,11 +47,7 @@ async fn reseeding_keeps_live_in_flight_counts(b: Backend) {
 async fn config_capacity_change_wins_over_admin_override_on_reseed(b: Backend) {
     let h = start(b, &uniform_pool(1, 1, 4)).await;
     h.client()
-        .set_key_capacity(admin(pb::SetKeyCapacityRequest {
-            pool: "p".into(),
-            key_id: "u0/k0".into(),
-            capacity: 2,
-        }))
+        .set_key_capacity(admin(req::set_capacity("p", "u0/k0", 2)))
         .await
         .unwrap();
     // Same config again: the admin override stays.
@@ -263,11 +259,7 @@ async fn re_registration_never_takes_a_key_past_its_capacity(b: Backend) {
     assert_eq!(h.status("p").await.in_flight, 0);
     // Genuine leases re-register, never past the key's capacity (lowered meanwhile to 1).
     h.client()
-        .set_key_capacity(admin(pb::SetKeyCapacityRequest {
-            pool: "p".into(),
-            key_id: "u0/k0".into(),
-            capacity: 1,
-        }))
+        .set_key_capacity(admin(req::set_capacity("p", "u0/k0", 1)))
         .await
         .unwrap();
     renew_with_key(&h, &a).await.expect("room for one");

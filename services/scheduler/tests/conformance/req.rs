@@ -47,6 +47,35 @@ pub fn renew(lease_id: impl Into<String>) -> pb::RenewRequest {
     }
 }
 
+/// An admin DisableKey of `key` of `pool` (send it through `admin`).
+pub fn disable(pool: impl Into<String>, key: impl Into<String>) -> pb::DisableKeyRequest {
+    pb::DisableKeyRequest {
+        pool: pool.into(),
+        key_id: key.into(),
+    }
+}
+
+/// An admin EnableKey of `key` of `pool` (send it through `admin`).
+pub fn enable(pool: impl Into<String>, key: impl Into<String>) -> pb::EnableKeyRequest {
+    pb::EnableKeyRequest {
+        pool: pool.into(),
+        key_id: key.into(),
+    }
+}
+
+/// An admin SetKeyCapacity of `key` of `pool` to `capacity` (send it through `admin`).
+pub fn set_capacity(
+    pool: impl Into<String>,
+    key: impl Into<String>,
+    capacity: i32,
+) -> pb::SetKeyCapacityRequest {
+    pb::SetKeyCapacityRequest {
+        pool: pool.into(),
+        key_id: key.into(),
+        capacity,
+    }
+}
+
 /// The optional fields of an Acquire.
 pub trait AcquireExt {
     /// `wait_timeout_ms`.

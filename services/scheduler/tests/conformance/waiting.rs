@@ -99,10 +99,7 @@ async fn a_wait_that_cannot_end_in_a_grant_answers_at_once(b: Backend) {
     let h = start(b, &uniform_pool(1, 2, 1)).await;
     for key in ["u0/k0", "u0/k1"] {
         h.client()
-            .disable_key(admin(pb::DisableKeyRequest {
-                pool: "p".into(),
-                key_id: key.into(),
-            }))
+            .disable_key(admin(req::disable("p", key)))
             .await
             .unwrap();
     }
@@ -118,10 +115,7 @@ async fn a_wait_that_cannot_end_in_a_grant_answers_at_once(b: Backend) {
     );
     // A cooldown that ends after the wait is just as hopeless.
     h.client()
-        .enable_key(admin(pb::EnableKeyRequest {
-            pool: "p".into(),
-            key_id: "u0/k0".into(),
-        }))
+        .enable_key(admin(req::enable("p", "u0/k0")))
         .await
         .unwrap();
     let l = h
