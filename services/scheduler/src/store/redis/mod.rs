@@ -38,6 +38,10 @@
 //! Scripts run with EVALSHA and are re-loaded on NOSCRIPT (after a Redis restart or
 //! failover) by `redis::Script`. Every call is bounded by the store timeout: an unreachable
 //! or stalled Redis gives [`StoreError::Unavailable`], never a hang.
+//!
+//! Here: the connection, the scripts, running one bounded script call and the replica
+//! acknowledgement wait. Each [`LeaseStore`] method's script call is in `calls`, the decoding
+//! of the scripts' replies (and of Redis errors) in `reply`, the topologies in [`conn`].
 
 mod acks;
 mod calls;
