@@ -10,8 +10,10 @@
 //! - [`model`]: domain types (keys, leases, outcomes, key states, pool status).
 //! - [`store`]: the `LeaseStore` trait and its two backends (in-process memory; Redis + Lua on
 //!   one server, Sentinel or Cluster), and recovery after the store loses data.
-//! - [`admission`]: how an Acquire becomes a lease: FIFO waiting, undo-on-cancel, re-seed,
-//!   waiting out a recovery window (domain types only).
+//! - [`domain`]: the one entry every RPC goes through ([`domain::Scheduler`]), holding the one
+//!   pool table: how an Acquire becomes a lease ([`domain::admission`]: FIFO waiting,
+//!   undo-on-cancel, waiting out a recovery window), Release, Report, Renew, status, the admin
+//!   calls, and re-seeding a pool the store lost (domain types only).
 //! - [`service`]: the gRPC edge: thin handlers over request validation and the domain.
 //! - [`signing`]: lease ids as capabilities: the signed id callers hold, its MAC, the fleet's
 //!   lease secret (configured, or kept in the store).
@@ -20,8 +22,8 @@
 //! - [`error`]: the service error enum and its exhaustive mapping to `tonic::Status`.
 //! - [`server`]: wiring used by the binary and by tests (config -> store -> gRPC server).
 
-pub mod admission;
 pub mod convert;
+pub mod domain;
 pub mod error;
 pub mod metrics;
 pub mod model;

@@ -5,8 +5,8 @@
 //! line"), shared by every replica. Here, per pool, is what this replica needs to wait on it:
 //! a registry of its waiting requests by ticket token, each with a channel on which the
 //! request learns what happened to its ticket ([`Event`]: a slot was handed to it, or its
-//! ticket is gone). The admission's announcement listener and the pool's poll
-//! ([`crate::admission`]) write those events; the waiting request reads them.
+//! ticket is gone). The domain's announcement listener and the pool's poll
+//! ([`crate::domain`]) write those events; the waiting request reads them.
 //!
 //! Bounds and shared knowledge:
 //! - at most `scheduler.max_waiters` wait on this replica at once ([`WaitQueue::join`]

@@ -1,12 +1,12 @@
 //! The `voxpool.scheduler.v1.PoolScheduler` gRPC service: thin handlers that decode a request
-//! ([`validate`]), call the domain ([`crate::admission`] for Acquire, the [`LeaseStore`] for
-//! the rest), and encode the answer ([`crate::convert`]); plus admin authorization and the
-//! per-RPC metrics. Metric series and span fields name only configured pools (`unknown`
+//! ([`validate`], against the domain's one pool table), call the domain
+//! ([`crate::domain::Scheduler`], for every RPC), and encode the answer ([`crate::convert`]);
+//! plus admin authorization, the lease signer and the per-RPC metrics. Metric series and span fields name only configured pools (`unknown`
 //! otherwise), so no caller string can grow them.
 
 mod validate;
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
 
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
@@ -21,30 +21,19 @@ pub use self::validate::{
     MAX_FILTER_ENTRIES, MAX_REQUEST_ID_CHARS, MAX_RETRY_AFTER_MS, MAX_WAIT_TIMEOUT_MS,
 };
 use crate::{
-    admission::{Admission, Granted},
     convert::key_status,
+    domain::{Granted, KeyChange, Scheduler},
     error::SchedulerError,
     metrics::SchedulerMetrics,
-    model::{HealthPolicy, KeyState, KeyStatus, Outcome, PoolSpec, PoolStatus},
+    model::{KeyState, Outcome, PoolStatus},
     signing::LeaseSigner,
     store::{LeaseStore, StoreError},
 };
 
-/// The upstreams and keys of one configured pool, for validation.
-#[derive(Debug)]
-struct PoolInfo {
-    upstreams: Vec<String>,
-    keys: Vec<String>,
-}
-
 /// The PoolScheduler implementation, generic over the store through a trait object.
 pub struct SchedulerService {
-    admission: Admission,
-    store: Arc<dyn LeaseStore>,
-    pools: HashMap<String, PoolInfo>,
-    pool_names: String,
+    scheduler: Scheduler,
     settings: SchedulerSettings,
-    policy: HealthPolicy,
     auth: AdminAuth,
     metrics: Arc<SchedulerMetrics>,
     /// Signs granted leases and verifies presented ids.
@@ -56,7 +45,7 @@ pub struct SchedulerService {
 impl std::fmt::Debug for SchedulerService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SchedulerService")
-            .field("pools", &self.pool_names)
+            .field("pools", &self.scheduler.pools().names())
             .finish_non_exhaustive()
     }
 }
@@ -74,33 +63,9 @@ impl SchedulerService {
         signer: Arc<LeaseSigner>,
         shutdown: tokio_util::sync::CancellationToken,
     ) -> Self {
-        let pools: HashMap<String, PoolInfo> = config
-            .pools
-            .iter()
-            .map(|p| {
-                let upstreams = p.upstreams.iter().map(|u| u.id.clone()).collect();
-                let keys = p
-                    .upstreams
-                    .iter()
-                    .flat_map(|u| u.keys.iter().map(move |k| format!("{}/{}", u.id, k.id)))
-                    .collect();
-                (p.id.clone(), PoolInfo { upstreams, keys })
-            })
-            .collect();
-        let mut names: Vec<&str> = pools.keys().map(String::as_str).collect();
-        names.sort_unstable();
         Self {
-            admission: Admission::new(
-                store.clone(),
-                PoolSpec::from_config(config),
-                &config.scheduler,
-                shutdown,
-            ),
-            pool_names: names.join(", "),
-            store,
-            pools,
+            scheduler: Scheduler::new(store, config, shutdown),
             settings: config.scheduler.clone(),
-            policy: HealthPolicy::from(&config.scheduler),
             auth,
             metrics,
             signer,
@@ -118,9 +83,7 @@ impl SchedulerService {
 
     /// The configured pool's own name, or `unknown`: what spans and metric series carry.
     fn label<'a>(&'a self, pool: &str) -> &'a str {
-        self.pools
-            .get_key_value(pool)
-            .map_or("unknown", |(name, _)| name.as_str())
+        self.scheduler.pools().label(pool)
     }
 
     /// Reads a store-kept lease secret not read yet (start-up, the store just came back), so
@@ -130,7 +93,7 @@ impl SchedulerService {
             return Ok(());
         }
         self.signer
-            .refresh(self.store.as_ref())
+            .refresh(self.scheduler.store().as_ref())
             .await
             .map_err(|e| SchedulerError::Store(StoreError::Unavailable(e)))
     }
@@ -154,7 +117,7 @@ impl SchedulerService {
 
     fn status_pb(&self, s: &PoolStatus) -> pb::PoolStatus {
         let mut out = pb::PoolStatus::from(s);
-        out.waiters = i32::try_from(self.admission.waiting(&s.pool)).unwrap_or(i32::MAX);
+        out.waiters = i32::try_from(self.scheduler.waiting(&s.pool)).unwrap_or(i32::MAX);
         let classes = [
             pb::Priority::Interactive,
             pb::Priority::Standard,
@@ -175,19 +138,32 @@ impl SchedulerService {
             .collect();
         out
     }
+}
 
-    /// The key status an admin store call answered, or UnknownKey when the store no longer
-    /// has the key (config and store disagree, e.g. during a rolling config change).
-    fn admin_result(
+impl SchedulerService {
+    /// An admin RPC (already authorized) on `key` of `pool`: the target is checked first, then
+    /// the change (`change`) is decoded and applied.
+    async fn change_key(
+        &self,
         pool: &str,
         key: &str,
-        answer: Result<Option<KeyStatus>, StoreError>,
-    ) -> Result<pb::KeyStatus, SchedulerError> {
-        let status = answer?.ok_or_else(|| SchedulerError::UnknownKey {
-            pool: pool.to_owned(),
-            key: key.to_owned(),
-        })?;
-        Ok(key_status(pool, &status))
+        change: impl FnOnce() -> Result<KeyChange, SchedulerError>,
+    ) -> Result<Response<pb::KeyStatus>, Status> {
+        self.admin_target(pool, key)?;
+        let change = change()?;
+        let status = self.scheduler.change_key(pool, key, change).await?;
+        match change {
+            KeyChange::Capacity(capacity) => {
+                tracing::info!(pool = %pool, key = %key, capacity, "admin set key capacity");
+            }
+            KeyChange::Disabled(true) => {
+                tracing::info!(pool = %pool, key = %key, "admin disabled key");
+            }
+            KeyChange::Disabled(false) => {
+                tracing::info!(pool = %pool, key = %key, "admin enabled key");
+            }
+        }
+        Ok(Response::new(key_status(pool, &status)))
     }
 }
 
@@ -247,7 +223,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         let result = async {
             self.ensure_signer().await?;
             let request = self.acquire_request(&r, &caller, deadline)?;
-            self.admission
+            self.scheduler
                 .acquire(request, || voxpool_shared::limits::step_aside(&extensions))
                 .await
         }
@@ -260,33 +236,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             acquire_label(&result),
             started.elapsed().as_secs_f64(),
         );
-        let (lease, _) = match result {
-            Err(SchedulerError::KeysUnavailable {
-                pool: p,
-                next_available_ms,
-                now_ms,
-                ..
-            }) => {
-                // Which keys are out for their quota, and until when: read only on this path.
-                let over_quota = match self.store.status(&p).await {
-                    Ok(Some(status)) => status
-                        .keys
-                        .iter()
-                        .filter(|k| k.state == KeyState::OverQuota)
-                        .map(|k| (k.key_id.clone(), k.quota_resets_at_ms))
-                        .collect(),
-                    _ => Vec::new(),
-                };
-                return Err(SchedulerError::KeysUnavailable {
-                    pool: p,
-                    next_available_ms,
-                    now_ms,
-                    over_quota,
-                }
-                .into());
-            }
-            other => other?,
-        };
+        let (lease, _) = result?;
         self.metrics.grant(pool, priority, &r.tenant);
         span.record("key", lease.key_id.as_str());
         tracing::debug!(parent: &span, "lease granted");
@@ -301,11 +251,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         let caller = caller_of(&request);
         self.ensure_signer().await?;
         let (id, granted_at_ms) = self.release_target(request.get_ref(), &caller)?;
-        let released = self
-            .store
-            .release_granted(&id, granted_at_ms)
-            .await
-            .map_err(SchedulerError::from)?;
+        let released = self.scheduler.release(&id, granted_at_ms).await?;
         Ok(Response::new(pb::ReleaseResponse { released }))
     }
 
@@ -316,14 +262,11 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         let r = request.into_inner();
         self.ensure_signer().await?;
         let params = self.report_params(&r)?;
-        let result = self
-            .store
-            .report(&params, &self.policy)
-            .await
-            .map_err(SchedulerError::from)?
-            .ok_or_else(|| SchedulerError::ReportKeyUnknown {
+        let result = self.scheduler.report(&params).await?.ok_or_else(|| {
+            SchedulerError::ReportKeyUnknown {
                 lease_id: r.lease_id.clone(),
-            })?;
+            }
+        })?;
         let pool = &params.id.pool;
         if let Some((before, after)) = result.effective_change {
             tracing::info!(pool = %pool, key = %result.key_id, outcome = params.outcome.as_str(),
@@ -359,7 +302,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         // Re-registration (recovery) is on the key the lease was granted on, never another.
         let key_id = (!r.key_id.is_empty()).then_some(signed.key_id.as_str());
         let lease = self
-            .admission
+            .scheduler
             .renew(&signed.id, ttl, key_id, Some(signed.granted_at_ms))
             .await?
             .ok_or(SchedulerError::LeaseNotLive {
@@ -374,7 +317,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
     ) -> Result<Response<pb::PoolStatus>, Status> {
         let pool = &request.get_ref().pool;
         self.pool("pool", pool)?;
-        let status = self.admission.status(pool).await?;
+        let status = self.scheduler.status(pool).await?;
         Ok(Response::new(self.status_pb(&status)))
     }
 
@@ -382,16 +325,15 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         &self,
         _request: Request<pb::ListPoolsRequest>,
     ) -> Result<Response<pb::ListPoolsResponse>, Status> {
-        let mut names: Vec<&String> = self.pools.keys().collect();
-        names.sort();
+        let names = self.scheduler.pools().ids();
         let mut pools = Vec::with_capacity(names.len());
         let mut first_error = None;
         for name in names {
-            match self.admission.status(name).await {
+            match self.scheduler.status(name).await {
                 Ok(status) => pools.push(self.status_pb(&status)),
                 Err(SchedulerError::Store(e)) => {
                     pools.push(pb::PoolStatus {
-                        pool: name.clone(),
+                        pool: name.to_owned(),
                         store_error: e.to_string(),
                         ..Default::default()
                     });
@@ -415,12 +357,8 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
     ) -> Result<Response<pb::KeyStatus>, Status> {
         self.auth.authorize(request.metadata())?;
         let r = request.into_inner();
-        self.admin_target(&r.pool, &r.key_id)?;
-        let capacity = validate::capacity(r.capacity)?;
-        let answer = self.store.set_capacity(&r.pool, &r.key_id, capacity).await;
-        let status = Self::admin_result(&r.pool, &r.key_id, answer)?;
-        tracing::info!(pool = %r.pool, key = %r.key_id, capacity, "admin set key capacity");
-        Ok(Response::new(status))
+        let change = || validate::capacity(r.capacity).map(KeyChange::Capacity);
+        self.change_key(&r.pool, &r.key_id, change).await
     }
 
     async fn disable_key(
@@ -429,11 +367,8 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
     ) -> Result<Response<pb::KeyStatus>, Status> {
         self.auth.authorize(request.metadata())?;
         let r = request.into_inner();
-        self.admin_target(&r.pool, &r.key_id)?;
-        let answer = self.store.set_disabled(&r.pool, &r.key_id, true).await;
-        let status = Self::admin_result(&r.pool, &r.key_id, answer)?;
-        tracing::info!(pool = %r.pool, key = %r.key_id, "admin disabled key");
-        Ok(Response::new(status))
+        let change = || Ok(KeyChange::Disabled(true));
+        self.change_key(&r.pool, &r.key_id, change).await
     }
 
     async fn enable_key(
@@ -442,10 +377,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
     ) -> Result<Response<pb::KeyStatus>, Status> {
         self.auth.authorize(request.metadata())?;
         let r = request.into_inner();
-        self.admin_target(&r.pool, &r.key_id)?;
-        let answer = self.store.set_disabled(&r.pool, &r.key_id, false).await;
-        let status = Self::admin_result(&r.pool, &r.key_id, answer)?;
-        tracing::info!(pool = %r.pool, key = %r.key_id, "admin enabled key");
-        Ok(Response::new(status))
+        let change = || Ok(KeyChange::Disabled(false));
+        self.change_key(&r.pool, &r.key_id, change).await
     }
 }

@@ -15,9 +15,9 @@ use voxpool_shared::{
     untrusted::{FieldProblem, check_field, quote},
 };
 
-use super::{PoolInfo, SchedulerService};
+use super::SchedulerService;
 use crate::{
-    admission::AcquireRequest,
+    domain::{AcquireRequest, PoolEntry},
     error::SchedulerError,
     model::{AcquireParams, LeaseId, LeaseToken, Priority, ReportParams},
     signing::{Refused, SignedLease},
@@ -77,7 +77,7 @@ pub(super) fn request_id(raw: &str) -> Result<(), SchedulerError> {
 
 impl SchedulerService {
     /// The configured pool `pool`, named `field` in errors.
-    pub(super) fn pool(&self, field: &str, pool: &str) -> Result<&PoolInfo, SchedulerError> {
+    pub(super) fn pool(&self, field: &str, pool: &str) -> Result<&PoolEntry, SchedulerError> {
         if pool.is_empty() {
             return Err(invalid(
                 field,
@@ -89,12 +89,11 @@ impl SchedulerService {
         {
             return Err(invalid(field, problem.to_string()));
         }
-        self.pools
-            .get(pool)
-            .ok_or_else(|| SchedulerError::UnknownPool {
-                pool: pool.to_owned(),
-                known: self.pool_names.clone(),
-            })
+        let pools = self.scheduler.pools();
+        pools.get(pool).ok_or_else(|| SchedulerError::UnknownPool {
+            pool: pool.to_owned(),
+            known: pools.names().to_owned(),
+        })
     }
 
     pub(super) fn ttl(&self, field: &str, ttl_ms: i64) -> Result<u64, SchedulerError> {
@@ -111,6 +110,7 @@ impl SchedulerService {
 
     /// A lease id this fleet issued, of a configured pool (`signing` module doc): malformed
     /// is INVALID_ARGUMENT naming `field`, a signature that does not verify PERMISSION_DENIED.
+    /// Call after [`SchedulerService::ensure_signer`].
     pub(super) fn lease_id(&self, field: &str, raw: &str) -> Result<SignedLease, SchedulerError> {
         let malformed = || {
             invalid(
@@ -125,9 +125,7 @@ impl SchedulerService {
         // naming the pools it does, whatever its signature.
         let shape = SignedLease::parse(raw).ok_or_else(malformed)?;
         self.pool(field, &shape.id.pool)?;
-        if !self.signer.is_ready() {
-            return Err(not_ready());
-        }
+        // Every caller read the secret first (`SchedulerService::ensure_signer`).
         self.signer.verify(raw).map_err(|refused| match refused {
             Refused::Malformed => malformed(),
             Refused::NotIssued => SchedulerError::LeaseNotIssued {
@@ -234,7 +232,7 @@ impl SchedulerService {
                 exclude_keys: r
                     .exclude_keys
                     .iter()
-                    .filter(|k| pool.keys.contains(k))
+                    .filter(|k| pool.has_key(k))
                     .cloned()
                     .collect(),
                 upstream_ids: r.upstream_ids.clone(),
@@ -333,7 +331,7 @@ impl SchedulerService {
         field: &str,
         key: &'k str,
     ) -> Result<&'k str, SchedulerError> {
-        if self.pool("lease_id", pool)?.keys.iter().any(|k| k == key) {
+        if self.pool("lease_id", pool)?.has_key(key) {
             return Ok(key);
         }
         Err(invalid(
@@ -354,7 +352,7 @@ impl SchedulerService {
                 "required: `upstream/key` as shown by GetPoolStatus",
             ));
         }
-        if !info.keys.iter().any(|k| k == key) {
+        if !info.has_key(key) {
             return Err(SchedulerError::UnknownKey {
                 pool: pool.to_owned(),
                 key: key.to_owned(),

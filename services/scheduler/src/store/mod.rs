@@ -1,7 +1,7 @@
 //! The `LeaseStore` trait: where in-flight counts, leases, cooldowns and capacities live.
 //!
 //! Two backends implement the same semantics and pass the same conformance suite
-//! (`tests/conformance.rs`):
+//! (`tests/conformance/`):
 //! - [`memory::MemoryStore`]: in-process, for a single replica (the embedded default).
 //! - [`redis::RedisStore`]: Redis sorted sets driven by Lua scripts, shared by any number of
 //!   replicas; time is Redis `TIME` read inside each script.
@@ -23,7 +23,7 @@
 //! instead (`scheduler.store_replica_acks`, see [`redis`]).
 //!
 //! **The line** (invariant 4 across replicas). Waiting Acquires are *tickets* in the store,
-//! one line per pool shared by every replica, ordered as [`line`] says (class, tenant
+//! one line per pool shared by every replica, ordered as the memory store's `line` module says (class, tenant
 //! round-robin, arrival). A refused Acquire that may wait joins it in the same step that
 //! refused it ([`AcquireParams::join_line`]); a new arrival is refused (or queued) while
 //! tickets of its class or a better one wait, so it never jumps them. Every step that frees
@@ -34,7 +34,6 @@
 //! ([`AcquireParams::ticket_ttl_ms`]) unless their replica renews them, so a dead replica's waiters leave the line by themselves.
 
 pub mod connecting;
-pub(crate) mod line;
 pub mod memory;
 pub mod redis;
 
@@ -51,6 +50,13 @@ use crate::model::{
 /// it names a grant too old to be taken. Both backends use it (`lua/prelude.lua`
 /// `REPORTED_MS`).
 pub const REPORTED_MEMORY_MS: i64 = 60_000;
+
+/// Bounds of the retry hint a refusal of a full pool (or a full batch share) carries (ms):
+/// when the first slot comes back, clamped. Both backends answer it (the Redis store clamps
+/// what its scripts reply).
+pub(crate) const RETRY_HINT_MIN_MS: u64 = 50;
+/// See [`RETRY_HINT_MIN_MS`].
+pub(crate) const RETRY_HINT_MAX_MS: u64 = 1_000;
 
 /// A freed slot handed to the waiting request `token` of `pool`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! Admission: how an Acquire becomes a lease, on domain types only (no protobuf here).
+//! Admission: how an Acquire becomes a lease ([`Scheduler::acquire`]).
 //!
 //! Owns the waiting policy of invariant 4 ("not silent when full"): an Acquire that may wait
 //! and is refused joins the pool's line in the store in the same step (`store` module doc,
@@ -13,22 +13,20 @@
 //! mid-call is released at once ([`UndoGrant`]; not an idempotent one, which its caller's
 //! retry claims); a request that stops waiting leaves the line at once and releases a slot
 //! handed to it meanwhile ([`Leave`]); and a store that lost a pool (Redis restarted empty)
-//! is re-seeded from the config before the attempt is retried.
+//! is re-seeded from the config before the attempt is retried (`super` doc).
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use voxpool_shared::config::SchedulerSettings;
 
+use super::Scheduler;
 use crate::{
     error::SchedulerError,
     model::{
-        AcquireParams, AcquireResult, Lease, LeaseId, LeaseToken, PoolSpec, PoolStatus, Refusal,
-        TicketState,
+        AcquireParams, AcquireResult, KeyState, Lease, LeaseId, LeaseToken, Refusal, TicketState,
     },
     store::{LeaseStore, StoreError},
-    waiters::{Event, WaitQueue, WaitQueues},
+    waiters::{Event, WaitQueue},
 };
 
 /// One validated Acquire.
@@ -49,28 +47,6 @@ pub enum Granted {
     Immediately,
     /// After waiting in the pool's line.
     AfterWaiting,
-}
-
-/// The admission policy over one store, for the configured pools.
-pub struct Admission {
-    store: Arc<dyn LeaseStore>,
-    specs: Vec<PoolSpec>,
-    keys_per_pool: HashMap<String, usize>,
-    queues: WaitQueues,
-    poll: Duration,
-    /// `scheduler.line_ticket_ttl_ms`.
-    ticket_ttl_ms: u64,
-    max_waiters: usize,
-    shutdown: CancellationToken,
-}
-
-impl std::fmt::Debug for Admission {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Admission")
-            .field("pools", &self.specs.len())
-            .field("max_waiters", &self.max_waiters)
-            .finish_non_exhaustive()
-    }
 }
 
 /// Releases a lease on drop unless disarmed: a grant whose caller went away mid-call
@@ -104,112 +80,7 @@ impl Drop for UndoGrant {
     }
 }
 
-impl Admission {
-    /// The policy for the pools of `specs`, with the waiting settings of `settings`.
-    pub fn new(
-        store: Arc<dyn LeaseStore>,
-        specs: Vec<PoolSpec>,
-        settings: &SchedulerSettings,
-        shutdown: CancellationToken,
-    ) -> Self {
-        let queues = WaitQueues::new(specs.iter().map(|s| s.pool.as_str()));
-        // Slots handed to this replica's waiters (by any replica's call) wake them at once.
-        if let (Some(mut handovers), Ok(runtime)) =
-            (store.handovers(), tokio::runtime::Handle::try_current())
-        {
-            let queues = queues.clone();
-            let stop = shutdown.clone();
-            runtime.spawn(async move {
-                loop {
-                    tokio::select! {
-                        handover = handovers.recv() => match handover {
-                            Some(h) => {
-                                if let Some(q) = queues.get(&h.pool) {
-                                    // Waiting on another replica, or gone: not ours to claim.
-                                    q.tell(&h.token, Event::Handed);
-                                }
-                            }
-                            None => return,
-                        },
-                        () = stop.cancelled() => return,
-                    }
-                }
-            });
-        }
-        Self {
-            queues,
-            keys_per_pool: specs
-                .iter()
-                .map(|s| (s.pool.clone(), s.keys.len()))
-                .collect(),
-            specs,
-            store,
-            poll: Duration::from_millis(settings.wait_poll_ms),
-            ticket_ttl_ms: settings.line_ticket_ttl_ms,
-            max_waiters: usize::try_from(settings.max_waiters).unwrap_or(usize::MAX),
-            shutdown,
-        }
-    }
-
-    /// The store.
-    pub fn store(&self) -> &Arc<dyn LeaseStore> {
-        &self.store
-    }
-
-    /// Requests waiting in `pool`'s line on this replica.
-    pub fn waiting(&self, pool: &str) -> usize {
-        self.queues.get(pool).map_or(0, |q| q.waiting())
-    }
-
-    /// Pool status, re-seeding once if the store lost the pool.
-    pub async fn status(&self, pool: &str) -> Result<PoolStatus, SchedulerError> {
-        if let Some(s) = self.store.status(pool).await? {
-            return Ok(s);
-        }
-        self.reseed(pool).await?;
-        self.store
-            .status(pool)
-            .await?
-            .ok_or_else(|| StoreError::NotSeeded(pool.to_owned()).into())
-    }
-
-    /// Seeds `pool` again after the store lost it: that pool only, so pools on a shard that is
-    /// down (a Redis Cluster) do not keep this one from recovering.
-    async fn reseed(&self, pool: &str) -> Result<(), StoreError> {
-        tracing::warn!(pool = %pool, "pool missing from the lease store; re-seeding it");
-        match self.specs.iter().find(|s| s.pool == pool) {
-            Some(spec) => self.store.seed(std::slice::from_ref(spec)).await,
-            None => Ok(()),
-        }
-    }
-
-    /// Renews a lease (re-registering it during a recovery window when `key_id` names its
-    /// key), re-seeding once if the store lost the pool: that re-seed is what opens the
-    /// window, so a holder that renews first after a loss keeps its lease counted.
-    /// Only the lease granted at `granted_at_ms` is renewed (`LeaseStore::renew_granted`).
-    pub async fn renew(
-        &self,
-        id: &LeaseId,
-        ttl_ms: u64,
-        key_id: Option<&str>,
-        granted_at_ms: Option<i64>,
-    ) -> Result<Option<Lease>, SchedulerError> {
-        match self
-            .store
-            .renew_granted(id, ttl_ms, key_id, granted_at_ms)
-            .await
-        {
-            Err(StoreError::NotSeeded(pool)) => {
-                self.reseed(&pool).await?;
-                Ok(self
-                    .store
-                    .renew_granted(id, ttl_ms, key_id, granted_at_ms)
-                    .await?)
-            }
-            other => Ok(other?),
-        }
-    }
-
+impl Scheduler {
     /// One store attempt, undone if the caller goes away mid-call. What it answered is
     /// shared with the pool's waiters (`queue`).
     ///
@@ -260,65 +131,6 @@ impl Admission {
         }
     }
 
-    /// Starts `pool`'s poll task unless it runs: while this replica has waiters of the pool
-    /// it hands over slots no call announced (expiries, ended cooldowns), tells waiters of
-    /// slots whose announcement was lost (they claim them themselves), and renews this
-    /// replica's tickets every third of `scheduler.line_ticket_ttl_ms`. It ends when the pool
-    /// has no waiters here.
-    fn poll_line(&self, queue: &Arc<WaitQueue>, pool: &str) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if !queue.start_polling() {
-            return;
-        }
-        let (store, queue, pool) = (self.store.clone(), queue.clone(), pool.to_owned());
-        let (poll, stop, ttl) = (self.poll, self.shutdown.clone(), self.ticket_ttl_ms);
-        let renew_every = Duration::from_millis(ttl / 3);
-        // Renewals are due every third of the ticket TTL even when the poll is longer.
-        let pause = poll.min(renew_every);
-        runtime.spawn(async move {
-            let mut renewed = Instant::now();
-            loop {
-                tokio::select! {
-                    () = tokio::time::sleep(pause) => {}
-                    () = stop.cancelled() => return,
-                }
-                if queue.stop_polling_if_idle() {
-                    return;
-                }
-                let tokens = if renewed.elapsed() >= renew_every {
-                    renewed = Instant::now();
-                    queue.tokens()
-                } else {
-                    Vec::new()
-                };
-                match store.keep_waiting(&pool, &tokens, ttl).await {
-                    Ok(states) => {
-                        for (token, state) in tokens.iter().zip(states) {
-                            let event = match state {
-                                TicketState::Waiting | TicketState::Granted(_) => continue,
-                                // The announcement was lost: the waiter claims it now.
-                                TicketState::Handed => Event::Handed,
-                                TicketState::Gone => Event::Gone,
-                            };
-                            queue.tell(token.as_str(), event);
-                        }
-                    }
-                    Err(StoreError::NotSeeded(_)) => {
-                        for token in queue.tokens() {
-                            queue.tell(token.as_str(), Event::Gone);
-                        }
-                    }
-                    Err(e) => {
-                        tracing::debug!(pool = %pool, error = %e, "the line's poll failed");
-                        queue.saw_error(&e);
-                    }
-                }
-            }
-        });
-    }
-
     fn refused(&self, pool: &str, refusal: Refusal, waited: Duration) -> SchedulerError {
         match refusal {
             Refusal::Full {
@@ -345,7 +157,7 @@ impl Admission {
             },
             Refusal::NoEligibleKey => SchedulerError::NoEligibleKey {
                 pool: pool.to_owned(),
-                keys: self.keys_per_pool.get(pool).copied().unwrap_or(0),
+                keys: self.pools.get(pool).map_or(0, super::PoolEntry::key_count),
             },
             Refusal::BatchShare {
                 limit,
@@ -370,9 +182,44 @@ impl Admission {
     /// `--max-concurrent-requests`).
     ///
     /// Errors: every refusal as its [`SchedulerError`] (`PoolFull` with the pool's real
-    /// counts, `BatchShareFull`, `KeysUnavailable`, `NoEligibleKey`,
-    /// `TooManyWaiters`, `WaitDeadline`, `ShuttingDown`, `Store`, `UnknownPool`).
+    /// counts, `BatchShareFull`, `KeysUnavailable` naming the keys out for their quota and
+    /// until when, `NoEligibleKey`, `TooManyWaiters`, `WaitDeadline`, `ShuttingDown`,
+    /// `Store`, `UnknownPool`).
     pub async fn acquire(
+        &self,
+        request: AcquireRequest,
+        on_wait: impl FnOnce(),
+    ) -> Result<(Lease, Granted), SchedulerError> {
+        match self.admit(request, on_wait).await {
+            Err(SchedulerError::KeysUnavailable {
+                pool,
+                next_available_ms,
+                now_ms,
+                ..
+            }) => {
+                // Which keys are out for their quota, and until when: read only on this path.
+                let over_quota = match self.store.status(&pool).await {
+                    Ok(Some(status)) => status
+                        .keys
+                        .iter()
+                        .filter(|k| k.state == KeyState::OverQuota)
+                        .map(|k| (k.key_id.clone(), k.quota_resets_at_ms))
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                Err(SchedulerError::KeysUnavailable {
+                    pool,
+                    next_available_ms,
+                    now_ms,
+                    over_quota,
+                })
+            }
+            other => other,
+        }
+    }
+
+    /// [`Scheduler::acquire`] but for the keys out for their quota.
+    async fn admit(
         &self,
         request: AcquireRequest,
         on_wait: impl FnOnce(),
@@ -389,12 +236,7 @@ impl Admission {
             .cloned()
             .ok_or_else(|| SchedulerError::UnknownPool {
                 pool: pool.clone(),
-                known: self
-                    .specs
-                    .iter()
-                    .map(|s| s.pool.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                known: self.pools.names().to_owned(),
             })?;
         let start = Instant::now();
         let wait_end = start + wait;
