@@ -49,7 +49,7 @@ use voxpool_shared::{auth::AdminAuth, config::Config, testing::RedisServer};
 
 mod common;
 
-use common::{closed_loop, pct, verdict};
+use common::{RETRIED, closed_loop, grpc_retryable, pct, retrying, store_retryable, verdict};
 
 type Client = PoolSchedulerClient<tonic::transport::Channel>;
 
@@ -95,24 +95,34 @@ async fn serve(store: Arc<dyn LeaseStore>, config: &Config) -> (Client, Cancella
 }
 
 /// One Acquire+Release pair through gRPC; returns the Acquire latency.
-async fn grpc_pair(mut client: Client) -> Duration {
+async fn grpc_pair(client: Client) -> Duration {
     let sent = Instant::now();
-    let lease = client
-        .acquire(pb::AcquireRequest {
-            pool: "bench".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("acquire")
-        .into_inner();
+    let lease = retrying("acquire", grpc_retryable, || {
+        let mut client = client.clone();
+        async move {
+            client
+                .acquire(pb::AcquireRequest {
+                    pool: "bench".into(),
+                    ..Default::default()
+                })
+                .await
+        }
+    })
+    .await
+    .into_inner();
     let latency = sent.elapsed();
-    client
-        .release(pb::ReleaseRequest {
-            lease_id: lease.lease_id,
-            ..Default::default()
-        })
-        .await
-        .expect("release");
+    retrying("release", grpc_retryable, || {
+        let (mut client, lease_id) = (client.clone(), lease.lease_id.clone());
+        async move {
+            client
+                .release(pb::ReleaseRequest {
+                    lease_id,
+                    ..Default::default()
+                })
+                .await
+        }
+    })
+    .await;
     latency
 }
 
@@ -131,10 +141,11 @@ async fn raw_pair(store: Arc<dyn LeaseStore>, pool: String) {
         ticket_ttl_ms: 0,
         characters: 0,
     };
-    let AcquireResult::Granted(lease) = store.acquire(&params).await.expect("acquire") else {
+    let acquired = retrying("acquire", store_retryable, || store.acquire(&params)).await;
+    let AcquireResult::Granted(lease) = acquired else {
         panic!("bench pool must never be full");
     };
-    store.release(&lease.id).await.expect("release");
+    retrying("release", store_retryable, || store.release(&lease.id)).await;
 }
 
 async fn grpc_pairs_per_sec(client: &Client, workers: u64, secs: u64) -> f64 {
@@ -478,6 +489,10 @@ fn main() {
         println!(
             "| first grant after a FLUSHALL (recovery window 5000 ms), ms | {} | | |",
             recovery.show(0)
+        );
+        println!(
+            "| calls retried as the contract says (withdrawn grants, UNAVAILABLE) | {} | | |",
+            RETRIED.load(std::sync::atomic::Ordering::Relaxed)
         );
     });
 }

@@ -52,3 +52,50 @@ pub fn pct(sorted: &[u64], p: f64) -> f64 {
 pub fn verdict(ok: bool) -> &'static str {
     if ok { "meets floor" } else { "BELOW FLOOR" }
 }
+
+/// Calls the contract told the benchmark to retry (a grant withdrawn because no replica
+/// acknowledged it in time, UNAVAILABLE, RESOURCE_EXHAUSTED with a retry hint), counted so the
+/// report can say how many there were.
+pub static RETRIED: AtomicU64 = AtomicU64::new(0);
+
+/// Most retries of one call before the benchmark gives up on it (the store is down, not
+/// failing over).
+const MAX_RETRIES: u32 = 1_000;
+
+/// Runs `call` until it returns `Ok`, retrying (and counting in [`RETRIED`]) what `retry`
+/// says the contract lets a caller retry; any other error, or [`MAX_RETRIES`] in a row, ends
+/// the benchmark with the error.
+pub async fn retrying<T, E: std::fmt::Display, Fut>(
+    what: &str,
+    retry: impl Fn(&E) -> bool,
+    mut call: impl FnMut() -> Fut,
+) -> T
+where
+    Fut: Future<Output = Result<T, E>>,
+{
+    for _ in 0..MAX_RETRIES {
+        match call().await {
+            Ok(value) => return value,
+            Err(e) if retry(&e) => {
+                RETRIED.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+    panic!("{what}: still failing after {MAX_RETRIES} retries")
+}
+
+/// Whether the scheduler's contract lets a caller retry `status` (its typed reason, else its
+/// code).
+pub fn grpc_retryable(status: &tonic::Status) -> bool {
+    use voxpool_shared::contract::{Retry, SchedulerReason, retry_of};
+    retry_of::<SchedulerReason>(status) == Retry::Again
+}
+
+/// Whether a raw store error is one a caller retries (the store unreachable or a grant
+/// withdrawn for want of replica acknowledgements).
+#[allow(dead_code)] // the raw-store calls are the scheduler bench's only
+pub fn store_retryable(error: &voxpool_scheduler::store::StoreError) -> bool {
+    matches!(error, voxpool_scheduler::store::StoreError::Unavailable(_))
+}
