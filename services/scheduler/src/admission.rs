@@ -19,7 +19,7 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use voxpool_shared::config::SchedulerSettings;
+use voxpool_config::SchedulerSettings;
 
 use crate::{
     error::SchedulerError,

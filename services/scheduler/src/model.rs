@@ -5,8 +5,8 @@
 
 use std::fmt;
 
-use voxpool_shared::config::{Config, SchedulerSettings};
-pub use voxpool_shared::config::{QuotaConfig, QuotaPeriod};
+use voxpool_config::{Config, SchedulerSettings};
+pub use voxpool_config::{QuotaConfig, QuotaPeriod};
 
 /// One key of a pool as the store knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -133,7 +133,7 @@ impl LeaseId {
     /// Parses `<pool>/<32 hex>`; `None` when malformed.
     pub fn parse(s: &str) -> Option<Self> {
         let (pool, token) = s.rsplit_once('/')?;
-        if !voxpool_shared::config::is_valid_id(pool) {
+        if !voxpool_config::is_valid_id(pool) {
             return None;
         }
         Some(Self {
@@ -338,7 +338,7 @@ pub enum Refusal {
 
 /// The outcome of a vendor call (see VENDORS.md for the classification): the contract type
 /// shared with synthesis.
-pub use voxpool_shared::contract::Outcome;
+pub use voxpool_domain::contract::Outcome;
 
 /// Whether a key takes leases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
