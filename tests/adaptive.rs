@@ -34,7 +34,7 @@ use voxpool_proto::{
     scheduler::v1::{self as spb, pool_scheduler_client::PoolSchedulerClient},
     synthesis::v1::{self as pb, synthesis_client::SynthesisClient},
 };
-use voxpool_shared::testing::RedisServer;
+use voxpool_testkit::RedisServer;
 
 const POOL: &str = "elevenlabs-fake";
 const LOW_KEY: &str = "low/k0";

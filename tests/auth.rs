@@ -161,7 +161,7 @@ async fn synthesis_needs_a_known_client_token_and_presents_its_own_to_the_schedu
     let dir = tempfile::tempdir().unwrap();
     let config = "deploy/config/example.toml";
     let mut cmd = scheduler_cmd(config);
-    cmd.env("RUST_LOG", "info,voxpool_shared=debug");
+    cmd.env("RUST_LOG", "info,voxpool_runtime=debug");
     let log = dir.path().join("scheduler.log");
     let scheduler = start_with_stderr(cmd, std::fs::File::create(&log).unwrap().into());
     let scheduler_url = format!("http://{}", scheduler.addr);
@@ -265,7 +265,7 @@ async fn a_scheduler_with_a_client_ca_serves_certificates_it_signed_only() {
         .arg(write("server.key", &server_key))
         .arg("--tls-client-ca")
         .arg(&ca_path)
-        .env("RUST_LOG", "info,voxpool_shared=debug");
+        .env("RUST_LOG", "info,voxpool_runtime=debug");
     let log = dir.path().join("scheduler.log");
     let scheduler = start_with_stderr(cmd, std::fs::File::create(&log).unwrap().into());
     let scheduler_url = format!("https://{}", scheduler.addr);
@@ -294,7 +294,7 @@ async fn a_scheduler_with_a_client_ca_serves_certificates_it_signed_only() {
 
     // A certificate the CA did not sign fails the handshake: nothing is answered, health
     // included, and the synthesis replica holding it gets no lease.
-    voxpool_shared::limits::install_crypto_provider();
+    voxpool_runtime::limits::install_crypto_provider();
     let tls_channel = |identity: Option<(&str, &str)>| {
         let mut tls = tonic::transport::ClientTlsConfig::new()
             .ca_certificate(tonic::transport::Certificate::from_pem(&server_cert));

@@ -6,8 +6,8 @@
 use std::{collections::BTreeSet, path::Path};
 
 use serde_yaml_ng::Value;
+use voxpool_config::{Config, Credentials};
 use voxpool_e2e::workspace_root;
-use voxpool_shared::config::{Config, Credentials};
 
 fn docs(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap();
@@ -229,7 +229,7 @@ fn kubernetes_manifests_probe_over_grpc_and_reference_defined_keys() {
         "the k8s config authenticates callers"
     );
     for entry in &config.client_tokens {
-        let voxpool_shared::config::CredentialRef::Env(var) = &entry.token else {
+        let voxpool_config::CredentialRef::Env(var) = &entry.token else {
             continue;
         };
         assert!(
@@ -237,14 +237,8 @@ fn kubernetes_manifests_probe_over_grpc_and_reference_defined_keys() {
             "client token {var} not in the Secret"
         );
         for (service, file) in [
-            (
-                voxpool_shared::config::DataPlane::Scheduler,
-                "scheduler.yaml",
-            ),
-            (
-                voxpool_shared::config::DataPlane::Synthesis,
-                "synthesis.yaml",
-            ),
+            (voxpool_config::DataPlane::Scheduler, "scheduler.yaml"),
+            (voxpool_config::DataPlane::Synthesis, "synthesis.yaml"),
         ] {
             if entry.accepted_by(service) {
                 assert!(env_of(file).contains(var), "{file} lacks {var}");
@@ -256,7 +250,7 @@ fn kubernetes_manifests_probe_over_grpc_and_reference_defined_keys() {
     for pool in &config.pools {
         for up in &pool.upstreams {
             for key in &up.keys {
-                if let Some(voxpool_shared::config::CredentialRef::Env(var)) = &key.credential {
+                if let Some(voxpool_config::CredentialRef::Env(var)) = &key.credential {
                     assert!(
                         secret_keys.contains(var.as_str()),
                         "credential env {var} not in the Secret"

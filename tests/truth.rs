@@ -38,7 +38,7 @@ use voxpool_proto::{
     scheduler::v1::{self as spb, pool_scheduler_client::PoolSchedulerClient},
     synthesis::v1::{self as pb, synthesis_client::SynthesisClient},
 };
-use voxpool_shared::testing::RedisServer;
+use voxpool_testkit::RedisServer;
 
 const POOL: &str = "openai-fake";
 const KEYS: usize = 10;
@@ -462,7 +462,7 @@ async fn a_killed_synthesis_replica_costs_its_callers_only_a_retry() {
     let y = synthesis(&config, [&schedulers[1], &schedulers[0]]);
     // A caller that knows both synthesis replicas, as a Kubernetes headless Service gives them.
     let urls = format!("http://{},http://{}", x.addr, y.addr);
-    let balanced = voxpool_shared::endpoints::Endpoints::start("--synthesis", &urls)
+    let balanced = voxpool_runtime::endpoints::Endpoints::start("--synthesis", &urls)
         .expect("endpoints")
         .channel;
     let client = SynthesisClient::with_interceptor(balanced, voxpool_e2e::voxctl_token());
@@ -702,7 +702,7 @@ async fn until_idle(scheduler: &Service) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_sentinel_primary_killed_under_load_oversells_no_key() {
     let sentinel = Arc::new(
-        tokio::task::spawn_blocking(voxpool_shared::testing::RedisSentinel::start)
+        tokio::task::spawn_blocking(voxpool_testkit::RedisSentinel::start)
             .await
             .expect("sentinel"),
     );

@@ -6,7 +6,7 @@ use sea_orm_migration::{
     sea_orm::{ConnectionTrait, Database, DatabaseConnection},
 };
 use voxpool_migrations::Migrator;
-use voxpool_shared::testing::PostgresServer;
+use voxpool_testkit::PostgresServer;
 
 async fn sqlite() -> (DatabaseConnection, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("dir");

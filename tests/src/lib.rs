@@ -70,12 +70,12 @@ token = { env = "VOXPOOL_CLIENT_TOKEN_VOXCTL" }
 /// A gRPC client's transport that sends [`VOXCTL_TOKEN`] on every call.
 pub type Authed = tonic::service::interceptor::InterceptedService<
     tonic::transport::Channel,
-    voxpool_shared::auth::ClientToken,
+    voxpool_runtime::auth::ClientToken,
 >;
 
 /// The interceptor that sends [`VOXCTL_TOKEN`].
-pub fn voxctl_token() -> voxpool_shared::auth::ClientToken {
-    voxpool_shared::auth::ClientToken::new(&voxpool_shared::secret::Secret::new(VOXCTL_TOKEN))
+pub fn voxctl_token() -> voxpool_runtime::auth::ClientToken {
+    voxpool_runtime::auth::ClientToken::new(&voxpool_domain::secret::Secret::new(VOXCTL_TOKEN))
         .expect("a header value")
 }
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use voxpool_shared::snapshot::{Kind, Params, Snapshot, Tier};
+use voxpool_domain::snapshot::{Kind, Params, Snapshot, Tier};
 
 /// A sealed snapshot of `voice` from `provider` on pool `pool`, no param overrides.
 pub fn snapshot(provider: &str, model: &str, voice: &str, pool: &str) -> Snapshot {

@@ -22,12 +22,10 @@ use voxpool_catalog::{
     repo::{PackRepository, sea::SeaRepository},
     server,
 };
+use voxpool_domain::snapshot::{Kind, Params, Tier};
 use voxpool_proto::catalog::v1::{self as pb, voice_catalog_client::VoiceCatalogClient};
-use voxpool_shared::{
-    auth::AdminAuth,
-    snapshot::{Kind, Params, Tier},
-    testing::PostgresServer,
-};
+use voxpool_runtime::auth::AdminAuth;
+use voxpool_testkit::PostgresServer;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)

@@ -1,8 +1,8 @@
 //! Conversions from domain types to `voxpool.catalog.v1` messages (the gRPC edge).
 //! The other direction is validation (`validate::pack_spec`).
 
+use voxpool_domain::snapshot::timestamp_pb;
 use voxpool_proto::catalog::v1 as pb;
-use voxpool_shared::snapshot::timestamp_pb;
 
 use crate::model::{PackSpec, Revision, VoicePack};
 

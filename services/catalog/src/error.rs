@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use sea_orm::{DbErr, RuntimeErr};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, FieldViolation, StatusExt};
-use voxpool_shared::contract::CatalogReason;
-use voxpool_shared::status::{ERROR_DOMAIN, invalid_argument, not_found, with_info};
+use voxpool_domain::contract::CatalogReason;
+use voxpool_domain::status::{ERROR_DOMAIN, invalid_argument, not_found, with_info};
 
 /// The `ResourceInfo.resource_type` of a voice pack.
 pub const PACK_RESOURCE: &str = "voxpool.dev/VoicePack";

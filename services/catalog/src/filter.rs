@@ -5,7 +5,8 @@
 //! `provider` (a known adapter), `locale` (BCP 47, matched in canonical casing, so `en-us`
 //! finds `en-US`) and `tts_model_id`. Anything else is INVALID_ARGUMENT naming `filter`.
 
-use voxpool_shared::{config::is_valid_id, provider::Provider, snapshot::Tier, untrusted::quote};
+use voxpool_config::is_valid_id;
+use voxpool_domain::{provider::Provider, snapshot::Tier, untrusted::quote};
 
 use crate::{error::CatalogError, validate::canonical_locale};
 

@@ -1,11 +1,11 @@
 //! Freezing a pack into the immutable [`Snapshot`] a card keeps (invariant 7).
 //!
 //! The snapshot is a copy of the pack's resolved values at one version, sealed with the
-//! digest documented in `voxpool_shared::snapshot`. Nothing ties it back to the row: later
+//! digest documented in `voxpool_domain::snapshot`. Nothing ties it back to the row: later
 //! edits or a disable create new versions and never touch a snapshot already handed out.
 
 use chrono::{DateTime, Utc};
-use voxpool_shared::snapshot::Snapshot;
+use voxpool_domain::snapshot::Snapshot;
 
 use crate::{error::CatalogError, model::VoicePack};
 
@@ -39,7 +39,7 @@ pub fn freeze(pack: &VoicePack, frozen_at: DateTime<Utc>) -> Result<Snapshot, Ca
 }
 
 /// The snapshot's JSON text as a card stores it: the proto3 JSON form
-/// (`voxpool_shared::snapshot`), fields in proto order, numbers written as JavaScript writes
+/// (`voxpool_domain::snapshot`), fields in proto order, numbers written as JavaScript writes
 /// them (`-5`, not `-5.0`), so the card holds exactly what FreezeSnapshot returns over
 /// proto3 JSON and what a JavaScript client would write.
 pub fn card_json(s: &Snapshot) -> String {
@@ -90,7 +90,7 @@ pub fn card_json(s: &Snapshot) -> String {
 mod tests {
     use std::collections::BTreeMap;
 
-    use voxpool_shared::snapshot::{Kind, Params, Tier};
+    use voxpool_domain::snapshot::{Kind, Params, Tier};
 
     use super::*;
     use crate::model::{PackSpec, VoicePack};

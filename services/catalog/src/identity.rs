@@ -2,7 +2,7 @@
 //!
 //! `identity = "sha256:" + hex(sha256(text))` where `text` is compact JSON with keys in byte
 //! order, written the same way as the snapshot's canonical form (see
-//! `voxpool_shared::snapshot`; params use `Params::canonical`):
+//! `voxpool_domain::snapshot`; params use `Params::canonical`):
 //!
 //! ```text
 //! {"extra":{<k>:<v>,...},"model":<s>,"params":{"pitchPct":n,"rate":n,"volumePct":n},
@@ -47,7 +47,7 @@ pub fn identity(spec: &PackSpec) -> String {
 mod tests {
     use std::collections::BTreeMap;
 
-    use voxpool_shared::snapshot::{Kind, Params, Tier};
+    use voxpool_domain::snapshot::{Kind, Params, Tier};
 
     use super::*;
 

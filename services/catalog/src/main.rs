@@ -3,7 +3,7 @@
 //! The server exits non-zero with a one-line reason on an unsupported database URL or a port
 //! in use; a database that does not answer yet is no reason to exit: the server starts,
 //! answers health NOT_SERVING and retries it (and its migrations) with capped back-off until
-//! it answers (`voxpool_shared::startup`). `migrate` and `seed`, one-shot jobs, exit non-zero
+//! it answers (`voxpool_runtime::startup`). `migrate` and `seed`, one-shot jobs, exit non-zero
 //! on an unreachable database or a bad seed file. `--help` documents every flag; each flag also reads
 //! `VOXPOOL_<FLAG>`. A DSN password is never printed.
 
@@ -11,7 +11,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
 use voxpool_catalog::{db, pools::ServedPools, seed, server};
-use voxpool_shared::auth::AdminAuth;
+use voxpool_runtime::auth::AdminAuth;
 
 /// Voice packs (provider + model + voice + prosody params + tier, pinned to a tts model id),
 /// frozen snapshots and character-card binding, over SQLite or PostgreSQL.
@@ -50,7 +50,7 @@ struct Args {
     #[arg(long, env = "VOXPOOL_POOLS_CONFIG", global = true)]
     pools_config: Option<PathBuf>,
     #[command(flatten)]
-    server: voxpool_shared::limits::ServerFlags,
+    server: voxpool_runtime::limits::ServerFlags,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -74,12 +74,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    voxpool_shared::serve::block_on("voxpool-catalog", run(args))
+    voxpool_runtime::serve::block_on("voxpool-catalog", run(args))
 }
 
 async fn run(args: Args) -> Result<(), String> {
     if args.command.is_some() {
-        voxpool_shared::telemetry::init_logging();
+        voxpool_runtime::telemetry::init_logging();
     }
     match args.command {
         Some(Command::Migrate) => {
@@ -109,7 +109,7 @@ async fn run(args: Args) -> Result<(), String> {
             );
             Ok(())
         }
-        None => voxpool_shared::serve::with_telemetry("voxpool-catalog", serve(args)).await,
+        None => voxpool_runtime::serve::with_telemetry("voxpool-catalog", serve(args)).await,
     }
 }
 
@@ -128,11 +128,11 @@ async fn serve(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let pools = served_pools(&args)?;
     // Bind first: a bad --listen or a port in use fails before any migration runs.
-    let (listener, bound) = voxpool_shared::serve::bind(&args.listen).await?;
-    let shutdown = voxpool_shared::serve::shutdown_token();
+    let (listener, bound) = voxpool_runtime::serve::bind(&args.listen).await?;
+    let shutdown = voxpool_runtime::serve::shutdown_token();
     let repo =
         server::open_repository_waiting(&args.database, args.db_pool_size, &shutdown).await?;
-    voxpool_shared::serve::announce("voxpool-catalog", bound)?;
+    voxpool_runtime::serve::announce("voxpool-catalog", bound)?;
     tracing::info!(
         listen = %bound,
         database = %db::redact(&args.database),

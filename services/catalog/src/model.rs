@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use voxpool_shared::snapshot::{Kind, Params, Tier};
+use voxpool_domain::snapshot::{Kind, Params, Tier};
 
 /// The editable content of a voice pack (everything except id, state, version and times).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -20,7 +20,7 @@ pub struct PackSpec {
     /// Free text, at most 2,000 characters.
     #[serde(default)]
     pub description: String,
-    /// Provider (adapter) id, one of `voxpool_shared::config::PROVIDERS`.
+    /// Provider (adapter) id, one of `voxpool_config::PROVIDERS`.
     pub provider: String,
     /// Vendor model id.
     pub model: String,

@@ -11,7 +11,7 @@
 
 use std::{collections::BTreeMap, path::Path};
 
-use voxpool_shared::config::{Config, Credentials};
+use voxpool_config::{Config, Credentials};
 
 use crate::{error::Violation, model::PackSpec};
 
@@ -112,7 +112,7 @@ mod tests {
             upstream_ids: vec![],
             params: Default::default(),
             extra: Default::default(),
-            tier: voxpool_shared::snapshot::Tier::Standard,
+            tier: voxpool_domain::snapshot::Tier::Standard,
             locales: vec![],
         }
     }

@@ -235,7 +235,7 @@ mod tests {
 
     #[test]
     fn every_shipped_pack_is_served_by_a_pool_of_the_example_config_and_others_are_refused() {
-        let config = voxpool_shared::config::Config::from_toml_str(include_str!(
+        let config = voxpool_config::Config::from_toml_str(include_str!(
             "../../../deploy/config/example.toml"
         ))
         .expect("example config");

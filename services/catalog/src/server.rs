@@ -6,9 +6,9 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use voxpool_shared::auth::AdminAuth;
-use voxpool_shared::limits::ServerFlags;
-use voxpool_shared::startup::{self, NotReady};
+use voxpool_runtime::auth::AdminAuth;
+use voxpool_runtime::limits::ServerFlags;
+use voxpool_runtime::startup::{self, NotReady};
 
 use crate::{
     db,
@@ -36,7 +36,7 @@ pub async fn open_repository(url: &str, pool_size: u32) -> Result<SeaRepository,
 /// [`open_repository`] without waiting: an unsupported `--database` is an error at once; a
 /// database that answers the first try is returned open and migrated, as by
 /// [`open_repository`]; otherwise the repository is returned at once and the database opened
-/// and migrated in the background, retried with capped exponential back-off ([`voxpool_shared::startup`]) until
+/// and migrated in the background, retried with capped exponential back-off ([`voxpool_runtime::startup`]) until
 /// it answers or `shutdown` is cancelled. Until then every call answers UNAVAILABLE, so
 /// health is NOT_SERVING (a database restarting with the catalog is no crash loop).
 pub async fn open_repository_waiting(
@@ -115,12 +115,12 @@ pub async fn serve_with(
         let repo = repo.clone();
         async move { repo.ping().await.map_err(|e| format!("{e:?}")) }
     };
-    let health = voxpool_shared::serve::Health {
+    let health = voxpool_runtime::serve::Health {
         dependency: "catalog database",
         interval: HEALTH_INTERVAL,
         probe,
     };
-    voxpool_shared::serve::serve_grpc(
+    voxpool_runtime::serve::serve_grpc(
         listener,
         flags,
         &[SERVICE_NAME, ADMIN_SERVICE_NAME],

@@ -10,12 +10,12 @@
 
 use std::collections::BTreeSet;
 
-use voxpool_proto::catalog::v1 as pb;
-use voxpool_shared::{
-    config::is_valid_id,
+use voxpool_config::is_valid_id;
+use voxpool_domain::{
     provider::Provider,
     snapshot::{Kind, Params, Tier},
 };
+use voxpool_proto::catalog::v1 as pb;
 
 use crate::{
     error::{CatalogError, Violation},

@@ -4,8 +4,9 @@ mod common;
 
 use common::{Backend, TestServer, authed, bad_fields, pack_pb, with_token};
 use tonic::{Code, Request};
+use voxpool_domain::snapshot::Snapshot;
 use voxpool_proto::catalog::v1 as pb;
-use voxpool_shared::{auth::AdminAuth, snapshot::Snapshot};
+use voxpool_runtime::auth::AdminAuth;
 
 const RICH_CARD: &str = include_str!("fixtures/rich_card.json");
 
@@ -161,10 +162,9 @@ db_test!(each_invalid_field_is_invalid_argument_naming_it);
 
 /// The catalog started with `--pools-config deploy/config/example.toml`.
 async fn with_example_pools(backend: Backend) -> TestServer {
-    let config = voxpool_shared::config::Config::from_toml_str(include_str!(
-        "../../../deploy/config/example.toml"
-    ))
-    .expect("example config");
+    let config =
+        voxpool_config::Config::from_toml_str(include_str!("../../../deploy/config/example.toml"))
+            .expect("example config");
     let pools = voxpool_catalog::pools::ServedPools::from_config(&config, "example.toml");
     TestServer::start_with_pools(backend, pools).await
 }
@@ -587,7 +587,7 @@ async fn bound_cards_do_not_drift_when_the_pack_is_edited_or_disabled(backend: B
     .expect("kept");
     kept.verify_digest().expect("digest still valid");
     assert_eq!(kept.pack_version, 1);
-    assert_eq!(kept.params, voxpool_shared::snapshot::Params::default());
+    assert_eq!(kept.params, voxpool_domain::snapshot::Params::default());
     let frozen_kept = Snapshot::from_pb(&frozen).expect("frozen");
     frozen_kept
         .verify_digest()
@@ -684,7 +684,7 @@ async fn health_turns_not_serving_when_postgres_stops() {
     use tonic_health::pb::{
         HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
     };
-    let mut pg = voxpool_shared::testing::PostgresServer::start();
+    let mut pg = voxpool_testkit::PostgresServer::start();
     let url = pg.create_database();
     let repo = voxpool_catalog::server::open_repository(&url, 2)
         .await

@@ -14,7 +14,7 @@ use voxpool_catalog::{
     page_token::Cursor,
     repo::{ListQuery, PackRepository},
 };
-use voxpool_shared::snapshot::{Params, Tier};
+use voxpool_domain::snapshot::{Params, Tier};
 
 async fn all(repo: &dyn PackRepository, enabled_only: bool, filter: &str) -> Vec<String> {
     let query = ListQuery {
@@ -482,7 +482,7 @@ async fn snapshots_do_not_drift_when_the_pack_changes(backend: Backend) {
         Err(CatalogError::PackDisabled { .. })
     ));
 
-    let kept = voxpool_shared::snapshot::Snapshot::from_json(&bytes).expect("parse");
+    let kept = voxpool_domain::snapshot::Snapshot::from_json(&bytes).expect("parse");
     kept.verify_digest().expect("old digest still valid");
     assert_eq!(serde_json::to_string(&kept).expect("json"), bytes);
     assert_eq!((kept.pack_version, kept.params.pitch_pct), (1, None));

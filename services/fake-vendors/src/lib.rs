@@ -49,7 +49,7 @@ use axum::{
 pub use control::{Fault, FaultRates, KeyStats, Latency, RecordedRequest, Step, Streaming};
 use control::{Settings, Shared};
 use tokio::{net::TcpListener, task::JoinHandle};
-use voxpool_shared::snapshot::Snapshot;
+use voxpool_domain::snapshot::Snapshot;
 
 /// Which vendor's wire format a fake speaks (the provider ids of API.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

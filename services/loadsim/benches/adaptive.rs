@@ -19,7 +19,7 @@ use voxpool_loadsim::{
     run::{self, Load},
     strategy::Strategy,
 };
-use voxpool_shared::testing::RedisServer;
+use voxpool_testkit::RedisServer;
 
 const FLOOR_429_SHARE: f64 = 0.01;
 const FLOOR_GOODPUT: f64 = 0.9;

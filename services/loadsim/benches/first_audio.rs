@@ -23,9 +23,11 @@ use common::{env_or, pct};
 use futures::StreamExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use voxpool_config::Config;
+use voxpool_domain::secret::Secret;
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, Streaming, VendorKind};
 use voxpool_proto::synthesis::v1::{self as pb, synthesis_client::SynthesisClient};
-use voxpool_shared::{auth::AdminAuth, config::Config, secret::Secret, testing::RedisServer};
+use voxpool_runtime::auth::AdminAuth;
 use voxpool_synthesis::{
     server::{self, Options},
     vendor::{
@@ -35,6 +37,7 @@ use voxpool_synthesis::{
         registry::{self, AdapterOptions},
     },
 };
+use voxpool_testkit::RedisServer;
 
 const FLOOR_ADDED_MS: f64 = 20.0;
 const FLOOR_RATIO: f64 = 0.35;
@@ -66,7 +69,7 @@ async fn stack(
             catalog_url: "http://127.0.0.1:1".into(),
             lease_ttl: server::DEFAULT_LEASE_TTL,
             // The bench's scheduler authenticates no one (its config has no client tokens).
-            client_token: voxpool_shared::auth::ClientToken::none(),
+            client_token: voxpool_runtime::auth::ClientToken::none(),
         };
         let core = server::build(
             &config,

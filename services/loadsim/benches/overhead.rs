@@ -18,12 +18,14 @@ use std::time::{Duration, Instant};
 use common::{env_or, pct};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use voxpool_config::Config;
+use voxpool_domain::secret::Secret;
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, VendorKind};
 use voxpool_proto::{
     scheduler::v1::pool_scheduler_client::PoolSchedulerClient,
     synthesis::v1::{self as pb, synthesis_client::SynthesisClient},
 };
-use voxpool_shared::{auth::AdminAuth, config::Config, secret::Secret, testing::RedisServer};
+use voxpool_runtime::auth::AdminAuth;
 use voxpool_synthesis::{
     server::{self, Options},
     vendor::{
@@ -33,6 +35,7 @@ use voxpool_synthesis::{
         registry::{self, AdapterOptions},
     },
 };
+use voxpool_testkit::RedisServer;
 
 const FLOOR_MS: f64 = 1.0;
 
@@ -77,7 +80,7 @@ fn main() {
             catalog_url: "http://127.0.0.1:1".into(),
             lease_ttl: server::DEFAULT_LEASE_TTL,
             // The bench's scheduler authenticates no one (its config has no client tokens).
-            client_token: voxpool_shared::auth::ClientToken::none(),
+            client_token: voxpool_runtime::auth::ClientToken::none(),
         };
         let core = server::build(&config, registry::builtin(&AdapterOptions::default()), &options)
             .expect("synthesis core");

@@ -15,7 +15,7 @@ use voxpool_loadsim::{
     run::{self, Load},
     strategy::Strategy,
 };
-use voxpool_shared::testing::RedisServer;
+use voxpool_testkit::RedisServer;
 
 fn main() -> ExitCode {
     let config = match SimConfig::from_env() {

@@ -32,7 +32,7 @@ pub struct VendorClient {
 impl VendorClient {
     /// A client for `base_url` (`http://127.0.0.1:PORT`), with pooled keep-alive connections.
     pub fn new(base_url: &str) -> Result<Self, String> {
-        voxpool_shared::limits::install_crypto_provider();
+        voxpool_runtime::limits::install_crypto_provider();
         let http = reqwest::Client::builder()
             .timeout(CALL_TIMEOUT)
             .pool_max_idle_per_host(usize::MAX)

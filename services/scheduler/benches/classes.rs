@@ -35,7 +35,9 @@ use std::{
 };
 
 use tokio_util::sync::CancellationToken;
+use voxpool_config::Config;
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
+use voxpool_runtime::auth::AdminAuth;
 use voxpool_scheduler::{
     model::PoolSpec,
     server,
@@ -44,7 +46,7 @@ use voxpool_scheduler::{
         redis::{RedisOptions, RedisStore},
     },
 };
-use voxpool_shared::{auth::AdminAuth, config::Config, testing::RedisServer};
+use voxpool_testkit::RedisServer;
 
 mod common;
 

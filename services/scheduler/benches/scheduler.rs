@@ -35,7 +35,9 @@ use std::{
 };
 
 use tokio_util::sync::CancellationToken;
+use voxpool_config::Config;
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
+use voxpool_runtime::auth::AdminAuth;
 use voxpool_scheduler::{
     model::{AcquireParams, AcquireResult, KeySpec, LeaseToken, PoolSpec},
     server,
@@ -45,7 +47,7 @@ use voxpool_scheduler::{
         redis::{RedisOptions, RedisStore},
     },
 };
-use voxpool_shared::{auth::AdminAuth, config::Config, testing::RedisServer};
+use voxpool_testkit::RedisServer;
 
 mod common;
 
@@ -261,7 +263,7 @@ async fn sequential_pair_ms(store: &Arc<dyn LeaseStore>, pool: &str, n: u32) -> 
 
 /// Section 4: pairs/s and one caller's pair latency with and without `WAIT 1`.
 async fn replica_ack_cost(rounds: u64, workers: u64, secs: u64) -> [Rounds; 5] {
-    let sentinel = tokio::task::spawn_blocking(voxpool_shared::testing::RedisSentinel::start)
+    let sentinel = tokio::task::spawn_blocking(voxpool_testkit::RedisSentinel::start)
         .await
         .expect("sentinel");
     let acked = store_at(&sentinel.url(), 1).await;
@@ -303,7 +305,7 @@ async fn replica_ack_cost(rounds: u64, workers: u64, secs: u64) -> [Rounds; 5] {
 async fn recovery_cost(redis: &RedisServer, rounds: u64) -> Rounds {
     let mut config = pool_config(10);
     config.scheduler.recovery_window_ms =
-        voxpool_shared::config::SchedulerSettings::default().recovery_window_ms;
+        voxpool_config::SchedulerSettings::default().recovery_window_ms;
     let store: Arc<dyn LeaseStore> = Arc::new(
         RedisStore::connect(&redis.url(), RedisOptions::from_settings(&config.scheduler))
             .await
@@ -346,7 +348,7 @@ fn main() {
         .expect("runtime");
     let redis = RedisServer::start();
     // The binary's log subscriber (RUST_LOG, default info): it formats every RPC's span.
-    voxpool_shared::telemetry::init_logging();
+    voxpool_runtime::telemetry::init_logging();
     rt.block_on(async {
         let small = pool_config(10);
         let timeout = Duration::from_secs(2);

@@ -7,7 +7,7 @@
 use std::{collections::HashMap, time::Duration};
 
 use tonic::{Code, Status};
-use voxpool_shared::{
+use voxpool_domain::{
     contract::SchedulerReason,
     status::{invalid_argument, not_found, with_info},
     untrusted::{QUOTE_CHARS, quote},

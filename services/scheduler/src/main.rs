@@ -3,16 +3,14 @@
 //! Exits non-zero with a one-line reason on a bad config (a malformed `--store` included) or
 //! a port in use. A store that does not answer yet is no reason to exit: the server starts,
 //! answers health NOT_SERVING and retries the store with capped back-off until it answers
-//! (`voxpool_shared::startup`). `--help` documents every flag; each flag also reads
+//! (`voxpool_runtime::startup`). `--help` documents every flag; each flag also reads
 //! `VOXPOOL_<FLAG>`.
 
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::Parser;
-use voxpool_shared::{
-    auth::{AdminAuth, ClientAuth},
-    config::{Config, Credentials, DataPlane},
-};
+use voxpool_config::{Config, Credentials, DataPlane};
+use voxpool_runtime::auth::{AdminAuth, ClientAuth};
 
 /// Leases TTS vendor keys to callers: least utilization first, never over a key's capacity,
 /// shared across replicas through Redis.
@@ -41,7 +39,7 @@ struct Args {
     #[arg(long)]
     check_config: bool,
     #[command(flatten)]
-    server: voxpool_shared::limits::ServerFlags,
+    server: voxpool_runtime::limits::ServerFlags,
 }
 
 /// mimalloc instead of the system allocator: a gRPC request allocates and frees many small
@@ -52,7 +50,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let config = match voxpool_shared::serve::load_config(
+    let config = match voxpool_runtime::serve::load_config(
         "voxpool-scheduler",
         &args.config,
         Credentials::Ignore,
@@ -69,9 +67,9 @@ fn main() -> ExitCode {
         println!("OK");
         return ExitCode::SUCCESS;
     }
-    voxpool_shared::serve::block_on(
+    voxpool_runtime::serve::block_on(
         "voxpool-scheduler",
-        voxpool_shared::serve::with_telemetry("voxpool-scheduler", serve(args, config)),
+        voxpool_runtime::serve::with_telemetry("voxpool-scheduler", serve(args, config)),
     )
 }
 
@@ -86,11 +84,11 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
         DataPlane::Scheduler,
         args.server.tls_client_ca.is_some(),
     )?;
-    let (listener, bound) = voxpool_shared::serve::bind(&args.listen).await?;
-    let shutdown = voxpool_shared::serve::shutdown_token();
+    let (listener, bound) = voxpool_runtime::serve::bind(&args.listen).await?;
+    let shutdown = voxpool_runtime::serve::shutdown_token();
     let store =
         voxpool_scheduler::server::open_store_waiting(&args.store, &config, &shutdown).await?;
-    voxpool_shared::serve::announce("voxpool-scheduler", bound)?;
+    voxpool_runtime::serve::announce("voxpool-scheduler", bound)?;
     tracing::info!(
         listen = %bound,
         store = %voxpool_scheduler::server::redact_url(&args.store),

@@ -6,9 +6,9 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use voxpool_shared::{
+use voxpool_config::{Config, DataPlane};
+use voxpool_runtime::{
     auth::{AdminAuth, Authenticated, ClientAuth},
-    config::{Config, DataPlane},
     limits::ServerFlags,
     startup::{self, NotReady},
 };
@@ -91,7 +91,7 @@ pub async fn open_store(spec: &str, config: &Config) -> Result<Arc<dyn LeaseStor
 /// URL, a malformed URL) is an error at once; a store that answers the first try is returned
 /// connected and seeded, as by [`open_store`]; otherwise the store is returned at once and
 /// connected and seeded in the background, retried with capped exponential back-off
-/// ([`voxpool_shared::startup`]) until it answers or `shutdown` is cancelled. Until then every
+/// ([`voxpool_runtime::startup`]) until it answers or `shutdown` is cancelled. Until then every
 /// call answers UNAVAILABLE naming the last reason, so health is NOT_SERVING (a refused
 /// connection, a cluster still converging: the store and the schedulers restarting together
 /// is no crash loop).
@@ -182,7 +182,7 @@ pub async fn serve(
 ///
 /// Data-plane RPCs (all but [`ADMIN_METHODS`]) need a client credential when the config has
 /// `[[client_tokens]]` for the scheduler or `flags` has `--tls-client-ca`
-/// (`voxpool_shared::auth::ClientAuth`); their values are read here. Errors: an unreadable or
+/// (`voxpool_runtime::auth::ClientAuth`); their values are read here. Errors: an unreadable or
 /// too short client token, a configured lease secret that is unusable (`signing`), or the
 /// server failing.
 pub async fn serve_with(
@@ -250,12 +250,12 @@ pub async fn serve_with(
             Ok(())
         }
     };
-    let health = voxpool_shared::serve::Health {
+    let health = voxpool_runtime::serve::Health {
         dependency: "lease store",
         interval: HEALTH_INTERVAL,
         probe,
     };
-    voxpool_shared::serve::serve_grpc(
+    voxpool_runtime::serve::serve_grpc(
         listener,
         flags,
         &[SERVICE_NAME],

@@ -36,7 +36,8 @@ use std::{
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
-use voxpool_shared::{config::SchedulerSettings, secret::Secret};
+use voxpool_config::SchedulerSettings;
+use voxpool_domain::secret::Secret;
 
 use crate::{
     model::{Lease, LeaseId, LeaseToken},
@@ -76,7 +77,7 @@ impl SignedLease {
         let (path, tail) = raw.rsplit_once('/')?;
         let mut parts = path.splitn(3, '/');
         let (pool, upstream, key) = (parts.next()?, parts.next()?, parts.next()?);
-        if !voxpool_shared::config::is_valid_id(pool)
+        if !voxpool_config::is_valid_id(pool)
             || upstream.is_empty()
             || key.is_empty()
             || key.contains('/')
@@ -222,7 +223,7 @@ impl LeaseSigner {
     /// Errors: a configured secret that does not resolve or is shorter than
     /// [`MIN_SECRET_CHARS`], with its config path (a configuration error: exit at start-up).
     pub fn from_settings(settings: &SchedulerSettings) -> Result<Self, String> {
-        let resolve = |path: &'static str, r: &voxpool_shared::config::CredentialRef| {
+        let resolve = |path: &'static str, r: &voxpool_config::CredentialRef| {
             let secret = r.resolve().map_err(|e| format!("scheduler.{path}: {e}"))?;
             if secret.expose().chars().count() < MIN_SECRET_CHARS {
                 return Err(format!(

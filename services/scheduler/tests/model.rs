@@ -26,7 +26,7 @@ use voxpool_scheduler::{
         redis::{RedisOptions, RedisStore},
     },
 };
-use voxpool_shared::testing::{RedisCluster, RedisSentinel, RedisServer};
+use voxpool_testkit::{RedisCluster, RedisSentinel, RedisServer};
 
 const KEYS: [(&str, u32); 3] = [("u0/k0", 1), ("u0/k1", 2), ("u1/k0", 3)];
 const POLICY: HealthPolicy = HealthPolicy {

@@ -13,7 +13,7 @@ use std::{
 use tonic::{Code, transport::Channel};
 use tonic_health::pb::health_check_response::ServingStatus;
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
-use voxpool_shared::testing::RedisServer;
+use voxpool_testkit::RedisServer;
 
 #[path = "common/replica.rs"]
 mod replica;

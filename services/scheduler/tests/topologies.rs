@@ -35,7 +35,7 @@ use replica::{Replica, client, spawn_args, wait_health};
 use tonic::{Code, transport::Channel};
 use tonic_health::pb::health_check_response::ServingStatus;
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
-use voxpool_shared::testing::{RedisCluster, RedisSentinel};
+use voxpool_testkit::{RedisCluster, RedisSentinel};
 
 const KEYS_PER_POOL: usize = 4;
 

@@ -13,7 +13,7 @@ mod replica;
 
 use replica::{Replica, client, spawn_args};
 use voxpool_proto::scheduler::v1 as pb;
-use voxpool_shared::testing::{RedisCluster, RedisSentinel, RedisServer};
+use voxpool_testkit::{RedisCluster, RedisSentinel, RedisServer};
 
 fn write_config(dir: &Path, prefix: &str, ticket_ttl_ms: u64) -> PathBuf {
     let text = format!(

@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use tonic::{Code, service::interceptor::InterceptedService, transport::Channel};
+use voxpool_domain::snapshot::Snapshot;
 use voxpool_proto::catalog::v1::{FreezeSnapshotRequest, voice_catalog_client::VoiceCatalogClient};
-use voxpool_shared::{snapshot::Snapshot, telemetry::TraceContextInterceptor};
+use voxpool_runtime::telemetry::TraceContextInterceptor;
 
 use crate::error::SynthesisError;
 
@@ -21,7 +22,7 @@ pub struct Catalog {
 impl Catalog {
     /// A client for `url` that connects on first use.
     pub fn connect_lazy(url: &str) -> Result<Self, String> {
-        let channel = voxpool_shared::limits::client_endpoint("--catalog", url)?
+        let channel = voxpool_runtime::limits::client_endpoint("--catalog", url)?
             .connect_timeout(Duration::from_secs(2))
             .connect_lazy();
         Ok(Self {

@@ -5,7 +5,8 @@ use std::{sync::Arc, time::Duration};
 
 use tokio_util::task::TaskTracker;
 
-use voxpool_shared::{config::SynthesisSettings, snapshot::Snapshot};
+use voxpool_config::SynthesisSettings;
+use voxpool_domain::snapshot::Snapshot;
 
 use crate::{
     catalog::Catalog,
@@ -30,7 +31,7 @@ pub struct Core {
     /// TTL asked for each lease; renewed every third of it during a call.
     pub lease_ttl: Duration,
     /// `[[client_tokens]]` of the config (references, not values): read by `server::serve_with`.
-    pub client_tokens: Vec<voxpool_shared::config::ClientTokenConfig>,
+    pub client_tokens: Vec<voxpool_config::ClientTokenConfig>,
     /// Every vendor call under way, including those whose caller has gone: each holds its
     /// lease until the vendor answers (see [`crate::attempt`]); shutdown waits for them.
     pub background: TaskTracker,

@@ -21,7 +21,7 @@ impl Deadline {
     /// From the request metadata, falling back to `default` when the caller set none.
     pub fn from_metadata(md: &MetadataMap, default: Duration) -> Self {
         let budget =
-            voxpool_shared::serve::grpc_timeout(md).map_or(default, |d| d.saturating_sub(MARGIN));
+            voxpool_runtime::serve::grpc_timeout(md).map_or(default, |d| d.saturating_sub(MARGIN));
         Self::after(budget)
     }
 

@@ -9,8 +9,8 @@ use std::{collections::HashMap, time::Duration};
 
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
-use voxpool_shared::contract::Outcome;
-use voxpool_shared::status::{ERROR_DOMAIN, invalid_argument, not_found, with_info};
+use voxpool_domain::contract::Outcome;
+use voxpool_domain::status::{ERROR_DOMAIN, invalid_argument, not_found, with_info};
 
 use crate::{
     record::{AttemptRecord, summary},

@@ -16,8 +16,8 @@
 
 use std::time::Duration;
 
+use voxpool_domain::contract::Outcome;
 use voxpool_proto::scheduler::v1::AcquireRequest;
-use voxpool_shared::contract::Outcome;
 
 use crate::{
     attempt::{self, AttemptEnd, CallInput, ChunkOut},

@@ -42,4 +42,4 @@ pub mod service;
 pub mod stream;
 pub mod vendor;
 
-pub use voxpool_shared::{audio, text};
+pub use voxpool_domain::{audio, text};

@@ -8,11 +8,9 @@
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Parser;
-use voxpool_shared::{
-    auth::{ClientAuth, ClientToken},
-    config::{Config, Credentials, DataPlane},
-    provider::Provider,
-};
+use voxpool_config::{Config, Credentials, DataPlane};
+use voxpool_domain::provider::Provider;
+use voxpool_runtime::auth::{ClientAuth, ClientToken};
 use voxpool_synthesis::{
     pools::Pools,
     server::{self, Options},
@@ -66,7 +64,7 @@ struct Args {
     #[arg(long)]
     check_config: bool,
     #[command(flatten)]
-    server: voxpool_shared::limits::ServerFlags,
+    server: voxpool_runtime::limits::ServerFlags,
 }
 
 /// mimalloc instead of the system allocator, as in `voxpool-scheduler`: gRPC and HTTP
@@ -81,18 +79,18 @@ fn main() -> ExitCode {
     } else {
         Credentials::Ignore
     };
-    let config = match voxpool_shared::serve::load_config("voxpool-synthesis", &args.config, policy)
-    {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
+    let config =
+        match voxpool_runtime::serve::load_config("voxpool-synthesis", &args.config, policy) {
+            Ok(c) => c,
+            Err(code) => return code,
+        };
     if args.check_config {
         println!("OK");
         return ExitCode::SUCCESS;
     }
-    voxpool_shared::serve::block_on(
+    voxpool_runtime::serve::block_on(
         "voxpool-synthesis",
-        voxpool_shared::serve::with_telemetry("voxpool-synthesis", serve(args, config)),
+        voxpool_runtime::serve::with_telemetry("voxpool-synthesis", serve(args, config)),
     )
 }
 
@@ -110,7 +108,7 @@ fn warn_about_credentials(pools: &Pools) {
 async fn serve(args: Args, config: Config) -> Result<(), String> {
     // Bind first: a bad --listen or a port in use is the one line the operator sees, not the
     // last line after the pool warnings below.
-    let (listener, bound) = voxpool_shared::serve::bind(&args.listen).await?;
+    let (listener, bound) = voxpool_runtime::serve::bind(&args.listen).await?;
     let adapters = registry::builtin(&AdapterOptions {
         espeak_program: args.espeak_bin.clone(),
     });
@@ -152,8 +150,8 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
     )?;
     let core = server::build(&config, adapters, &options)?;
     warn_about_credentials(&core.pools);
-    let shutdown = voxpool_shared::serve::shutdown_token();
-    voxpool_shared::serve::announce("voxpool-synthesis", bound)?;
+    let shutdown = voxpool_runtime::serve::shutdown_token();
+    voxpool_runtime::serve::announce("voxpool-synthesis", bound)?;
     tracing::info!(
         listen = %bound,
         scheduler = %args.scheduler,

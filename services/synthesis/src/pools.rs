@@ -16,10 +16,8 @@ use std::{
     time::Duration,
 };
 
-use voxpool_shared::{
-    config::{Config, PoolConfig},
-    provider::Provider,
-};
+use voxpool_config::{Config, PoolConfig};
+use voxpool_domain::provider::Provider;
 
 use crate::vendor::{KeyCredential, UpstreamTarget};
 

@@ -3,8 +3,8 @@
 
 use std::fmt;
 
+use voxpool_domain::contract::Outcome;
 use voxpool_proto::{scheduler::v1 as spb, synthesis::v1 as pb};
-use voxpool_shared::contract::Outcome;
 
 /// One vendor call made for a request.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
+use voxpool_domain::{provider::Provider, snapshot::Snapshot};
 use voxpool_proto::synthesis::v1::{self as pb, synthesize_request::Voice};
-use voxpool_shared::{provider::Provider, snapshot::Snapshot};
 
 use crate::{
     core::{Core, Job},
@@ -101,7 +101,7 @@ impl Core {
         // Checked first: the request id goes into every log line of the request, and a
         // control character in it would forge one.
         if let Err(problem) =
-            voxpool_shared::untrusted::check_field(&r.request_id, MAX_REQUEST_ID_CHARS)
+            voxpool_domain::untrusted::check_field(&r.request_id, MAX_REQUEST_ID_CHARS)
         {
             return Err(invalid("request_id", problem.to_string()));
         }
@@ -114,7 +114,7 @@ impl Core {
                 ),
             ));
         };
-        if let Err(problem) = voxpool_shared::contract::check_tenant(&r.tenant) {
+        if let Err(problem) = voxpool_domain::contract::check_tenant(&r.tenant) {
             return Err(invalid("tenant", problem.to_string()));
         }
         check_text(&r.text, self.settings.max_text_chars)?;

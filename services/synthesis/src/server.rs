@@ -4,7 +4,7 @@
 //!
 //! Start-up never waits on, nor exits for, the scheduler or the catalog: both are connected
 //! lazily, health is NOT_SERVING until the scheduler answers, and [`watch_start_up`] logs
-//! (once per back-off step, [`voxpool_shared::startup`]) which of them does not answer yet,
+//! (once per back-off step, [`voxpool_runtime::startup`]) which of them does not answer yet,
 //! until both do. The catalog is not part of health: only requests naming a pack id need it,
 //! and those answer UNAVAILABLE naming it while it is down.
 
@@ -12,9 +12,9 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use voxpool_shared::{
+use voxpool_config::{Config, DataPlane};
+use voxpool_runtime::{
     auth::{Authenticated, ClientAuth, ClientToken},
-    config::{Config, DataPlane},
     limits::ServerFlags,
     startup::{self, NotReady},
 };
@@ -117,7 +117,7 @@ pub async fn serve(
 /// `synthesis.attempt_timeout_ms` plus a second; a lease still held then expires at its TTL.
 ///
 /// Every Synthesis RPC needs a client credential when `core`'s config has `[[client_tokens]]`
-/// for synthesis or `flags` has `--tls-client-ca` (`voxpool_shared::auth::ClientAuth`).
+/// for synthesis or `flags` has `--tls-client-ca` (`voxpool_runtime::auth::ClientAuth`).
 /// Errors: an unreadable or too short client token.
 pub async fn serve_with(
     listener: TcpListener,
@@ -140,7 +140,7 @@ pub async fn serve_with(
             }
         }
     };
-    let health = voxpool_shared::serve::Health {
+    let health = voxpool_runtime::serve::Health {
         dependency: "scheduler",
         interval: HEALTH_INTERVAL,
         probe,
@@ -153,7 +153,7 @@ pub async fn serve_with(
     let service = SynthesisService::new(core.clone(), flags.max_message_bytes).into_server();
     let service = Authenticated::new(service, callers, &[]);
     tokio::spawn(watch_start_up(core.clone(), shutdown.clone()));
-    let result = voxpool_shared::serve::serve_grpc(
+    let result = voxpool_runtime::serve::serve_grpc(
         listener,
         flags,
         &[SERVICE_NAME],

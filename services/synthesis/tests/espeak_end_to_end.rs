@@ -14,8 +14,8 @@ use common::{Stack, json_of, pool_toml, request, snapshot, start_scheduler};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
+use voxpool_config::Config;
 use voxpool_proto::synthesis::v1::{self as pb, synthesis_client::SynthesisClient};
-use voxpool_shared::config::Config;
 use voxpool_synthesis::vendor::registry::{AdapterOptions, builtin};
 
 const CONFIG: &str = r#"

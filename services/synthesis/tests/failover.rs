@@ -604,7 +604,7 @@ async fn a_running_call_re_registers_its_lease_when_the_store_loses_the_pool() {
 #[tokio::test]
 async fn audio_over_the_message_limit_points_to_the_stream() {
     let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![]);
-    let flags = voxpool_shared::limits::ServerFlags {
+    let flags = voxpool_runtime::limits::ServerFlags {
         max_message_bytes: 200_000,
         ..Default::default()
     };

@@ -6,8 +6,8 @@
 
 use std::{sync::Arc, time::Duration};
 
+use voxpool_domain::{secret::Secret, snapshot::Snapshot};
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, Step, Streaming, VendorKind};
-use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 use voxpool_synthesis::vendor::{
     AudioFormat, AudioSink, KeyCredential, UpstreamTarget, VendorAdapter, VendorRequest,
     azure::Azure, dashscope::DashScope, elevenlabs::ElevenLabs, http, minimax::MiniMax,

@@ -5,9 +5,9 @@
 
 use std::{sync::Arc, time::Duration};
 
+use voxpool_domain::contract::Outcome;
+use voxpool_domain::{secret::Secret, snapshot::Snapshot};
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, Fault, Step, VendorKind};
-use voxpool_shared::contract::Outcome;
-use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 use voxpool_synthesis::vendor::{
     AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorAudio, VendorFailure,
     VendorRequest, azure::Azure, dashscope::DashScope, elevenlabs::ElevenLabs, http,

@@ -2,7 +2,7 @@
 
 use std::io::Read as _;
 
-use voxpool_shared::auth::ClientToken;
+use voxpool_runtime::auth::ClientToken;
 
 use crate::{
     batch::{self, BatchConfig},

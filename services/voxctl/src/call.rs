@@ -203,7 +203,7 @@ impl Caller {
         limit: &PartLimit,
         request_id_base: &str,
     ) -> Spoken {
-        use voxpool_shared::text::{TextLimit, split};
+        use voxpool_domain::text::{TextLimit, split};
         let pieces = |text: &str, max: usize| -> Vec<String> {
             split(text, TextLimit::Chars(max))
                 .into_iter()

@@ -352,9 +352,9 @@ fn positive_duration(raw: &str) -> Result<Duration, String> {
     }
 }
 
-/// A tenant as the scheduler accepts it ([`voxpool_shared::contract::check_tenant`]).
+/// A tenant as the scheduler accepts it ([`voxpool_domain::contract::check_tenant`]).
 fn tenant(raw: &str) -> Result<String, String> {
-    voxpool_shared::contract::check_tenant(raw)
+    voxpool_domain::contract::check_tenant(raw)
         .map(|()| raw.to_owned())
         .map_err(|p| p.to_string())
 }

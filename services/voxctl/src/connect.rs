@@ -11,7 +11,7 @@ use tonic::{
     service::{Interceptor, interceptor::InterceptedService},
     transport::Channel,
 };
-use voxpool_shared::auth::ClientToken;
+use voxpool_runtime::auth::ClientToken;
 
 /// A channel whose calls carry the client token: for synthesis and the scheduler, whose
 /// data-plane RPCs need one when they are configured with `[[client_tokens]]`.
@@ -32,9 +32,9 @@ pub struct UrlError {
 
 /// A channel to `spec`: one URL (`http://host:port`), a list (`URL,URL,...`) or a DNS name
 /// standing for several replicas, balanced over the healthy ones
-/// (`voxpool_shared::endpoints`). Connects lazily. Needs a Tokio runtime.
+/// (`voxpool_runtime::endpoints`). Connects lazily. Needs a Tokio runtime.
 pub fn channel(spec: &str) -> Result<Channel, UrlError> {
-    voxpool_shared::endpoints::Endpoints::start("service URL", spec)
+    voxpool_runtime::endpoints::Endpoints::start("service URL", spec)
         .map(|e| e.channel)
         .map_err(|reason| UrlError {
             url: spec.to_owned(),

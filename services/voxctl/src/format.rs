@@ -28,8 +28,8 @@ impl Format {
     }
 
     /// The same format in the shared audio types (for joining parts).
-    pub fn to_audio(self) -> voxpool_shared::audio::AudioFormat {
-        use voxpool_shared::audio::AudioFormat as A;
+    pub fn to_audio(self) -> voxpool_domain::audio::AudioFormat {
+        use voxpool_domain::audio::AudioFormat as A;
         match self {
             Format::Wav => A::Wav,
             Format::Mp3 => A::Mp3,

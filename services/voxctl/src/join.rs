@@ -1,12 +1,12 @@
 //! Joins the audio of the parts of a split item into one file.
 //!
 //! The parts go through the same joiner synthesis uses for the chunks of one request
-//! (`voxpool_shared::audio::Joiner`): WAV parts get one RIFF header whose sizes cover every
+//! (`voxpool_domain::audio::Joiner`): WAV parts get one RIFF header whose sizes cover every
 //! sample (parts must share channels, sample rate and bit depth); PCM and MP3 frames
 //! concatenate (later ID3 tags dropped); Ogg Opus parts concatenate into a chained Ogg
 //! stream, which the Ogg specification allows.
 
-use voxpool_shared::audio::{Audio, AudioError, Joiner};
+use voxpool_domain::audio::{Audio, AudioError, Joiner};
 
 use crate::format::Format;
 
@@ -38,7 +38,7 @@ pub enum JoinError {
 }
 
 /// Joins `parts` (in order) into one file of `format` with the service's one joiner
-/// (`voxpool_shared::audio::Joiner`; Ogg parts chain). One part is returned as is.
+/// (`voxpool_domain::audio::Joiner`; Ogg parts chain). One part is returned as is.
 pub fn join(format: Format, mut parts: Vec<Vec<u8>>) -> Result<Vec<u8>, JoinError> {
     if parts.len() == 1 {
         return Ok(parts.remove(0));

@@ -3,7 +3,7 @@
 //! The heart is [`batch`]: a JSON Lines manifest in, one audio file per item out, with a
 //! durable checkpoint for resume ([`checkpoint`]), retries of retryable failures only
 //! ([`retry`], [`call`]), a client-side circuit breaker ([`breaker`]), a client-side rate limit,
-//! splitting (`voxpool_shared::text`, the same splitter synthesis uses) and joining of long items ([`join`]), atomic file writes ([`output`]),
+//! splitting (`voxpool_domain::text`, the same splitter synthesis uses) and joining of long items ([`join`]), atomic file writes ([`output`]),
 //! progress ([`progress`]) and a report ([`report`]). [`ops`] holds the operator commands;
 //! [`app`] maps the command line onto them.
 

@@ -18,7 +18,7 @@ use backon::ExponentialBuilder;
 use rand::Rng as _;
 use tonic::{Code, Status};
 use tonic_types::StatusExt as _;
-use voxpool_shared::contract::{Retry, SynthesisReason, retry_of};
+use voxpool_domain::contract::{Retry, SynthesisReason, retry_of};
 
 /// A failed Synthesize call, reduced to what retrying and reporting need.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -19,7 +19,7 @@ use voxctl::{
     report::Status as ItemStatus,
     shutdown::Shutdown,
 };
-use voxpool_shared::contract::SynthesisReason;
+use voxpool_domain::contract::SynthesisReason;
 
 #[tokio::test]
 async fn every_item_is_written_as_a_complete_wav_and_the_report_says_so() {

@@ -197,7 +197,7 @@ async fn a_dry_run_reports_items_whose_pack_pins_a_pool_the_scheduler_does_not_s
         let json = common::stack::snapshot_json()
             .to_string()
             .replace(common::stack::POOL, "ghost");
-        voxpool_shared::snapshot::Snapshot::from_json(&json)
+        voxpool_domain::snapshot::Snapshot::from_json(&json)
             .expect("snapshot")
             .seal()
             .to_json_value()

@@ -3,7 +3,7 @@
 
 use sea_orm::ActiveValue::Set;
 use serde::{Deserialize, Serialize};
-use voxpool_shared::snapshot::{Kind, Params, Tier};
+use voxpool_domain::snapshot::{Kind, Params, Tier};
 
 use super::entity::{revision, voice_pack};
 use crate::{

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 use voxpool_proto::catalog::v1::{self as pb, voice_catalog_admin_server::VoiceCatalogAdmin};
-use voxpool_shared::auth::AdminAuth;
+use voxpool_runtime::auth::AdminAuth;
 
 use super::{Repo, list::list, require_id};
 use crate::{

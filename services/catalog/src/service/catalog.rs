@@ -28,7 +28,7 @@ impl CatalogService {
         pb::voice_catalog_server::VoiceCatalogServer::new(self)
     }
 
-    async fn snapshot(&self, pack_id: &str) -> Result<voxpool_shared::snapshot::Snapshot, Status> {
+    async fn snapshot(&self, pack_id: &str) -> Result<voxpool_domain::snapshot::Snapshot, Status> {
         require_id("pack_id", pack_id)?;
         let pack = self.repo.get(pack_id).await?;
         Ok(freeze(&pack, now())?)

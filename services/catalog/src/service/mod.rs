@@ -28,7 +28,7 @@ fn require_id(field: &str, id: &str) -> Result<(), crate::error::CatalogError> {
     }
     // Checked before any lookup, so no error message or log line carries a caller's huge or
     // control-character-laden value (ids the catalog assigns are short and plain).
-    voxpool_shared::untrusted::check_field(id, MAX_PACK_ID_CHARS).map_err(|problem| {
+    voxpool_domain::untrusted::check_field(id, MAX_PACK_ID_CHARS).map_err(|problem| {
         crate::error::CatalogError::invalid(
             field,
             format!("{problem}; voice pack ids look like vp_…"),

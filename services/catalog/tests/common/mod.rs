@@ -1,6 +1,6 @@
 //! Test fixtures shared by the integration tests: a fresh database per test on SQLite (a
 //! temporary file) or PostgreSQL (a database of its own on the per-binary throwaway cluster
-//! from `voxpool_shared::testing::PostgresServer`), an in-process gRPC server on
+//! from `voxpool_testkit::PostgresServer`), an in-process gRPC server on
 //! `127.0.0.1:0`, and the `db_test!` macro that runs one test body on both backends.
 #![allow(dead_code)]
 
@@ -9,16 +9,16 @@ use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, transport::Channel};
 use voxpool_catalog::{model::PackSpec, pools::ServedPools, repo::sea::SeaRepository, server};
+use voxpool_domain::{
+    secret::Secret,
+    snapshot::{Kind, Params, Tier},
+};
 use voxpool_proto::catalog::v1::{
     self as pb, voice_catalog_admin_client::VoiceCatalogAdminClient,
     voice_catalog_client::VoiceCatalogClient,
 };
-use voxpool_shared::{
-    auth::AdminAuth,
-    secret::Secret,
-    snapshot::{Kind, Params, Tier},
-    testing::PostgresServer,
-};
+use voxpool_runtime::auth::AdminAuth;
+use voxpool_testkit::PostgresServer;
 
 /// The admin token test servers accept.
 pub const TOKEN: &str = "test-admin-token";
@@ -154,7 +154,7 @@ impl TestServer {
         let addr = listener.local_addr().expect("addr");
         let shutdown = CancellationToken::new();
         let serve_repo: Arc<dyn voxpool_catalog::repo::PackRepository> = Arc::new(repo.clone());
-        let flags = voxpool_shared::limits::ServerFlags::default();
+        let flags = voxpool_runtime::limits::ServerFlags::default();
         let stop = shutdown.clone();
         tokio::spawn(async move {
             server::serve_with(listener, serve_repo, auth, pools, &flags, stop).await

@@ -208,7 +208,7 @@ pub struct Decoded {
 
 /// A plain-HTTP client.
 pub fn client() -> reqwest::Client {
-    voxpool_shared::limits::install_crypto_provider();
+    voxpool_runtime::limits::install_crypto_provider();
     reqwest::Client::new()
 }
 

@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
+use voxpool_config::Config;
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
+use voxpool_runtime::auth::AdminAuth;
 use voxpool_scheduler::server;
-use voxpool_shared::{auth::AdminAuth, config::Config};
 
 use super::RequestOutcome;
 use crate::{

@@ -89,7 +89,7 @@ where
 /// Whether the scheduler's contract lets a caller retry `status` (its typed reason, else its
 /// code).
 pub fn grpc_retryable(status: &tonic::Status) -> bool {
-    use voxpool_shared::contract::{Retry, SchedulerReason, retry_of};
+    use voxpool_domain::contract::{Retry, SchedulerReason, retry_of};
     retry_of::<SchedulerReason>(status) == Retry::Again
 }
 

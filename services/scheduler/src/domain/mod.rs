@@ -18,7 +18,7 @@ pub mod pools;
 use std::{sync::Arc, time::Duration};
 
 use tokio_util::sync::CancellationToken;
-use voxpool_shared::config::Config;
+use voxpool_config::Config;
 
 pub use self::{
     admission::{AcquireRequest, Granted},

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use voxpool_shared::config::Config;
+use voxpool_config::Config;
 
 use crate::model::PoolSpec;
 

@@ -5,13 +5,13 @@
 //! Invariant 5 (a misbehaving key leaves rotation, a recovered one returns): the one
 //! [`HealthPolicy`] both stores apply, in Rust and in `lua/report.lua` alike.
 
-use voxpool_shared::config::SchedulerSettings;
+use voxpool_config::SchedulerSettings;
 
 use super::{ClassLine, LeaseId, batch_limit};
 
 /// The outcome of a vendor call (see VENDORS.md for the classification): the contract type
 /// shared with synthesis.
-pub use voxpool_shared::contract::Outcome;
+pub use voxpool_domain::contract::Outcome;
 
 /// Whether a key takes leases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,8 +5,8 @@
 
 use std::fmt;
 
-use voxpool_shared::config::Config;
-pub use voxpool_shared::config::{QuotaConfig, QuotaPeriod};
+use voxpool_config::Config;
+pub use voxpool_config::{QuotaConfig, QuotaPeriod};
 
 mod health;
 
@@ -137,7 +137,7 @@ impl LeaseId {
     /// Parses `<pool>/<32 hex>`; `None` when malformed.
     pub fn parse(s: &str) -> Option<Self> {
         let (pool, token) = s.rsplit_once('/')?;
-        if !voxpool_shared::config::is_valid_id(pool) {
+        if !voxpool_config::is_valid_id(pool) {
             return None;
         }
         Some(Self {
@@ -342,7 +342,7 @@ pub enum Refusal {
 
 #[cfg(test)]
 mod tests {
-    use voxpool_shared::config::SchedulerSettings;
+    use voxpool_config::SchedulerSettings;
 
     use super::*;
 

@@ -11,11 +11,9 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
+use voxpool_config::{Config, SchedulerSettings};
 use voxpool_proto::scheduler::v1 as pb;
-use voxpool_shared::{
-    auth::AdminAuth,
-    config::{Config, SchedulerSettings},
-};
+use voxpool_runtime::auth::AdminAuth;
 
 pub use self::validate::{
     MAX_FILTER_ENTRIES, MAX_REQUEST_ID_CHARS, MAX_RETRY_AFTER_MS, MAX_WAIT_TIMEOUT_MS,
@@ -169,7 +167,7 @@ impl SchedulerService {
 
 /// The authenticated caller's identity, empty when callers are not authenticated.
 fn caller_of<T>(request: &Request<T>) -> String {
-    voxpool_shared::auth::caller_identity(request)
+    voxpool_runtime::auth::caller_identity(request)
         .map(|c| c.as_str().to_owned())
         .unwrap_or_default()
 }
@@ -224,7 +222,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             self.ensure_signer().await?;
             let request = self.acquire_request(&r, &caller, deadline)?;
             self.scheduler
-                .acquire(request, || voxpool_shared::limits::step_aside(&extensions))
+                .acquire(request, || voxpool_runtime::limits::step_aside(&extensions))
                 .await
         }
         .instrument(span.clone())

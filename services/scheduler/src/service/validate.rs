@@ -8,12 +8,12 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use voxpool_proto::scheduler::v1 as pb;
-use voxpool_shared::{
-    config::MAX_KEY_CAPACITY,
+use voxpool_config::MAX_KEY_CAPACITY;
+use voxpool_domain::{
     contract::Outcome,
     untrusted::{FieldProblem, check_field, quote},
 };
+use voxpool_proto::scheduler::v1 as pb;
 
 use super::SchedulerService;
 use crate::{
@@ -53,7 +53,7 @@ pub(super) fn invalid(field: impl Into<String>, message: impl Into<String>) -> S
 
 /// The caller's deadline (`grpc-timeout`), less [`DEADLINE_MARGIN`], as an instant.
 pub(super) fn deadline(md: &tonic::metadata::MetadataMap) -> Option<Instant> {
-    let timeout = voxpool_shared::serve::grpc_timeout(md)?;
+    let timeout = voxpool_runtime::serve::grpc_timeout(md)?;
     Instant::now().checked_add(timeout.saturating_sub(DEADLINE_MARGIN))
 }
 
@@ -216,7 +216,7 @@ impl SchedulerService {
             .map_err(|p| invalid("idempotency_key", p.to_string()))?;
         let idempotent = !r.idempotency_key.is_empty();
         let priority = priority(r.priority)?;
-        voxpool_shared::contract::check_tenant(&r.tenant)
+        voxpool_domain::contract::check_tenant(&r.tenant)
             .map_err(|p| invalid("tenant", p.to_string()))?;
         let characters = characters(r.characters)?;
         Ok(AcquireRequest {

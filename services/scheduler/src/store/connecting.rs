@@ -121,8 +121,8 @@ impl LeaseStore for Connecting {
 
     async fn lease_secret(
         &self,
-        candidate: &voxpool_shared::secret::Secret,
-    ) -> StoreResult<voxpool_shared::secret::Secret> {
+        candidate: &voxpool_domain::secret::Secret,
+    ) -> StoreResult<voxpool_domain::secret::Secret> {
         self.get()?.lease_secret(candidate).await
     }
 

@@ -172,8 +172,8 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// stored then, so every later caller gets it).
     async fn lease_secret(
         &self,
-        candidate: &voxpool_shared::secret::Secret,
-    ) -> StoreResult<voxpool_shared::secret::Secret>;
+        candidate: &voxpool_domain::secret::Secret,
+    ) -> StoreResult<voxpool_domain::secret::Secret>;
 
     /// Round-trips to the store (health checks).
     async fn ping(&self) -> StoreResult<()>;

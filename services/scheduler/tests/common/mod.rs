@@ -8,17 +8,15 @@ use std::{sync::Arc, time::Duration};
 
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, transport::Channel};
+use voxpool_config::Config;
+use voxpool_domain::secret::Secret;
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
+use voxpool_runtime::auth::AdminAuth;
 use voxpool_scheduler::{
     server,
     store::{LeaseStore, memory::MemoryStore},
 };
-use voxpool_shared::{
-    auth::AdminAuth,
-    config::Config,
-    secret::Secret,
-    testing::{RedisCluster, RedisSentinel, RedisServer},
-};
+use voxpool_testkit::{RedisCluster, RedisSentinel, RedisServer};
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
@@ -140,7 +138,7 @@ pub async fn start_with(backend: Backend, toml: &str, scheduler_lines: &str) -> 
     let config = Config::from_toml_str(&format!("{toml}{settings}{prefix}{scheduler_lines}"))
         .expect("config parses");
     config
-        .validate(voxpool_shared::config::Credentials::Ignore)
+        .validate(voxpool_config::Credentials::Ignore)
         .expect("config valid");
     let redis = matches!(backend, Backend::Redis).then(RedisServer::start);
     let store = open_store(backend, &config, redis.as_ref()).await;

@@ -33,8 +33,8 @@ async fn a_made_up_or_altered_lease_id_changes_nothing(b: Backend) {
             .unwrap_err();
         assert_eq!(report.code(), Code::PermissionDenied, "{report:?}");
         assert_eq!(
-            voxpool_shared::contract::SchedulerReason::of(&report),
-            Some(voxpool_shared::contract::SchedulerReason::LeaseNotIssued)
+            voxpool_domain::contract::SchedulerReason::of(&report),
+            Some(voxpool_domain::contract::SchedulerReason::LeaseNotIssued)
         );
         let renew = c
             .renew(req::renew(forged.clone()).ttl_ms(600_000).key_id(other_key))

@@ -57,7 +57,7 @@ async fn config_capacity_change_wins_over_admin_override_on_reseed(b: Backend) {
         .unwrap();
     assert_eq!(h.key("p", "u0/k0").await.capacity, 2);
     // Config changed to 6: the new configured value wins.
-    let changed = voxpool_shared::config::Config::from_toml_str(&uniform_pool(1, 1, 6)).unwrap();
+    let changed = voxpool_config::Config::from_toml_str(&uniform_pool(1, 1, 6)).unwrap();
     h.store
         .seed(&voxpool_scheduler::model::PoolSpec::from_config(&changed))
         .await
@@ -105,8 +105,8 @@ async fn a_lost_pool_holds_grants_back_while_live_leases_re_register(b: Backend)
     let refused = h.acquire("p").await.unwrap_err();
     assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
     assert_eq!(
-        voxpool_shared::contract::SchedulerReason::of(&refused),
-        Some(voxpool_shared::contract::SchedulerReason::PoolRecovering)
+        voxpool_domain::contract::SchedulerReason::of(&refused),
+        Some(voxpool_domain::contract::SchedulerReason::PoolRecovering)
     );
     let retry = refused
         .get_error_details()

@@ -48,8 +48,8 @@ use tokio::{
 };
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
-use voxpool_shared::contract::Outcome;
-use voxpool_shared::snapshot::Snapshot;
+use voxpool_domain::contract::Outcome;
+use voxpool_domain::snapshot::Snapshot;
 
 use crate::{
     audio,

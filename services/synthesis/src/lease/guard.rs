@@ -44,7 +44,7 @@ impl LeaseGuard {
     /// `characters`: what the call synthesized, counted against the key's quota on SUCCESS.
     pub async fn finish(
         mut self,
-        outcome: voxpool_shared::contract::Outcome,
+        outcome: voxpool_domain::contract::Outcome,
         retry_after_ms: Option<u64>,
         latency_ms: u64,
         characters: u64,

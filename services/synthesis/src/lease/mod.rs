@@ -12,7 +12,7 @@
 //! TTL, so a long call never loses its slot and a crashed replica's slots return within one
 //! TTL.
 //!
-//! Several scheduler replicas (`voxpool_shared::endpoints`): calls are balanced over the healthy ones, and an
+//! Several scheduler replicas (`voxpool_runtime::endpoints`): calls are balanced over the healthy ones, and an
 //! Acquire, Release, Report or Renew that fails with UNAVAILABLE (a replica killed, draining or
 //! cut off from its store) or a transport error is retried on another endpoint with jittered
 //! exponential backoff (`backon`) within the call's budget. Acquire carries an idempotency key
@@ -27,8 +27,9 @@ use std::time::Duration;
 
 use tonic::{Code, Status, service::interceptor::InterceptedService, transport::Channel};
 use tonic_types::StatusExt;
+use voxpool_domain::contract::SchedulerReason;
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
-use voxpool_shared::{auth::ClientToken, contract::SchedulerReason};
+use voxpool_runtime::auth::ClientToken;
 
 pub use guard::LeaseGuard;
 
@@ -41,7 +42,7 @@ const SMALL_RPC_TIMEOUT: Duration = Duration::from_secs(6);
 pub struct Scheduler {
     client: PoolSchedulerClient<InterceptedService<Channel, ClientToken>>,
     health: tonic_health::pb::health_client::HealthClient<Channel>,
-    endpoints: voxpool_shared::endpoints::Endpoints,
+    endpoints: voxpool_runtime::endpoints::Endpoints,
     url: String,
 }
 
@@ -208,11 +209,11 @@ fn classify(status: &Status) -> AcquireError {
 }
 
 impl Scheduler {
-    /// A client for `spec` (`URL[,URL...]`, see `voxpool_shared::endpoints`) that connects on
+    /// A client for `spec` (`URL[,URL...]`, see `voxpool_runtime::endpoints`) that connects on
     /// first use and presents `token` on every call (health checks go without).
     /// Needs a Tokio runtime (the endpoint prober is a task).
     pub fn connect_lazy(spec: &str, token: ClientToken) -> Result<Self, String> {
-        let endpoints = voxpool_shared::endpoints::Endpoints::start("--scheduler", spec)?;
+        let endpoints = voxpool_runtime::endpoints::Endpoints::start("--scheduler", spec)?;
         let channel = endpoints.channel.clone();
         Ok(Self {
             client: PoolSchedulerClient::with_interceptor(channel.clone(), token),

@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 
 use super::*;
-use voxpool_shared::status::with_info;
+use voxpool_domain::status::with_info;
 
 #[test]
 fn scheduler_errors_are_classified_by_code_and_reason() {

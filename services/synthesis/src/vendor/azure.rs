@@ -37,8 +37,8 @@
 
 use async_trait::async_trait;
 use reqwest::Client;
-use voxpool_shared::provider::Provider;
-use voxpool_shared::snapshot::Snapshot;
+use voxpool_domain::provider::Provider;
+use voxpool_domain::snapshot::Snapshot;
 
 use super::{
     AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
@@ -327,7 +327,7 @@ impl VendorAdapter for Azure {
         .map_err(|m| {
             http::failure(
                 PROVIDER,
-                voxpool_shared::contract::Outcome::UpstreamError,
+                voxpool_domain::contract::Outcome::UpstreamError,
                 None,
                 None,
                 m,
@@ -348,7 +348,7 @@ impl VendorAdapter for Azure {
                     String::from_utf8_lossy(&reply.body[..reply.body.len().min(200)]).into_owned();
                 http::failure(
                     PROVIDER,
-                    voxpool_shared::contract::Outcome::UpstreamError,
+                    voxpool_domain::contract::Outcome::UpstreamError,
                     Some(reply.status.as_u16()),
                     None,
                     format!(
@@ -372,7 +372,7 @@ impl VendorAdapter for Azure {
 
 #[cfg(test)]
 mod tests {
-    use voxpool_shared::snapshot::Params;
+    use voxpool_domain::snapshot::Params;
 
     use super::*;
 

@@ -42,8 +42,8 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use reqwest::Client;
 use serde_json::{Value, json};
-use voxpool_shared::{contract::Outcome, provider::Provider};
-use voxpool_shared::{secret::Secret, snapshot::Snapshot};
+use voxpool_domain::{contract::Outcome, provider::Provider};
+use voxpool_domain::{secret::Secret, snapshot::Snapshot};
 
 use super::{
     AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
@@ -374,7 +374,7 @@ impl VendorAdapter for DashScope {
 
 #[cfg(test)]
 mod tests {
-    use voxpool_shared::snapshot::Params;
+    use voxpool_domain::snapshot::Params;
 
     use super::*;
 

@@ -32,8 +32,8 @@ use std::{path::PathBuf, process::Stdio};
 
 use async_trait::async_trait;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use voxpool_shared::snapshot::Snapshot;
-use voxpool_shared::{contract::Outcome, provider::Provider};
+use voxpool_domain::snapshot::Snapshot;
+use voxpool_domain::{contract::Outcome, provider::Provider};
 
 use super::{
     AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,

@@ -2,7 +2,7 @@
 
 use std::{os::unix::fs::PermissionsExt, time::Duration};
 
-use voxpool_shared::snapshot::{Params, Snapshot};
+use voxpool_domain::snapshot::{Params, Snapshot};
 
 use super::*;
 use crate::vendor::{KeyCredential, UpstreamTarget, VendorAudio};

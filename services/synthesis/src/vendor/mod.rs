@@ -35,9 +35,9 @@ use std::{collections::BTreeMap, time::Duration};
 use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::sync::mpsc;
-use voxpool_shared::{secret::Secret, snapshot::Snapshot};
+use voxpool_domain::{secret::Secret, snapshot::Snapshot};
 
-pub use voxpool_shared::{
+pub use voxpool_domain::{
     audio::{Audio as VendorAudio, AudioFormat},
     text::TextLimit,
 };
@@ -112,7 +112,7 @@ pub struct VendorFailure {
     /// Scheduler outcome: RateLimited, ConcurrencyLimited, UpstreamError, Timeout, KeyInvalid,
     /// QuotaExhausted or
     /// ClientError.
-    pub outcome: voxpool_shared::contract::Outcome,
+    pub outcome: voxpool_domain::contract::Outcome,
     /// HTTP status, when there was a response.
     pub http_status: Option<u16>,
     /// `Retry-After` in ms, when the vendor sent one.
@@ -176,7 +176,7 @@ pub struct StreamEnd {
 pub trait VendorAdapter: Send + Sync + 'static {
     /// Provider id (`openai`, `azure`, `volcengine`, `elevenlabs`, `minimax`, `dashscope`,
     /// `espeak`).
-    fn provider(&self) -> voxpool_shared::provider::Provider;
+    fn provider(&self) -> voxpool_domain::provider::Provider;
 
     /// Per-request text limit of the vendor.
     fn text_limit(&self) -> TextLimit;

@@ -34,8 +34,8 @@
 use async_trait::async_trait;
 use reqwest::Client;
 use serde_json::{Value, json};
-use voxpool_shared::{contract::Outcome, provider::Provider};
-use voxpool_shared::{secret::Secret, snapshot::Snapshot};
+use voxpool_domain::{contract::Outcome, provider::Provider};
+use voxpool_domain::{secret::Secret, snapshot::Snapshot};
 
 use super::{
     AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
@@ -210,7 +210,7 @@ impl VendorAdapter for OpenAi {
 mod tests {
     use std::time::Duration;
 
-    use voxpool_shared::snapshot::Params;
+    use voxpool_domain::snapshot::Params;
 
     use super::*;
     use crate::vendor::{KeyCredential, UpstreamTarget};

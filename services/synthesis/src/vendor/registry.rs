@@ -6,7 +6,7 @@
 
 use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
-use voxpool_shared::provider::Provider;
+use voxpool_domain::provider::Provider;
 
 use super::{VendorAdapter, espeak::EspeakAdapter};
 

@@ -10,16 +10,15 @@ use std::{net::SocketAddr, time::Duration};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::{service::interceptor::InterceptedService, transport::Channel};
+use voxpool_config::Config;
+use voxpool_domain::{secret::Secret, snapshot::Snapshot};
 use voxpool_proto::{
     scheduler::v1::{self as spb, pool_scheduler_client::PoolSchedulerClient},
     synthesis::v1::{self as pb, synthesis_client::SynthesisClient},
 };
-use voxpool_shared::{
+use voxpool_runtime::{
     auth::{AdminAuth, ClientToken},
-    config::Config,
     limits::ServerFlags,
-    secret::Secret,
-    snapshot::Snapshot,
 };
 use voxpool_synthesis::{
     server::{self, Options},
@@ -221,7 +220,7 @@ impl Stack {
         );
         let config = Config::from_toml_str(&text).expect("config parses");
         config
-            .validate(voxpool_shared::config::Credentials::Ignore)
+            .validate(voxpool_config::Credentials::Ignore)
             .expect("config valid");
         let shutdown = CancellationToken::new();
         let scheduler_stop = shutdown.child_token();

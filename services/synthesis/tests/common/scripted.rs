@@ -8,8 +8,8 @@ use std::{
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;
+use voxpool_domain::snapshot::Snapshot;
 use voxpool_proto::scheduler::v1::Outcome;
-use voxpool_shared::snapshot::Snapshot;
 use voxpool_synthesis::{
     audio::wav::{self, WavSpec},
     vendor::{
@@ -54,7 +54,7 @@ pub struct Call {
     pub upstream: String,
     pub text: String,
     pub voice_id: String,
-    pub params: voxpool_shared::snapshot::Params,
+    pub params: voxpool_domain::snapshot::Params,
     pub sample_rate_hz: Option<u32>,
 }
 
@@ -132,7 +132,7 @@ impl Scripted {
 
 #[async_trait]
 impl VendorAdapter for Scripted {
-    fn provider(&self) -> voxpool_shared::provider::Provider {
+    fn provider(&self) -> voxpool_domain::provider::Provider {
         self.provider
             .parse()
             .expect("a scripted adapter names a real provider")
@@ -195,7 +195,7 @@ impl VendorAdapter for Scripted {
         // Steps name the wire outcome (what tests compare attempts with); adapters report the
         // contract's.
         let fail = |outcome: Outcome, http_status, message: &str| VendorFailure {
-            outcome: voxpool_shared::contract::Outcome::try_from(outcome as i32)
+            outcome: voxpool_domain::contract::Outcome::try_from(outcome as i32)
                 .expect("a scripted outcome is a real outcome"),
             http_status,
             retry_after_ms: (outcome == Outcome::RateLimited).then_some(60_000),

@@ -63,7 +63,7 @@ pub struct BatchConfig {
     /// How progress is shown.
     pub progress: ProgressMode,
     /// Client token sent to synthesis and the scheduler (`--token`).
-    pub token: voxpool_shared::auth::ClientToken,
+    pub token: voxpool_runtime::auth::ClientToken,
 }
 
 impl BatchConfig {
@@ -92,7 +92,7 @@ impl BatchConfig {
             retry_failed: false,
             force: false,
             progress: ProgressMode::Auto,
-            token: voxpool_shared::auth::ClientToken::none(),
+            token: voxpool_runtime::auth::ClientToken::none(),
         }
     }
 }

@@ -270,7 +270,7 @@ async fn check_pack_ids(config: &BatchConfig, manifest: &mut Manifest) -> Result
 /// per item).
 async fn synthesis_pools(
     url: &str,
-    token: &voxpool_shared::auth::ClientToken,
+    token: &voxpool_runtime::auth::ClientToken,
 ) -> Option<(BTreeSet<String>, BTreeMap<String, String>)> {
     let channel = connect::authed(url, token).ok()?;
     let mut client = SynthesisClient::new(channel);
@@ -321,7 +321,7 @@ async fn synthesis_pools(
 /// The scheduler's pool ids, or `None` (with a warning) when it cannot answer.
 async fn scheduler_pools(
     url: &str,
-    token: &voxpool_shared::auth::ClientToken,
+    token: &voxpool_runtime::auth::ClientToken,
 ) -> Result<Option<BTreeSet<String>>, BatchError> {
     let mut client = PoolSchedulerClient::new(connect::authed(url, token)?);
     let listed = tokio::time::timeout(

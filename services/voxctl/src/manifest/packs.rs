@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use tonic::{Code, transport::Channel};
 use voxpool_proto::catalog::v1::{GetVoicePackRequest, voice_catalog_client::VoiceCatalogClient};
 
-use voxpool_shared::snapshot::Snapshot;
+use voxpool_domain::snapshot::Snapshot;
 
 use super::{Manifest, Problem, Voice};
 

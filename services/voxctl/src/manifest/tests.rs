@@ -1,6 +1,6 @@
 use std::path::Path;
 
-use voxpool_shared::snapshot::Snapshot;
+use voxpool_domain::snapshot::Snapshot;
 
 use super::*;
 

@@ -10,8 +10,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use voxpool_domain::snapshot::Snapshot;
 use voxpool_proto::synthesis::v1::synthesize_request;
-use voxpool_shared::snapshot::Snapshot;
 
 /// Where a card keeps its voice pack snapshot.
 pub const CARD_POINTER: &str = "/data/extensions/airi/modules/speech/voicePack";

@@ -27,7 +27,7 @@ const BAR: usize = 20;
 pub async fn status(
     scheduler: &str,
     synthesis: &str,
-    token: &voxpool_shared::auth::ClientToken,
+    token: &voxpool_runtime::auth::ClientToken,
     pool: Option<&str>,
     watch: Option<Duration>,
 ) -> Result<(), OpError> {
@@ -103,7 +103,7 @@ async fn readiness(
         Ok(Ok(r)) => Ok(r.into_inner().pools),
         Ok(Err(status)) => Err(format!(
             "answered {}",
-            voxpool_shared::untrusted::quote(status.message())
+            voxpool_domain::untrusted::quote(status.message())
         )),
         Err(_) => Err("did not answer within 3s".to_owned()),
     }
@@ -117,7 +117,7 @@ pub fn render(pool: &PoolStatus, readiness: Option<&PoolReadiness>) -> String {
         return format!(
             "pool {}  UNAVAILABLE: {}\n",
             pool.pool,
-            voxpool_shared::untrusted::quote(&pool.store_error)
+            voxpool_domain::untrusted::quote(&pool.store_error)
         );
     }
     let mut out = format!(
@@ -162,7 +162,7 @@ pub fn render(pool: &PoolStatus, readiness: Option<&PoolReadiness>) -> String {
             .filter(|k| !k.usable);
         let mut line = key_line(key, width, pool.now_ms, unusable.is_some());
         if let Some(k) = unusable {
-            let _ = write!(line, "  ({})", voxpool_shared::untrusted::quote(&k.problem));
+            let _ = write!(line, "  ({})", voxpool_domain::untrusted::quote(&k.problem));
         }
         let _ = writeln!(out, "  {line}");
     }

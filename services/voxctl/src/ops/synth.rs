@@ -54,7 +54,7 @@ pub struct SynthJob {
     /// Tenant of the calls.
     pub tenant: String,
     /// Client token sent with every call (`--token`).
-    pub token: voxpool_shared::auth::ClientToken,
+    pub token: voxpool_runtime::auth::ClientToken,
     /// Write audio past [`MEMORY_BUDGET`] (the format's own limit still holds).
     pub force: bool,
     /// How progress is shown while a text of several parts is spoken.

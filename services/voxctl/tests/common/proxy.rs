@@ -21,7 +21,7 @@ use voxpool_proto::synthesis::v1::{
     synthesis_client::SynthesisClient,
     synthesis_server::{Synthesis, SynthesisServer},
 };
-use voxpool_shared::auth::ClientToken;
+use voxpool_runtime::auth::ClientToken;
 
 #[derive(Default)]
 struct Counts {
@@ -37,7 +37,7 @@ struct Inner {
 
 /// The stack's client token: the proxy is voxpool's caller, voxctl only the proxy's.
 fn stack_token() -> ClientToken {
-    ClientToken::new(&voxpool_shared::secret::Secret::new(
+    ClientToken::new(&voxpool_domain::secret::Secret::new(
         super::stack::CLIENT_TOKEN,
     ))
     .expect("a header value")

@@ -225,7 +225,7 @@ pub fn snapshot_json() -> serde_json::Value {
         r#"{{"packId":"vp_e2e","packVersion":"1","provider":"openai","model":"tts-1","voiceId":"alloy",
             "ttsModelId":"{POOL}","tier":"STANDARD","frozenAt":"2026-01-01T00:00:00Z","digest":""}}"#
     );
-    let snapshot = voxpool_shared::snapshot::Snapshot::from_json(&json)
+    let snapshot = voxpool_domain::snapshot::Snapshot::from_json(&json)
         .expect("snapshot")
         .seal();
     snapshot.to_json_value()

@@ -41,7 +41,7 @@ pub struct MemoryStore {
     /// Longest TTL a lease re-registered during a recovery window gets (ms).
     recovery_lease_ttl_ms: u64,
     /// The replicas' shared lease secret when none is configured (one replica here).
-    lease_secret: Mutex<Option<voxpool_shared::secret::Secret>>,
+    lease_secret: Mutex<Option<voxpool_domain::secret::Secret>>,
     handovers: mpsc::UnboundedSender<Handover>,
     handovers_rx: Mutex<Option<mpsc::UnboundedReceiver<Handover>>>,
 }
@@ -71,7 +71,7 @@ impl MemoryStore {
         Self {
             pools: Mutex::default(),
             recovery_window_ms,
-            recovery_lease_ttl_ms: voxpool_shared::config::SchedulerSettings::default()
+            recovery_lease_ttl_ms: voxpool_config::SchedulerSettings::default()
                 .default_lease_ttl_ms,
             lease_secret: Mutex::default(),
             handovers,
@@ -248,8 +248,8 @@ impl LeaseStore for MemoryStore {
 
     async fn lease_secret(
         &self,
-        candidate: &voxpool_shared::secret::Secret,
-    ) -> StoreResult<voxpool_shared::secret::Secret> {
+        candidate: &voxpool_domain::secret::Secret,
+    ) -> StoreResult<voxpool_domain::secret::Secret> {
         let mut kept = self.lease_secret.lock().map_err(poisoned)?;
         Ok(kept.get_or_insert_with(|| candidate.clone()).clone())
     }

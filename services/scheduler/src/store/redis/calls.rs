@@ -235,8 +235,8 @@ impl LeaseStore for RedisStore {
 
     async fn lease_secret(
         &self,
-        candidate: &voxpool_shared::secret::Secret,
-    ) -> StoreResult<voxpool_shared::secret::Secret> {
+        candidate: &voxpool_domain::secret::Secret,
+    ) -> StoreResult<voxpool_domain::secret::Secret> {
         let key = format!("{}:lease-secret", self.options.key_prefix);
         let mut set = redis::cmd("SET");
         set.arg(&key).arg(candidate.expose()).arg("NX");
@@ -245,7 +245,7 @@ impl LeaseStore for RedisStore {
         get.arg(&key);
         match self.bounded("GET", self.conn.query(&get)).await? {
             Value::BulkString(bytes) => String::from_utf8(bytes)
-                .map(voxpool_shared::secret::Secret::new)
+                .map(voxpool_domain::secret::Secret::new)
                 .map_err(|_| {
                     StoreError::Protocol("the lease secret in the store is not text".into())
                 }),

@@ -110,7 +110,7 @@ pub struct RedisOptions {
 
 impl RedisOptions {
     /// The options the `[scheduler]` settings give.
-    pub fn from_settings(s: &voxpool_shared::config::SchedulerSettings) -> Self {
+    pub fn from_settings(s: &voxpool_config::SchedulerSettings) -> Self {
         Self {
             timeout: Duration::from_millis(s.store_timeout_ms),
             reap_batch: s.reap_batch,

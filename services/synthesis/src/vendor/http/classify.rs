@@ -32,7 +32,7 @@
 use std::time::SystemTime;
 
 use reqwest::header::HeaderMap;
-use voxpool_shared::{contract::Outcome, secret::Secret};
+use voxpool_domain::{contract::Outcome, secret::Secret};
 
 use super::HttpReply;
 use crate::{

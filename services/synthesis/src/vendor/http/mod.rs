@@ -16,7 +16,7 @@ use std::{collections::BTreeMap, sync::OnceLock, time::Duration};
 
 use bytes::Bytes;
 use reqwest::{Client, RequestBuilder, StatusCode, header::HeaderMap};
-use voxpool_shared::{contract::Outcome, secret::Secret};
+use voxpool_domain::{contract::Outcome, secret::Secret};
 
 pub use self::{classify::*, params::*};
 use super::{AudioSink, VendorFailure};
@@ -31,7 +31,7 @@ pub const MAX_BODY_BYTES: usize = 64 << 20;
 /// by ALPN; keep-alive pool). Per-attempt timeouts are set on each request ([`send`]), not
 /// here.
 pub fn build_client() -> Result<Client, reqwest::Error> {
-    voxpool_shared::limits::install_crypto_provider();
+    voxpool_runtime::limits::install_crypto_provider();
     Client::builder()
         .user_agent(USER_AGENT)
         .connect_timeout(Duration::from_secs(5))
@@ -252,12 +252,12 @@ impl LineReader {
 /// samples follow as they arrive; the joiner writes the caller's exact header. Errors: a rate
 /// no WAV can carry (`UPSTREAM_ERROR`).
 pub fn pcm16_wav_header(provider: &str, sample_rate_hz: u32) -> Result<Vec<u8>, VendorFailure> {
-    let spec = voxpool_shared::audio::wav::WavSpec {
+    let spec = voxpool_domain::audio::wav::WavSpec {
         channels: 1,
         sample_rate: sample_rate_hz,
         bits_per_sample: 16,
     };
-    voxpool_shared::audio::wav::streaming_header(spec).map_err(|e| {
+    voxpool_domain::audio::wav::streaming_header(spec).map_err(|e| {
         failure(
             provider,
             Outcome::UpstreamError,

@@ -4,7 +4,7 @@
 
 use std::fmt::Display;
 
-use voxpool_shared::{contract::Outcome, snapshot::Snapshot};
+use voxpool_domain::{contract::Outcome, snapshot::Snapshot};
 
 use super::{failure, format_name};
 use crate::vendor::{AudioFormat, ParamError, VendorFailure};
@@ -35,7 +35,7 @@ pub fn refuse(
 
 /// Formats a number the way snapshots do (`10`, `1.2`, `-0` as `0`).
 pub fn num(v: f64) -> String {
-    voxpool_shared::snapshot::canonical_number(v)
+    voxpool_domain::snapshot::canonical_number(v)
 }
 
 /// `wire` when it is finite and within `lo..=hi`, else a refusal quoting the snapshot value
@@ -212,7 +212,7 @@ pub(crate) type Extra = &'static [(&'static str, &'static str)];
 /// A refusal test row: params, extra, format, sample rate, the param the refusal must name.
 #[cfg(test)]
 pub(crate) type Refusal = (
-    voxpool_shared::snapshot::Params,
+    voxpool_domain::snapshot::Params,
     Extra,
     AudioFormat,
     Option<u32>,

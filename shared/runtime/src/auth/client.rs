@@ -21,11 +21,10 @@ use tonic::{
     metadata::{Ascii, MetadataValue},
 };
 
+use voxpool_config::{ClientTokenConfig, DataPlane};
+use voxpool_domain::secret::Secret;
+
 use super::{BearerError, MIN_TOKEN_CHARS, bearer_token};
-use crate::{
-    config::{ClientTokenConfig, DataPlane},
-    secret::Secret,
-};
 
 /// Who made a data-plane call: `token:<name>` (a `[[client_tokens]]` entry) or
 /// `mtls:CN=<common name>` (also `mtls:DNS=…`, `mtls:URI=…` when the certificate has no common
@@ -441,7 +440,7 @@ mod tests {
         std::fs::write(&short, "abc\n").unwrap();
         let entry = |name: &str, path: &Path, services: Vec<DataPlane>| ClientTokenConfig {
             name: name.to_owned(),
-            token: crate::config::CredentialRef::File(path.to_owned()),
+            token: voxpool_config::CredentialRef::File(path.to_owned()),
             services,
         };
         let entries = [

@@ -1,13 +1,11 @@
-//! The real Redis topologies of `voxpool_shared::testing` come up, serve, and fail over.
-
-#![cfg(feature = "testing")]
+//! The real Redis topologies of `voxpool_testkit` come up, serve, and fail over.
 
 use std::{
     process::Command,
     time::{Duration, Instant},
 };
 
-use voxpool_shared::testing::{RedisCluster, RedisSentinel};
+use voxpool_testkit::{RedisCluster, RedisSentinel};
 
 /// `redis-cli -p <port> <args...>` on 127.0.0.1, trimmed stdout; panics when it fails.
 fn cli(port: u16, args: &[&str]) -> String {

@@ -189,7 +189,7 @@ impl tonic::service::Interceptor for TraceContextInterceptor {
 
 /// The span of one incoming RPC (`rpc.method` = the gRPC path), child of the caller's trace
 /// when the request carries `traceparent`. Use with `Server::builder().trace_fn(server_span)`.
-/// `caller` is filled in by `voxpool_shared::auth::Authenticated` once the caller is known
+/// `caller` is filled in by [`crate::auth::Authenticated`] once the caller is known
 /// (`token:synthesis`, `mtls:CN=…`; never a secret).
 pub fn server_span(request: &http::Request<()>) -> tracing::Span {
     let path = request.uri().path();

@@ -21,7 +21,7 @@ pub use self::{
     client::{CallerIdentity, ClientAuth, ClientToken, caller_identity},
     layer::Authenticated,
 };
-use crate::secret::Secret;
+use voxpool_domain::secret::Secret;
 
 /// Why a request's `authorization` metadata holds no usable bearer token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

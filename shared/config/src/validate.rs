@@ -91,7 +91,7 @@ impl Config {
                     format!("duplicate pool id {:?}", pool.id),
                 );
             }
-            if let Err(unknown) = pool.provider.parse::<crate::provider::Provider>() {
+            if let Err(unknown) = pool.provider.parse::<voxpool_domain::provider::Provider>() {
                 push(format!("{pp}.provider"), unknown.to_string());
             }
             let share = pool.batch_max_share;
@@ -173,7 +173,7 @@ impl Config {
                     if credentials == Credentials::Require
                         && !pool
                             .provider_id()
-                            .is_some_and(crate::provider::Provider::is_local)
+                            .is_some_and(voxpool_domain::provider::Provider::is_local)
                     {
                         match &key.credential {
                             None => push(
@@ -274,7 +274,7 @@ impl Config {
                 "scheduler.store_key_prefix".into(),
                 format!(
                     "must be 1 to 32 ASCII letters, digits, '-', '_' or '.', got {}",
-                    crate::untrusted::quote(&s.store_key_prefix)
+                    voxpool_domain::untrusted::quote(&s.store_key_prefix)
                 ),
             );
         }

@@ -96,8 +96,10 @@ where
 mod tests {
     use tower::ServiceExt as _;
 
+    use voxpool_domain::secret::Secret;
+
     use super::*;
-    use crate::{auth::caller_identity, secret::Secret};
+    use crate::auth::caller_identity;
 
     /// Answers OK with the caller identity it was given (as a handler reads it) in a header.
     fn echo_caller()

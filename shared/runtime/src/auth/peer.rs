@@ -28,7 +28,7 @@ fn name_of(der: &[u8]) -> String {
     let Ok((_, cert)) = x509_parser::certificate::X509Certificate::from_der(der) else {
         return fingerprint();
     };
-    let usable = |name: &str| crate::untrusted::check_field(name, MAX_NAME_CHARS).is_ok();
+    let usable = |name: &str| voxpool_domain::untrusted::check_field(name, MAX_NAME_CHARS).is_ok();
     if let Some(cn) = cert
         .subject()
         .iter_common_name()

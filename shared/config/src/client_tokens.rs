@@ -11,7 +11,7 @@
 //!
 //! A service that finds at least one entry for itself (or serves `--tls-client-ca`) refuses
 //! unauthenticated data-plane calls; the values are read when the service starts
-//! (`voxpool_shared::auth::ClientAuth::load`).
+//! (`voxpool_runtime::auth::ClientAuth::load`).
 
 use serde::{Deserialize, Serialize};
 
@@ -86,7 +86,7 @@ pub(super) fn problems(tokens: &[ClientTokenConfig]) -> Vec<ConfigProblem> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, Credentials, DataPlane};
+    use crate::{Config, Credentials, DataPlane};
 
     const POOL: &str = "[[pools]]\nid = \"p\"\nprovider = \"espeak\"\n[[pools.upstreams]]\nid = \"u\"\n[[pools.upstreams.keys]]\nid = \"k\"\ncapacity = 1\n";
 

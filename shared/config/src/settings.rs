@@ -92,11 +92,11 @@ pub struct SchedulerSettings {
     /// first replica, at `<store_key_prefix>:lease-secret`), which a memory-store scheduler
     /// loses when it restarts (its callers' leases then cannot re-register; see the README's
     /// security section).
-    pub lease_secret: Option<crate::config::CredentialRef>,
+    pub lease_secret: Option<crate::CredentialRef>,
     /// A second secret lease ids may be signed with: accepted, never used to sign. A rotation
     /// puts the new secret here first, then swaps it with `lease_secret` (the old one is then
     /// here until every lease signed with it has ended), so no replica refuses a live lease.
-    pub lease_secret_previous: Option<crate::config::CredentialRef>,
+    pub lease_secret_previous: Option<crate::CredentialRef>,
 }
 
 impl Default for SchedulerSettings {

@@ -1,4 +1,13 @@
-//! The pools configuration file shared by the scheduler and synthesis services.
+//! Rule: the pools file, its parsing and validation with path-named errors; nothing else.
+//!
+//! The pools configuration file shared by the scheduler and synthesis services. Modules
+//! (private; their types are re-exported here):
+//!
+//! - `client_tokens`: `[[client_tokens]]`, the bearer tokens data-plane callers present.
+//! - `credential`: credential references (an environment variable or a file).
+//! - `settings`: the `[scheduler]` and `[synthesis]` tuning tables with their defaults.
+//! - `validate`: [`Config::validate`], every problem at once, each naming its path.
+//! - `load_error`: load errors in the words of the layer that caused them.
 //!
 //! Layers, later wins: built-in defaults -> the TOML file (`--config`) -> environment variables
 //! `VOXPOOL_SCHEDULER__<FIELD>` / `VOXPOOL_SYNTHESIS__<FIELD>` (nested with `__`). Unknown
@@ -30,7 +39,7 @@ use figment::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::provider::Provider;
+use voxpool_domain::provider::Provider;
 
 mod client_tokens;
 mod credential;

@@ -1,4 +1,9 @@
-//! Test helpers that run real servers (feature `testing`).
+//! Rule: real processes (redis-server, Sentinel, Cluster, PostgreSQL) and helpers for tests only.
+//!
+//! Only ever a dev-dependency, and without features, so a package's tests build the same
+//! shared crates as its binaries. Modules: `cluster` ([`RedisCluster`]), `sentinel`
+//! ([`RedisSentinel`]), `redis_nodes` (their process supervisor) and `redis_cli` (their
+//! `redis-cli` runner); [`RedisServer`] and [`PostgresServer`] live in this file.
 //!
 //! [`RedisServer`] starts a private `redis-server` on a unix socket in a temporary directory
 //! (no port races, no persistence) and kills it on drop. Tests that need Redis call
@@ -19,6 +24,7 @@
 //! (`wait_promoted`, `wait_failover`) return once the topology has recovered.
 
 mod cluster;
+mod redis_cli;
 mod redis_nodes;
 mod sentinel;
 

@@ -7,7 +7,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::redis_nodes::{Kind, Nodes, POLL, cli, info_field, retrying};
+use super::{
+    redis_cli::{cli, info_field},
+    redis_nodes::{Kind, Nodes, POLL, retrying},
+};
 
 /// The name the sentinels monitor the primary under.
 const MASTER_NAME: &str = "voxpool";

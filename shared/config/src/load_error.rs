@@ -112,5 +112,5 @@ fn closest<'a>(found: &str, known: &[&'a str]) -> Option<&'a str> {
         .map(|(k, _)| k)
 }
 
-// Tested in `shared/tests/config_errors.rs`: those tests set environment variables, so they
+// Tested in `tests/config_errors.rs`: those tests set environment variables, so they
 // run in their own process, not beside the unit tests that load configs.

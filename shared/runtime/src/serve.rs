@@ -269,9 +269,9 @@ async fn wait_for_signal() {
 pub fn load_config(
     name: &str,
     path: &std::path::Path,
-    credentials: crate::config::Credentials,
-) -> Result<crate::config::Config, std::process::ExitCode> {
-    crate::config::Config::load_validated(path, credentials).map_err(|e| {
+    credentials: voxpool_config::Credentials,
+) -> Result<voxpool_config::Config, std::process::ExitCode> {
+    voxpool_config::Config::load_validated(path, credentials).map_err(|e| {
         eprintln!("{name}: bad config: {e}");
         std::process::ExitCode::from(2)
     })

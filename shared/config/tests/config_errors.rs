@@ -4,7 +4,7 @@
 //! their own: in the library's unit-test process they would race the tests that load
 //! configs.
 
-use voxpool_shared::config::Config;
+use voxpool_config::Config;
 
 /// Loads `toml` through [`Config::from_toml_str`] with `env` set (figment's `Jail`
 /// serializes the tests that touch the environment and restores it after).
@@ -87,7 +87,7 @@ fn problems(toml: &str) -> String {
     figment::Jail::expect_with(|_| {
         match Config::from_toml_str(toml) {
             Ok(c) => {
-                if let Err(e) = c.validate(voxpool_shared::config::Credentials::Ignore) {
+                if let Err(e) = c.validate(voxpool_config::Credentials::Ignore) {
                     text = e.to_string();
                 }
             }
@@ -135,7 +135,7 @@ fn an_absurd_max_waiters_is_refused_with_the_accepted_range() {
     assert_eq!(
         problems(&format!(
             "{ONE_POOL}[scheduler]\nmax_waiters = {}\n",
-            voxpool_shared::config::MAX_WAITERS
+            voxpool_config::MAX_WAITERS
         )),
         "",
         "the bound itself is accepted"
@@ -152,7 +152,7 @@ fn cancel_grace_defaults_and_is_bounded_naming_the_pool() {
         let parsed = Config::from_toml_str(ONE_POOL).expect("parses");
         assert_eq!(
             parsed.pools[0].cancel_grace_ms,
-            voxpool_shared::config::DEFAULT_CANCEL_GRACE_MS
+            voxpool_config::DEFAULT_CANCEL_GRACE_MS
         );
         Ok(())
     });

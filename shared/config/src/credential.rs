@@ -5,7 +5,7 @@ use std::{fmt, path::PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::secret::Secret;
+use voxpool_domain::secret::Secret;
 
 /// A reference to a credential: an environment variable or a file. Never the value itself.
 ///

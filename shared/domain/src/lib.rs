@@ -1,0 +1,20 @@
+//! Rule: types and pure functions that two or more processes must agree on; no sockets, no servers.
+//!
+//! - [`contract`]: outcomes and error reasons shared by the scheduler and its clients.
+//! - [`status`]: `tonic::Status` builders that attach `google.rpc` error details (the other
+//!   half of [`contract`]: what a server sends and a client reads back).
+//! - [`provider`]: the provider ids as one enum.
+//! - [`snapshot`]: the frozen voice-pack snapshot, its card JSON form and its digest.
+//! - [`secret`]: a string that never prints (vendor credentials, the admin token).
+//! - [`untrusted`]: caller strings bounded and escaped for messages, logs and labels.
+//! - [`audio`]: audio formats, the one sniffer, WAV reader/writer and joiner.
+//! - [`text`]: the one sentence splitter (synthesis chunks, voxctl parts).
+
+pub mod audio;
+pub mod contract;
+pub mod provider;
+pub mod secret;
+pub mod snapshot;
+pub mod status;
+pub mod text;
+pub mod untrusted;

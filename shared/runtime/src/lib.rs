@@ -1,0 +1,18 @@
+//! Rule: what every binary needs to serve or call gRPC; nothing the processes must agree on.
+//!
+//! Types and reasons the processes agree on live in `voxpool-domain`, the pools file in
+//! `voxpool-config`; this crate builds on both.
+//!
+//! - [`serve`]: binding, health, reflection and graceful shutdown shared by every binary.
+//! - [`limits`]: request timeout, message size, load shedding and TLS flags for servers.
+//! - [`auth`]: admin bearer token; data-plane callers by client token or certificate.
+//! - [`telemetry`]: `tracing` setup (pretty or JSON logs, `RUST_LOG` filter), OTLP export.
+//! - [`startup`]: waiting for a dependency at start-up (capped exponential back-off).
+//! - [`endpoints`]: client-side balancing over a service's replicas (`URL[,URL...]`, DNS).
+
+pub mod auth;
+pub mod endpoints;
+pub mod limits;
+pub mod serve;
+pub mod startup;
+pub mod telemetry;
