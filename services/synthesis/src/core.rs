@@ -8,11 +8,11 @@ use tokio_util::task::TaskTracker;
 use voxpool_shared::{config::SynthesisSettings, snapshot::Snapshot};
 
 use crate::{
+    adapters::{AudioFormat, VendorAdapter, registry::Registry},
     catalog::Catalog,
     deadline::Deadline,
     lease::Scheduler,
     pools::{Pool, Pools},
-    vendor::{AudioFormat, VendorAdapter, registry::Registry},
 };
 
 /// Shared state of the service.

@@ -13,8 +13,8 @@ use voxpool_shared::contract::Outcome;
 use voxpool_shared::status::{ERROR_DOMAIN, invalid_argument, not_found, with_info};
 
 use crate::{
+    adapters::ParamError,
     record::{AttemptRecord, summary},
-    vendor::ParamError,
 };
 
 /// Every way a synthesis RPC can fail.

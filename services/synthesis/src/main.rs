@@ -14,9 +14,9 @@ use voxpool_shared::{
     provider::Provider,
 };
 use voxpool_synthesis::{
+    adapters::registry::{self, AdapterOptions},
     pools::Pools,
     server::{self, Options},
-    vendor::registry::{self, AdapterOptions},
 };
 
 /// Synthesizes speech from a frozen voice snapshot through leased vendor keys, failing over to

@@ -21,7 +21,7 @@ use voxpool_shared::{
     provider::Provider,
 };
 
-use crate::vendor::{KeyCredential, UpstreamTarget};
+use crate::adapters::{KeyCredential, UpstreamTarget};
 
 /// One key of a pool with its credential, or why it has none.
 #[derive(Clone, Debug)]

@@ -14,11 +14,11 @@ use voxpool_proto::synthesis::v1::{self as pb, synthesize_request::Voice};
 use voxpool_shared::{provider::Provider, snapshot::Snapshot};
 
 use crate::{
+    adapters::AudioFormat,
     core::{Core, Job},
     deadline::Deadline,
     error::SynthesisError,
     text,
-    vendor::AudioFormat,
 };
 
 /// Longest accepted `request_id`.

@@ -22,8 +22,8 @@ use voxpool_shared::{
     snapshot::Snapshot,
 };
 use voxpool_synthesis::{
+    adapters::registry::Registry,
     server::{self, Options},
-    vendor::registry::Registry,
 };
 
 /// Scheduler settings for tests: fast polling, no recovery window unless [`Opts`] asks.

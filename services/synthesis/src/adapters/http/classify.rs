@@ -36,8 +36,8 @@ use voxpool_shared::{contract::Outcome, secret::Secret};
 
 use super::HttpReply;
 use crate::{
+    adapters::{AudioFormat, KeyCredential, VendorFailure},
     audio,
-    vendor::{AudioFormat, KeyCredential, VendorFailure},
 };
 
 /// Longest vendor message kept in a [`VendorFailure`], in characters.

@@ -213,7 +213,7 @@ mod tests {
     use voxpool_shared::snapshot::Params;
 
     use super::*;
-    use crate::vendor::{KeyCredential, UpstreamTarget};
+    use crate::adapters::{KeyCredential, UpstreamTarget};
 
     fn snapshot(params: Params, extra: &[(&str, &str)]) -> Snapshot {
         let mut s = voxpool_fake_vendors::snapshot(PROVIDER, "tts-1", "alloy");

@@ -577,7 +577,7 @@ mod tests {
     use voxpool_shared::snapshot::Params;
 
     use super::*;
-    use crate::vendor::{KeyCredential, UpstreamTarget};
+    use crate::adapters::{KeyCredential, UpstreamTarget};
 
     fn snapshot(model: &str, voice_id: &str, params: Params, extra: &[(&str, &str)]) -> Snapshot {
         let mut s = voxpool_fake_vendors::snapshot(PROVIDER, model, voice_id);
