@@ -38,11 +38,11 @@
 use async_trait::async_trait;
 use reqwest::Client;
 use voxpool_shared::provider::Provider;
-use voxpool_shared::snapshot::Snapshot;
+use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{
-    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
-    VendorRequest, http,
+    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorFailure, VendorRequest,
+    cloud::CloudVendor, http,
 };
 
 const PROVIDER: &str = Provider::Azure.as_str();
@@ -63,7 +63,7 @@ impl Azure {
 
 /// What a snapshot becomes on the wire.
 #[derive(Clone, Debug, PartialEq)]
-struct Wire {
+pub struct Wire {
     lang: String,
     pitch: Option<String>,
     rate: Option<String>,
@@ -290,50 +290,36 @@ fn endpoint(base_url: Option<&str>, region: Option<&str>) -> Result<String, Stri
 }
 
 #[async_trait]
-impl VendorAdapter for Azure {
-    fn provider(&self) -> Provider {
-        Provider::Azure
-    }
+impl CloudVendor for Azure {
+    const PROVIDER: Provider = Provider::Azure;
+    const TEXT_LIMIT: TextLimit = TextLimit::Chars(2000);
+    type Wire = Wire;
 
-    fn text_limit(&self) -> TextLimit {
-        TextLimit::Chars(2000)
-    }
-
-    fn check(
-        &self,
+    fn wire(
         voice: &Snapshot,
+        _pool_model: &str,
         format: AudioFormat,
         sample_rate_hz: Option<u32>,
-    ) -> Result<(), ParamError> {
-        wire(voice, format, sample_rate_hz).map(|_| ())
+    ) -> Result<Wire, ParamError> {
+        wire(voice, format, sample_rate_hz)
     }
 
-    fn default_sample_rate_hz(&self, _format: AudioFormat) -> Option<u32> {
-        Some(DEFAULT_RATE)
+    fn default_rate(_format: AudioFormat) -> u32 {
+        DEFAULT_RATE
     }
 
-    async fn stream(
+    async fn call(
         &self,
-        request: VendorRequest<'_>,
+        request: &VendorRequest<'_>,
+        wire: Wire,
+        secret: &Secret,
         sink: &AudioSink,
     ) -> Result<StreamEnd, VendorFailure> {
-        let wire = wire(request.voice, request.format, request.sample_rate_hz)
-            .map_err(|e| http::param_failure(PROVIDER, &e))?;
-        let secret = http::require_secret(PROVIDER, request.key)?;
         let url = endpoint(
             request.upstream.base_url.as_deref(),
             request.upstream.region.as_deref(),
         )
-        .map_err(|m| {
-            http::failure(
-                PROVIDER,
-                voxpool_shared::contract::Outcome::UpstreamError,
-                None,
-                None,
-                m,
-                None,
-            )
-        })?;
+        .map_err(|m| http::upstream_config_failure(PROVIDER, m))?;
         let builder = self
             .client
             .post(url)
@@ -375,6 +361,7 @@ mod tests {
     use voxpool_shared::snapshot::Params;
 
     use super::*;
+    use crate::adapters::VendorAdapter as _;
 
     fn snapshot(
         voice_id: &str,
