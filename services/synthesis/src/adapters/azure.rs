@@ -38,11 +38,12 @@
 use async_trait::async_trait;
 use reqwest::Client;
 use voxpool_shared::provider::Provider;
-use voxpool_shared::{secret::Secret, snapshot::Snapshot};
+use voxpool_shared::snapshot::Snapshot;
 
 use super::{
-    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorFailure, VendorRequest,
-    cloud::CloudVendor, http,
+    AudioFormat, ParamError, StreamEnd, TextLimit, VendorFailure,
+    cloud::{Call, CloudVendor, Mapping},
+    http,
 };
 
 const PROVIDER: &str = Provider::Azure.as_str();
@@ -293,28 +294,12 @@ fn endpoint(base_url: Option<&str>, region: Option<&str>) -> Result<String, Stri
 impl CloudVendor for Azure {
     const PROVIDER: Provider = Provider::Azure;
     const TEXT_LIMIT: TextLimit = TextLimit::Chars(2000);
+    const DEFAULT_RATE: u32 = DEFAULT_RATE;
     type Wire = Wire;
+    const WIRE: Mapping<Wire> = wire;
 
-    fn wire(
-        voice: &Snapshot,
-        _pool_model: &str,
-        format: AudioFormat,
-        sample_rate_hz: Option<u32>,
-    ) -> Result<Wire, ParamError> {
-        wire(voice, format, sample_rate_hz)
-    }
-
-    fn default_rate(_format: AudioFormat) -> u32 {
-        DEFAULT_RATE
-    }
-
-    async fn call(
-        &self,
-        request: &VendorRequest<'_>,
-        wire: Wire,
-        secret: &Secret,
-        sink: &AudioSink,
-    ) -> Result<StreamEnd, VendorFailure> {
+    async fn call(&self, call: Call<'_, Wire>) -> Result<StreamEnd, VendorFailure> {
+        let (request, wire, secret, sink) = call.parts();
         let url = endpoint(
             request.upstream.base_url.as_deref(),
             request.upstream.region.as_deref(),

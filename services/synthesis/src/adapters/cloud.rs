@@ -16,6 +16,31 @@ use super::{
     VendorRequest, http,
 };
 
+/// A cloud adapter's mapping of a request onto its wire values (module doc): the voice, the
+/// format and the sample rate, or a refusal naming what the vendor cannot apply.
+pub type Mapping<W> = fn(&Snapshot, AudioFormat, Option<u32>) -> Result<W, ParamError>;
+
+/// One call's inputs: the request, its mapped wire values, the key's secret and where the
+/// audio goes.
+#[derive(Debug)]
+pub struct Call<'a, W> {
+    /// The vendor request.
+    pub request: &'a VendorRequest<'a>,
+    /// Its wire values.
+    pub wire: W,
+    /// The key's credential (present and non-empty).
+    pub secret: &'a Secret,
+    /// Where the audio is written as it arrives.
+    pub sink: &'a AudioSink,
+}
+
+impl<'a, W> Call<'a, W> {
+    /// The request, the wire values, the secret and the sink.
+    pub fn parts(self) -> (&'a VendorRequest<'a>, W, &'a Secret, &'a AudioSink) {
+        (self.request, self.wire, self.secret, self.sink)
+    }
+}
+
 /// A cloud TTS vendor: its wire mapping and its call (module doc).
 #[async_trait]
 pub trait CloudVendor: Send + Sync + 'static {
@@ -23,30 +48,33 @@ pub trait CloudVendor: Send + Sync + 'static {
     const PROVIDER: Provider;
     /// The vendor's per-request text limit.
     const TEXT_LIMIT: TextLimit;
+    /// The sample rate (Hz) the vendor answers with when none is asked for.
+    const DEFAULT_RATE: u32;
     /// The wire values a request maps to.
     type Wire: Send + Sync;
+    /// The mapping, as a request is checked before any lease (no pool model known).
+    const WIRE: Mapping<Self::Wire>;
 
-    /// Maps the voice, format and sample rate onto the vendor's wire values, or refuses what
-    /// the vendor cannot apply. `pool_model` is empty when a request is checked before any
-    /// lease (`VendorAdapter::check`), the pool's model in a call.
-    fn wire(
+    /// The mapping in a call, which knows the pool's model (`pool_model`). Default: [`Self::WIRE`].
+    fn wire_in_call(
         voice: &Snapshot,
         pool_model: &str,
         format: AudioFormat,
         sample_rate_hz: Option<u32>,
-    ) -> Result<Self::Wire, ParamError>;
+    ) -> Result<Self::Wire, ParamError> {
+        let _ = pool_model;
+        (Self::WIRE)(voice, format, sample_rate_hz)
+    }
 
-    /// The sample rate (Hz) the vendor answers `format` with when none is asked for.
-    fn default_rate(format: AudioFormat) -> u32;
+    /// The sample rate (Hz) the vendor answers `format` with when none is asked for. Default:
+    /// [`Self::DEFAULT_RATE`] for every format.
+    fn default_rate(format: AudioFormat) -> u32 {
+        let _ = format;
+        Self::DEFAULT_RATE
+    }
 
-    /// The call with the key's `secret`, its audio written into `sink` as it arrives.
-    async fn call(
-        &self,
-        request: &VendorRequest<'_>,
-        wire: Self::Wire,
-        secret: &Secret,
-        sink: &AudioSink,
-    ) -> Result<StreamEnd, VendorFailure>;
+    /// The call itself, its audio written into `call.sink` as it arrives. Never retries.
+    async fn call(&self, call: Call<'_, Self::Wire>) -> Result<StreamEnd, VendorFailure>;
 }
 
 #[async_trait]
@@ -65,7 +93,7 @@ impl<V: CloudVendor> VendorAdapter for V {
         format: AudioFormat,
         sample_rate_hz: Option<u32>,
     ) -> Result<(), ParamError> {
-        V::wire(voice, "", format, sample_rate_hz).map(|_| ())
+        (V::WIRE)(voice, format, sample_rate_hz).map(|_| ())
     }
 
     fn default_sample_rate_hz(&self, format: AudioFormat) -> Option<u32> {
@@ -78,7 +106,7 @@ impl<V: CloudVendor> VendorAdapter for V {
         sink: &AudioSink,
     ) -> Result<StreamEnd, VendorFailure> {
         let provider = V::PROVIDER.as_str();
-        let wire = V::wire(
+        let wire = V::wire_in_call(
             request.voice,
             request.pool_model,
             request.format,
@@ -86,6 +114,12 @@ impl<V: CloudVendor> VendorAdapter for V {
         )
         .map_err(|e| http::param_failure(provider, &e))?;
         let secret = http::require_secret(provider, request.key)?;
-        self.call(&request, wire, secret, sink).await
+        let call = Call {
+            request: &request,
+            wire,
+            secret,
+            sink,
+        };
+        self.call(call).await
     }
 }

@@ -47,7 +47,7 @@ use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{
     AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorFailure, VendorRequest,
-    cloud::CloudVendor,
+    cloud::{Call, CloudVendor, Mapping},
     http::{self, HttpReply, sse},
 };
 
@@ -301,28 +301,12 @@ fn on_event(
 impl CloudVendor for DashScope {
     const PROVIDER: Provider = Provider::DashScope;
     const TEXT_LIMIT: TextLimit = TextLimit::Chars(2000);
+    const DEFAULT_RATE: u32 = DEFAULT_RATE;
     type Wire = Wire;
+    const WIRE: Mapping<Wire> = wire;
 
-    fn wire(
-        voice: &Snapshot,
-        _pool_model: &str,
-        format: AudioFormat,
-        sample_rate_hz: Option<u32>,
-    ) -> Result<Wire, ParamError> {
-        wire(voice, format, sample_rate_hz)
-    }
-
-    fn default_rate(_format: AudioFormat) -> u32 {
-        DEFAULT_RATE
-    }
-
-    async fn call(
-        &self,
-        request: &VendorRequest<'_>,
-        wire: Wire,
-        secret: &Secret,
-        sink: &AudioSink,
-    ) -> Result<StreamEnd, VendorFailure> {
+    async fn call(&self, call: Call<'_, Wire>) -> Result<StreamEnd, VendorFailure> {
+        let (request, wire, secret, sink) = call.parts();
         let url = format!(
             "{}{PATH}",
             http::base_url(request.upstream.base_url.as_deref(), DEFAULT_BASE)

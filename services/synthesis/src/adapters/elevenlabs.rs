@@ -37,8 +37,8 @@ use voxpool_shared::{contract::Outcome, provider::Provider};
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{
-    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorFailure, VendorRequest,
-    cloud::CloudVendor,
+    AudioFormat, ParamError, StreamEnd, TextLimit, VendorFailure, VendorRequest,
+    cloud::{Call, CloudVendor, Mapping},
     http::{self, HttpReply},
 };
 
@@ -219,32 +219,20 @@ fn classify(reply: &HttpReply, secret: &Secret) -> VendorFailure {
 impl CloudVendor for ElevenLabs {
     const PROVIDER: Provider = Provider::ElevenLabs;
     const TEXT_LIMIT: TextLimit = TextLimit::Chars(5000);
+    const DEFAULT_RATE: u32 = 24_000;
     type Wire = Wire;
-
-    fn wire(
-        voice: &Snapshot,
-        _pool_model: &str,
-        format: AudioFormat,
-        sample_rate_hz: Option<u32>,
-    ) -> Result<Wire, ParamError> {
-        wire(voice, format, sample_rate_hz)
-    }
+    const WIRE: Mapping<Wire> = wire;
 
     fn default_rate(format: AudioFormat) -> u32 {
         if format == AudioFormat::Mp3 {
             44_100
         } else {
-            24_000
+            Self::DEFAULT_RATE
         }
     }
 
-    async fn call(
-        &self,
-        request: &VendorRequest<'_>,
-        wire: Wire,
-        secret: &Secret,
-        sink: &AudioSink,
-    ) -> Result<StreamEnd, VendorFailure> {
+    async fn call(&self, call: Call<'_, Wire>) -> Result<StreamEnd, VendorFailure> {
+        let (request, wire, secret, sink) = call.parts();
         let url = endpoint(
             request.upstream.base_url.as_deref(),
             &request.voice.voice_id,

@@ -42,7 +42,7 @@ use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{
     AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorFailure, VendorRequest,
-    cloud::CloudVendor,
+    cloud::{Call, CloudVendor, Mapping},
     http::{self, sse},
 };
 
@@ -307,28 +307,12 @@ fn endpoint(base_url: Option<&str>, group_id: Option<&str>) -> Result<Url, Strin
 impl CloudVendor for MiniMax {
     const PROVIDER: Provider = Provider::MiniMax;
     const TEXT_LIMIT: TextLimit = TextLimit::Chars(5000);
+    const DEFAULT_RATE: u32 = DEFAULT_RATE;
     type Wire = Wire;
+    const WIRE: Mapping<Wire> = wire;
 
-    fn wire(
-        voice: &Snapshot,
-        _pool_model: &str,
-        format: AudioFormat,
-        sample_rate_hz: Option<u32>,
-    ) -> Result<Wire, ParamError> {
-        wire(voice, format, sample_rate_hz)
-    }
-
-    fn default_rate(_format: AudioFormat) -> u32 {
-        DEFAULT_RATE
-    }
-
-    async fn call(
-        &self,
-        request: &VendorRequest<'_>,
-        wire: Wire,
-        secret: &Secret,
-        sink: &AudioSink,
-    ) -> Result<StreamEnd, VendorFailure> {
+    async fn call(&self, call: Call<'_, Wire>) -> Result<StreamEnd, VendorFailure> {
+        let (request, wire, secret, sink) = call.parts();
         let url = endpoint(
             request.upstream.base_url.as_deref(),
             http::upstream_str(&request.upstream.params, "group_id"),

@@ -38,8 +38,8 @@ use voxpool_shared::{contract::Outcome, provider::Provider};
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{
-    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorFailure, VendorRequest,
-    cloud::CloudVendor,
+    AudioFormat, ParamError, StreamEnd, TextLimit, VendorFailure, VendorRequest,
+    cloud::{Call, CloudVendor, Mapping},
     http::{self, HttpReply},
 };
 
@@ -163,28 +163,12 @@ fn classify(reply: &HttpReply, secret: &Secret) -> VendorFailure {
 impl CloudVendor for OpenAi {
     const PROVIDER: Provider = Provider::OpenAi;
     const TEXT_LIMIT: TextLimit = TextLimit::Chars(4096);
+    const DEFAULT_RATE: u32 = SAMPLE_RATE;
     type Wire = Wire;
+    const WIRE: Mapping<Wire> = wire;
 
-    fn wire(
-        voice: &Snapshot,
-        _pool_model: &str,
-        format: AudioFormat,
-        sample_rate_hz: Option<u32>,
-    ) -> Result<Wire, ParamError> {
-        wire(voice, format, sample_rate_hz)
-    }
-
-    fn default_rate(_format: AudioFormat) -> u32 {
-        SAMPLE_RATE
-    }
-
-    async fn call(
-        &self,
-        request: &VendorRequest<'_>,
-        wire: Wire,
-        secret: &Secret,
-        sink: &AudioSink,
-    ) -> Result<StreamEnd, VendorFailure> {
+    async fn call(&self, call: Call<'_, Wire>) -> Result<StreamEnd, VendorFailure> {
+        let (request, wire, secret, sink) = call.parts();
         let builder = self
             .client
             .post(endpoint(request.upstream.base_url.as_deref()))

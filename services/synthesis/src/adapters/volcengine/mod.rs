@@ -66,8 +66,8 @@ use voxpool_shared::{contract::Outcome, provider::Provider};
 use voxpool_shared::{secret::Secret, snapshot::Snapshot};
 
 use super::{
-    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorFailure, VendorRequest,
-    cloud::CloudVendor,
+    AudioFormat, ParamError, StreamEnd, TextLimit, VendorFailure, VendorRequest,
+    cloud::{Call, CloudVendor, Mapping},
     http::{self, HttpReply},
 };
 
@@ -336,30 +336,23 @@ fn classify(reply: &HttpReply, secret: &Secret) -> Result<Vec<u8>, VendorFailure
 impl CloudVendor for Volcengine {
     const PROVIDER: Provider = Provider::Volcengine;
     const TEXT_LIMIT: TextLimit = TextLimit::Utf8Bytes(1024);
+    const DEFAULT_RATE: u32 = DEFAULT_RATE;
     type Wire = Wire;
+    // Checked before a lease, without a pool model: family inference then relies on the
+    // snapshot's model, the voice id or `extra.family`; the call maps again with it.
+    const WIRE: Mapping<Wire> = |voice, format, rate| wire(voice, "", format, rate);
 
-    fn wire(
+    fn wire_in_call(
         voice: &Snapshot,
         pool_model: &str,
         format: AudioFormat,
         sample_rate_hz: Option<u32>,
     ) -> Result<Wire, ParamError> {
-        // Checked before a lease, without a pool model: family inference then relies on the
-        // snapshot's model, the voice id or `extra.family`; the call maps again with it.
         wire(voice, pool_model, format, sample_rate_hz)
     }
 
-    fn default_rate(_format: AudioFormat) -> u32 {
-        DEFAULT_RATE
-    }
-
-    async fn call(
-        &self,
-        request: &VendorRequest<'_>,
-        wire: Wire,
-        secret: &Secret,
-        sink: &AudioSink,
-    ) -> Result<StreamEnd, VendorFailure> {
+    async fn call(&self, call: Call<'_, Wire>) -> Result<StreamEnd, VendorFailure> {
+        let (request, wire, secret, sink) = call.parts();
         if http::upstream_str(&request.upstream.params, "api") == Some("v3") {
             return self.stream_v3(request, &wire, secret, sink).await;
         }
