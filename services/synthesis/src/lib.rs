@@ -26,18 +26,14 @@
 //! - [`server`]: wiring for the binary and the tests.
 
 pub mod adapters;
-pub mod attempt;
 pub mod catalog;
-pub mod chunks;
-pub mod core;
 pub mod deadline;
 pub mod error;
-pub mod failover;
+pub mod job;
 pub mod lease;
 pub mod metrics;
 pub mod pools;
 pub mod record;
-pub mod request;
 pub mod server;
 pub mod service;
 pub mod stream;

@@ -20,7 +20,7 @@ use voxpool_shared::{
 };
 
 use crate::{
-    adapters::registry::Registry, catalog::Catalog, core::Core, lease::Scheduler, pools::Pools,
+    adapters::registry::Registry, catalog::Catalog, job::Core, lease::Scheduler, pools::Pools,
     service::SynthesisService,
 };
 

@@ -1,7 +1,7 @@
 //! The `voxpool.synthesis.v1.Synthesis` gRPC service.
 //!
 //! `Synthesize` validates the request ([`crate::request`]), synthesizes the text chunks (up to
-//! `max_parallel_chunks` at once, [`crate::chunks`]) with failover ([`crate::failover`]) and
+//! `max_parallel_chunks` at once, [`crate::job::chunks`]) with failover ([`crate::job::failover`]) and
 //! joins them in text order ([`crate::audio::Joiner`]); audio
 //! larger than one message may be (`--max-message-bytes`) is RESOURCE_EXHAUSTED pointing to
 //! the stream. `SynthesizeStream` does the same and sends audio as it is produced (see
@@ -9,7 +9,7 @@
 //! same request. Dropping a call (the caller cancels or its deadline passes) stops waiting at
 //! once; a vendor call already sent is cut off at its first audio byte (a streaming vendor
 //! stops when its connection closes) or, if its vendor never streams, runs on to the answer,
-//! holding its lease until then (`crate::attempt`); later chunks are never started.
+//! holding its lease until then (`crate::job::attempt`); later chunks are never started.
 
 use std::{sync::Arc, time::Duration};
 
@@ -22,13 +22,13 @@ use voxpool_proto::synthesis::v1::{
 
 use crate::{
     audio::AudioError,
-    chunks,
-    core::{Core, Job},
     deadline::Deadline,
     error::SynthesisError,
+    job::chunks,
+    job::prepare::audio_format_pb,
+    job::{Core, Job},
     metrics,
     record::AttemptRecord,
-    request::audio_format_pb,
     stream,
 };
 
@@ -162,7 +162,7 @@ impl chunks::Output for Collect {
     }
 }
 
-/// Runs every chunk of `job` ([`crate::chunks`]) and joins the audio.
+/// Runs every chunk of `job` ([`crate::job::chunks`]) and joins the audio.
 pub async fn run_job(core: &Arc<Core>, job: Job) -> Result<Synthesized, SynthesisError> {
     let job = Arc::new(job);
     let mut out = Collect::default();

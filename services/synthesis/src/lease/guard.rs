@@ -2,7 +2,7 @@
 //! Report + release once the vendor answered, Release when the call says nothing about the key
 //! (fenced, adapter panic), and a spawned Release from `Drop` when the guard is dropped while
 //! armed (a task aborted at runtime shutdown, an early return). The guard lives in the
-//! attempt's own task, so a caller that goes away never drops it early (`crate::attempt`).
+//! attempt's own task, so a caller that goes away never drops it early (`crate::job::attempt`).
 //! [`LeaseGuard::keep_alive`] renews the lease during a vendor call every third of its TTL, or
 //! more often when the scheduler asks (`Lease.renew_interval_ms`: a lease store that loses its
 //! state re-registers the leases renewed within its recovery window), always naming the

@@ -15,9 +15,9 @@ use voxpool_shared::{provider::Provider, snapshot::Snapshot};
 
 use crate::{
     adapters::AudioFormat,
-    core::{Core, Job},
     deadline::Deadline,
     error::SynthesisError,
+    job::{Core, Job},
     text,
 };
 

@@ -1,6 +1,11 @@
 //! [`Core`]: everything a request needs, shared by the unary and streaming RPCs, and
 //! [`Job`]: one validated request ready to run.
 
+pub mod attempt;
+pub mod chunks;
+pub mod failover;
+pub mod prepare;
+
 use std::{sync::Arc, time::Duration};
 
 use tokio_util::task::TaskTracker;
@@ -32,7 +37,7 @@ pub struct Core {
     /// `[[client_tokens]]` of the config (references, not values): read by `server::serve_with`.
     pub client_tokens: Vec<voxpool_shared::config::ClientTokenConfig>,
     /// Every vendor call under way, including those whose caller has gone: each holds its
-    /// lease until the vendor answers (see [`crate::attempt`]); shutdown waits for them.
+    /// lease until the vendor answers (see [`crate::job::attempt`]); shutdown waits for them.
     pub background: TaskTracker,
 }
 

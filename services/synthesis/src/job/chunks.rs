@@ -2,18 +2,18 @@
 //!
 //! Text longer than the vendor's limit is split into chunks ([`crate::request`]). Up to
 //! `synthesis.max_parallel_chunks` of them run at once, each with its own failover and its own
-//! lease ([`crate::failover`]), started in text order as earlier ones finish; every lease is
+//! lease ([`crate::job::failover`]), started in text order as earlier ones finish; every lease is
 //! taken in the request's traffic class, so a BATCH request's chunks count against the batch
 //! share like any other BATCH leases. Output is strictly in text order: the head chunk (the
 //! first not yet emitted) is *live* on a stream, its audio forwarded as the vendor sends it,
-//! while chunks ahead of it keep their audio until their turn ([`crate::attempt`]); a unary call
+//! while chunks ahead of it keep their audio until their turn ([`crate::job::attempt`]); a unary call
 //! has no live chunk and emits everything at the end. Every chunk uses the same frozen
 //! snapshot and params (invariant 9).
 //!
 //! An error ends the request. Once audio has reached the caller it is wrapped in
 //! [`SynthesisError::Interrupted`], saying how many bytes, messages and whole chunks the
 //! caller holds. Leaving (a dropped future: the caller cancelled) aborts every chunk; their
-//! calls are cut off as [`crate::attempt`] describes and no further chunk starts.
+//! calls are cut off as [`crate::job::attempt`] describes and no further chunk starts.
 
 use std::sync::Arc;
 
@@ -24,11 +24,11 @@ use tokio::{
 use tracing::Instrument;
 
 use crate::{
-    attempt::{ChunkMsg, ChunkOut},
     audio::{AudioError, AudioFormat, Joiner},
-    core::{Core, Job},
     error::SynthesisError,
-    failover::ChunkDone,
+    job::attempt::{ChunkMsg, ChunkOut},
+    job::failover::ChunkDone,
+    job::{Core, Job},
     record::AttemptRecord,
 };
 

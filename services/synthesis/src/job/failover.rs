@@ -20,9 +20,9 @@ use voxpool_proto::scheduler::v1::AcquireRequest;
 use voxpool_shared::contract::Outcome;
 
 use crate::{
-    attempt::{self, AttemptEnd, CallInput, ChunkOut},
-    core::{Core, Job},
     error::SynthesisError,
+    job::attempt::{self, AttemptEnd, CallInput, ChunkOut},
+    job::{Core, Job},
     lease::{AcquireError, LeaseGuard},
     metrics,
     record::AttemptRecord,
@@ -49,7 +49,7 @@ fn jittered(base: Duration) -> Duration {
 
 impl Core {
     /// Synthesizes chunk `index` of `job` with failover (module doc), its audio handed to
-    /// `out` ([`crate::attempt`]), appending every attempt to `attempts`.
+    /// `out` ([`crate::job::attempt`]), appending every attempt to `attempts`.
     pub async fn synthesize_chunk<T: Send + 'static>(
         &self,
         job: &Job,
@@ -118,7 +118,7 @@ impl Core {
                 wait_timeout_ms: i64::try_from(remaining.as_millis().min(MAX_WAIT_MS)).unwrap_or(0),
                 request_id: job.request_id.clone(),
                 // Fresh per lease attempt; kept on the client's retries of this Acquire.
-                idempotency_key: crate::attempt::attempt_id(),
+                idempotency_key: crate::job::attempt::attempt_id(),
                 priority: job.priority as i32,
                 tenant: job.tenant.clone(),
                 // Reserved against the key's character quota while the call runs.
