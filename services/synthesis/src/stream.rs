@@ -26,9 +26,9 @@ use tracing::Instrument;
 use voxpool_proto::synthesis::v1::AudioChunk;
 
 use crate::{
+    convert,
     error::SynthesisError,
-    job::chunks,
-    job::{Core, Job},
+    job::{Core, Job, Output},
     metrics,
 };
 
@@ -128,7 +128,7 @@ impl Sender<'_> {
     }
 }
 
-impl chunks::Output for Sender<'_> {
+impl Output for Sender<'_> {
     fn live(&self) -> bool {
         true
     }
@@ -149,14 +149,14 @@ async fn produce(
     started: Instant,
 ) -> Result<(), SynthesisError> {
     let job = Arc::new(job);
-    let format = crate::job::prepare::audio_format_pb(job.format).as_str_name();
+    let format = convert::audio_format_pb(job.format).as_str_name();
     let mut sender = Sender {
         tx,
         seq: 0,
         bytes: 0,
         first_audio: Some((job.pool.id.clone(), format, started)),
     };
-    let Some(done) = chunks::run(core, &job, &mut sender).await? else {
+    let Some(done) = core.run_into(&job, &mut sender).await? else {
         return Ok(());
     };
     sender.send_marked(done.tail, true).await;

@@ -1,5 +1,14 @@
-//! [`Core`]: everything a request needs, shared by the unary and streaming RPCs, and
-//! [`Job`]: one validated request ready to run.
+//! A job's life, from a validated request to its audio: [`Core`] (everything a request needs,
+//! shared by the unary and streaming RPCs) and its methods, the domain [`Request`] the edge
+//! hands in (`crate::convert`), and [`Job`], one request ready to run.
+//!
+//! A request's `text` goes: [`Core::prepare`] ([`prepare`]: everything that can be refused is
+//! refused before a lease; invariant 8) → [`Core::run`] / [`Core::run_into`] ([`chunks`]: the
+//! chunks side by side, emitted in text order) → [`failover`] (per chunk: lease, call, report,
+//! fail over to other keys of the pool with the same snapshot; invariant 9) → [`attempt`] (one
+//! leased vendor call that outlives its caller; invariant 1 at the vendor). Nothing here sees a
+//! protobuf type: the edge converts (`crate::convert`), and so does the scheduler client
+//! (`crate::lease`).
 
 pub mod attempt;
 pub mod chunks;
@@ -10,15 +19,22 @@ use std::{sync::Arc, time::Duration};
 
 use tokio_util::task::TaskTracker;
 
-use voxpool_shared::{config::SynthesisSettings, snapshot::Snapshot};
+use voxpool_shared::{
+    config::SynthesisSettings,
+    snapshot::{Snapshot, SnapshotError},
+};
 
 use crate::{
     adapters::{AudioFormat, VendorAdapter, registry::Registry},
     catalog::Catalog,
     deadline::Deadline,
-    lease::Scheduler,
+    error::SynthesisError,
+    lease::{Priority, Scheduler},
     pools::{Pool, Pools},
+    record::AttemptRecord,
 };
+
+pub use chunks::{Finished, Output};
 
 /// Shared state of the service.
 pub struct Core {
@@ -37,7 +53,7 @@ pub struct Core {
     /// `[[client_tokens]]` of the config (references, not values): read by `server::serve_with`.
     pub client_tokens: Vec<voxpool_shared::config::ClientTokenConfig>,
     /// Every vendor call under way, including those whose caller has gone: each holds its
-    /// lease until the vendor answers (see [`crate::job::attempt`]); shutdown waits for them.
+    /// lease until the vendor answers (see [`attempt`]); shutdown waits for them.
     pub background: TaskTracker,
 }
 
@@ -74,8 +90,8 @@ pub struct Job {
     pub wav_streaming_header: bool,
     /// The caller's (or a generated) request id.
     pub request_id: String,
-    /// Traffic class of every lease (PRIORITY_UNSPECIFIED: the scheduler's STANDARD).
-    pub priority: voxpool_proto::scheduler::v1::Priority,
+    /// Traffic class of every lease.
+    pub priority: Priority,
     /// Tenant the request is for (fairness inside its class).
     pub tenant: String,
     /// When the request must be answered.
@@ -91,5 +107,124 @@ impl std::fmt::Debug for Job {
             .field("format", &self.format)
             .field("request_id", &self.request_id)
             .finish_non_exhaustive()
+    }
+}
+
+/// A number a wire enum carried that names none of its members (protobuf enums are open):
+/// kept so [`prepare`] refuses it by name, in its turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unknown(pub i32);
+
+/// Where a request's voice comes from.
+#[derive(Clone, Debug)]
+pub enum VoiceSource {
+    /// A snapshot given whole.
+    Snapshot(Box<Snapshot>),
+    /// A snapshot given whole that does not convert (the field and why).
+    Malformed(SnapshotError),
+    /// A snapshot's JSON form, as stored in a card.
+    Json(String),
+    /// A voice pack id the catalog freezes.
+    PackId(String),
+}
+
+/// A synthesis request as the edge hands it over, not yet validated ([`prepare`] checks it).
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The caller's request id; empty = generate one.
+    pub request_id: String,
+    /// Traffic class of every lease.
+    pub priority: Result<Priority, Unknown>,
+    /// Tenant the request is for.
+    pub tenant: String,
+    /// The text to speak.
+    pub text: String,
+    /// Output format (unspecified = WAV).
+    pub format: Result<AudioFormat, Unknown>,
+    /// WAV with the streaming header.
+    pub wav_streaming_header: bool,
+    /// Sample rate asked for; 0 = the vendor's default.
+    pub sample_rate_hz: i32,
+    /// The voice; `None` when the caller set none.
+    pub voice: Option<VoiceSource>,
+}
+
+/// The audio of a whole job.
+#[derive(Debug)]
+pub struct Synthesized {
+    /// Joined audio.
+    pub audio: Vec<u8>,
+    /// Sample rate (Hz), when known.
+    pub sample_rate_hz: Option<u32>,
+    /// The key of the last chunk.
+    pub key_id: String,
+    /// Every attempt.
+    pub attempts: Vec<AttemptRecord>,
+}
+
+/// A unary call's output: everything collected, nothing delivered before the end.
+#[derive(Debug, Default)]
+struct Collect {
+    audio: Vec<u8>,
+}
+
+impl Output for Collect {
+    fn live(&self) -> bool {
+        false
+    }
+
+    async fn send(&mut self, bytes: Vec<u8>) -> bool {
+        self.audio.extend(bytes);
+        true
+    }
+
+    fn delivered(&self) -> (u64, u64) {
+        (0, 0)
+    }
+}
+
+impl Core {
+    /// Validates `request` and resolves its voice ([`prepare`]). Every error is a refusal
+    /// made before any lease.
+    pub async fn prepare(
+        &self,
+        request: Request,
+        deadline: Deadline,
+    ) -> Result<Job, SynthesisError> {
+        prepare::prepare(self, request, deadline).await
+    }
+
+    /// Runs every chunk of `job` ([`chunks`]) and joins the audio: the unary call.
+    pub async fn run(self: &Arc<Self>, job: Job) -> Result<Synthesized, SynthesisError> {
+        let job = Arc::new(job);
+        let mut out = Collect::default();
+        let Some(done) = self.run_into(&job, &mut out).await? else {
+            // Collect never refuses bytes, so the run cannot see its caller gone.
+            return Err(SynthesisError::DeadlineExceeded {
+                pool: Some(job.pool.id.clone()),
+                budget_ms: job.deadline.budget_ms(),
+                attempts: Vec::new(),
+                in_call: false,
+            });
+        };
+        let mut audio = out.audio;
+        audio.extend(done.tail);
+        Ok(Synthesized {
+            audio,
+            sample_rate_hz: done.sample_rate_hz,
+            key_id: done.key_id,
+            attempts: done.attempts,
+        })
+    }
+
+    /// Runs every chunk of `job` ([`chunks::run`]), sending output to `out` as it may go
+    /// (a stream), except what is owed after the last chunk ([`Finished::tail`]).
+    /// `Ok(None)`: the caller went away.
+    pub async fn run_into(
+        self: &Arc<Self>,
+        job: &Arc<Job>,
+        out: &mut impl Output,
+    ) -> Result<Option<Finished>, SynthesisError> {
+        chunks::run(self, job, out).await
     }
 }
