@@ -272,7 +272,7 @@ mod tests {
             AudioFormat::Pcm
         );
         assert!(
-            check_format(crate::convert::audio_format(99))
+            check_format(Err(Unknown(99)))
                 .unwrap_err()
                 .to_string()
                 .starts_with("invalid format: 99 is not a format")
