@@ -125,8 +125,6 @@ pub fn readiness(core: &Core) -> pb::ListPoolsResponse {
 
 #[cfg(test)]
 mod tests {
-    use voxpool_shared::contract::Outcome;
-
     use super::*;
 
     #[test]
@@ -145,19 +143,5 @@ mod tests {
         assert_eq!(priority(0), Ok(Priority::Standard));
         assert_eq!(priority(spb::Priority::Batch as i32), Ok(Priority::Batch));
         assert_eq!(priority(42), Err(Unknown(42)));
-    }
-
-    #[test]
-    fn an_attempt_carries_its_http_status() {
-        let a = AttemptRecord {
-            key_id: "acct-a/app-1".into(),
-            upstream_id: "acct-a".into(),
-            outcome: Outcome::RateLimited,
-            http_status: Some(429),
-            latency_ms: 12,
-            message: "slow down".into(),
-            retry_after_ms: Some(1000),
-        };
-        assert_eq!(attempt(&a).http_status, 429);
     }
 }

@@ -68,5 +68,6 @@ mod tests {
             a.to_string(),
             "acct-a/app-1 RATE_LIMITED (429) after 12ms: slow down"
         );
+        assert_eq!(crate::convert::attempt(&a).http_status, 429);
     }
 }
