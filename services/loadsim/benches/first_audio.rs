@@ -29,13 +29,13 @@ use voxpool_fake_vendors::{FakeConfig, FakeVendor, Streaming, VendorKind};
 use voxpool_proto::synthesis::v1::{self as pb, synthesis_client::SynthesisClient};
 use voxpool_runtime::auth::AdminAuth;
 use voxpool_synthesis::{
-    server::{self, Options},
-    vendor::{
+    adapters::{
         AudioFormat, AudioSink, KeyCredential, UpstreamTarget, VendorAdapter, VendorRequest,
         http::shared_client,
         openai::OpenAi,
         registry::{self, AdapterOptions},
     },
+    server::{self, Options},
 };
 use voxpool_testkit::RedisServer;
 

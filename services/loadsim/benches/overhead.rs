@@ -27,13 +27,13 @@ use voxpool_proto::{
 };
 use voxpool_runtime::auth::AdminAuth;
 use voxpool_synthesis::{
-    server::{self, Options},
-    vendor::{
+    adapters::{
         AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorRequest,
         http::shared_client,
         openai::OpenAi,
         registry::{self, AdapterOptions},
     },
+    server::{self, Options},
 };
 use voxpool_testkit::RedisServer;
 

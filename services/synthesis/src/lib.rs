@@ -3,43 +3,45 @@
 //!
 //! A request names its voice (a snapshot, its card JSON, or a pack id the catalog freezes);
 //! the snapshot's `ttsModelId` picks the pool. Everything that can be refused is refused before
-//! a lease is taken ([`request`]; invariant 8: a param the vendor cannot apply fails the request
-//! with its name). The text is split at sentence boundaries to the vendor's limit ([`text`]);
-//! up to `max_parallel_chunks` chunks at once ([`chunks`]) each lease a key from the scheduler,
-//! call the vendor with that key's credential (audio passed on as the vendor streams it),
-//! report the outcome and release ([`failover`], [`attempt`], [`lease`]); retryable outcomes
-//! before any audio went out fail over to other keys of the same pool with the same snapshot
-//! (invariant 9). The pieces are joined into one output in text order ([`audio`]).
+//! a lease is taken ([`job::prepare`]; invariant 8: a param the vendor cannot apply fails the
+//! request with its name). The text is split at sentence boundaries to the vendor's limit
+//! ([`text`]); up to `max_parallel_chunks` chunks at once ([`job::chunks`]) each lease a key
+//! from the scheduler, call the vendor with that key's credential (audio passed on as the
+//! vendor streams it), report the outcome and release ([`job::failover`], [`job::attempt`],
+//! [`lease`]); retryable outcomes before any audio went out fail over to other keys of the same
+//! pool with the same snapshot (invariant 9). The pieces are joined into one output in text
+//! order ([`audio`]).
 //!
-//! Modules:
-//! - [`service`] / [`stream`]: the gRPC service (unary and streaming).
-//! - [`request`]: request validation into a [`core::Job`].
-//! - [`chunks`]: a request's chunks side by side (`max_parallel_chunks`), emitted in order.
-//! - [`failover`] / [`attempt`]: per-chunk failover and one leased vendor call, its audio
-//!   streamed on as the vendor sends it.
-//! - [`lease`] / [`catalog`]: the scheduler and catalog clients.
+//! Modules, from the edge in:
+//! - [`service`] / [`stream`]: the gRPC service (unary and streaming), and [`convert`]: the
+//!   one place a request's protobuf becomes the domain [`job::Request`] and results go back.
+//! - [`job`]: a job's life, owned by [`job::Core`] and its methods: [`job::prepare`]
+//!   (validation into a [`job::Job`]), [`job::chunks`] (chunks side by side, emitted in order),
+//!   [`job::failover`] / [`job::attempt`] (per-chunk failover and one leased vendor call, its
+//!   audio streamed on as the vendor sends it). No prost type below the edge.
+//! - [`lease`] / [`catalog`]: the scheduler and catalog clients, each converting to and from
+//!   protobuf at its own edge; the lease client decides "retry or not" from typed reasons.
+//! - [`adapters`]: the `VendorAdapter` trait, the cloud adapters' one skeleton
+//!   ([`adapters::cloud`]), the espeak-ng adapter and the registry.
 //! - [`pools`]: the config's pools with resolved credentials (and the credential policy).
 //! - [`text`] / [`audio`]: text splitting and audio validation / joining.
-//! - [`vendor`]: the `VendorAdapter` trait, the espeak-ng adapter and the registry.
+//! - [`record`] / [`deadline`]: one attempt's record, a request's time budget.
 //! - [`error`]: the error enum and its one mapping to `tonic::Status`.
 //! - [`metrics`]: OpenTelemetry instruments (requests, vendor attempts).
 //! - [`server`]: wiring for the binary and the tests.
 
-pub mod attempt;
+pub mod adapters;
 pub mod catalog;
-pub mod chunks;
-pub mod core;
+pub mod convert;
 pub mod deadline;
 pub mod error;
-pub mod failover;
+pub mod job;
 pub mod lease;
 pub mod metrics;
 pub mod pools;
 pub mod record;
-pub mod request;
 pub mod server;
 pub mod service;
 pub mod stream;
-pub mod vendor;
 
 pub use voxpool_domain::{audio, text};

@@ -12,9 +12,9 @@ use voxpool_config::{Config, Credentials, DataPlane};
 use voxpool_domain::provider::Provider;
 use voxpool_runtime::auth::{ClientAuth, ClientToken};
 use voxpool_synthesis::{
+    adapters::registry::{self, AdapterOptions},
     pools::Pools,
     server::{self, Options},
-    vendor::registry::{self, AdapterOptions},
 };
 
 /// Synthesizes speech from a frozen voice snapshot through leased vendor keys, failing over to

@@ -19,7 +19,7 @@ use std::{
 use voxpool_config::{Config, PoolConfig};
 use voxpool_domain::provider::Provider;
 
-use crate::vendor::{KeyCredential, UpstreamTarget};
+use crate::adapters::{KeyCredential, UpstreamTarget};
 
 /// One key of a pool with its credential, or why it has none.
 #[derive(Clone, Debug)]

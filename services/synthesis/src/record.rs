@@ -1,10 +1,10 @@
 //! [`AttemptRecord`]: what one vendor call under one lease did, for the response's `attempts`
-//! and for error details (invariant 9: exhaustion names every key and upstream tried).
+//! (its proto form: `crate::convert::attempt`) and for error details (invariant 9: exhaustion
+//! names every key and upstream tried).
 
 use std::fmt;
 
 use voxpool_domain::contract::Outcome;
-use voxpool_proto::{scheduler::v1 as spb, synthesis::v1 as pb};
 
 /// One vendor call made for a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,20 +23,6 @@ pub struct AttemptRecord {
     pub message: String,
     /// The vendor's `Retry-After` (ms), when given.
     pub retry_after_ms: Option<u64>,
-}
-
-impl AttemptRecord {
-    /// The proto `Attempt`.
-    pub fn to_pb(&self) -> pb::Attempt {
-        pb::Attempt {
-            key_id: self.key_id.clone(),
-            outcome: spb::Outcome::from(self.outcome) as i32,
-            http_status: self.http_status.map_or(0, i32::from),
-            latency_ms: i64::try_from(self.latency_ms).unwrap_or(i64::MAX),
-            message: self.message.clone(),
-            upstream_id: self.upstream_id.clone(),
-        }
-    }
 }
 
 /// `acct-a/app-1 RATE_LIMITED (429) after 12ms: too many requests`.
@@ -82,6 +68,6 @@ mod tests {
             a.to_string(),
             "acct-a/app-1 RATE_LIMITED (429) after 12ms: slow down"
         );
-        assert_eq!(a.to_pb().http_status, 429);
+        assert_eq!(crate::convert::attempt(&a).http_status, 429);
     }
 }

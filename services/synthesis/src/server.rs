@@ -20,8 +20,8 @@ use voxpool_runtime::{
 };
 
 use crate::{
-    catalog::Catalog, core::Core, lease::Scheduler, pools::Pools, service::SynthesisService,
-    vendor::registry::Registry,
+    adapters::registry::Registry, catalog::Catalog, job::Core, lease::Scheduler, pools::Pools,
+    service::SynthesisService,
 };
 
 /// The gRPC service name health reports under (besides `""` for the whole process).

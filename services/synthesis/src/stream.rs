@@ -2,14 +2,14 @@
 //! [`MAX_MESSAGE_BYTES`], `seq` 0, 1, 2, … and `final` on the last one.
 //!
 //! PCM, MP3 and OGG_OPUS audio goes out as the vendor streams it: the first chunk's first
-//! bytes as soon as they arrive, later chunks (synthesized alongside, [`crate::chunks`]) in
+//! bytes as soon as they arrive, later chunks (synthesized alongside, [`crate::job::chunks`]) in
 //! text order. An exact WAV header must carry the final sizes, so exact WAV audio goes out
 //! once the last chunk is done; with `wav_streaming_header` a header with unknown sizes goes
 //! out first and the samples stream like PCM. Either way the concatenated messages equal the
 //! `Synthesize` audio of the same request. An error after the first message ends the stream
 //! with a status saying what was delivered ([`SynthesisError::Interrupted`]). The work runs in
 //! a task that is cancelled when the caller drops the stream: calls already streaming are cut
-//! off and their leases released at once ([`crate::attempt`]).
+//! off and their leases released at once ([`crate::job::attempt`]).
 
 use std::{
     pin::Pin,
@@ -26,9 +26,9 @@ use tracing::Instrument;
 use voxpool_proto::synthesis::v1::AudioChunk;
 
 use crate::{
-    chunks,
-    core::{Core, Job},
+    convert,
     error::SynthesisError,
+    job::{Core, Job, Output},
     metrics,
 };
 
@@ -128,7 +128,7 @@ impl Sender<'_> {
     }
 }
 
-impl chunks::Output for Sender<'_> {
+impl Output for Sender<'_> {
     fn live(&self) -> bool {
         true
     }
@@ -149,14 +149,14 @@ async fn produce(
     started: Instant,
 ) -> Result<(), SynthesisError> {
     let job = Arc::new(job);
-    let format = crate::request::audio_format_pb(job.format).as_str_name();
+    let format = convert::audio_format_pb(job.format).as_str_name();
     let mut sender = Sender {
         tx,
         seq: 0,
         bytes: 0,
         first_audio: Some((job.pool.id.clone(), format, started)),
     };
-    let Some(done) = chunks::run(core, &job, &mut sender).await? else {
+    let Some(done) = core.run_into(&job, &mut sender).await? else {
         return Ok(());
     };
     sender.send_marked(done.tail, true).await;

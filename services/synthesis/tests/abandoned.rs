@@ -11,7 +11,7 @@ use common::{Stack, json_of};
 use tonic::Code;
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, Latency, VendorKind};
 use voxpool_proto::synthesis::v1 as pb;
-use voxpool_synthesis::vendor::registry::{self, AdapterOptions};
+use voxpool_synthesis::adapters::registry::{self, AdapterOptions};
 
 /// The vendor's cap per key, and the pool's configured capacity.
 const CAP: u32 = 3;

@@ -8,7 +8,7 @@ use tonic::Code;
 use tonic_prost::ProstCodec;
 use voxpool_proto::prost;
 use voxpool_proto::synthesis::v1::{self as pb, synthesize_request::Voice};
-use voxpool_synthesis::vendor::registry::{AdapterOptions, builtin};
+use voxpool_synthesis::adapters::registry::{AdapterOptions, builtin};
 
 fn with_json(json: &str, text: &str) -> pb::SynthesizeRequest {
     pb::SynthesizeRequest {

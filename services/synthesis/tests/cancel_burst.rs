@@ -12,7 +12,7 @@ use common::{Stack, json_of};
 use futures::StreamExt;
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, Streaming, VendorKind};
 use voxpool_proto::synthesis::v1 as pb;
-use voxpool_synthesis::vendor::registry::{self, AdapterOptions};
+use voxpool_synthesis::adapters::registry::{self, AdapterOptions};
 
 /// The vendor's cap per key, and each key's configured capacity.
 const CAP: u32 = 10;

@@ -6,7 +6,7 @@ mod common;
 use common::{Stack, request, scripted::Scripted, snapshot};
 use tonic::Code;
 use tonic_types::StatusExt;
-use voxpool_synthesis::vendor::TextLimit;
+use voxpool_synthesis::adapters::TextLimit;
 
 const POOLS: &str = r#"
 [[pools]]

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 use voxpool_config::Config;
 use voxpool_proto::synthesis::v1::{self as pb, synthesis_client::SynthesisClient};
-use voxpool_synthesis::vendor::registry::{AdapterOptions, builtin};
+use voxpool_synthesis::adapters::registry::{AdapterOptions, builtin};
 
 const CONFIG: &str = r#"
 [[pools]]

@@ -13,7 +13,7 @@ use common::{
 use tonic::Code;
 use tonic_types::StatusExt;
 use voxpool_proto::scheduler::v1::{self as spb, KeyState, Outcome};
-use voxpool_synthesis::vendor::TextLimit;
+use voxpool_synthesis::adapters::TextLimit;
 
 const WAIT: Duration = Duration::from_secs(10);
 

@@ -16,7 +16,7 @@ use common::{
 use futures::StreamExt;
 use tonic::Code;
 use voxpool_proto::{scheduler::v1::Outcome, synthesis::v1 as pb};
-use voxpool_synthesis::{audio::wav, text, vendor::TextLimit};
+use voxpool_synthesis::{adapters::TextLimit, audio::wav, text};
 
 const LIMIT: TextLimit = TextLimit::Chars(40);
 /// Eight sentences of under 40 characters: eight chunks.

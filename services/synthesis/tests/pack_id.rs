@@ -11,7 +11,7 @@ use voxpool_proto::{
     catalog::v1::{self as cpb, voice_catalog_server::VoiceCatalog},
     synthesis::v1::{self as pb, synthesize_request::Voice},
 };
-use voxpool_synthesis::vendor::TextLimit;
+use voxpool_synthesis::adapters::TextLimit;
 
 struct FakeCatalog;
 

@@ -10,7 +10,7 @@ mod common;
 use common::{Stack, json_of};
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, VendorKind};
 use voxpool_proto::{scheduler::v1::KeyState, synthesis::v1 as pb};
-use voxpool_synthesis::vendor::registry::{self, AdapterOptions};
+use voxpool_synthesis::adapters::registry::{self, AdapterOptions};
 
 const TEXT: &str = "Hello, quota world."; // 19 characters
 /// Five calls' worth.

@@ -12,10 +12,10 @@ use futures::StreamExt;
 use tonic::Code;
 use voxpool_proto::{scheduler::v1::Outcome, synthesis::v1 as pb};
 use voxpool_synthesis::{
+    adapters::TextLimit,
     audio::wav::{self, WavSpec},
     stream::MAX_MESSAGE_BYTES,
     text,
-    vendor::TextLimit,
 };
 
 const LIMIT: TextLimit = TextLimit::Chars(40);

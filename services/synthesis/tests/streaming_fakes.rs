@@ -14,11 +14,11 @@ use futures::StreamExt;
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, Step, Streaming, VendorKind, audio::marker};
 use voxpool_proto::synthesis::v1 as pb;
 use voxpool_synthesis::{
-    text,
-    vendor::{
+    adapters::{
         TextLimit,
         registry::{self, AdapterOptions},
     },
+    text,
 };
 
 /// A pool of one key (`u0/k0`, whose secret is `secret-u0-k0`) at `base_url`.

@@ -8,7 +8,7 @@ use std::{sync::Arc, time::Duration};
 use voxpool_domain::contract::Outcome;
 use voxpool_domain::{secret::Secret, snapshot::Snapshot};
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, Fault, Step, VendorKind};
-use voxpool_synthesis::vendor::{
+use voxpool_synthesis::adapters::{
     AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorAudio, VendorFailure,
     VendorRequest, azure::Azure, dashscope::DashScope, elevenlabs::ElevenLabs, http,
     minimax::MiniMax, openai::OpenAi, volcengine::Volcengine,

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use voxpool_domain::contract::Outcome;
 use voxpool_domain::{secret::Secret, snapshot::Snapshot};
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, RecordedRequest, VendorKind};
-use voxpool_synthesis::vendor::{
+use voxpool_synthesis::adapters::{
     AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorAudio, VendorFailure,
     VendorRequest, azure::Azure, dashscope::DashScope, elevenlabs::ElevenLabs, http,
     minimax::MiniMax, openai::OpenAi, volcengine::Volcengine,
@@ -391,7 +391,7 @@ async fn the_stats_endpoint_reports_per_key_counters() {
 
 #[test]
 fn the_builtin_registry_serves_every_cloud_adapter_under_its_provider_id() {
-    use voxpool_synthesis::vendor::registry::{AdapterOptions, builtin};
+    use voxpool_synthesis::adapters::registry::{AdapterOptions, builtin};
     let registry = builtin(&AdapterOptions::default());
     for kind in VendorKind::ALL {
         let adapter = registry

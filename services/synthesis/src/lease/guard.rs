@@ -2,9 +2,9 @@
 //! Report + release once the vendor answered, Release when the call says nothing about the key
 //! (fenced, adapter panic), and a spawned Release from `Drop` when the guard is dropped while
 //! armed (a task aborted at runtime shutdown, an early return). The guard lives in the
-//! attempt's own task, so a caller that goes away never drops it early (`crate::attempt`).
+//! attempt's own task, so a caller that goes away never drops it early (`crate::job::attempt`).
 //! [`LeaseGuard::keep_alive`] renews the lease during a vendor call every third of its TTL, or
-//! more often when the scheduler asks (`Lease.renew_interval_ms`: a lease store that loses its
+//! more often when the scheduler asks (`Lease::renew_interval`: a lease store that loses its
 //! state re-registers the leases renewed within its recovery window), always naming the
 //! lease's key so the scheduler can re-register it.
 
@@ -13,19 +13,19 @@ use std::time::Duration;
 use tonic::Code;
 use voxpool_proto::scheduler::v1 as pb;
 
-use super::Scheduler;
+use super::{Lease, Scheduler};
 
 /// A held lease that is given back on every path (module doc).
 #[derive(Debug)]
 pub struct LeaseGuard {
     scheduler: Scheduler,
-    lease: pb::Lease,
+    lease: Lease,
     armed: bool,
 }
 
 impl LeaseGuard {
     /// Takes charge of `lease`.
-    pub fn new(scheduler: Scheduler, lease: pb::Lease) -> Self {
+    pub fn new(scheduler: Scheduler, lease: Lease) -> Self {
         Self {
             scheduler,
             lease,
@@ -34,7 +34,7 @@ impl LeaseGuard {
     }
 
     /// The lease.
-    pub fn lease(&self) -> &pb::Lease {
+    pub fn lease(&self) -> &Lease {
         &self.lease
     }
 
@@ -91,10 +91,7 @@ impl LeaseGuard {
     /// call must stop. The local estimate of expiry is conservative (`ttl * 5 / 6` after the
     /// last successful renewal, measured from when it was sent).
     pub async fn keep_alive(&self, ttl: Duration) -> LeaseLost {
-        let asked = u64::try_from(self.lease.renew_interval_ms)
-            .ok()
-            .filter(|ms| *ms > 0)
-            .map_or(Duration::MAX, Duration::from_millis);
+        let asked = self.lease.renew_interval.unwrap_or(Duration::MAX);
         let period = (ttl / 3).min(asked).max(Duration::from_millis(10));
         let trust = ttl - ttl / 6;
         let mut valid_until = tokio::time::Instant::now() + trust;

@@ -1,7 +1,7 @@
 //! The scheduler as synthesis uses it: Acquire with classified errors, and [`LeaseGuard`],
 //! which guarantees a lease is given back on every path (invariant 3, no leaks).
 //!
-//! - the vendor answered (also for a caller that has gone, see `crate::attempt`):
+//! - the vendor answered (also for a caller that has gone, see `crate::job::attempt`):
 //!   `Report(outcome, release = true)` in one call, falling back to `Release` when the report
 //!   fails;
 //! - the call was fenced or the adapter panicked: `Release` without a report;
@@ -21,17 +21,22 @@
 //! budget ran out) frees the lease its key may have been granted (`Abandoned`), so waiting
 //! callers that leave never hold slots until the TTL.
 
+mod classify;
 mod guard;
+mod model;
 
 use std::time::Duration;
 
-use tonic::{Code, Status, service::interceptor::InterceptedService, transport::Channel};
-use tonic_types::StatusExt;
-use voxpool_domain::contract::SchedulerReason;
+use tonic::{Status, service::interceptor::InterceptedService, transport::Channel};
+use voxpool_domain::contract::Retry;
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
 use voxpool_runtime::auth::ClientToken;
 
+pub use classify::AcquireError;
 pub use guard::LeaseGuard;
+pub use model::{Acquire, Lease, Priority};
+
+use classify::{classify, may_hold_a_grant, retry};
 
 /// Time limit of Report / Release / Renew calls, retries included: long enough to ride out a
 /// lease-store failover of a few seconds.
@@ -89,125 +94,6 @@ impl Drop for Abandoned {
     }
 }
 
-/// Whether a failed Acquire may still have a grant behind it (see [`Abandoned`]): no answer
-/// (deadline, transport, cancelled) or a store that did not answer in time. A refusal (full,
-/// unavailable keys, bad input) granted nothing.
-fn may_hold_a_grant(status: &Status) -> bool {
-    match status.code() {
-        // The scheduler's own WAIT_DEADLINE is a refusal: the wait ended without a grant.
-        Code::DeadlineExceeded => {
-            SchedulerReason::of(status) != Some(SchedulerReason::WaitDeadline)
-        }
-        Code::Cancelled | Code::Unknown | Code::Internal => true,
-        Code::Unavailable => matches!(
-            SchedulerReason::of(status),
-            None | Some(SchedulerReason::StoreUnavailable | SchedulerReason::ShuttingDown)
-        ),
-        _ => false,
-    }
-}
-
-/// True for a failure another scheduler replica may not have: the replica is down, draining or
-/// cut off from its store, or the connection broke mid-call (a killed replica's streams end
-/// CANCELLED or UNKNOWN with an h2 error; our own cancellation never yields a status). Not
-/// KEYS_UNAVAILABLE or POOL_RECOVERING: that is the pool's state, the same on every replica
-/// (and a waiting Acquire already waited out what of it fits the deadline).
-fn retryable(status: &Status) -> bool {
-    match status.code() {
-        Code::Unavailable => !matches!(
-            SchedulerReason::of(status),
-            Some(SchedulerReason::KeysUnavailable | SchedulerReason::PoolRecovering)
-        ),
-        Code::Cancelled => true,
-        Code::Unknown | Code::Internal => {
-            let m = status.message();
-            m.contains("transport error")
-                || m.contains("h2 protocol error")
-                || m.contains("connection")
-        }
-        _ => false,
-    }
-}
-
-/// Why Acquire gave no lease, classified from the scheduler's status and `ErrorInfo` reason.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AcquireError {
-    /// RESOURCE_EXHAUSTED `POOL_FULL`: every eligible key at capacity.
-    PoolFull {
-        /// The scheduler's message.
-        message: String,
-        /// Its `RetryInfo`.
-        retry_after: Option<Duration>,
-    },
-    /// RESOURCE_EXHAUSTED `NO_ELIGIBLE_KEY`: exclusions and upstream filters leave no key.
-    NoEligibleKey {
-        /// The scheduler's message.
-        message: String,
-    },
-    /// UNAVAILABLE `KEYS_UNAVAILABLE`: every eligible key cooling or disabled.
-    KeysUnavailable {
-        /// The scheduler's message.
-        message: String,
-        /// When the first key returns.
-        retry_after: Option<Duration>,
-    },
-    /// The wait for a slot hit the deadline.
-    Deadline {
-        /// The scheduler's message.
-        message: String,
-    },
-    /// Transport failure or the scheduler's store is down.
-    Unreachable {
-        /// Transport / status message.
-        message: String,
-    },
-    /// The scheduler does not know the pool or refuses the request's fields.
-    Mismatch {
-        /// The scheduler's message.
-        message: String,
-    },
-}
-
-fn classify(status: &Status) -> AcquireError {
-    let reason = SchedulerReason::of(status);
-    let retry_after = status
-        .get_error_details()
-        .retry_info()
-        .and_then(|r| r.retry_delay);
-    let message = status.message().to_owned();
-    match (status.code(), reason) {
-        (Code::ResourceExhausted, Some(SchedulerReason::NoEligibleKey)) => {
-            AcquireError::NoEligibleKey { message }
-        }
-        (Code::ResourceExhausted, _) => AcquireError::PoolFull {
-            message,
-            retry_after,
-        },
-        (Code::Unavailable, Some(SchedulerReason::KeysUnavailable)) => {
-            AcquireError::KeysUnavailable {
-                message,
-                retry_after,
-            }
-        }
-        (Code::DeadlineExceeded | Code::Cancelled, _) => AcquireError::Deadline { message },
-        (Code::NotFound | Code::InvalidArgument | Code::FailedPrecondition, _) => {
-            AcquireError::Mismatch { message }
-        }
-        // A deployment mistake, not an outage: retrying cannot help.
-        (Code::Unauthenticated | Code::PermissionDenied, _) => AcquireError::Mismatch {
-            message: format!(
-                "the scheduler refused this synthesis replica as a caller ({message}); give \
-                 synthesis one of the scheduler's [[client_tokens]] in VOXPOOL_CLIENT_TOKEN or \
-                 --client-token-file"
-            ),
-        },
-        (Code::Unavailable, _) => AcquireError::Unreachable { message },
-        (code, _) => AcquireError::Unreachable {
-            message: format!("{code:?}: {message}"),
-        },
-    }
-}
-
 impl Scheduler {
     /// A client for `spec` (`URL[,URL...]`, see `voxpool_runtime::endpoints`) that connects on
     /// first use and presents `token` on every call (health checks go without).
@@ -257,7 +143,7 @@ impl Scheduler {
             };
             let status = match result {
                 Ok(value) => return Ok(value),
-                Err(status) if retryable(&status) => status,
+                Err(status) if retry(&status) == Retry::Again => status,
                 Err(status) => return Err(status),
             };
             self.endpoints.kick();
@@ -281,9 +167,10 @@ impl Scheduler {
     /// `idempotency_key`, so they can only get the lease a lost answer held.
     pub async fn acquire(
         &self,
-        request: pb::AcquireRequest,
+        acquire: &Acquire,
         rpc_timeout: Duration,
-    ) -> Result<pb::Lease, AcquireError> {
+    ) -> Result<Lease, AcquireError> {
+        let request = acquire.to_pb();
         // Until an answer arrives, a grant may exist (or still land) that nobody will use: if
         // this call is dropped (our caller went away) or ends without an answer, free it by
         // its idempotency key instead of leaving the slot held until its TTL.
@@ -310,11 +197,11 @@ impl Scheduler {
             Err(_) => {}
         }
         // Our own budget running out is DEADLINE_EXCEEDED too, classified like the scheduler's.
-        result.map_err(|status| classify(&status))
+        result.map(Lease::from).map_err(|status| classify(&status))
     }
 
     /// Report (optionally releasing) a lease, retried on another replica (module doc).
-    pub async fn report(&self, request: pb::ReportRequest) -> Result<pb::ReportResponse, Status> {
+    async fn report(&self, request: pb::ReportRequest) -> Result<pb::ReportResponse, Status> {
         self.retrying("Report", SMALL_RPC_TIMEOUT, |_| {
             let mut client = self.client.clone();
             let request = request.clone();
@@ -369,7 +256,7 @@ impl Scheduler {
         lease_id: &str,
         key_id: &str,
         ttl: Duration,
-    ) -> Result<pb::Lease, Status> {
+    ) -> Result<Lease, Status> {
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         self.retrying("Renew", SMALL_RPC_TIMEOUT, |_| {
             let mut client = self.client.clone();
@@ -381,6 +268,7 @@ impl Scheduler {
             async move { client.renew(request).await.map(tonic::Response::into_inner) }
         })
         .await
+        .map(Lease::from)
     }
 
     /// True when the scheduler answers its health check with SERVING.

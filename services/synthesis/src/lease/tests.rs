@@ -1,7 +1,11 @@
 use std::collections::HashMap;
 
 use super::*;
-use voxpool_domain::status::with_info;
+use tonic::{Code, Status};
+use voxpool_domain::{
+    contract::{Retry, SchedulerReason},
+    status::with_info,
+};
 
 #[test]
 fn scheduler_errors_are_classified_by_code_and_reason() {
@@ -69,6 +73,36 @@ fn a_refused_caller_credential_is_a_mismatch_naming_the_setting_not_an_outage() 
             panic!("{status:?} is not a Mismatch");
         };
         assert!(message.contains("VOXPOOL_CLIENT_TOKEN"), "{message}");
-        assert!(!retryable(&status), "{status:?}");
+        assert_eq!(retry(&status), Retry::Never, "{status:?}");
+    }
+}
+
+#[test]
+fn another_endpoint_is_tried_for_a_replica_s_trouble_never_for_the_pool_s_state() {
+    let with =
+        |code, reason: SchedulerReason| with_info(code, "m", reason.as_str(), HashMap::new(), None);
+    for again in [
+        with(Code::Unavailable, SchedulerReason::StoreUnavailable),
+        with(Code::Unavailable, SchedulerReason::ShuttingDown),
+        with(Code::Unavailable, SchedulerReason::PoolNotSeeded),
+        Status::unavailable("tcp connect error"),
+        Status::cancelled("h2 stream reset"),
+    ] {
+        assert_eq!(retry(&again), Retry::Again, "{again:?}");
+    }
+    for never in [
+        with(Code::Unavailable, SchedulerReason::KeysUnavailable),
+        with(Code::Unavailable, SchedulerReason::PoolRecovering),
+        with(Code::ResourceExhausted, SchedulerReason::PoolFull),
+        with(Code::ResourceExhausted, SchedulerReason::NoEligibleKey),
+        with(Code::DeadlineExceeded, SchedulerReason::WaitDeadline),
+        with(Code::FailedPrecondition, SchedulerReason::LeaseNotLive),
+        Status::deadline_exceeded("budget spent"),
+        Status::resource_exhausted("message too large"),
+        // Message text decides nothing: no source, no transport failure.
+        Status::unknown("transport error"),
+        Status::not_found("pool"),
+    ] {
+        assert_eq!(retry(&never), Retry::Never, "{never:?}");
     }
 }

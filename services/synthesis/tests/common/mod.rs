@@ -21,8 +21,8 @@ use voxpool_runtime::{
     limits::ServerFlags,
 };
 use voxpool_synthesis::{
+    adapters::registry::Registry,
     server::{self, Options},
-    vendor::registry::Registry,
 };
 
 /// Scheduler settings for tests: fast polling, no recovery window unless [`Opts`] asks.

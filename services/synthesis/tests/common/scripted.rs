@@ -11,11 +11,11 @@ use tokio::sync::mpsc;
 use voxpool_domain::snapshot::Snapshot;
 use voxpool_proto::scheduler::v1::Outcome;
 use voxpool_synthesis::{
-    audio::wav::{self, WavSpec},
-    vendor::{
+    adapters::{
         AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
         VendorRequest, registry::Registry,
     },
+    audio::wav::{self, WavSpec},
 };
 
 /// Sample rate of scripted audio.

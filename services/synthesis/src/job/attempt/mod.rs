@@ -25,7 +25,7 @@
 //! **A queueing upstream's timeout is overload.** An upstream marked `queueing` (a
 //! self-hosted server that queues requests instead of refusing them) that holds a call for the
 //! whole attempt timeout is reported RATE_LIMITED, not TIMEOUT: an overload signal that lowers
-//! an adaptive key's effective capacity (`vendor::http::classify`). A quicker TIMEOUT there
+//! an adaptive key's effective capacity (`adapters::http::classify`). A quicker TIMEOUT there
 //! (connect error, reset) stays TIMEOUT.
 //!
 //! # Where the audio goes ([`ChunkOut`])
@@ -52,15 +52,15 @@ use voxpool_domain::contract::Outcome;
 use voxpool_domain::snapshot::Snapshot;
 
 use crate::{
+    adapters::{
+        AudioFormat, AudioSink, KeyCredential, StreamEnd, UpstreamTarget, VendorAdapter,
+        VendorFailure,
+    },
     audio,
     deadline::Deadline,
     lease::LeaseGuard,
     metrics,
     record::AttemptRecord,
-    vendor::{
-        AudioFormat, AudioSink, KeyCredential, StreamEnd, UpstreamTarget, VendorAdapter,
-        VendorFailure,
-    },
 };
 
 mod call;

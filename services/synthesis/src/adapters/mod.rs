@@ -15,6 +15,9 @@
 //! 3. [`VendorAdapter::text_limit`]: the vendor's per-request text limit, so the orchestrator
 //!    splits longer text at sentence boundaries.
 //!
+//! The cloud adapters share one skeleton ([`cloud::CloudVendor`]): each writes only its wire
+//! mapping and its call.
+//!
 //! Adapters never see the scheduler, never retry and never log credentials: failover,
 //! reporting and releasing are the orchestrator's job.
 
@@ -23,6 +26,7 @@ pub mod registry;
 // Cloud adapters: `pub mod <name>;` lines go here (openai, azure, volcengine, elevenlabs,
 // minimax, dashscope), and one `add` line each in `registry::builtin`.
 pub mod azure;
+pub mod cloud;
 pub mod dashscope;
 pub mod elevenlabs;
 pub mod http;

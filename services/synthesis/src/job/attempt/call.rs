@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::CallInput;
-use crate::vendor::{AudioSink, StreamEnd, VendorFailure, VendorRequest};
+use crate::adapters::{AudioSink, StreamEnd, VendorFailure, VendorRequest};
 
 /// Aborts the task when dropped, so cutting a call off also ends its vendor request (and
 /// `kill_on_drop` ends an engine process).

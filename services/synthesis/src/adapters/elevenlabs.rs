@@ -37,8 +37,8 @@ use voxpool_domain::{contract::Outcome, provider::Provider};
 use voxpool_domain::{secret::Secret, snapshot::Snapshot};
 
 use super::{
-    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
-    VendorRequest,
+    AudioFormat, ParamError, StreamEnd, TextLimit, VendorFailure, VendorRequest,
+    cloud::{Call, CloudVendor, Mapping},
     http::{self, HttpReply},
 };
 
@@ -59,8 +59,9 @@ impl ElevenLabs {
     }
 }
 
+/// The wire values a snapshot maps to.
 #[derive(Clone, Debug, PartialEq)]
-struct Wire {
+pub struct Wire {
     output_format: String,
     sample_rate_hz: u32,
     /// The vendor sends PCM that this adapter wraps into WAV.
@@ -215,51 +216,34 @@ fn classify(reply: &HttpReply, secret: &Secret) -> VendorFailure {
 }
 
 #[async_trait]
-impl VendorAdapter for ElevenLabs {
-    fn provider(&self) -> Provider {
-        Provider::ElevenLabs
-    }
+impl CloudVendor for ElevenLabs {
+    const PROVIDER: Provider = Provider::ElevenLabs;
+    const TEXT_LIMIT: TextLimit = TextLimit::Chars(5000);
+    const DEFAULT_RATE: u32 = 24_000;
+    type Wire = Wire;
+    const WIRE: Mapping<Wire> = wire;
 
-    fn text_limit(&self) -> TextLimit {
-        TextLimit::Chars(5000)
-    }
-
-    fn check(
-        &self,
-        voice: &Snapshot,
-        format: AudioFormat,
-        sample_rate_hz: Option<u32>,
-    ) -> Result<(), ParamError> {
-        wire(voice, format, sample_rate_hz).map(|_| ())
-    }
-
-    fn default_sample_rate_hz(&self, format: AudioFormat) -> Option<u32> {
-        Some(if format == AudioFormat::Mp3 {
+    fn default_rate(format: AudioFormat) -> u32 {
+        if format == AudioFormat::Mp3 {
             44_100
         } else {
-            24_000
-        })
+            Self::DEFAULT_RATE
+        }
     }
 
-    async fn stream(
-        &self,
-        request: VendorRequest<'_>,
-        sink: &AudioSink,
-    ) -> Result<StreamEnd, VendorFailure> {
-        let wire = wire(request.voice, request.format, request.sample_rate_hz)
-            .map_err(|e| http::param_failure(PROVIDER, &e))?;
-        let secret = http::require_secret(PROVIDER, request.key)?;
+    async fn call(&self, call: Call<'_, Wire>) -> Result<StreamEnd, VendorFailure> {
+        let (request, wire, secret, sink) = call.parts();
         let url = endpoint(
             request.upstream.base_url.as_deref(),
             &request.voice.voice_id,
             &wire.output_format,
         )
-        .map_err(|m| http::failure(PROVIDER, Outcome::UpstreamError, None, None, m, None))?;
+        .map_err(|m| http::upstream_config_failure(PROVIDER, m))?;
         let builder = self
             .client
             .post(url)
             .header("xi-api-key", secret.expose())
-            .json(&body(&request, &wire));
+            .json(&body(request, &wire));
         let opened = http::open(PROVIDER, builder, request.timeout, Some(secret)).await?;
         if wire.wrap_wav && opened.status.is_success() {
             sink.write(http::pcm16_wav_header(PROVIDER, wire.sample_rate_hz)?);
@@ -279,6 +263,7 @@ mod tests {
     use voxpool_domain::snapshot::Params;
 
     use super::*;
+    use crate::adapters::VendorAdapter as _;
 
     fn snapshot(params: Params, extra: &[(&str, &str)]) -> Snapshot {
         let mut s = voxpool_fake_vendors::snapshot(

@@ -41,8 +41,9 @@ use voxpool_domain::provider::Provider;
 use voxpool_domain::snapshot::Snapshot;
 
 use super::{
-    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
-    VendorRequest, http,
+    AudioFormat, ParamError, StreamEnd, TextLimit, VendorFailure,
+    cloud::{Call, CloudVendor, Mapping},
+    http,
 };
 
 const PROVIDER: &str = Provider::Azure.as_str();
@@ -63,7 +64,7 @@ impl Azure {
 
 /// What a snapshot becomes on the wire.
 #[derive(Clone, Debug, PartialEq)]
-struct Wire {
+pub struct Wire {
     lang: String,
     pitch: Option<String>,
     rate: Option<String>,
@@ -290,50 +291,20 @@ fn endpoint(base_url: Option<&str>, region: Option<&str>) -> Result<String, Stri
 }
 
 #[async_trait]
-impl VendorAdapter for Azure {
-    fn provider(&self) -> Provider {
-        Provider::Azure
-    }
+impl CloudVendor for Azure {
+    const PROVIDER: Provider = Provider::Azure;
+    const TEXT_LIMIT: TextLimit = TextLimit::Chars(2000);
+    const DEFAULT_RATE: u32 = DEFAULT_RATE;
+    type Wire = Wire;
+    const WIRE: Mapping<Wire> = wire;
 
-    fn text_limit(&self) -> TextLimit {
-        TextLimit::Chars(2000)
-    }
-
-    fn check(
-        &self,
-        voice: &Snapshot,
-        format: AudioFormat,
-        sample_rate_hz: Option<u32>,
-    ) -> Result<(), ParamError> {
-        wire(voice, format, sample_rate_hz).map(|_| ())
-    }
-
-    fn default_sample_rate_hz(&self, _format: AudioFormat) -> Option<u32> {
-        Some(DEFAULT_RATE)
-    }
-
-    async fn stream(
-        &self,
-        request: VendorRequest<'_>,
-        sink: &AudioSink,
-    ) -> Result<StreamEnd, VendorFailure> {
-        let wire = wire(request.voice, request.format, request.sample_rate_hz)
-            .map_err(|e| http::param_failure(PROVIDER, &e))?;
-        let secret = http::require_secret(PROVIDER, request.key)?;
+    async fn call(&self, call: Call<'_, Wire>) -> Result<StreamEnd, VendorFailure> {
+        let (request, wire, secret, sink) = call.parts();
         let url = endpoint(
             request.upstream.base_url.as_deref(),
             request.upstream.region.as_deref(),
         )
-        .map_err(|m| {
-            http::failure(
-                PROVIDER,
-                voxpool_domain::contract::Outcome::UpstreamError,
-                None,
-                None,
-                m,
-                None,
-            )
-        })?;
+        .map_err(|m| http::upstream_config_failure(PROVIDER, m))?;
         let builder = self
             .client
             .post(url)
@@ -375,6 +346,7 @@ mod tests {
     use voxpool_domain::snapshot::Params;
 
     use super::*;
+    use crate::adapters::VendorAdapter as _;
 
     fn snapshot(
         voice_id: &str,

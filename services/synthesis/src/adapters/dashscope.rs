@@ -46,8 +46,8 @@ use voxpool_domain::{contract::Outcome, provider::Provider};
 use voxpool_domain::{secret::Secret, snapshot::Snapshot};
 
 use super::{
-    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
-    VendorRequest,
+    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorFailure, VendorRequest,
+    cloud::{Call, CloudVendor, Mapping},
     http::{self, HttpReply, sse},
 };
 
@@ -70,8 +70,9 @@ impl DashScope {
     }
 }
 
+/// The wire values a snapshot maps to.
 #[derive(Clone, Debug, PartialEq)]
-struct Wire {
+pub struct Wire {
     rate: Option<f64>,
     pitch: Option<f64>,
     volume: Option<i64>,
@@ -297,36 +298,15 @@ fn on_event(
 }
 
 #[async_trait]
-impl VendorAdapter for DashScope {
-    fn provider(&self) -> Provider {
-        Provider::DashScope
-    }
+impl CloudVendor for DashScope {
+    const PROVIDER: Provider = Provider::DashScope;
+    const TEXT_LIMIT: TextLimit = TextLimit::Chars(2000);
+    const DEFAULT_RATE: u32 = DEFAULT_RATE;
+    type Wire = Wire;
+    const WIRE: Mapping<Wire> = wire;
 
-    fn text_limit(&self) -> TextLimit {
-        TextLimit::Chars(2000)
-    }
-
-    fn check(
-        &self,
-        voice: &Snapshot,
-        format: AudioFormat,
-        sample_rate_hz: Option<u32>,
-    ) -> Result<(), ParamError> {
-        wire(voice, format, sample_rate_hz).map(|_| ())
-    }
-
-    fn default_sample_rate_hz(&self, _format: AudioFormat) -> Option<u32> {
-        Some(DEFAULT_RATE)
-    }
-
-    async fn stream(
-        &self,
-        request: VendorRequest<'_>,
-        sink: &AudioSink,
-    ) -> Result<StreamEnd, VendorFailure> {
-        let wire = wire(request.voice, request.format, request.sample_rate_hz)
-            .map_err(|e| http::param_failure(PROVIDER, &e))?;
-        let secret = http::require_secret(PROVIDER, request.key)?;
+    async fn call(&self, call: Call<'_, Wire>) -> Result<StreamEnd, VendorFailure> {
+        let (request, wire, secret, sink) = call.parts();
         let url = format!(
             "{}{PATH}",
             http::base_url(request.upstream.base_url.as_deref(), DEFAULT_BASE)
@@ -337,7 +317,7 @@ impl VendorAdapter for DashScope {
             .bearer_auth(secret.expose())
             .header("X-DashScope-SSE", "enable")
             .header(reqwest::header::ACCEPT, "text/event-stream")
-            .json(&body(&request, &wire));
+            .json(&body(request, &wire));
         let mut opened = http::open(PROVIDER, builder, request.timeout, Some(secret)).await?;
         let end = StreamEnd {
             sample_rate_hz: Some(wire.sample_rate),
@@ -377,6 +357,7 @@ mod tests {
     use voxpool_domain::snapshot::Params;
 
     use super::*;
+    use crate::adapters::VendorAdapter as _;
 
     fn snapshot(params: Params, extra: &[(&str, &str)]) -> Snapshot {
         let mut s = voxpool_fake_vendors::snapshot(PROVIDER, "cosyvoice-v2", "longxiaochun_v2");

@@ -41,8 +41,8 @@ use voxpool_domain::{contract::Outcome, provider::Provider};
 use voxpool_domain::{secret::Secret, snapshot::Snapshot};
 
 use super::{
-    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
-    VendorRequest,
+    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorFailure, VendorRequest,
+    cloud::{Call, CloudVendor, Mapping},
     http::{self, sse},
 };
 
@@ -66,8 +66,9 @@ impl MiniMax {
     }
 }
 
+/// The wire values a snapshot maps to.
 #[derive(Clone, Debug, PartialEq)]
-struct Wire {
+pub struct Wire {
     speed: Option<f64>,
     vol: Option<f64>,
     pitch: Option<i64>,
@@ -303,46 +304,25 @@ fn endpoint(base_url: Option<&str>, group_id: Option<&str>) -> Result<Url, Strin
 }
 
 #[async_trait]
-impl VendorAdapter for MiniMax {
-    fn provider(&self) -> Provider {
-        Provider::MiniMax
-    }
+impl CloudVendor for MiniMax {
+    const PROVIDER: Provider = Provider::MiniMax;
+    const TEXT_LIMIT: TextLimit = TextLimit::Chars(5000);
+    const DEFAULT_RATE: u32 = DEFAULT_RATE;
+    type Wire = Wire;
+    const WIRE: Mapping<Wire> = wire;
 
-    fn text_limit(&self) -> TextLimit {
-        TextLimit::Chars(5000)
-    }
-
-    fn check(
-        &self,
-        voice: &Snapshot,
-        format: AudioFormat,
-        sample_rate_hz: Option<u32>,
-    ) -> Result<(), ParamError> {
-        wire(voice, format, sample_rate_hz).map(|_| ())
-    }
-
-    fn default_sample_rate_hz(&self, _format: AudioFormat) -> Option<u32> {
-        Some(DEFAULT_RATE)
-    }
-
-    async fn stream(
-        &self,
-        request: VendorRequest<'_>,
-        sink: &AudioSink,
-    ) -> Result<StreamEnd, VendorFailure> {
-        let wire = wire(request.voice, request.format, request.sample_rate_hz)
-            .map_err(|e| http::param_failure(PROVIDER, &e))?;
-        let secret = http::require_secret(PROVIDER, request.key)?;
+    async fn call(&self, call: Call<'_, Wire>) -> Result<StreamEnd, VendorFailure> {
+        let (request, wire, secret, sink) = call.parts();
         let url = endpoint(
             request.upstream.base_url.as_deref(),
             http::upstream_str(&request.upstream.params, "group_id"),
         )
-        .map_err(|m| http::failure(PROVIDER, Outcome::UpstreamError, None, None, m, None))?;
+        .map_err(|m| http::upstream_config_failure(PROVIDER, m))?;
         let builder = self
             .client
             .post(url)
             .bearer_auth(secret.expose())
-            .json(&body(&request, &wire));
+            .json(&body(request, &wire));
         let mut opened = http::open(PROVIDER, builder, request.timeout, Some(secret)).await?;
         let status = opened.status.as_u16();
         let is_sse = http::media_type(&opened.headers).is_some_and(|m| m == "text/event-stream");
@@ -384,6 +364,7 @@ mod tests {
     use voxpool_domain::snapshot::Params;
 
     use super::*;
+    use crate::adapters::VendorAdapter as _;
 
     fn snapshot(params: Params, extra: &[(&str, &str)]) -> Snapshot {
         let mut s = voxpool_fake_vendors::snapshot(PROVIDER, "speech-02-hd", "male-qn-qingse");

@@ -37,7 +37,7 @@ pub fn add(registry: &mut Registry, adapter: impl VendorAdapter) {
 pub fn builtin(options: &AdapterOptions) -> Registry {
     let mut registry = Registry::new();
     add(&mut registry, EspeakAdapter::new(&options.espeak_program));
-    // Cloud adapters (src/vendor/<name>.rs) plug in here, one line each, sharing one pooled
+    // Cloud adapters (src/adapters/<name>.rs) plug in here, one line each, sharing one pooled
     // HTTP client.
     match super::http::shared_client() {
         Ok(client) => {

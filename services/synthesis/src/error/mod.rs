@@ -1,20 +1,18 @@
-//! The synthesis error enum and its one exhaustive mapping to `tonic::Status`.
+//! The synthesis error enum: every way a request can fail, with messages that say what to do;
+//! its one exhaustive mapping to `tonic::Status` is in `status.rs` (reasons: the shared
+//! contract's `SynthesisReason`, never a string typed here).
 //!
 //! No catch-all arm: a new variant must be classified. Messages are lowercase, name the field,
 //! pool, key or URL involved and never carry a credential or a panic payload. Failover errors
 //! carry every attempt in the message and in `ErrorInfo` metadata (`attempt_1`, …,
 //! `keys_tried`, `upstreams_tried`), plus `RetryInfo` when a retry time is known.
 
-use std::{collections::HashMap, time::Duration};
-
-use tonic::{Code, Status};
-use tonic_types::{ErrorDetails, StatusExt};
-use voxpool_domain::contract::Outcome;
-use voxpool_domain::status::{ERROR_DOMAIN, invalid_argument, not_found, with_info};
+use std::time::Duration;
 
 use crate::{
+    adapters::ParamError,
+    audio::AudioError,
     record::{AttemptRecord, summary},
-    vendor::ParamError,
 };
 
 /// Every way a synthesis RPC can fail.
@@ -248,6 +246,16 @@ pub enum SynthesisError {
     },
 }
 
+impl SynthesisError {
+    /// A join failure of `pool`'s audio pieces.
+    pub fn audio(pool: &str, e: &AudioError) -> Self {
+        SynthesisError::Audio {
+            pool: pool.to_owned(),
+            message: e.to_string(),
+        }
+    }
+}
+
 /// "voice pack \"x\" not found in the catalog" once, with what to do; the catalog's own message
 /// only when it adds something (it usually says the same: "voice pack \"x\" not found").
 fn not_found_text(pack_id: &str, message: &str) -> String {
@@ -284,240 +292,7 @@ fn attempts_suffix(attempts: &[AttemptRecord]) -> String {
     }
 }
 
-/// `ErrorInfo` metadata listing every attempt (module doc).
-fn attempt_metadata(pool: &str, attempts: &[AttemptRecord]) -> HashMap<String, String> {
-    let mut md = HashMap::from([
-        ("pool".to_owned(), pool.to_owned()),
-        ("attempts".to_owned(), attempts.len().to_string()),
-    ]);
-    let mut keys: Vec<&str> = Vec::new();
-    for a in attempts {
-        if !keys.contains(&a.key_id.as_str()) {
-            keys.push(&a.key_id);
-        }
-    }
-    let mut upstreams: Vec<&str> = attempts.iter().map(|a| a.upstream_id.as_str()).collect();
-    upstreams.sort_unstable();
-    upstreams.dedup();
-    md.insert("keys_tried".into(), keys.join(","));
-    md.insert("upstreams_tried".into(), upstreams.join(","));
-    for (i, a) in attempts.iter().enumerate() {
-        md.insert(format!("attempt_{}", i + 1), a.to_string());
-    }
-    md
-}
-
-fn info(code: Code, message: String, reason: &str, md: HashMap<String, String>) -> Status {
-    with_info(code, message, reason, md, None)
-}
-
-impl From<SynthesisError> for Status {
-    fn from(e: SynthesisError) -> Self {
-        let message = e.to_string();
-        match e {
-            SynthesisError::InvalidArgument { field, message } => invalid_argument(&field, message),
-            SynthesisError::Param(p) => {
-                let description = format!(
-                    "{} cannot apply {} = {}: {}",
-                    p.provider, p.param, p.value, p.reason
-                );
-                invalid_argument(&p.param, description)
-            }
-            SynthesisError::UnknownPool { tts_model_id, .. } => {
-                not_found("voxpool.dev/Pool", &tts_model_id, message)
-            }
-            SynthesisError::UnknownProvider { .. } => Status::with_error_details(
-                Code::InvalidArgument,
-                message.clone(),
-                ErrorDetails::with_bad_request_violation("snapshot.provider", message),
-            ),
-            SynthesisError::ProviderMismatch {
-                pool,
-                pool_provider,
-                provider,
-            } => info(
-                Code::FailedPrecondition,
-                message,
-                "PROVIDER_MISMATCH",
-                HashMap::from([
-                    ("pool".into(), pool),
-                    ("pool_provider".into(), pool_provider),
-                    ("provider".into(), provider),
-                ]),
-            ),
-            SynthesisError::NoAdapter { pool, provider } => info(
-                Code::FailedPrecondition,
-                message,
-                "NO_ADAPTER",
-                HashMap::from([("pool".into(), pool), ("provider".into(), provider)]),
-            ),
-            SynthesisError::NoCredentials { pool, .. } => info(
-                Code::FailedPrecondition,
-                message,
-                "CREDENTIALS_MISSING",
-                HashMap::from([("pool".into(), pool)]),
-            ),
-            SynthesisError::UnknownUpstream { pool, upstream, .. } => info(
-                Code::FailedPrecondition,
-                message,
-                "UNKNOWN_UPSTREAM",
-                HashMap::from([("pool".into(), pool), ("upstream".into(), upstream)]),
-            ),
-            SynthesisError::CatalogNotFound { pack_id, .. } => {
-                not_found("voxpool.dev/VoicePack", &pack_id, message)
-            }
-            SynthesisError::CatalogRefused { pack_id, .. } => info(
-                Code::FailedPrecondition,
-                message,
-                "PACK_UNUSABLE",
-                HashMap::from([("pack_id".into(), pack_id)]),
-            ),
-            SynthesisError::CatalogInvalid { message } => invalid_argument("pack_id", message),
-            SynthesisError::CatalogUnavailable { url, .. } => info(
-                Code::Unavailable,
-                message,
-                "CATALOG_UNAVAILABLE",
-                HashMap::from([("catalog".into(), url)]),
-            ),
-            SynthesisError::CatalogFailed { url, .. } => info(
-                Code::Internal,
-                message,
-                "CATALOG_FAILED",
-                HashMap::from([("catalog".into(), url)]),
-            ),
-            SynthesisError::SchedulerUnavailable { url, .. } => with_info(
-                Code::Unavailable,
-                message,
-                "SCHEDULER_UNAVAILABLE",
-                HashMap::from([("scheduler".into(), url)]),
-                Some(Duration::from_millis(500)),
-            ),
-            SynthesisError::SchedulerMismatch { url, .. } => info(
-                Code::FailedPrecondition,
-                message,
-                "SCHEDULER_CONFIG_MISMATCH",
-                HashMap::from([("scheduler".into(), url)]),
-            ),
-            SynthesisError::PoolFull {
-                pool,
-                retry_after,
-                attempts,
-                ..
-            } => with_info(
-                Code::ResourceExhausted,
-                message,
-                "POOL_FULL",
-                attempt_metadata(&pool, &attempts),
-                retry_after,
-            ),
-            SynthesisError::Exhausted {
-                pool,
-                attempts,
-                retry_after,
-                ..
-            } => {
-                let throttled = !attempts.is_empty()
-                    && attempts.iter().all(|a| {
-                        matches!(
-                            a.outcome,
-                            Outcome::RateLimited
-                                | Outcome::QuotaExhausted
-                                | Outcome::ConcurrencyLimited
-                        )
-                    });
-                let code = if throttled {
-                    Code::ResourceExhausted
-                } else {
-                    Code::Unavailable
-                };
-                with_info(
-                    code,
-                    message,
-                    "KEYS_EXHAUSTED",
-                    attempt_metadata(&pool, &attempts),
-                    retry_after,
-                )
-            }
-            SynthesisError::VendorRejected { pool, attempt } => info(
-                Code::InvalidArgument,
-                message,
-                "VENDOR_REJECTED",
-                attempt_metadata(&pool, std::slice::from_ref(attempt.as_ref())),
-            ),
-            SynthesisError::DeadlineExceeded { pool, attempts, .. } => {
-                let md = attempt_metadata(pool.as_deref().unwrap_or(""), &attempts);
-                info(Code::DeadlineExceeded, message, "DEADLINE_EXCEEDED", md)
-            }
-            SynthesisError::Audio { pool, .. } => info(
-                Code::Internal,
-                message,
-                "AUDIO_JOIN_FAILED",
-                HashMap::from([("pool".into(), pool)]),
-            ),
-            SynthesisError::ResponseTooLarge { bytes, limit } => info(
-                Code::ResourceExhausted,
-                message,
-                "RESPONSE_TOO_LARGE",
-                HashMap::from([
-                    ("bytes".into(), bytes.to_string()),
-                    ("limit".into(), limit.to_string()),
-                ]),
-            ),
-            SynthesisError::StreamBroken {
-                pool,
-                chunk,
-                chunks,
-                delivered,
-                attempt,
-            } => {
-                let mut md =
-                    attempt_metadata(&pool, attempt.as_deref().map_or(&[], std::slice::from_ref));
-                md.insert("failed_chunk".into(), chunk.to_string());
-                md.insert("chunks".into(), chunks.to_string());
-                md.insert("chunk_bytes_delivered".into(), delivered.to_string());
-                info(Code::Aborted, message, "VENDOR_STREAM_BROKEN", md)
-            }
-            SynthesisError::Interrupted {
-                delivered_bytes,
-                delivered_messages,
-                complete_chunks,
-                chunks,
-                cause,
-            } => {
-                let failed_chunk = match cause.as_ref() {
-                    SynthesisError::StreamBroken { chunk, .. } => *chunk,
-                    _ => complete_chunks + 1,
-                };
-                let inner = Status::from(*cause);
-                let mut details = inner.get_error_details();
-                let mut info = details.error_info().cloned().unwrap_or_else(|| {
-                    tonic_types::ErrorInfo::new("STREAM_INTERRUPTED", ERROR_DOMAIN, HashMap::new())
-                });
-                for (k, v) in [
-                    ("delivered_bytes", delivered_bytes.to_string()),
-                    ("delivered_messages", delivered_messages.to_string()),
-                    ("complete_chunks", complete_chunks.to_string()),
-                    ("failed_chunk", failed_chunk.to_string()),
-                    ("chunks", chunks.to_string()),
-                ] {
-                    info.metadata.insert(k.to_owned(), v);
-                }
-                details.set_error_info(info.reason, info.domain, info.metadata);
-                Status::with_error_details(inner.code(), message, details)
-            }
-            SynthesisError::AdapterPanicked { provider } => {
-                let mut details = ErrorDetails::new();
-                details.set_error_info(
-                    "ADAPTER_FAILED",
-                    ERROR_DOMAIN,
-                    HashMap::from([("provider".into(), provider)]),
-                );
-                Status::with_error_details(Code::Internal, message, details)
-            }
-        }
-    }
-}
+mod status;
 
 #[cfg(test)]
-#[path = "error_tests.rs"]
 mod tests;

@@ -26,7 +26,7 @@
 //! cools the key only for the `Retry-After` the vendor sent. So a plain 429 (self-hosted and
 //! proxy-fronted OpenAI-compatible servers signal overload that way), a 503 with
 //! `Retry-After`, and a read timeout of an upstream marked `queueing` (reported RATE_LIMITED
-//! by `crate::attempt`) all teach the key its real limit. A spent quota or balance is never
+//! by `crate::job::attempt`) all teach the key its real limit. A spent quota or balance is never
 //! one of them: it stays QUOTA_EXHAUSTED (OpenAI's 429 `insufficient_quota`).
 
 use std::time::SystemTime;
@@ -36,8 +36,8 @@ use voxpool_domain::{contract::Outcome, secret::Secret};
 
 use super::HttpReply;
 use crate::{
+    adapters::{AudioFormat, KeyCredential, VendorFailure},
     audio,
-    vendor::{AudioFormat, KeyCredential, VendorFailure},
 };
 
 /// Longest vendor message kept in a [`VendorFailure`], in characters.

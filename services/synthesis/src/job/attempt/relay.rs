@@ -5,7 +5,7 @@
 use bytes::Bytes;
 
 use super::{ChunkMsg, ChunkOut};
-use crate::{audio, vendor::AudioFormat};
+use crate::{adapters::AudioFormat, audio};
 
 /// The audio of one call on its way to the chunk: checked first, then held or handed over.
 pub(super) struct Relay<T> {

@@ -38,8 +38,8 @@ use voxpool_domain::{contract::Outcome, provider::Provider};
 use voxpool_domain::{secret::Secret, snapshot::Snapshot};
 
 use super::{
-    AudioFormat, AudioSink, ParamError, StreamEnd, TextLimit, VendorAdapter, VendorFailure,
-    VendorRequest,
+    AudioFormat, ParamError, StreamEnd, TextLimit, VendorFailure, VendorRequest,
+    cloud::{Call, CloudVendor, Mapping},
     http::{self, HttpReply},
 };
 
@@ -63,7 +63,7 @@ impl OpenAi {
 
 /// The wire values a snapshot maps to.
 #[derive(Clone, Debug, PartialEq)]
-struct Wire {
+pub struct Wire {
     speed: Option<f64>,
     response_format: &'static str,
     instructions: Option<String>,
@@ -160,41 +160,20 @@ fn classify(reply: &HttpReply, secret: &Secret) -> VendorFailure {
 }
 
 #[async_trait]
-impl VendorAdapter for OpenAi {
-    fn provider(&self) -> Provider {
-        Provider::OpenAi
-    }
+impl CloudVendor for OpenAi {
+    const PROVIDER: Provider = Provider::OpenAi;
+    const TEXT_LIMIT: TextLimit = TextLimit::Chars(4096);
+    const DEFAULT_RATE: u32 = SAMPLE_RATE;
+    type Wire = Wire;
+    const WIRE: Mapping<Wire> = wire;
 
-    fn text_limit(&self) -> TextLimit {
-        TextLimit::Chars(4096)
-    }
-
-    fn check(
-        &self,
-        voice: &Snapshot,
-        format: AudioFormat,
-        sample_rate_hz: Option<u32>,
-    ) -> Result<(), ParamError> {
-        wire(voice, format, sample_rate_hz).map(|_| ())
-    }
-
-    fn default_sample_rate_hz(&self, _format: AudioFormat) -> Option<u32> {
-        Some(SAMPLE_RATE)
-    }
-
-    async fn stream(
-        &self,
-        request: VendorRequest<'_>,
-        sink: &AudioSink,
-    ) -> Result<StreamEnd, VendorFailure> {
-        let wire = wire(request.voice, request.format, request.sample_rate_hz)
-            .map_err(|e| http::param_failure(PROVIDER, &e))?;
-        let secret = http::require_secret(PROVIDER, request.key)?;
+    async fn call(&self, call: Call<'_, Wire>) -> Result<StreamEnd, VendorFailure> {
+        let (request, wire, secret, sink) = call.parts();
         let builder = self
             .client
             .post(endpoint(request.upstream.base_url.as_deref()))
             .bearer_auth(secret.expose())
-            .json(&body(&request, &wire));
+            .json(&body(request, &wire));
         let opened = http::open(PROVIDER, builder, request.timeout, Some(secret)).await?;
         http::stream_raw_audio(PROVIDER, opened, sink, Some(secret), |reply| {
             classify(reply, secret)
@@ -213,7 +192,7 @@ mod tests {
     use voxpool_domain::snapshot::Params;
 
     use super::*;
-    use crate::vendor::{KeyCredential, UpstreamTarget};
+    use crate::adapters::{KeyCredential, UpstreamTarget, VendorAdapter};
 
     fn snapshot(params: Params, extra: &[(&str, &str)]) -> Snapshot {
         let mut s = voxpool_fake_vendors::snapshot(PROVIDER, "tts-1", "alloy");

@@ -1,5 +1,11 @@
 //! Tests of the status mapping.
 
+use std::time::Duration;
+
+use tonic::{Code, Status};
+use tonic_types::StatusExt;
+use voxpool_domain::contract::Outcome;
+
 use super::*;
 
 fn attempt(key: &str, outcome: Outcome, status: Option<u16>) -> AttemptRecord {

@@ -7,7 +7,7 @@ use std::fmt::Display;
 use voxpool_domain::{contract::Outcome, snapshot::Snapshot};
 
 use super::{failure, format_name};
-use crate::vendor::{AudioFormat, ParamError, VendorFailure};
+use crate::adapters::{AudioFormat, ParamError, VendorFailure};
 
 /// The model to send: the snapshot's `model` when set, else the pool's.
 pub fn model_of<'a>(voice: &'a Snapshot, pool_model: &'a str) -> &'a str {

@@ -1,19 +1,19 @@
 //! The chunks of one request, synthesized side by side and emitted in text order.
 //!
-//! Text longer than the vendor's limit is split into chunks ([`crate::request`]). Up to
+//! Text longer than the vendor's limit is split into chunks ([`super::prepare`]). Up to
 //! `synthesis.max_parallel_chunks` of them run at once, each with its own failover and its own
-//! lease ([`crate::failover`]), started in text order as earlier ones finish; every lease is
+//! lease ([`super::failover`]), started in text order as earlier ones finish; every lease is
 //! taken in the request's traffic class, so a BATCH request's chunks count against the batch
 //! share like any other BATCH leases. Output is strictly in text order: the head chunk (the
 //! first not yet emitted) is *live* on a stream, its audio forwarded as the vendor sends it,
-//! while chunks ahead of it keep their audio until their turn ([`crate::attempt`]); a unary call
+//! while chunks ahead of it keep their audio until their turn ([`super::attempt`]); a unary call
 //! has no live chunk and emits everything at the end. Every chunk uses the same frozen
 //! snapshot and params (invariant 9).
 //!
 //! An error ends the request. Once audio has reached the caller it is wrapped in
 //! [`SynthesisError::Interrupted`], saying how many bytes, messages and whole chunks the
 //! caller holds. Leaving (a dropped future: the caller cancelled) aborts every chunk; their
-//! calls are cut off as [`crate::attempt`] describes and no further chunk starts.
+//! calls are cut off as [`super::attempt`] describes and no further chunk starts.
 
 use std::sync::Arc;
 
@@ -23,12 +23,14 @@ use tokio::{
 };
 use tracing::Instrument;
 
-use crate::{
+use super::{
+    Core, Job,
     attempt::{ChunkMsg, ChunkOut},
+    failover::{self, ChunkDone},
+};
+use crate::{
     audio::{AudioError, AudioFormat, Joiner},
-    core::{Core, Job},
     error::SynthesisError,
-    failover::ChunkDone,
     record::AttemptRecord,
 };
 
@@ -65,8 +67,8 @@ struct Slot {
     live: watch::Sender<bool>,
 }
 
-fn audio_error(pool: &str, e: AudioError) -> SynthesisError {
-    crate::service::audio_error(pool, e)
+fn audio_error(pool: &str, e: &AudioError) -> SynthesisError {
+    SynthesisError::audio(pool, e)
 }
 
 /// Runs every chunk of `job` (module doc), sending output to `out` except what is owed after
@@ -129,7 +131,7 @@ async fn emit(
     let mut head = 0;
     let deadline = tokio::time::sleep_until(job.deadline.at());
     tokio::pin!(deadline);
-    joiner.begin().map_err(|e| audio_error(pool, e))?;
+    joiner.begin().map_err(|e| audio_error(pool, &e))?;
     // An exact WAV goes out after the last chunk: nothing of a chunk reaches the caller while
     // it runs, so no chunk is live and a broken call still fails over.
     let live = out.live() && (job.format != AudioFormat::Wav || job.wav_streaming_header);
@@ -141,7 +143,7 @@ async fn emit(
             biased;
             msg = slots[head].rx.recv() => match msg {
                 Some(ChunkMsg::Audio(bytes)) => {
-                    let bytes = joiner.feed(&bytes).map_err(|e| audio_error(pool, e))?;
+                    let bytes = joiner.feed(&bytes).map_err(|e| audio_error(pool, &e))?;
                     if !bytes.is_empty() && !out.send(bytes).await {
                         return Ok(None);
                     }
@@ -151,7 +153,7 @@ async fn emit(
                     let done = result?;
                     let bytes = joiner
                         .end(done.sample_rate_hz)
-                        .map_err(|e| audio_error(pool, e))?;
+                        .map_err(|e| audio_error(pool, &e))?;
                     if !bytes.is_empty() && !out.send(bytes).await {
                         return Ok(None);
                     }
@@ -159,7 +161,7 @@ async fn emit(
                     *complete += 1;
                     head += 1;
                     if head < count {
-                        joiner.begin().map_err(|e| audio_error(pool, e))?;
+                        joiner.begin().map_err(|e| audio_error(pool, &e))?;
                         if live {
                             slots[head].live.send_replace(true);
                         }
@@ -198,7 +200,7 @@ async fn emit(
         }
     }
     let sample_rate_hz = joiner.sample_rate_hz().or(job.sample_rate_hz);
-    let tail = joiner.finish().map_err(|e| audio_error(pool, e))?;
+    let tail = joiner.finish().map_err(|e| audio_error(pool, &e))?;
     Ok(Some(Finished {
         key_id,
         sample_rate_hz,
@@ -217,8 +219,6 @@ async fn produce(
     _permit: OwnedSemaphorePermit,
 ) {
     let mut attempts = Vec::new();
-    let result = core
-        .synthesize_chunk(&job, index, &out, &mut attempts)
-        .await;
+    let result = failover::synthesize_chunk(&core, &job, index, &out, &mut attempts).await;
     let _ = out.tx.send(ChunkMsg::Done((result, attempts)));
 }

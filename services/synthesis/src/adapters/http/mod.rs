@@ -328,3 +328,9 @@ pub fn upstream_str<'a>(
 ) -> Option<&'a str> {
     params.get(name).and_then(serde_json::Value::as_str)
 }
+
+/// An upstream whose config cannot make a request (a bad `base_url` or region):
+/// `UPSTREAM_ERROR`, so the pool fails over to another upstream.
+pub fn upstream_config_failure(provider: &str, message: impl AsRef<str>) -> VendorFailure {
+    failure(provider, Outcome::UpstreamError, None, None, message, None)
+}

@@ -5,7 +5,7 @@ use std::{os::unix::fs::PermissionsExt, time::Duration};
 use voxpool_domain::snapshot::{Params, Snapshot};
 
 use super::*;
-use crate::vendor::{KeyCredential, UpstreamTarget, VendorAudio};
+use crate::adapters::{KeyCredential, UpstreamTarget, VendorAudio};
 
 fn voice(params: Params) -> Snapshot {
     let mut s = Snapshot::from_json(

@@ -1,0 +1,228 @@
+//! A job's life, from a validated request to its audio: [`Core`] (everything a request needs,
+//! shared by the unary and streaming RPCs) and its methods, the domain [`Request`] the edge
+//! hands in (`crate::convert`), and [`Job`], one request ready to run.
+//!
+//! A request's `text` goes: [`Core::prepare`] ([`prepare`]: everything that can be refused is
+//! refused before a lease; invariant 8) → [`Core::run`] / [`Core::run_into`] ([`chunks`]: the
+//! chunks side by side, emitted in text order) → [`failover`] (per chunk: lease, call, report,
+//! fail over to other keys of the pool with the same snapshot; invariant 9) → [`attempt`] (one
+//! leased vendor call that outlives its caller; invariant 1 at the vendor). Nothing here sees a
+//! protobuf type: the edge converts (`crate::convert`), and so does the scheduler client
+//! (`crate::lease`).
+
+pub mod attempt;
+pub mod chunks;
+pub mod failover;
+pub mod prepare;
+
+use std::{sync::Arc, time::Duration};
+
+use tokio_util::task::TaskTracker;
+
+use voxpool_config::SynthesisSettings;
+use voxpool_domain::snapshot::{Snapshot, SnapshotError};
+
+use crate::{
+    adapters::{AudioFormat, VendorAdapter, registry::Registry},
+    catalog::Catalog,
+    deadline::Deadline,
+    error::SynthesisError,
+    lease::{Priority, Scheduler},
+    pools::{Pool, Pools},
+    record::AttemptRecord,
+};
+
+pub use chunks::{Finished, Output};
+
+/// Shared state of the service.
+pub struct Core {
+    /// Pools from the config, credentials resolved.
+    pub pools: Pools,
+    /// Adapters by provider id.
+    pub adapters: Registry,
+    /// The scheduler client.
+    pub scheduler: Scheduler,
+    /// The catalog client.
+    pub catalog: Catalog,
+    /// `[synthesis]` settings of the config.
+    pub settings: SynthesisSettings,
+    /// TTL asked for each lease; renewed every third of it during a call.
+    pub lease_ttl: Duration,
+    /// `[[client_tokens]]` of the config (references, not values): read by `server::serve_with`.
+    pub client_tokens: Vec<voxpool_config::ClientTokenConfig>,
+    /// Every vendor call under way, including those whose caller has gone: each holds its
+    /// lease until the vendor answers (see [`attempt`]); shutdown waits for them.
+    pub background: TaskTracker,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut providers: Vec<&str> = self.adapters.keys().map(|p| p.as_str()).collect();
+        providers.sort_unstable();
+        f.debug_struct("Core")
+            .field("pools", &self.pools.names())
+            .field("providers", &providers)
+            .field("scheduler", &self.scheduler.url())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One validated request: the voice, the pool and adapter serving it, and the text chunks.
+#[derive(Clone)]
+pub struct Job {
+    /// The pool (`snapshot.ttsModelId`).
+    pub pool: Arc<Pool>,
+    /// The pool's adapter.
+    pub adapter: Arc<dyn VendorAdapter>,
+    /// The frozen voice: identical for every chunk and every failover attempt (invariant 9).
+    pub voice: Arc<Snapshot>,
+    /// Text chunks within the adapter's limit, in order; whitespace-only chunks removed.
+    pub chunks: Vec<String>,
+    /// Output format.
+    pub format: AudioFormat,
+    /// Sample rate asked of every chunk: the caller's; for text of several chunks without one,
+    /// the adapter's default asked explicitly (so pieces from different upstreams share one
+    /// rate); else `None` = vendor default.
+    pub sample_rate_hz: Option<u32>,
+    /// WAV output with the streaming header (`wav_streaming_header`).
+    pub wav_streaming_header: bool,
+    /// The caller's (or a generated) request id.
+    pub request_id: String,
+    /// Traffic class of every lease.
+    pub priority: Priority,
+    /// Tenant the request is for (fairness inside its class).
+    pub tenant: String,
+    /// When the request must be answered.
+    pub deadline: Deadline,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("pool", &self.pool.id)
+            .field("pack", &self.voice.pack_id)
+            .field("chunks", &self.chunks.len())
+            .field("format", &self.format)
+            .field("request_id", &self.request_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A number a wire enum carried that names none of its members (protobuf enums are open):
+/// kept so [`prepare`] refuses it by name, in its turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unknown(pub i32);
+
+/// Where a request's voice comes from.
+#[derive(Clone, Debug)]
+pub enum VoiceSource {
+    /// A snapshot given whole.
+    Snapshot(Box<Snapshot>),
+    /// A snapshot given whole that does not convert (the field and why).
+    Malformed(SnapshotError),
+    /// A snapshot's JSON form, as stored in a card.
+    Json(String),
+    /// A voice pack id the catalog freezes.
+    PackId(String),
+}
+
+/// A synthesis request as the edge hands it over, not yet validated ([`prepare`] checks it).
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The caller's request id; empty = generate one.
+    pub request_id: String,
+    /// Traffic class of every lease.
+    pub priority: Result<Priority, Unknown>,
+    /// Tenant the request is for.
+    pub tenant: String,
+    /// The text to speak.
+    pub text: String,
+    /// Output format (unspecified = WAV).
+    pub format: Result<AudioFormat, Unknown>,
+    /// WAV with the streaming header.
+    pub wav_streaming_header: bool,
+    /// Sample rate asked for; 0 = the vendor's default.
+    pub sample_rate_hz: i32,
+    /// The voice; `None` when the caller set none.
+    pub voice: Option<VoiceSource>,
+}
+
+/// The audio of a whole job.
+#[derive(Debug)]
+pub struct Synthesized {
+    /// Joined audio.
+    pub audio: Vec<u8>,
+    /// Sample rate (Hz), when known.
+    pub sample_rate_hz: Option<u32>,
+    /// The key of the last chunk.
+    pub key_id: String,
+    /// Every attempt.
+    pub attempts: Vec<AttemptRecord>,
+}
+
+/// A unary call's output: everything collected, nothing delivered before the end.
+#[derive(Debug, Default)]
+struct Collect {
+    audio: Vec<u8>,
+}
+
+impl Output for Collect {
+    fn live(&self) -> bool {
+        false
+    }
+
+    async fn send(&mut self, bytes: Vec<u8>) -> bool {
+        self.audio.extend(bytes);
+        true
+    }
+
+    fn delivered(&self) -> (u64, u64) {
+        (0, 0)
+    }
+}
+
+impl Core {
+    /// Validates `request` and resolves its voice ([`prepare`]). Every error is a refusal
+    /// made before any lease.
+    pub async fn prepare(
+        &self,
+        request: Request,
+        deadline: Deadline,
+    ) -> Result<Job, SynthesisError> {
+        prepare::prepare(self, request, deadline).await
+    }
+
+    /// Runs every chunk of `job` ([`chunks`]) and joins the audio: the unary call.
+    pub async fn run(self: &Arc<Self>, job: Job) -> Result<Synthesized, SynthesisError> {
+        let job = Arc::new(job);
+        let mut out = Collect::default();
+        let Some(done) = self.run_into(&job, &mut out).await? else {
+            // Collect never refuses bytes, so the run cannot see its caller gone.
+            return Err(SynthesisError::DeadlineExceeded {
+                pool: Some(job.pool.id.clone()),
+                budget_ms: job.deadline.budget_ms(),
+                attempts: Vec::new(),
+                in_call: false,
+            });
+        };
+        let mut audio = out.audio;
+        audio.extend(done.tail);
+        Ok(Synthesized {
+            audio,
+            sample_rate_hz: done.sample_rate_hz,
+            key_id: done.key_id,
+            attempts: done.attempts,
+        })
+    }
+
+    /// Runs every chunk of `job` ([`chunks::run`]), sending output to `out` as it may go
+    /// (a stream), except what is owed after the last chunk ([`Finished::tail`]).
+    /// `Ok(None)`: the caller went away.
+    pub async fn run_into(
+        self: &Arc<Self>,
+        job: &Arc<Job>,
+        out: &mut impl Output,
+    ) -> Result<Option<Finished>, SynthesisError> {
+        chunks::run(self, job, out).await
+    }
+}

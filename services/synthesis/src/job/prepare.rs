@@ -1,0 +1,281 @@
+//! Request validation: from a [`Request`] to a [`Job`], refusing everything that can
+//! be refused before a lease is taken (text, format, voice, digest, pool, provider, adapter
+//! params — invariant 8), so a bad request never holds a key.
+//!
+//! Order: request id, priority and tenant, text (empty / whitespace-only / over `max_text_chars`), format,
+//! `wav_streaming_header` (WAV only) and sample rate, the voice (`snapshot` | `snapshot_json` | `pack_id` via the catalog), its
+//! digest, its provider, its pool (`ttsModelId`), provider = pool provider, the adapter and the
+//! credentials, the snapshot's upstreams, the adapter's `check`, then the split of the text
+//! (and, for text of several chunks without a rate, the adapter's default rate asked of all).
+
+use std::sync::Arc;
+
+use voxpool_domain::{provider::Provider, snapshot::Snapshot};
+
+use super::{Core, Job, Request, Unknown, VoiceSource};
+use crate::{adapters::AudioFormat, deadline::Deadline, error::SynthesisError, text};
+
+/// Longest accepted `request_id`.
+pub const MAX_REQUEST_ID_CHARS: usize = 128;
+/// Longest accepted `snapshot_json` (bytes).
+pub const MAX_SNAPSHOT_JSON_BYTES: usize = 64 * 1024;
+/// Highest accepted `sample_rate_hz`.
+pub const MAX_SAMPLE_RATE_HZ: i32 = 384_000;
+
+fn invalid(field: &str, message: impl Into<String>) -> SynthesisError {
+    SynthesisError::InvalidArgument {
+        field: field.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// The format asked for, or the refusal of a number that names none.
+fn check_format(format: Result<AudioFormat, Unknown>) -> Result<AudioFormat, SynthesisError> {
+    format.map_err(|Unknown(raw)| {
+        invalid(
+            "format",
+            format!("{raw} is not a format: use WAV, MP3, OGG_OPUS or PCM"),
+        )
+    })
+}
+
+fn check_text(text: &str, max_chars: usize) -> Result<(), SynthesisError> {
+    if text.trim().is_empty() {
+        return Err(invalid(
+            "text",
+            "must contain something to say (it is empty or whitespace only)",
+        ));
+    }
+    // Punctuation, symbols and emoji alone are read as silence by every engine: refuse them
+    // rather than bill a vendor call for a pause.
+    if !text.chars().any(char::is_alphanumeric) {
+        return Err(invalid(
+            "text",
+            "has nothing to speak: it holds no letter or digit (only punctuation, symbols or spaces); send words",
+        ));
+    }
+    let chars = text.chars().count();
+    if chars > max_chars {
+        return Err(invalid(
+            "text",
+            format!(
+                "{chars} characters is over the limit of {max_chars} (synthesis.max_text_chars); send shorter requests"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn new_request_id() -> String {
+    format!("syn-{:032x}", rand::random::<u128>())
+}
+
+/// Validates `r` and resolves its voice (module doc). Every error is a refusal made before any
+/// lease.
+pub(super) async fn prepare(
+    core: &Core,
+    r: Request,
+    deadline: Deadline,
+) -> Result<Job, SynthesisError> {
+    // Checked first: the request id goes into every log line of the request, and a
+    // control character in it would forge one.
+    if let Err(problem) =
+        voxpool_domain::untrusted::check_field(&r.request_id, MAX_REQUEST_ID_CHARS)
+    {
+        return Err(invalid("request_id", problem.to_string()));
+    }
+    let priority = match r.priority {
+        Ok(priority) => priority,
+        Err(Unknown(raw)) => {
+            return Err(invalid(
+                "priority",
+                format!("unknown value {raw}: use INTERACTIVE, STANDARD or BATCH"),
+            ));
+        }
+    };
+    if let Err(problem) = voxpool_domain::contract::check_tenant(&r.tenant) {
+        return Err(invalid("tenant", problem.to_string()));
+    }
+    check_text(&r.text, core.settings.max_text_chars)?;
+    let format = check_format(r.format)?;
+    if r.wav_streaming_header && format != AudioFormat::Wav {
+        return Err(invalid(
+            "wav_streaming_header",
+            format!(
+                "applies to WAV only, and the format is {format}: leave it false (PCM, MP3 and OGG_OPUS stream as they are)"
+            ),
+        ));
+    }
+    let sample_rate_hz = match r.sample_rate_hz {
+        0 => None,
+        hz @ 1..=MAX_SAMPLE_RATE_HZ => u32::try_from(hz).ok(),
+        hz => {
+            return Err(invalid(
+                "sample_rate_hz",
+                format!("must be 0 (vendor default) or 1..={MAX_SAMPLE_RATE_HZ} Hz, got {hz}"),
+            ));
+        }
+    };
+    let voice = resolve_voice(core, r.voice, deadline).await?;
+    voice
+        .verify_digest()
+        .map_err(|e| invalid(&e.field, e.message))?;
+    let provider: Provider =
+        voice
+            .provider
+            .parse()
+            .map_err(|_| SynthesisError::UnknownProvider {
+                provider: voice.provider.clone(),
+                known: Provider::names(),
+            })?;
+    let pool = core
+        .pools
+        .get(&voice.tts_model_id)
+        .cloned()
+        .ok_or_else(|| SynthesisError::UnknownPool {
+            tts_model_id: voice.tts_model_id.clone(),
+            known: core.pools.names().to_owned(),
+        })?;
+    if provider != pool.provider {
+        return Err(SynthesisError::ProviderMismatch {
+            pool: pool.id.clone(),
+            pool_provider: pool.provider.to_string(),
+            provider: voice.provider.clone(),
+        });
+    }
+    let adapter =
+        core.adapters
+            .get(&pool.provider)
+            .cloned()
+            .ok_or_else(|| SynthesisError::NoAdapter {
+                pool: pool.id.clone(),
+                provider: pool.provider.to_string(),
+            })?;
+    if !pool.has_usable_key() {
+        return Err(SynthesisError::NoCredentials {
+            pool: pool.id.clone(),
+            problems: pool.credential_problems(),
+        });
+    }
+    if let Some(upstream) = voice
+        .upstream_ids
+        .iter()
+        .find(|u| !pool.upstream_ids.contains(u))
+    {
+        return Err(SynthesisError::UnknownUpstream {
+            pool: pool.id.clone(),
+            upstream: upstream.clone(),
+            known: pool.upstream_ids.join(", "),
+        });
+    }
+    adapter
+        .check(&voice, format, sample_rate_hz)
+        .map_err(SynthesisError::Param)?;
+    let chunks: Vec<String> = text::split(&r.text, adapter.text_limit())
+        .into_iter()
+        .filter(|c| !c.trim().is_empty())
+        .map(str::to_owned)
+        .collect();
+    if format == AudioFormat::OggOpus && chunks.len() > 1 {
+        return Err(invalid(
+            "format",
+            format!(
+                "OGG_OPUS audio cannot be joined, and this text needs {} vendor calls (at most {} per call); ask for WAV, PCM or MP3, or send shorter text",
+                chunks.len(),
+                adapter.text_limit()
+            ),
+        ));
+    }
+    // Chunks run side by side, possibly on upstreams with different defaults: each asks
+    // for one explicit rate (the vendor's default) so the pieces join.
+    let sample_rate_hz = sample_rate_hz.or_else(|| {
+        (chunks.len() > 1)
+            .then(|| adapter.default_sample_rate_hz(format))
+            .flatten()
+            .filter(|r| adapter.check(&voice, format, Some(*r)).is_ok())
+    });
+    let request_id = if r.request_id.is_empty() {
+        new_request_id()
+    } else {
+        r.request_id
+    };
+    Ok(Job {
+        pool,
+        adapter,
+        voice: Arc::new(voice),
+        chunks,
+        format,
+        sample_rate_hz,
+        wav_streaming_header: r.wav_streaming_header,
+        request_id,
+        priority,
+        tenant: r.tenant,
+        deadline,
+    })
+}
+
+async fn resolve_voice(
+    core: &Core,
+    voice: Option<VoiceSource>,
+    deadline: Deadline,
+) -> Result<Snapshot, SynthesisError> {
+    match voice {
+        None => Err(invalid(
+            "voice",
+            "set one of snapshot, snapshot_json or pack_id",
+        )),
+        Some(VoiceSource::Snapshot(snapshot)) => Ok(*snapshot),
+        Some(VoiceSource::Malformed(e)) => Err(invalid(&e.field, e.message)),
+        Some(VoiceSource::Json(json)) => {
+            if json.trim().is_empty() {
+                return Err(invalid(
+                    "snapshot_json",
+                    "empty: pass the snapshot's JSON form as stored in a card",
+                ));
+            }
+            if json.len() > MAX_SNAPSHOT_JSON_BYTES {
+                return Err(invalid(
+                    "snapshot_json",
+                    format!("{} bytes, at most {MAX_SNAPSHOT_JSON_BYTES}", json.len()),
+                ));
+            }
+            Snapshot::from_json(&json).map_err(|e| invalid("snapshot_json", e.message))
+        }
+        Some(VoiceSource::PackId(id)) => {
+            if id.trim().is_empty() {
+                return Err(invalid("pack_id", "empty: pass a voice pack id"));
+            }
+            core.catalog.freeze(&id, deadline.remaining()).await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_must_be_non_blank_and_within_the_limit() {
+        assert!(check_text("hi", 10).is_ok());
+        for bad in ["", "   \n\t "] {
+            let e = check_text(bad, 10).unwrap_err().to_string();
+            assert!(e.starts_with("invalid text:"), "{e}");
+        }
+        let e = check_text("ééééééééééé", 10).unwrap_err().to_string();
+        assert!(e.contains("11 characters is over the limit of 10"), "{e}");
+    }
+
+    #[test]
+    fn unknown_formats_are_refused_naming_the_field() {
+        assert_eq!(
+            check_format(Ok(AudioFormat::Pcm)).unwrap(),
+            AudioFormat::Pcm
+        );
+        assert!(
+            check_format(Err(Unknown(99)))
+                .unwrap_err()
+                .to_string()
+                .starts_with("invalid format: 99 is not a format")
+        );
+    }
+}

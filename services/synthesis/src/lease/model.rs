@@ -1,0 +1,135 @@
+//! The scheduler's requests and answers in synthesis's own terms ([`Acquire`], [`Lease`],
+//! [`Priority`]), and the one place they become protobuf and back: the scheduler client
+//! converts at its own edge, so no prost type travels into a job.
+
+use std::time::Duration;
+
+use voxpool_proto::scheduler::v1 as pb;
+
+/// Longest wait for a slot (`wait_timeout_ms`) the scheduler accepts.
+const MAX_WAIT: Duration = Duration::from_millis(600_000);
+
+/// Traffic class of a lease: waiters are served INTERACTIVE, STANDARD, BATCH, and BATCH
+/// leases are held to the pool's `batch_max_share`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Priority {
+    /// Live traffic: served first.
+    Interactive,
+    /// The default (an unspecified class on the wire).
+    #[default]
+    Standard,
+    /// Bulk jobs: served last, within the batch share.
+    Batch,
+}
+
+/// One Acquire: a key of `pool` for one vendor call.
+#[derive(Clone, Debug)]
+pub struct Acquire {
+    /// Pool id.
+    pub pool: String,
+    /// Keys not to lease (no credential here, or already tried).
+    pub exclude_keys: Vec<String>,
+    /// Only keys of these upstreams (the snapshot's); empty = any.
+    pub upstream_ids: Vec<String>,
+    /// TTL of the lease.
+    pub lease_ttl: Duration,
+    /// How long to wait for a slot (capped at what the scheduler accepts).
+    pub wait: Duration,
+    /// The request's id, for the scheduler's logs.
+    pub request_id: String,
+    /// Fresh per lease attempt; the same on the client's retries of this Acquire.
+    pub idempotency_key: String,
+    /// Traffic class.
+    pub priority: Priority,
+    /// Tenant (fairness inside its class).
+    pub tenant: String,
+    /// Characters reserved against the key's quota while the call runs.
+    pub characters: u64,
+}
+
+/// A lease the scheduler granted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lease {
+    /// The lease's id (signed by the scheduler).
+    pub lease_id: String,
+    /// `upstream/key`.
+    pub key_id: String,
+    /// The key's upstream.
+    pub upstream_id: String,
+    /// How often the scheduler asks to be renewed, when it asks (`renew_interval_ms`).
+    pub renew_interval: Option<Duration>,
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Acquire {
+    /// The wire request.
+    pub(super) fn to_pb(&self) -> pb::AcquireRequest {
+        let priority = match self.priority {
+            Priority::Interactive => pb::Priority::Interactive,
+            Priority::Standard => pb::Priority::Standard,
+            Priority::Batch => pb::Priority::Batch,
+        };
+        pb::AcquireRequest {
+            pool: self.pool.clone(),
+            exclude_keys: self.exclude_keys.clone(),
+            upstream_ids: self.upstream_ids.clone(),
+            lease_ttl_ms: ms(self.lease_ttl),
+            wait_timeout_ms: ms(self.wait.min(MAX_WAIT)),
+            request_id: self.request_id.clone(),
+            idempotency_key: self.idempotency_key.clone(),
+            priority: priority as i32,
+            tenant: self.tenant.clone(),
+            characters: i64::try_from(self.characters).unwrap_or(i64::MAX),
+        }
+    }
+}
+
+impl From<pb::Lease> for Lease {
+    fn from(l: pb::Lease) -> Self {
+        Self {
+            lease_id: l.lease_id,
+            key_id: l.key_id,
+            upstream_id: l.upstream_id,
+            renew_interval: u64::try_from(l.renew_interval_ms)
+                .ok()
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_acquire_goes_out_as_asked_with_its_wait_capped() {
+        let acquire = Acquire {
+            pool: "p".into(),
+            exclude_keys: vec!["u/k1".into()],
+            upstream_ids: vec!["u".into()],
+            lease_ttl: Duration::from_secs(30),
+            wait: Duration::from_secs(3600),
+            request_id: "r".into(),
+            idempotency_key: "i".into(),
+            priority: Priority::Batch,
+            tenant: "t".into(),
+            characters: 12,
+        };
+        let pb = acquire.to_pb();
+        assert_eq!(pb.lease_ttl_ms, 30_000);
+        assert_eq!(pb.wait_timeout_ms, 600_000);
+        assert_eq!(pb.priority, pb::Priority::Batch as i32);
+        assert_eq!(pb.characters, 12);
+        let lease = Lease::from(pb::Lease {
+            lease_id: "l".into(),
+            key_id: "u/k2".into(),
+            upstream_id: "u".into(),
+            ..Default::default()
+        });
+        assert_eq!(lease.renew_interval, None);
+    }
+}
