@@ -272,7 +272,7 @@ fn collector_config_receives_otlp_and_exports_prometheus() {
     assert!(metrics.iter().any(|e| s(e) == "debug"));
 }
 
-/// The schedulers' stores are the replicated form (README, "Failover guarantee"): the compose
+/// The schedulers' stores are the replicated form (docs/OPERATIONS.md, "Failover guarantee"): the compose
 /// stack's and the example Secret's point at Sentinel, and Redis keeps no stale state across a
 /// restart (no persistence).
 #[test]

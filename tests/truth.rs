@@ -1,4 +1,4 @@
-//! The truth test (issue 6): invariant 1 checked where it matters, at the vendor, with several
+//! The truth test (issue 6): invariant 1 of docs/ARCHITECTURE.md checked where it matters, at the vendor, with several
 //! replicas and a replica dying mid-run.
 //!
 //! One private Redis, two `voxpool-scheduler` processes on it (A, B), two `voxpool-synthesis`

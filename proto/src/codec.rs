@@ -3,7 +3,7 @@
 //!
 //! A request that is not valid protobuf (a string field holding invalid UTF-8, a truncated
 //! field) is the caller's mistake, and the caller must be able to tell it from a server bug
-//! (ARCHITECTURE invariant 10: bad input is INVALID_ARGUMENT and loses nothing).
+//! (invariant 10 of docs/ARCHITECTURE.md: bad input is INVALID_ARGUMENT and loses nothing).
 
 use std::marker::PhantomData;
 

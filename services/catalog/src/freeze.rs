@@ -1,4 +1,4 @@
-//! Freezing a pack into the immutable [`Snapshot`] a card keeps (invariant 7).
+//! Freezing a pack into the immutable [`Snapshot`] a card keeps (invariant 7 of docs/ARCHITECTURE.md).
 //!
 //! The snapshot is a copy of the pack's resolved values at one version, sealed with the
 //! digest documented in `voxpool_domain::snapshot`. Nothing ties it back to the row: later

@@ -3,7 +3,7 @@
 //! A *voice pack* is provider + model + voice + prosody overrides + tier, pinned to a tts
 //! model id (a scheduler pool). Apps freeze a pack into an immutable, digest-sealed
 //! *snapshot* and store it in a character card; editing or disabling the pack later never
-//! changes a snapshot already frozen (ARCHITECTURE.md invariant 7).
+//! changes a snapshot already frozen (docs/ARCHITECTURE.md invariant 7).
 //!
 //! Modules:
 //! - [`model`]: domain types (pack content, stored pack, revisions).

@@ -533,7 +533,7 @@ async fn bind_refuses_cards_that_are_not_objects_invalid_or_too_big(backend: Bac
 }
 db_test!(bind_refuses_cards_that_are_not_objects_invalid_or_too_big);
 
-/// Invariant 7 over the wire: freeze and bind, then edit and disable the pack; the bound
+/// Invariant 7 of docs/ARCHITECTURE.md over the wire: freeze and bind, then edit and disable the pack; the bound
 /// card and the snapshot keep their bytes and digest, and a new freeze carries the new version.
 async fn bound_cards_do_not_drift_when_the_pack_is_edited_or_disabled(backend: Backend) {
     let server = TestServer::start(backend).await;

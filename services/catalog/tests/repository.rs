@@ -462,7 +462,7 @@ async fn revisions_record_every_change_oldest_first(backend: Backend) {
 }
 db_test!(revisions_record_every_change_oldest_first);
 
-/// Invariant 7: a frozen snapshot keeps its bytes and digest whatever happens to the pack.
+/// Invariant 7 of docs/ARCHITECTURE.md: a frozen snapshot keeps its bytes and digest whatever happens to the pack.
 async fn snapshots_do_not_drift_when_the_pack_changes(backend: Backend) {
     let (repo, _db) = repo(backend).await;
     let id = repo.create(spec("en-us")).await.expect("create").id;

@@ -1,7 +1,7 @@
 //! The behaviour knobs and the per-key bookkeeping shared by every fake vendor: the concurrency
 //! cap, latency, streamed delivery ([`Streaming`]), injected faults (random or scripted),
 //! pausing, and the counters that measure the highest concurrency a key saw (the vendor-side
-//! check of invariant 1, "never oversell").
+//! check of invariant 1 of docs/ARCHITECTURE.md, "never oversell").
 //!
 //! # Counting
 //! A request is counted from the moment its key is known (after the auth header is read) until

@@ -16,7 +16,7 @@
 //! "InternalError","message":"…","request_id":"fake"}\n\n` and no `stop` event. Facts relied
 //! on: the path and the `X-DashScope-SSE: enable` switch between one JSON document and a
 //! stream (<https://www.alibabacloud.com/help/en/model-studio/qwen-audio-tts-http-api>), the
-//! error codes of VENDORS.md. Unverified: the exact `id:`/`event:`/`:HTTP_STATUS/` framing of
+//! error codes of docs/VENDORS.md. Unverified: the exact `id:`/`event:`/`:HTTP_STATUS/` framing of
 //! the audio events, and the code of a mid-stream internal failure.
 
 use std::sync::Arc;

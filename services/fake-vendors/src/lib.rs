@@ -1,4 +1,4 @@
-//! Fake TTS vendor servers: one per vendor wire format of VENDORS.md (same paths, same auth
+//! Fake TTS vendor servers: one per vendor wire format of docs/VENDORS.md (same paths, same auth
 //! headers, request bodies validated, the vendor's own error shapes), for adapter tests and for
 //! load experiments (`voxpool-fake-vendor`).
 //!
@@ -8,7 +8,7 @@
 //! `rate_limit_exceeded`, Volcengine HTTP 200 code 3003, ElevenLabs 429
 //! `too_many_concurrent_requests`, MiniMax `base_resp` 1002, DashScope 429 `Throttling`, Azure
 //! 429). It counts per key the total requests and the **highest concurrency seen** ([`KeyStats`];
-//! the measuring side of invariant 1), adds latency ([`Latency`]) and injects faults at random
+//! the measuring side of invariant 1 of docs/ARCHITECTURE.md), adds latency ([`Latency`]) and injects faults at random
 //! ([`FaultRates`]) or from a script ([`Step`]). Audio is small and real ([`audio`]).
 //!
 //! With [`Streaming`] on ([`FakeConfig::streaming`], [`FakeVendor::set_streaming`]), each fake
@@ -51,7 +51,7 @@ use control::{Settings, Shared};
 use tokio::{net::TcpListener, task::JoinHandle};
 use voxpool_domain::snapshot::Snapshot;
 
-/// Which vendor's wire format a fake speaks (the provider ids of API.md).
+/// Which vendor's wire format a fake speaks (the provider ids of docs/API.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum VendorKind {
     /// OpenAI-compatible `/v1/audio/speech`.

@@ -17,7 +17,7 @@
 //! key); [`report`] turns that into the markdown table. Sizes come from the environment
 //! ([`config::SimConfig::from_env`]).
 //!
-//! This crate guards nothing by itself; it measures invariant 1 (never oversell: 0 vendor 429s,
+//! This crate guards nothing by itself; it measures invariant 1 of docs/ARCHITECTURE.md (never oversell: 0 vendor 429s,
 //! peak ≤ cap) and invariant 2 (least utilization first: spread at half load) under load.
 
 pub mod config;

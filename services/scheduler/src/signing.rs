@@ -1,4 +1,4 @@
-//! Lease ids as capabilities (invariant 11): only a lease this scheduler fleet issued can be
+//! Lease ids as capabilities (invariant 11 of docs/ARCHITECTURE.md): only a lease this scheduler fleet issued can be
 //! renewed, reported on or released.
 //!
 //! Owns the caller-facing form of a lease id and its MAC:
@@ -19,7 +19,7 @@
 //!
 //! **The secret.** `scheduler.lease_secret` (a credential reference) when configured, with
 //! `scheduler.lease_secret_previous` also accepted, never signing (a rotation adds the new
-//! secret there first, then swaps the two: README "Security"). Unset, the replicas share
+//! secret there first, then swaps the two: docs/SECURITY.md ("The lease secret")). Unset, the replicas share
 //! one kept in the store ([`LeaseStore::lease_secret`]): the first replica creates it, every
 //! other adopts it, so every lease one replica grants verifies on every other with no setup.
 //! Each replica re-asserts it every [`REFRESH`]: a store that lost it (FLUSHALL, a restart

@@ -1,4 +1,4 @@
-//! This replica's side of a pool's line (invariant 4: not silent when full), bounded so that
+//! This replica's side of a pool's line (invariant 4 of docs/ARCHITECTURE.md: not silent when full), bounded so that
 //! no number of waiters can keep the service from answering (invariant 10).
 //!
 //! The line itself, its order and its hand-overs live in the store (`store` module doc, "The

@@ -1,4 +1,4 @@
-//! Invariant 10: no single caller keeps the scheduler from answering. Any number of waiters
+//! Invariant 10 of docs/ARCHITECTURE.md: no single caller keeps the scheduler from answering. Any number of waiters
 //! leaves health, status, Release/Renew and other pools answerable; a stalled Redis answers
 //! every caller, waiters included, UNAVAILABLE while it is still stalled; a request that is
 //! not valid protobuf is INVALID_ARGUMENT, and so is a filter entry (`exclude_keys[i]`,

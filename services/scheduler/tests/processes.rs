@@ -772,7 +772,7 @@ async fn a_rotated_lease_secret_still_verifies_leases_signed_before_the_rotation
         spawn(&config, &redis.url())
     };
     let before = spawn_in("before", secret_lines("old", None));
-    // Step 1 of the README's rotation: the new secret accepted, not signing yet.
+    // Step 1 of the rotation in docs/SECURITY.md: the new secret accepted, not signing yet.
     let adding = spawn_in("adding", secret_lines("old", Some("new")));
     let during = spawn_in("during", secret_lines("new", Some("old")));
     let after = spawn_in("after", secret_lines("new", None));

@@ -3,7 +3,7 @@
 //!
 //! A request names its voice (a snapshot, its card JSON, or a pack id the catalog freezes);
 //! the snapshot's `ttsModelId` picks the pool. Everything that can be refused is refused before
-//! a lease is taken ([`job::prepare`]; invariant 8: a param the vendor cannot apply fails the
+//! a lease is taken ([`job::prepare`]; invariant 8 of docs/ARCHITECTURE.md: a param the vendor cannot apply fails the
 //! request with its name). The text is split at sentence boundaries to the vendor's limit
 //! ([`text`]); up to `max_parallel_chunks` chunks at once ([`job::chunks`]) each lease a key
 //! from the scheduler, call the vendor with that key's credential (audio passed on as the

@@ -1,5 +1,5 @@
 //! [`AttemptRecord`]: what one vendor call under one lease did, for the response's `attempts`
-//! (its proto form: `crate::convert::attempt`) and for error details (invariant 9: exhaustion
+//! (its proto form: `crate::convert::attempt`) and for error details (invariant 9 of docs/ARCHITECTURE.md: exhaustion
 //! names every key and upstream tried).
 
 use std::fmt;

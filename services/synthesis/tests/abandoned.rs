@@ -1,4 +1,4 @@
-//! Invariant 1 at the vendor: a lease covers the vendor's whole work, even when the caller has
+//! Invariant 1 of docs/ARCHITECTURE.md at the vendor: a lease covers the vendor's whole work, even when the caller has
 //! gone. The fake vendor, like a real one, keeps working on (and counting) a request whose
 //! client disconnected, so a lease released when the caller's deadline passes shows up there
 //! as `cap + 1` and a 429.

@@ -1,4 +1,4 @@
-//! Invariant 1 at the vendor under mass cancellation: 120 callers each start a stream, take
+//! Invariant 1 of docs/ARCHITECTURE.md at the vendor under mass cancellation: 120 callers each start a stream, take
 //! its first audio, and cancel it 0.2 s later, again and again. A cut-off call keeps its lease
 //! until its vendor connection is closed and the pool's `cancel_grace_ms` (default) passed, so
 //! the streaming fake, which counts a call until it sees the connection close, never sees a

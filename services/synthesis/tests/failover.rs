@@ -1,5 +1,5 @@
 //! Failover, lease hygiene and deadlines against a real in-process scheduler, with a scripted
-//! vendor adapter (invariants 3, 8 and 9).
+//! vendor adapter (invariants 3 of docs/ARCHITECTURE.md, 8 and 9).
 
 mod common;
 

@@ -1,5 +1,5 @@
 //! One conformance suite, run for every cloud adapter against its fake vendor: success returns
-//! audio; each vendor error shape is classified as VENDORS.md says; timeouts and refused
+//! audio; each vendor error shape is classified as docs/VENDORS.md says; timeouts and refused
 //! connections are TIMEOUT; credentials never reach a failure message; and concurrent calls on
 //! one key beyond the fake's cap are RATE_LIMITED while the fake never admits more than the cap.
 
@@ -215,7 +215,7 @@ fn refusal(kind: VendorKind) -> Outcome {
     }
 }
 
-/// What VENDORS.md says each injected fault must become for `kind`.
+/// What docs/VENDORS.md says each injected fault must become for `kind`.
 fn expected(kind: VendorKind, fault: &Fault) -> Outcome {
     match (kind, fault) {
         (_, Fault::RateLimited { .. }) => refusal(kind),

@@ -1,6 +1,6 @@
 //! What each adapter actually puts on the wire, read back from the fake vendor's request log:
 //! converted params, auth placement, paths, formats. Also: a param the vendor cannot apply is
-//! refused before anything is sent (invariant 8), and credentials are never logged by the fake.
+//! refused before anything is sent (invariant 8 of docs/ARCHITECTURE.md), and credentials are never logged by the fake.
 
 use std::time::Duration;
 

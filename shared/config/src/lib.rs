@@ -154,7 +154,7 @@ pub struct UpstreamConfig {
     #[serde(default)]
     pub params: BTreeMap<String, serde_json::Value>,
     /// The upstream queues requests beyond its concurrency instead of refusing them (the
-    /// self-hosted servers of VENDORS.md): a call that runs out its whole attempt timeout
+    /// self-hosted servers of docs/VENDORS.md): a call that runs out its whole attempt timeout
     /// there is reported RATE_LIMITED, an overload signal that lowers an adaptive key's
     /// effective capacity, instead of TIMEOUT. Default false.
     #[serde(default)]

@@ -49,7 +49,7 @@ pub struct SchedulerSettings {
     /// replicas in sync with the primary at the grant, so a primary left without replicas
     /// keeps serving (Redis's `min-replicas-to-write` refuses that, if wanted). Unset: 1 for
     /// `redis-sentinel://` and `redis-cluster://` stores, 0 (off) for single-node and memory
-    /// stores. 0 turns it off knowingly (see README, "Failover guarantee").
+    /// stores. 0 turns it off knowingly (see docs/OPERATIONS.md ("Failover guarantee")).
     pub store_replica_acks: Option<u32>,
     /// How long a grant waits for `store_replica_acks` acknowledgements. Default 250; at most
     /// half of `store_timeout_ms`.
@@ -90,8 +90,8 @@ pub struct SchedulerSettings {
     /// of the deployment: a credential reference, `{ env = "NAME" }` or `{ file = "/path" }`,
     /// at least 32 characters. Unset: the replicas share one kept in the store (created by the
     /// first replica, at `<store_key_prefix>:lease-secret`), which a memory-store scheduler
-    /// loses when it restarts (its callers' leases then cannot re-register; see the README's
-    /// security section).
+    /// loses when it restarts (its callers' leases then cannot re-register; see docs/SECURITY.md,
+    /// "The lease secret").
     pub lease_secret: Option<crate::CredentialRef>,
     /// A second secret lease ids may be signed with: accepted, never used to sign. A rotation
     /// puts the new secret here first, then swaps it with `lease_secret` (the old one is then

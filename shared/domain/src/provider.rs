@@ -1,4 +1,4 @@
-//! [`Provider`]: the vendor adapters a pool or a voice pack can name (API.md "Provider ids"),
+//! [`Provider`]: the vendor adapters a pool or a voice pack can name (docs/API.md "Provider ids"),
 //! as one enum that serde and the compiler check, instead of strings compared by hand.
 
 use std::{fmt, str::FromStr};
@@ -26,7 +26,7 @@ pub enum Provider {
 }
 
 impl Provider {
-    /// Every provider, in API.md order.
+    /// Every provider, in docs/API.md order.
     pub const ALL: [Provider; 7] = [
         Provider::OpenAi,
         Provider::Azure,

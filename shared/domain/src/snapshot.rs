@@ -1,5 +1,5 @@
 //! The frozen voice-pack snapshot: the one shape the catalog writes, cards store and
-//! synthesis reads (invariant 7: snapshots never drift).
+//! synthesis reads (invariant 7 of docs/ARCHITECTURE.md: snapshots never drift).
 //!
 //! # JSON form
 //! Exactly the proto3 JSON of `voxpool.catalog.v1.VoicePackSnapshot` (lowerCamelCase keys,

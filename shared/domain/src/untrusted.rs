@@ -1,6 +1,6 @@
 //! Strings that come from callers, made safe for messages, logs and metric labels.
 //!
-//! Invariant guarded (ARCHITECTURE invariant 10, "no single caller can keep the service from
+//! Invariant guarded (invariant 10 of docs/ARCHITECTURE.md, "no single caller can keep the service from
 //! answering"): no caller-supplied string reaches an error message, a log line or a metric
 //! label unbounded or with control characters. [`quote`] shows at most [`QUOTE_CHARS`]
 //! characters of a value, escaped; [`check_field`] refuses over-long values and control

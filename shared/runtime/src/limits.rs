@@ -7,7 +7,7 @@
 //! Renew, health, status, reflection): a request that is about to wait for a long time on
 //! something with its own bound (an Acquire waiting in a pool's line, bounded by
 //! `scheduler.max_waiters`) gives its slot back with [`step_aside`], so no number of waiters
-//! can shed those calls (ARCHITECTURE invariant 10).
+//! can shed those calls (invariant 10 of docs/ARCHITECTURE.md).
 
 use std::{
     path::PathBuf,

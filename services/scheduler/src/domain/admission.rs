@@ -1,6 +1,6 @@
 //! Admission: how an Acquire becomes a lease ([`Scheduler::acquire`]).
 //!
-//! Owns the waiting policy of invariant 4 ("not silent when full"): an Acquire that may wait
+//! Owns the waiting policy of invariant 4 of docs/ARCHITECTURE.md ("not silent when full"): an Acquire that may wait
 //! and is refused joins the pool's line in the store in the same step (`store` module doc,
 //! "The line": one line per pool across replicas, by class, tenant round-robin, arrival), then
 //! waits for the store to hand it a slot: announced at once ([`LeaseStore::handovers`]) and

@@ -7,7 +7,7 @@
 //! - Here: Release, Report, Renew, pool status and the admin calls, each re-seeding a pool
 //!   the store lost where a retry can succeed.
 //!
-//! Owns the recovery step of invariant 1 across a store that loses data: a store that lost a
+//! Owns the recovery step of invariant 1 of docs/ARCHITECTURE.md across a store that loses data: a store that lost a
 //! pool (Redis restarted empty) is re-seeded from the config, that pool only, before the call
 //! is retried once; the re-seed opens the pool's recovery window (`store` module doc).
 

@@ -2,7 +2,7 @@
 //! slots no call announced (expiries, ended cooldowns), tells waiters of slots whose
 //! announcement was lost, and renews this replica's tickets.
 //!
-//! Invariant 4 (not silent when full) across lost wake-ups: a waiter is woken by the poll
+//! Invariant 4 of docs/ARCHITECTURE.md (not silent when full) across lost wake-ups: a waiter is woken by the poll
 //! even when the hand-over's announcement never reached it, and its ticket outlives a slow
 //! replica only while that replica renews it.
 

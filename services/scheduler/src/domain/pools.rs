@@ -2,7 +2,7 @@
 //! request against them. Built once from the config; the one copy the service and the domain
 //! read.
 //!
-//! Invariant 10 (untrusted strings): a caller's pool or key id is looked up here and only
+//! Invariant 10 of docs/ARCHITECTURE.md (untrusted strings): a caller's pool or key id is looked up here and only
 //! the configured id (never the caller's string) names a pool in metrics and spans.
 
 use std::collections::HashMap;

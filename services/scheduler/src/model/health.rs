@@ -2,14 +2,14 @@
 //! reasons, reports and their results, the health policy reports apply (cooldowns, the
 //! adaptive effective capacity), and the status of keys and pools.
 //!
-//! Invariant 5 (a misbehaving key leaves rotation, a recovered one returns): the one
+//! Invariant 5 of docs/ARCHITECTURE.md (a misbehaving key leaves rotation, a recovered one returns): the one
 //! [`HealthPolicy`] both stores apply, in Rust and in `lua/report.lua` alike.
 
 use voxpool_config::SchedulerSettings;
 
 use super::{ClassLine, LeaseId, batch_limit};
 
-/// The outcome of a vendor call (see VENDORS.md for the classification): the contract type
+/// The outcome of a vendor call (see docs/VENDORS.md for the classification): the contract type
 /// shared with synthesis.
 pub use voxpool_domain::contract::Outcome;
 

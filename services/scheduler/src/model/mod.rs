@@ -1,6 +1,6 @@
 //! Domain types of the scheduler, independent of gRPC and of the store backend.
 //!
-//! Times are milliseconds since the Unix epoch on the *store's* clock (invariant 6: one
+//! Times are milliseconds since the Unix epoch on the *store's* clock (invariant 6 of docs/ARCHITECTURE.md: one
 //! clock), durations are milliseconds. Key ids are `upstream_id/key_id`.
 
 use std::fmt;

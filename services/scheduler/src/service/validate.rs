@@ -2,7 +2,7 @@
 //! refused here with INVALID_ARGUMENT naming it (or NOT_FOUND for an unknown pool or key),
 //! before any store call, and turned into a domain value.
 //!
-//! Untrusted strings (invariant 10): ids holding control characters are refused before
+//! Untrusted strings (invariant 10 of docs/ARCHITECTURE.md): ids holding control characters are refused before
 //! anything logs them; messages quote at most a short escaped prefix of a caller's value.
 
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //!
 //! Every method is one atomic step on the store: a grant, release, renewal or report either
 //! happens whole or not at all, so concurrent callers (threads or replicas) can never push a
-//! key past its capacity (invariant 1) or drive a count below zero (invariant 3).
+//! key past its capacity (invariant 1 of docs/ARCHITECTURE.md) or drive a count below zero (invariant 3).
 //!
 //! **Recovery** (invariant 1 across a store that loses data). A store can lose a pool's state
 //! while leases on it are live: Redis restarted without persistence, FLUSHALL, a replica

@@ -3,7 +3,7 @@
 //! Learn, "Text to speech REST API",
 //! <https://learn.microsoft.com/azure/ai-services/speech-service/rest-text-to-speech>, and "SSML
 //! voice and sound" / prosody, <https://learn.microsoft.com/azure/ai-services/speech-service/speech-synthesis-markup-voice>;
-//! VENDORS.md "Microsoft Azure Speech"). A configured `base_url` replaces
+//! docs/VENDORS.md "Microsoft Azure Speech"). A configured `base_url` replaces
 //! `https://{region}.tts.speech.microsoft.com`. Auth: `Ocp-Apim-Subscription-Key`.
 //!
 //! # SSML
@@ -26,7 +26,7 @@
 //! stay far below the service's 64 KB request limit.
 //!
 //! # Streaming
-//! The REST answer is sent chunked while synthesis runs (VENDORS.md "Streaming"; Azure's
+//! The REST answer is sent chunked while synthesis runs (docs/VENDORS.md "Streaming"; Azure's
 //! "Text to speech REST API" documents the chunked transfer); each piece goes to the sink as
 //! it arrives. `raw-*-pcm` and the MP3/Opus formats play from the first bytes.
 //!
@@ -329,7 +329,7 @@ impl CloudVendor for Azure {
                     Some(secret),
                 )
             } else {
-                // Azure answers errors with a bare status and no document (VENDORS.md).
+                // Azure answers errors with a bare status and no document (docs/VENDORS.md).
                 http::ErrorAnswer::of(reply, String::new(), "", None)
                     .failure(PROVIDER, Some(secret))
             }

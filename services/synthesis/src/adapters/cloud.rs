@@ -1,7 +1,7 @@
 //! [`CloudVendor`]: the skeleton every cloud adapter shares, written once.
 //!
 //! A cloud adapter is a mapping (snapshot, format and rate onto the vendor's wire values, or a
-//! [`ParamError`] naming the param: invariant 8) and one HTTP exchange with one key's secret.
+//! [`ParamError`] naming the param: invariant 8 of docs/ARCHITECTURE.md) and one HTTP exchange with one key's secret.
 //! Everything around those two is the same for every vendor and lives here, in the one
 //! [`VendorAdapter`] implementation for all of them: `check` is the mapping with its result
 //! dropped; `stream` maps again (a refusal there is `CLIENT_ERROR`: the request, not the key,

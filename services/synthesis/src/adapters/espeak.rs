@@ -8,7 +8,7 @@
 //! espeak-ng cannot seek and writes placeholder RIFF/data sizes (0x7FFFF000); the service's
 //! joiner gives the caller a WAV whose sizes match its bytes.
 //!
-//! # Parameter mapping (applied or refused, never clamped — invariant 8)
+//! # Parameter mapping (applied or refused, never clamped — invariant 8 of docs/ARCHITECTURE.md)
 //! | snapshot | espeak-ng | mapping | accepted |
 //! |---|---|---|---|
 //! | `voiceId` | `-v` | as is (`en-us`, `cmn`, `en-us+f3`; see `espeak-ng --voices`) | `[A-Za-z0-9_+-/]`, 1..64 |

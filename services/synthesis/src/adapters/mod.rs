@@ -4,12 +4,12 @@
 //! 1. [`VendorAdapter::check`]: maps the snapshot's vendor-neutral params (pitch %, rate
 //!    multiplier, volume %, `extra`) and the requested format / sample rate onto what the
 //!    vendor can express, or refuses with a [`ParamError`] naming the param, the value and
-//!    the provider (invariant 8: applied or refused, never dropped or clamped).
+//!    the provider (invariant 8 of docs/ARCHITECTURE.md: applied or refused, never dropped or clamped).
 //! 2. [`VendorAdapter::stream`]: one HTTP call (or one engine process) with one key's
 //!    credential, writing the audio into an [`AudioSink`] as the vendor sends it (vendors that
 //!    stream: as each piece arrives; the others: once, whole), or failing with a
-//!    [`VendorFailure`] classified into a scheduler outcome (`http/classify.rs`, the README's
-//!    vendor error table: body codes, not only HTTP status; `Retry-After` read). A failure can come after audio
+//!    [`VendorFailure`] classified into a scheduler outcome (`http/classify.rs`, the outcome
+//!    classification table of docs/VENDORS.md: body codes, not only HTTP status; `Retry-After` read). A failure can come after audio
 //!    was written (a stream that breaks); the orchestrator decides what that means.
 //!    [`VendorAdapter::synthesize`] is the same call collected into one [`VendorAudio`].
 //! 3. [`VendorAdapter::text_limit`]: the vendor's per-request text limit, so the orchestrator
@@ -110,7 +110,7 @@ pub struct VendorRequest<'a> {
     pub attempt_id: &'a str,
 }
 
-/// How a vendor call failed, classified for the scheduler (VENDORS.md error table).
+/// How a vendor call failed, classified for the scheduler (docs/VENDORS.md error table).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VendorFailure {
     /// Scheduler outcome: RateLimited, ConcurrencyLimited, UpstreamError, Timeout, KeyInvalid,

@@ -26,7 +26,7 @@ pub enum SynthesisError {
         /// What is wrong and what is accepted.
         message: String,
     },
-    /// The vendor cannot apply a param, format or sample rate (invariant 8).
+    /// The vendor cannot apply a param, format or sample rate (invariant 8 of docs/ARCHITECTURE.md).
     #[error("invalid {param}: {error}", param = .0.param, error = .0)]
     Param(ParamError),
     /// No pool serves the snapshot's tts model id.

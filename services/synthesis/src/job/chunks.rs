@@ -8,7 +8,7 @@
 //! first not yet emitted) is *live* on a stream, its audio forwarded as the vendor sends it,
 //! while chunks ahead of it keep their audio until their turn ([`super::attempt`]); a unary call
 //! has no live chunk and emits everything at the end. Every chunk uses the same frozen
-//! snapshot and params (invariant 9).
+//! snapshot and params (invariant 9 of docs/ARCHITECTURE.md).
 //!
 //! An error ends the request. Once audio has reached the caller it is wrapped in
 //! [`SynthesisError::Interrupted`], saying how many bytes, messages and whole chunks the

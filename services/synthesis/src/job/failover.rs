@@ -1,4 +1,4 @@
-//! Failover for one text chunk (invariant 9): lease a key of the snapshot's pool, call the
+//! Failover for one text chunk (invariant 9 of docs/ARCHITECTURE.md): lease a key of the snapshot's pool, call the
 //! vendor, and on a retryable outcome (RATE_LIMITED, UPSTREAM_ERROR, TIMEOUT, KEY_INVALID,
 //! QUOTA_EXHAUSTED) lease another key — same pool, same snapshot, only the snapshot's
 //! `upstreamIds` — excluding every key already tried (but a CONCURRENCY_LIMITED key, which is

@@ -3,7 +3,7 @@
 //! hands in (`crate::convert`), and [`Job`], one request ready to run.
 //!
 //! A request's `text` goes: [`Core::prepare`] ([`prepare`]: everything that can be refused is
-//! refused before a lease; invariant 8) → [`Core::run`] / [`Core::run_into`] ([`chunks`]: the
+//! refused before a lease; invariant 8 of docs/ARCHITECTURE.md) → [`Core::run`] / [`Core::run_into`] ([`chunks`]: the
 //! chunks side by side, emitted in text order) → [`failover`] (per chunk: lease, call, report,
 //! fail over to other keys of the pool with the same snapshot; invariant 9) → [`attempt`] (one
 //! leased vendor call that outlives its caller; invariant 1 at the vendor). Nothing here sees a

@@ -1,6 +1,6 @@
 //! Request validation: from a [`Request`] to a [`Job`], refusing everything that can
 //! be refused before a lease is taken (text, format, voice, digest, pool, provider, adapter
-//! params — invariant 8), so a bad request never holds a key.
+//! params — invariant 8 of docs/ARCHITECTURE.md), so a bad request never holds a key.
 //!
 //! Order: request id, priority and tenant, text (empty / whitespace-only / over `max_text_chars`), format,
 //! `wav_streaming_header` (WAV only) and sample rate, the voice (`snapshot` | `snapshot_json` | `pack_id` via the catalog), its

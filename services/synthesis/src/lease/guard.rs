@@ -1,4 +1,4 @@
-//! [`LeaseGuard`]: a held lease that goes back to the scheduler on every path (invariant 3):
+//! [`LeaseGuard`]: a held lease that goes back to the scheduler on every path (invariant 3 of docs/ARCHITECTURE.md):
 //! Report + release once the vendor answered, Release when the call says nothing about the key
 //! (fenced, adapter panic), and a spawned Release from `Drop` when the guard is dropped while
 //! armed (a task aborted at runtime shutdown, an early return). The guard lives in the

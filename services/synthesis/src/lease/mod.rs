@@ -1,5 +1,5 @@
 //! The scheduler as synthesis uses it: Acquire with classified errors, and [`LeaseGuard`],
-//! which guarantees a lease is given back on every path (invariant 3, no leaks).
+//! which guarantees a lease is given back on every path (invariant 3 of docs/ARCHITECTURE.md, no leaks).
 //!
 //! - the vendor answered (also for a caller that has gone, see `crate::job::attempt`):
 //!   `Report(outcome, release = true)` in one call, falling back to `Release` when the report

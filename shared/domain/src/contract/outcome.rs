@@ -54,7 +54,7 @@ impl Outcome {
         }
     }
 
-    /// The wire enum's value name (`RATE_LIMITED`), as API.md and grpcurl spell it.
+    /// The wire enum's value name (`RATE_LIMITED`), as docs/API.md and grpcurl spell it.
     pub fn wire_name(self) -> &'static str {
         pb::Outcome::from(self).as_str_name()
     }

@@ -1,7 +1,7 @@
 //! Grants in the memory store: Acquire (least utilization first, the batch share, the
 //! quota's room) and Release.
 //!
-//! Invariant 1 (never over capacity): a slot is granted only on an available key with
+//! Invariant 1 of docs/ARCHITECTURE.md (never over capacity): a slot is granted only on an available key with
 //! `in_flight < capacity` and quota room, counted in the same locked step that picks it; a
 //! new arrival first lets the line take what is free ([`PoolState::serve`]), so it never
 //! jumps waiting tickets.

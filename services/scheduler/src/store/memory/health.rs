@@ -3,7 +3,7 @@
 //! effective capacity, and a success's characters settled against the quota. The same rules
 //! as `lua/report.lua`.
 //!
-//! Invariant 11 (an outcome changes a key once per lease): a report is applied only when its
+//! Invariant 11 of docs/ARCHITECTURE.md (an outcome changes a key once per lease): a report is applied only when its
 //! lease is live or was granted within [`REPORTED_MEMORY_MS`], and not already marked as
 //! reported on; a replay only releases.
 

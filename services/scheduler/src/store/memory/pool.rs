@@ -1,7 +1,7 @@
 //! One pool's state in the memory store, and the bookkeeping every operation shares: the
 //! pool's clock, which leases it holds, freeing a slot, reaping what expired.
 //!
-//! Invariant 3 (no leaks, never below zero): a lease is one [`LeaseEntry`] in `leases`; its
+//! Invariant 3 of docs/ARCHITECTURE.md (no leaks, never below zero): a lease is one [`LeaseEntry`] in `leases`; its
 //! slot and its quota reservation are counted on its key exactly while that entry exists, and
 //! every way out of `leases` ([`PoolState::free`], [`PoolState::reap`]) gives both back in the
 //! same step and drops the token from the indexes over it (`batch_leases`, `handed`).

@@ -2,7 +2,7 @@
 //! pool's keys, opening a recovery window on a pool the store does not hold, renewing a lease
 //! and re-registering one the store lost.
 //!
-//! Invariant 1 across a lost store: seeding never resets a live count, and a re-registered
+//! Invariant 1 of docs/ARCHITECTURE.md across a lost store: seeding never resets a live count, and a re-registered
 //! lease comes back on its own key only during the window and only while that key has room,
 //! living at most the default lease TTL.
 

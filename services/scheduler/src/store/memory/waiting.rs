@@ -2,7 +2,7 @@
 //! line"): handing freed slots to tickets, claims, keeping tickets alive, leaving. The order
 //! of the line itself is [`super::line`].
 //!
-//! Invariant 4 (FIFO by class, never jumped): every free slot goes to the first ticket near
+//! Invariant 4 of docs/ARCHITECTURE.md (FIFO by class, never jumped): every free slot goes to the first ticket near
 //! the head a key can take before any new arrival is served, and a slot handed to a ticket is
 //! its lease from that step on (in `leases`, marked in `handed` until claimed or expired).
 

@@ -13,7 +13,7 @@
 //!
 //! Why it is safe across replicas: every operation is one Lua script, which Redis runs
 //! atomically and replicates whole; the grant re-checks `in_flight < capacity` on the exact
-//! counts inside the same script that increments them (invariant 1); time is Redis `TIME` read
+//! counts inside the same script that increments them (invariant 1 of docs/ARCHITECTURE.md); time is Redis `TIME` read
 //! inside the script, so replica clock skew cannot shorten or lengthen a lease or cooldown
 //! (invariant 6); leases of a crashed replica expire on that clock and are reclaimed by the
 //! next call (invariant 3). Counts and leases change in the same script, so even a replica

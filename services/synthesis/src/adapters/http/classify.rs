@@ -1,8 +1,8 @@
-//! How vendor answers become outcomes: the error classification of VENDORS.md ("How errors
+//! How vendor answers become outcomes: the error classification of docs/VENDORS.md ("How errors
 //! must be classified"), `Retry-After` parsing, secret scrubbing, and [`ErrorAnswer`], the one
 //! path from a vendor's error document to a [`VendorFailure`] that every adapter takes.
 //!
-//! Guards invariant 8 (params are applied or refused: [`require_range`], [`refuse_unknown_extra`]
+//! Guards invariant 8 of docs/ARCHITECTURE.md (params are applied or refused: [`require_range`], [`refuse_unknown_extra`]
 //! never clamp) and the secret rule (a credential never reaches a [`VendorFailure`] message:
 //! every message goes through [`scrub`]).
 //!
@@ -283,7 +283,7 @@ pub struct ErrorAnswer<'a> {
     pub code: String,
     /// The vendor's error message, empty when none.
     pub message: &'a str,
-    /// What the vendor's code means (VENDORS.md), when the adapter knows it.
+    /// What the vendor's code means (docs/VENDORS.md), when the adapter knows it.
     pub outcome: Option<Outcome>,
 }
 

@@ -5,8 +5,8 @@
 //! `TIMEOUT` failures ([`transport_failure`]); upstream options from the config.
 //!
 //! The other jobs live beside it and are re-exported here, so an adapter names everything as
-//! `http::…`: [`classify`] (the error classification of VENDORS.md, secret scrubbing, the
-//! one "vendor error answer → failure" helper) and [`params`] (invariant 8's refusal helpers).
+//! `http::…`: [`classify`] (the error classification of docs/VENDORS.md, secret scrubbing, the
+//! one "vendor error answer → failure" helper) and [`params`] (invariant 8 of docs/ARCHITECTURE.md's refusal helpers).
 
 pub mod classify;
 pub mod params;

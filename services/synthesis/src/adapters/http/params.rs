@@ -1,4 +1,4 @@
-//! Param application helpers every adapter's `check` uses (invariant 8: a snapshot param the
+//! Param application helpers every adapter's `check` uses (invariant 8 of docs/ARCHITECTURE.md: a snapshot param the
 //! vendor cannot apply is refused with its name, never dropped or clamped: [`require_range`],
 //! [`refuse_if_set`], [`refuse_unknown_extra`]).
 

@@ -2,7 +2,7 @@
 //! lease with it), pass its audio on as it arrives, renew the lease while it runs, bound it by
 //! the attempt timeout, then report the outcome and release.
 //!
-//! # A lease covers the vendor's work, not the caller's patience (invariant 1 at the vendor)
+//! # A lease covers the vendor's work, not the caller's patience (invariant 1 of docs/ARCHITECTURE.md at the vendor)
 //! A vendor keeps working on a request whose client went away, so once a request has been
 //! sent its key stays busy at the vendor until the vendor answers. The whole attempt (call,
 //! renewals, report, release) therefore runs in a task of its own, tracked by the service's
