@@ -94,13 +94,15 @@ fn main() -> ExitCode {
     )
 }
 
+/// One line per pool with keys missing their credential (not one per key: the example
+/// config's cloud pools would bury the start-up lines under a dozen warnings).
 fn warn_about_credentials(pools: &Pools) {
     for pool in pools.iter() {
-        for problem in pool.credential_problems() {
-            tracing::warn!(pool = %pool.id, problem = %problem, "key left out of rotation: no credential");
-        }
+        let problems = pool.credential_problems();
         if !pool.has_usable_key() {
-            tracing::warn!(pool = %pool.id, "pool has no usable key; its requests answer FAILED_PRECONDITION");
+            tracing::warn!(pool = %pool.id, keys = %problems.join("; "), "pool has no usable key (no credential); its requests answer FAILED_PRECONDITION");
+        } else if !problems.is_empty() {
+            tracing::warn!(pool = %pool.id, keys = %problems.join("; "), "{} key(s) left out of rotation: no credential", problems.len());
         }
     }
 }

@@ -61,7 +61,11 @@ pub fn build(config: &Config, adapters: Registry, options: &Options) -> Result<A
     Ok(Arc::new(Core {
         pools: Pools::from_config(config),
         adapters,
-        scheduler: Scheduler::connect_lazy(&options.scheduler_url, options.client_token.clone())?,
+        scheduler: Scheduler::connect_lazy(
+            &options.scheduler_url,
+            options.client_token.clone(),
+            Duration::from_millis(config.synthesis.scheduler_unavailable_grace_ms),
+        )?,
         catalog: Catalog::connect_lazy(&options.catalog_url)?,
         settings: config.synthesis.clone(),
         client_tokens: config.client_tokens.clone(),

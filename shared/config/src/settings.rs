@@ -145,6 +145,10 @@ pub struct SynthesisSettings {
     /// lease is taken in the request's traffic class, so a BATCH request's chunks count
     /// against the batch share. 1 = one chunk after another. Default 4.
     pub max_parallel_chunks: u32,
+    /// How long no scheduler endpoint may have answered its health check SERVING before new
+    /// calls fail at once with UNAVAILABLE instead of waiting out their deadline. Long enough
+    /// to ride out a scheduler restart or a store failover. Default 5000.
+    pub scheduler_unavailable_grace_ms: u64,
 }
 
 impl Default for SynthesisSettings {
@@ -155,6 +159,7 @@ impl Default for SynthesisSettings {
             attempt_timeout_ms: 30_000,
             default_deadline_ms: 60_000,
             max_parallel_chunks: 4,
+            scheduler_unavailable_grace_ms: 5_000,
         }
     }
 }

@@ -47,6 +47,21 @@ pub struct Endpoints {
     /// Balances calls over the endpoints currently in.
     pub channel: Channel,
     kick: Arc<Notify>,
+    heard: Arc<Heard>,
+}
+
+/// When an endpoint last answered its health check SERVING (ms since `start`).
+#[derive(Debug)]
+struct Heard {
+    start: tokio::time::Instant,
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Heard {
+    fn mark(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Endpoints {
@@ -87,7 +102,12 @@ impl Endpoints {
         }
         let (channel, changes) = Channel::balance_channel::<String>(64);
         let kick = Arc::new(Notify::new());
+        let heard = Arc::new(Heard {
+            start: tokio::time::Instant::now(),
+            last_ms: std::sync::atomic::AtomicU64::new(0),
+        });
         let prober = Prober {
+            heard: heard.clone(),
             flag: flag.to_owned(),
             targets,
             changes,
@@ -96,7 +116,22 @@ impl Endpoints {
             probes: BTreeMap::new(),
         };
         tokio::spawn(prober.run());
-        Ok(Self { channel, kick })
+        Ok(Self {
+            channel,
+            kick,
+            heard,
+        })
+    }
+
+    /// How long no endpoint has answered its health check SERVING (since start-up when none
+    /// ever did). Probes run every [`PROBE_INTERVAL`], so a service back up shows within one.
+    pub fn silent_for(&self) -> Duration {
+        let last = Duration::from_millis(
+            self.heard
+                .last_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        self.heard.start.elapsed().saturating_sub(last)
     }
 
     /// Asks the prober to check every endpoint now (a call just failed with UNAVAILABLE).
@@ -107,6 +142,7 @@ impl Endpoints {
 
 /// The task that keeps the balancer's endpoint set equal to the healthy endpoints.
 struct Prober {
+    heard: Arc<Heard>,
     flag: String,
     targets: Vec<Target>,
     changes: Sender<Change<String, Endpoint>>,
@@ -127,6 +163,9 @@ impl Prober {
                 if self.serving(url).await {
                     healthy.insert(url.clone());
                 }
+            }
+            if !healthy.is_empty() {
+                self.heard.mark();
             }
             // No healthy endpoint: keep every candidate in, so calls fail fast and visibly.
             let wanted = if healthy.is_empty() {

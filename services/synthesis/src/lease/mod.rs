@@ -49,6 +49,9 @@ pub struct Scheduler {
     health: tonic_health::pb::health_client::HealthClient<Channel>,
     endpoints: voxpool_runtime::endpoints::Endpoints,
     url: String,
+    /// `synthesis.scheduler_unavailable_grace_ms`: past this much silence from every
+    /// endpoint, calls fail at once (see [`Scheduler::retrying`]).
+    grace: Duration,
 }
 
 /// An Acquire without a definite answer yet. Dropped armed (the call was cancelled, or it
@@ -98,7 +101,9 @@ impl Scheduler {
     /// A client for `spec` (`URL[,URL...]`, see `voxpool_runtime::endpoints`) that connects on
     /// first use and presents `token` on every call (health checks go without).
     /// Needs a Tokio runtime (the endpoint prober is a task).
-    pub fn connect_lazy(spec: &str, token: ClientToken) -> Result<Self, String> {
+    /// While no endpoint has answered its health check SERVING for `grace`, every call fails
+    /// at once with UNAVAILABLE instead of retrying until its deadline.
+    pub fn connect_lazy(spec: &str, token: ClientToken, grace: Duration) -> Result<Self, String> {
         let endpoints = voxpool_runtime::endpoints::Endpoints::start("--scheduler", spec)?;
         let channel = endpoints.channel.clone();
         Ok(Self {
@@ -106,6 +111,7 @@ impl Scheduler {
             health: tonic_health::pb::health_client::HealthClient::new(channel),
             endpoints,
             url: spec.to_owned(),
+            grace,
         })
     }
 
@@ -133,6 +139,15 @@ impl Scheduler {
             .with_jitter()
             .build();
         loop {
+            let silent = self.endpoints.silent_for();
+            if silent >= self.grace {
+                return Err(Status::unavailable(format!(
+                    "{what}: no scheduler endpoint of {} has answered its health check SERVING for {}ms (synthesis.scheduler_unavailable_grace_ms = {}); failing at once instead of waiting: start the scheduler or fix --scheduler",
+                    self.url,
+                    silent.as_millis(),
+                    self.grace.as_millis()
+                )));
+            }
             let left = end.saturating_duration_since(tokio::time::Instant::now());
             let result = match tokio::time::timeout(left, call(left)).await {
                 Ok(result) => result,

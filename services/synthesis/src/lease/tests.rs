@@ -106,3 +106,41 @@ fn another_endpoint_is_tried_for_a_replica_s_trouble_never_for_the_pool_s_state(
         assert_eq!(retry(&never), Retry::Never, "{never:?}");
     }
 }
+
+#[tokio::test]
+async fn a_scheduler_silent_past_the_grace_fails_new_calls_at_once_not_at_their_deadline() {
+    // Nothing listens on port 1: no endpoint ever answers its health check.
+    let scheduler = Scheduler::connect_lazy(
+        "http://127.0.0.1:1",
+        ClientToken::none(),
+        Duration::from_millis(200),
+    )
+    .expect("client");
+    let acquire = Acquire {
+        pool: "p".into(),
+        exclude_keys: vec![],
+        upstream_ids: vec![],
+        lease_ttl: Duration::from_secs(30),
+        wait: Duration::from_secs(60),
+        request_id: "r".into(),
+        idempotency_key: "k".into(),
+        priority: Priority::Standard,
+        tenant: String::new(),
+        characters: 0,
+    };
+    // A bound far above the grace and far below the call's own 60 s deadline: the call must
+    // end because the grace passed, not because the deadline did.
+    let answer = tokio::time::timeout(
+        Duration::from_secs(20),
+        scheduler.acquire(&acquire, Duration::from_secs(60)),
+    )
+    .await
+    .expect("the call ended well before its 60 s deadline");
+    match answer {
+        Err(AcquireError::Unreachable { message }) => assert!(
+            message.contains("scheduler_unavailable_grace_ms") && message.contains("127.0.0.1:1"),
+            "{message}"
+        ),
+        other => panic!("expected UNAVAILABLE from the grace, got {other:?}"),
+    }
+}
