@@ -12,13 +12,13 @@
 //! but never less than the server's `google.rpc.RetryInfo` delay (itself capped by
 //! [`RetryPolicy::max_server_delay`] so a bogus hint cannot stall a batch for hours).
 
-use std::{error::Error as _, time::Duration};
+use std::time::Duration;
 
 use backon::ExponentialBuilder;
 use rand::Rng as _;
 use tonic::{Code, Status};
 use tonic_types::StatusExt as _;
-use voxpool_domain::contract::{Retry, SynthesisReason, retry_of};
+use voxpool_domain::contract::{Retry, SynthesisReason, is_transport, retry_of};
 
 /// A failed Synthesize call, reduced to what retrying and reporting need.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,10 +54,7 @@ pub enum Health {
 impl CallError {
     /// From a status returned by the client.
     pub fn from_status(status: &Status) -> Self {
-        let transport = matches!(
-            status.code(),
-            Code::Unknown | Code::Cancelled | Code::Internal
-        ) && status.source().is_some();
+        let transport = is_transport(status);
         let details = status.get_error_details();
         let info = details.error_info();
         Self {

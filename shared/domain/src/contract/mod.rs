@@ -12,7 +12,9 @@ mod outcome;
 mod reason;
 
 pub use outcome::{Outcome, UnknownOutcome};
-pub use reason::{CatalogReason, Reason, Retry, SchedulerReason, SynthesisReason, retry_of};
+pub use reason::{
+    CatalogReason, Reason, Retry, SchedulerReason, SynthesisReason, is_transport, retry_of,
+};
 
 use crate::untrusted::{FieldProblem, check_field};
 

@@ -56,15 +56,20 @@ pub fn retry_of<R: Reason>(status: &Status) -> Retry {
     if let Some(reason) = R::of(status) {
         return reason.retry();
     }
-    let transport = matches!(
-        status.code(),
-        Code::Unknown | Code::Cancelled | Code::Internal
-    ) && status.source().is_some();
     match status.code() {
-        _ if transport => Retry::Again,
+        _ if is_transport(status) => Retry::Again,
         Code::Unavailable | Code::ResourceExhausted | Code::DeadlineExceeded => Retry::Again,
         _ => Retry::Never,
     }
+}
+
+/// Whether `status` is a transport failure, not a server's answer: tonic builds UNKNOWN,
+/// CANCELLED or INTERNAL with a source from a connection error.
+pub fn is_transport(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unknown | Code::Cancelled | Code::Internal
+    ) && status.source().is_some()
 }
 
 /// Declares one service's reasons: `Variant = "WIRE_NAME", RetryClass;` with its doc.
