@@ -14,8 +14,11 @@ struct Group(i32);
 
 impl Drop for Group {
     fn drop(&mut self) {
+        // `-s KILL --` before the negative id: procps `kill -KILL -4967` reads `-4967` as
+        // options and signals group -4 (so a pid starting with 1 became `kill -1`: every
+        // process the user owns, the test runner included).
         let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{}", self.0)])
+            .args(["-s", "KILL", "--", &format!("-{}", self.0)])
             .status();
     }
 }
@@ -32,22 +35,28 @@ fn two_hundred_calls_never_take_a_key_past_its_cap() {
         &format!("B=\"{}\"", bin_dir().display()),
     );
     let dir = tempfile::tempdir().expect("tempdir");
-    let child = Command::new("bash")
-        .arg("-c")
+    // Output goes to files, not pipes: the script's background services inherit its stdout, so a
+    // pipe would stay open (and the test hang) whenever the script stops before `kill $(jobs -p)`.
+    let log = |name: &str| std::fs::File::create(dir.path().join(name)).expect("log file");
+    // `timeout` bounds a walk-through that never gets ready (a service that fails to start leaves
+    // the readiness loop spinning); it signals the whole process group.
+    let mut child = Command::new("timeout")
+        .args(["--kill-after=5", "300", "bash", "-c"])
         .arg(format!("set -euo pipefail\n{script}"))
         .current_dir(dir.path())
         .process_group(0)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(log("stdout"))
+        .stderr(log("stderr"))
         .spawn()
         .expect("run the walk-through");
-    let _group = Group(i32::try_from(child.id()).expect("pid"));
-    let output = child.wait_with_output().expect("walk-through output");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let group = Group(i32::try_from(child.id()).expect("pid"));
+    let status = child.wait().expect("walk-through status");
+    drop(group);
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+    let (stdout, stderr) = (read("stdout"), read("stderr"));
     assert!(
-        output.status.success(),
+        status.success(),
         "walk-through failed\nstdout: {stdout}\nstderr: {stderr}"
     );
     assert!(
