@@ -168,6 +168,22 @@ pub enum SchedulerError {
         /// Pool id.
         pool: String,
     },
+    /// RenewFill of a fill lock the caller no longer holds.
+    #[error(
+        "the fill lock of key {key:?} is not held by this fill_id (it expired, was released, or another caller took it over after it expired); stop relying on it: check the cache, then AcquireFill again if the entry is still missing"
+    )]
+    FillNotHeld {
+        /// The fill key (checked: only `[A-Za-z0-9._:/-]`).
+        key: String,
+    },
+    /// This replica is draining; a waiting AcquireFill ends so the caller can retry elsewhere.
+    #[error(
+        "this scheduler replica is shutting down; retry AcquireFill for key {key:?} (another replica will answer)"
+    )]
+    FillShuttingDown {
+        /// The fill key (checked).
+        key: String,
+    },
     /// The lease store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -355,6 +371,20 @@ impl From<SchedulerError> for Status {
                 message,
                 SchedulerReason::ShuttingDown.as_str(),
                 HashMap::from([("pool".to_owned(), pool)]),
+                Some(Duration::from_millis(100)),
+            ),
+            SchedulerError::FillNotHeld { key } => with_info(
+                Code::NotFound,
+                message,
+                SchedulerReason::FillNotHeld.as_str(),
+                HashMap::from([("key".to_owned(), key)]),
+                None,
+            ),
+            SchedulerError::FillShuttingDown { key } => with_info(
+                Code::Unavailable,
+                message,
+                SchedulerReason::ShuttingDown.as_str(),
+                HashMap::from([("key".to_owned(), key)]),
                 Some(Duration::from_millis(100)),
             ),
             SchedulerError::Store(StoreError::Unavailable(_)) => with_info(

@@ -9,11 +9,13 @@
 //! Modules:
 //! - [`model`]: domain types (keys, leases, outcomes, key states, pool status).
 //! - [`store`]: the `LeaseStore` trait and its two backends (in-process memory; Redis + Lua on
-//!   one server, Sentinel or Cluster), and recovery after the store loses data.
+//!   one server, Sentinel or Cluster), recovery after the store loses data, and fill locks
+//!   (`store::fill`: single-flight locks on content keys, for synthesis' audio cache).
 //! - [`domain`]: the one entry every RPC goes through ([`domain::Scheduler`]), holding the one
 //!   pool table: how an Acquire becomes a lease ([`domain::admission`]: FIFO waiting,
 //!   undo-on-cancel, waiting out a recovery window), Release, Report, Renew, status, the admin
-//!   calls, and re-seeding a pool the store lost (domain types only).
+//!   calls, re-seeding a pool the store lost, and waiting for fill locks ([`domain::fill`])
+//!   (domain types only).
 //! - [`service`]: the gRPC edge: thin handlers over request validation and the domain.
 //! - [`signing`]: lease ids as capabilities: the signed id callers hold, its MAC, the fleet's
 //!   lease secret (configured, or kept in the store).

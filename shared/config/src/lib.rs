@@ -61,6 +61,10 @@ pub const MAX_KEY_CAPACITY: u32 = 100_000;
 /// (a sanity bound; each waiter holds a request, a task and a ticket in the store's line).
 pub const MAX_WAITERS: u32 = 100_000;
 
+/// Longest fill lock (`AcquireFill.ttl_ms`, `scheduler.fill_ttl_ms`) the scheduler grants, in
+/// milliseconds (5 minutes): a dead filler keeps the others waiting at most this long.
+pub const MAX_FILL_TTL_MS: u64 = 300_000;
+
 /// The whole configuration file.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

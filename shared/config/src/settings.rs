@@ -97,6 +97,10 @@ pub struct SchedulerSettings {
     /// puts the new secret here first, then swaps it with `lease_secret` (the old one is then
     /// here until every lease signed with it has ended), so no replica refuses a live lease.
     pub lease_secret_previous: Option<crate::CredentialRef>,
+    /// How long a fill lock (`AcquireFill`, single-flight filling of a cache entry) lives
+    /// unless renewed, when the request's `ttl_ms` is 0. Default 30000; 1..=300000
+    /// ([`super::MAX_FILL_TTL_MS`]).
+    pub fill_ttl_ms: u64,
 }
 
 impl Default for SchedulerSettings {
@@ -124,6 +128,7 @@ impl Default for SchedulerSettings {
             adaptive_increase_max_ms: 8_000,
             lease_secret: None,
             lease_secret_previous: None,
+            fill_ttl_ms: 30_000,
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::{collections::HashSet, fmt};
 
-use super::{Config, MAX_CANCEL_GRACE_MS, MAX_KEY_CAPACITY, MAX_WAITERS};
+use super::{Config, MAX_CANCEL_GRACE_MS, MAX_FILL_TTL_MS, MAX_KEY_CAPACITY, MAX_WAITERS};
 
 /// Why a configuration could not be used: every problem, each with its path.
 #[derive(Debug, thiserror::Error)]
@@ -210,6 +210,15 @@ impl Config {
             push(
                 "scheduler.line_ticket_ttl_ms".into(),
                 format!("must be at least 100, got {}", s.line_ticket_ttl_ms),
+            );
+        }
+        if s.fill_ttl_ms == 0 || s.fill_ttl_ms > MAX_FILL_TTL_MS {
+            push(
+                "scheduler.fill_ttl_ms".into(),
+                format!(
+                    "must be 1..={MAX_FILL_TTL_MS} (the longest fill lock AcquireFill grants), got {}",
+                    s.fill_ttl_ms
+                ),
             );
         }
         if s.failure_threshold == 0 {

@@ -2,6 +2,7 @@
 //! entry every RPC goes through, over one [`LeaseStore`] and the one [`PoolTable`].
 //!
 //! - [`admission`]: how an Acquire becomes a lease (waiting policy, undo-on-cancel).
+//! - [`fill`]: fill locks (AcquireFill's waiting and wake-ups, RenewFill, ReleaseFill).
 //! - `poll`: a pool's line poll on this replica (hand-overs nobody announced, ticket renewals).
 //! - [`pools`]: the configured pools, upstreams and keys requests are checked against.
 //! - Here: Release, Report, Renew, pool status and the admin calls, each re-seeding a pool
@@ -12,6 +13,7 @@
 //! is retried once; the re-seed opens the pool's recovery window (`store` module doc).
 
 pub mod admission;
+pub mod fill;
 mod poll;
 pub mod pools;
 
@@ -22,6 +24,7 @@ use voxpool_config::Config;
 
 pub use self::{
     admission::{AcquireRequest, Granted},
+    fill::FillAnswer,
     pools::{PoolEntry, PoolTable},
 };
 use crate::{
@@ -42,6 +45,8 @@ pub struct Scheduler {
     ticket_ttl_ms: u64,
     max_waiters: usize,
     shutdown: CancellationToken,
+    /// This replica's fill-lock waiters, woken by releases on any replica.
+    fills: fill::FillWakers,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -84,7 +89,26 @@ impl Scheduler {
                 }
             });
         }
+        let fills = fill::FillWakers::default();
+        // Fill locks released on any replica wake this replica's waiters for their key.
+        if let (Some(mut released), Ok(runtime)) =
+            (store.fill_releases(), tokio::runtime::Handle::try_current())
+        {
+            let (fills, stop) = (fills.clone(), shutdown.clone());
+            runtime.spawn(async move {
+                loop {
+                    tokio::select! {
+                        key = released.recv() => match key {
+                            Some(key) => fills.wake(&key),
+                            None => return,
+                        },
+                        () = stop.cancelled() => return,
+                    }
+                }
+            });
+        }
         Self {
+            fills,
             queues,
             pools,
             store,

@@ -8,9 +8,10 @@ use std::fmt;
 use voxpool_config::Config;
 pub use voxpool_config::{QuotaConfig, QuotaPeriod};
 
+mod fill;
 mod health;
 
-pub use self::health::*;
+pub use self::{fill::*, health::*};
 
 /// One key of a pool as the store knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,9 +1,11 @@
 //! The `voxpool.scheduler.v1.PoolScheduler` gRPC service: thin handlers that decode a request
 //! ([`validate`], against the domain's one pool table), call the domain
 //! ([`crate::domain::Scheduler`], for every RPC), and encode the answer ([`crate::convert`]);
-//! plus admin authorization, the lease signer and the per-RPC metrics. Metric series and span fields name only configured pools (`unknown`
+//! plus admin authorization, the lease signer and the per-RPC metrics; the fill-lock RPCs'
+//! decoding is in `fill`. Metric series and span fields name only configured pools (`unknown`
 //! otherwise), so no caller string can grow them.
 
+mod fill;
 mod validate;
 
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use voxpool_config::{Config, SchedulerSettings};
 use voxpool_proto::scheduler::v1 as pb;
 use voxpool_runtime::auth::AdminAuth;
 
+pub use self::fill::MAX_FILL_WAIT_MS;
 pub use self::validate::{
     MAX_FILTER_ENTRIES, MAX_REQUEST_ID_CHARS, MAX_RETRY_AFTER_MS, MAX_WAIT_TIMEOUT_MS,
 };
@@ -367,6 +370,32 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         let r = request.into_inner();
         let change = || Ok(KeyChange::Disabled(true));
         self.change_key(&r.pool, &r.key_id, change).await
+    }
+
+    async fn acquire_fill(
+        &self,
+        request: Request<pb::AcquireFillRequest>,
+    ) -> Result<Response<pb::AcquireFillResponse>, Status> {
+        let deadline = validate::deadline(request.metadata());
+        Ok(Response::new(
+            self.acquire_fill_pb(request.get_ref(), deadline).await?,
+        ))
+    }
+
+    async fn renew_fill(
+        &self,
+        request: Request<pb::RenewFillRequest>,
+    ) -> Result<Response<pb::RenewFillResponse>, Status> {
+        Ok(Response::new(self.renew_fill_pb(request.get_ref()).await?))
+    }
+
+    async fn release_fill(
+        &self,
+        request: Request<pb::ReleaseFillRequest>,
+    ) -> Result<Response<pb::ReleaseFillResponse>, Status> {
+        Ok(Response::new(
+            self.release_fill_pb(request.get_ref()).await?,
+        ))
     }
 
     async fn enable_key(

@@ -1,7 +1,7 @@
 //! A lease store that is still being connected at start-up: the server serves (health
 //! NOT_SERVING) while `server::open_store_waiting` retries the real store in the background,
 //! and every call answers [`StoreError::Unavailable`] naming the last reason until it is in
-//! place. Then every call goes to it, and its hand-over announcements are forwarded to the
+//! place. Then every call goes to it, and its hand-over and fill-release announcements are forwarded to the
 //! receiver handed out before.
 
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use super::{Handover, LeaseStore, StoreError, StoreResult};
+use super::{FillLocks, Handover, LeaseStore, StoreError, StoreResult};
 use crate::model::{
-    AcquireParams, AcquireResult, HealthPolicy, KeyStatus, Lease, LeaseId, LeaseToken, PoolSpec,
-    PoolStatus, ReportParams, ReportResult, TicketState,
+    AcquireParams, AcquireResult, FillHolder, FillId, FillKey, FillState, HealthPolicy, KeyStatus,
+    Lease, LeaseId, LeaseToken, PoolSpec, PoolStatus, ReportParams, ReportResult, TicketState,
 };
 
 /// The store being connected (module doc).
@@ -21,13 +21,18 @@ pub struct Connecting {
     why: Mutex<String>,
     forward: mpsc::UnboundedSender<Handover>,
     handovers: Mutex<Option<mpsc::UnboundedReceiver<Handover>>>,
+    forward_fills: mpsc::UnboundedSender<FillKey>,
+    fill_releases: Mutex<Option<mpsc::UnboundedReceiver<FillKey>>>,
 }
 
 impl Connecting {
     /// A store not connected yet, for `why` (shown by every call until [`Connecting::ready`]).
     pub fn new(why: String) -> Self {
         let (forward, handovers) = mpsc::unbounded_channel();
+        let (forward_fills, fill_releases) = mpsc::unbounded_channel();
         Self {
+            forward_fills,
+            fill_releases: Mutex::new(Some(fill_releases)),
             store: OnceLock::new(),
             why: Mutex::new(why),
             forward,
@@ -42,15 +47,11 @@ impl Connecting {
 
     /// Puts the connected store in place (once; later calls are ignored).
     pub fn ready(&self, store: Arc<dyn LeaseStore>) {
-        if let Some(mut from) = store.handovers() {
-            let to = self.forward.clone();
-            tokio::spawn(async move {
-                while let Some(h) = from.recv().await {
-                    if to.send(h).is_err() {
-                        break;
-                    }
-                }
-            });
+        if let Some(from) = store.handovers() {
+            forward(from, self.forward.clone());
+        }
+        if let Some(from) = store.fill_releases() {
+            forward(from, self.forward_fills.clone());
         }
         let _ = self.store.set(store);
     }
@@ -61,6 +62,17 @@ impl Connecting {
             StoreError::Unavailable(format!("not connected yet (start-up): {why}"))
         })
     }
+}
+
+/// Passes what `from` receives on to `to` until either side closes.
+fn forward<T: Send + 'static>(mut from: mpsc::UnboundedReceiver<T>, to: mpsc::UnboundedSender<T>) {
+    tokio::spawn(async move {
+        while let Some(item) = from.recv().await {
+            if to.send(item).is_err() {
+                break;
+            }
+        }
+    });
 }
 
 #[async_trait]
@@ -160,5 +172,40 @@ impl LeaseStore for Connecting {
 
     async fn forget_pool(&self, pool: &str) -> StoreResult<()> {
         self.get()?.forget_pool(pool).await
+    }
+}
+
+#[async_trait]
+impl FillLocks for Connecting {
+    async fn acquire_fill(
+        &self,
+        key: &FillKey,
+        fill_id: &FillId,
+        ttl_ms: u64,
+    ) -> StoreResult<FillState> {
+        self.get()?.acquire_fill(key, fill_id, ttl_ms).await
+    }
+
+    async fn renew_fill(&self, key: &FillKey, fill_id: &FillId, ttl_ms: u64) -> StoreResult<bool> {
+        self.get()?.renew_fill(key, fill_id, ttl_ms).await
+    }
+
+    async fn release_fill(&self, key: &FillKey, fill_id: &FillId) -> StoreResult<bool> {
+        self.get()?.release_fill(key, fill_id).await
+    }
+
+    async fn fill_holder(&self, key: &FillKey) -> StoreResult<Option<FillHolder>> {
+        self.get()?.fill_holder(key).await
+    }
+
+    fn fill_releases(&self) -> Option<mpsc::UnboundedReceiver<FillKey>> {
+        self.fill_releases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    async fn advance_fill_clock(&self, key: &FillKey, ms: u64) -> StoreResult<()> {
+        self.get()?.advance_fill_clock(key, ms).await
     }
 }

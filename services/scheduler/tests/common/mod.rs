@@ -113,6 +113,17 @@ pub async fn start(backend: Backend, toml: &str) -> Harness {
 /// Like [`start`], with `scheduler_lines` (e.g. `"max_waiters = 3\n"`) added to the
 /// `[scheduler]` table.
 pub async fn start_with(backend: Backend, toml: &str, scheduler_lines: &str) -> Harness {
+    start_wrapped(backend, toml, scheduler_lines, |s| s).await
+}
+
+/// Like [`start_with`], serving the store `wrap` makes of the backend's (a test's probe around
+/// it); the harness's `store` is the wrapped one.
+pub async fn start_wrapped(
+    backend: Backend,
+    toml: &str,
+    scheduler_lines: &str,
+    wrap: impl FnOnce(Arc<dyn LeaseStore>) -> Arc<dyn LeaseStore>,
+) -> Harness {
     let mut prefix = format!("store_key_prefix = \"{}\"\n", unique_prefix());
     // The shared topologies run on two cores beside every other suite: a starved replica
     // acknowledges late, which is not what these tests are about.
@@ -141,7 +152,7 @@ pub async fn start_with(backend: Backend, toml: &str, scheduler_lines: &str) -> 
         .validate(voxpool_config::Credentials::Ignore)
         .expect("config valid");
     let redis = matches!(backend, Backend::Redis).then(RedisServer::start);
-    let store = open_store(backend, &config, redis.as_ref()).await;
+    let store = wrap(open_store(backend, &config, redis.as_ref()).await);
     start_on(store, config, redis).await
 }
 

@@ -22,6 +22,7 @@
 //! callers that leave never hold slots until the TTL.
 
 mod classify;
+pub mod fill;
 mod guard;
 mod model;
 
@@ -33,6 +34,7 @@ use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedu
 use voxpool_runtime::auth::ClientToken;
 
 pub use classify::AcquireError;
+pub use fill::{FillLock, FillOutcome};
 pub use guard::LeaseGuard;
 pub use model::{Acquire, Lease, Priority};
 

@@ -157,6 +157,9 @@ reasons! {
         /// PERMISSION_DENIED: the lease id's signature does not verify: made up, altered, or
         /// signed under a lease secret the fleet no longer accepts. Never retry it.
         LeaseNotIssued = "LEASE_NOT_ISSUED", Never;
+        /// NOT_FOUND: RenewFill of a fill lock the caller no longer holds (it expired, was
+        /// released, or another caller took it over): stop relying on the lock.
+        FillNotHeld = "FILL_NOT_HELD", Never;
     }
 }
 

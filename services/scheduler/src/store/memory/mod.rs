@@ -10,8 +10,10 @@
 //! By concern: [`pool`] (a pool's state and lease bookkeeping), [`key`] (one key's record),
 //! `grant` (Acquire, Release), `line` and `waiting` (the line's order; hand-overs, claims),
 //! `health` (cooldowns and adaptive capacity from reports), `quota` (character budgets),
-//! `recovery` (seeding, renewal, re-registration).
+//! `recovery` (seeding, renewal, re-registration), `fill` (fill locks, with their own clock per
+//! key; a release is announced on an in-process channel that wakes the domain's waiters).
 
+mod fill;
 mod grant;
 mod health;
 mod key;
@@ -29,8 +31,8 @@ use tokio::sync::mpsc;
 use self::{key::KeyEntry, pool::PoolState};
 use super::{Handover, LeaseStore, StoreError, StoreResult};
 use crate::model::{
-    AcquireParams, AcquireResult, HealthPolicy, KeyStatus, Lease, LeaseId, LeaseToken, PoolSpec,
-    PoolStatus, ReportParams, ReportResult, TicketState,
+    AcquireParams, AcquireResult, FillKey, HealthPolicy, KeyStatus, Lease, LeaseId, LeaseToken,
+    PoolSpec, PoolStatus, ReportParams, ReportResult, TicketState,
 };
 
 /// The in-process [`LeaseStore`].
@@ -44,6 +46,9 @@ pub struct MemoryStore {
     lease_secret: Mutex<Option<voxpool_domain::secret::Secret>>,
     handovers: mpsc::UnboundedSender<Handover>,
     handovers_rx: Mutex<Option<mpsc::UnboundedReceiver<Handover>>>,
+    fills: Mutex<fill::Fills>,
+    fill_released: mpsc::UnboundedSender<FillKey>,
+    fill_released_rx: Mutex<Option<mpsc::UnboundedReceiver<FillKey>>>,
 }
 
 impl Default for MemoryStore {
@@ -68,7 +73,11 @@ impl MemoryStore {
     /// restarted empty, and they re-register by renewing.
     pub fn with_recovery_window(recovery_window_ms: u64) -> Self {
         let (handovers, rx) = mpsc::unbounded_channel();
+        let (fill_released, fill_rx) = mpsc::unbounded_channel();
         Self {
+            fills: Mutex::default(),
+            fill_released,
+            fill_released_rx: Mutex::new(Some(fill_rx)),
             pools: Mutex::default(),
             recovery_window_ms,
             recovery_lease_ttl_ms: voxpool_config::SchedulerSettings::default()

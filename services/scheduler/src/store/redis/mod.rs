@@ -41,11 +41,13 @@
 //!
 //! Here: the connection, the scripts, running one bounded script call and the replica
 //! acknowledgement wait. Each [`LeaseStore`] method's script call is in `calls`, the decoding
-//! of the scripts' replies (and of Redis errors) in `reply`, the topologies in [`conn`].
+//! of the scripts' replies (and of Redis errors) in `reply`, the topologies in [`conn`], fill
+//! locks (one key per content key, `<prefix>:fill:{<key>}`, `lua/fill.lua`) in `fill`.
 
 mod acks;
 mod calls;
 pub mod conn;
+mod fill;
 mod reply;
 mod wake;
 

@@ -10,6 +10,10 @@
 //! The connection is re-opened after a failure (on the next cluster node, through the
 //! sentinels again).
 //!
+//! Fill-lock releases (`store::fill`) ride the same connection: it also follows
+//! `<prefix>:fills:released` (one channel for every fill key, whose message is the key), so a
+//! caller waiting for a fill lock on any replica is woken when it is released.
+//!
 //! Invariant: an announcement is only ever a hint. A lost message (subscriber reconnecting)
 //! costs one poll of the line (`scheduler.wait_poll_ms`), which claims the slot instead; an
 //! unclaimed slot returns to the pool when its claim ttl ends. Correctness never depends on
@@ -22,7 +26,7 @@ use redis::Client;
 use tokio::sync::{mpsc, watch};
 
 use super::conn::SentinelConn;
-use crate::store::Handover;
+use crate::{model::FillKey, store::Handover};
 
 /// Where the subscriber connects.
 pub(super) enum Source {
@@ -69,6 +73,9 @@ pub(super) struct Wake {
     /// The subscriber's output, also fed by [`Wake::announce`].
     out: mpsc::UnboundedSender<Handover>,
     handovers: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Handover>>>,
+    /// Fill keys released (`super::fill`), also fed by [`Wake::fill_released`].
+    fills_out: mpsc::UnboundedSender<FillKey>,
+    fills: std::sync::Mutex<Option<mpsc::UnboundedReceiver<FillKey>>>,
 }
 
 impl Wake {
@@ -76,8 +83,15 @@ impl Wake {
     pub(super) fn start(source: Source, prefix: String, timeout: Duration) -> Self {
         let (pools, pools_rx) = watch::channel(BTreeSet::new());
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(source, prefix, pools_rx, tx.clone(), timeout));
+        let (fills_tx, fills_rx) = mpsc::unbounded_channel();
+        let out = Out {
+            freed: tx.clone(),
+            fills: fills_tx.clone(),
+        };
+        tokio::spawn(run(source, prefix, pools_rx, out, timeout));
         Self {
+            fills_out: fills_tx,
+            fills: std::sync::Mutex::new(Some(fills_rx)),
             pools,
             out: tx,
             handovers: std::sync::Mutex::new(Some(rx)),
@@ -96,19 +110,37 @@ impl Wake {
         let _ = self.out.send(handover);
     }
 
+    /// Passes on a fill lock this replica released.
+    pub(super) fn fill_released(&self, key: FillKey) {
+        // Nobody listening yet: waiters poll.
+        let _ = self.fills_out.send(key);
+    }
+
+    /// The fill releases (once; later calls get `None`).
+    pub(super) fn take_fills(&self) -> Option<mpsc::UnboundedReceiver<FillKey>> {
+        self.fills.lock().ok().and_then(|mut r| r.take())
+    }
+
     /// The hand-overs (once; later calls get `None`).
     pub(super) fn take(&self) -> Option<mpsc::UnboundedReceiver<Handover>> {
         self.handovers.lock().ok().and_then(|mut r| r.take())
     }
 }
 
+/// Where the subscriber's messages go.
+struct Out {
+    freed: mpsc::UnboundedSender<Handover>,
+    fills: mpsc::UnboundedSender<FillKey>,
+}
+
 async fn run(
     source: Source,
     prefix: String,
     mut pools: watch::Receiver<BTreeSet<String>>,
-    freed: mpsc::UnboundedSender<Handover>,
+    out: Out,
     timeout: Duration,
 ) {
+    let fills = super::fill::channel(&prefix);
     let mut attempt = 0usize;
     loop {
         if attempt > 0 {
@@ -126,6 +158,11 @@ async fn run(
         else {
             continue;
         };
+        let sub = pubsub.subscribe(&fills);
+        if !matches!(tokio::time::timeout(timeout, sub).await, Ok(Ok(()))) {
+            continue;
+        }
+        attempt = 1;
         let mut subscribed = BTreeSet::new();
         'connected: loop {
             let want = pools.borrow_and_update().clone();
@@ -144,10 +181,17 @@ async fn run(
             tokio::select! {
                 msg = messages.next() => {
                     let Some(msg) = msg else { break 'connected };
-                    if let Some(pool) = pool_of(msg.get_channel_name())
-                        && let Ok(token) = msg.get_payload::<String>()
-                        && freed.send(Handover { pool: pool.to_owned(), token }).is_err()
-                    {
+                    let Ok(payload) = msg.get_payload::<String>() else { continue };
+                    let channel = msg.get_channel_name();
+                    let sent = if channel == fills {
+                        // A key that does not parse is no release of ours: dropped.
+                        FillKey::parse(&payload).map_or(Ok(()), |key| out.fills.send(key).map_err(drop))
+                    } else if let Some(pool) = pool_of(channel) {
+                        out.freed.send(Handover { pool: pool.to_owned(), token: payload }).map_err(drop)
+                    } else {
+                        Ok(())
+                    };
+                    if sent.is_err() {
                         return;
                     }
                 }
