@@ -69,7 +69,10 @@ start() {
 export VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS=${VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS:-0}
 start scheduler 50051 "$BIN/voxpool-scheduler" --config "$CONFIG" --store memory
 start catalog 50052 "$BIN/voxpool-catalog" --database "$DB" --pools-config "$CONFIG"
+# The audio cache lives in the run dir's blob store (VOXPOOL_BLOB_STORE overrides it).
+mkdir -p "$DATA/blobs"
 start synthesis 50053 env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_TOKEN_SYNTHESIS" \
+    VOXPOOL_BLOB_STORE="${VOXPOOL_BLOB_STORE:-file://$(cd "$DATA/blobs" && pwd)}" \
     "$BIN/voxpool-synthesis" --config "$CONFIG"
 echo "voxpool running: scheduler 127.0.0.1:50051, catalog 127.0.0.1:50052, synthesis 127.0.0.1:50053"
 echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token-local). Ctrl-C stops everything."

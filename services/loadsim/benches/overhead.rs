@@ -81,6 +81,8 @@ fn main() {
             lease_ttl: server::DEFAULT_LEASE_TTL,
             // The bench's scheduler authenticates no one (its config has no client tokens).
             client_token: voxpool_runtime::auth::ClientToken::none(),
+            cache: None,
+            admin: voxpool_runtime::auth::AdminAuth::disabled(),
         };
         let core = server::build(&config, registry::builtin(&AdapterOptions::default()), &options)
             .expect("synthesis core");

@@ -12,6 +12,7 @@ use voxpool_proto::{
 
 use crate::{
     adapters::AudioFormat,
+    cache::Policy,
     job::{Core, Request, Synthesized, Unknown, VoiceSource},
     lease::Priority,
     record::AttemptRecord,
@@ -27,6 +28,7 @@ pub fn request(r: pb::SynthesizeRequest) -> Request {
         format: audio_format(r.format),
         wav_streaming_header: r.wav_streaming_header,
         sample_rate_hz: r.sample_rate_hz,
+        cache_policy: cache_policy(r.cache_policy),
         voice: r.voice.map(|voice| match voice {
             Voice::Snapshot(pb) => match Snapshot::from_pb(&pb) {
                 Ok(snapshot) => VoiceSource::Snapshot(Box::new(snapshot)),
@@ -35,6 +37,16 @@ pub fn request(r: pb::SynthesizeRequest) -> Request {
             Voice::SnapshotJson(json) => VoiceSource::Json(json),
             Voice::PackId(id) => VoiceSource::PackId(id),
         }),
+    }
+}
+
+/// The proto cache policy; unspecified = USE.
+fn cache_policy(raw: i32) -> Result<Policy, Unknown> {
+    match pb::CachePolicy::try_from(raw) {
+        Ok(pb::CachePolicy::Unspecified | pb::CachePolicy::Use) => Ok(Policy::Use),
+        Ok(pb::CachePolicy::Refresh) => Ok(Policy::Refresh),
+        Ok(pb::CachePolicy::Bypass) => Ok(Policy::Bypass),
+        Err(_) => Err(Unknown(raw)),
     }
 }
 
@@ -92,6 +104,7 @@ pub fn response(done: Synthesized, format: AudioFormat) -> pb::SynthesizeRespons
             .unwrap_or(0),
         key_id: done.key_id,
         attempts: done.attempts.iter().map(attempt).collect(),
+        cached_chunks: i32::try_from(done.cached_chunks).unwrap_or(i32::MAX),
     }
 }
 

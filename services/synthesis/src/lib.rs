@@ -23,14 +23,19 @@
 //!   protobuf at its own edge; the lease client decides "retry or not" from typed reasons.
 //! - [`adapters`]: the `VendorAdapter` trait, the cloud adapters' one skeleton
 //!   ([`adapters::cloud`]), the espeak-ng adapter and the registry.
+//! - [`cache`]: the audio cache (entries by content in the blob store); its call path is
+//!   [`job::cached`] (hits without a lease, single-flight fills across replicas).
 //! - [`pools`]: the config's pools with resolved credentials (and the credential policy).
 //! - [`text`] / [`audio`]: text splitting and audio validation / joining.
 //! - [`record`] / [`deadline`]: one attempt's record, a request's time budget.
 //! - [`error`]: the error enum and its one mapping to `tonic::Status`.
 //! - [`metrics`]: OpenTelemetry instruments (requests, vendor attempts).
+//! - [`admin`]: `SynthesisAdmin` (cache purge and stats, behind the admin token).
 //! - [`server`]: wiring for the binary and the tests.
 
 pub mod adapters;
+pub mod admin;
+pub mod cache;
 pub mod catalog;
 pub mod convert;
 pub mod deadline;

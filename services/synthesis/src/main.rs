@@ -5,14 +5,18 @@
 //! answer yet (health is NOT_SERVING until the scheduler does, see `server`). `--help` documents every flag; each flag also
 //! reads `VOXPOOL_<FLAG>`.
 
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use clap::Parser;
 use voxpool_config::{Config, Credentials, DataPlane};
 use voxpool_domain::provider::Provider;
-use voxpool_runtime::auth::{ClientAuth, ClientToken};
+use voxpool_runtime::{
+    auth::{AdminAuth, ClientAuth, ClientToken},
+    blob::BlobStore,
+};
 use voxpool_synthesis::{
     adapters::registry::{self, AdapterOptions},
+    cache::Cache,
     pools::Pools,
     server::{self, Options},
 };
@@ -63,8 +67,26 @@ struct Args {
     /// Validate the config (and credentials with --require-credentials), print OK, and exit.
     #[arg(long)]
     check_config: bool,
+    /// The audio cache (under `cache/` in the blob store): `on` serves repeated chunks from
+    /// it and stores new ones (per pool `cache = { enabled, ttl }`, per request
+    /// `cache_policy`); `off` turns it off as a whole.
+    #[arg(long, env = "VOXPOOL_CACHE", value_enum, default_value_t = CacheSwitch::On)]
+    cache: CacheSwitch,
+    #[command(flatten)]
+    blobs: voxpool_runtime::blob::BlobFlags,
+    /// File holding the admin bearer token the `SynthesisAdmin` RPCs (cache purge, stats)
+    /// need (else VOXPOOL_ADMIN_TOKEN; without either, they are refused).
+    #[arg(long, env = "VOXPOOL_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
     #[command(flatten)]
     server: voxpool_runtime::limits::ServerFlags,
+}
+
+/// `--cache`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum CacheSwitch {
+    On,
+    Off,
 }
 
 /// mimalloc instead of the system allocator, as in `voxpool-scheduler`: gRPC and HTTP
@@ -134,7 +156,34 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
     {
         tracing::warn!(espeak_bin = %args.espeak_bin.display(), "espeak-ng cannot be run; espeak pools will fail (install the espeak-ng package)");
     }
+    let admin = AdminAuth::load(
+        args.admin_token_file.as_deref(),
+        std::env::var("VOXPOOL_ADMIN_TOKEN").ok().as_deref(),
+    )
+    .map_err(|e| e.to_string())?;
+    let cache = match args.cache {
+        CacheSwitch::Off => None,
+        CacheSwitch::On => {
+            let blobs = BlobStore::open(args.blobs.blob_store.as_deref())?;
+            let cache = Arc::new(Cache::new(
+                &blobs,
+                config.synthesis.cache_version,
+                config.synthesis.cache_max_bytes,
+                Duration::from_millis(config.synthesis.cache_fill_ttl_ms),
+            ));
+            let measured = cache.clone();
+            tokio::spawn(async move {
+                if let Err(e) = measured.measure().await {
+                    tracing::warn!(error = %e, "audio cache: cannot measure what it holds (the size bound applies from the next write)");
+                }
+            });
+            tracing::info!(location = %cache.location(), version = cache.version, "audio cache on");
+            Some(cache)
+        }
+    };
     let options = Options {
+        cache,
+        admin,
         scheduler_url: args.scheduler.clone(),
         catalog_url: args.catalog.clone(),
         lease_ttl: Duration::from_millis(args.lease_ttl_ms),

@@ -11,6 +11,13 @@
 //! | `voxpool.synthesis.exhausted` | counter | `{request}` | `pool` |
 //! | `voxpool.synthesis.characters` | counter | `{character}` | `pool` |
 //! | `voxpool.synthesis.first_audio.duration` | histogram | `s` | `pool`, `format` (time from a `SynthesizeStream` request to its first audio message) |
+//! | `voxpool.synthesis.cache.hits` | counter | `{chunk}` | `pool` (chunks served from the audio cache) |
+//! | `voxpool.synthesis.cache.misses` | counter | `{chunk}` | `pool` |
+//! | `voxpool.synthesis.cache.coalesced` | counter | `{chunk}` | `pool` (hits served from another request's fill they waited for) |
+//! | `voxpool.synthesis.cache.fills` | counter | `{entry}` | `pool` (entries written) |
+//! | `voxpool.synthesis.cache.stored` | counter | `By` | `pool` (bytes written) |
+//! | `voxpool.synthesis.cache.characters_saved` | counter | `{character}` | `pool` (text served from the cache, not billed) |
+//! | `voxpool.synthesis.cache.evictions` | counter | `{entry}` | none (local store's size bound) |
 //!
 //! `pool` is a configured pool id, or `-` when the request failed before a pool was chosen (a
 //! caller-supplied tts model id never becomes an attribute), so cardinality is bounded by the
@@ -200,4 +207,97 @@ pub fn characters(pool: &str, n: usize) {
     instruments()
         .characters
         .add(n as u64, &[KeyValue::new("pool", pool.to_owned())]);
+}
+
+/// The audio cache's instruments (`crate::cache`).
+struct CacheInstruments {
+    hits: Counter<u64>,
+    misses: Counter<u64>,
+    coalesced: Counter<u64>,
+    fills: Counter<u64>,
+    stored: Counter<u64>,
+    characters_saved: Counter<u64>,
+    evictions: Counter<u64>,
+}
+
+fn cache_instruments() -> &'static CacheInstruments {
+    static INSTRUMENTS: OnceLock<CacheInstruments> = OnceLock::new();
+    INSTRUMENTS.get_or_init(|| {
+        let meter = global::meter("voxpool-synthesis");
+        let counter = |name: &'static str, unit: &'static str, description: &'static str| {
+            meter
+                .u64_counter(name)
+                .with_unit(unit)
+                .with_description(description)
+                .build()
+        };
+        CacheInstruments {
+            hits: counter(
+                "voxpool.synthesis.cache.hits",
+                "{chunk}",
+                "text chunks served from the audio cache",
+            ),
+            misses: counter(
+                "voxpool.synthesis.cache.misses",
+                "{chunk}",
+                "text chunks looked up in the audio cache and not found",
+            ),
+            coalesced: counter(
+                "voxpool.synthesis.cache.coalesced",
+                "{chunk}",
+                "hits served from another request's fill they waited for",
+            ),
+            fills: counter(
+                "voxpool.synthesis.cache.fills",
+                "{entry}",
+                "audio cache entries written",
+            ),
+            stored: counter(
+                "voxpool.synthesis.cache.stored",
+                "By",
+                "bytes written to the audio cache",
+            ),
+            characters_saved: counter(
+                "voxpool.synthesis.cache.characters_saved",
+                "{character}",
+                "text characters served from the audio cache instead of a vendor",
+            ),
+            evictions: counter(
+                "voxpool.synthesis.cache.evictions",
+                "{entry}",
+                "entries evicted to keep a local audio cache under its size bound",
+            ),
+        }
+    })
+}
+
+/// A chunk served from the cache (`coalesced`: after waiting for another request's fill).
+pub fn cache_hit(pool: &str, characters: u64, coalesced: bool) {
+    let attrs = [KeyValue::new("pool", pool.to_owned())];
+    let m = cache_instruments();
+    m.hits.add(1, &attrs);
+    m.characters_saved.add(characters, &attrs);
+    if coalesced {
+        m.coalesced.add(1, &attrs);
+    }
+}
+
+/// A chunk the cache did not hold.
+pub fn cache_miss(pool: &str) {
+    cache_instruments()
+        .misses
+        .add(1, &[KeyValue::new("pool", pool.to_owned())]);
+}
+
+/// An entry of `bytes` written for `pool`.
+pub fn cache_stored(pool: &str, bytes: u64) {
+    let attrs = [KeyValue::new("pool", pool.to_owned())];
+    let m = cache_instruments();
+    m.fills.add(1, &attrs);
+    m.stored.add(bytes, &attrs);
+}
+
+/// `n` entries evicted under the size bound.
+pub fn cache_evictions(n: u64) {
+    cache_instruments().evictions.add(n, &[]);
 }

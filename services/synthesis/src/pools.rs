@@ -46,6 +46,10 @@ pub struct Pool {
     /// How long a streaming call cut off on cancel keeps its lease after its vendor
     /// connection was closed (config `cancel_grace_ms`).
     pub cancel_grace: Duration,
+    /// How long the pool's audio may serve from the audio cache after it was stored (config
+    /// `cache.ttl`); `None` when the config says `cache = { enabled = false }`: its requests
+    /// never read or write the cache.
+    pub cache_ttl: Option<Duration>,
 }
 
 impl Pool {
@@ -93,6 +97,8 @@ impl Pool {
             upstream_ids: p.upstreams.iter().map(|u| u.id.clone()).collect(),
             keys,
             cancel_grace: Duration::from_millis(p.cancel_grace_ms),
+            // A validated config has a readable TTL; an unreadable one keeps the pool out.
+            cache_ttl: p.cache.enabled.then(|| p.cache.ttl().ok()).flatten(),
         })
     }
 

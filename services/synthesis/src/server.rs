@@ -14,18 +14,21 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use voxpool_config::{Config, DataPlane};
 use voxpool_runtime::{
-    auth::{Authenticated, ClientAuth, ClientToken},
+    auth::{AdminAuth, Authenticated, ClientAuth, ClientToken},
     limits::ServerFlags,
     startup::{self, NotReady},
 };
 
 use crate::{
-    adapters::registry::Registry, catalog::Catalog, job::Core, lease::Scheduler, pools::Pools,
-    service::SynthesisService,
+    adapters::registry::Registry, admin::SynthesisAdminService, cache::Cache, catalog::Catalog,
+    job::Core, lease::Scheduler, pools::Pools, service::SynthesisService,
 };
 
 /// The gRPC service name health reports under (besides `""` for the whole process).
 pub const SERVICE_NAME: &str = "voxpool.synthesis.v1.Synthesis";
+
+/// The admin service's name (cache purge and stats).
+pub const ADMIN_SERVICE_NAME: &str = "voxpool.synthesis.v1.SynthesisAdmin";
 
 /// Default lease TTL (`--lease-ttl-ms`).
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(15);
@@ -45,6 +48,10 @@ pub struct Options {
     /// What this replica presents to the scheduler (`VOXPOOL_CLIENT_TOKEN`,
     /// `--client-token-file`).
     pub client_token: ClientToken,
+    /// The audio cache (`--blob-store`, `--cache`); `None` = off.
+    pub cache: Option<Arc<Cache>>,
+    /// The token `SynthesisAdmin` RPCs need (`VOXPOOL_ADMIN_TOKEN`, `--admin-token-file`).
+    pub admin: AdminAuth,
 }
 
 /// Builds the shared state from a validated config and `adapters`. Errors are one-line reasons
@@ -68,6 +75,8 @@ pub fn build(config: &Config, adapters: Registry, options: &Options) -> Result<A
         )?,
         catalog: Catalog::connect_lazy(&options.catalog_url)?,
         settings: config.synthesis.clone(),
+        cache: options.cache.clone(),
+        admin: options.admin.clone(),
         client_tokens: config.client_tokens.clone(),
         lease_ttl: options.lease_ttl,
         background: tokio_util::task::TaskTracker::new(),
@@ -156,13 +165,15 @@ pub async fn serve_with(
     )?;
     let service = SynthesisService::new(core.clone(), flags.max_message_bytes).into_server();
     let service = Authenticated::new(service, callers, &[]);
+    // Its own bearer token (the admin's), checked by each RPC.
+    let admin = SynthesisAdminService::new(core.clone(), core.admin.clone()).into_server();
     tokio::spawn(watch_start_up(core.clone(), shutdown.clone()));
     let result = voxpool_runtime::serve::serve_grpc(
         listener,
         flags,
-        &[SERVICE_NAME],
+        &[SERVICE_NAME, ADMIN_SERVICE_NAME],
         health,
-        |router| router.add_service(service),
+        |router| router.add_service(service).add_service(admin),
         shutdown,
     )
     .await;

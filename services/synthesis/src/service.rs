@@ -95,8 +95,10 @@ impl SynthesisService {
                 }),
             );
         }
+        // The request's span (`grpc.server`) carries it to the trace.
+        tracing::Span::current().record("cached_chunks", done.cached_chunks);
         tracing::info!(pool = %pool_id, key = %done.key_id, request_id = %request_id, chunks = chunk_count,
-            attempts = done.attempts.len(), bytes = done.audio.len(), "synthesized");
+            attempts = done.attempts.len(), bytes = done.audio.len(), cached_chunks = done.cached_chunks, "synthesized");
         (pool, Ok(convert::response(done, format)))
     }
 }

@@ -93,6 +93,8 @@ struct Sender<'a> {
     tx: &'a mpsc::Sender<Result<AudioChunk, Status>>,
     seq: i32,
     bytes: u64,
+    /// Chunks begun so far that came from the audio cache.
+    cached_chunks: i32,
     /// Pool, format name and request arrival, for the first-audio metric.
     first_audio: Option<(String, &'static str, Instant)>,
 }
@@ -112,6 +114,7 @@ impl Sender<'_> {
                 audio: slice.to_vec(),
                 seq: self.seq,
                 r#final: last && i + 1 == count,
+                cached_chunks: self.cached_chunks,
             };
             if self.tx.send(Ok(chunk)).await.is_err() {
                 return false;
@@ -140,6 +143,10 @@ impl Output for Sender<'_> {
     fn delivered(&self) -> (u64, u64) {
         (self.bytes, u64::try_from(self.seq).unwrap_or(0))
     }
+
+    fn cached(&mut self, chunks: u32) {
+        self.cached_chunks = i32::try_from(chunks).unwrap_or(i32::MAX);
+    }
 }
 
 async fn produce(
@@ -154,13 +161,15 @@ async fn produce(
         tx,
         seq: 0,
         bytes: 0,
+        cached_chunks: 0,
         first_audio: Some((job.pool.id.clone(), format, started)),
     };
     let Some(done) = core.run_into(&job, &mut sender).await? else {
         return Ok(());
     };
     sender.send_marked(done.tail, true).await;
+    tracing::Span::current().record("cached_chunks", done.cached_chunks);
     tracing::info!(pool = %job.pool.id, request_id = %job.request_id, chunks = job.chunks.len(), messages = sender.seq,
-        attempts = done.attempts.len(), "synthesis stream done");
+        attempts = done.attempts.len(), cached_chunks = done.cached_chunks, "synthesis stream done");
     Ok(())
 }

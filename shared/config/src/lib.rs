@@ -115,6 +115,48 @@ pub struct PoolConfig {
     /// and a slot handed on before that would be its cap + 1.
     #[serde(default = "default_cancel_grace_ms")]
     pub cancel_grace_ms: u64,
+    /// Whether the pool's audio may be kept in the audio cache, and for how long
+    /// (`cache = { enabled = true, ttl = "30d" }`, the default). Some vendors' terms forbid
+    /// storing their audio: `enabled = false` then keeps every request of the pool out of it.
+    #[serde(default)]
+    pub cache: PoolCache,
+}
+
+/// A pool's `cache` table: see [`PoolConfig::cache`].
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolCache {
+    /// False: the pool's requests never read or write the cache. Default true.
+    pub enabled: bool,
+    /// How long an entry serves after it was written, as `humantime` reads it (`"30d"`,
+    /// `"12h"`, `"90m"`); an older entry is a miss and is filled anew. Default `"30d"`;
+    /// at least one second.
+    pub ttl: String,
+}
+
+impl Default for PoolCache {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            ttl: "30d".to_owned(),
+        }
+    }
+}
+
+impl PoolCache {
+    /// [`PoolCache::ttl`] as a duration; the validation error names the value.
+    pub fn ttl(&self) -> Result<std::time::Duration, String> {
+        let ttl = humantime::parse_duration(self.ttl.trim()).map_err(|e| {
+            format!(
+                "{:?} is not a duration like \"30d\" or \"12h\": {e}",
+                self.ttl
+            )
+        })?;
+        if ttl < std::time::Duration::from_secs(1) {
+            return Err(format!("must be at least 1s, got {:?}", self.ttl));
+        }
+        Ok(ttl)
+    }
 }
 
 /// Default `cancel_grace_ms`: covers a vendor noticing a closed connection on its next write

@@ -154,6 +154,19 @@ pub struct SynthesisSettings {
     /// calls fail at once with UNAVAILABLE instead of waiting out their deadline. Long enough
     /// to ride out a scheduler restart or a store failover. Default 5000.
     pub scheduler_unavailable_grace_ms: u64,
+    /// Part of every audio cache key: raise it after an adapter change that alters the audio
+    /// a request produces, and every entry stored before is a miss from then on (old entries
+    /// age out by their TTL or the size bound). Default 1.
+    pub cache_version: u32,
+    /// Size bound of the audio cache on a local blob store (`file://`), bytes: past it the
+    /// entries written first are evicted until the cache holds at most 90% of it. Cloud
+    /// stores are bounded by the TTL (and the bucket's lifecycle rules). Default 1073741824
+    /// (1 GiB); at least 1048576.
+    pub cache_max_bytes: u64,
+    /// TTL of the fill lock (taken from the scheduler) a replica holds while it synthesizes a
+    /// missing cache entry, renewed every third of it: when its holder dies, a waiting request
+    /// takes the fill over within this. Default 10000; 1000..=300000.
+    pub cache_fill_ttl_ms: u64,
 }
 
 impl Default for SynthesisSettings {
@@ -165,6 +178,9 @@ impl Default for SynthesisSettings {
             default_deadline_ms: 60_000,
             max_parallel_chunks: 4,
             scheduler_unavailable_grace_ms: 5_000,
+            cache_version: 1,
+            cache_max_bytes: 1 << 30,
+            cache_fill_ttl_ms: 10_000,
         }
     }
 }

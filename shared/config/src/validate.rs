@@ -112,6 +112,9 @@ impl Config {
                     ),
                 );
             }
+            if let Err(e) = pool.cache.ttl() {
+                push(format!("{pp}.cache.ttl"), e);
+            }
             if pool.upstreams.is_empty() {
                 push(
                     format!("{pp}.upstreams"),
@@ -332,6 +335,24 @@ impl Config {
                 format!(
                     "must be 1 to 64, got {}",
                     self.synthesis.max_parallel_chunks
+                ),
+            );
+        }
+        if self.synthesis.cache_max_bytes < 1 << 20 {
+            push(
+                "synthesis.cache_max_bytes".into(),
+                format!(
+                    "must be at least 1048576 (1 MiB), got {}",
+                    self.synthesis.cache_max_bytes
+                ),
+            );
+        }
+        if !(1_000..=300_000).contains(&self.synthesis.cache_fill_ttl_ms) {
+            push(
+                "synthesis.cache_fill_ttl_ms".into(),
+                format!(
+                    "must be 1000 to 300000 ms, got {}",
+                    self.synthesis.cache_fill_ttl_ms
                 ),
             );
         }

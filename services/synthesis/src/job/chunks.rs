@@ -26,7 +26,8 @@ use tracing::Instrument;
 use super::{
     Core, Job,
     attempt::{ChunkMsg, ChunkOut},
-    failover::{self, ChunkDone},
+    cached,
+    failover::ChunkDone,
 };
 use crate::{
     audio::{AudioError, AudioFormat, Joiner},
@@ -45,6 +46,11 @@ pub trait Output: Send {
     fn send(&mut self, bytes: Vec<u8>) -> impl Future<Output = bool> + Send;
     /// What the caller holds so far: audio bytes and messages.
     fn delivered(&self) -> (u64, u64);
+    /// `chunks` of the chunks begun so far came from the audio cache (called as the count
+    /// grows, before that chunk's audio is sent).
+    fn cached(&mut self, chunks: u32) {
+        let _ = chunks;
+    }
 }
 
 /// A request that ran to its end.
@@ -58,6 +64,8 @@ pub struct Finished {
     pub attempts: Vec<AttemptRecord>,
     /// What is still owed after the last chunk (an exact WAV; empty otherwise).
     pub tail: Vec<u8>,
+    /// How many chunks came from the audio cache.
+    pub cached_chunks: u32,
 }
 
 /// One chunk's channel and live flag.
@@ -127,6 +135,7 @@ async fn emit(
     };
     let mut attempts = Vec::new();
     let mut key_id = String::new();
+    let mut cached_chunks = 0u32;
     let mut next = 0;
     let mut head = 0;
     let deadline = tokio::time::sleep_until(job.deadline.at());
@@ -147,6 +156,10 @@ async fn emit(
                     if !bytes.is_empty() && !out.send(bytes).await {
                         return Ok(None);
                     }
+                }
+                Some(ChunkMsg::Cached) => {
+                    cached_chunks += 1;
+                    out.cached(cached_chunks);
                 }
                 Some(ChunkMsg::Done((result, chunk_attempts))) => {
                     attempts.extend(chunk_attempts);
@@ -206,6 +219,7 @@ async fn emit(
         sample_rate_hz,
         attempts,
         tail,
+        cached_chunks,
     }))
 }
 
@@ -219,6 +233,6 @@ async fn produce(
     _permit: OwnedSemaphorePermit,
 ) {
     let mut attempts = Vec::new();
-    let result = failover::synthesize_chunk(&core, &job, index, &out, &mut attempts).await;
+    let result = cached::synthesize_chunk(&core, &job, index, &out, &mut attempts).await;
     let _ = out.tx.send(ChunkMsg::Done((result, attempts)));
 }

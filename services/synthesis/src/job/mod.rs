@@ -11,6 +11,7 @@
 //! (`crate::lease`).
 
 pub mod attempt;
+pub mod cached;
 pub mod chunks;
 pub mod failover;
 pub mod prepare;
@@ -24,6 +25,7 @@ use voxpool_domain::snapshot::{Snapshot, SnapshotError};
 
 use crate::{
     adapters::{AudioFormat, VendorAdapter, registry::Registry},
+    cache::{Cache, Policy},
     catalog::Catalog,
     deadline::Deadline,
     error::SynthesisError,
@@ -46,6 +48,10 @@ pub struct Core {
     pub catalog: Catalog,
     /// `[synthesis]` settings of the config.
     pub settings: SynthesisSettings,
+    /// The audio cache; `None` with `--cache off` ([`cached`]).
+    pub cache: Option<Arc<Cache>>,
+    /// The token `SynthesisAdmin` RPCs need: read by `server::serve_with`.
+    pub admin: voxpool_runtime::auth::AdminAuth,
     /// TTL asked for each lease; renewed every third of it during a call.
     pub lease_ttl: Duration,
     /// `[[client_tokens]]` of the config (references, not values): read by `server::serve_with`.
@@ -94,6 +100,8 @@ pub struct Job {
     pub tenant: String,
     /// When the request must be answered.
     pub deadline: Deadline,
+    /// How the request uses the audio cache ([`cached`]).
+    pub cache_policy: Policy,
 }
 
 impl std::fmt::Debug for Job {
@@ -145,6 +153,8 @@ pub struct Request {
     pub sample_rate_hz: i32,
     /// The voice; `None` when the caller set none.
     pub voice: Option<VoiceSource>,
+    /// How the request uses the audio cache (unspecified = USE).
+    pub cache_policy: Result<Policy, Unknown>,
 }
 
 /// The audio of a whole job.
@@ -158,6 +168,8 @@ pub struct Synthesized {
     pub key_id: String,
     /// Every attempt.
     pub attempts: Vec<AttemptRecord>,
+    /// How many chunks came from the audio cache.
+    pub cached_chunks: u32,
 }
 
 /// A unary call's output: everything collected, nothing delivered before the end.
@@ -212,6 +224,7 @@ impl Core {
             sample_rate_hz: done.sample_rate_hz,
             key_id: done.key_id,
             attempts: done.attempts,
+            cached_chunks: done.cached_chunks,
         })
     }
 

@@ -98,6 +98,12 @@ pub(super) async fn prepare(
     }
     check_text(&r.text, core.settings.max_text_chars)?;
     let format = check_format(r.format)?;
+    let cache_policy = r.cache_policy.map_err(|Unknown(raw)| {
+        invalid(
+            "cache_policy",
+            format!("unknown value {raw}: use USE, REFRESH or BYPASS"),
+        )
+    })?;
     if r.wav_streaming_header && format != AudioFormat::Wav {
         return Err(invalid(
             "wav_streaming_header",
@@ -211,6 +217,7 @@ pub(super) async fn prepare(
         priority,
         tenant: r.tenant,
         deadline,
+        cache_policy,
     })
 }
 

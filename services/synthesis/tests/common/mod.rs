@@ -234,6 +234,8 @@ impl Stack {
             catalog_url: catalog,
             lease_ttl,
             client_token: client_token("synthesis"),
+            cache: None,
+            admin: voxpool_runtime::auth::AdminAuth::disabled(),
         };
         let core = server::build(&config, registry, &options).expect("build synthesis");
         let listener = TcpListener::bind("127.0.0.1:0")

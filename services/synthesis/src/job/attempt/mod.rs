@@ -107,6 +107,9 @@ pub struct CallInput {
 pub enum ChunkMsg<T> {
     /// The next bytes of the chunk's vendor audio (as the vendor sent them).
     Audio(Bytes),
+    /// The chunk's audio comes from the audio cache (sent before its audio; see
+    /// `crate::job::cached`).
+    Cached,
     /// The chunk is done; nothing follows.
     Done(T),
 }

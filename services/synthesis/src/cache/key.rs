@@ -1,0 +1,114 @@
+//! The identity of a chunk's audio: what makes two requests share an entry.
+//!
+//! An entry is keyed by SHA-256 over a canonical JSON of everything that shapes the chunk's
+//! sound: the `cache_version` (config), the snapshot digest (which seals the voice, its
+//! prosody params and vendor options, the pack revision and the pool), the pool's provider
+//! and vendor model (operator config the snapshot does not carry), the chunk's text as the
+//! splitter produced it (so a long text re-renders only the chunks that changed), the output
+//! format and the sample rate asked of the vendor. Two requests that differ in any of these
+//! never share an entry; two that agree on all of them produce the same audio and do.
+//! `wav_streaming_header` and the traffic class, tenant and request id are not part of it:
+//! they change how the audio is delivered, not the audio.
+//!
+//! Objects live at `<pack id>/<snapshot digest hex>/<key hex>` under the store's `cache/`
+//! folder, so a pack's or a snapshot's entries can be listed (and purged) by prefix.
+
+use object_store::path::Path;
+use sha2::{Digest as _, Sha256};
+
+use crate::{adapters::AudioFormat, job::Job};
+
+/// A chunk's cache identity and where its entry lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryKey {
+    /// Lowercase hex SHA-256 of the canonical identity (module doc).
+    pub hex: String,
+    /// The entry's path under `cache/`.
+    pub path: Path,
+}
+
+/// Everything that shapes a chunk's audio (module doc), borrowed from a job.
+#[derive(Clone, Copy, Debug)]
+pub struct Identity<'a> {
+    /// `synthesis.cache_version`.
+    pub cache_version: u32,
+    /// The pack the snapshot was frozen from (the entry's folder; sealed by the digest).
+    pub pack_id: &'a str,
+    /// The snapshot's `sha256:<hex>` digest.
+    pub snapshot_digest: &'a str,
+    /// The pool's provider.
+    pub provider: &'a str,
+    /// The pool's vendor model.
+    pub model: &'a str,
+    /// The chunk's text, as the splitter produced it.
+    pub text: &'a str,
+    /// Output format asked of the vendor.
+    pub format: AudioFormat,
+    /// Sample rate asked of the vendor; `None` = its default.
+    pub sample_rate_hz: Option<u32>,
+}
+
+impl EntryKey {
+    /// The key of chunk `index` of `job` under `cache_version`.
+    pub fn of(job: &Job, index: usize, cache_version: u32) -> Self {
+        Self::from_identity(&Identity {
+            cache_version,
+            pack_id: &job.voice.pack_id,
+            snapshot_digest: &job.voice.digest,
+            provider: job.pool.provider.as_str(),
+            model: &job.pool.model,
+            text: &job.chunks[index],
+            format: job.format,
+            sample_rate_hz: job.sample_rate_hz,
+        })
+    }
+
+    /// The key of `id`.
+    pub fn from_identity(id: &Identity<'_>) -> Self {
+        // A struct serializes its fields in declaration order whatever serde_json's features:
+        // the same identity always hashes the same.
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Canonical<'a> {
+            cache_version: u32,
+            snapshot_digest: &'a str,
+            provider: &'a str,
+            model: &'a str,
+            text: &'a str,
+            format: &'static str,
+            sample_rate_hz: Option<u32>,
+        }
+        let identity = serde_json::to_string(&Canonical {
+            cache_version: id.cache_version,
+            snapshot_digest: id.snapshot_digest,
+            provider: id.provider,
+            model: id.model,
+            text: id.text,
+            format: format_name(id.format),
+            sample_rate_hz: id.sample_rate_hz,
+        })
+        .unwrap_or_default();
+        let hex = hex::encode(Sha256::digest(identity.as_bytes()));
+        let path = Path::from_iter([id.pack_id, digest_hex(id.snapshot_digest), hex.as_str()]);
+        Self { hex, path }
+    }
+
+    /// The name of the entry's fill lock at the scheduler (single-flight across replicas).
+    pub fn lock_name(&self) -> String {
+        format!("cache:{}", self.hex)
+    }
+}
+
+/// The hex of a `sha256:<hex>` digest (the whole string if it has no such prefix).
+pub fn digest_hex(digest: &str) -> &str {
+    digest.strip_prefix("sha256:").unwrap_or(digest)
+}
+
+fn format_name(format: AudioFormat) -> &'static str {
+    match format {
+        AudioFormat::Wav => "wav",
+        AudioFormat::Mp3 => "mp3",
+        AudioFormat::OggOpus => "ogg_opus",
+        AudioFormat::Pcm => "pcm",
+    }
+}

@@ -1,0 +1,199 @@
+//! The cache over a real local blob store (a temporary directory): keys, round trips, TTL,
+//! corruption, the size bound, purges. The S3 store and the call path (single-flight, hits
+//! without a lease) are tested end to end in `tests/cache.rs`.
+
+use std::time::Duration;
+
+use object_store::{ObjectStoreExt as _, PutPayload};
+use voxpool_runtime::blob::BlobStore;
+
+use super::{
+    Cache, Header,
+    key::{EntryKey, Identity},
+};
+use crate::adapters::AudioFormat;
+
+const DIGEST_A: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const DIGEST_B: &str = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+const DAY: Duration = Duration::from_secs(86_400);
+
+fn identity(text: &str) -> Identity<'_> {
+    Identity {
+        cache_version: 1,
+        pack_id: "pack-1",
+        snapshot_digest: DIGEST_A,
+        provider: "openai",
+        model: "tts-1",
+        text,
+        format: AudioFormat::Mp3,
+        sample_rate_hz: None,
+    }
+}
+
+fn header(pool: &str) -> Header {
+    Header {
+        sha256: String::new(),
+        bytes: 0,
+        sample_rate_hz: Some(24_000),
+        key_id: "acct/k1".into(),
+        pool: pool.into(),
+        characters: 5,
+    }
+}
+
+fn local(max_bytes: u64) -> (tempfile::TempDir, BlobStore, Cache) {
+    let dir = tempfile::tempdir().unwrap();
+    let blobs = BlobStore::open(Some(&format!("file://{}", dir.path().display()))).unwrap();
+    let cache = Cache::new(&blobs, 1, max_bytes, Duration::from_secs(10));
+    (dir, blobs, cache)
+}
+
+#[test]
+fn every_part_of_the_identity_changes_the_key_and_nothing_else_does() {
+    let base = EntryKey::from_identity(&identity("Hello."));
+    assert_eq!(base, EntryKey::from_identity(&identity("Hello.")));
+    let variants = [
+        Identity {
+            cache_version: 2,
+            ..identity("Hello.")
+        },
+        Identity {
+            snapshot_digest: DIGEST_B,
+            ..identity("Hello.")
+        },
+        Identity {
+            provider: "azure",
+            ..identity("Hello.")
+        },
+        Identity {
+            model: "tts-1-hd",
+            ..identity("Hello.")
+        },
+        identity("Hello!"),
+        Identity {
+            format: AudioFormat::Wav,
+            ..identity("Hello.")
+        },
+        Identity {
+            sample_rate_hz: Some(16_000),
+            ..identity("Hello.")
+        },
+    ];
+    for v in &variants {
+        assert_ne!(EntryKey::from_identity(v).hex, base.hex, "{v:?}");
+    }
+    // The pack id only names the folder: the digest already seals it.
+    assert!(
+        base.path.as_ref().starts_with("pack-1/aaaa"),
+        "{}",
+        base.path
+    );
+}
+
+#[tokio::test]
+async fn an_entry_written_is_read_back_whole() {
+    let (_dir, _blobs, cache) = local(1 << 30);
+    let key = EntryKey::from_identity(&identity("Hello."));
+    assert!(cache.get(&key, DAY).await.unwrap().is_none());
+    cache.put(&key, header("p"), b"mp3 bytes").await.unwrap();
+    let entry = cache.get(&key, DAY).await.unwrap().expect("a hit");
+    assert_eq!(&entry.audio[..], b"mp3 bytes");
+    assert_eq!(entry.header.key_id, "acct/k1");
+    assert_eq!(entry.header.sample_rate_hz, Some(24_000));
+    let (counters, _) = cache.counters();
+    assert_eq!(counters["p"].fills, 1);
+}
+
+#[tokio::test]
+async fn an_entry_older_than_its_ttl_is_a_miss() {
+    let (_dir, _blobs, cache) = local(1 << 30);
+    let key = EntryKey::from_identity(&identity("Hello."));
+    cache.put(&key, header("p"), b"audio").await.unwrap();
+    assert!(cache.get(&key, DAY).await.unwrap().is_some());
+    // Written at least zero seconds ago: a TTL of zero has passed.
+    assert!(cache.get(&key, Duration::ZERO).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_corrupt_or_truncated_entry_is_deleted_never_served() {
+    let (dir, blobs, cache) = local(1 << 30);
+    let key = EntryKey::from_identity(&identity("Hello."));
+    cache.put(&key, header("p"), b"0123456789").await.unwrap();
+    let file = dir.path().join("cache").join(key.path.as_ref());
+    let whole = std::fs::read(&file).unwrap();
+    std::fs::write(&file, &whole[..whole.len() - 3]).unwrap();
+    assert!(cache.get(&key, DAY).await.unwrap().is_none(), "truncated");
+    assert!(!file.exists(), "the truncated entry was deleted");
+    blobs
+        .folder("cache")
+        .put(&key.path, PutPayload::from_static(b"not an entry"))
+        .await
+        .unwrap();
+    assert!(
+        cache.get(&key, DAY).await.unwrap().is_none(),
+        "foreign bytes"
+    );
+}
+
+#[tokio::test]
+async fn a_local_store_over_its_bound_evicts_the_oldest_written() {
+    let bound = 10_000;
+    let (dir, _blobs, cache) = local(bound);
+    let audio = vec![7u8; 3_000];
+    let texts = ["one", "two", "three", "four"];
+    let keys: Vec<EntryKey> = texts
+        .iter()
+        .map(|t| EntryKey::from_identity(&identity(t)))
+        .collect();
+    for (i, key) in keys.iter().enumerate() {
+        cache.put(key, header("p"), &audio).await.unwrap();
+        // Written minutes apart, as far as the store can tell (file clocks are coarse).
+        let file = dir.path().join("cache").join(key.path.as_ref());
+        let minutes_ago = u64::try_from(keys.len() - i).unwrap() * 60;
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - Duration::from_secs(minutes_ago))
+            .unwrap();
+    }
+    let held = cache.holdings().await.unwrap();
+    assert!(held.bytes <= bound / 10 * 9, "{held:?}");
+    assert!(
+        cache.get(&keys[0], DAY).await.unwrap().is_none(),
+        "the oldest went"
+    );
+    assert!(
+        cache.get(&keys[3], DAY).await.unwrap().is_some(),
+        "the newest stays"
+    );
+    assert!(cache.counters().1 >= 1);
+}
+
+#[tokio::test]
+async fn purge_takes_a_pack_or_one_snapshot_and_nothing_else() {
+    let (_dir, _blobs, cache) = local(1 << 30);
+    let a = EntryKey::from_identity(&identity("a"));
+    let b = EntryKey::from_identity(&Identity {
+        snapshot_digest: DIGEST_B,
+        ..identity("b")
+    });
+    let other = EntryKey::from_identity(&Identity {
+        pack_id: "pack-2",
+        ..identity("c")
+    });
+    for key in [&a, &b, &other] {
+        cache.put(key, header("p"), b"audio").await.unwrap();
+    }
+    let gone = cache.purge("", DIGEST_B).await.unwrap();
+    assert_eq!(gone.entries, 1);
+    assert!(cache.get(&b, DAY).await.unwrap().is_none());
+    assert!(cache.get(&a, DAY).await.unwrap().is_some());
+    let gone = cache.purge("pack-1", "").await.unwrap();
+    assert_eq!(gone.entries, 1);
+    assert!(cache.get(&a, DAY).await.unwrap().is_none());
+    assert!(
+        cache.get(&other, DAY).await.unwrap().is_some(),
+        "another pack is untouched"
+    );
+}
