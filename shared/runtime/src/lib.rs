@@ -9,8 +9,10 @@
 //! - [`telemetry`]: `tracing` setup (pretty or JSON logs, `RUST_LOG` filter), OTLP export.
 //! - [`startup`]: waiting for a dependency at start-up (capped exponential back-off).
 //! - [`endpoints`]: client-side balancing over a service's replicas (`URL[,URL...]`, DNS).
+//! - [`blob`]: the one blob store audio lives in (`--blob-store URL`: local, S3, GCS, Azure).
 
 pub mod auth;
+pub mod blob;
 pub mod endpoints;
 pub mod limits;
 pub mod serve;

@@ -190,10 +190,11 @@ impl tonic::service::Interceptor for TraceContextInterceptor {
 /// The span of one incoming RPC (`rpc.method` = the gRPC path), child of the caller's trace
 /// when the request carries `traceparent`. Use with `Server::builder().trace_fn(server_span)`.
 /// `caller` is filled in by [`crate::auth::Authenticated`] once the caller is known
-/// (`token:synthesis`, `mtls:CN=…`; never a secret).
+/// (`token:synthesis`, `mtls:CN=…`; never a secret); `cached_chunks` by synthesis (how many
+/// of the request's text chunks came from its audio cache).
 pub fn server_span(request: &http::Request<()>) -> tracing::Span {
     let path = request.uri().path();
-    let span = tracing::info_span!("grpc.server", otel.name = %path, otel.kind = "server", rpc.system = "grpc", rpc.method = %path, caller = tracing::field::Empty);
+    let span = tracing::info_span!("grpc.server", otel.name = %path, otel.kind = "server", rpc.system = "grpc", rpc.method = %path, caller = tracing::field::Empty, cached_chunks = tracing::field::Empty);
     let parent: Context =
         global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(request.headers())));
     let _ = span.set_parent(parent);

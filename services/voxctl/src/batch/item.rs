@@ -66,6 +66,7 @@ pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
         tenant: ctx.tenant.clone(),
         // voxctl writes files whole: exact WAV sizes.
         wav_streaming_header: false,
+        cache_policy: 0,
     };
     let spoken = ctx
         .caller

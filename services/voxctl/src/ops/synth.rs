@@ -127,6 +127,7 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
         tenant: job.tenant.clone(),
         // voxctl writes files whole: exact WAV sizes.
         wav_streaming_header: false,
+        cache_policy: 0,
     };
     let spoken = caller
         .speak(

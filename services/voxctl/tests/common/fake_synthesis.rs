@@ -260,6 +260,7 @@ impl Synthesis for Service {
                 http_status: 200,
                 ..Attempt::default()
             }],
+            cached_chunks: 0,
         }))
     }
 
