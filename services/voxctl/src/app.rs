@@ -90,6 +90,7 @@ pub fn batch_config(args: BatchArgs) -> BatchConfig {
     config.max_chars = args.max_chars as usize;
     config.priority = args.priority.to_pb();
     config.tenant = args.tenant;
+    config.cache_policy = args.cache_policy.to_pb();
     config.report = args.report;
     config.dry_run = args.dry_run;
     config.strict = args.strict;
@@ -203,6 +204,7 @@ async fn run_synth(args: SynthArgs, token: ClientToken) -> Result<(), OpError> {
         max_chars: args.max_chars as usize,
         priority: args.priority.to_pb(),
         tenant: args.tenant,
+        cache_policy: args.cache_policy.to_pb(),
         token,
         force: args.force,
         progress: progress_mode(args.progress, args.progress_interval),

@@ -1,6 +1,7 @@
 //! The command line (clap derive). Service addresses and the tokens also come from the
 //! environment (`VOXPOOL_SYNTHESIS`, `VOXPOOL_CATALOG`, `VOXPOOL_SCHEDULER`,
-//! `VOXPOOL_CLIENT_TOKEN`, `VOXPOOL_ADMIN_TOKEN`).
+//! `VOXPOOL_CLIENT_TOKEN`, `VOXPOOL_ADMIN_TOKEN`), and so does `--cache-policy`
+//! (`VOXPOOL_CACHE_POLICY`).
 
 use std::{path::PathBuf, time::Duration};
 
@@ -133,6 +134,9 @@ pub struct BatchArgs {
     /// Tenant the calls are for (fairness inside the class; at most 64 characters).
     #[arg(long, default_value = "", value_parser = tenant)]
     pub tenant: String,
+    /// How the calls use synthesis's audio cache.
+    #[arg(long, value_enum, env = "VOXPOOL_CACHE_POLICY", default_value_t = CachePolicyArg::Use)]
+    pub cache_policy: CachePolicyArg,
     /// Write a JSON report (every item: status, attempts, keys, error) to FILE.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -330,6 +334,9 @@ pub struct SynthArgs {
     /// Tenant the calls are for (at most 64 characters).
     #[arg(long, default_value = "", value_parser = tenant)]
     pub tenant: String,
+    /// How the calls use synthesis's audio cache.
+    #[arg(long, value_enum, env = "VOXPOOL_CACHE_POLICY", default_value_t = CachePolicyArg::Use)]
+    pub cache_policy: CachePolicyArg,
     /// How progress is shown on stderr while a text of several parts is spoken.
     #[arg(long, value_enum, default_value = "auto")]
     pub progress: ProgressArg,
@@ -387,6 +394,30 @@ impl PriorityArg {
             PriorityArg::Interactive => Priority::Interactive,
             PriorityArg::Standard => Priority::Standard,
             PriorityArg::Batch => Priority::Batch,
+        }
+    }
+}
+
+/// `--cache-policy`: how a call uses synthesis's audio cache (per text chunk). A pool whose
+/// config turns the cache off never uses it, whatever the call asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CachePolicyArg {
+    /// Serve chunks found in the cache; synthesize and store the others.
+    Use,
+    /// Synthesize every chunk anew and replace what the cache holds.
+    Refresh,
+    /// Neither read nor write the cache.
+    Bypass,
+}
+
+impl CachePolicyArg {
+    /// The wire value.
+    pub fn to_pb(self) -> voxpool_proto::synthesis::v1::CachePolicy {
+        use voxpool_proto::synthesis::v1::CachePolicy;
+        match self {
+            CachePolicyArg::Use => CachePolicy::Use,
+            CachePolicyArg::Refresh => CachePolicy::Refresh,
+            CachePolicyArg::Bypass => CachePolicy::Bypass,
         }
     }
 }

@@ -39,6 +39,8 @@ pub struct ItemContext {
     pub priority: voxpool_proto::scheduler::v1::Priority,
     /// Tenant of every call.
     pub tenant: String,
+    /// How every call uses the audio cache.
+    pub cache_policy: voxpool_proto::synthesis::v1::CachePolicy,
     /// Counters.
     pub stats: Arc<Stats>,
 }
@@ -66,7 +68,7 @@ pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
         tenant: ctx.tenant.clone(),
         // voxctl writes files whole: exact WAV sizes.
         wav_streaming_header: false,
-        cache_policy: 0,
+        cache_policy: ctx.cache_policy as i32,
     };
     let spoken = ctx
         .caller

@@ -131,6 +131,7 @@ pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome
         max_chars: crate::call::PartLimit::new(config.max_chars),
         priority: config.priority,
         tenant: config.tenant.clone(),
+        cache_policy: config.cache_policy,
         stats: Arc::clone(&stats),
     });
     let run_started = Instant::now();

@@ -91,3 +91,47 @@ fn the_client_token_is_taken_after_any_subcommand() {
         assert_eq!(cli.token.as_deref(), Some("t-0123456789abcdef"), "{args:?}");
     }
 }
+
+#[test]
+fn the_cache_policy_defaults_to_use_and_takes_the_three_policies() {
+    let batch = |extra: &[&str]| {
+        let mut args = vec!["voxctl", "batch", "m.jsonl", "--out", "d"];
+        args.extend_from_slice(extra);
+        match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Batch(b)) => Ok(b.cache_policy),
+            Ok(_) => panic!("not batch"),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    // Unset in the test environment: what a run without the flag sends.
+    if std::env::var_os("VOXPOOL_CACHE_POLICY").is_none() {
+        assert_eq!(batch(&[]), Ok(CachePolicyArg::Use));
+    }
+    for (raw, policy) in [
+        ("use", CachePolicyArg::Use),
+        ("refresh", CachePolicyArg::Refresh),
+        ("bypass", CachePolicyArg::Bypass),
+    ] {
+        assert_eq!(batch(&["--cache-policy", raw]), Ok(policy));
+    }
+    let err = batch(&["--cache-policy", "sometimes"]).expect_err("refused");
+    assert!(err.contains("--cache-policy"), "{err}");
+    use voxpool_proto::synthesis::v1::CachePolicy;
+    assert_eq!(CachePolicyArg::Refresh.to_pb(), CachePolicy::Refresh);
+    let synth = Cli::try_parse_from([
+        "voxctl",
+        "synth",
+        "hi",
+        "-o",
+        "x.wav",
+        "--pack",
+        "a",
+        "--cache-policy",
+        "bypass",
+    ])
+    .expect("parse");
+    let Command::Synth(s) = synth.command else {
+        panic!("not synth");
+    };
+    assert_eq!(s.cache_policy.to_pb(), CachePolicy::Bypass);
+}

@@ -37,6 +37,8 @@ pub struct Call {
     pub at: Instant,
     /// Calls the server has seen before this one (all items).
     pub seen_before: u64,
+    /// `cache_policy` of the request, as sent (0 = unspecified).
+    pub cache_policy: i32,
 }
 
 /// The script's answer: wait `latency`, then answer with audio or the error.
@@ -229,6 +231,7 @@ impl Synthesis for Service {
                 nth_for_item: *n,
                 at: Instant::now(),
                 seen_before: books.total,
+                cache_policy: request.cache_policy,
             };
             books.total += 1;
             books.log.push(call.clone());
