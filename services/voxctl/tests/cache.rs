@@ -6,7 +6,10 @@ mod common;
 
 use std::{path::Path, process::Stdio};
 
-use common::{fake_synthesis::FakeSynthesis, items, write_manifest};
+use common::{
+    fake_synthesis::{FakeSynthesis, Reply},
+    items, write_manifest,
+};
 use tokio::process::Command;
 use voxpool_proto::synthesis::v1::CachePolicy;
 
@@ -119,4 +122,48 @@ async fn the_cache_policy_flag_and_variable_reach_the_server_and_use_is_the_defa
     let (code, _, stderr) = run(synth).await;
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(policies(&server), [CachePolicy::Bypass as i32]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_and_synth_print_how_many_chunks_the_cache_served() {
+    let server = FakeSynthesis::start(|_| Reply::ok().cached(1, 2)).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = write_manifest(dir.path(), "m.jsonl", &items(4));
+    let (code, _, stderr) = run(batch(
+        &manifest,
+        &dir.path().join("out"),
+        &server.url(),
+        &[],
+    ))
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l == "voxctl: cache: 4 of 8 chunks served from the cache (50%)"),
+        "{stderr}"
+    );
+
+    let out = dir.path().join("one.wav");
+    let (code, _, stderr) = run(voxctl(&[
+        "synth",
+        "First sentence here. Second sentence here.",
+        "--pack",
+        "vp_test",
+        "-o",
+        out.to_str().expect("utf-8 path"),
+        "--synthesis",
+        &server.url(),
+        "--max-chars",
+        "25",
+    ]))
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("voxctl: wrote ")
+            && last.contains("2 part(s)")
+            && last.ends_with("; cache: 2 of 4 chunks served from the cache (50%)"),
+        "the final line adds up both parts: {stderr}"
+    );
 }

@@ -78,6 +78,8 @@ pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
         calls: spoken.calls,
         keys: spoken.keys,
         parts: spoken.parts,
+        chunks: spoken.chunks,
+        cached_chunks: spoken.cached_chunks,
     };
     let failure = spoken
         .error
@@ -100,6 +102,8 @@ pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
         file: None,
         parts: progress.parts,
         chars: item.chars(),
+        chunks: progress.chunks,
+        cached_chunks: progress.cached_chunks,
     };
     let record = match written {
         Ok(bytes) => Record::Done(DoneRecord {
@@ -111,6 +115,8 @@ pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
             keys: progress.keys,
             parts: progress.parts,
             chars: item.chars(),
+            chunks: progress.chunks,
+            cached_chunks: progress.cached_chunks,
         }),
         Err((code, error)) => {
             report.status = Status::Failed;
@@ -155,6 +161,8 @@ struct Progress {
     calls: u32,
     keys: Vec<String>,
     parts: usize,
+    chunks: u64,
+    cached_chunks: u64,
 }
 
 fn describe(error: &CallError, part: usize, parts: usize) -> (String, String) {

@@ -150,6 +150,7 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
         };
         return Err(OpError::failed(format!("Synthesize{at}: {error}")));
     }
+    let cache = crate::report::cache_line(spoken.cached_chunks, spoken.chunks);
     let (audio, keys, calls, parts) = (spoken.audio, spoken.keys, spoken.calls, spoken.parts);
     let bytes = join(job.format, audio).map_err(|e| OpError::failed(e.to_string()))?;
     let dir = match job.out.parent() {
@@ -165,7 +166,7 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
     output::write_atomic(dir, &name, &bytes)
         .map_err(|e| OpError::failed(format!("cannot write {}: {e}", job.out.display())))?;
     crate::say!(
-        "voxctl: wrote {} ({} bytes, {} part(s)) via {} in {calls} call(s)",
+        "voxctl: wrote {} ({} bytes, {} part(s)) via {} in {calls} call(s); {cache}",
         job.out.display(),
         bytes.len(),
         parts,

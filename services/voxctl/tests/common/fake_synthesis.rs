@@ -41,10 +41,14 @@ pub struct Call {
     pub cache_policy: i32,
 }
 
-/// The script's answer: wait `latency`, then answer with audio or the error.
+/// The script's answer: wait `latency`, then answer with audio or the error. The audio is
+/// said to come from `chunks` text chunks, `cached` of them served from the cache (one
+/// SUCCESS attempt per other chunk, as synthesis lists them).
 pub struct Reply {
     pub latency: Duration,
     pub result: Result<(), Status>,
+    pub cached: i32,
+    pub chunks: i32,
 }
 
 impl Reply {
@@ -52,16 +56,24 @@ impl Reply {
         Self {
             latency: Duration::ZERO,
             result: Ok(()),
+            cached: 0,
+            chunks: 1,
         }
     }
     pub fn err(status: Status) -> Self {
         Self {
-            latency: Duration::ZERO,
             result: Err(status),
+            ..Self::ok()
         }
     }
     pub fn after(mut self, latency: Duration) -> Self {
         self.latency = latency;
+        self
+    }
+    /// `cached` of the response's `chunks` text chunks came from the cache.
+    pub fn cached(mut self, cached: i32, chunks: i32) -> Self {
+        assert!((0..=chunks).contains(&cached) && chunks >= 1);
+        (self.cached, self.chunks) = (cached, chunks);
         self
     }
 }
@@ -252,18 +264,22 @@ impl Synthesis for Service {
             .entry(item)
             .or_default() += 1;
         self.0.successes.send_modify(|n| *n += 1);
+        let spoken = (reply.chunks - reply.cached) as usize;
         Ok(Response::new(SynthesizeResponse {
             audio: wav_for(&request.text),
             format: request.format,
             sample_rate_hz: 16_000,
-            key_id: "fake/k1".into(),
-            attempts: vec![Attempt {
-                key_id: "fake/k1".into(),
-                outcome: 1,
-                http_status: 200,
-                ..Attempt::default()
-            }],
-            cached_chunks: 0,
+            key_id: if spoken > 0 { "fake/k1" } else { "" }.into(),
+            attempts: vec![
+                Attempt {
+                    key_id: "fake/k1".into(),
+                    outcome: 1,
+                    http_status: 200,
+                    ..Attempt::default()
+                };
+                spoken
+            ],
+            cached_chunks: reply.cached,
         }))
     }
 
