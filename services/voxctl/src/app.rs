@@ -7,10 +7,14 @@ use voxpool_runtime::auth::ClientToken;
 use crate::{
     batch::{self, BatchConfig},
     breaker::BreakerConfig,
-    cli::{BatchArgs, Cli, Command, PacksArgs, PacksCommand, PoolCommand, ProgressArg, SynthArgs},
+    cli::{
+        BatchArgs, CacheArgs, CacheCommand, Cli, Command, PacksArgs, PacksCommand, PoolCommand,
+        ProgressArg, SynthArgs,
+    },
     manifest::{self, Voice},
     ops::{
         OpError,
+        cache::{Cache, PurgeTarget, render_purge, render_stats},
         packs::{Catalog, NewPack, render_list, render_pack},
         pool,
         synth::{SynthJob, synth},
@@ -52,6 +56,7 @@ pub async fn run(cli: Cli) -> u8 {
         }
         Command::Packs(args) => run_packs(args).await,
         Command::Synth(args) => run_synth(args, token).await,
+        Command::Cache(args) => run_cache(args).await,
     };
     match result {
         Ok(()) => 0,
@@ -168,6 +173,22 @@ async fn run_packs(args: PacksArgs) -> Result<(), OpError> {
                 pack.id,
                 pack.version
             );
+        }
+    }
+    Ok(())
+}
+
+async fn run_cache(args: CacheArgs) -> Result<(), OpError> {
+    let mut cache = Cache::new(&args.synthesis, args.admin_token.as_deref())?;
+    match args.command {
+        CacheCommand::Stats => crate::show!("{}", render_stats(&cache.stats().await?)),
+        CacheCommand::Purge {
+            pack,
+            snapshot_digest,
+        } => {
+            let target = PurgeTarget::new(pack, snapshot_digest)?;
+            let purged = cache.purge(&target).await?;
+            crate::say!("voxctl: {}", render_purge(&purged, &target));
         }
     }
     Ok(())

@@ -135,3 +135,68 @@ fn the_cache_policy_defaults_to_use_and_takes_the_three_policies() {
     };
     assert_eq!(s.cache_policy.to_pb(), CachePolicy::Bypass);
 }
+
+#[test]
+fn cache_purge_needs_a_pack_or_a_well_formed_snapshot_digest() {
+    let purge = |extra: &[&str]| {
+        let mut args = vec!["voxctl", "cache", "purge"];
+        args.extend_from_slice(extra);
+        match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Cache(CacheArgs {
+                command:
+                    CacheCommand::Purge {
+                        pack,
+                        snapshot_digest,
+                    },
+                ..
+            })) => Ok((pack, snapshot_digest)),
+            Ok(_) => panic!("not cache purge"),
+            Err(e) => Err((e.exit_code(), e.to_string())),
+        }
+    };
+    let (code, err) = purge(&[]).expect_err("neither flag");
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--pack") && err.contains("--snapshot-digest"),
+        "{err}"
+    );
+    let hex = "AB".repeat(32);
+    assert_eq!(
+        purge(&[
+            "--pack",
+            "vp_1",
+            "--snapshot-digest",
+            &format!("sha256:{hex}")
+        ]),
+        Ok((
+            Some("vp_1".to_owned()),
+            Some(format!("sha256:{}", "ab".repeat(32)))
+        ))
+    );
+    for bad in [
+        &["--snapshot-digest", "sha256:abc"][..],
+        &["--snapshot-digest", &"a".repeat(64)],
+        &["--pack", " "],
+    ] {
+        let (code, err) = purge(bad).expect_err("refused");
+        assert_eq!(code, 2, "{bad:?}");
+        assert!(err.contains(bad[0]), "{bad:?}: {err}");
+    }
+    let stats = Cli::try_parse_from([
+        "voxctl",
+        "cache",
+        "stats",
+        "--synthesis",
+        "http://h:1",
+        "--admin-token",
+        "t",
+    ])
+    .expect("parse");
+    let Command::Cache(c) = stats.command else {
+        panic!("not cache");
+    };
+    assert_eq!(
+        (c.synthesis.as_str(), c.admin_token.as_deref()),
+        ("http://h:1", Some("t"))
+    );
+}
