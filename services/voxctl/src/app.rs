@@ -7,10 +7,14 @@ use voxpool_runtime::auth::ClientToken;
 use crate::{
     batch::{self, BatchConfig},
     breaker::BreakerConfig,
-    cli::{BatchArgs, Cli, Command, PacksArgs, PacksCommand, PoolCommand, ProgressArg, SynthArgs},
+    cli::{
+        BatchArgs, CacheArgs, CacheCommand, Cli, Command, PacksArgs, PacksCommand, PoolCommand,
+        ProgressArg, SynthArgs,
+    },
     manifest::{self, Voice},
     ops::{
         OpError,
+        cache::{Cache, PurgeTarget, render_purge, render_stats},
         packs::{Catalog, NewPack, render_list, render_pack},
         pool,
         synth::{SynthJob, synth},
@@ -52,6 +56,7 @@ pub async fn run(cli: Cli) -> u8 {
         }
         Command::Packs(args) => run_packs(args).await,
         Command::Synth(args) => run_synth(args, token).await,
+        Command::Cache(args) => run_cache(args).await,
     };
     match result {
         Ok(()) => 0,
@@ -90,6 +95,7 @@ pub fn batch_config(args: BatchArgs) -> BatchConfig {
     config.max_chars = args.max_chars as usize;
     config.priority = args.priority.to_pb();
     config.tenant = args.tenant;
+    config.cache_policy = args.cache_policy.to_pb();
     config.report = args.report;
     config.dry_run = args.dry_run;
     config.strict = args.strict;
@@ -172,6 +178,22 @@ async fn run_packs(args: PacksArgs) -> Result<(), OpError> {
     Ok(())
 }
 
+async fn run_cache(args: CacheArgs) -> Result<(), OpError> {
+    let mut cache = Cache::new(&args.synthesis, args.admin_token.as_deref())?;
+    match args.command {
+        CacheCommand::Stats => crate::show!("{}", render_stats(&cache.stats().await?)),
+        CacheCommand::Purge {
+            pack,
+            snapshot_digest,
+        } => {
+            let target = PurgeTarget::new(pack, snapshot_digest)?;
+            let purged = cache.purge(&target).await?;
+            crate::say!("voxctl: {}", render_purge(&purged, &target));
+        }
+    }
+    Ok(())
+}
+
 async fn run_synth(args: SynthArgs, token: ClientToken) -> Result<(), OpError> {
     let voice = match (&args.pack, &args.snapshot, &args.card) {
         (Some(pack), _, _) => Voice::PackId(pack.clone()),
@@ -203,6 +225,7 @@ async fn run_synth(args: SynthArgs, token: ClientToken) -> Result<(), OpError> {
         max_chars: args.max_chars as usize,
         priority: args.priority.to_pb(),
         tenant: args.tenant,
+        cache_policy: args.cache_policy.to_pb(),
         token,
         force: args.force,
         progress: progress_mode(args.progress, args.progress_interval),

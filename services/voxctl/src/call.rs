@@ -8,8 +8,9 @@ use std::{sync::Arc, time::Duration};
 
 use backon::Retryable as _;
 use governor::DefaultDirectRateLimiter;
-use voxpool_proto::synthesis::v1::{
-    SynthesizeRequest, SynthesizeResponse, synthesis_client::SynthesisClient,
+use voxpool_proto::{
+    scheduler::v1::Outcome,
+    synthesis::v1::{SynthesizeRequest, SynthesizeResponse, synthesis_client::SynthesisClient},
 };
 
 use crate::{
@@ -152,6 +153,21 @@ impl Caller {
     }
 }
 
+/// `(cached, chunks)` of one response: the text chunks synthesis split the request into, and
+/// how many of them its audio cache served. Synthesis reports only `cached_chunks`; every other
+/// chunk was spoken by exactly one vendor call that succeeded (`attempts[]` lists every vendor
+/// call, failed ones included, and a cached chunk makes none), so `chunks` is `cached_chunks`
+/// plus the SUCCESS attempts, and at least 1 (a response always holds a chunk's audio).
+pub fn chunks_of(response: &SynthesizeResponse) -> (u64, u64) {
+    let cached = u64::try_from(response.cached_chunks).unwrap_or(0);
+    let spoken = response
+        .attempts
+        .iter()
+        .filter(|a| a.outcome == Outcome::Success as i32)
+        .count() as u64;
+    (cached, (cached + spoken).max(1))
+}
+
 /// A text spoken in one or more parts: the audio of each part in text order, the keys that
 /// served them and the calls it took, or the error that stopped it (with the part it hit).
 #[derive(Debug, Default)]
@@ -164,6 +180,10 @@ pub struct Spoken {
     pub calls: u32,
     /// Parts the text was finally split into.
     pub parts: usize,
+    /// Text chunks of the parts that came back ([`chunks_of`], summed over the parts).
+    pub chunks: u64,
+    /// Of `chunks`, those served from the audio cache.
+    pub cached_chunks: u64,
     /// The failure that ended the text: the error, the 1-based part and the part count then.
     pub error: Option<(CallError, usize, usize)>,
 }
@@ -240,6 +260,15 @@ impl Caller {
                             spoken.keys.push(key.to_owned());
                         }
                     }
+                    let (cached, chunks) = chunks_of(&response);
+                    spoken.cached_chunks += cached;
+                    spoken.chunks += chunks;
+                    self.stats
+                        .cached_chunks
+                        .fetch_add(cached, std::sync::atomic::Ordering::Relaxed);
+                    self.stats
+                        .chunks
+                        .fetch_add(chunks, std::sync::atomic::Ordering::Relaxed);
                     audio_bytes += response.audio.len() as u64;
                     spoken_chars += part.chars().count();
                     spoken.audio.push(response.audio);
@@ -279,5 +308,47 @@ impl Caller {
             }
         }
         spoken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use voxpool_proto::synthesis::v1::Attempt;
+
+    use super::*;
+
+    fn attempt(outcome: Outcome) -> Attempt {
+        Attempt {
+            outcome: outcome as i32,
+            ..Attempt::default()
+        }
+    }
+
+    #[test]
+    fn a_responses_chunks_are_its_cached_ones_plus_its_successful_vendor_calls() {
+        let response = SynthesizeResponse {
+            cached_chunks: 2,
+            attempts: vec![
+                attempt(Outcome::RateLimited),
+                attempt(Outcome::Success),
+                attempt(Outcome::Success),
+            ],
+            ..SynthesizeResponse::default()
+        };
+        assert_eq!(
+            chunks_of(&response),
+            (2, 4),
+            "a failed-over call is no chunk"
+        );
+        let all_cached = SynthesizeResponse {
+            cached_chunks: 3,
+            ..SynthesizeResponse::default()
+        };
+        assert_eq!(chunks_of(&all_cached), (3, 3));
+        assert_eq!(
+            chunks_of(&SynthesizeResponse::default()),
+            (0, 1),
+            "a response without attempts still holds one chunk's audio"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! The command line (clap derive). Service addresses and the tokens also come from the
 //! environment (`VOXPOOL_SYNTHESIS`, `VOXPOOL_CATALOG`, `VOXPOOL_SCHEDULER`,
-//! `VOXPOOL_CLIENT_TOKEN`, `VOXPOOL_ADMIN_TOKEN`).
+//! `VOXPOOL_CLIENT_TOKEN`, `VOXPOOL_ADMIN_TOKEN`), and so does `--cache-policy`
+//! (`VOXPOOL_CACHE_POLICY`).
 
 use std::{path::PathBuf, time::Duration};
 
@@ -56,6 +57,8 @@ pub enum Command {
     Packs(PacksArgs),
     /// Synthesize one text into one file.
     Synth(SynthArgs),
+    /// Synthesis's audio cache (admin): what it holds, and purging a pack or snapshot.
+    Cache(CacheArgs),
 }
 
 /// How progress is shown.
@@ -133,6 +136,9 @@ pub struct BatchArgs {
     /// Tenant the calls are for (fairness inside the class; at most 64 characters).
     #[arg(long, default_value = "", value_parser = tenant)]
     pub tenant: String,
+    /// How the calls use synthesis's audio cache.
+    #[arg(long, value_enum, env = "VOXPOOL_CACHE_POLICY", default_value_t = CachePolicyArg::Use)]
+    pub cache_policy: CachePolicyArg,
     /// Write a JSON report (every item: status, attempts, keys, error) to FILE.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -288,6 +294,50 @@ pub struct CreatePackArgs {
     pub extra: Vec<String>,
 }
 
+/// `voxctl cache ...`.
+#[derive(Debug, Args)]
+pub struct CacheArgs {
+    /// Synthesis URL, a list `URL,URL,...`, or a DNS name of several replicas (one of them
+    /// answers: the entries are every replica's, the per-pool counts that replica's).
+    #[arg(long, global = true, env = "VOXPOOL_SYNTHESIS", default_value = DEFAULT_SYNTHESIS)]
+    pub synthesis: String,
+    /// Admin bearer token (every cache command needs it).
+    #[arg(
+        long = "admin-token",
+        env = "VOXPOOL_ADMIN_TOKEN",
+        hide_env_values = true,
+        global = true
+    )]
+    pub admin_token: Option<String>,
+    /// Cache subcommand.
+    #[command(subcommand)]
+    pub command: CacheCommand,
+}
+
+/// The cache subcommands.
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// Whether the cache is on, where it lives, what it holds, and per pool the hits, misses,
+    /// fills and savings the answering replica counted since it started.
+    Stats,
+    /// Delete the cache entries of a pack (every snapshot of it), of one snapshot digest, or
+    /// of that snapshot of that pack. At least one of --pack, --snapshot-digest.
+    #[command(group(
+        clap::ArgGroup::new("entries")
+            .required(true)
+            .multiple(true)
+            .args(["pack", "snapshot_digest"])
+    ))]
+    Purge {
+        /// The pack whose entries go.
+        #[arg(long, value_name = "PACK_ID", value_parser = non_empty)]
+        pack: Option<String>,
+        /// The snapshot whose entries go, `sha256:<64 hex digits>` (a snapshot's `digest`).
+        #[arg(long, value_name = "sha256:HEX", value_parser = snapshot_digest)]
+        snapshot_digest: Option<String>,
+    },
+}
+
 /// `voxctl synth`.
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("voice").required(true).args(["pack", "snapshot", "card"])))]
@@ -330,6 +380,9 @@ pub struct SynthArgs {
     /// Tenant the calls are for (at most 64 characters).
     #[arg(long, default_value = "", value_parser = tenant)]
     pub tenant: String,
+    /// How the calls use synthesis's audio cache.
+    #[arg(long, value_enum, env = "VOXPOOL_CACHE_POLICY", default_value_t = CachePolicyArg::Use)]
+    pub cache_policy: CachePolicyArg,
     /// How progress is shown on stderr while a text of several parts is spoken.
     #[arg(long, value_enum, default_value = "auto")]
     pub progress: ProgressArg,
@@ -357,6 +410,25 @@ fn tenant(raw: &str) -> Result<String, String> {
     voxpool_domain::contract::check_tenant(raw)
         .map(|()| raw.to_owned())
         .map_err(|p| p.to_string())
+}
+
+/// A value that is not blank.
+fn non_empty(raw: &str) -> Result<String, String> {
+    let value = raw.trim();
+    if value.is_empty() {
+        return Err("must not be empty".into());
+    }
+    Ok(value.to_owned())
+}
+
+/// `sha256:` and 64 hex digits, as a snapshot's digest is written (hex lowercased).
+fn snapshot_digest(raw: &str) -> Result<String, String> {
+    let hex = raw.trim().strip_prefix("sha256:").unwrap_or_default();
+    if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(format!("sha256:{}", hex.to_ascii_lowercase()))
+    } else {
+        Err("use sha256:<64 hex digits>, a snapshot's digest".into())
+    }
 }
 
 /// A share above 0 and at most 1.
@@ -387,6 +459,30 @@ impl PriorityArg {
             PriorityArg::Interactive => Priority::Interactive,
             PriorityArg::Standard => Priority::Standard,
             PriorityArg::Batch => Priority::Batch,
+        }
+    }
+}
+
+/// `--cache-policy`: how a call uses synthesis's audio cache (per text chunk). A pool whose
+/// config turns the cache off never uses it, whatever the call asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CachePolicyArg {
+    /// Serve chunks found in the cache; synthesize and store the others.
+    Use,
+    /// Synthesize every chunk anew and replace what the cache holds.
+    Refresh,
+    /// Neither read nor write the cache.
+    Bypass,
+}
+
+impl CachePolicyArg {
+    /// The wire value.
+    pub fn to_pb(self) -> voxpool_proto::synthesis::v1::CachePolicy {
+        use voxpool_proto::synthesis::v1::CachePolicy;
+        match self {
+            CachePolicyArg::Use => CachePolicy::Use,
+            CachePolicyArg::Refresh => CachePolicy::Refresh,
+            CachePolicyArg::Bypass => CachePolicy::Bypass,
         }
     }
 }

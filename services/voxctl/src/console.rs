@@ -53,6 +53,46 @@ pub fn pad(text: &str, columns: usize) -> String {
     padded
 }
 
+/// An aligned table: `header`, then one line per row, columns two spaces apart and padded to
+/// their widest cell in terminal columns ([`pad`]); no trailing spaces.
+pub fn table<R: AsRef<[String]>>(header: &[&str], rows: &[R]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| width(h)).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row.as_ref()) {
+            *w = (*w).max(width(cell));
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (cell, w) in cells.iter().zip(&widths) {
+            s.push_str(&pad(cell, *w));
+            s.push_str("  ");
+        }
+        s.trim_end().to_owned()
+    };
+    let mut out = vec![line(header.to_vec())];
+    out.extend(
+        rows.iter()
+            .map(|r| line(r.as_ref().iter().map(String::as_str).collect())),
+    );
+    out.join("\n")
+}
+
+/// `bytes` for people, in binary units: `512 B`, `1.5 KiB`, `54.2 MiB`, `1.0 GiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -61,5 +101,14 @@ mod tests {
         assert_eq!(super::pad("温柔", 6), "温柔  ");
         assert_eq!(super::pad("calm", 6), "calm  ");
         assert_eq!(super::pad("too long", 3), "too long");
+    }
+
+    #[test]
+    fn byte_counts_read_in_binary_units() {
+        assert_eq!(super::human_bytes(0), "0 B");
+        assert_eq!(super::human_bytes(1023), "1023 B");
+        assert_eq!(super::human_bytes(1536), "1.5 KiB");
+        assert_eq!(super::human_bytes(56_789_012), "54.2 MiB");
+        assert_eq!(super::human_bytes(1 << 30), "1.0 GiB");
     }
 }

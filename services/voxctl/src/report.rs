@@ -47,6 +47,11 @@ pub struct ItemReport {
     pub parts: usize,
     /// Characters of text.
     pub chars: usize,
+    /// Text chunks of the parts that came back, as synthesis split them (a resumed item: as
+    /// its earlier run recorded them; 0 from a checkpoint older than this count).
+    pub chunks: u64,
+    /// Of `chunks`, those served from synthesis's audio cache.
+    pub cached_chunks: u64,
 }
 
 /// Totals of a run.
@@ -77,6 +82,10 @@ pub struct Summary {
     pub calls: u64,
     /// Of `calls`, retries.
     pub retries: u64,
+    /// Text chunks of the responses this run received (items of earlier runs not included).
+    pub chunks: u64,
+    /// Of `chunks`, those served from synthesis's audio cache.
+    pub cached_chunks: u64,
     /// Times the circuit breaker opened.
     pub breaker_trips: u64,
     /// Whether a Ctrl-C stopped the run.
@@ -222,6 +231,12 @@ pub fn render(summary: &Summary) -> String {
             (false, false) => "",
         },
     ));
+    if summary.chunks > 0 {
+        lines.push(format!(
+            "voxctl: {}",
+            cache_line(summary.cached_chunks, summary.chunks)
+        ));
+    }
     for (title, top, (kinds, count), what) in [
         (
             "top errors of failed items",
@@ -251,6 +266,16 @@ pub fn render(summary: &Summary) -> String {
     lines.join("\n")
 }
 
+/// `cache: N of M chunks served from the cache (P%)`.
+pub fn cache_line(cached: u64, chunks: u64) -> String {
+    let share = if chunks > 0 {
+        cached as f64 * 100.0 / chunks as f64
+    } else {
+        0.0
+    };
+    format!("cache: {cached} of {chunks} chunks served from the cache ({share:.0}%)")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,6 +293,8 @@ mod tests {
             file: None,
             parts: 1,
             chars: 3,
+            chunks: 1,
+            cached_chunks: 0,
         }
     }
 
@@ -321,6 +348,32 @@ mod tests {
         assert!(
             text.contains("7 items: 2 ok") && text.contains("2 × UNAVAILABLE: down"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn the_summary_says_how_many_chunks_the_cache_served_only_when_chunks_came_back() {
+        let mut s = Summary {
+            items: 2,
+            ok: 2,
+            calls: 3,
+            chunks: 8,
+            cached_chunks: 6,
+            ..Summary::default()
+        };
+        let text = render(&s);
+        assert_eq!(
+            text.lines().nth(2),
+            Some("voxctl: cache: 6 of 8 chunks served from the cache (75%)"),
+            "{text}"
+        );
+        s.chunks = 0;
+        s.cached_chunks = 0;
+        assert!(!render(&s).contains("cache:"), "nothing came back this run");
+        let json = serde_json::to_value(item(Status::Ok, false, None)).expect("json");
+        assert_eq!(
+            (json["chunks"].as_u64(), json["cachedChunks"].as_u64()),
+            (Some(1), Some(0))
         );
     }
 }

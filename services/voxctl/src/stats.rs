@@ -26,6 +26,11 @@ pub struct Stats {
     pub calls: AtomicU64,
     /// Calls that were retries.
     pub retries: AtomicU64,
+    /// Text chunks of the responses that came back, as synthesis split them
+    /// ([`crate::call::chunks_of`]).
+    pub chunks: AtomicU64,
+    /// Of `chunks`, those served from synthesis's audio cache.
+    pub cached_chunks: AtomicU64,
 }
 
 /// A consistent-enough copy of [`Stats`] for display.
@@ -51,6 +56,10 @@ pub struct StatsView {
     pub calls: u64,
     /// See [`Stats::retries`].
     pub retries: u64,
+    /// See [`Stats::chunks`].
+    pub chunks: u64,
+    /// See [`Stats::cached_chunks`].
+    pub cached_chunks: u64,
 }
 
 impl Stats {
@@ -67,6 +76,8 @@ impl Stats {
             parts_spoken: self.parts_spoken.load(Relaxed),
             calls: self.calls.load(Relaxed),
             retries: self.retries.load(Relaxed),
+            chunks: self.chunks.load(Relaxed),
+            cached_chunks: self.cached_chunks.load(Relaxed),
         }
     }
 

@@ -635,3 +635,93 @@ async fn a_drain_request_before_the_start_leaves_every_item_not_started() {
     assert!(outcome.summary.interrupted);
     assert_eq!(server.total_calls(), 0);
 }
+
+#[tokio::test]
+async fn the_report_counts_the_chunks_the_cache_served_per_item_over_every_part_and_in_total() {
+    // Each call is said to hold 3 chunks: the first part of an item 2 from the cache, later
+    // parts 1.
+    let server = FakeSynthesis::start(|call| {
+        if call.request_id.contains("#1.") {
+            Reply::ok().cached(2, 3)
+        } else {
+            Reply::ok().cached(1, 3)
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let long: String = (0..6).map(|i| format!("Sentence {i} is here. ")).collect();
+    let list = [
+        ("short".to_owned(), "One part.".to_owned()),
+        ("long".to_owned(), long),
+    ];
+    let manifest = write_manifest(dir.path(), "m.jsonl", &list);
+    let out = dir.path().join("out");
+    let report = dir.path().join("report.json");
+    let mut c = config(&manifest, &out, &server.url());
+    c.max_chars = 60;
+    c.report = Some(report.clone());
+    let outcome = batch::run(c, Shutdown::new()).await.expect("run");
+
+    assert_eq!(outcome.exit_code, 0);
+    let long_calls = server.calls()["long"] as u64;
+    assert!(long_calls > 1, "the long item is split");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("json");
+    let item = |id: &str| {
+        doc["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .find(|i| i["id"] == id)
+            .cloned()
+            .expect("item")
+    };
+    assert_eq!(
+        (
+            item("short")["cachedChunks"].as_u64(),
+            item("short")["chunks"].as_u64()
+        ),
+        (Some(2), Some(3))
+    );
+    let long_cached = 2 + (long_calls - 1);
+    assert_eq!(
+        (
+            item("long")["cachedChunks"].as_u64(),
+            item("long")["chunks"].as_u64()
+        ),
+        (Some(long_cached), Some(3 * long_calls)),
+        "every part's count is added"
+    );
+    assert_eq!(
+        (
+            doc["summary"]["cachedChunks"].as_u64(),
+            doc["summary"]["chunks"].as_u64()
+        ),
+        (Some(2 + long_cached), Some(3 + 3 * long_calls))
+    );
+    let text = voxctl::report::render(&outcome.summary);
+    assert!(
+        text.contains(&format!(
+            "cache: {} of {} chunks served from the cache",
+            2 + long_cached,
+            3 + 3 * long_calls
+        )),
+        "{text}"
+    );
+
+    // A rerun makes no call: its items report what the first run recorded, its total is 0.
+    let outcome = batch::run(config(&manifest, &out, &server.url()), Shutdown::new())
+        .await
+        .expect("rerun");
+    let short = outcome
+        .items
+        .iter()
+        .find(|i| i.id.as_deref() == Some("short"))
+        .expect("short");
+    assert!(short.resumed);
+    assert_eq!((short.cached_chunks, short.chunks), (2, 3));
+    assert_eq!(
+        (outcome.summary.cached_chunks, outcome.summary.chunks),
+        (0, 0)
+    );
+}

@@ -50,6 +50,8 @@ pub struct BatchConfig {
     pub priority: voxpool_proto::scheduler::v1::Priority,
     /// Tenant of every call (empty = the shared tenant).
     pub tenant: String,
+    /// How every call uses synthesis's audio cache (USE by default).
+    pub cache_policy: voxpool_proto::synthesis::v1::CachePolicy,
     /// Where to write the JSON report.
     pub report: Option<PathBuf>,
     /// Validate the manifest only.
@@ -86,6 +88,7 @@ impl BatchConfig {
             max_chars: 20_000,
             priority: voxpool_proto::scheduler::v1::Priority::Batch,
             tenant: String::new(),
+            cache_policy: voxpool_proto::synthesis::v1::CachePolicy::Use,
             report: None,
             dry_run: false,
             strict: false,

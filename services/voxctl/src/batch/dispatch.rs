@@ -43,6 +43,8 @@ fn not_started(todo: &Todo) -> ItemReport {
         file: None,
         parts: 0,
         chars: todo.item.chars(),
+        chunks: 0,
+        cached_chunks: 0,
     }
 }
 

@@ -39,6 +39,8 @@ pub struct ItemContext {
     pub priority: voxpool_proto::scheduler::v1::Priority,
     /// Tenant of every call.
     pub tenant: String,
+    /// How every call uses the audio cache.
+    pub cache_policy: voxpool_proto::synthesis::v1::CachePolicy,
     /// Counters.
     pub stats: Arc<Stats>,
 }
@@ -66,7 +68,7 @@ pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
         tenant: ctx.tenant.clone(),
         // voxctl writes files whole: exact WAV sizes.
         wav_streaming_header: false,
-        cache_policy: 0,
+        cache_policy: ctx.cache_policy as i32,
     };
     let spoken = ctx
         .caller
@@ -76,6 +78,8 @@ pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
         calls: spoken.calls,
         keys: spoken.keys,
         parts: spoken.parts,
+        chunks: spoken.chunks,
+        cached_chunks: spoken.cached_chunks,
     };
     let failure = spoken
         .error
@@ -98,6 +102,8 @@ pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
         file: None,
         parts: progress.parts,
         chars: item.chars(),
+        chunks: progress.chunks,
+        cached_chunks: progress.cached_chunks,
     };
     let record = match written {
         Ok(bytes) => Record::Done(DoneRecord {
@@ -109,6 +115,8 @@ pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
             keys: progress.keys,
             parts: progress.parts,
             chars: item.chars(),
+            chunks: progress.chunks,
+            cached_chunks: progress.cached_chunks,
         }),
         Err((code, error)) => {
             report.status = Status::Failed;
@@ -153,6 +161,8 @@ struct Progress {
     calls: u32,
     keys: Vec<String>,
     parts: usize,
+    chunks: u64,
+    cached_chunks: u64,
 }
 
 fn describe(error: &CallError, part: usize, parts: usize) -> (String, String) {

@@ -131,6 +131,7 @@ pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome
         max_chars: crate::call::PartLimit::new(config.max_chars),
         priority: config.priority,
         tenant: config.tenant.clone(),
+        cache_policy: config.cache_policy,
         stats: Arc::clone(&stats),
     });
     let run_started = Instant::now();
@@ -173,6 +174,8 @@ pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome
     let mut summary = Summary {
         calls: view.calls,
         retries: view.retries,
+        chunks: view.chunks,
+        cached_chunks: view.cached_chunks,
         breaker_trips: breaker.trips(),
         interrupted: dispatched.interrupted,
         gave_up: dispatched.gave_up,
@@ -219,6 +222,8 @@ fn invalid_report(problem: &crate::manifest::Problem) -> ItemReport {
         file: None,
         parts: 0,
         chars: 0,
+        chunks: 0,
+        cached_chunks: 0,
     }
 }
 

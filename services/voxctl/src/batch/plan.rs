@@ -74,6 +74,8 @@ pub fn plan(
             file: None,
             parts: 0,
             chars: item.chars(),
+            chunks: 0,
+            cached_chunks: 0,
         };
         if let Some(done) = replayed.done.get(&item.id)
             && done.fp == fp
@@ -84,6 +86,8 @@ pub fn plan(
                 keys: done.keys.clone(),
                 file: Some(done.file.clone()),
                 parts: done.parts,
+                chunks: done.chunks,
+                cached_chunks: done.cached_chunks,
                 ..base(Status::Ok)
             });
             continue;
@@ -137,6 +141,8 @@ mod tests {
                 keys: vec!["u/k".into()],
                 parts: 1,
                 chars: 1,
+                chunks: 1,
+                cached_chunks: 1,
             },
         );
         r.failed.insert(
@@ -167,6 +173,12 @@ mod tests {
         assert_eq!(todo_ids(&p), ["n"]);
         assert_eq!(p.settled.len(), 2);
         assert!(p.settled.iter().all(|s| s.resumed));
+        let done = p.settled.iter().find(|s| s.id.as_deref() == Some("d"));
+        assert_eq!(
+            done.map(|d| (d.chunks, d.cached_chunks)),
+            Some((1, 1)),
+            "a resumed item reports the cache hits its run recorded"
+        );
         let p = plan(items, &r, dir.path(), Format::Wav, 0, true);
         assert_eq!(todo_ids(&p), ["f", "n"]);
     }

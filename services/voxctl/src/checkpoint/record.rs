@@ -34,6 +34,12 @@ pub struct DoneRecord {
     pub parts: usize,
     /// Characters of text.
     pub chars: usize,
+    /// Text chunks synthesis split the parts into (0 in records written before it was kept).
+    #[serde(default)]
+    pub chunks: u64,
+    /// Of `chunks`, those served from the audio cache.
+    #[serde(default)]
+    pub cached_chunks: u64,
 }
 
 /// An item that failed for good in some run.

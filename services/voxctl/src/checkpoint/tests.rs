@@ -18,6 +18,8 @@ fn done(id: &str) -> Record {
         keys: vec!["u/k".into()],
         parts: 1,
         chars: 5,
+        chunks: 1,
+        cached_chunks: 0,
     })
 }
 

@@ -91,3 +91,112 @@ fn the_client_token_is_taken_after_any_subcommand() {
         assert_eq!(cli.token.as_deref(), Some("t-0123456789abcdef"), "{args:?}");
     }
 }
+
+#[test]
+fn the_cache_policy_defaults_to_use_and_takes_the_three_policies() {
+    let batch = |extra: &[&str]| {
+        let mut args = vec!["voxctl", "batch", "m.jsonl", "--out", "d"];
+        args.extend_from_slice(extra);
+        match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Batch(b)) => Ok(b.cache_policy),
+            Ok(_) => panic!("not batch"),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    // Unset in the test environment: what a run without the flag sends.
+    if std::env::var_os("VOXPOOL_CACHE_POLICY").is_none() {
+        assert_eq!(batch(&[]), Ok(CachePolicyArg::Use));
+    }
+    for (raw, policy) in [
+        ("use", CachePolicyArg::Use),
+        ("refresh", CachePolicyArg::Refresh),
+        ("bypass", CachePolicyArg::Bypass),
+    ] {
+        assert_eq!(batch(&["--cache-policy", raw]), Ok(policy));
+    }
+    let err = batch(&["--cache-policy", "sometimes"]).expect_err("refused");
+    assert!(err.contains("--cache-policy"), "{err}");
+    use voxpool_proto::synthesis::v1::CachePolicy;
+    assert_eq!(CachePolicyArg::Refresh.to_pb(), CachePolicy::Refresh);
+    let synth = Cli::try_parse_from([
+        "voxctl",
+        "synth",
+        "hi",
+        "-o",
+        "x.wav",
+        "--pack",
+        "a",
+        "--cache-policy",
+        "bypass",
+    ])
+    .expect("parse");
+    let Command::Synth(s) = synth.command else {
+        panic!("not synth");
+    };
+    assert_eq!(s.cache_policy.to_pb(), CachePolicy::Bypass);
+}
+
+#[test]
+fn cache_purge_needs_a_pack_or_a_well_formed_snapshot_digest() {
+    let purge = |extra: &[&str]| {
+        let mut args = vec!["voxctl", "cache", "purge"];
+        args.extend_from_slice(extra);
+        match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Cache(CacheArgs {
+                command:
+                    CacheCommand::Purge {
+                        pack,
+                        snapshot_digest,
+                    },
+                ..
+            })) => Ok((pack, snapshot_digest)),
+            Ok(_) => panic!("not cache purge"),
+            Err(e) => Err((e.exit_code(), e.to_string())),
+        }
+    };
+    let (code, err) = purge(&[]).expect_err("neither flag");
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--pack") && err.contains("--snapshot-digest"),
+        "{err}"
+    );
+    let hex = "AB".repeat(32);
+    assert_eq!(
+        purge(&[
+            "--pack",
+            "vp_1",
+            "--snapshot-digest",
+            &format!("sha256:{hex}")
+        ]),
+        Ok((
+            Some("vp_1".to_owned()),
+            Some(format!("sha256:{}", "ab".repeat(32)))
+        ))
+    );
+    for bad in [
+        &["--snapshot-digest", "sha256:abc"][..],
+        &["--snapshot-digest", &"a".repeat(64)],
+        &["--pack", " "],
+    ] {
+        let (code, err) = purge(bad).expect_err("refused");
+        assert_eq!(code, 2, "{bad:?}");
+        assert!(err.contains(bad[0]), "{bad:?}: {err}");
+    }
+    let stats = Cli::try_parse_from([
+        "voxctl",
+        "cache",
+        "stats",
+        "--synthesis",
+        "http://h:1",
+        "--admin-token",
+        "t",
+    ])
+    .expect("parse");
+    let Command::Cache(c) = stats.command else {
+        panic!("not cache");
+    };
+    assert_eq!(
+        (c.synthesis.as_str(), c.admin_token.as_deref()),
+        ("http://h:1", Some("t"))
+    );
+}

@@ -1,5 +1,6 @@
-//! Operator commands: pool status, voice packs, one-off synthesis.
+//! Operator commands: pool status, voice packs, one-off synthesis, the audio cache.
 
+pub mod cache;
 pub mod packs;
 pub mod pool;
 pub mod synth;
@@ -35,17 +36,22 @@ impl OpError {
     /// http://127.0.0.1:50052`), which the message names so the operator knows which URL
     /// failed.
     pub fn status(what: &str, service: &str, status: &tonic::Status) -> Self {
+        const ADMIN: &str = "voxctl sends the admin token from --admin-token or VOXPOOL_ADMIN_TOKEN; make run uses dev-admin-token-local";
         let hint = match status.code() {
             tonic::Code::Unauthenticated if status.message().contains("client token") => {
-                " (voxctl sends the client token from --token or VOXPOOL_CLIENT_TOKEN; make run's is dev-client-token-voxctl)"
+                " (voxctl sends the client token from --token or VOXPOOL_CLIENT_TOKEN; make run's is dev-client-token-voxctl)".to_owned()
             }
-            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => {
-                " (voxctl sends the admin token from --admin-token or VOXPOOL_ADMIN_TOKEN; make run uses dev-admin-token-local)"
+            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => format!(" ({ADMIN})"),
+            // The server has no admin token of its own (voxpool_runtime::auth::AdminAuth).
+            tonic::Code::FailedPrecondition
+                if status.message().contains("admin RPCs are disabled") =>
+            {
+                format!(" (the server needs its own admin token before it answers admin RPCs; {ADMIN})")
             }
             _ if std::error::Error::source(status).is_some() => {
-                " (the service did not answer: check the URL flag and that it runs)"
+                " (the service did not answer: check the URL flag and that it runs)".to_owned()
             }
-            _ => "",
+            _ => String::new(),
         };
         Self::failed(format!(
             "{what} ({service}): {}: {}{hint}",
@@ -96,5 +102,25 @@ mod tests {
             "{}",
             admin.message
         );
+        let server_without_token = OpError::status(
+            "PurgeCache",
+            "synthesis at http://127.0.0.1:50053",
+            &tonic::Status::failed_precondition(
+                "admin RPCs are disabled on this server: start it with VOXPOOL_ADMIN_TOKEN set or --admin-token-file FILE",
+            ),
+        );
+        assert!(
+            server_without_token.message.contains(
+                "--admin-token or VOXPOOL_ADMIN_TOKEN; make run uses dev-admin-token-local"
+            ),
+            "{}",
+            server_without_token.message
+        );
+        let other = OpError::status(
+            "Synthesize",
+            "synthesis at http://127.0.0.1:50053",
+            &tonic::Status::failed_precondition("pack vp_1 is disabled"),
+        );
+        assert!(!other.message.contains("admin"), "{}", other.message);
     }
 }

@@ -219,26 +219,7 @@ pub fn render_list(packs: &[VoicePack]) -> String {
         "ENABLED",
         "VERSION",
     ];
-    let mut widths: Vec<usize> = header.iter().map(|h| crate::console::width(h)).collect();
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(crate::console::width(cell));
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (cell, w) in cells.iter().zip(&widths) {
-            s.push_str(&crate::console::pad(cell, *w));
-            s.push_str("  ");
-        }
-        s.trim_end().to_owned()
-    };
-    let mut out = vec![line(header.to_vec())];
-    out.extend(
-        rows.iter()
-            .map(|r| line(r.iter().map(String::as_str).collect())),
-    );
-    out.join("\n")
+    crate::console::table(&header, &rows)
 }
 
 /// Every field of one pack, `name: value` per line.

@@ -53,6 +53,8 @@ pub struct SynthJob {
     pub priority: voxpool_proto::scheduler::v1::Priority,
     /// Tenant of the calls.
     pub tenant: String,
+    /// How the calls use the audio cache.
+    pub cache_policy: voxpool_proto::synthesis::v1::CachePolicy,
     /// Client token sent with every call (`--token`).
     pub token: voxpool_runtime::auth::ClientToken,
     /// Write audio past [`MEMORY_BUDGET`] (the format's own limit still holds).
@@ -127,7 +129,7 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
         tenant: job.tenant.clone(),
         // voxctl writes files whole: exact WAV sizes.
         wav_streaming_header: false,
-        cache_policy: 0,
+        cache_policy: job.cache_policy as i32,
     };
     let spoken = caller
         .speak(
@@ -148,6 +150,7 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
         };
         return Err(OpError::failed(format!("Synthesize{at}: {error}")));
     }
+    let cache = crate::report::cache_line(spoken.cached_chunks, spoken.chunks);
     let (audio, keys, calls, parts) = (spoken.audio, spoken.keys, spoken.calls, spoken.parts);
     let bytes = join(job.format, audio).map_err(|e| OpError::failed(e.to_string()))?;
     let dir = match job.out.parent() {
@@ -163,7 +166,7 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
     output::write_atomic(dir, &name, &bytes)
         .map_err(|e| OpError::failed(format!("cannot write {}: {e}", job.out.display())))?;
     crate::say!(
-        "voxctl: wrote {} ({} bytes, {} part(s)) via {} in {calls} call(s)",
+        "voxctl: wrote {} ({} bytes, {} part(s)) via {} in {calls} call(s); {cache}",
         job.out.display(),
         bytes.len(),
         parts,

@@ -2,6 +2,10 @@
 //! on 127.0.0.1:0 whose answers a test scripts per call, and which counts calls and successes
 //! per item id (the part of `request_id` before `#`).
 //!
+//! It also answers `SynthesisAdmin` ([`Admin`]): the bearer token is checked as the real
+//! services check it (`voxpool_runtime::auth::AdminAuth`), the stats are scripted, and every
+//! purge request is recorded.
+//!
 //! Audio: a 16-bit mono 16 kHz WAV holding one sample per character of the request text (the
 //! character's code point, truncated to i16), so a joined file proves order and completeness.
 #![allow(dead_code)]
@@ -18,9 +22,36 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use voxpool_proto::synthesis::v1::{
-    Attempt, AudioChunk, SynthesizeRequest, SynthesizeResponse,
+    Attempt, AudioChunk, CacheStats, GetCacheStatsRequest, PurgeCacheRequest, PurgeCacheResponse,
+    SynthesizeRequest, SynthesizeResponse,
+    synthesis_admin_server::{SynthesisAdmin, SynthesisAdminServer},
     synthesis_server::{Synthesis, SynthesisServer},
 };
+
+/// The admin token the fake accepts unless told otherwise ([`Admin::token`]).
+pub const ADMIN_TOKEN: &str = "fake-admin-token-0123456789abcdef";
+
+/// What the fake's `SynthesisAdmin` answers.
+#[derive(Clone, Debug)]
+pub struct Admin {
+    /// The token it accepts; `None` answers FAILED_PRECONDITION, as a server started without
+    /// an admin token does.
+    pub token: Option<String>,
+    /// `GetCacheStats`'s answer.
+    pub stats: CacheStats,
+    /// `PurgeCache`'s answer.
+    pub purged: PurgeCacheResponse,
+}
+
+impl Default for Admin {
+    fn default() -> Self {
+        Self {
+            token: Some(ADMIN_TOKEN.to_owned()),
+            stats: CacheStats::default(),
+            purged: PurgeCacheResponse::default(),
+        }
+    }
+}
 
 /// What the script sees of a call.
 #[derive(Clone, Debug)]
@@ -37,12 +68,18 @@ pub struct Call {
     pub at: Instant,
     /// Calls the server has seen before this one (all items).
     pub seen_before: u64,
+    /// `cache_policy` of the request, as sent (0 = unspecified).
+    pub cache_policy: i32,
 }
 
-/// The script's answer: wait `latency`, then answer with audio or the error.
+/// The script's answer: wait `latency`, then answer with audio or the error. The audio is
+/// said to come from `chunks` text chunks, `cached` of them served from the cache (one
+/// SUCCESS attempt per other chunk, as synthesis lists them).
 pub struct Reply {
     pub latency: Duration,
     pub result: Result<(), Status>,
+    pub cached: i32,
+    pub chunks: i32,
 }
 
 impl Reply {
@@ -50,16 +87,24 @@ impl Reply {
         Self {
             latency: Duration::ZERO,
             result: Ok(()),
+            cached: 0,
+            chunks: 1,
         }
     }
     pub fn err(status: Status) -> Self {
         Self {
-            latency: Duration::ZERO,
             result: Err(status),
+            ..Self::ok()
         }
     }
     pub fn after(mut self, latency: Duration) -> Self {
         self.latency = latency;
+        self
+    }
+    /// `cached` of the response's `chunks` text chunks came from the cache.
+    pub fn cached(mut self, cached: i32, chunks: i32) -> Self {
+        assert!((0..=chunks).contains(&cached) && chunks >= 1);
+        (self.cached, self.chunks) = (cached, chunks);
         self
     }
 }
@@ -79,6 +124,9 @@ struct Inner {
     books: Mutex<Books>,
     successes: watch::Sender<u64>,
     arrivals: watch::Sender<u64>,
+    admin: Mutex<Admin>,
+    /// Purge requests that passed the token check, in arrival order.
+    purges: Mutex<Vec<PurgeCacheRequest>>,
 }
 
 /// A running fake server; stops when dropped.
@@ -103,14 +151,18 @@ impl FakeSynthesis {
             books: Mutex::new(Books::default()),
             successes: watch::channel(0).0,
             arrivals: watch::channel(0).0,
+            admin: Mutex::new(Admin::default()),
+            purges: Mutex::new(Vec::new()),
         });
         let stop = CancellationToken::new();
         let service =
             SynthesisServer::new(Service(Arc::clone(&inner))).max_decoding_message_size(64 << 20);
+        let admin = SynthesisAdminServer::new(Service(Arc::clone(&inner)));
         let token = stop.clone();
         tokio::spawn(async move {
             tonic::transport::Server::builder()
                 .add_service(service)
+                .add_service(admin)
                 .serve_with_incoming_shutdown(
                     tokio_stream::wrappers::TcpListenerStream::new(listener),
                     token.cancelled(),
@@ -133,6 +185,16 @@ impl FakeSynthesis {
     /// Replaces the script.
     pub fn set_script(&self, script: impl Fn(&Call) -> Reply + Send + Sync + 'static) {
         *self.inner.script.lock().expect("script lock") = Arc::new(script);
+    }
+
+    /// Replaces what `SynthesisAdmin` answers.
+    pub fn set_admin(&self, admin: Admin) {
+        *self.inner.admin.lock().expect("admin lock") = admin;
+    }
+
+    /// The purge requests that passed the token check so far.
+    pub fn purges(&self) -> Vec<PurgeCacheRequest> {
+        self.inner.purges.lock().expect("purges").clone()
     }
 
     /// Calls per item id so far.
@@ -229,6 +291,7 @@ impl Synthesis for Service {
                 nth_for_item: *n,
                 at: Instant::now(),
                 seen_before: books.total,
+                cache_policy: request.cache_policy,
             };
             books.total += 1;
             books.log.push(call.clone());
@@ -249,18 +312,22 @@ impl Synthesis for Service {
             .entry(item)
             .or_default() += 1;
         self.0.successes.send_modify(|n| *n += 1);
+        let spoken = (reply.chunks - reply.cached) as usize;
         Ok(Response::new(SynthesizeResponse {
             audio: wav_for(&request.text),
             format: request.format,
             sample_rate_hz: 16_000,
-            key_id: "fake/k1".into(),
-            attempts: vec![Attempt {
-                key_id: "fake/k1".into(),
-                outcome: 1,
-                http_status: 200,
-                ..Attempt::default()
-            }],
-            cached_chunks: 0,
+            key_id: if spoken > 0 { "fake/k1" } else { "" }.into(),
+            attempts: vec![
+                Attempt {
+                    key_id: "fake/k1".into(),
+                    outcome: 1,
+                    http_status: 200,
+                    ..Attempt::default()
+                };
+                spoken
+            ],
+            cached_chunks: reply.cached,
         }))
     }
 
@@ -278,5 +345,43 @@ impl Synthesis for Service {
         _: Request<voxpool_proto::synthesis::v1::ListPoolsRequest>,
     ) -> Result<Response<voxpool_proto::synthesis::v1::ListPoolsResponse>, Status> {
         Err(Status::unimplemented("the fake answers Synthesize only"))
+    }
+}
+
+impl Service {
+    /// The admin token check of the real services, against [`Admin::token`].
+    fn authorize(&self, metadata: &tonic::metadata::MetadataMap) -> Result<Admin, Status> {
+        let admin = self.0.admin.lock().expect("admin").clone();
+        let auth = match &admin.token {
+            Some(token) => voxpool_runtime::auth::AdminAuth::with_token(
+                voxpool_domain::secret::Secret::new(token.clone()),
+            ),
+            None => voxpool_runtime::auth::AdminAuth::disabled(),
+        };
+        auth.authorize(metadata)?;
+        Ok(admin)
+    }
+}
+
+#[tonic::async_trait]
+impl SynthesisAdmin for Service {
+    async fn purge_cache(
+        &self,
+        request: Request<PurgeCacheRequest>,
+    ) -> Result<Response<PurgeCacheResponse>, Status> {
+        let admin = self.authorize(request.metadata())?;
+        self.0
+            .purges
+            .lock()
+            .expect("purges")
+            .push(request.into_inner());
+        Ok(Response::new(admin.purged))
+    }
+
+    async fn get_cache_stats(
+        &self,
+        request: Request<GetCacheStatsRequest>,
+    ) -> Result<Response<CacheStats>, Status> {
+        Ok(Response::new(self.authorize(request.metadata())?.stats))
     }
 }
