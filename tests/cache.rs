@@ -54,19 +54,8 @@ fn write_config(dir: &Path, base_url: &str, cache_ttl: &str) -> PathBuf {
     path
 }
 
-fn quiet(mut command: Command) -> Command {
-    command.env(
-        "RUST_LOG",
-        std::env::var("CACHE_TEST_LOG").unwrap_or_else(|_| "error".into()),
-    );
-    for var in [
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-    ] {
-        command.env_remove(var);
-    }
-    command
+fn quiet(command: Command) -> Command {
+    voxpool_e2e::quiet(command, "CACHE_TEST_LOG")
 }
 
 /// Where the replicas keep audio, and the environment a cloud store needs.
@@ -205,13 +194,11 @@ fn admin_request<T>(message: T) -> tonic::Request<T> {
     r
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_hundred_identical_requests_over_two_replicas_make_one_vendor_call() {
-    let fleet = Fleet::start(None, "30d").await;
-    // Hold the first call at the vendor until every request has been sent.
+/// `n` identical requests for `text` sent at once, alternating the two replicas, with the
+/// vendor holding the first call until all are sent: their responses, in order.
+async fn all_at_once(fleet: &Fleet, n: usize, text: &'static str) -> Vec<pb::SynthesizeResponse> {
     fleet.fake.pause();
-    let text = "Every character of this line is billed once.";
-    let calls: Vec<_> = (0..100)
+    let calls: Vec<_> = (0..n)
         .map(|i| {
             let client = fleet.clients[i % 2].clone();
             tokio::spawn(async move {
@@ -224,13 +211,20 @@ async fn a_hundred_identical_requests_over_two_replicas_make_one_vendor_call() {
         .collect();
     fleet.fake.wait_for_requests(1).await;
     fleet.fake.resume();
-    let mut audios = Vec::new();
-    let mut cached = 0;
+    let mut responses = Vec::new();
     for call in calls {
-        let r = call.await.expect("task").expect("synthesize").into_inner();
-        cached += r.cached_chunks;
-        audios.push(r.audio);
+        responses.push(call.await.expect("task").expect("synthesize").into_inner());
     }
+    responses
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hundred_identical_requests_over_two_replicas_make_one_vendor_call() {
+    let fleet = Fleet::start(None, "30d").await;
+    let text = "Every character of this line is billed once.";
+    let responses = all_at_once(&fleet, 100, text).await;
+    let cached: i32 = responses.iter().map(|r| r.cached_chunks).sum();
+    let audios: Vec<&Vec<u8>> = responses.iter().map(|r| &r.audio).collect();
     assert_eq!(fleet.vendor_calls(), 1, "one vendor call for 100 requests");
     assert!(!audios[0].is_empty());
     assert!(
@@ -516,30 +510,12 @@ impl S3 {
 async fn replicas_share_entries_on_an_s3_store() {
     let s3 = S3::start();
     let fleet = Fleet::start(Some(s3.blobs()), "30d").await;
-    fleet.fake.pause();
     let text = "Stored once in a bucket, served to both replicas.";
-    let calls: Vec<_> = (0..20)
-        .map(|i| {
-            let client = fleet.clients[i % 2].clone();
-            tokio::spawn(async move {
-                client
-                    .clone()
-                    .synthesize(request(text, pb::CachePolicy::Use))
-                    .await
-            })
-        })
-        .collect();
-    fleet.fake.wait_for_requests(1).await;
-    fleet.fake.resume();
-    let mut cached = 0;
-    for call in calls {
-        cached += call
-            .await
-            .expect("task")
-            .expect("synthesize")
-            .into_inner()
-            .cached_chunks;
-    }
+    let cached: i32 = all_at_once(&fleet, 20, text)
+        .await
+        .iter()
+        .map(|r| r.cached_chunks)
+        .sum();
     assert_eq!(fleet.vendor_calls(), 1);
     assert_eq!(cached, 19);
     let mut admin = fleet.admin(0).await;

@@ -83,19 +83,8 @@ fn write_config(dir: &Path, base_url: &str, recovery_window_ms: u64) -> std::pat
     path
 }
 
-fn quiet(mut command: Command) -> Command {
-    command.env(
-        "RUST_LOG",
-        std::env::var("TRUTH_LOG").unwrap_or_else(|_| "error".into()),
-    );
-    for var in [
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-    ] {
-        command.env_remove(var);
-    }
-    command
+fn quiet(command: Command) -> Command {
+    voxpool_e2e::quiet(command, "TRUTH_LOG")
 }
 
 fn scheduler(config: &Path, redis: &str) -> Service {

@@ -108,6 +108,23 @@ pub async fn scheduler_client(
     )
 }
 
+/// `command` with its logs at `RUST_LOG` = the value of `log_var` (default `error`) and no
+/// OTLP export (a test's collector, if any, is set by the test itself afterwards).
+pub fn quiet(mut command: Command, log_var: &str) -> Command {
+    command.env(
+        "RUST_LOG",
+        std::env::var(log_var).unwrap_or_else(|_| "error".into()),
+    );
+    for var in [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    ] {
+        command.env_remove(var);
+    }
+    command
+}
+
 /// Gives `command` the client token variables it does not set itself (module doc), and a
 /// synthesis without `--blob-store` `VOXPOOL_CACHE=off`.
 fn with_client_tokens(command: &mut Command) {

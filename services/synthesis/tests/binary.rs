@@ -9,6 +9,8 @@ use std::{
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_voxpool-synthesis"));
+    // No audio cache: nothing lands in the user's data directory.
+    c.env("VOXPOOL_CACHE", "off");
     for var in [
         "VOXPOOL_CONFIG",
         "VOXPOOL_LISTEN",

@@ -64,6 +64,8 @@ fn spawn_synthesis(config: &std::path::Path, scheduler: SocketAddr) -> Synthesis
         ])
         .env("VOXPOOL_LOG_FORMAT", "json")
         .env("RUST_LOG", "info")
+        // Every call must reach the engine (and nothing lands in the user's data directory).
+        .env("VOXPOOL_CACHE", "off")
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()

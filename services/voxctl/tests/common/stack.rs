@@ -201,6 +201,8 @@ impl Stack {
             .env("VOXCTL_E2E_KEY", "sk-fake-e2e")
             .env("VOXCTL_E2E_TOKEN_VOXCTL", CLIENT_TOKEN)
             .env("VOXPOOL_CLIENT_TOKEN", SYNTHESIS_TOKEN)
+            // Every call reaches the fake vendor (the cache would answer a rerun itself).
+            .env("VOXPOOL_CACHE", "off")
             .env_remove("VOXCTL_E2E_NEVER_SET")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
