@@ -162,7 +162,10 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     let cache = match args.cache {
-        CacheSwitch::Off => None,
+        CacheSwitch::Off => {
+            tracing::info!("audio cache off (--cache off): every chunk goes to a vendor");
+            None
+        }
         CacheSwitch::On => {
             let blobs = BlobStore::open(args.blobs.blob_store.as_deref())?;
             let cache = Arc::new(Cache::new(
@@ -173,8 +176,12 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
             ));
             let measured = cache.clone();
             tokio::spawn(async move {
-                if let Err(e) = measured.measure().await {
-                    tracing::warn!(error = %e, "audio cache: cannot measure what it holds (the size bound applies from the next write)");
+                let checked = match measured.max_bytes() {
+                    Some(_) => measured.measure().await,
+                    None => measured.probe().await,
+                };
+                if let Err(e) = checked {
+                    tracing::error!(error = %e, "audio cache: the blob store does not answer; requests are served without the cache (each logs a warning) until it does: check --blob-store and the store's credentials");
                 }
             });
             tracing::info!(location = %cache.location(), version = cache.version, "audio cache on");

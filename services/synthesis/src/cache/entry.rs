@@ -2,8 +2,9 @@
 //!
 //! Layout: the magic line `voxpool-cache-1\n`, the header's length (4 bytes, big-endian), the
 //! header (JSON, [`Header`]), the audio exactly as the vendor sent it for the chunk. Reading
-//! checks all of it: a truncated object, a wrong length or an audio whose SHA-256 differs from
-//! the header's is [`Corrupt`] (the caller deletes it and fills it anew), never served.
+//! checks all of it: a truncated object, a wrong length, an audio whose SHA-256 differs from
+//! the header's or a header naming another key than the one read is [`Corrupt`] (the caller
+//! deletes it and fills it anew), never served.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -16,6 +17,9 @@ const MAX_HEADER: usize = 16 * 1024;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Header {
+    /// The entry's cache key (lowercase hex, `super::key`): an object copied or renamed to
+    /// another key's path is refused, not served for that key's text.
+    pub key: String,
     /// Lowercase hex SHA-256 of the audio.
     pub sha256: String,
     /// Audio length, bytes.
@@ -59,8 +63,8 @@ pub fn encode(mut header: Header, audio: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Reads an object back (module doc).
-pub fn decode(object: bytes::Bytes) -> Result<Entry, Corrupt> {
+/// Reads back the object stored for `key` (module doc).
+pub fn decode(object: bytes::Bytes, key: &str) -> Result<Entry, Corrupt> {
     let rest = object
         .strip_prefix(MAGIC)
         .ok_or(Corrupt("no voxpool-cache-1 magic"))?;
@@ -73,6 +77,11 @@ pub fn decode(object: bytes::Bytes) -> Result<Entry, Corrupt> {
     }
     let header: Header =
         serde_json::from_slice(&rest[..len]).map_err(|_| Corrupt("unreadable header"))?;
+    if header.key != key {
+        return Err(Corrupt(
+            "the entry belongs to another key (copied or moved)",
+        ));
+    }
     let start = MAGIC.len() + 4 + len;
     let audio = object.slice(start..);
     if audio.len() as u64 != header.bytes {
@@ -90,6 +99,7 @@ mod tests {
 
     fn header() -> Header {
         Header {
+            key: "k".into(),
             sha256: String::new(),
             bytes: 0,
             sample_rate_hz: Some(24_000),
@@ -102,7 +112,7 @@ mod tests {
     #[test]
     fn an_entry_round_trips_with_its_digest() {
         let object = encode(header(), b"RIFF audio");
-        let entry = decode(object.into()).unwrap();
+        let entry = decode(object.into(), "k").unwrap();
         assert_eq!(&entry.audio[..], b"RIFF audio");
         assert_eq!(entry.header.bytes, 10);
         assert_eq!(entry.header.sample_rate_hz, Some(24_000));
@@ -113,7 +123,7 @@ mod tests {
         let object = encode(header(), b"0123456789");
         for cut in [0, 5, MAGIC.len() + 2, MAGIC.len() + 10, object.len() - 1] {
             assert!(
-                decode(bytes::Bytes::copy_from_slice(&object[..cut])).is_err(),
+                decode(bytes::Bytes::copy_from_slice(&object[..cut]), "k").is_err(),
                 "cut at {cut}"
             );
         }
@@ -121,8 +131,19 @@ mod tests {
         let last = flipped.len() - 1;
         flipped[last] ^= 1;
         assert_eq!(
-            decode(flipped.into()),
+            decode(flipped.into(), "k"),
             Err(Corrupt("audio digest differs from the header"))
+        );
+    }
+
+    #[test]
+    fn an_entry_read_under_another_key_is_refused() {
+        let object = encode(header(), b"audio");
+        assert_eq!(
+            decode(object.into(), "other"),
+            Err(Corrupt(
+                "the entry belongs to another key (copied or moved)"
+            ))
         );
     }
 }

@@ -4,7 +4,9 @@
 //! sound: the `cache_version` (config), the snapshot digest (which seals the voice, its
 //! prosody params and vendor options, the pack revision and the pool), the pool's provider
 //! and vendor model (operator config the snapshot does not carry), the chunk's text as the
-//! splitter produced it (so a long text re-renders only the chunks that changed), the output
+//! splitter produced it with whitespace runs collapsed to one space and the ends trimmed (TTS
+//! engines read `" Hi  there"` and `"Hi there"` alike; so a long text re-renders only the
+//! chunks that changed), the output
 //! format and the sample rate asked of the vendor. Two requests that differ in any of these
 //! never share an entry; two that agree on all of them produce the same audio and do.
 //! `wav_streaming_header` and the traffic class, tenant and request id are not part of it:
@@ -78,12 +80,13 @@ impl EntryKey {
             format: &'static str,
             sample_rate_hz: Option<u32>,
         }
+        let text = id.text.split_whitespace().collect::<Vec<_>>().join(" ");
         let identity = serde_json::to_string(&Canonical {
             cache_version: id.cache_version,
             snapshot_digest: id.snapshot_digest,
             provider: id.provider,
             model: id.model,
-            text: id.text,
+            text: &text,
             format: format_name(id.format),
             sample_rate_hz: id.sample_rate_hz,
         })

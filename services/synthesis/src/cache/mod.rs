@@ -179,7 +179,7 @@ impl Cache {
             return Ok(None);
         }
         let object = got.bytes().await.map_err(|e| self.error("read", &e))?;
-        match entry::decode(object) {
+        match entry::decode(object, &key.hex) {
             Ok(entry) => Ok(Some(entry)),
             Err(corrupt) => {
                 tracing::warn!(entry = %key.hex, error = %corrupt, "audio cache entry is corrupt: deleted, to be filled again");
@@ -194,9 +194,10 @@ impl Cache {
     pub async fn put(
         &self,
         key: &EntryKey,
-        header: Header,
+        mut header: Header,
         audio: &[u8],
     ) -> Result<(), CacheError> {
+        header.key.clone_from(&key.hex);
         let pool = header.pool.clone();
         let object = entry::encode(header, audio);
         let size = object.len() as u64;
@@ -272,6 +273,15 @@ impl Cache {
             self.sweep(bound).await?;
         }
         Ok(())
+    }
+
+    /// Checks the store answers a listing (at start-up: a cloud store without credentials
+    /// or bucket is reported at once rather than by the first request's warning).
+    pub async fn probe(&self) -> Result<(), CacheError> {
+        match self.store.list(None).next().await {
+            None | Some(Ok(_)) => Ok(()),
+            Some(Err(e)) => Err(self.error("list", &e)),
+        }
     }
 
     /// Entries and bytes under `cache/` now.

@@ -32,6 +32,7 @@ fn identity(text: &str) -> Identity<'_> {
 
 fn header(pool: &str) -> Header {
     Header {
+        key: String::new(),
         sha256: String::new(),
         bytes: 0,
         sample_rate_hz: Some(24_000),
@@ -82,6 +83,11 @@ fn every_part_of_the_identity_changes_the_key_and_nothing_else_does() {
     for v in &variants {
         assert_ne!(EntryKey::from_identity(v).hex, base.hex, "{v:?}");
     }
+    // Whitespace is not part of the identity: engines read these alike.
+    assert_eq!(
+        EntryKey::from_identity(&identity("  Hello.\n")).hex,
+        base.hex
+    );
     // The pack id only names the folder: the digest already seals it.
     assert!(
         base.path.as_ref().starts_with("pack-1/aaaa"),
@@ -133,6 +139,26 @@ async fn a_corrupt_or_truncated_entry_is_deleted_never_served() {
         cache.get(&key, DAY).await.unwrap().is_none(),
         "foreign bytes"
     );
+}
+
+#[tokio::test]
+async fn an_entry_copied_over_another_keys_path_is_never_served_for_it() {
+    let (dir, _blobs, cache) = local(1 << 30);
+    let alpha = EntryKey::from_identity(&identity("Alpha one."));
+    let bravo = EntryKey::from_identity(&identity("Bravo two."));
+    cache
+        .put(&alpha, header("p"), b"alpha audio")
+        .await
+        .unwrap();
+    cache
+        .put(&bravo, header("p"), b"bravo audio")
+        .await
+        .unwrap();
+    let path = |k: &EntryKey| dir.path().join("cache").join(k.path.as_ref());
+    std::fs::copy(path(&alpha), path(&bravo)).unwrap();
+    assert!(cache.get(&bravo, DAY).await.unwrap().is_none(), "refused");
+    assert!(!path(&bravo).exists(), "and deleted, to be filled again");
+    assert!(cache.get(&alpha, DAY).await.unwrap().is_some());
 }
 
 #[tokio::test]

@@ -171,6 +171,7 @@ async fn fill<T: Send + 'static>(
     match (store, lock) {
         (Some(done), lock) => {
             let header = Header {
+                key: String::new(),
                 sha256: String::new(),
                 bytes: 0,
                 sample_rate_hz: done.sample_rate_hz,
