@@ -20,7 +20,7 @@
 //! store that fails a read is a miss, one that fails a write is logged: the cache never fails a
 //! request the vendor could serve.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
@@ -132,7 +132,7 @@ async fn serve<T: Send + 'static>(
 #[allow(clippy::too_many_arguments)]
 async fn fill<T: Send + 'static>(
     core: &Core,
-    cache: &Arc<Cache>,
+    cache: &Cache,
     key: &EntryKey,
     lock: Option<FillLock>,
     job: &Job,
