@@ -1,4 +1,4 @@
-//! Rule: what every binary needs to serve or call gRPC; nothing the processes must agree on.
+//! Rule: what every binary needs to serve or call gRPC and to reach the blob store; nothing the processes must agree on.
 //!
 //! Types and reasons the processes agree on live in `voxpool-domain`, the pools file in
 //! `voxpool-config`; this crate builds on both.
