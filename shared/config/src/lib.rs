@@ -5,6 +5,7 @@
 //!
 //! - `client_tokens`: `[[client_tokens]]`, the bearer tokens data-plane callers present.
 //! - `credential`: credential references (an environment variable or a file).
+//! - `http`: `[http]`, the API keys of synthesis's OpenAI-compatible front.
 //! - `settings`: the `[scheduler]` and `[synthesis]` tuning tables with their defaults.
 //! - `validate`: [`Config::validate`], every problem at once, each naming its path.
 //! - `load_error`: load errors in the words of the layer that caused them.
@@ -43,6 +44,7 @@ use voxpool_domain::provider::Provider;
 
 mod client_tokens;
 mod credential;
+mod http;
 mod load_error;
 mod settings;
 mod validate;
@@ -50,6 +52,7 @@ mod validate;
 pub use self::{
     client_tokens::{ClientTokenConfig, DataPlane},
     credential::CredentialRef,
+    http::{HttpApiKey, HttpPriority, HttpSettings},
     settings::{SchedulerSettings, SynthesisSettings},
     validate::{ConfigError, ConfigProblem, Credentials, is_valid_id},
 };
@@ -81,6 +84,9 @@ pub struct Config {
     /// Data-plane caller tokens (`[[client_tokens]]`, see [`ClientTokenConfig`]).
     #[serde(default)]
     pub client_tokens: Vec<ClientTokenConfig>,
+    /// Synthesis's OpenAI-compatible HTTP front (`[http]`, see [`HttpSettings`]).
+    #[serde(default)]
+    pub http: HttpSettings,
 }
 
 /// One pool: the keys that serve one tts model id.

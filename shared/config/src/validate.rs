@@ -357,6 +357,7 @@ impl Config {
             );
         }
         problems.extend(super::client_tokens::problems(&self.client_tokens));
+        problems.extend(super::http::problems(&self.http));
         if problems.is_empty() {
             Ok(())
         } else {
