@@ -1,4 +1,5 @@
-//! The catalog as synthesis uses it: `FreezeSnapshot(pack_id)` for requests that name a pack.
+//! The catalog as synthesis uses it: `FreezeSnapshot(pack_id)` for requests that name a pack,
+//! and the market listing (`ListVoicePacks`, enabled packs) for the HTTP front's voice list.
 //! Catalog NOT_FOUND / FAILED_PRECONDITION / INVALID_ARGUMENT pass through with context; a
 //! catalog that cannot be reached is UNAVAILABLE naming its URL.
 
@@ -6,10 +7,34 @@ use std::time::Duration;
 
 use tonic::{Code, service::interceptor::InterceptedService, transport::Channel};
 use voxpool_domain::snapshot::Snapshot;
-use voxpool_proto::catalog::v1::{FreezeSnapshotRequest, voice_catalog_client::VoiceCatalogClient};
+use voxpool_proto::catalog::v1::{
+    FreezeSnapshotRequest, ListVoicePacksRequest, voice_catalog_client::VoiceCatalogClient,
+};
 use voxpool_runtime::telemetry::TraceContextInterceptor;
 
 use crate::error::SynthesisError;
+
+/// Most packs [`Catalog::market`] reads (100 pages of 100).
+pub const MAX_MARKET_PACKS: usize = 10_000;
+
+/// One enabled pack of the market listing, as the HTTP front shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MarketPack {
+    /// Pack id (what a request names as its voice).
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// Description.
+    pub description: String,
+    /// Provider id.
+    pub provider: String,
+    /// The pool (tts model id) the pack pins.
+    pub tts_model_id: String,
+    /// Tier name (`LITE`, `STANDARD`, `PRO`, `PREMIUM`).
+    pub tier: String,
+    /// BCP 47 locales.
+    pub locales: Vec<String>,
+}
 
 /// The catalog's gRPC client (lazily connected) and its URL for messages.
 #[derive(Clone, Debug)]
@@ -47,6 +72,54 @@ impl Catalog {
             tokio::time::timeout(timeout, check).await,
             Ok(Ok(r)) if r.get_ref().status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
         )
+    }
+
+    /// Every enabled pack (the market listing), in the catalog's order, within `timeout` for
+    /// all pages; at most [`MAX_MARKET_PACKS`]. Errors: the catalog unreachable or failing
+    /// (UNAVAILABLE naming its URL).
+    pub async fn market(&self, timeout: Duration) -> Result<Vec<MarketPack>, SynthesisError> {
+        let url = self.url.clone();
+        let unavailable = |message: String| SynthesisError::CatalogUnavailable {
+            url: url.clone(),
+            message,
+        };
+        let read = async {
+            let mut packs = Vec::new();
+            let mut page_token = String::new();
+            loop {
+                let mut client = self.client.clone();
+                let page = client
+                    .list_voice_packs(ListVoicePacksRequest {
+                        page_size: 100,
+                        page_token: page_token.clone(),
+                        filter: String::new(),
+                    })
+                    .await
+                    .map_err(|s| unavailable(format!("{:?}: {}", s.code(), s.message())))?
+                    .into_inner();
+                packs.extend(page.voice_packs.into_iter().filter(|p| p.enabled).map(|p| {
+                    MarketPack {
+                        tier: voxpool_proto::catalog::v1::Tier::try_from(p.tier)
+                            .map_or("TIER_UNSPECIFIED", |t| t.as_str_name())
+                            .to_owned(),
+                        id: p.id,
+                        name: p.display_name,
+                        description: p.description,
+                        provider: p.provider,
+                        tts_model_id: p.tts_model_id,
+                        locales: p.locales,
+                    }
+                }));
+                if page.next_page_token.is_empty() || packs.len() >= MAX_MARKET_PACKS {
+                    packs.truncate(MAX_MARKET_PACKS);
+                    return Ok(packs);
+                }
+                page_token = page.next_page_token;
+            }
+        };
+        tokio::time::timeout(timeout, read)
+            .await
+            .map_err(|_| unavailable(format!("no answer within {}ms", timeout.as_millis())))?
     }
 
     /// Freezes `pack_id`'s current values, within `timeout`.

@@ -13,7 +13,7 @@ use voxpool_proto::{
 use crate::{
     adapters::AudioFormat,
     cache::Policy,
-    job::{Core, Request, Synthesized, Unknown, VoiceSource},
+    job::{Core, Overrides, Request, Synthesized, Unknown, VoiceSource},
     lease::Priority,
     record::AttemptRecord,
 };
@@ -29,6 +29,7 @@ pub fn request(r: pb::SynthesizeRequest) -> Request {
         wav_streaming_header: r.wav_streaming_header,
         sample_rate_hz: r.sample_rate_hz,
         cache_policy: cache_policy(r.cache_policy),
+        overrides: Overrides::default(),
         voice: r.voice.map(|voice| match voice {
             Voice::Snapshot(pb) => match Snapshot::from_pb(&pb) {
                 Ok(snapshot) => VoiceSource::Snapshot(Box::new(snapshot)),

@@ -15,6 +15,8 @@
 //! Modules, from the edge in:
 //! - [`service`] / [`stream`]: the gRPC service (unary and streaming), and [`convert`]: the
 //!   one place a request's protobuf becomes the domain [`job::Request`] and results go back.
+//! - [`http`]: the OpenAI-compatible HTTP front (`--http-listen`): the same job path as
+//!   `SynthesizeStream`, OpenAI's body and error shapes, callers known by API key.
 //! - [`job`]: a job's life, owned by [`job::Core`] and its methods: [`job::prepare`]
 //!   (validation into a [`job::Job`]), [`job::chunks`] (chunks side by side, emitted in order),
 //!   [`job::failover`] / [`job::attempt`] (per-chunk failover and one leased vendor call, its
@@ -40,6 +42,7 @@ pub mod catalog;
 pub mod convert;
 pub mod deadline;
 pub mod error;
+pub mod http;
 pub mod job;
 pub mod lease;
 pub mod metrics;

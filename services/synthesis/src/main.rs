@@ -17,6 +17,7 @@ use voxpool_runtime::{
 use voxpool_synthesis::{
     adapters::registry::{self, AdapterOptions},
     cache::Cache,
+    http::auth::ApiKeys,
     pools::Pools,
     server::{self, Options},
 };
@@ -78,6 +79,15 @@ struct Args {
     /// need (else VOXPOOL_ADMIN_TOKEN; without either, they are refused).
     #[arg(long, env = "VOXPOOL_ADMIN_TOKEN_FILE")]
     admin_token_file: Option<PathBuf>,
+    /// Serve the OpenAI-compatible HTTP front (`POST /v1/audio/speech`, `GET /v1/audio/voices`,
+    /// `GET /v1/models`) on this `host:port` too; off unless set. Callers present an
+    /// `[[http.api_keys]]` key of the config as `Authorization: Bearer <key>`.
+    #[arg(long, env = "VOXPOOL_HTTP_LISTEN")]
+    http_listen: Option<String>,
+    /// With --http-listen and no `[[http.api_keys]]`: serve calls without a key as tenant
+    /// `anonymous`, class STANDARD (without it the listener refuses to start keyless).
+    #[arg(long, env = "VOXPOOL_HTTP_ALLOW_ANONYMOUS", requires = "http_listen")]
+    http_allow_anonymous: bool,
     #[command(flatten)]
     server: voxpool_runtime::limits::ServerFlags,
 }
@@ -133,6 +143,17 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
     // Bind first: a bad --listen or a port in use is the one line the operator sees, not the
     // last line after the pool warnings below.
     let (listener, bound) = voxpool_runtime::serve::bind(&args.listen).await?;
+    let http = match &args.http_listen {
+        None => None,
+        Some(addr) => {
+            let keys = ApiKeys::load(&config.http.api_keys, args.http_allow_anonymous)?;
+            voxpool_synthesis::http::tls_acceptor(&args.server)?;
+            let (listener, bound) = voxpool_runtime::serve::bind(addr)
+                .await
+                .map_err(|e| format!("--http-listen: {e}"))?;
+            Some((server::HttpListener { listener, keys }, bound))
+        }
+    };
     let adapters = registry::builtin(&AdapterOptions {
         espeak_program: args.espeak_bin.clone(),
     });
@@ -209,7 +230,19 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
     let core = server::build(&config, adapters, &options)?;
     warn_about_credentials(&core.pools);
     let shutdown = voxpool_runtime::serve::shutdown_token();
+    // The gRPC address is the first stdout line (what scripts and tests wait for); the HTTP
+    // front's URL is the second.
     voxpool_runtime::serve::announce("voxpool-synthesis", bound)?;
+    let http = http.map(|(listener, http_bound)| {
+        use std::io::Write as _;
+        let scheme = if args.server.tls_cert.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{http_bound}/v1");
+        tracing::info!(%url, api_keys = listener.keys.len(), "OpenAI-compatible HTTP front serving");
+        // A reader that took only the first line may have closed stdout: that is not an error.
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "voxpool-synthesis http front on {url}").and_then(|()| out.flush());
+        listener
+    });
     tracing::info!(
         listen = %bound,
         scheduler = %args.scheduler,
@@ -217,5 +250,5 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
         pools = config.pools.len(),
         "voxpool-synthesis serving"
     );
-    server::serve_with(listener, core, &args.server, shutdown).await
+    server::serve_with_http(listener, http, core, &args.server, shutdown).await
 }

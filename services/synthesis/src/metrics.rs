@@ -10,7 +10,7 @@
 //! | `voxpool.synthesis.failovers` | counter | `{failover}` | `pool`, `outcome` (of the failed attempt) |
 //! | `voxpool.synthesis.exhausted` | counter | `{request}` | `pool` |
 //! | `voxpool.synthesis.characters` | counter | `{character}` | `pool` |
-//! | `voxpool.synthesis.first_audio.duration` | histogram | `s` | `pool`, `format` (time from a `SynthesizeStream` request to its first audio message) |
+//! | `voxpool.synthesis.first_audio.duration` | histogram | `s` | `pool`, `format` (time from a `SynthesizeStream` or HTTP speech request to its first audio bytes) |
 //! | `voxpool.synthesis.cache.hits` | counter | `{chunk}` | `pool` (chunks served from the audio cache) |
 //! | `voxpool.synthesis.cache.misses` | counter | `{chunk}` | `pool` |
 //! | `voxpool.synthesis.cache.coalesced` | counter | `{chunk}` | `pool` (hits served from another request's fill they waited for) |
@@ -126,13 +126,34 @@ fn code_name(code: Code) -> &'static str {
     }
 }
 
-/// Records one finished request (`rpc` = `unary` | `stream`; `pool` = `-` when none was chosen).
-pub fn request(rpc: &'static str, pool: &str, code: Code, elapsed: Duration) {
-    let attrs = [
-        KeyValue::new("rpc", rpc),
+/// How a request arrived: its `rpc` attribute and, through the HTTP front, its route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// `Synthesize`.
+    Unary,
+    /// `SynthesizeStream`.
+    Stream,
+    /// The HTTP front, with the route's template (`/v1/audio/speech`).
+    Http(&'static str),
+}
+
+/// Records one finished request (`pool` = `-` when none was chosen).
+pub fn request(via: Via, pool: &str, code: Code, elapsed: Duration) {
+    let mut attrs = vec![
+        KeyValue::new(
+            "rpc",
+            match via {
+                Via::Unary => "unary",
+                Via::Stream => "stream",
+                Via::Http(_) => "http",
+            },
+        ),
         KeyValue::new("pool", pool.to_owned()),
         KeyValue::new("code", code_name(code)),
     ];
+    if let Via::Http(route) = via {
+        attrs.push(KeyValue::new("http.route", route));
+    }
     let m = instruments();
     m.requests.add(1, &attrs);
     m.request_duration.record(elapsed.as_secs_f64(), &attrs);

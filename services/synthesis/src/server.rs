@@ -21,7 +21,7 @@ use voxpool_runtime::{
 
 use crate::{
     adapters::registry::Registry, admin::SynthesisAdminService, cache::Cache, catalog::Catalog,
-    job::Core, lease::Scheduler, pools::Pools, service::SynthesisService,
+    http::auth::ApiKeys, job::Core, lease::Scheduler, pools::Pools, service::SynthesisService,
 };
 
 /// The gRPC service name health reports under (besides `""` for the whole process).
@@ -138,6 +138,28 @@ pub async fn serve_with(
     flags: &ServerFlags,
     shutdown: CancellationToken,
 ) -> Result<(), String> {
+    serve_with_http(listener, None, core, flags, shutdown).await
+}
+
+/// The HTTP front's listener and the API keys it accepts (`--http-listen`).
+#[derive(Debug)]
+pub struct HttpListener {
+    /// Bound listener.
+    pub listener: TcpListener,
+    /// Accepted keys.
+    pub keys: ApiKeys,
+}
+
+/// [`serve_with`], plus the OpenAI-compatible HTTP front on `http` when given
+/// ([`crate::http`]), with the same TLS, limits and shutdown. Errors: as [`serve_with`], and
+/// invalid TLS files.
+pub async fn serve_with_http(
+    listener: TcpListener,
+    http: Option<HttpListener>,
+    core: Arc<Core>,
+    flags: &ServerFlags,
+    shutdown: CancellationToken,
+) -> Result<(), String> {
     // No lease, no synthesis: health follows the scheduler.
     let scheduler = core.scheduler.clone();
     let probe = move |_: bool| {
@@ -168,15 +190,38 @@ pub async fn serve_with(
     // Its own bearer token (the admin's), checked by each RPC.
     let admin = SynthesisAdminService::new(core.clone(), core.admin.clone()).into_server();
     tokio::spawn(watch_start_up(core.clone(), shutdown.clone()));
+    let http_task = match http {
+        None => None,
+        Some(HttpListener { listener, keys }) => {
+            let tls = crate::http::tls_acceptor(flags)?;
+            let front = Arc::new(crate::http::Front::new(core.clone(), keys, flags));
+            let finish_within =
+                Duration::from_millis(core.settings.attempt_timeout_ms) + Duration::from_secs(1);
+            Some(tokio::spawn(crate::http::serve(
+                listener,
+                front,
+                tls,
+                flags.drain_delay,
+                finish_within,
+                shutdown.clone(),
+            )))
+        }
+    };
     let result = voxpool_runtime::serve::serve_grpc(
         listener,
         flags,
         &[SERVICE_NAME, ADMIN_SERVICE_NAME],
         health,
         |router| router.add_service(service).add_service(admin),
-        shutdown,
+        shutdown.clone(),
     )
     .await;
+    if let Some(task) = http_task {
+        // The gRPC server has stopped: make sure the HTTP front stops too (a transport error
+        // ends the gRPC side without a shutdown signal).
+        shutdown.cancel();
+        let _ = task.await;
+    }
     core.background.close();
     let bound = Duration::from_millis(core.settings.attempt_timeout_ms) + Duration::from_secs(1);
     if tokio::time::timeout(bound, core.background.wait())

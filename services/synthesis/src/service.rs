@@ -118,7 +118,7 @@ impl Synthesis for SynthesisService {
         });
         let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
         metrics::request(
-            "unary",
+            metrics::Via::Unary,
             pool.as_deref().unwrap_or("-"),
             code,
             started.elapsed(),
@@ -140,11 +140,12 @@ impl Synthesis for SynthesisService {
                 self.core.clone(),
                 job,
                 started,
+                metrics::Via::Stream,
             ))),
             Err(e) => {
                 tracing::info!(error = %e, "synthesis stream refused");
                 let status = Status::from(e);
-                metrics::request("stream", "-", status.code(), started.elapsed());
+                metrics::request(metrics::Via::Stream, "-", status.code(), started.elapsed());
                 Err(status)
             }
         }

@@ -56,8 +56,8 @@ impl Stream for AudioStream {
 }
 
 /// Starts producing `job`'s audio in a task and returns the stream of it. `started` is when
-/// the request arrived (for the duration metric).
-pub fn start(core: Arc<Core>, job: Job, started: Instant) -> AudioStream {
+/// the request arrived and `via` how (for the request metrics).
+pub fn start(core: Arc<Core>, job: Job, started: Instant, via: metrics::Via) -> AudioStream {
     let (tx, rx) = mpsc::channel(4);
     let token = CancellationToken::new();
     let cancelled = token.clone();
@@ -80,7 +80,7 @@ pub fn start(core: Arc<Core>, job: Job, started: Instant) -> AudioStream {
                 }
             },
         };
-        metrics::request("stream", &pool, code, started.elapsed());
+        metrics::request(via, &pool, code, started.elapsed());
     };
     tokio::spawn(work.instrument(tracing::Span::current()));
     AudioStream {

@@ -201,6 +201,24 @@ pub fn server_span(request: &http::Request<()>) -> tracing::Span {
     span
 }
 
+/// The span of one incoming HTTP request (synthesis's OpenAI-compatible front): named
+/// `<METHOD> <route>` with `http.request.method` and `http.route` (the route's template, never
+/// the raw path), child of the caller's trace when the request carries `traceparent`.
+/// `tenant`, `pool`, `cached_chunks` and `http.response.status_code` are filled in as they
+/// become known.
+pub fn http_server_span(
+    method: &str,
+    route: &'static str,
+    headers: &http::HeaderMap,
+) -> tracing::Span {
+    let span = tracing::info_span!("http.server", otel.name = %format!("{method} {route}"), otel.kind = "server",
+        http.request.method = %method, http.route = route, tenant = tracing::field::Empty, pool = tracing::field::Empty,
+        cached_chunks = tracing::field::Empty, http.response.status_code = tracing::field::Empty);
+    let parent: Context = global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
+    let _ = span.set_parent(parent);
+    span
+}
+
 /// The remote parent carried in `metadata` (for code that has a `tonic::Request`).
 pub fn remote_context(metadata: &MetadataMap) -> Context {
     global::get_text_map_propagator(|p| p.extract(&MetadataExtractor(metadata)))

@@ -293,6 +293,7 @@ fn attempts_suffix(attempts: &[AttemptRecord]) -> String {
 }
 
 mod status;
+pub use status::WAITED_FOR_SLOT;
 
 #[cfg(test)]
 mod tests;

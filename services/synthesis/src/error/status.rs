@@ -12,6 +12,10 @@ use voxpool_domain::status::{ERROR_DOMAIN, invalid_argument, not_found, with_inf
 use super::SynthesisError;
 use crate::record::AttemptRecord;
 
+/// `ErrorInfo` metadata key of a DEADLINE_EXCEEDED spent entirely waiting for a key slot
+/// (value `"true"`): no vendor call was made because every eligible key stayed full.
+pub const WAITED_FOR_SLOT: &str = "waited_for_slot";
+
 /// `ErrorInfo` metadata listing every attempt (module doc).
 fn attempt_metadata(pool: &str, attempts: &[AttemptRecord]) -> HashMap<String, String> {
     let mut md = HashMap::from([
@@ -172,8 +176,18 @@ impl From<SynthesisError> for Status {
                 SynthesisReason::VendorRejected.as_str(),
                 attempt_metadata(&pool, std::slice::from_ref(attempt.as_ref())),
             ),
-            SynthesisError::DeadlineExceeded { pool, attempts, .. } => {
-                let md = attempt_metadata(pool.as_deref().unwrap_or(""), &attempts);
+            SynthesisError::DeadlineExceeded {
+                pool,
+                attempts,
+                in_call,
+                ..
+            } => {
+                let mut md = attempt_metadata(pool.as_deref().unwrap_or(""), &attempts);
+                if pool.is_some() && !in_call && attempts.is_empty() {
+                    // The whole budget went on waiting for a slot: the pool was full
+                    // throughout (the HTTP front answers 429 for it).
+                    md.insert(WAITED_FOR_SLOT.into(), "true".into());
+                }
                 info(
                     Code::DeadlineExceeded,
                     message,

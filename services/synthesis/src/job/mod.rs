@@ -155,6 +155,21 @@ pub struct Request {
     pub voice: Option<VoiceSource>,
     /// How the request uses the audio cache (unspecified = USE).
     pub cache_policy: Result<Policy, Unknown>,
+    /// Changes to the voice for this request only (none from gRPC).
+    pub overrides: Overrides,
+}
+
+/// Per-request changes to the resolved voice: the HTTP front's `speed` and `instructions`.
+/// [`prepare`] applies them to a copy of the snapshot and seals it anew (its digest, and so
+/// its cache entries, are its own), then the adapter checks the result like any snapshot:
+/// a vendor that cannot apply them refuses naming `params.rate` / `extra.instructions`,
+/// never drops them (invariant 8).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overrides {
+    /// Multiplies the voice's rate (its `params.rate`, else 1.0); `None` or 1.0 = unchanged.
+    pub rate_scale: Option<f64>,
+    /// A style prompt replacing the voice's `extra.instructions`.
+    pub instructions: Option<String>,
 }
 
 /// The audio of a whole job.

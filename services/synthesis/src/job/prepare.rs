@@ -4,7 +4,7 @@
 //!
 //! Order: request id, priority and tenant, text (empty / whitespace-only / over `max_text_chars`), format,
 //! `wav_streaming_header` (WAV only) and sample rate, the voice (`snapshot` | `snapshot_json` | `pack_id` via the catalog), its
-//! digest, its provider, its pool (`ttsModelId`), provider = pool provider, the adapter and the
+//! digest, the request's overrides (sealed anew), its provider, its pool (`ttsModelId`), provider = pool provider, the adapter and the
 //! credentials, the snapshot's upstreams, the adapter's `check`, then the split of the text
 //! (and, for text of several chunks without a rate, the adapter's default rate asked of all).
 
@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use voxpool_domain::{provider::Provider, snapshot::Snapshot};
 
-use super::{Core, Job, Request, Unknown, VoiceSource};
+use super::{Core, Job, Overrides, Request, Unknown, VoiceSource};
 use crate::{adapters::AudioFormat, deadline::Deadline, error::SynthesisError, text};
 
 /// Longest accepted `request_id`.
@@ -126,6 +126,7 @@ pub(super) async fn prepare(
     voice
         .verify_digest()
         .map_err(|e| invalid(&e.field, e.message))?;
+    let voice = apply_overrides(voice, &r.overrides);
     let provider: Provider =
         voice
             .provider
@@ -219,6 +220,25 @@ pub(super) async fn prepare(
         deadline,
         cache_policy,
     })
+}
+
+/// `voice` with `overrides` applied and sealed anew; unchanged without any.
+fn apply_overrides(mut voice: Snapshot, overrides: &Overrides) -> Snapshot {
+    let scale = overrides
+        .rate_scale
+        .filter(|s| (*s - 1.0).abs() > f64::EPSILON);
+    if scale.is_none() && overrides.instructions.is_none() {
+        return voice;
+    }
+    if let Some(scale) = scale {
+        voice.params.rate = Some(voice.params.rate.unwrap_or(1.0) * scale);
+    }
+    if let Some(instructions) = &overrides.instructions {
+        voice
+            .extra
+            .insert("instructions".to_owned(), instructions.clone());
+    }
+    voice.seal()
 }
 
 async fn resolve_voice(

@@ -1,0 +1,281 @@
+//! The OpenAI-compatible HTTP front (`--http-listen`): `POST /v1/audio/speech`
+//! ([`speech`]), `GET /v1/audio/voices` and `GET /v1/models` ([`voices`]), on axum over
+//! hyper, beside the gRPC server and over the same [`Core`].
+//!
+//! It owns the HTTP edge only: every speech request becomes the domain request `Synthesize`
+//! makes and runs through the same job path ([`crate::stream`]), so every guarantee of the
+//! gRPC side holds (leases held to the vendor's end, failover before the first byte only,
+//! parallel chunks, a caller gone = the job cancelled). Errors are OpenAI's shape, mapped
+//! from the gRPC status ([`error`]); callers are known by API key ([`auth`]).
+//!
+//! Shared with the gRPC side (`voxpool_runtime::limits::ServerFlags`): TLS (`--tls-cert`,
+//! `--tls-key`; HTTP/1.1 and HTTP/2 by ALPN), load shedding (`--max-concurrent-requests`
+//! handlers at once on this listener, beyond it 503), the request timeout (504), and shutdown
+//! (after `--drain-delay` the listener closes and answers under way finish). A body is at most
+//! [`Front::body_limit`] bytes (413 beyond).
+
+pub mod auth;
+pub mod error;
+pub mod speech;
+pub mod voices;
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    Router,
+    body::Body,
+    extract::{Request, State},
+    http::{HeaderMap, Method, StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::{conn::auto, graceful::GracefulShutdown},
+    service::TowerToHyperService,
+};
+use tokio::{net::TcpListener, sync::Semaphore};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use voxpool_runtime::limits::ServerFlags;
+
+use self::{auth::ApiKeys, error::ApiError};
+use crate::job::Core;
+
+/// Longest a TLS handshake may take before the connection is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The HTTP front's shared state.
+#[derive(Debug)]
+pub struct Front {
+    /// The synthesis core every request runs on.
+    pub core: Arc<Core>,
+    keys: ApiKeys,
+    /// Largest request body accepted, bytes: room for `max_text_chars` of 4-byte characters
+    /// and the other fields, at most `--max-message-bytes`.
+    pub body_limit: usize,
+    shed: Arc<Semaphore>,
+    request_timeout: Duration,
+}
+
+impl Front {
+    /// The front over `core`, accepting `keys`, with the limits of `flags`.
+    pub fn new(core: Arc<Core>, keys: ApiKeys, flags: &ServerFlags) -> Self {
+        let body_limit =
+            (core.settings.max_text_chars * 4 + 64 * 1024).min(flags.max_message_bytes);
+        Self {
+            core,
+            keys,
+            body_limit,
+            shed: Arc::new(Semaphore::new(flags.max_concurrent_requests)),
+            request_timeout: flags.request_timeout,
+        }
+    }
+
+    fn caller(&self, headers: &HeaderMap) -> Result<auth::Caller, ApiError> {
+        let caller = self
+            .keys
+            .caller(
+                headers
+                    .get(header::AUTHORIZATION)
+                    .map(axum::http::HeaderValue::as_bytes),
+            )
+            .map_err(ApiError::unauthenticated)?;
+        tracing::Span::current().record("tenant", caller.tenant.as_str());
+        Ok(caller)
+    }
+}
+
+/// The routes (module doc) over `front`.
+pub fn router(front: Arc<Front>) -> Router {
+    Router::new()
+        .route(speech::ROUTE, post(speech_route))
+        .route("/v1/audio/voices", get(voices_route))
+        .route("/v1/models", get(models_route))
+        .fallback(no_route)
+        .layer(middleware::from_fn_with_state(front.clone(), limits))
+        .with_state(front)
+}
+
+async fn speech_route(State(front): State<Arc<Front>>, headers: HeaderMap, body: Body) -> Response {
+    let caller = match front.caller(&headers) {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let too_large = || ApiError {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        code: Some("request_too_large".to_owned()),
+        ..ApiError::invalid(
+            "body",
+            format!(
+                "over {} bytes (room for synthesis.max_text_chars characters of input): send shorter input",
+                front.body_limit
+            ),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > front.body_limit as u64) {
+        return too_large().into_response();
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, front.body_limit).await else {
+        return too_large().into_response();
+    };
+    speech::speech(&front, caller, &headers, bytes).await
+}
+
+async fn voices_route(State(front): State<Arc<Front>>, headers: HeaderMap) -> Response {
+    match front.caller(&headers) {
+        Ok(_) => voices::voices(&front).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn models_route(State(front): State<Arc<Front>>, headers: HeaderMap) -> Response {
+    match front.caller(&headers) {
+        Ok(_) => voices::models(&front).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn no_route(method: Method, uri: axum::http::Uri) -> Response {
+    ApiError::no_route(method.as_str(), uri.path()).into_response()
+}
+
+/// The route template of `path` (a span attribute never carries a raw path).
+fn route_of(path: &str) -> &'static str {
+    match path {
+        speech::ROUTE => speech::ROUTE,
+        "/v1/audio/voices" => "/v1/audio/voices",
+        "/v1/models" => "/v1/models",
+        _ => "unknown",
+    }
+}
+
+/// Span, load shedding and request timeout around every request (module doc).
+async fn limits(State(front): State<Arc<Front>>, request: Request, next: Next) -> Response {
+    let span = voxpool_runtime::telemetry::http_server_span(
+        request.method().as_str(),
+        route_of(request.uri().path()),
+        request.headers(),
+    );
+    let Ok(_slot) = front.shed.clone().try_acquire_owned() else {
+        return ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            kind: "service_unavailable",
+            code: Some("overloaded".to_owned()),
+            retry_after_s: Some(1),
+            param: None,
+            message: "this server is handling --max-concurrent-requests requests already: retry with backoff".to_owned(),
+        }
+        .into_response();
+    };
+    let timeout = front.request_timeout;
+    let response =
+        match tokio::time::timeout(timeout, next.run(request).instrument(span.clone())).await {
+            Ok(r) => r,
+            Err(_) => ApiError {
+                status: StatusCode::GATEWAY_TIMEOUT,
+                kind: "timeout",
+                code: Some("deadline_exceeded".to_owned()),
+                retry_after_s: None,
+                param: None,
+                message: format!(
+                    "no answer within the server's request timeout ({}s, --request-timeout)",
+                    timeout.as_secs()
+                ),
+            }
+            .into_response(),
+        };
+    span.record("http.response.status_code", response.status().as_u16());
+    response
+}
+
+/// The TLS acceptor for `flags`' `--tls-cert`/`--tls-key`, or `None` without them. Errors:
+/// unreadable or invalid PEM files (one line).
+pub fn tls_acceptor(flags: &ServerFlags) -> Result<Option<TlsAcceptor>, String> {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    let (Some(cert), Some(key)) = (&flags.tls_cert, &flags.tls_key) else {
+        return Ok(None);
+    };
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(|e| format!("--tls-cert {}: {e}", cert.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| format!("--tls-key {}: {e}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("invalid TLS certificate or key for the HTTP listener: {e}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Some(TlsAcceptor::from(Arc::new(config))))
+}
+
+/// Serves [`router`] on `listener` until `shutdown` is cancelled and `drain_delay` has passed,
+/// then stops accepting and waits (at most `finish_within`) for the answers under way.
+pub async fn serve(
+    listener: TcpListener,
+    front: Arc<Front>,
+    tls: Option<TlsAcceptor>,
+    drain_delay: Duration,
+    finish_within: Duration,
+    shutdown: CancellationToken,
+) {
+    let app = router(front);
+    let graceful = GracefulShutdown::new();
+    let stop = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(drain_delay).await;
+    };
+    tokio::pin!(stop);
+    loop {
+        let tcp = tokio::select! {
+            () = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of file descriptors and the like: pause rather than spin.
+                    tracing::warn!(error = %e, "http listener: accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let watcher = graceful.watcher();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let builder = auto::Builder::new(TokioExecutor::new());
+            match tls {
+                None => {
+                    let conn = builder.serve_connection(TokioIo::new(tcp), service);
+                    let _ = watcher.watch(conn.into_owned()).await;
+                }
+                Some(acceptor) => {
+                    let Ok(Ok(stream)) =
+                        tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
+                    else {
+                        return;
+                    };
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    let _ = watcher.watch(conn.into_owned()).await;
+                }
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(finish_within, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("http answers still under way at shutdown were cut off");
+    }
+}
