@@ -20,10 +20,13 @@ export VOXPOOL_SCHEDULER__LEASE_SECRET__ENV=VOXPOOL_LEASE_SECRET
 # scheduler; voxctl and grpcurl present the voxctl one (VOXPOOL_CLIENT_TOKEN for voxctl).
 export VOXPOOL_CLIENT_TOKEN_SYNTHESIS=${VOXPOOL_CLIENT_TOKEN_SYNTHESIS:-dev-client-token-synthesis}
 export VOXPOOL_CLIENT_TOKEN_VOXCTL=${VOXPOOL_CLIENT_TOKEN_VOXCTL:-dev-client-token-voxctl}
+# The API key of the example config's [[http.api_keys]]: OpenAI-compatible clients send it as
+# `Authorization: Bearer <key>` to the HTTP front on 127.0.0.1:8080.
+export VOXPOOL_HTTP_API_KEY=${VOXPOOL_HTTP_API_KEY:-dev-http-key-local}
 DB="sqlite://$(realpath -m "$DATA")/voxpool.db?mode=rwc"
 
 taken=()
-for spec in scheduler:50051 catalog:50052 synthesis:50053; do
+for spec in scheduler:50051 catalog:50052 synthesis:50053 synthesis-http:8080; do
     if (exec 3<>"/dev/tcp/127.0.0.1/${spec#*:}") 2>/dev/null; then taken+=("$spec"); fi
 done
 if [ ${#taken[@]} -gt 0 ]; then
@@ -73,10 +76,11 @@ start catalog 50052 "$BIN/voxpool-catalog" --database "$DB" --pools-config "$CON
 mkdir -p "$DATA/blobs"
 start synthesis 50053 env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_TOKEN_SYNTHESIS" \
     VOXPOOL_BLOB_STORE="${VOXPOOL_BLOB_STORE:-file://$(cd "$DATA/blobs" && pwd)}" \
-    "$BIN/voxpool-synthesis" --config "$CONFIG"
-echo "voxpool running: scheduler 127.0.0.1:50051, catalog 127.0.0.1:50052, synthesis 127.0.0.1:50053"
+    "$BIN/voxpool-synthesis" --config "$CONFIG" --http-listen 127.0.0.1:8080
+echo "voxpool running: scheduler 127.0.0.1:50051, catalog 127.0.0.1:50052, synthesis 127.0.0.1:50053 (OpenAI-compatible HTTP: http://127.0.0.1:8080/v1)"
 echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token-local). Ctrl-C stops everything."
 echo "client token: \$VOXPOOL_CLIENT_TOKEN_VOXCTL (default dev-client-token-voxctl): export VOXPOOL_CLIENT_TOKEN=\$VOXPOOL_CLIENT_TOKEN_VOXCTL for voxctl"
+echo "http api key: \$VOXPOOL_HTTP_API_KEY (default dev-http-key-local): the OpenAI client's api_key for http://127.0.0.1:8080/v1"
 set +e
 wait -n -p dead "${!names[@]}"
 status=$?

@@ -184,7 +184,31 @@ pub fn start(mut command: Command) -> Service {
 }
 
 /// [`start`] with the child's stderr (its logs) sent to `stderr`, e.g. a file to inspect.
-pub fn start_with_stderr(mut command: Command, stderr: Stdio) -> Service {
+pub fn start_with_stderr(command: Command, stderr: Stdio) -> Service {
+    start_reading(command, stderr, 0).0
+}
+
+/// [`start`] for a synthesis started with `--http-listen`: the service, and the base URL of
+/// its OpenAI-compatible front (`http://ADDR/v1`, the second stdout line).
+pub fn start_http(mut command: Command) -> (Service, String) {
+    if std::env::var_os("RUST_LOG").is_none() && !command.get_envs().any(|(k, _)| k == "RUST_LOG") {
+        command.env(
+            "RUST_LOG",
+            std::env::var("VOXPOOL_TEST_LOG").unwrap_or_else(|_| "error".into()),
+        );
+    }
+    let (service, lines) = start_reading(command, Stdio::inherit(), 1);
+    let url = lines[0]
+        .split(" http front on ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("the second stdout line {:?} names no http front", lines[0]))
+        .trim()
+        .to_owned();
+    (service, url)
+}
+
+/// Starts `command`, reads its address from the first stdout line and `extra` lines after it.
+fn start_reading(mut command: Command, stderr: Stdio, extra: usize) -> (Service, Vec<String>) {
     with_client_tokens(&mut command);
     let mut child = command
         .stdout(Stdio::piped())
@@ -192,16 +216,22 @@ pub fn start_with_stderr(mut command: Command, stderr: Stdio) -> Service {
         .spawn()
         .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
     let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read first line");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    stdout.read_line(&mut line).expect("read first line");
+    let lines = (0..extra)
+        .map(|_| {
+            let mut more = String::new();
+            stdout.read_line(&mut more).expect("read a stdout line");
+            more
+        })
+        .collect();
     let addr = line
         .split(" listening on ")
         .nth(1)
         .unwrap_or_else(|| panic!("{command:?} printed {line:?} instead of its address"))
         .trim()
         .to_owned();
-    Service { child, addr }
+    (Service { child, addr }, lines)
 }
 
 /// The code block that follows `<!-- walkthrough:NAME … -->` in `doc` (a path from the
