@@ -1,12 +1,16 @@
-//! `make run` + the README's quick flow, end to end: the three real binaries (scheduler on the
+//! `make run` + the README's quick flows, end to end: the three real binaries (scheduler on the
 //! in-process store, catalog on a fresh SQLite file seeded with deploy/config/packs.toml,
-//! synthesis on the local espeak-ng engine), the README block run as one shell script with the
-//! real grpcurl, and the WAV it writes checked: RIFF sizes that match the bytes, 22050 Hz,
-//! more than half a second of audio that is not silence.
+//! synthesis on the local espeak-ng engine with its HTTP front and `make run`'s API key), the
+//! README blocks run as shell scripts with the real grpcurl, curl and `openai` SDK, and the WAVs
+//! they write checked: 22050 Hz, more than half a second of audio that is not silence, and for
+//! the gRPC one RIFF sizes that match the bytes (the HTTP front streams WAV with its sizes
+//! unknown, as OpenAI's does).
 
 use std::process::Command;
 
-use voxpool_e2e::{binary, grpcurl_available, start, walkthrough, workspace_root};
+use voxpool_e2e::{
+    binary, grpcurl_available, start, start_http, walkthrough, walkthrough_script, workspace_root,
+};
 
 fn le_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
@@ -57,8 +61,11 @@ fn readme_quick_flow_produces_real_speech() {
         &format!("http://{}", scheduler.addr),
         "--catalog",
         &format!("http://{}", catalog.addr),
+        "--http-listen",
+        "127.0.0.1:0",
     ]);
-    let synthesis = start(cmd);
+    cmd.env("VOXPOOL_HTTP_API_KEY", "dev-http-key-local");
+    let (synthesis, http) = start_http(cmd);
 
     let script = walkthrough("README.md", "quickstart")
         .join("\n")
@@ -83,14 +90,42 @@ fn readme_quick_flow_produces_real_speech() {
         "FreezeSnapshot printed a sealed snapshot: {stdout}"
     );
 
-    let wav = std::fs::read(dir.path().join("scratch/hello.wav")).unwrap();
-    assert_eq!(&wav[0..4], b"RIFF");
+    assert_speech(&dir.path().join("scratch/hello.wav"), true);
+
+    for name in ["http-curl", "http-python"] {
+        let script =
+            walkthrough_script("README.md", name).replace("http://127.0.0.1:8080/v1", &http);
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!("set -euo pipefail\n{script}"))
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name} failed:\n{script}\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_speech(&dir.path().join("scratch/hello-http.wav"), false);
+    assert_speech(&dir.path().join("scratch/hello-sdk.wav"), false);
+}
+
+/// `path` is a 16-bit 22050 Hz WAV with more than half a second of audio that is not silence;
+/// with `sized`, its RIFF and data sizes match the bytes (else they may be unknown: the data
+/// runs to the end of the file).
+fn assert_speech(path: &std::path::Path, sized: bool) {
+    let wav = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(&wav[0..4], b"RIFF", "{}", path.display());
     assert_eq!(&wav[8..12], b"WAVE");
-    assert_eq!(
-        le_u32(&wav, 4) as usize,
-        wav.len() - 8,
-        "RIFF size matches the bytes"
-    );
+    if sized {
+        assert_eq!(
+            le_u32(&wav, 4) as usize,
+            wav.len() - 8,
+            "RIFF size matches the bytes"
+        );
+    }
     let mut at = 12;
     let (mut rate, mut data) = (0, None);
     while at + 8 <= wav.len() {
@@ -103,8 +138,13 @@ fn readme_quick_flow_produces_real_speech() {
                 "16-bit PCM"
             );
         } else if id == b"data" {
-            assert_eq!(at + 8 + len, wav.len(), "data size matches the bytes");
-            data = Some(&wav[at + 8..at + 8 + len]);
+            if sized {
+                assert_eq!(at + 8 + len, wav.len(), "data size matches the bytes");
+                data = Some(&wav[at + 8..at + 8 + len]);
+            } else {
+                data = Some(&wav[at + 8..]);
+            }
+            break;
         }
         at += 8 + len + (len & 1);
     }
@@ -115,7 +155,15 @@ fn readme_quick_flow_produces_real_speech() {
         .map(|c| f64::from(i16::from_le_bytes([c[0], c[1]])))
         .collect();
     let seconds = samples.len() as f64 / f64::from(rate);
-    assert!(seconds > 0.5, "only {seconds:.2} s of audio");
+    assert!(
+        seconds > 0.5,
+        "{}: only {seconds:.2} s of audio",
+        path.display()
+    );
     let rms = (samples.iter().map(|s| s * s).sum::<f64>() / samples.len() as f64).sqrt();
-    assert!(rms > 300.0, "audio is silent (RMS {rms:.0})");
+    assert!(
+        rms > 300.0,
+        "{}: audio is silent (RMS {rms:.0})",
+        path.display()
+    );
 }

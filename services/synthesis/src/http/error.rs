@@ -197,6 +197,8 @@ pub fn body_field(grpc_field: &str) -> &str {
         "params.rate" => "speed",
         "extra.instructions" => "instructions",
         "pack_id" | "voice" => "voice",
+        // Sent as a header, not in the body.
+        "request_id" => "x-request-id",
         other => other,
     }
 }
