@@ -6,7 +6,10 @@
 use std::time::Duration;
 
 use tonic::{Code, service::interceptor::InterceptedService, transport::Channel};
-use voxpool_domain::snapshot::Snapshot;
+use voxpool_domain::{
+    contract::{CatalogReason, Reason as _, Retry},
+    snapshot::Snapshot,
+};
 use voxpool_proto::catalog::v1::{
     FreezeSnapshotRequest, ListVoicePacksRequest, voice_catalog_client::VoiceCatalogClient,
 };
@@ -142,6 +145,22 @@ impl Catalog {
             })?;
         let pb = answer.map_err(|s| {
             let message = s.message().to_owned();
+            // The catalog's typed reason decides first; the code only where it sent none.
+            match CatalogReason::of(&s) {
+                Some(CatalogReason::PackDisabled) => {
+                    return SynthesisError::CatalogRefused {
+                        pack_id: pack_id.to_owned(),
+                        message,
+                    };
+                }
+                Some(reason) if reason.retry() == Retry::Again => {
+                    return SynthesisError::CatalogUnavailable {
+                        url: url.clone(),
+                        message,
+                    };
+                }
+                _ => {}
+            }
             match s.code() {
                 Code::NotFound => SynthesisError::CatalogNotFound {
                     pack_id: pack_id.to_owned(),

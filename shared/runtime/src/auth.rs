@@ -12,7 +12,7 @@ mod client;
 mod layer;
 mod peer;
 
-use std::path::Path;
+use std::{collections::HashMap, path::Path};
 
 use subtle::ConstantTimeEq;
 use tonic::{Status, metadata::MetadataMap};
@@ -21,7 +21,18 @@ pub use self::{
     client::{CallerIdentity, ClientAuth, ClientToken, caller_identity},
     layer::Authenticated,
 };
-use voxpool_domain::secret::Secret;
+use voxpool_domain::{contract::AuthReason, secret::Secret, status::with_info};
+
+/// A refused call: UNAUTHENTICATED (or FAILED_PRECONDITION for [`AuthReason::AdminRpcsDisabled`])
+/// with `message` and the typed reason in its `ErrorInfo`, so a client picks its hint from the
+/// reason, never from the text.
+pub(crate) fn refused(reason: AuthReason, message: impl Into<String>) -> Status {
+    let code = match reason {
+        AuthReason::AdminRpcsDisabled => tonic::Code::FailedPrecondition,
+        _ => tonic::Code::Unauthenticated,
+    };
+    with_info(code, message, reason.as_str(), HashMap::new(), None)
+}
 
 /// Why a request's `authorization` metadata holds no usable bearer token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,7 +148,8 @@ impl AdminAuth {
     /// UNAUTHENTICATED when the header is missing, malformed or carries another token.
     pub fn authorize(&self, metadata: &MetadataMap) -> Result<(), Status> {
         let Some(expected) = &self.token else {
-            return Err(Status::failed_precondition(
+            return Err(refused(
+                AuthReason::AdminRpcsDisabled,
                 "admin RPCs are disabled on this server: start it with VOXPOOL_ADMIN_TOKEN set \
                  or --admin-token-file FILE",
             ));
@@ -145,12 +157,14 @@ impl AdminAuth {
         let presented = match bearer_token(metadata.as_ref()) {
             Ok(token) => token,
             Err(BearerError::Missing | BearerError::Repeated) => {
-                return Err(Status::unauthenticated(
+                return Err(refused(
+                    AuthReason::AdminTokenMissing,
                     "admin RPC needs exactly one metadata entry 'authorization: Bearer <admin token>'",
                 ));
             }
             Err(BearerError::Malformed) => {
-                return Err(Status::unauthenticated(
+                return Err(refused(
+                    AuthReason::AdminTokenMissing,
                     "authorization metadata must be 'Bearer <admin token>'",
                 ));
             }
@@ -158,7 +172,10 @@ impl AdminAuth {
         if bool::from(presented.as_bytes().ct_eq(expected.expose().as_bytes())) {
             Ok(())
         } else {
-            Err(Status::unauthenticated("admin token rejected"))
+            Err(refused(
+                AuthReason::AdminTokenRejected,
+                "admin token rejected",
+            ))
         }
     }
 }

@@ -107,7 +107,7 @@ impl ApiError {
             .retry_info()
             .and_then(|r| r.retry_delay)
             .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
-        let pack_unusable = reason.as_deref() == Some(SynthesisReason::PackUnusable.as_str());
+        let pack_unusable = SynthesisReason::of(status) == Some(SynthesisReason::PackUnusable);
         let (http, kind) = match status.code() {
             Code::InvalidArgument | Code::OutOfRange => {
                 (StatusCode::BAD_REQUEST, "invalid_request_error")

@@ -5,6 +5,8 @@ pub mod packs;
 pub mod pool;
 pub mod synth;
 
+use voxpool_domain::contract::AuthReason;
+
 /// A failed operator command: the message to print and the exit code.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
@@ -37,16 +39,17 @@ impl OpError {
     /// failed.
     pub fn status(what: &str, service: &str, status: &tonic::Status) -> Self {
         const ADMIN: &str = "voxctl sends the admin token from --admin-token or VOXPOOL_ADMIN_TOKEN; make run uses dev-admin-token-local";
-        let hint = match status.code() {
-            tonic::Code::Unauthenticated if status.message().contains("client token") => {
+        let hint = match (AuthReason::of(status), status.code()) {
+            (Some(AuthReason::ClientTokenMissing | AuthReason::ClientTokenRejected), _) => {
                 " (voxctl sends the client token from --token or VOXPOOL_CLIENT_TOKEN; make run's is dev-client-token-voxctl)".to_owned()
             }
-            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => format!(" ({ADMIN})"),
             // The server has no admin token of its own (voxpool_runtime::auth::AdminAuth).
-            tonic::Code::FailedPrecondition
-                if status.message().contains("admin RPCs are disabled") =>
-            {
+            (Some(AuthReason::AdminRpcsDisabled), _) => {
                 format!(" (the server needs its own admin token before it answers admin RPCs; {ADMIN})")
+            }
+            (Some(AuthReason::AdminTokenMissing | AuthReason::AdminTokenRejected), _)
+            | (None, tonic::Code::Unauthenticated | tonic::Code::PermissionDenied) => {
+                format!(" ({ADMIN})")
             }
             _ if std::error::Error::source(status).is_some() => {
                 " (the service did not answer: check the URL flag and that it runs)".to_owned()
@@ -69,15 +72,26 @@ impl From<crate::connect::UrlError> for OpError {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
+    use voxpool_domain::{contract::AuthReason, status::with_info};
+
     use super::OpError;
+
+    /// A refusal as `voxpool_runtime::auth` sends it: the code, the message, the typed reason.
+    fn refused(code: tonic::Code, reason: AuthReason, message: &str) -> tonic::Status {
+        with_info(code, message, reason.as_str(), HashMap::new(), None)
+    }
 
     #[test]
     fn an_unauthenticated_answer_points_at_the_token_it_is_about() {
         let client = OpError::status(
             "GetPoolStatus",
             "scheduler at http://127.0.0.1:50051",
-            &tonic::Status::unauthenticated(
-                "this RPC needs an authenticated caller: send 'authorization: Bearer <client token>'",
+            &refused(
+                tonic::Code::Unauthenticated,
+                AuthReason::ClientTokenMissing,
+                "this RPC needs an authenticated caller",
             ),
         );
         assert!(
@@ -95,7 +109,11 @@ mod tests {
         let admin = OpError::status(
             "DisableVoicePack",
             "catalog at http://127.0.0.1:50052",
-            &tonic::Status::unauthenticated("admin token rejected"),
+            &refused(
+                tonic::Code::Unauthenticated,
+                AuthReason::AdminTokenRejected,
+                "rejected",
+            ),
         );
         assert!(
             admin.message.contains("VOXPOOL_ADMIN_TOKEN"),
@@ -105,8 +123,10 @@ mod tests {
         let server_without_token = OpError::status(
             "PurgeCache",
             "synthesis at http://127.0.0.1:50053",
-            &tonic::Status::failed_precondition(
-                "admin RPCs are disabled on this server: start it with VOXPOOL_ADMIN_TOKEN set or --admin-token-file FILE",
+            &refused(
+                tonic::Code::FailedPrecondition,
+                AuthReason::AdminRpcsDisabled,
+                "disabled",
             ),
         );
         assert!(
@@ -122,5 +142,24 @@ mod tests {
             &tonic::Status::failed_precondition("pack vp_1 is disabled"),
         );
         assert!(!other.message.contains("admin"), "{}", other.message);
+        // The message text never picks the hint: a client-token reason worded like an admin
+        // refusal still points at --token.
+        let worded_otherwise = OpError::status(
+            "GetPoolStatus",
+            "scheduler at http://127.0.0.1:50051",
+            &refused(
+                tonic::Code::Unauthenticated,
+                AuthReason::ClientTokenRejected,
+                "admin token rejected",
+            ),
+        );
+        assert!(
+            worded_otherwise
+                .message
+                .contains("--token or VOXPOOL_CLIENT_TOKEN")
+                && !worded_otherwise.message.contains("--admin-token"),
+            "{}",
+            worded_otherwise.message
+        );
     }
 }

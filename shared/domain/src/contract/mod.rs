@@ -13,7 +13,8 @@ mod reason;
 
 pub use outcome::{Outcome, UnknownOutcome};
 pub use reason::{
-    CatalogReason, Reason, Retry, SchedulerReason, SynthesisReason, is_transport, retry_of,
+    AuthReason, CatalogReason, Reason, Retry, SchedulerReason, SynthesisReason, is_transport,
+    retry_of,
 };
 
 use crate::untrusted::{FieldProblem, check_field};

@@ -223,6 +223,27 @@ reasons! {
     }
 }
 
+reasons! {
+    /// The reasons of the authentication every service shares (`voxpool_runtime::auth`): a
+    /// client knows from them which credential to send, never from the message text. None
+    /// is worth another try unchanged.
+    AuthReason {
+        /// UNAUTHENTICATED: the data plane needs a client token (or a client certificate) and
+        /// the call sent none, or not as exactly one `authorization: Bearer <token>` entry.
+        ClientTokenMissing = "CLIENT_TOKEN_MISSING", Never;
+        /// UNAUTHENTICATED: the client token sent is none of the server's `[[client_tokens]]`.
+        ClientTokenRejected = "CLIENT_TOKEN_REJECTED", Never;
+        /// UNAUTHENTICATED: an admin RPC without exactly one well-formed
+        /// `authorization: Bearer <admin token>` entry.
+        AdminTokenMissing = "ADMIN_TOKEN_MISSING", Never;
+        /// UNAUTHENTICATED: the admin token sent is not the server's.
+        AdminTokenRejected = "ADMIN_TOKEN_REJECTED", Never;
+        /// FAILED_PRECONDITION: the server has no admin token of its own, so it answers no
+        /// admin RPC (start it with `VOXPOOL_ADMIN_TOKEN` or `--admin-token-file`).
+        AdminRpcsDisabled = "ADMIN_RPCS_DISABLED", Never;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -243,6 +264,7 @@ mod tests {
         all_parse_back::<SchedulerReason>();
         all_parse_back::<SynthesisReason>();
         all_parse_back::<CatalogReason>();
+        all_parse_back::<AuthReason>();
     }
 
     #[test]

@@ -22,7 +22,7 @@ use tonic::{
 };
 
 use voxpool_config::{ClientTokenConfig, DataPlane};
-use voxpool_domain::secret::Secret;
+use voxpool_domain::{contract::AuthReason, secret::Secret};
 
 use super::{BearerError, MIN_TOKEN_CHARS, bearer_token};
 
@@ -196,12 +196,17 @@ impl ClientAuth {
             Ok(presented) => self.match_token(presented).map(Some),
             Err(BearerError::Missing) => match super::peer::identity(extensions) {
                 Some(identity) if self.mtls => Ok(Some(identity)),
-                _ => Err(Status::unauthenticated(self.how_to())),
+                _ => Err(super::refused(
+                    AuthReason::ClientTokenMissing,
+                    self.how_to(),
+                )),
             },
-            Err(BearerError::Repeated) => Err(Status::unauthenticated(
+            Err(BearerError::Repeated) => Err(super::refused(
+                AuthReason::ClientTokenMissing,
                 "send exactly one metadata entry 'authorization: Bearer <client token>'",
             )),
-            Err(BearerError::Malformed) => Err(Status::unauthenticated(
+            Err(BearerError::Malformed) => Err(super::refused(
+                AuthReason::ClientTokenMissing,
                 "authorization metadata must be 'Bearer <client token>'",
             )),
         }
@@ -220,7 +225,8 @@ impl ClientAuth {
         found
             .map(|a| CallerIdentity::token(&a.name))
             .ok_or_else(|| {
-                Status::unauthenticated(
+                super::refused(
+                    AuthReason::ClientTokenRejected,
                     "client token rejected: it is none of this server's [[client_tokens]] \
                      (ask the operator for the token configured for your service)",
                 )
