@@ -9,8 +9,8 @@
 //! `Transfer-Encoding: chunked` in paced pieces (slices of the unstreamed bytes; `riff-` formats
 //! start with their RIFF header). Facts relied on: the endpoint, headers and output format names
 //! (<https://learn.microsoft.com/azure/ai-services/speech-service/rest-text-to-speech>); the
-//! answer arrives chunked, long ones in several parts (docs/VENDORS.md "Streaming and limit
-//! signals"; Azure's own TTS samples note it,
+//! answer arrives chunked, long ones in several parts (docs/VENDORS.md,
+//! "Streaming"; Azure's own TTS samples note it,
 //! <https://github.com/Azure-Samples/Cognitive-Speech-TTS/releases>). Unverified: how early the
 //! first chunk leaves relative to synthesis. A mid-stream break aborts the body (no final
 //! chunk). The marker text (with markers on) is the SSML's text content: tags removed,

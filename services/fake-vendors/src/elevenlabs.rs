@@ -17,7 +17,7 @@
 //! relied on: the stream route, its `output_format` query and raw audio stream
 //! (<https://elevenlabs.io/docs/api-reference/text-to-speech/stream>); the 429 codes and plan
 //! limits (<https://help.elevenlabs.io/hc/en-us/articles/19571824571921-API-Error-Code-429>);
-//! the two concurrency headers (docs/VENDORS.md "Streaming and limit signals"; when the real API
+//! the two concurrency headers (docs/VENDORS.md, "Streaming" and "elevenlabs"; when the real API
 //! sends them on success is unverified).
 
 use std::sync::Arc;

@@ -30,26 +30,27 @@ mod azure;
 mod control;
 mod dashscope;
 mod elevenlabs;
+mod knobs;
 mod minimax;
 mod openai;
 mod stream;
 mod volcengine;
 mod volcengine_v3;
+mod wire;
 mod xml;
 
 use std::{collections::BTreeMap, fmt, io, net::SocketAddr, str::FromStr, sync::Arc};
 
-use axum::{
-    Json,
-    extract::State,
-    http::{HeaderMap, HeaderValue, StatusCode, header},
-    response::{IntoResponse, Response},
-    routing::get,
-};
-pub use control::{Fault, FaultRates, KeyStats, Latency, RecordedRequest, Step, Streaming};
+use axum::{Json, extract::State, routing::get};
+pub use control::{KeyStats, RecordedRequest};
 use control::{Settings, Shared};
+pub use knobs::{Fault, FaultRates, Latency, Step, Streaming};
 use tokio::{net::TcpListener, task::JoinHandle};
 use voxpool_domain::snapshot::Snapshot;
+use wire::{
+    bare_503, bearer, header_str, internal, json, number_in, only_fields, record, render,
+    required_str, with_retry_after,
+};
 
 /// Which vendor's wire format a fake speaks (the provider ids of docs/API.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -381,125 +382,5 @@ pub fn snapshot(provider: &str, model: &str, voice_id: &str) -> Snapshot {
     match serde_json::from_value::<Snapshot>(json) {
         Ok(s) => s.seal(),
         Err(e) => unreachable!("the constant snapshot JSON always parses: {e}"),
-    }
-}
-
-// ---- helpers shared by the vendor modules ----
-
-/// Header names never recorded.
-const SECRET_HEADERS: &[&str] = &[
-    "authorization",
-    "xi-api-key",
-    "ocp-apim-subscription-key",
-    "x-api-access-key",
-    "x-api-key",
-    "cookie",
-];
-
-fn record(shared: &Shared, key: &str, uri: &axum::http::Uri, headers: &HeaderMap, body: &[u8]) {
-    let headers = headers
-        .iter()
-        .filter(|(name, _)| !SECRET_HEADERS.contains(&name.as_str()))
-        .map(|(name, value)| {
-            (
-                name.as_str().to_owned(),
-                String::from_utf8_lossy(value.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    shared.record(RecordedRequest {
-        key: key.to_owned(),
-        uri: uri.to_string(),
-        headers,
-        body: String::from_utf8_lossy(body).into_owned(),
-    });
-}
-
-/// The token of `Authorization: Bearer <token>` (case-insensitive scheme).
-fn bearer(headers: &HeaderMap) -> Option<String> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    (scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty())
-        .then(|| token.trim().to_owned())
-}
-
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-}
-
-fn json(status: StatusCode, body: serde_json::Value) -> Response {
-    (status, Json(body)).into_response()
-}
-
-fn with_retry_after(mut response: Response, secs: Option<u64>) -> Response {
-    if let Some(secs) = secs {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    }
-    response
-}
-
-/// The audio of one answer at the current `tone_ms`, marked with `text` when markers are on.
-fn render(
-    shared: &Shared,
-    encoding: audio::Encoding,
-    sample_rate_hz: u32,
-    text: &str,
-) -> Result<Vec<u8>, String> {
-    let settings = shared.settings();
-    let marker = settings.markers.then(|| audio::marker(text));
-    audio::render_marked(
-        encoding,
-        sample_rate_hz,
-        settings.tone_ms,
-        marker.as_deref(),
-    )
-}
-
-fn bare_503() -> Response {
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        [(header::CONTENT_TYPE, "text/plain")],
-        "service unavailable",
-    )
-        .into_response()
-}
-
-fn internal(message: String) -> Response {
-    (StatusCode::INTERNAL_SERVER_ERROR, message).into_response()
-}
-
-/// A field of a JSON object as a number within `lo..=hi`, if present.
-fn number_in(v: &serde_json::Value, field: &str, lo: f64, hi: f64) -> Result<Option<f64>, String> {
-    match v.get(field) {
-        None | Some(serde_json::Value::Null) => Ok(None),
-        Some(n) => match n.as_f64() {
-            Some(x) if (lo..=hi).contains(&x) => Ok(Some(x)),
-            _ => Err(format!("{field} must be a number in {lo}..{hi}, got {n}")),
-        },
-    }
-}
-
-/// A required non-empty string field.
-fn required_str<'a>(v: &'a serde_json::Value, field: &str) -> Result<&'a str, String> {
-    v.get(field)
-        .and_then(serde_json::Value::as_str)
-        .filter(|s| !s.trim().is_empty())
-        .ok_or_else(|| format!("{field} is required (a non-empty string)"))
-}
-
-/// Refuses fields of `v` outside `allowed`.
-fn only_fields(v: &serde_json::Value, what: &str, allowed: &[&str]) -> Result<(), String> {
-    match v.as_object() {
-        None => Err(format!("{what} must be a JSON object")),
-        Some(map) => match map.keys().find(|k| !allowed.contains(&k.as_str())) {
-            Some(k) => Err(format!("unrecognized field {what}.{k}")),
-            None => Ok(()),
-        },
     }
 }

@@ -15,7 +15,10 @@ use axum::{
 };
 use tokio::time::Instant;
 
-use crate::control::{Shared, Slot, Streaming};
+use crate::{
+    control::{Shared, Slot},
+    knobs::Streaming,
+};
 
 /// How an admitted answer is delivered, as decided by [`Shared::proceed`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

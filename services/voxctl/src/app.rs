@@ -127,7 +127,7 @@ async fn run_batch(args: BatchArgs, token: ClientToken) -> u8 {
 }
 
 async fn run_packs(args: PacksArgs) -> Result<(), OpError> {
-    let mut catalog = Catalog::new(&args.catalog, args.admin_token.as_deref())?;
+    let mut catalog = Catalog::new(&args.catalog, args.admin.admin_token.as_deref())?;
     match args.command {
         PacksCommand::List { filter, all } => {
             crate::show!("{}", render_list(&catalog.list(&filter, all).await?));
@@ -179,7 +179,7 @@ async fn run_packs(args: PacksArgs) -> Result<(), OpError> {
 }
 
 async fn run_cache(args: CacheArgs) -> Result<(), OpError> {
-    let mut cache = Cache::new(&args.synthesis, args.admin_token.as_deref())?;
+    let mut cache = Cache::new(&args.synthesis, args.admin.admin_token.as_deref())?;
     match args.command {
         CacheCommand::Stats => crate::show!("{}", render_stats(&cache.stats().await?)),
         CacheCommand::Purge {

@@ -9,6 +9,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::format::Format;
 
+mod ops;
+pub use ops::{
+    AdminToken, CacheArgs, CacheCommand, CreatePackArgs, PacksArgs, PacksCommand, PoolCommand,
+};
+
 /// Default Synthesis address.
 pub const DEFAULT_SYNTHESIS: &str = "http://127.0.0.1:50053";
 /// Default VoiceCatalog address.
@@ -170,172 +175,6 @@ pub struct BatchArgs {
     /// Circuit breaker: first pause before a probe (doubles per failed probe, up to 30s).
     #[arg(long, default_value = "1s", value_parser = positive_duration)]
     pub breaker_pause: Duration,
-}
-
-/// `voxctl pool ...`.
-#[derive(Debug, Subcommand)]
-pub enum PoolCommand {
-    /// Per-key in-flight/capacity bars, state and cooldowns of POOL (default: every pool).
-    Status {
-        /// Pool id; every pool when omitted.
-        pool: Option<String>,
-        /// Redraw every --interval until Ctrl-C.
-        #[arg(long)]
-        watch: bool,
-        /// Redraw period of --watch.
-        #[arg(long, default_value = "1s", value_parser = positive_duration, requires = "watch")]
-        interval: Duration,
-        /// Scheduler URL, a list `URL,URL,...`, or a DNS name of several replicas.
-        #[arg(long, env = "VOXPOOL_SCHEDULER", default_value = DEFAULT_SCHEDULER)]
-        scheduler: String,
-        /// Synthesis URL, asked which keys hold a usable credential there (the scheduler never
-        /// sees credentials); keys without one show NO_CREDENTIAL.
-        #[arg(long, env = "VOXPOOL_SYNTHESIS", default_value = DEFAULT_SYNTHESIS)]
-        synthesis: String,
-    },
-}
-
-/// `voxctl packs ...`.
-#[derive(Debug, Args)]
-pub struct PacksArgs {
-    /// Catalog URL.
-    #[arg(long, global = true, env = "VOXPOOL_CATALOG", default_value = DEFAULT_CATALOG)]
-    pub catalog: String,
-    /// Admin bearer token (for create, disable, enable, list --all).
-    #[arg(
-        long = "admin-token",
-        env = "VOXPOOL_ADMIN_TOKEN",
-        hide_env_values = true,
-        global = true
-    )]
-    pub admin_token: Option<String>,
-    /// Packs subcommand.
-    #[command(subcommand)]
-    pub command: PacksCommand,
-}
-
-/// The packs subcommands.
-#[derive(Debug, Subcommand)]
-// Parsed once per process: the size difference between variants does not matter.
-#[allow(clippy::large_enum_variant)]
-pub enum PacksCommand {
-    /// List packs (enabled ones; --all includes disabled, needs the admin token).
-    List {
-        /// Filter, e.g. `tier=PRO AND locale=en-US`.
-        #[arg(long, default_value = "")]
-        filter: String,
-        /// Include disabled packs.
-        #[arg(long)]
-        all: bool,
-    },
-    /// Every field of one pack.
-    Show {
-        /// Pack id.
-        id: String,
-    },
-    /// Create a pack (admin).
-    Create(CreatePackArgs),
-    /// Disable a pack (admin): hidden from listings, refused for new snapshots.
-    Disable {
-        /// Pack id.
-        id: String,
-    },
-    /// Enable a disabled pack (admin).
-    Enable {
-        /// Pack id.
-        id: String,
-    },
-}
-
-/// `voxctl packs create`.
-#[derive(Debug, Args)]
-pub struct CreatePackArgs {
-    /// Display name (1..200 characters).
-    #[arg(long)]
-    pub display_name: String,
-    /// Description.
-    #[arg(long, default_value = "")]
-    pub description: String,
-    /// Provider id: openai, azure, volcengine, elevenlabs, minimax, dashscope, espeak.
-    #[arg(long)]
-    pub provider: String,
-    /// Vendor model id.
-    #[arg(long, default_value = "")]
-    pub model: String,
-    /// Vendor voice id.
-    #[arg(long)]
-    pub voice_id: String,
-    /// TTS model id (the scheduler pool) the pack pins.
-    #[arg(long)]
-    pub tts_model_id: String,
-    /// STANDARD or CLONED.
-    #[arg(long, default_value = "STANDARD")]
-    pub kind: String,
-    /// LITE, STANDARD, PRO or PREMIUM.
-    #[arg(long, default_value = "STANDARD")]
-    pub tier: String,
-    /// An account (upstream id) holding the voice; repeatable; required for CLONED.
-    #[arg(long = "upstream-id")]
-    pub upstream_ids: Vec<String>,
-    /// A BCP 47 locale; repeatable.
-    #[arg(long = "locale")]
-    pub locales: Vec<String>,
-    /// Relative pitch in percent (-50..50).
-    #[arg(long, allow_negative_numbers = true)]
-    pub pitch_pct: Option<f64>,
-    /// Speaking-rate multiplier (0.25..4).
-    #[arg(long)]
-    pub rate: Option<f64>,
-    /// Relative volume in percent (-100..100).
-    #[arg(long, allow_negative_numbers = true)]
-    pub volume_pct: Option<f64>,
-    /// A vendor option `key=value`; repeatable.
-    #[arg(long)]
-    pub extra: Vec<String>,
-}
-
-/// `voxctl cache ...`.
-#[derive(Debug, Args)]
-pub struct CacheArgs {
-    /// Synthesis URL, a list `URL,URL,...`, or a DNS name of several replicas (one of them
-    /// answers: the entries are every replica's, the per-pool counts that replica's).
-    #[arg(long, global = true, env = "VOXPOOL_SYNTHESIS", default_value = DEFAULT_SYNTHESIS)]
-    pub synthesis: String,
-    /// Admin bearer token (every cache command needs it).
-    #[arg(
-        long = "admin-token",
-        env = "VOXPOOL_ADMIN_TOKEN",
-        hide_env_values = true,
-        global = true
-    )]
-    pub admin_token: Option<String>,
-    /// Cache subcommand.
-    #[command(subcommand)]
-    pub command: CacheCommand,
-}
-
-/// The cache subcommands.
-#[derive(Debug, Subcommand)]
-pub enum CacheCommand {
-    /// Whether the cache is on, where it lives, what it holds, and per pool the hits, misses,
-    /// fills and savings the answering replica counted since it started.
-    Stats,
-    /// Delete the cache entries of a pack (every snapshot of it), of one snapshot digest, or
-    /// of that snapshot of that pack. At least one of --pack, --snapshot-digest.
-    #[command(group(
-        clap::ArgGroup::new("entries")
-            .required(true)
-            .multiple(true)
-            .args(["pack", "snapshot_digest"])
-    ))]
-    Purge {
-        /// The pack whose entries go.
-        #[arg(long, value_name = "PACK_ID", value_parser = non_empty)]
-        pack: Option<String>,
-        /// The snapshot whose entries go, `sha256:<64 hex digits>` (a snapshot's `digest`).
-        #[arg(long, value_name = "sha256:HEX", value_parser = snapshot_digest)]
-        snapshot_digest: Option<String>,
-    },
 }
 
 /// `voxctl synth`.

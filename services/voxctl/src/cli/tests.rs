@@ -196,7 +196,7 @@ fn cache_purge_needs_a_pack_or_a_well_formed_snapshot_digest() {
         panic!("not cache");
     };
     assert_eq!(
-        (c.synthesis.as_str(), c.admin_token.as_deref()),
+        (c.synthesis.as_str(), c.admin.admin_token.as_deref()),
         ("http://h:1", Some("t"))
     );
 }
