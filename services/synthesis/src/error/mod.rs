@@ -247,6 +247,14 @@ pub enum SynthesisError {
 }
 
 impl SynthesisError {
+    /// INVALID_ARGUMENT naming `field` (the request's field path, e.g. `params.rate`).
+    pub fn invalid(field: &str, message: impl Into<String>) -> Self {
+        Self::InvalidArgument {
+            field: field.to_owned(),
+            message: message.into(),
+        }
+    }
+
     /// A join failure of `pool`'s audio pieces.
     pub fn audio(pool: &str, e: &AudioError) -> Self {
         SynthesisError::Audio {

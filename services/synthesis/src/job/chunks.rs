@@ -30,7 +30,7 @@ use super::{
     failover::ChunkDone,
 };
 use crate::{
-    audio::{AudioError, AudioFormat, Joiner},
+    audio::{AudioFormat, Joiner},
     error::SynthesisError,
     record::AttemptRecord,
 };
@@ -73,10 +73,6 @@ struct Slot {
     rx: mpsc::UnboundedReceiver<ChunkMsg<ChunkResult>>,
     tx: Option<mpsc::UnboundedSender<ChunkMsg<ChunkResult>>>,
     live: watch::Sender<bool>,
-}
-
-fn audio_error(pool: &str, e: &AudioError) -> SynthesisError {
-    SynthesisError::audio(pool, e)
 }
 
 /// Runs every chunk of `job` (module doc), sending output to `out` except what is owed after
@@ -140,7 +136,9 @@ async fn emit(
     let mut head = 0;
     let deadline = tokio::time::sleep_until(job.deadline.at());
     tokio::pin!(deadline);
-    joiner.begin().map_err(|e| audio_error(pool, &e))?;
+    joiner
+        .begin()
+        .map_err(|e| SynthesisError::audio(pool, &e))?;
     // An exact WAV goes out after the last chunk: nothing of a chunk reaches the caller while
     // it runs, so no chunk is live and a broken call still fails over.
     let live = out.live() && (job.format != AudioFormat::Wav || job.wav_streaming_header);
@@ -152,7 +150,7 @@ async fn emit(
             biased;
             msg = slots[head].rx.recv() => match msg {
                 Some(ChunkMsg::Audio(bytes)) => {
-                    let bytes = joiner.feed(&bytes).map_err(|e| audio_error(pool, &e))?;
+                    let bytes = joiner.feed(&bytes).map_err(|e| SynthesisError::audio(pool, &e))?;
                     if !bytes.is_empty() && !out.send(bytes).await {
                         return Ok(None);
                     }
@@ -166,7 +164,7 @@ async fn emit(
                     let done = result?;
                     let bytes = joiner
                         .end(done.sample_rate_hz)
-                        .map_err(|e| audio_error(pool, &e))?;
+                        .map_err(|e| SynthesisError::audio(pool, &e))?;
                     if !bytes.is_empty() && !out.send(bytes).await {
                         return Ok(None);
                     }
@@ -174,7 +172,7 @@ async fn emit(
                     *complete += 1;
                     head += 1;
                     if head < count {
-                        joiner.begin().map_err(|e| audio_error(pool, &e))?;
+                        joiner.begin().map_err(|e| SynthesisError::audio(pool, &e))?;
                         if live {
                             slots[head].live.send_replace(true);
                         }
@@ -213,7 +211,9 @@ async fn emit(
         }
     }
     let sample_rate_hz = joiner.sample_rate_hz().or(job.sample_rate_hz);
-    let tail = joiner.finish().map_err(|e| audio_error(pool, &e))?;
+    let tail = joiner
+        .finish()
+        .map_err(|e| SynthesisError::audio(pool, &e))?;
     Ok(Some(Finished {
         key_id,
         sample_rate_hz,

@@ -22,17 +22,10 @@ pub const MAX_SNAPSHOT_JSON_BYTES: usize = 64 * 1024;
 /// Highest accepted `sample_rate_hz`.
 pub const MAX_SAMPLE_RATE_HZ: i32 = 384_000;
 
-fn invalid(field: &str, message: impl Into<String>) -> SynthesisError {
-    SynthesisError::InvalidArgument {
-        field: field.to_owned(),
-        message: message.into(),
-    }
-}
-
 /// The format asked for, or the refusal of a number that names none.
 fn check_format(format: Result<AudioFormat, Unknown>) -> Result<AudioFormat, SynthesisError> {
     format.map_err(|Unknown(raw)| {
-        invalid(
+        SynthesisError::invalid(
             "format",
             format!("{raw} is not a format: use WAV, MP3, OGG_OPUS or PCM"),
         )
@@ -41,7 +34,7 @@ fn check_format(format: Result<AudioFormat, Unknown>) -> Result<AudioFormat, Syn
 
 fn check_text(text: &str, max_chars: usize) -> Result<(), SynthesisError> {
     if text.trim().is_empty() {
-        return Err(invalid(
+        return Err(SynthesisError::invalid(
             "text",
             "must contain something to say (it is empty or whitespace only)",
         ));
@@ -49,14 +42,14 @@ fn check_text(text: &str, max_chars: usize) -> Result<(), SynthesisError> {
     // Punctuation, symbols and emoji alone are read as silence by every engine: refuse them
     // rather than bill a vendor call for a pause.
     if !text.chars().any(char::is_alphanumeric) {
-        return Err(invalid(
+        return Err(SynthesisError::invalid(
             "text",
             "has nothing to speak: it holds no letter or digit (only punctuation, symbols or spaces); send words",
         ));
     }
     let chars = text.chars().count();
     if chars > max_chars {
-        return Err(invalid(
+        return Err(SynthesisError::invalid(
             "text",
             format!(
                 "{chars} characters is over the limit of {max_chars} (synthesis.max_text_chars); send shorter requests"
@@ -82,30 +75,30 @@ pub(super) async fn prepare(
     if let Err(problem) =
         voxpool_domain::untrusted::check_field(&r.request_id, MAX_REQUEST_ID_CHARS)
     {
-        return Err(invalid("request_id", problem.to_string()));
+        return Err(SynthesisError::invalid("request_id", problem.to_string()));
     }
     let priority = match r.priority {
         Ok(priority) => priority,
         Err(Unknown(raw)) => {
-            return Err(invalid(
+            return Err(SynthesisError::invalid(
                 "priority",
                 format!("unknown value {raw}: use INTERACTIVE, STANDARD or BATCH"),
             ));
         }
     };
     if let Err(problem) = voxpool_domain::contract::check_tenant(&r.tenant) {
-        return Err(invalid("tenant", problem.to_string()));
+        return Err(SynthesisError::invalid("tenant", problem.to_string()));
     }
     check_text(&r.text, core.settings.max_text_chars)?;
     let format = check_format(r.format)?;
     let cache_policy = r.cache_policy.map_err(|Unknown(raw)| {
-        invalid(
+        SynthesisError::invalid(
             "cache_policy",
             format!("unknown value {raw}: use USE, REFRESH or BYPASS"),
         )
     })?;
     if r.wav_streaming_header && format != AudioFormat::Wav {
-        return Err(invalid(
+        return Err(SynthesisError::invalid(
             "wav_streaming_header",
             format!(
                 "applies to WAV only, and the format is {format}: leave it false (PCM, MP3 and OGG_OPUS stream as they are)"
@@ -116,7 +109,7 @@ pub(super) async fn prepare(
         0 => None,
         hz @ 1..=MAX_SAMPLE_RATE_HZ => u32::try_from(hz).ok(),
         hz => {
-            return Err(invalid(
+            return Err(SynthesisError::invalid(
                 "sample_rate_hz",
                 format!("must be 0 (vendor default) or 1..={MAX_SAMPLE_RATE_HZ} Hz, got {hz}"),
             ));
@@ -125,7 +118,7 @@ pub(super) async fn prepare(
     let voice = resolve_voice(core, r.voice, deadline).await?;
     voice
         .verify_digest()
-        .map_err(|e| invalid(&e.field, e.message))?;
+        .map_err(|e| SynthesisError::invalid(&e.field, e.message))?;
     let voice = apply_overrides(voice, &r.overrides);
     let provider: Provider =
         voice
@@ -184,7 +177,7 @@ pub(super) async fn prepare(
         .map(str::to_owned)
         .collect();
     if format == AudioFormat::OggOpus && chunks.len() > 1 {
-        return Err(invalid(
+        return Err(SynthesisError::invalid(
             "format",
             format!(
                 "OGG_OPUS audio cannot be joined, and this text needs {} vendor calls (at most {} per call); ask for WAV, PCM or MP3, or send shorter text",
@@ -247,30 +240,34 @@ async fn resolve_voice(
     deadline: Deadline,
 ) -> Result<Snapshot, SynthesisError> {
     match voice {
-        None => Err(invalid(
+        None => Err(SynthesisError::invalid(
             "voice",
             "set one of snapshot, snapshot_json or pack_id",
         )),
         Some(VoiceSource::Snapshot(snapshot)) => Ok(*snapshot),
-        Some(VoiceSource::Malformed(e)) => Err(invalid(&e.field, e.message)),
+        Some(VoiceSource::Malformed(e)) => Err(SynthesisError::invalid(&e.field, e.message)),
         Some(VoiceSource::Json(json)) => {
             if json.trim().is_empty() {
-                return Err(invalid(
+                return Err(SynthesisError::invalid(
                     "snapshot_json",
                     "empty: pass the snapshot's JSON form as stored in a card",
                 ));
             }
             if json.len() > MAX_SNAPSHOT_JSON_BYTES {
-                return Err(invalid(
+                return Err(SynthesisError::invalid(
                     "snapshot_json",
                     format!("{} bytes, at most {MAX_SNAPSHOT_JSON_BYTES}", json.len()),
                 ));
             }
-            Snapshot::from_json(&json).map_err(|e| invalid("snapshot_json", e.message))
+            Snapshot::from_json(&json)
+                .map_err(|e| SynthesisError::invalid("snapshot_json", e.message))
         }
         Some(VoiceSource::PackId(id)) => {
             if id.trim().is_empty() {
-                return Err(invalid("pack_id", "empty: pass a voice pack id"));
+                return Err(SynthesisError::invalid(
+                    "pack_id",
+                    "empty: pass a voice pack id",
+                ));
             }
             core.catalog.freeze(&id, deadline.remaining()).await
         }
