@@ -2,7 +2,7 @@
 //! (a private real redis-server per test), `sentinel::*` (a real Sentinel setup: primary,
 //! replica, three sentinels; grants wait for the replica's acknowledgement) and `cluster::*`
 //! (a real 3-primary Redis Cluster with a replica per primary). Each test names the behaviour
-//! it checks; together they try to break invariants 1-6 of docs/ARCHITECTURE.md of docs/ARCHITECTURE.md.
+//! it checks; together they try to break invariants 1-6 and 12 of docs/ARCHITECTURE.md.
 //!
 //! One file per area (`leases`, `waiting`, `classes`, `cooldown`, `adaptive`, `quota`,
 //! `recovery`, `ids`, `input`, `fill`); each lists its tests in [`conformance!`], which runs every one

@@ -3,7 +3,7 @@
 //! Learn, "Text to speech REST API",
 //! <https://learn.microsoft.com/azure/ai-services/speech-service/rest-text-to-speech>, and "SSML
 //! voice and sound" / prosody, <https://learn.microsoft.com/azure/ai-services/speech-service/speech-synthesis-markup-voice>;
-//! docs/VENDORS.md "Microsoft Azure Speech"). A configured `base_url` replaces
+//! docs/VENDORS.md, "azure"). A configured `base_url` replaces
 //! `https://{region}.tts.speech.microsoft.com`. Auth: `Ocp-Apim-Subscription-Key`.
 //!
 //! # SSML

@@ -2,7 +2,7 @@
 //! {base}/api/v1/services/audio/tts/SpeechSynthesizer` (Alibaba Cloud Model Studio "TTS HTTP
 //! API", <https://www.alibabacloud.com/help/en/model-studio/qwen-audio-tts-http-api>, and the
 //! DashScope error code list, <https://www.alibabacloud.com/help/en/model-studio/error-code>;
-//! docs/VENDORS.md "Alibaba DashScope"). Default base `https://dashscope.aliyuncs.com`; auth
+//! docs/VENDORS.md, "dashscope"). Default base `https://dashscope.aliyuncs.com`; auth
 //! `Authorization: Bearer <key>`. The WebSocket API is not used: one HTTP call per attempt keeps
 //! the adapter's contract (one call, one key, no retries) simple.
 //!

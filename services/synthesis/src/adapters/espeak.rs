@@ -51,7 +51,7 @@ pub const DEFAULT_WPM: f64 = 175.0;
 pub const MIN_WPM: u32 = 80;
 /// Fastest speed espeak-ng accepts (words per minute).
 pub const MAX_WPM: u32 = 450;
-/// Characters per process call; longer text is split by the orchestrator.
+/// Characters per process call; longer text is split by the job module (`crate::job`).
 pub const TEXT_LIMIT_CHARS: usize = 2_000;
 /// Most stderr bytes kept for an error message.
 const STDERR_CAP: u64 = 2_048;

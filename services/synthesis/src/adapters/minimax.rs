@@ -1,6 +1,6 @@
 //! MiniMax T2A v2: `POST {base}/v1/t2a_v2` (MiniMax API reference "Speech T2A HTTP",
 //! <https://platform.minimax.io/docs/api-reference/speech-t2a-http>, and its error code table;
-//! docs/VENDORS.md "MiniMax T2A v2"). Default base `https://api.minimax.io`; bearer key. An upstream
+//! docs/VENDORS.md, "minimax"). Default base `https://api.minimax.io`; bearer key. An upstream
 //! `params.group_id` is sent as the `GroupId` query parameter (older accounts need it).
 //! Streaming (`"stream": true`): the answer is `text/event-stream`, each event's `data` JSON
 //! with a piece of the audio as **hex** in `data.audio` (`data.status` 1), written to the sink

@@ -10,16 +10,16 @@
 //!    stream: as each piece arrives; the others: once, whole), or failing with a
 //!    [`VendorFailure`] classified into a scheduler outcome (`http/classify.rs`, the outcome
 //!    classification table of docs/VENDORS.md: body codes, not only HTTP status; `Retry-After` read). A failure can come after audio
-//!    was written (a stream that breaks); the orchestrator decides what that means.
+//!    was written (a stream that breaks); `crate::job` decides what that means.
 //!    [`VendorAdapter::synthesize`] is the same call collected into one [`VendorAudio`].
-//! 3. [`VendorAdapter::text_limit`]: the vendor's per-request text limit, so the orchestrator
+//! 3. [`VendorAdapter::text_limit`]: the vendor's per-request text limit, so `crate::job`
 //!    splits longer text at sentence boundaries.
 //!
 //! The cloud adapters share one skeleton ([`cloud::CloudVendor`]): each writes only its wire
 //! mapping and its call.
 //!
 //! Adapters never see the scheduler, never retry and never log credentials: failover,
-//! reporting and releasing are the orchestrator's job.
+//! reporting and releasing belong to `crate::job`.
 
 pub mod espeak;
 pub mod registry;

@@ -1,6 +1,6 @@
 //! OpenAI-compatible speech: `POST {base}/v1/audio/speech` (OpenAI API reference, "Audio →
 //! Create speech", <https://platform.openai.com/docs/api-reference/audio/createSpeech>; see
-//! docs/VENDORS.md "OpenAI-compatible"). One adapter serves OpenAI and every relay or local server
+//! docs/VENDORS.md, "openai"). One adapter serves OpenAI and every relay or local server
 //! that speaks this shape. Default base: `https://api.openai.com`; a configured `base_url`
 //! ending in `/v1` is used as is (`{base_url}/audio/speech`).
 //!

@@ -193,7 +193,7 @@ pub fn require_sample_rate(
 }
 
 /// A `ParamError` found while building the request (after `check` passed, e.g. a snapshot the
-/// orchestrator did not check) as a `CLIENT_ERROR` failure.
+/// job module did not check) as a `CLIENT_ERROR` failure.
 pub fn param_failure(provider: &str, e: &ParamError) -> VendorFailure {
     failure(
         provider,

@@ -1,7 +1,7 @@
 //! Volcengine (ByteDance) speech synthesis, HTTP v1: `POST {base}/api/v1/tts` (Volcengine docs
 //! "语音合成 HTTP 接口", <https://www.volcengine.com/docs/6561/79820>; the same protocol's
 //! parameter table at BytePlus, <https://docs.byteplus.com/en/docs/speech/docs-request-parameters-2>;
-//! docs/VENDORS.md "Volcengine" for codes and the large-model ranges). Default base
+//! docs/VENDORS.md, "volcengine" for codes and the large-model ranges). Default base
 //! `https://openspeech.bytedance.com`.
 //!
 //! Header `Authorization: Bearer;<token>` (a semicolon, not a space): the only place the
