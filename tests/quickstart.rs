@@ -4,7 +4,7 @@
 //! README blocks run as shell scripts with the real grpcurl, curl and `openai` SDK, and the WAVs
 //! they write checked: 22050 Hz, more than half a second of audio that is not silence, and for
 //! the gRPC one RIFF sizes that match the bytes (the HTTP front streams WAV with its sizes
-//! unknown, as OpenAI's does).
+//! unknown, as OpenAI's does). docs/SYNTHESIS.md's grpcurl walk-through runs on the same stack.
 
 use std::process::Command;
 
@@ -110,6 +110,33 @@ fn readme_quick_flow_produces_real_speech() {
     }
     assert_speech(&dir.path().join("scratch/hello-http.wav"), false);
     assert_speech(&dir.path().join("scratch/hello-sdk.wav"), false);
+
+    // docs/SYNTHESIS.md's grpcurl walk-through on the same stack: by pack id, from a card, from
+    // a snapshot sealed by hand, and streamed PCM.
+    let script = walkthrough_script("docs/SYNTHESIS.md", "synthesis")
+        .replace("127.0.0.1:50051", &scheduler.addr)
+        .replace("127.0.0.1:50052", &catalog.addr)
+        .replace("127.0.0.1:50053", &synthesis.addr);
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -euo pipefail\n{script}"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the synthesis walk-through failed:\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in ["hello.wav", "card.wav", "demo.wav", "out.wav", "long.wav"] {
+        assert_speech(&dir.path().join("scratch").join(name), true);
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("espeak cannot apply format = MP3"),
+        "the MP3 request is refused naming the format: {stderr}"
+    );
 }
 
 /// `path` is a 16-bit 22050 Hz WAV with more than half a second of audio that is not silence;
