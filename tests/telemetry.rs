@@ -309,3 +309,64 @@ async fn unknown_pool_names_never_become_metric_series_or_memory() {
         "no span attribute carries a 64 KiB name"
     );
 }
+
+/// The latest `voxpool.health.serving` point of `service` with `dependency`, if one arrived.
+fn serving_point(received: &otlp::Received, service: &str, dependency: &str) -> Option<f64> {
+    received
+        .metrics()
+        .iter()
+        .rev()
+        .filter(|m| m.service == service && m.metric.name == "voxpool.health.serving")
+        .flat_map(|m| otlp::points(&m.metric))
+        .find(|(_, attrs)| attrs.contains(&format!("dependency={dependency}")))
+        .map(|(v, _)| v)
+}
+
+/// Polls the receiver (the readiness signal) until `service`'s health gauge reads `want`.
+async fn wait_serving(received: &otlp::Received, service: &str, dependency: &str, want: f64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while serving_point(received, service, dependency) != Some(want) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{service}'s voxpool.health.serving never read {want}; last {:?}",
+            serving_point(received, service, dependency)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_exported_one_while_serving_and_zero_while_the_store_is_down() {
+    let (endpoint, received) = otlp::start().await;
+    let mut redis = voxpool_testkit::RedisServer::start();
+    let mut cmd = Command::new(binary("voxpool-scheduler"));
+    cmd.current_dir(workspace_root())
+        .args([
+            "--config",
+            "deploy/config/example.toml",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            &redis.url(),
+        ])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
+        .env("VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS", "0")
+        .env_remove("OTEL_SERVICE_NAME");
+    let _scheduler = start(cmd);
+    wait_serving(&received, "voxpool-scheduler", "lease store", 1.0).await;
+    redis.kill();
+    wait_serving(&received, "voxpool-scheduler", "lease store", 0.0).await;
+    redis.restart_empty();
+    wait_serving(&received, "voxpool-scheduler", "lease store", 1.0).await;
+    let unit = received
+        .metrics()
+        .iter()
+        .find(|m| m.metric.name == "voxpool.health.serving")
+        .map(|m| m.metric.unit.clone());
+    assert_eq!(
+        unit.as_deref(),
+        Some(""),
+        "a 0/1 flag: no unit, no _ratio suffix"
+    );
+}

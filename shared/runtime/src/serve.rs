@@ -2,9 +2,22 @@
 //! assembly ([`serve_grpc`]: limits, TLS, trace spans, health kept in step with a dependency,
 //! reflection, graceful shutdown), the `grpc-timeout` parser, and shutdown on SIGTERM /
 //! SIGINT (a second signal exits at once).
+//!
+//! Health is also a metric: `voxpool.health.serving` (gauge, a 0/1 flag without a unit, so
+//! Prometheus names it `voxpool_health_serving`; attribute `dependency`) is 1 while the
+//! replica reports SERVING and 0 while it reports NOT_SERVING (its dependency unreachable, or
+//! draining), so alerts see what load balancers see.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
+use opentelemetry::{KeyValue, global, metrics::ObservableGauge};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
@@ -76,6 +89,10 @@ where
         }
     };
     set(&reporter, status_of(serving)).await;
+    let serving_now = Arc::new(AtomicBool::new(serving));
+    // Registered with the meter provider for the process's life (the handle unregisters
+    // nothing): one serve_grpc per process.
+    let _serving_gauge = serving_gauge(dependency, serving_now.clone());
     let health_task = {
         let shutdown = shutdown.clone();
         let names = names.clone();
@@ -88,6 +105,7 @@ where
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => {
+                        serving_now.store(false, Ordering::Relaxed);
                         set(ServingStatus::NotServing).await;
                         break;
                     }
@@ -106,6 +124,7 @@ where
                     if now {
                         tracing::info!(%dependency, "reachable again; health is SERVING");
                     }
+                    serving_now.store(now, Ordering::Relaxed);
                     set(status_of(now)).await;
                     serving = now;
                 }
@@ -133,6 +152,20 @@ where
         .map_err(|e| format!("grpc server: {e}"));
     health_task.abort();
     result
+}
+
+/// `voxpool.health.serving` (module doc): 1 while `serving` holds, else 0.
+fn serving_gauge(dependency: &'static str, serving: Arc<AtomicBool>) -> ObservableGauge<u64> {
+    global::meter("voxpool-runtime")
+        .u64_observable_gauge("voxpool.health.serving")
+        .with_description("1 while this replica's gRPC health is SERVING, 0 while NOT_SERVING")
+        .with_callback(move |obs| {
+            obs.observe(
+                u64::from(serving.load(Ordering::Relaxed)),
+                &[KeyValue::new("dependency", dependency)],
+            );
+        })
+        .build()
 }
 
 /// The caller's deadline from the `grpc-timeout` request header (`<digits><H|M|S|m|u|n>`, as
