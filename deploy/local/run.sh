@@ -77,6 +77,11 @@ mkdir -p "$DATA/blobs"
 start synthesis 50053 env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_TOKEN_SYNTHESIS" \
     VOXPOOL_BLOB_STORE="${VOXPOOL_BLOB_STORE:-file://$(cd "$DATA/blobs" && pwd)}" \
     "$BIN/voxpool-synthesis" --config "$CONFIG" --http-listen 127.0.0.1:8080
+# Its last start-up line is the HTTP front's URL, printed right after the gRPC address.
+for _ in $(seq 1 50); do
+    grep -q "http front on http://127.0.0.1:8080" "$DATA/synthesis.stdout" && break
+    sleep 0.1
+done
 echo "voxpool running: scheduler 127.0.0.1:50051, catalog 127.0.0.1:50052, synthesis 127.0.0.1:50053 (OpenAI-compatible HTTP: http://127.0.0.1:8080/v1)"
 echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token-local). Ctrl-C stops everything."
 echo "client token: \$VOXPOOL_CLIENT_TOKEN_VOXCTL (default dev-client-token-voxctl): export VOXPOOL_CLIENT_TOKEN=\$VOXPOOL_CLIENT_TOKEN_VOXCTL for voxctl"

@@ -221,8 +221,9 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
             std::env::var("VOXPOOL_CLIENT_TOKEN").ok().as_deref(),
         )?,
     };
-    // Read here too so that a bad token stops the start before the address is announced.
-    ClientAuth::load(
+    // Read here too so that a bad token stops the start before the address is announced (and
+    // so that the line saying how callers authenticate comes before that address).
+    ClientAuth::load_announced(
         &config.client_tokens,
         DataPlane::Synthesis,
         args.server.tls_client_ca.is_some(),
@@ -230,18 +231,14 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
     let core = server::build(&config, adapters, &options)?;
     warn_about_credentials(&core.pools);
     let shutdown = voxpool_runtime::serve::shutdown_token();
-    // The gRPC address is the first stdout line (what scripts and tests wait for); the HTTP
-    // front's URL is the second.
-    voxpool_runtime::serve::announce("voxpool-synthesis", bound)?;
-    let http = http.map(|(listener, http_bound)| {
-        use std::io::Write as _;
+    // Every start-up log line comes before the addresses, so `make run`'s ready line (printed
+    // once the last address is out) is the last line a user sees. The gRPC address is the
+    // first stdout line (what scripts and tests wait for); the HTTP front's URL is the second.
+    let http_url = http.as_ref().map(|(listener, http_bound)| {
         let scheme = if args.server.tls_cert.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://{http_bound}/v1");
         tracing::info!(%url, api_keys = listener.keys.len(), "OpenAI-compatible HTTP front serving");
-        // A reader that took only the first line may have closed stdout: that is not an error.
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "voxpool-synthesis http front on {url}").and_then(|()| out.flush());
-        listener
+        url
     });
     tracing::info!(
         listen = %bound,
@@ -250,5 +247,13 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
         pools = config.pools.len(),
         "voxpool-synthesis serving"
     );
+    voxpool_runtime::serve::announce("voxpool-synthesis", bound)?;
+    if let Some(url) = &http_url {
+        use std::io::Write as _;
+        // A reader that took only the first line may have closed stdout: that is not an error.
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "voxpool-synthesis http front on {url}").and_then(|()| out.flush());
+    }
+    let http = http.map(|(listener, _)| listener);
     server::serve_with_http(listener, http, core, &args.server, shutdown).await
 }

@@ -180,7 +180,8 @@ pub async fn serve_with_http(
         interval: HEALTH_INTERVAL,
         probe,
     };
-    let callers = ClientAuth::load_announced(
+    // The binary announced how callers authenticate before its address (main.rs).
+    let callers = ClientAuth::load(
         &core.client_tokens,
         DataPlane::Synthesis,
         flags.tls_client_ca.is_some(),
