@@ -14,7 +14,7 @@ use voxpool_proto::{
 };
 
 use crate::{
-    breaker::{Breaker, Health},
+    breaker::{Breaker, Health, Phase},
     format::Format,
     retry::{CallError, RetryPolicy},
     stats::Stats,
@@ -91,20 +91,33 @@ pub struct Called {
 impl Caller {
     /// Sends `request` (its `request_id` is set per call from `request_id_base`) until it
     /// succeeds, fails with a non-retryable error, or runs out of attempts.
+    ///
+    /// Attempts that fail while the circuit breaker holds the service down (it is not closed
+    /// after the last one) do not use up the item's attempts: the breaker paces those calls
+    /// (its probes), and a service that stays down ends the run through `--give-up-after`, with
+    /// the item not started rather than failed. An item that fails while the breaker is closed
+    /// (other calls succeed) fails on its own, after its attempts.
     pub async fn synthesize(&self, request: &SynthesizeRequest, request_id_base: &str) -> Called {
         let mut attempt = 0u32;
-        let result = (|| {
-            attempt += 1;
-            self.once(request, format!("{request_id_base}.{attempt}"))
-        })
-        .retry(self.policy.ceilings())
-        .when(CallError::retryable)
-        .adjust(|error, ceiling| ceiling.map(|c| self.policy.delay(c, error)))
-        .notify(|_, _| Stats::bump(&self.stats.retries))
-        .await;
-        Called {
-            result,
-            calls: attempt,
+        loop {
+            let result = (|| {
+                attempt += 1;
+                self.once(request, format!("{request_id_base}.{attempt}"))
+            })
+            .retry(self.policy.ceilings())
+            .when(CallError::retryable)
+            .adjust(|error, ceiling| ceiling.map(|c| self.policy.delay(c, error)))
+            .notify(|_, _| Stats::bump(&self.stats.retries))
+            .await;
+            let service_down = matches!(&result, Err(e) if e.retryable() && matches!(e.health(), Health::Down))
+                && self.breaker.phase() != Phase::Closed;
+            if !service_down {
+                return Called {
+                    result,
+                    calls: attempt,
+                };
+            }
+            Stats::bump(&self.stats.retries);
         }
     }
 

@@ -342,8 +342,11 @@ async fn a_service_that_stays_down_ends_the_run_after_give_up_after_and_the_rest
             &out,
             &server.url(),
             &[
+                // Longer than the 5 attempts the first item's probes take (100 + 200 + 400 +
+                // 800 ms of pauses): a call that fails while the service is down must not
+                // use them up, so every item is still not started when the run gives up.
                 "--give-up-after",
-                "1s",
+                "3s",
                 "--breaker-pause",
                 "100ms",
                 "--report",
