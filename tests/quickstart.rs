@@ -72,18 +72,7 @@ fn readme_quick_flow_produces_real_speech() {
         .replace("127.0.0.1:50051", &scheduler.addr)
         .replace("127.0.0.1:50052", &catalog.addr)
         .replace("127.0.0.1:50053", &synthesis.addr);
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg(format!("set -euo pipefail\n{script}"))
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "quick flow failed:\n{script}\nstdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_script(dir.path(), "the quick flow", &script);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("\"digest\": \"sha256:"),
@@ -95,18 +84,7 @@ fn readme_quick_flow_produces_real_speech() {
     for name in ["http-curl", "http-python"] {
         let script =
             walkthrough_script("README.md", name).replace("http://127.0.0.1:8080/v1", &http);
-        let out = Command::new("bash")
-            .arg("-c")
-            .arg(format!("set -euo pipefail\n{script}"))
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{name} failed:\n{script}\nstdout: {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_script(dir.path(), name, &script);
     }
     assert_speech(&dir.path().join("scratch/hello-http.wav"), false);
     assert_speech(&dir.path().join("scratch/hello-sdk.wav"), false);
@@ -117,18 +95,7 @@ fn readme_quick_flow_produces_real_speech() {
         .replace("127.0.0.1:50051", &scheduler.addr)
         .replace("127.0.0.1:50052", &catalog.addr)
         .replace("127.0.0.1:50053", &synthesis.addr);
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg(format!("set -euo pipefail\n{script}"))
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the synthesis walk-through failed:\nstdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_script(dir.path(), "the synthesis walk-through", &script);
     for name in ["hello.wav", "card.wav", "demo.wav", "out.wav", "long.wav"] {
         assert_speech(&dir.path().join("scratch").join(name), true);
     }
@@ -137,6 +104,24 @@ fn readme_quick_flow_produces_real_speech() {
         stderr.contains("espeak cannot apply format = MP3"),
         "the MP3 request is refused naming the format: {stderr}"
     );
+}
+
+/// Runs `script` with bash (`set -euo pipefail`) in `dir`; panics naming `what`, with the
+/// script and its output, unless it succeeds.
+fn run_script(dir: &std::path::Path, what: &str, script: &str) -> std::process::Output {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -euo pipefail\n{script}"))
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{script}\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// `path` is a 16-bit 22050 Hz WAV with more than half a second of audio that is not silence;
