@@ -30,6 +30,7 @@ pub use self::{
 use crate::{
     error::SchedulerError,
     model::{HealthPolicy, KeyStatus, Lease, LeaseId, PoolStatus, ReportParams, ReportResult},
+    signing::LeaseSigner,
     store::{LeaseStore, StoreError},
     waiters::{Event, WaitQueues},
 };
@@ -120,9 +121,11 @@ impl Scheduler {
         }
     }
 
-    /// The store.
-    pub fn store(&self) -> &Arc<dyn LeaseStore> {
-        &self.store
+    /// Reads the store-kept lease secret into `signer` (a no-op for a configured secret), so
+    /// the edge signs and verifies lease ids without reaching the store itself.
+    /// Errors: the store's, as a one-line reason.
+    pub async fn refresh_signer(&self, signer: &LeaseSigner) -> Result<(), String> {
+        signer.refresh(self.store.as_ref()).await
     }
 
     /// The configured pools.

@@ -93,8 +93,8 @@ impl SchedulerService {
         if self.signer.is_ready() {
             return Ok(());
         }
-        self.signer
-            .refresh(self.scheduler.store().as_ref())
+        self.scheduler
+            .refresh_signer(&self.signer)
             .await
             .map_err(|e| SchedulerError::Store(StoreError::Unavailable(e)))
     }
