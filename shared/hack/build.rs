@@ -1,0 +1,3 @@
+//! No build step: the crate exists for its [build-dependencies]' features (host-side unification).
+
+fn main() {}
