@@ -13,8 +13,9 @@ fn start(mut cmd: Command) -> voxpool_e2e::Service {
 }
 use voxpool_proto::scheduler::v1 as pb;
 
-/// A scheduler on the example config exporting traces and metrics to `endpoint` often.
-fn scheduler_exporting_to(endpoint: &str) -> voxpool_e2e::Service {
+/// A scheduler on the example config (plus `extra` flags) exporting traces and metrics to
+/// `endpoint` often.
+fn scheduler_exporting_to(endpoint: &str, extra: &[&str]) -> voxpool_e2e::Service {
     let mut cmd = Command::new(binary("voxpool-scheduler"));
     cmd.current_dir(workspace_root())
         .args([
@@ -23,6 +24,7 @@ fn scheduler_exporting_to(endpoint: &str) -> voxpool_e2e::Service {
             "--listen",
             "127.0.0.1:0",
         ])
+        .args(extra)
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
         .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
@@ -35,7 +37,7 @@ fn scheduler_exporting_to(endpoint: &str) -> voxpool_e2e::Service {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scheduler_exports_pool_metrics_and_spans_over_otlp() {
     let (endpoint, received) = otlp::start().await;
-    let scheduler = scheduler_exporting_to(&endpoint);
+    let scheduler = scheduler_exporting_to(&endpoint, &[]);
     let mut client = voxpool_e2e::scheduler_client(&scheduler.addr).await;
     let lease = client
         .acquire(pb::AcquireRequest {
@@ -225,7 +227,7 @@ fn rss_kib(pid: u32) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_pool_names_never_become_metric_series_or_memory() {
     let (endpoint, received) = otlp::start().await;
-    let scheduler = scheduler_exporting_to(&endpoint);
+    let scheduler = scheduler_exporting_to(&endpoint, &[]);
     let mut client = voxpool_e2e::scheduler_client(&scheduler.addr).await;
     let unknown = |i: usize| format!("{i:05}-{}", "x".repeat(64 * 1024));
     let mut send = async |range: std::ops::Range<usize>| {
@@ -339,21 +341,8 @@ async fn wait_serving(received: &otlp::Received, service: &str, dependency: &str
 async fn health_is_exported_one_while_serving_and_zero_while_the_store_is_down() {
     let (endpoint, received) = otlp::start().await;
     let mut redis = voxpool_testkit::RedisServer::start();
-    let mut cmd = Command::new(binary("voxpool-scheduler"));
-    cmd.current_dir(workspace_root())
-        .args([
-            "--config",
-            "deploy/config/example.toml",
-            "--listen",
-            "127.0.0.1:0",
-            "--store",
-            &redis.url(),
-        ])
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
-        .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
-        .env("VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS", "0")
-        .env_remove("OTEL_SERVICE_NAME");
-    let _scheduler = start(cmd);
+    let url = redis.url();
+    let _scheduler = scheduler_exporting_to(&endpoint, &["--store", &url]);
     wait_serving(&received, "voxpool-scheduler", "lease store", 1.0).await;
     redis.kill();
     wait_serving(&received, "voxpool-scheduler", "lease store", 0.0).await;
