@@ -355,6 +355,12 @@ async fn each_error_answers_the_status_and_shape_an_openai_client_expects() {
     check(&got, 400, "BadRequestError", "invalid_value", Some("input"));
     let got = stack.speak(KEY_A, json!({"input": "x", "voice": "vp_no_such_pack"}));
     check(&got, 404, "NotFoundError", "voice_not_found", Some("voice"));
+    assert!(
+        got["body"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("GET /v1/audio/voices") && !m.contains("ListVoicePacks")),
+        "an HTTP caller is pointed at the HTTP listing: {got}"
+    );
     let got = stack.speak(KEY_A, json!({"input": "x".repeat(200_000)}));
     check(
         &got,

@@ -152,6 +152,14 @@ impl ApiError {
                 message = format!("invalid {param}:{rest}");
             }
         }
+        if status.code() == Code::NotFound || pack_unusable {
+            // The gRPC message names gRPC's own listing; an HTTP caller has its own (and a
+            // `voice` such as "alloy" is an OpenAI voice name, not a pack id).
+            message = message.replace(
+                "check the packId (ListVoicePacks lists the enabled packs)",
+                "voice is a voice pack id: GET /v1/audio/voices lists them",
+            );
+        }
         let code = if pool_full {
             Some(SynthesisReason::PoolFull.as_str().to_ascii_lowercase())
         } else {
