@@ -146,38 +146,31 @@ impl Catalog {
         let pb = answer.map_err(|s| {
             let message = s.message().to_owned();
             // The catalog's typed reason decides first; the code only where it sent none.
-            match CatalogReason::of(&s) {
-                Some(CatalogReason::PackDisabled) => {
-                    return SynthesisError::CatalogRefused {
-                        pack_id: pack_id.to_owned(),
-                        message,
-                    };
-                }
-                Some(reason) if reason.retry() == Retry::Again => {
-                    return SynthesisError::CatalogUnavailable {
-                        url: url.clone(),
-                        message,
-                    };
-                }
-                _ => {}
-            }
-            match s.code() {
-                Code::NotFound => SynthesisError::CatalogNotFound {
-                    pack_id: pack_id.to_owned(),
-                    message,
-                },
-                Code::FailedPrecondition => SynthesisError::CatalogRefused {
-                    pack_id: pack_id.to_owned(),
-                    message,
-                },
-                Code::InvalidArgument => SynthesisError::CatalogInvalid { message },
-                Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
+            match (CatalogReason::of(&s), s.code()) {
+                (Some(reason), _) if reason.retry() == Retry::Again => {
                     SynthesisError::CatalogUnavailable {
                         url: url.clone(),
                         message,
                     }
                 }
-                code => SynthesisError::CatalogFailed {
+                (_, Code::NotFound) => SynthesisError::CatalogNotFound {
+                    pack_id: pack_id.to_owned(),
+                    message,
+                },
+                (Some(CatalogReason::PackDisabled), _) | (_, Code::FailedPrecondition) => {
+                    SynthesisError::CatalogRefused {
+                        pack_id: pack_id.to_owned(),
+                        message,
+                    }
+                }
+                (_, Code::InvalidArgument) => SynthesisError::CatalogInvalid { message },
+                (_, Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled) => {
+                    SynthesisError::CatalogUnavailable {
+                        url: url.clone(),
+                        message,
+                    }
+                }
+                (_, code) => SynthesisError::CatalogFailed {
                     url: url.clone(),
                     message: format!("{code:?}: {message}"),
                 },
