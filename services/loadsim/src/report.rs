@@ -48,6 +48,8 @@ pub struct RunResult {
     pub spread: f64,
     /// Requests served per key at the vendor (whole run), in key order.
     pub served_per_key: Vec<u64>,
+    /// Acquires retried as the scheduler's contract says (transient UNAVAILABLE; whole run).
+    pub retried: u64,
 }
 
 impl RunResult {
@@ -89,6 +91,7 @@ pub fn summarize(
     failure_reasons: BTreeMap<String, u64>,
     per_key: &[KeyStats],
     window_vendor: (u64, u64),
+    retried: u64,
 ) -> RunResult {
     latencies.sort_unstable();
     let served: Vec<u64> = per_key.iter().map(|k| k.successes).collect();
@@ -113,6 +116,7 @@ pub fn summarize(
         p99: quantile(&latencies, 0.99),
         spread: spread(&served),
         served_per_key: served,
+        retried,
     }
 }
 
@@ -201,6 +205,15 @@ pub fn floors(results: &[RunResult], saturation: &str, half: &str) -> (bool, Str
         }
         None => ok = false,
     }
+    let retried: u64 = results
+        .iter()
+        .filter(|r| r.strategy == Strategy::Voxpool)
+        .map(|r| r.retried)
+        .sum();
+    let _ = writeln!(
+        out,
+        "- voxpool Acquires retried as the contract says (transient UNAVAILABLE): {retried}"
+    );
     (ok, out)
 }
 

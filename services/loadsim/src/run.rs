@@ -114,6 +114,7 @@ pub async fn run(
             }
         }
     }
+    let retried = deployment.retried();
     drop(deployment);
 
     let in_window = |at: &Instant| *at >= window_start && *at <= stop;
@@ -152,5 +153,6 @@ pub async fn run(
         reasons,
         &per_key,
         window_vendor,
+        retried,
     ))
 }

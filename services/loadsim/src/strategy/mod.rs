@@ -104,6 +104,18 @@ impl Drop for Deployment {
 }
 
 impl Deployment {
+    /// Acquires the voxpool replicas retried as the scheduler's contract says (0 for the
+    /// other strategies).
+    pub fn retried(&self) -> u64 {
+        self.replicas
+            .iter()
+            .map(|r| match &**r {
+                Replica::Voxpool(r) => r.retried(),
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// Starts R replicas of `strategy`. Voxpool needs `redis_url` (one Redis shared by its
     /// scheduler replicas) and a `pool` id not used by an earlier run on that Redis.
     pub async fn start(

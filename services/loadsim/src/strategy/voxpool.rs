@@ -3,9 +3,16 @@
 //! in the same call. Replicas are real `voxpool-scheduler` gRPC servers, in process, each with
 //! its own connection to one shared Redis, so they share state exactly like separate
 //! processes do. On a 429 (which leasing should make impossible) the request reports
-//! RATE_LIMITED and fails over to another key, excluding the ones tried.
+//! RATE_LIMITED and fails over to another key, excluding the ones tried. An Acquire the
+//! scheduler's contract calls transient and UNAVAILABLE (a grant withdrawn for want of replica
+//! acknowledgements, the store briefly unreachable) is retried, as a client must, and counted
+//! ([`Replica::retried`]); a full pool after the wait (RESOURCE_EXHAUSTED) is a failed
+//! request, which is what the simulation measures.
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::atomic::{AtomicU64, Ordering},
+    time::{Duration, Instant},
+};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -23,6 +30,13 @@ use crate::{
 
 /// Extra time the gRPC deadline of an Acquire gets over its wait.
 const DEADLINE_MARGIN: Duration = Duration::from_secs(2);
+
+/// Most contract retries of one Acquire before the request counts as failed (the store is
+/// down, not failing over).
+const MAX_ACQUIRE_RETRIES: u32 = 200;
+
+/// Pause between those retries.
+const ACQUIRE_RETRY_PAUSE: Duration = Duration::from_millis(5);
 
 /// gRPC deadline of Report and Release.
 const SMALL_RPC_DEADLINE: Duration = Duration::from_secs(5);
@@ -62,6 +76,8 @@ pub struct Replica {
     wait: Duration,
     /// The vendor's 429 is a concurrency refusal (adaptive pool) or a rate limit.
     adaptive: bool,
+    /// Acquires retried because the contract says to (see the module doc).
+    retried: AtomicU64,
 }
 
 impl Replica {
@@ -103,7 +119,45 @@ impl Replica {
             attempts: config.attempts,
             wait: config.wait,
             adaptive: config.adaptive,
+            retried: AtomicU64::new(0),
         })
+    }
+
+    /// How many Acquires this replica's clients retried as the contract says.
+    pub fn retried(&self) -> u64 {
+        self.retried.load(Ordering::Relaxed)
+    }
+
+    /// One Acquire, retried while the scheduler answers a transient UNAVAILABLE.
+    async fn acquire(
+        &self,
+        client: &mut PoolSchedulerClient<Channel>,
+        exclude: &[String],
+    ) -> Result<pb::Lease, tonic::Status> {
+        use voxpool_domain::contract::{Retry, SchedulerReason, retry_of};
+        let mut retries = 0;
+        loop {
+            let mut acquire = tonic::Request::new(pb::AcquireRequest {
+                pool: self.pool.clone(),
+                exclude_keys: exclude.to_vec(),
+                wait_timeout_ms: i64::try_from(self.wait.as_millis()).unwrap_or(i64::MAX),
+                ..Default::default()
+            });
+            acquire.set_timeout(self.wait + DEADLINE_MARGIN);
+            match client.acquire(acquire).await {
+                Ok(lease) => return Ok(lease.into_inner()),
+                Err(status)
+                    if status.code() == tonic::Code::Unavailable
+                        && retry_of::<SchedulerReason>(&status) == Retry::Again
+                        && retries < MAX_ACQUIRE_RETRIES =>
+                {
+                    retries += 1;
+                    self.retried.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(ACQUIRE_RETRY_PAUSE).await;
+                }
+                Err(status) => return Err(status),
+            }
+        }
     }
 
     /// One request: Acquire (waiting while full), vendor call, Report + release.
@@ -111,15 +165,8 @@ impl Replica {
         let mut client = self.client.clone();
         let mut exclude = Vec::new();
         for attempt in 0..self.attempts {
-            let mut acquire = tonic::Request::new(pb::AcquireRequest {
-                pool: self.pool.clone(),
-                exclude_keys: exclude.clone(),
-                wait_timeout_ms: i64::try_from(self.wait.as_millis()).unwrap_or(i64::MAX),
-                ..Default::default()
-            });
-            acquire.set_timeout(self.wait + DEADLINE_MARGIN);
-            let lease = match client.acquire(acquire).await {
-                Ok(lease) => lease.into_inner(),
+            let lease = match self.acquire(&mut client, &exclude).await {
+                Ok(lease) => lease,
                 Err(status) => {
                     return RequestOutcome::Failed {
                         reason: format!("Acquire {:?}", status.code()),
