@@ -55,6 +55,7 @@ impl Stack {
         let seeded = Command::new(binary("voxpool-catalog"))
             .args(["--database", &db, "seed"])
             .arg(&packs)
+            .env("VOXPOOL_BLOB_STORE", voxpool_e2e::test_blob_store())
             .output()
             .expect("seed");
         assert!(seeded.status.success(), "seed: {seeded:?}");

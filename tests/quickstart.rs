@@ -31,6 +31,7 @@ fn readme_quick_flow_produces_real_speech() {
     let seeded = Command::new(binary("voxpool-catalog"))
         .current_dir(&root)
         .args(["--database", &db, "seed", "deploy/config/packs.toml"])
+        .env("VOXPOOL_BLOB_STORE", voxpool_e2e::test_blob_store())
         .output()
         .unwrap();
     assert!(
@@ -39,22 +40,27 @@ fn readme_quick_flow_produces_real_speech() {
         String::from_utf8_lossy(&seeded.stderr)
     );
 
+    // make run's fake GPU server (pool gpu-zero-shot), on a free port: the example config with
+    // its base URL replaced.
+    let (_gpu, gpu_url) = fake_gpu_server();
+    let example = std::fs::read_to_string(root.join("deploy/config/example.toml")).unwrap();
+    assert!(example.contains("http://127.0.0.1:50071"));
+    let config = dir.path().join("example.toml");
+    std::fs::write(&config, example.replace("http://127.0.0.1:50071", &gpu_url)).unwrap();
+    let config = config.to_str().unwrap().to_owned();
     let mut cmd = Command::new(binary("voxpool-scheduler"));
-    cmd.current_dir(&root).args([
-        "--config",
-        "deploy/config/example.toml",
-        "--listen",
-        "127.0.0.1:0",
-    ]);
+    cmd.current_dir(&root)
+        .args(["--config", &config, "--listen", "127.0.0.1:0"]);
     let scheduler = start(cmd);
     let mut cmd = Command::new(binary("voxpool-catalog"));
     cmd.current_dir(&root)
-        .args(["--database", &db, "--listen", "127.0.0.1:0"]);
+        .args(["--database", &db, "--listen", "127.0.0.1:0"])
+        .env("VOXPOOL_ADMIN_TOKEN", "dev-admin-token-local");
     let catalog = start(cmd);
     let mut cmd = Command::new(binary("voxpool-synthesis"));
     cmd.current_dir(&root).args([
         "--config",
-        "deploy/config/example.toml",
+        &config,
         "--listen",
         "127.0.0.1:0",
         "--scheduler",
@@ -104,6 +110,47 @@ fn readme_quick_flow_produces_real_speech() {
         stderr.contains("espeak cannot apply format = MP3"),
         "the MP3 request is refused naming the format: {stderr}"
     );
+
+    // The README's zero-shot walk-through: a tagged clip added with voxctl, then picked.
+    let script = walkthrough_script("README.md", "zero-shot")
+        .replace(
+            "../target/debug/voxctl",
+            &binary("voxctl").display().to_string(),
+        )
+        .replace("127.0.0.1:50052", &catalog.addr)
+        .replace("127.0.0.1:50053", &synthesis.addr);
+    let out = run_script(dir.path(), "the zero-shot walk-through", &script);
+    let scratch = dir.path().join("scratch");
+    let clip = std::fs::read(scratch.join("angry.wav")).unwrap();
+    let expected = format!(
+        "sha256:{}",
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&clip))
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&expected),
+        "the clip tagged angry spoke: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let wav = std::fs::read(scratch.join("ada-angry.wav")).unwrap();
+    assert_eq!(&wav[..4], b"RIFF");
+}
+
+/// A `voxpool-fake-vendor` speaking vLLM-Omni's wire (killed on drop) and its base URL.
+fn fake_gpu_server() -> (voxpool_e2e::Service, String) {
+    use std::io::BufRead as _;
+    let mut child = Command::new(binary("voxpool-fake-vendor"))
+        .args(["--vendor", "selfhosted-vllm-omni", "--cap", "4"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.trim().to_owned();
+    let addr = url.trim_start_matches("http://").to_owned();
+    (voxpool_e2e::Service { child, addr }, url)
 }
 
 /// Runs `script` with bash (`set -euo pipefail`) in `dir`; panics naming `what`, with the

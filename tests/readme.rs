@@ -74,6 +74,7 @@ fn catalog_walkthrough_runs_as_written() {
     let seeded = Command::new(binary("voxpool-catalog"))
         .current_dir(workspace_root())
         .args(["--database", &db, "seed", "deploy/config/packs.toml"])
+        .env("VOXPOOL_BLOB_STORE", voxpool_e2e::test_blob_store())
         .output()
         .expect("seed");
     assert!(seeded.status.success(), "{seeded:?}");

@@ -26,7 +26,7 @@ export VOXPOOL_HTTP_API_KEY=${VOXPOOL_HTTP_API_KEY:-dev-http-key-local}
 DB="sqlite://$(realpath -m "$DATA")/voxpool.db?mode=rwc"
 
 taken=()
-for spec in scheduler:50051 catalog:50052 synthesis:50053 synthesis-http:8080; do
+for spec in scheduler:50051 catalog:50052 synthesis:50053 synthesis-http:8080 fake-gpu-server:50071; do
     if (exec 3<>"/dev/tcp/127.0.0.1/${spec#*:}") 2>/dev/null; then taken+=("$spec"); fi
 done
 if [ ${#taken[@]} -gt 0 ]; then
@@ -45,8 +45,8 @@ trap cleanup EXIT
 trap 'exit 0' INT TERM
 
 # start NAME PORT CMD...: runs CMD in the background (its stdout also copied to
-# $DATA/NAME.stdout) and waits until it prints its "listening on" line, which each service
-# prints once bound and past its start-up warnings.
+# $DATA/NAME.stdout) and waits until it prints its address (a service's "listening on" line,
+# printed once bound and past its start-up warnings; the fake server's base URL).
 start() {
     local name=$1 port=$2; shift 2
     local out="$DATA/$name.stdout"
@@ -59,30 +59,35 @@ start() {
             echo "make run: $name exited during start-up (see its message above)" >&2
             exit 1
         fi
-        if grep -q "listening on 127.0.0.1:$port" "$out"; then return 0; fi
+        if grep -q "127.0.0.1:$port" "$out"; then return 0; fi
         sleep 0.1
     done
     echo "make run: $name did not listen on 127.0.0.1:$port within 30 s" >&2
     exit 1
 }
 
+# The audio cache and the reference clips live in the run dir's blob store (VOXPOOL_BLOB_STORE
+# overrides it): the catalog writes clips there (seed, AddReference), synthesis reads them.
+mkdir -p "$DATA/blobs"
+export VOXPOOL_BLOB_STORE="${VOXPOOL_BLOB_STORE:-file://$(cd "$DATA/blobs" && pwd)}"
 "$BIN/voxpool-catalog" --database "$DB" migrate
 "$BIN/voxpool-catalog" --database "$DB" --pools-config "$CONFIG" seed deploy/config/packs.toml
 # A fresh dev stack holds no leases that could re-register: no recovery window at start-up.
 export VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS=${VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS:-0}
+# The zero-shot pool's server: a fake speaking vLLM-Omni's wire format (it checks the reference
+# clip arrives inline and answers a tone), 4 syntheses at a time.
+start fake-gpu-server 50071 "$BIN/voxpool-fake-vendor" --vendor selfhosted-vllm-omni \
+    --listen 127.0.0.1:50071 --cap 4 --latency-ms 300
 start scheduler 50051 "$BIN/voxpool-scheduler" --config "$CONFIG" --store memory
 start catalog 50052 "$BIN/voxpool-catalog" --database "$DB" --pools-config "$CONFIG"
-# The audio cache lives in the run dir's blob store (VOXPOOL_BLOB_STORE overrides it).
-mkdir -p "$DATA/blobs"
 start synthesis 50053 env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_TOKEN_SYNTHESIS" \
-    VOXPOOL_BLOB_STORE="${VOXPOOL_BLOB_STORE:-file://$(cd "$DATA/blobs" && pwd)}" \
     "$BIN/voxpool-synthesis" --config "$CONFIG" --http-listen 127.0.0.1:8080
 # Its last start-up line is the HTTP front's URL, printed right after the gRPC address.
 for _ in $(seq 1 50); do
     grep -q "http front on http://127.0.0.1:8080" "$DATA/synthesis.stdout" && break
     sleep 0.1
 done
-echo "voxpool running: scheduler 127.0.0.1:50051, catalog 127.0.0.1:50052, synthesis 127.0.0.1:50053 (OpenAI-compatible HTTP: http://127.0.0.1:8080/v1)"
+echo "voxpool running: scheduler 127.0.0.1:50051, catalog 127.0.0.1:50052, synthesis 127.0.0.1:50053 (OpenAI-compatible HTTP: http://127.0.0.1:8080/v1), fake GPU server 127.0.0.1:50071"
 echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token-local). Ctrl-C stops everything."
 echo "client token: \$VOXPOOL_CLIENT_TOKEN_VOXCTL (default dev-client-token-voxctl): export VOXPOOL_CLIENT_TOKEN=\$VOXPOOL_CLIENT_TOKEN_VOXCTL for voxctl"
 echo "http api key: \$VOXPOOL_HTTP_API_KEY (default dev-http-key-local): the OpenAI client's api_key for http://127.0.0.1:8080/v1"

@@ -10,6 +10,8 @@
 //!   a single pack on every backend.
 //! - `voice_pack_revisions`: one row per pack version (primary key `(pack_id, version)`, so a
 //!   version can only be written once), holding the full pack as JSON.
+//! - `voice_pack_references`: a pack's reference clips (primary key `(pack_id, digest)`,
+//!   soft removal), their bytes in the blob store by digest.
 
 #![warn(missing_docs)]
 
@@ -18,9 +20,11 @@ use sea_orm_migration::prelude::*;
 
 mod m20261130_000001_create_voice_packs;
 mod m20261130_000002_create_voice_pack_revisions;
+mod m20261203_000003_create_voice_pack_references;
 
 pub use m20261130_000001_create_voice_packs::VoicePacks;
 pub use m20261130_000002_create_voice_pack_revisions::VoicePackRevisions;
+pub use m20261203_000003_create_voice_pack_references::VoicePackReferences;
 
 /// Every catalog migration, oldest first. Run with [`MigratorTrait::up`] (the catalog does at
 /// start and in `voxpool-catalog migrate`).
@@ -32,6 +36,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261130_000001_create_voice_packs::Migration),
             Box::new(m20261130_000002_create_voice_pack_revisions::Migration),
+            Box::new(m20261203_000003_create_voice_pack_references::Migration),
         ]
     }
 }

@@ -65,8 +65,31 @@ async fn up_down_up_and_constraints(db: &DatabaseConnection) {
         "revisions belong to a pack"
     );
 
+    let clip = |pack: &str| {
+        format!(
+            "INSERT INTO voice_pack_references (pack_id, digest, transcript, language, emotion, \
+             weight, duration_ms, media_type, size_bytes, add_time_us, remove_time_us) \
+             VALUES ('{pack}', 'sha256:c', 't', 'en-US', '', 1, 3000, 'audio/wav', 10, 0, NULL)"
+        )
+    };
+    db.execute_unprepared(&clip("vp_a")).await.expect("clip");
+    assert!(
+        db.execute_unprepared(&clip("vp_a")).await.is_err(),
+        "a clip appears once per pack"
+    );
+    assert!(
+        db.execute_unprepared(&clip("vp_zzz")).await.is_err(),
+        "clips belong to a pack"
+    );
+
     Migrator::down(db, None).await.expect("down");
     assert!(!manager.has_table("voice_packs").await.expect("has table"));
+    assert!(
+        !manager
+            .has_table("voice_pack_references")
+            .await
+            .expect("has table")
+    );
     Migrator::up(db, None).await.expect("up after down");
     assert!(
         manager

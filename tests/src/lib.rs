@@ -125,8 +125,17 @@ pub fn quiet(mut command: Command, log_var: &str) -> Command {
     command
 }
 
-/// Gives `command` the client token variables it does not set itself (module doc), and a
-/// synthesis without `--blob-store` `VOXPOOL_CACHE=off`.
+/// The blob store of the services a test process starts without naming one: a directory under
+/// the system's temp dir, one per test process (so the catalog's seeded clips and synthesis
+/// meet), never the user's data directory.
+pub fn test_blob_store() -> String {
+    let dir = std::env::temp_dir().join(format!("voxpool-e2e-blobs-{}", std::process::id()));
+    format!("file://{}", dir.display())
+}
+
+/// Gives `command` the client token variables it does not set itself (module doc), a synthesis
+/// without `--blob-store` `VOXPOOL_CACHE=off`, and a catalog or synthesis without a blob store
+/// [`test_blob_store`].
 fn with_client_tokens(command: &mut Command) {
     let set: Vec<std::ffi::OsString> = command.get_envs().map(|(k, _)| k.to_owned()).collect();
     let is_synthesis = Path::new(command.get_program())
@@ -145,6 +154,13 @@ fn with_client_tokens(command: &mut Command) {
         if !names_a_store {
             vars.push(("VOXPOOL_CACHE", "off"));
         }
+    }
+    let is_catalog = Path::new(command.get_program())
+        .file_name()
+        .is_some_and(|n| n == "voxpool-catalog");
+    let store = test_blob_store();
+    if (is_synthesis || is_catalog) && !names_a_store {
+        vars.push(("VOXPOOL_BLOB_STORE", store.as_str()));
     }
     for (name, value) in vars {
         if !set.iter().any(|k| k == name) {

@@ -21,6 +21,7 @@ pub fn snapshot(provider: &str, model: &str, voice: &str, pool: &str) -> Snapsho
         digest: String::new(),
         kind: Kind::Standard,
         locales: vec!["en-US".into()],
+        references: vec![],
     }
     .seal()
 }

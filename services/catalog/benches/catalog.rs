@@ -54,6 +54,7 @@ fn spec(i: usize) -> PackSpec {
         extra: Default::default(),
         tier: tiers[i % tiers.len()],
         locales: vec![locales[i % locales.len()].into()],
+        references: vec![],
     }
 }
 

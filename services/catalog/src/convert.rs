@@ -4,7 +4,7 @@
 use voxpool_domain::snapshot::timestamp_pb;
 use voxpool_proto::catalog::v1 as pb;
 
-use crate::model::{PackSpec, Revision, VoicePack};
+use crate::model::{ListedReference, PackReference, PackSpec, Revision, VoicePack, from_micros};
 
 /// The content of `spec` as a message with output-only fields unset.
 pub fn spec_to_pb(spec: &PackSpec) -> pb::VoicePack {
@@ -21,7 +21,32 @@ pub fn spec_to_pb(spec: &PackSpec) -> pb::VoicePack {
         extra: spec.extra.clone().into_iter().collect(),
         tier: spec.tier.to_pb() as i32,
         locales: spec.locales.clone(),
+        references: spec.references.iter().map(reference_to_pb).collect(),
         ..Default::default()
+    }
+}
+
+/// A clip of a pack (part of it: no removal time).
+pub fn reference_to_pb(r: &PackReference) -> pb::VoicePackReference {
+    pb::VoicePackReference {
+        digest: r.digest.clone(),
+        transcript: r.transcript.clone(),
+        language: r.language.clone(),
+        emotion: r.emotion.clone(),
+        weight: r.weight,
+        duration_ms: r.duration_ms,
+        media_type: r.media_type.clone(),
+        size_bytes: r.size_bytes,
+        add_time: Some(timestamp_pb(from_micros(r.add_time_us))),
+        remove_time: None,
+    }
+}
+
+/// A clip as ListReferences shows it (removal time when removed).
+pub fn listed_reference_to_pb(r: &ListedReference) -> pb::VoicePackReference {
+    pb::VoicePackReference {
+        remove_time: r.remove_time_us.map(|us| timestamp_pb(from_micros(us))),
+        ..reference_to_pb(&r.reference)
     }
 }
 

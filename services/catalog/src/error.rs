@@ -41,10 +41,10 @@ pub enum CatalogError {
         /// The requested id.
         id: String,
     },
-    /// Another pack has the same identity (provider, model, voice_id, params, extra).
+    /// Another pack has the same identity (provider, model, voice_id, params, extra, clips).
     #[error(
-        "voice pack {existing_id:?} already has this provider, model, voice_id, params and extra; \
-         change params or extra to make a different pack"
+        "voice pack {existing_id:?} already has this provider, model, voice_id, params, extra \
+         and reference clips; change params or extra to make a different pack"
     )]
     AlreadyExists {
         /// The pack that holds the identity.
@@ -75,6 +75,50 @@ pub enum CatalogError {
     PackDisabled {
         /// The pack.
         id: String,
+    },
+    /// No clip of the pack has this digest.
+    #[error("voice pack {id:?} has no reference clip {digest:?}; ListReferences shows its clips")]
+    ReferenceNotFound {
+        /// The pack.
+        id: String,
+        /// The digest asked for.
+        digest: String,
+    },
+    /// AddReference on a pack whose provider does not speak from reference audio.
+    #[error(
+        "voice pack {id:?} is a {provider} pack, which speaks no reference audio; reference clips \
+         belong to selfhosted packs (zero-shot servers)"
+    )]
+    ReferencesNotAccepted {
+        /// The pack.
+        id: String,
+        /// Its provider.
+        provider: String,
+    },
+    /// AddReference on a pack that holds the most clips.
+    #[error(
+        "voice pack {id:?} already holds {limit} reference clips, the most a pack may; remove one \
+         (RemoveReference) first"
+    )]
+    TooManyReferences {
+        /// The pack.
+        id: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// AddReference of a clip the pack already has.
+    #[error("voice pack {id:?} already has the reference clip {digest}")]
+    ReferenceExists {
+        /// The pack.
+        id: String,
+        /// The clip.
+        digest: String,
+    },
+    /// The blob store that keeps clips failed.
+    #[error("the blob store that keeps reference clips does not answer; retry later")]
+    BlobUnavailable {
+        /// The store's error (logged, never sent to callers: it may name paths or buckets).
+        cause: String,
     },
     /// A stored row cannot be decoded (someone edited the database by hand).
     #[error("stored voice pack {id:?} is unreadable: {message}")]
@@ -213,6 +257,50 @@ impl From<CatalogError> for Status {
                     metadata(&[("pack_id", id)]),
                 );
                 Status::with_error_details(Code::FailedPrecondition, message, details)
+            }
+            CatalogError::ReferenceNotFound { id, digest } => with_info(
+                Code::NotFound,
+                message,
+                CatalogReason::ReferenceNotFound.as_str(),
+                metadata(&[("pack_id", id), ("digest", digest)]),
+                None,
+            ),
+            CatalogError::ReferencesNotAccepted { id, provider } => {
+                let mut details = ErrorDetails::with_precondition_failure_violation(
+                    CatalogReason::ReferencesNotAccepted.as_str(),
+                    format!("{PACK_RESOURCE}/{id}"),
+                    "the pack's provider speaks no reference audio",
+                );
+                details.set_error_info(
+                    CatalogReason::ReferencesNotAccepted.as_str(),
+                    ERROR_DOMAIN,
+                    metadata(&[("pack_id", id), ("provider", provider)]),
+                );
+                Status::with_error_details(Code::FailedPrecondition, message, details)
+            }
+            CatalogError::TooManyReferences { id, limit } => with_info(
+                Code::FailedPrecondition,
+                message,
+                CatalogReason::TooManyReferences.as_str(),
+                metadata(&[("pack_id", id), ("limit", limit.to_string())]),
+                None,
+            ),
+            CatalogError::ReferenceExists { id, digest } => with_info(
+                Code::AlreadyExists,
+                message,
+                CatalogReason::ReferenceExists.as_str(),
+                metadata(&[("pack_id", id), ("digest", digest)]),
+                None,
+            ),
+            CatalogError::BlobUnavailable { cause } => {
+                tracing::warn!(error = %voxpool_domain::untrusted::quote(&cause), "blob store failed");
+                with_info(
+                    Code::Unavailable,
+                    message,
+                    CatalogReason::BlobStoreUnavailable.as_str(),
+                    HashMap::new(),
+                    Some(std::time::Duration::from_secs(1)),
+                )
             }
             CatalogError::CorruptRow { id, message: cause } => {
                 tracing::error!(pack_id = %id, cause = %cause, "stored voice pack is unreadable");

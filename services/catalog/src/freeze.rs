@@ -7,7 +7,10 @@
 use chrono::{DateTime, Utc};
 use voxpool_domain::snapshot::Snapshot;
 
-use crate::{error::CatalogError, model::VoicePack};
+use crate::{
+    error::CatalogError,
+    model::{PackReference, VoicePack},
+};
 
 /// The sealed snapshot of `pack` at `frozen_at`.
 ///
@@ -34,6 +37,7 @@ pub fn freeze(pack: &VoicePack, frozen_at: DateTime<Utc>) -> Result<Snapshot, Ca
         digest: String::new(),
         kind: spec.kind,
         locales: spec.locales.clone(),
+        references: spec.references.iter().map(PackReference::frozen).collect(),
     }
     .seal())
 }
@@ -82,6 +86,29 @@ pub fn card_json(s: &Snapshot) -> String {
     if !s.locales.is_empty() {
         out.push_str(&format!(",\"locales\":{}", list(&s.locales)));
     }
+    if !s.references.is_empty() {
+        let clips: Vec<String> = s
+            .references
+            .iter()
+            .map(|r| {
+                let mut clip = format!(
+                    "{{\"digest\":{},\"transcript\":{},\"language\":{}",
+                    q(&r.digest),
+                    q(&r.transcript),
+                    q(&r.language)
+                );
+                if !r.emotion.is_empty() {
+                    clip.push_str(&format!(",\"emotion\":{}", q(&r.emotion)));
+                }
+                clip.push_str(&format!(
+                    ",\"weight\":{},\"durationMs\":{}}}",
+                    r.weight, r.duration_ms
+                ));
+                clip
+            })
+            .collect();
+        out.push_str(&format!(",\"references\":[{}]", clips.join(",")));
+    }
     out.push('}');
     out
 }
@@ -120,6 +147,7 @@ mod tests {
                 extra,
                 tier: Tier::Pro,
                 locales,
+                references: vec![],
             },
             enabled: true,
             version: 7,
@@ -166,6 +194,33 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn clips_are_frozen_into_the_card_json_form() {
+        let mut p = pack(vec![], BTreeMap::new(), vec![]);
+        p.spec.references = vec![crate::model::PackReference {
+            digest: voxpool_domain::reference::clip_digest(b"a"),
+            transcript: "Hi \"you\"".into(),
+            language: "en-US".into(),
+            emotion: "calm".into(),
+            weight: 3,
+            duration_ms: 2_000,
+            media_type: "audio/wav".into(),
+            size_bytes: 1,
+            add_time_us: 0,
+        }];
+        let s = freeze(&p, p.create_time).expect("freeze");
+        let text = card_json(&s);
+        let ours: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+        assert_eq!(
+            numbers_as_f64(ours),
+            numbers_as_f64(serde_json::to_value(&s).unwrap())
+        );
+        let back = Snapshot::from_json(&text).expect("parse");
+        assert_eq!(back, s);
+        back.verify_digest().expect("digest");
+        assert_eq!(back.references[0].emotion, "calm");
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //!
 //! ```text
 //! {"extra":{<k>:<v>,...},"model":<s>,"params":{"pitchPct":n,"rate":n,"volumePct":n},
-//!  "provider":<s>,"voiceId":<s>}
+//!  "provider":<s>[,"references":[<clip digest>,...]],"voiceId":<s>}
 //! ```
+//! `references` (the clip digests, sorted) is there only when the pack has clips, so packs
+//! without clips keep the identity they always had, and a changed clip set is another voice.
 //!
 //! The database holds a unique index on it, so "same provider + model + voice + params +
 //! extra" is one pack on every backend, while the same voice with other params is another
@@ -26,8 +28,15 @@ pub fn identity_text(spec: &PackSpec) -> String {
         .map(|(k, v)| format!("{}:{}", s(k), s(v)))
         .collect::<Vec<_>>()
         .join(",");
+    let references = if spec.references.is_empty() {
+        String::new()
+    } else {
+        let mut digests: Vec<String> = spec.references.iter().map(|r| s(&r.digest)).collect();
+        digests.sort_unstable();
+        format!(",\"references\":[{}]", digests.join(","))
+    };
     format!(
-        "{{\"extra\":{{{extra}}},\"model\":{},\"params\":{},\"provider\":{},\"voiceId\":{}}}",
+        "{{\"extra\":{{{extra}}},\"model\":{},\"params\":{},\"provider\":{}{references},\"voiceId\":{}}}",
         s(&spec.model),
         spec.params.canonical(),
         s(&spec.provider),
@@ -69,6 +78,7 @@ mod tests {
             extra: BTreeMap::from([("b".into(), "2".into()), ("a".into(), "é".into())]),
             tier: Tier::Lite,
             locales: vec![],
+            references: vec![],
         }
     }
 

@@ -10,6 +10,7 @@
 //! - [`validate`], [`mask`], [`filter`], [`page_token`]: request rules at the gRPC edge.
 //! - [`identity`]: the fingerprint that makes "same voice, same params" one pack.
 //! - [`freeze`], [`card`]: snapshots and binding them into card JSON.
+//! - [`reference`]: reference clips (AddReference rules, their bytes in the blob store).
 //! - [`repo`]: the `PackRepository` trait and its sea-orm implementation (SQLite, PostgreSQL).
 //! - [`service`]: the `VoiceCatalog` and `VoiceCatalogAdmin` gRPC services.
 //! - [`db`]: connecting (pool settings, redacted DSNs) and migrating.
@@ -31,6 +32,7 @@ pub mod mask;
 pub mod model;
 pub mod page_token;
 pub mod pools;
+pub mod reference;
 pub mod repo;
 pub mod seed;
 pub mod server;

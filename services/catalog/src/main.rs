@@ -49,6 +49,10 @@ struct Args {
     /// well-formed tts_model_id is accepted.
     #[arg(long, env = "VOXPOOL_POOLS_CONFIG", global = true)]
     pools_config: Option<PathBuf>,
+    /// Where reference clips are kept (under `references/`), shared with synthesis (`seed`
+    /// writes its packs' clips there too).
+    #[command(flatten)]
+    blobs: voxpool_runtime::blob::BlobFlags,
     #[command(flatten)]
     server: voxpool_runtime::limits::ServerFlags,
     #[command(subcommand)]
@@ -89,9 +93,13 @@ async fn run(args: Args) -> Result<(), String> {
             Ok(())
         }
         Some(Command::Seed { ref file }) => {
-            let specs = seed::load(file, &served_pools(&args)?)?;
+            let entries = seed::load(file, &served_pools(&args)?)?;
             let repo = server::open_repository(&args.database, args.db_pool_size).await?;
-            let outcomes = seed::apply(&repo, specs)
+            let blobs = voxpool_runtime::blob::BlobStore::open(args.blobs.blob_store.as_deref())?;
+            let clips = voxpool_catalog::reference::ClipStore::new(
+                blobs.folder(voxpool_catalog::reference::FOLDER),
+            );
+            let outcomes = seed::apply(&repo, &clips, entries)
                 .await
                 .map_err(|e| format!("seeding: {e}"))?;
             for outcome in &outcomes {
@@ -127,6 +135,10 @@ async fn serve(args: Args) -> Result<(), String> {
     let auth = AdminAuth::load(args.admin_token_file.as_deref(), token_env.as_deref())
         .map_err(|e| e.to_string())?;
     let pools = served_pools(&args)?;
+    let blobs = voxpool_runtime::blob::BlobStore::open(args.blobs.blob_store.as_deref())?;
+    let clips = voxpool_catalog::reference::ClipStore::new(
+        blobs.folder(voxpool_catalog::reference::FOLDER),
+    );
     // Bind first: a bad --listen or a port in use fails before any migration runs.
     let (listener, bound) = voxpool_runtime::serve::bind(&args.listen).await?;
     let shutdown = voxpool_runtime::serve::shutdown_token();
@@ -138,9 +150,10 @@ async fn serve(args: Args) -> Result<(), String> {
         database = %db::redact(&args.database),
         admin = auth.is_enabled(),
         pools_known = pools.is_known(),
+        blob_store = %blobs.location(),
         "voxpool-catalog serving"
     );
-    server::serve_with(listener, repo, auth, pools, &args.server, shutdown).await
+    server::serve_with(listener, repo, auth, pools, clips, &args.server, shutdown).await
 }
 
 fn served_pools(args: &Args) -> Result<ServedPools, String> {

@@ -4,7 +4,8 @@
 //! `provider`, `model`, `voice_id`, `tts_model_id`, `kind`, `upstream_ids`, `params` (the
 //! whole message; `params.pitch_pct`, `params.rate`, `params.volume_pct` change one value),
 //! `extra`, `tier`, `locales`. Output-only fields (`id`, `enabled`, `version`, `create_time`,
-//! `update_time`) and unknown paths are INVALID_ARGUMENT naming `update_mask.paths[i]`; an
+//! `update_time`, `references`: clips change through AddReference / RemoveReference) and
+//! unknown paths are INVALID_ARGUMENT naming `update_mask.paths[i]`; an
 //! empty mask is INVALID_ARGUMENT too (a partial update must say what it changes). The
 //! merged result is validated as a whole, so an update can never store an invalid pack.
 
@@ -13,7 +14,14 @@ use voxpool_proto::catalog::v1 as pb;
 use crate::error::{CatalogError, Violation};
 
 /// Paths that name output-only fields.
-const OUTPUT_ONLY: &[&str] = &["id", "enabled", "version", "create_time", "update_time"];
+const OUTPUT_ONLY: &[&str] = &[
+    "id",
+    "enabled",
+    "version",
+    "create_time",
+    "update_time",
+    "references",
+];
 
 /// Checks `paths` (all violations at once).
 pub fn check_paths(paths: &[String]) -> Result<(), CatalogError> {
@@ -27,7 +35,9 @@ pub fn check_paths(paths: &[String]) -> Result<(), CatalogError> {
         .iter()
         .enumerate()
         .filter_map(|(i, path)| {
-            let description = if OUTPUT_ONLY.contains(&path.as_str()) {
+            let description = if path == "references" {
+                "\"references\" is output only: change clips with AddReference / RemoveReference".to_owned()
+            } else if OUTPUT_ONLY.contains(&path.as_str()) {
                 format!("{path:?} is output only")
             } else if apply_one(&mut pb::VoicePack::default(), &pb::VoicePack::default(), path) {
                 return None;

@@ -1,5 +1,6 @@
-//! Domain types of the catalog: a pack's editable content ([`PackSpec`]), a stored pack
-//! ([`VoicePack`]) and its audit trail ([`Revision`]).
+//! Domain types of the catalog: a pack's editable content ([`PackSpec`]), its reference
+//! clips ([`PackReference`]), a stored pack ([`VoicePack`]) and its audit trail
+//! ([`Revision`]).
 //!
 //! These are what the repository stores and the services reason about; prost messages are
 //! converted at the gRPC edge (`convert`). A `PackSpec` that reaches the repository has been
@@ -9,7 +10,10 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use voxpool_domain::snapshot::{Kind, Params, Tier};
+use voxpool_domain::{
+    reference::Reference,
+    snapshot::{Kind, Params, Tier},
+};
 
 /// The editable content of a voice pack (everything except id, state, version and times).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -45,6 +49,59 @@ pub struct PackSpec {
     /// BCP 47 locales in canonical casing (`en-US`).
     #[serde(default)]
     pub locales: Vec<String>,
+    /// Reference clips, in the order they were added (AddReference / RemoveReference only:
+    /// CreateVoicePack and UpdateVoicePack never set them). Part of the identity.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub references: Vec<PackReference>,
+}
+
+/// One reference clip of a pack (its bytes are in the blob store under
+/// `references/<digest hex>`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PackReference {
+    /// `sha256:<64 hex>` over the bytes.
+    pub digest: String,
+    /// What the clip says, 1..1000 characters.
+    pub transcript: String,
+    /// BCP 47 language, canonical casing.
+    pub language: String,
+    /// Tag a request can pick the clip by; empty = none.
+    #[serde(default)]
+    pub emotion: String,
+    /// Relative weight, 1..=1000.
+    pub weight: u32,
+    /// Duration in milliseconds.
+    pub duration_ms: u32,
+    /// `audio/wav`, `audio/mpeg` or `audio/flac`.
+    pub media_type: String,
+    /// Size in bytes.
+    pub size_bytes: i64,
+    /// When it was added (microseconds since the Unix epoch).
+    pub add_time_us: i64,
+}
+
+impl PackReference {
+    /// The clip as a snapshot freezes it.
+    pub fn frozen(&self) -> Reference {
+        Reference {
+            digest: self.digest.clone(),
+            transcript: self.transcript.clone(),
+            language: self.language.clone(),
+            emotion: self.emotion.clone(),
+            weight: self.weight,
+            duration_ms: self.duration_ms,
+        }
+    }
+}
+
+/// A clip row as ListReferences shows it: the clip and, once removed, when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedReference {
+    /// The clip.
+    pub reference: PackReference,
+    /// When RemoveReference took it out of the pack (microseconds); `None` while in it.
+    pub remove_time_us: Option<i64>,
 }
 
 /// A stored voice pack.
@@ -75,16 +132,23 @@ pub enum Action {
     Disable,
     /// The pack was enabled again.
     Enable,
+    /// AddReference added a clip.
+    AddReference,
+    /// RemoveReference took a clip out.
+    RemoveReference,
 }
 
 impl Action {
-    /// The stored / wire spelling: `create`, `update`, `disable`, `enable`.
+    /// The stored / wire spelling: `create`, `update`, `disable`, `enable`, `add_reference`,
+    /// `remove_reference`.
     pub fn as_str(self) -> &'static str {
         match self {
             Action::Create => "create",
             Action::Update => "update",
             Action::Disable => "disable",
             Action::Enable => "enable",
+            Action::AddReference => "add_reference",
+            Action::RemoveReference => "remove_reference",
         }
     }
 
@@ -95,6 +159,8 @@ impl Action {
             "update" => Some(Action::Update),
             "disable" => Some(Action::Disable),
             "enable" => Some(Action::Enable),
+            "add_reference" => Some(Action::AddReference),
+            "remove_reference" => Some(Action::RemoveReference),
             _ => None,
         }
     }

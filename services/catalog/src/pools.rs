@@ -114,6 +114,7 @@ mod tests {
             extra: Default::default(),
             tier: voxpool_domain::snapshot::Tier::Standard,
             locales: vec![],
+            references: vec![],
         }
     }
 

@@ -18,7 +18,12 @@
 //! locales = ["en-US"]                     # optional
 //! params = { pitch_pct = 10, rate = 1.1, volume_pct = 0 }   # optional, each optional
 //! extra = { }                             # optional vendor options (part of the identity)
+//! # optional, selfhosted packs only: reference clips, paths relative to the seed file
+//! references = [{ file = "clips/ada.wav", transcript = "What the clip says.", language = "en-US", emotion = "calm", weight = 1 }]
 //! ```
+//!
+//! A pack's clips are checked like AddReference's (`crate::reference`), put into the blob
+//! store (`--blob-store`) before the pack is created, and are part of its identity.
 //!
 //! Every entry is validated before anything is written (errors name `packs[i].field`). Then
 //! each is created; an entry whose identity (provider, model, voice_id, params, extra)
@@ -31,7 +36,12 @@ use serde::Deserialize;
 use voxpool_proto::catalog::v1 as pb;
 
 use crate::{
-    error::CatalogError, model::PackSpec, pools::ServedPools, repo::PackRepository, validate,
+    error::CatalogError,
+    model::{PackReference, PackSpec, VoicePack, now},
+    pools::ServedPools,
+    reference::{self, ClipStore},
+    repo::PackRepository,
+    validate,
 };
 
 /// The file's top level.
@@ -63,6 +73,32 @@ struct SeedPack {
     params: SeedParams,
     #[serde(default)]
     extra: BTreeMap<String, String>,
+    #[serde(default)]
+    references: Vec<SeedReference>,
+}
+
+/// One clip of a seeded pack.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeedReference {
+    file: std::path::PathBuf,
+    transcript: String,
+    #[serde(default)]
+    language: String,
+    #[serde(default)]
+    emotion: String,
+    #[serde(default)]
+    weight: u32,
+}
+
+/// A pack to seed: its content (clips included) and the clips' bytes, in `spec.references`
+/// order.
+#[derive(Clone, Debug)]
+pub struct SeedEntry {
+    /// The pack.
+    pub spec: PackSpec,
+    /// The bytes of each of its clips.
+    pub clips: Vec<Vec<u8>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -106,20 +142,87 @@ impl std::fmt::Display for SeedOutcome {
 /// Reads and validates a seed file (JSON when it ends in `.json` or starts with `{` or a
 /// single `[`, else TOML), each pack also against `pools` (see [`crate::pools`]). Errors are
 /// one line naming the file and entry field.
-pub fn load(path: &Path, pools: &ServedPools) -> Result<Vec<PackSpec>, String> {
+pub fn load(path: &Path, pools: &ServedPools) -> Result<Vec<SeedEntry>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read seed file {}: {e}", path.display()))?;
-    parse_served(&text, path.extension().is_some_and(|e| e == "json"), pools)
-        .map_err(|e| format!("seed file {}: {e}", path.display()))
+    let base = path.parent().unwrap_or_else(|| Path::new("."));
+    parse_at(
+        &text,
+        path.extension().is_some_and(|e| e == "json"),
+        pools,
+        base,
+    )
+    .map_err(|e| format!("seed file {}: {e}", path.display()))
 }
 
-/// Parses seed text (see [`load`]) and validates every entry, pools unknown.
+/// Parses seed text (see [`load`]) and validates every entry, pools unknown, clip files
+/// relative to the working directory.
 pub fn parse(text: &str, json: bool) -> Result<Vec<PackSpec>, String> {
     parse_served(text, json, &ServedPools::unknown())
 }
 
 /// [`parse`], each pack also checked against `pools`.
 pub fn parse_served(text: &str, json: bool, pools: &ServedPools) -> Result<Vec<PackSpec>, String> {
+    parse_at(text, json, pools, Path::new("."))
+        .map(|entries| entries.into_iter().map(|e| e.spec).collect())
+}
+
+/// The clips of seed entry `i`, read from files under `base` and checked.
+fn clips_of(
+    p: &SeedPack,
+    i: usize,
+    spec: &PackSpec,
+    base: &Path,
+) -> Result<(Vec<PackReference>, Vec<Vec<u8>>), String> {
+    let mut refs = Vec::new();
+    let mut bytes = Vec::new();
+    if p.references.is_empty() {
+        return Ok((refs, bytes));
+    }
+    let pack = VoicePack {
+        id: format!("packs[{i}]"),
+        spec: spec.clone(),
+        enabled: true,
+        version: 1,
+        create_time: now(),
+        update_time: now(),
+    };
+    reference::accepts(&pack).map_err(|e| format!("packs[{i}].references: {e}"))?;
+    for (j, r) in p.references.iter().enumerate() {
+        let field = format!("packs[{i}].references[{j}]");
+        let path = base.join(&r.file);
+        let audio = std::fs::read(&path)
+            .map_err(|e| format!("{field}.file: cannot read {}: {e}", path.display()))?;
+        let request = pb::AddReferenceRequest {
+            pack_id: pack.id.clone(),
+            audio,
+            transcript: r.transcript.clone(),
+            language: r.language.clone(),
+            emotion: r.emotion.clone(),
+            weight: r.weight,
+        };
+        let clip = reference::check_add(&request).map_err(|e| format!("{field}: {e}"))?;
+        let stored = reference::stored(&clip, &pack, now().timestamp_micros())
+            .map_err(|e| format!("{field}: {e}"))?;
+        if refs
+            .iter()
+            .any(|r: &PackReference| r.digest == stored.digest)
+        {
+            return Err(format!("{field}: the same clip twice"));
+        }
+        refs.push(stored);
+        bytes.push(request.audio);
+    }
+    Ok((refs, bytes))
+}
+
+/// [`parse_served`], clip files relative to `base`, answering the clips' bytes too.
+fn parse_at(
+    text: &str,
+    json: bool,
+    pools: &ServedPools,
+    base: &Path,
+) -> Result<Vec<SeedEntry>, String> {
     let head = text.trim_start();
     let packs = if head.starts_with('[') && !head.starts_with("[[") {
         serde_json::from_str::<Vec<SeedPack>>(text).map_err(|e| e.to_string())?
@@ -137,10 +240,16 @@ pub fn parse_served(text: &str, json: bool, pools: &ServedPools) -> Result<Vec<P
     for (i, p) in packs.into_iter().enumerate() {
         let prefix = format!("packs[{i}]");
         match to_pb(&p, i).and_then(|m| validate::pack_spec(&m, &prefix)) {
-            Ok(spec) => {
+            Ok(mut spec) => {
                 let unserved = pools.check(&spec, &prefix);
                 if unserved.is_empty() {
-                    specs.push(spec);
+                    match clips_of(&p, i, &spec, base) {
+                        Ok((refs, clips)) => {
+                            spec.references = refs;
+                            specs.push(SeedEntry { spec, clips });
+                        }
+                        Err(e) => problems.push(e),
+                    }
                 } else {
                     problems.push(
                         CatalogError::InvalidArgument {
@@ -201,16 +310,21 @@ fn to_pb(p: &SeedPack, i: usize) -> Result<pb::VoicePack, CatalogError> {
     })
 }
 
-/// Creates every spec that is not already in the catalog (by identity), in file order.
+/// Creates every entry that is not already in the catalog (by identity), in file order, its
+/// clips put into `clips` first.
 ///
-/// Errors: the first database failure (entries before it stay created; re-running the
-/// seed completes the rest).
+/// Errors: the first database or blob-store failure (entries before it stay created;
+/// re-running the seed completes the rest).
 pub async fn apply(
     repo: &dyn PackRepository,
-    specs: Vec<PackSpec>,
+    clips: &ClipStore,
+    entries: Vec<SeedEntry>,
 ) -> Result<Vec<SeedOutcome>, CatalogError> {
-    let mut outcomes = Vec::with_capacity(specs.len());
-    for spec in specs {
+    let mut outcomes = Vec::with_capacity(entries.len());
+    for SeedEntry { spec, clips: bytes } in entries {
+        for (r, audio) in spec.references.iter().zip(bytes) {
+            clips.put(&r.digest, audio).await?;
+        }
         let display_name = spec.display_name.clone();
         match repo.create(spec).await {
             Ok(pack) => outcomes.push(SeedOutcome::Created {
@@ -241,23 +355,37 @@ mod tests {
         .expect("example config");
         let pools = ServedPools::from_config(&config, "example.toml");
         let seed = include_str!("../../../deploy/config/packs.toml");
-        parse_served(seed, false, &pools).expect("every shipped pack has its pool");
+        let base = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/config"));
+        parse_at(seed, false, &pools, base).expect("every shipped pack has its pool");
         let stray = seed.replacen(
             "tts_model_id = \"espeak-local\"",
             "tts_model_id = \"espeak-locale\"",
             1,
         );
-        let e = parse_served(&stray, false, &pools).unwrap_err();
+        let e = parse_at(&stray, false, &pools, base).unwrap_err();
         assert!(
-            e.contains("packs[0].tts_model_id") && e.contains("\"espeak-locale\""),
+            e.contains("packs[1].tts_model_id") && e.contains("\"espeak-locale\""),
             "{e}"
         );
     }
 
     #[test]
     fn the_shipped_seed_file_is_valid() {
-        let specs =
-            parse(include_str!("../../../deploy/config/packs.toml"), false).expect("valid seed");
+        let path = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/config/packs.toml"
+        ));
+        let entries = load(path, &ServedPools::unknown()).expect("valid seed");
+        let zero_shot = entries
+            .iter()
+            .find(|e| e.spec.provider == "selfhosted")
+            .expect("a selfhosted pack");
+        assert_eq!(zero_shot.spec.references.len(), 1, "with its clip");
+        assert_eq!(
+            zero_shot.spec.references[0].digest,
+            voxpool_domain::reference::clip_digest(&zero_shot.clips[0])
+        );
+        let specs: Vec<PackSpec> = entries.into_iter().map(|e| e.spec).collect();
         assert!(specs.iter().filter(|s| s.provider == "espeak").count() >= 3);
         for provider in [
             "openai",

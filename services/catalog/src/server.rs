@@ -13,6 +13,7 @@ use voxpool_runtime::startup::{self, NotReady};
 use crate::{
     db,
     pools::ServedPools,
+    reference::ClipStore,
     repo::{PackRepository, connecting::Connecting, sea::SeaRepository},
     service::{AdminService, CatalogService},
 };
@@ -73,7 +74,8 @@ pub async fn open_repository_waiting(
 
 /// Serves VoiceCatalog, VoiceCatalogAdmin, health and reflection (v1 + v1alpha) on
 /// `listener` until `shutdown` is cancelled, then drains in-flight RPCs. Health turns
-/// NOT_SERVING while the database does not answer a ping.
+/// NOT_SERVING while the database does not answer a ping. Reference clips go to an in-memory
+/// blob store (use [`serve_with`] for a real one).
 pub async fn serve(
     listener: TcpListener,
     repo: Arc<dyn PackRepository>,
@@ -85,6 +87,7 @@ pub async fn serve(
         repo,
         auth,
         ServedPools::unknown(),
+        ClipStore::in_memory(),
         &ServerFlags::default(),
         shutdown,
     )
@@ -92,13 +95,14 @@ pub async fn serve(
 }
 
 /// [`serve`] with the configured pools (packs no pool serves are refused, see
-/// [`crate::pools`]) and explicit server limits (request timeout, message size, load
-/// shedding, TLS).
+/// [`crate::pools`]), the blob store's clip folder, and explicit server limits (request
+/// timeout, message size, load shedding, TLS).
 pub async fn serve_with(
     listener: TcpListener,
     repo: Arc<dyn PackRepository>,
     auth: AdminAuth,
     pools: ServedPools,
+    clips: ClipStore,
     flags: &ServerFlags,
     shutdown: CancellationToken,
 ) -> Result<(), String> {
@@ -107,7 +111,7 @@ pub async fn serve_with(
         .into_server()
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
-    let admin = AdminService::new(repo.clone(), auth, pools)
+    let admin = AdminService::new(repo.clone(), auth, pools, clips)
         .into_server()
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);

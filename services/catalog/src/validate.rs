@@ -178,6 +178,7 @@ pub fn pack_spec(p: &pb::VoicePack, prefix: &str) -> Result<PackSpec, CatalogErr
             extra,
             tier,
             locales,
+            references: vec![],
         }),
         _ => Err(CatalogError::InvalidArgument {
             violations: c.violations,

@@ -18,6 +18,16 @@ fn run(args: &[&str]) -> Output {
         .env_remove("VOXPOOL_DATABASE")
         .env_remove("VOXPOOL_ADMIN_TOKEN")
         .env_remove("VOXPOOL_LISTEN")
+        // Seeded clips go to a scratch blob store, never the user's data directory.
+        .env(
+            "VOXPOOL_BLOB_STORE",
+            format!(
+                "file://{}",
+                std::env::temp_dir()
+                    .join(format!("voxpool-catalog-cli-blobs-{}", std::process::id()))
+                    .display()
+            ),
+        )
         .output()
         .expect("run voxpool-catalog")
 }

@@ -90,6 +90,8 @@ pub(crate) struct Shared {
     ids: Mutex<HashSet<String>>,
     pub(crate) paused: watch::Sender<bool>,
     pub(crate) total: watch::Sender<u64>,
+    /// A self-hosted fake playing a server that is down.
+    pub(crate) down: std::sync::atomic::AtomicBool,
 }
 
 /// Locks, recovering from poisoning (a panicked test thread must not wedge the fake).
@@ -167,7 +169,13 @@ impl Shared {
             ids: Mutex::new(HashSet::new()),
             paused: watch::channel(false).0,
             total: watch::channel(0).0,
+            down: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// True while the fake plays a server that is down ([`crate::FakeVendor::set_down`]).
+    pub(crate) fn is_down(&self) -> bool {
+        self.down.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub(crate) fn settings(&self) -> Settings {

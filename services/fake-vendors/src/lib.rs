@@ -33,6 +33,7 @@ mod elevenlabs;
 mod knobs;
 mod minimax;
 mod openai;
+pub mod selfhosted;
 mod stream;
 mod volcengine;
 mod volcengine_v3;
@@ -45,6 +46,7 @@ use axum::{Json, extract::State, routing::get};
 pub use control::{KeyStats, RecordedRequest};
 use control::{Settings, Shared};
 pub use knobs::{Fault, FaultRates, Latency, Step, Streaming};
+pub use selfhosted::ServerProfile;
 use tokio::{net::TcpListener, task::JoinHandle};
 use voxpool_domain::snapshot::Snapshot;
 use wire::{
@@ -67,10 +69,21 @@ pub enum VendorKind {
     MiniMax,
     /// DashScope `/api/v1/services/audio/tts/SpeechSynthesizer`.
     DashScope,
+    /// A self-hosted zero-shot server of one wire profile ([`selfhosted`]).
+    SelfHosted(ServerProfile),
 }
 
 impl VendorKind {
-    /// Every vendor.
+    /// Every self-hosted server profile, as kinds (`selfhosted-vllm-omni`, …).
+    pub const SELF_HOSTED: [VendorKind; 5] = [
+        VendorKind::SelfHosted(ServerProfile::VllmOmni),
+        VendorKind::SelfHosted(ServerProfile::CosyVoice),
+        VendorKind::SelfHosted(ServerProfile::FishSpeech),
+        VendorKind::SelfHosted(ServerProfile::IndexTtsVllm),
+        VendorKind::SelfHosted(ServerProfile::GptSovits),
+    ];
+
+    /// Every cloud vendor.
     pub const ALL: [VendorKind; 6] = [
         VendorKind::OpenAi,
         VendorKind::Azure,
@@ -89,6 +102,11 @@ impl VendorKind {
             VendorKind::ElevenLabs => "elevenlabs",
             VendorKind::MiniMax => "minimax",
             VendorKind::DashScope => "dashscope",
+            VendorKind::SelfHosted(ServerProfile::VllmOmni) => "selfhosted-vllm-omni",
+            VendorKind::SelfHosted(ServerProfile::CosyVoice) => "selfhosted-cosyvoice",
+            VendorKind::SelfHosted(ServerProfile::FishSpeech) => "selfhosted-fish-speech",
+            VendorKind::SelfHosted(ServerProfile::IndexTtsVllm) => "selfhosted-index-tts-vllm",
+            VendorKind::SelfHosted(ServerProfile::GptSovits) => "selfhosted-gpt-sovits",
         }
     }
 }
@@ -105,11 +123,13 @@ impl FromStr for VendorKind {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         VendorKind::ALL
             .into_iter()
+            .chain(VendorKind::SELF_HOSTED)
             .find(|v| v.as_str() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown vendor {s:?}; expected one of {}",
-                    VendorKind::ALL.map(VendorKind::as_str).join(", ")
+                    "unknown vendor {s:?}; expected one of {}, {}",
+                    VendorKind::ALL.map(VendorKind::as_str).join(", "),
+                    VendorKind::SELF_HOSTED.map(VendorKind::as_str).join(", ")
                 )
             })
     }
@@ -255,6 +275,7 @@ impl FakeVendor {
             VendorKind::ElevenLabs => elevenlabs::routes(),
             VendorKind::MiniMax => minimax::routes(),
             VendorKind::DashScope => dashscope::routes(),
+            VendorKind::SelfHosted(profile) => selfhosted::routes(profile),
         };
         let app = routes
             .route("/_fake/stats", get(stats_handler))
@@ -333,6 +354,14 @@ impl FakeVendor {
     /// can then fill a key's slots deterministically, or make a request outlive its timeout.
     pub fn pause(&self) {
         self.shared.paused.send_replace(true);
+    }
+
+    /// A self-hosted fake answers every route, health included, 503 while down (a model
+    /// reloading); requests under way when it goes down answer 503 too.
+    pub fn set_down(&self, down: bool) {
+        self.shared
+            .down
+            .store(down, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Releases held requests.

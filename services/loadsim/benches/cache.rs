@@ -75,6 +75,7 @@ async fn stack(base_url: &str, dir: &std::path::Path, shutdown: &CancellationTok
         lease_ttl: server::DEFAULT_LEASE_TTL,
         client_token: voxpool_runtime::auth::ClientToken::none(),
         cache: Some(Arc::new(cache)),
+        references: None,
         admin: AdminAuth::disabled(),
     };
     let core = server::build(

@@ -71,6 +71,7 @@ async fn stack(
             // The bench's scheduler authenticates no one (its config has no client tokens).
             client_token: voxpool_runtime::auth::ClientToken::none(),
             cache: None,
+            references: None,
             admin: voxpool_runtime::auth::AdminAuth::disabled(),
         };
         let core = server::build(
@@ -202,6 +203,8 @@ fn main() {
                                         upstream: &upstream,
                                         timeout: Duration::from_secs(10),
                                         attempt_id: "bench",
+                                        reference: None,
+                                        seed: None,
                                     },
                                     &sink,
                                 )

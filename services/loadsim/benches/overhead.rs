@@ -82,6 +82,7 @@ fn main() {
             // The bench's scheduler authenticates no one (its config has no client tokens).
             client_token: voxpool_runtime::auth::ClientToken::none(),
             cache: None,
+            references: None,
             admin: voxpool_runtime::auth::AdminAuth::disabled(),
         };
         let core = server::build(&config, registry::builtin(&AdapterOptions::default()), &options)
@@ -130,6 +131,8 @@ fn main() {
             upstream: &upstream,
             timeout: Duration::from_secs(10),
             attempt_id: "bench",
+            reference: None,
+            seed: None,
         };
 
         // Warm-up: connections, scripts, caches.

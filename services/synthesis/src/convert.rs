@@ -30,6 +30,8 @@ pub fn request(r: pb::SynthesizeRequest) -> Request {
         sample_rate_hz: r.sample_rate_hz,
         cache_policy: cache_policy(r.cache_policy),
         overrides: Overrides::default(),
+        emotion: r.emotion,
+        seed: r.seed,
         voice: r.voice.map(|voice| match voice {
             Voice::Snapshot(pb) => match Snapshot::from_pb(&pb) {
                 Ok(snapshot) => VoiceSource::Snapshot(Box::new(snapshot)),
@@ -106,6 +108,7 @@ pub fn response(done: Synthesized, format: AudioFormat) -> pb::SynthesizeRespons
         key_id: done.key_id,
         attempts: done.attempts.iter().map(attempt).collect(),
         cached_chunks: i32::try_from(done.cached_chunks).unwrap_or(i32::MAX),
+        reference_digest: done.reference_digest,
     }
 }
 

@@ -27,6 +27,7 @@
 //!   ([`adapters::cloud`]), the espeak-ng adapter and the registry.
 //! - [`cache`]: the audio cache (entries by content in the blob store); its call path is
 //!   [`job::cached`] (hits without a lease, single-flight fills across replicas).
+//! - [`references`]: reference clips fetched by digest from the blob store, checked, cached.
 //! - [`pools`]: the config's pools with resolved credentials (and the credential policy).
 //! - [`text`] / [`audio`]: text splitting and audio validation / joining.
 //! - [`record`] / [`deadline`]: one attempt's record, a request's time budget.
@@ -48,6 +49,7 @@ pub mod lease;
 pub mod metrics;
 pub mod pools;
 pub mod record;
+pub mod references;
 pub mod server;
 pub mod service;
 pub mod stream;

@@ -182,13 +182,21 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
         std::env::var("VOXPOOL_ADMIN_TOKEN").ok().as_deref(),
     )
     .map_err(|e| e.to_string())?;
+    // One blob store for clips and the cache; opened even with --cache off (clips are needed).
+    let blobs = BlobStore::open(args.blobs.blob_store.as_deref())?;
+    let references = Some(Arc::new(
+        voxpool_synthesis::references::ReferenceClips::new(
+            blobs.folder("references"),
+            blobs.location(),
+            voxpool_synthesis::references::DEFAULT_CACHE_BYTES,
+        ),
+    ));
     let cache = match args.cache {
         CacheSwitch::Off => {
             tracing::info!("audio cache off (--cache off): every chunk goes to a vendor");
             None
         }
         CacheSwitch::On => {
-            let blobs = BlobStore::open(args.blobs.blob_store.as_deref())?;
             let cache = Arc::new(Cache::new(
                 &blobs,
                 config.synthesis.cache_version,
@@ -211,6 +219,7 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
     };
     let options = Options {
         cache,
+        references,
         admin,
         scheduler_url: args.scheduler.clone(),
         catalog_url: args.catalog.clone(),

@@ -8,7 +8,8 @@
 //! key refuses requests with FAILED_PRECONDITION naming every missing variable, so
 //! `make run` with the example config serves the espeak pool while the Volcengine pool explains
 //! what to set. `--require-credentials` turns any missing credential into a startup failure
-//! (production). The `espeak` provider needs no credential.
+//! (production). The `espeak` provider needs no credential; `selfhosted` keys take one only
+//! when their server was started with an API key.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -67,10 +68,12 @@ impl Pool {
             });
             for k in &u.keys {
                 let key_id = format!("{}/{}", u.id, k.id);
-                let secret = match (&k.credential, provider.is_local()) {
-                    (_, true) => Ok(None),
-                    (Some(c), false) => c.resolve().map(Some),
-                    (None, false) => Err(
+                let secret = match &k.credential {
+                    _ if provider.is_local() => Ok(None),
+                    Some(c) => c.resolve().map(Some),
+                    // A self-hosted server started without an API key takes none.
+                    None if !provider.needs_credential() => Ok(None),
+                    None => Err(
                         "no credential configured (add credential = { env = \"NAME\" })".to_owned(),
                     ),
                 };

@@ -50,6 +50,9 @@ pub struct Options {
     pub client_token: ClientToken,
     /// The audio cache (`--blob-store`, `--cache`); `None` = off.
     pub cache: Option<Arc<Cache>>,
+    /// Reference clips (`--blob-store`'s `references/`); `None` = voices with clips are
+    /// refused.
+    pub references: Option<Arc<crate::references::ReferenceClips>>,
     /// The token `SynthesisAdmin` RPCs need (`VOXPOOL_ADMIN_TOKEN`, `--admin-token-file`).
     pub admin: AdminAuth,
 }
@@ -76,6 +79,7 @@ pub fn build(config: &Config, adapters: Registry, options: &Options) -> Result<A
         catalog: Catalog::connect_lazy(&options.catalog_url)?,
         settings: config.synthesis.clone(),
         cache: options.cache.clone(),
+        references: options.references.clone(),
         admin: options.admin.clone(),
         client_tokens: config.client_tokens.clone(),
         lease_ttl: options.lease_ttl,

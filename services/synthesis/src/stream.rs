@@ -97,6 +97,8 @@ struct Sender<'a> {
     cached_chunks: i32,
     /// Pool, format name and request arrival, for the first-audio metric.
     first_audio: Option<(String, &'static str, Instant)>,
+    /// The clip the voice speaks with (`AudioChunk.reference_digest`), empty for none.
+    reference_digest: String,
 }
 
 impl Sender<'_> {
@@ -115,6 +117,7 @@ impl Sender<'_> {
                 seq: self.seq,
                 r#final: last && i + 1 == count,
                 cached_chunks: self.cached_chunks,
+                reference_digest: self.reference_digest.clone(),
             };
             if self.tx.send(Ok(chunk)).await.is_err() {
                 return false;
@@ -163,6 +166,7 @@ async fn produce(
         bytes: 0,
         cached_chunks: 0,
         first_audio: Some((job.pool.id.clone(), format, started)),
+        reference_digest: job.reference_digest(),
     };
     let Some(done) = core.run_into(&job, &mut sender).await? else {
         return Ok(());

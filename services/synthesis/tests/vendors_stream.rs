@@ -73,6 +73,11 @@ impl Harness {
                 Arc::new(DashScope::new(client)),
                 voxpool_fake_vendors::snapshot("dashscope", "cosyvoice-v2", "longxiaochun_v2"),
             ),
+            VendorKind::SelfHosted(_) => {
+                unreachable!(
+                    "the streaming harness covers the cloud vendors (selfhosted.rs covers the servers)"
+                )
+            }
         };
         let mut upstream = UpstreamTarget {
             id: "acct".into(),
@@ -123,6 +128,8 @@ impl Harness {
                 upstream: &me.upstream,
                 timeout: Duration::from_secs(20),
                 attempt_id: "stream-test",
+                reference: None,
+                seed: None,
             };
             let result = me.adapter.stream(request, &sink).await;
             (result.map(|_| ()).map_err(|f| f.message), sink.written())

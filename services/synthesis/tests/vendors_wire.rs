@@ -49,6 +49,8 @@ async fn call(
             upstream: &upstream,
             timeout: Duration::from_secs(10),
             attempt_id,
+            reference: None,
+            seed: None,
         })
         .await
 }

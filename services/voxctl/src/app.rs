@@ -174,6 +174,36 @@ async fn run_packs(args: PacksArgs) -> Result<(), OpError> {
                 pack.version
             );
         }
+        PacksCommand::AddReference {
+            pack,
+            file,
+            transcript,
+            language,
+            emotion,
+            weight,
+        } => {
+            let clip = crate::ops::references::NewClip {
+                file: &file,
+                transcript: &transcript,
+                language: &language,
+                emotion: &emotion,
+                weight,
+            };
+            let added = catalog.add_reference(&pack, &clip).await?;
+            crate::say!(
+                "voxctl: added clip {} to pack {pack}",
+                crate::ops::references::describe(&added)
+            );
+            crate::show!("{}", added.digest);
+        }
+        PacksCommand::References { pack, removed } => {
+            let clips = catalog.references(&pack, removed).await?;
+            crate::show!("{}", crate::ops::references::render(&clips));
+        }
+        PacksCommand::RemoveReference { pack, digest } => {
+            let gone = catalog.remove_reference(&pack, &digest).await?;
+            crate::say!("voxctl: removed clip {} from pack {pack}", gone.digest);
+        }
     }
     Ok(())
 }
@@ -229,6 +259,9 @@ async fn run_synth(args: SynthArgs, token: ClientToken) -> Result<(), OpError> {
         token,
         force: args.force,
         progress: progress_mode(args.progress, args.progress_interval),
+        emotion: args.emotion,
+        // One seed for every part, so a split text speaks with one clip.
+        seed: args.seed.unwrap_or_else(rand::random),
     })
     .await
 }

@@ -58,7 +58,8 @@ pub enum Command {
         #[command(subcommand)]
         command: PoolCommand,
     },
-    /// Voice packs in the catalog.
+    /// Voice packs in the catalog (also `voxctl pack`).
+    #[command(visible_alias = "pack")]
     Packs(PacksArgs),
     /// Synthesize one text into one file.
     Synth(SynthArgs),
@@ -232,6 +233,13 @@ pub struct SynthArgs {
     /// own limit (WAV: 4 GiB) still holds.
     #[arg(long)]
     pub force: bool,
+    /// Voices with reference clips: speak with the clip tagged this emotion.
+    #[arg(long, default_value = "")]
+    pub emotion: String,
+    /// Voices with reference clips: seeds the pick among them (and the server's sampling);
+    /// default a random seed, the same for every part of the text.
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 /// A duration above zero (`200ms`, `30s`, `2m`): a zero period or deadline would spin or fail

@@ -173,12 +173,15 @@ impl Config {
                             "must be at least 1 (leave quota out for a key without one)".into(),
                         );
                     }
-                    if credentials == Credentials::Require
-                        && !pool
-                            .provider_id()
-                            .is_some_and(voxpool_domain::provider::Provider::is_local)
-                    {
+                    let needed = pool
+                        .provider_id()
+                        .is_none_or(voxpool_domain::provider::Provider::needs_credential);
+                    let local = pool
+                        .provider_id()
+                        .is_some_and(voxpool_domain::provider::Provider::is_local);
+                    if credentials == Credentials::Require && !local {
                         match &key.credential {
+                            None if !needed => {}
                             None => push(
                                 format!("{kp}.credential"),
                                 "required: { env = \"NAME\" } or { file = \"/path\" }".into(),

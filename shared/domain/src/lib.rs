@@ -5,14 +5,17 @@
 //!   half of [`contract`]: what a server sends and a client reads back).
 //! - [`provider`]: the provider ids as one enum.
 //! - [`snapshot`]: the frozen voice-pack snapshot, its card JSON form and its digest.
+//! - [`reference`]: reference clips as snapshots freeze them, and picking one per request.
 //! - [`secret`]: a string that never prints (vendor credentials, the admin token).
 //! - [`untrusted`]: caller strings bounded and escaped for messages, logs and labels.
-//! - [`audio`]: audio formats, the one sniffer, WAV reader/writer and joiner.
+//! - [`audio`]: audio formats, the one sniffer, WAV reader/writer and joiner, reference-clip
+//!   inspection.
 //! - [`text`]: the one sentence splitter (synthesis chunks, voxctl parts).
 
 pub mod audio;
 pub mod contract;
 pub mod provider;
+pub mod reference;
 pub mod secret;
 pub mod snapshot;
 pub mod status;

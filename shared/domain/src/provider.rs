@@ -21,19 +21,25 @@ pub enum Provider {
     MiniMax,
     /// Alibaba DashScope (CosyVoice).
     DashScope,
+    /// Self-hosted zero-shot servers (vLLM-Omni, CosyVoice, Fish Speech, IndexTTS,
+    /// GPT-SoVITS) that speak a voice from reference clips; the wire profile is the
+    /// upstream's `params.profile`.
+    #[serde(rename = "selfhosted")]
+    SelfHosted,
     /// The local espeak-ng engine (no credential, no base URL).
     Espeak,
 }
 
 impl Provider {
     /// Every provider, in docs/API.md order.
-    pub const ALL: [Provider; 7] = [
+    pub const ALL: [Provider; 8] = [
         Provider::OpenAi,
         Provider::Azure,
         Provider::Volcengine,
         Provider::ElevenLabs,
         Provider::MiniMax,
         Provider::DashScope,
+        Provider::SelfHosted,
         Provider::Espeak,
     ];
 
@@ -46,6 +52,7 @@ impl Provider {
             Provider::ElevenLabs => "elevenlabs",
             Provider::MiniMax => "minimax",
             Provider::DashScope => "dashscope",
+            Provider::SelfHosted => "selfhosted",
             Provider::Espeak => "espeak",
         }
     }
@@ -58,6 +65,12 @@ impl Provider {
     /// True for the local engine, which needs neither credential nor base URL.
     pub fn is_local(self) -> bool {
         self == Provider::Espeak
+    }
+
+    /// Whether every key needs a credential: not the local engine, and not self-hosted
+    /// servers (only those started with an API key take one).
+    pub fn needs_credential(self) -> bool {
+        !matches!(self, Provider::Espeak | Provider::SelfHosted)
     }
 }
 

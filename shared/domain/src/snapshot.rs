@@ -25,6 +25,11 @@
 //! - numbers are the shortest decimal that round-trips the IEEE-754 double, without exponent
 //!   and without a trailing `.0` (`10`, `-12.5`, `1.2`; `-0` is written `0`), which is what
 //!   JavaScript's `String(n)` gives for the allowed ranges.
+//! - `references` (a self-hosted zero-shot pack's clips, `voxpool_domain::reference`) is
+//!   present only when the pack has clips, between `provider` and `tier`, as
+//!   `"references":[{"digest":..,"durationMs":n,"emotion":..,"language":..,"transcript":..,"weight":n},...]`
+//!   in snapshot order (`emotion` always written, possibly `""`): a snapshot without clips
+//!   keeps the digest it had before clips existed.
 //! - `frozenAt` and `digest` are not part of the content.
 //!
 //! Another language verifies a snapshot by rebuilding this text from the JSON form and
@@ -36,6 +41,8 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 use voxpool_proto::catalog::v1 as pb;
+
+use crate::reference::Reference;
 
 /// Price / quality tier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -215,6 +222,9 @@ pub struct Snapshot {
     /// BCP 47 locales of the voice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub locales: Vec<String>,
+    /// Reference clips (self-hosted zero-shot packs), frozen by digest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub references: Vec<Reference>,
 }
 
 fn int64_as_string<S: Serializer>(v: &i64, s: S) -> Result<S::Ok, S::Error> {
@@ -281,8 +291,20 @@ impl Snapshot {
             .map(|(k, v)| format!("{}:{}", json_str(k), json_str(v)))
             .collect::<Vec<_>>()
             .join(",");
+        let references = if self.references.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ",\"references\":[{}]",
+                self.references
+                    .iter()
+                    .map(Reference::canonical)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        };
         format!(
-            "{{\"extra\":{{{extra}}},\"kind\":\"{}\",\"locales\":{},\"model\":{},\"packId\":{},\"packVersion\":{},\"params\":{},\"provider\":{},\"tier\":\"{}\",\"ttsModelId\":{},\"upstreamIds\":{},\"voiceId\":{}}}",
+            "{{\"extra\":{{{extra}}},\"kind\":\"{}\",\"locales\":{},\"model\":{},\"packId\":{},\"packVersion\":{},\"params\":{},\"provider\":{}{references},\"tier\":\"{}\",\"ttsModelId\":{},\"upstreamIds\":{},\"voiceId\":{}}}",
             self.kind.as_str(),
             json_list(&self.locales),
             json_str(&self.model),
@@ -357,6 +379,7 @@ impl Snapshot {
             digest: self.digest.clone(),
             kind: self.kind.to_pb() as i32,
             locales: self.locales.clone(),
+            references: self.references.iter().map(Reference::to_pb).collect(),
         }
     }
 
@@ -390,6 +413,7 @@ impl Snapshot {
                 Kind::from_pb(p.kind).ok_or_else(|| err("kind", "must be STANDARD or CLONED"))?
             },
             locales: p.locales.clone(),
+            references: p.references.iter().map(Reference::from_pb).collect(),
         })
     }
 }
@@ -426,6 +450,7 @@ mod tests {
             digest: String::new(),
             kind: Kind::Standard,
             locales: vec!["en-US".into()],
+            references: vec![],
         }
         .seal()
     }
@@ -467,6 +492,43 @@ mod tests {
         v["params"]["pitch"] = serde_json::json!(5);
         let e = Snapshot::from_json(&v.to_string()).unwrap_err();
         assert!(e.message.contains("pitch"), "{e}");
+    }
+
+    #[test]
+    fn clips_are_part_of_the_content_only_when_present() {
+        let plain = sample();
+        let mut with = sample();
+        with.references = vec![Reference {
+            digest: crate::reference::clip_digest(b"clip"),
+            transcript: "Hello \"there\"".into(),
+            language: "en-US".into(),
+            emotion: String::new(),
+            weight: 2,
+            duration_ms: 3_250,
+        }];
+        let with = with.seal();
+        assert!(!plain.canonical().contains("references"));
+        let text = with.canonical();
+        assert!(
+            text.contains(r#""provider":"espeak","references":[{"digest":"sha256:"#)
+                && text.contains(r#""durationMs":3250,"emotion":"","language":"en-US","transcript":"Hello \"there\"","weight":2}],"tier":"PRO""#),
+            "{text}"
+        );
+        assert_ne!(with.digest, plain.digest);
+        let json = serde_json::to_string(&with.to_json_value()).unwrap();
+        assert!(
+            json.contains(r#""durationMs":3250"#) && !json.contains("emotion"),
+            "{json}"
+        );
+        let back = Snapshot::from_json(&json).unwrap();
+        back.verify_digest().unwrap();
+        assert_eq!(Snapshot::from_pb(&with.to_pb()).unwrap(), with);
+        let mut swapped = back;
+        swapped.references[0].digest = crate::reference::clip_digest(b"other clip");
+        assert!(
+            swapped.verify_digest().is_err(),
+            "a swapped clip must break the digest"
+        );
     }
 
     #[test]

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use async_trait::async_trait;
 use sea_orm::DbErr;
 
-use super::{Edit, ListQuery, PackRepository};
+use super::{ClipEdit, Edit, ListQuery, PackRepository};
 use crate::{
     error::CatalogError,
-    model::{PackSpec, Revision, VoicePack},
+    model::{Action, ListedReference, PackSpec, Revision, VoicePack},
 };
 
 /// The repository being opened (module doc).
@@ -78,6 +78,23 @@ impl PackRepository for Connecting {
 
     async fn revisions(&self, id: &str) -> Result<Vec<Revision>, CatalogError> {
         self.open()?.revisions(id).await
+    }
+
+    async fn set_references(
+        &self,
+        id: &str,
+        action: Action,
+        edit: &ClipEdit<'_>,
+    ) -> Result<VoicePack, CatalogError> {
+        self.open()?.set_references(id, action, edit).await
+    }
+
+    async fn references(
+        &self,
+        id: &str,
+        include_removed: bool,
+    ) -> Result<Vec<ListedReference>, CatalogError> {
+        self.open()?.references(id, include_removed).await
     }
 
     async fn ping(&self) -> Result<(), CatalogError> {

@@ -8,8 +8,11 @@
 //! - one writer per version: every change is `UPDATE .. WHERE id = ? AND version = ?` plus
 //!   its revision row in one transaction, so concurrent writers cannot both produce version
 //!   n, and no accepted change is lost;
-//! - revisions are contiguous: version v of a pack has exactly one revision row.
+//! - revisions are contiguous: version v of a pack has exactly one revision row;
+//! - a pack's clips (`voice_pack_references`) change in the same transaction as the version
+//!   that records them, so a pack read at version v has exactly version v's clips.
 
+mod clips;
 pub mod connecting;
 pub mod entity;
 mod rows;
@@ -20,13 +23,17 @@ use async_trait::async_trait;
 use crate::{
     error::CatalogError,
     filter::Filter,
-    model::{PackSpec, Revision, VoicePack},
+    model::{Action, ListedReference, PackReference, PackSpec, Revision, VoicePack},
     page_token::Cursor,
 };
 
 /// Computes a pack's new content from its current state (validation included). Called
 /// again with the fresh state when a concurrent writer got there first.
 pub type Edit<'a> = dyn Fn(&VoicePack) -> Result<PackSpec, CatalogError> + Send + Sync + 'a;
+
+/// Computes a pack's new clip list from its current state (checks included).
+pub type ClipEdit<'a> =
+    dyn Fn(&VoicePack) -> Result<Vec<PackReference>, CatalogError> + Send + Sync + 'a;
 
 /// One page request over the `(create_time, id)` order.
 #[derive(Clone, Debug, Default)]
@@ -76,6 +83,26 @@ pub trait PackRepository: Send + Sync {
 
     /// Every revision of the pack, oldest first. Errors: NotFound.
     async fn revisions(&self, id: &str) -> Result<Vec<Revision>, CatalogError>;
+
+    /// Replaces the pack's clips with `edit(current)` as version current+1, recording an
+    /// `action` revision (`add_reference` / `remove_reference`); a clip left out is marked
+    /// removed, not deleted. Lost races re-read and apply `edit` again, as [`Self::update`]
+    /// without `expected_version`. Errors: NotFound, AlreadyExists (the new clip set gives
+    /// another pack's identity), Contention, and whatever `edit` returns.
+    async fn set_references(
+        &self,
+        id: &str,
+        action: Action,
+        edit: &ClipEdit<'_>,
+    ) -> Result<VoicePack, CatalogError>;
+
+    /// The pack's clips in the order they were added; removed ones too with
+    /// `include_removed`. Errors: NotFound.
+    async fn references(
+        &self,
+        id: &str,
+        include_removed: bool,
+    ) -> Result<Vec<ListedReference>, CatalogError>;
 
     /// Checks the database answers. Errors: [`CatalogError::Unavailable`] and friends.
     async fn ping(&self) -> Result<(), CatalogError>;

@@ -5,11 +5,11 @@ use sea_orm::ActiveValue::Set;
 use serde::{Deserialize, Serialize};
 use voxpool_domain::snapshot::{Kind, Params, Tier};
 
-use super::entity::{revision, voice_pack};
+use super::entity::{reference, revision, voice_pack};
 use crate::{
     error::CatalogError,
     identity::identity,
-    model::{Action, PackSpec, Revision, VoicePack, from_micros},
+    model::{Action, ListedReference, PackReference, PackSpec, Revision, VoicePack, from_micros},
 };
 
 /// The JSON a revision row stores: the whole pack as of that version.
@@ -73,6 +73,8 @@ pub fn pack_from_row(m: voice_pack::Model) -> Result<VoicePack, CatalogError> {
         model: m.model,
         voice_id: m.voice_id,
         tts_model_id: m.tts_model_id,
+        // Attached by the repository from `voice_pack_references`.
+        references: Vec::new(),
     };
     Ok(VoicePack {
         id: m.id,
@@ -81,6 +83,48 @@ pub fn pack_from_row(m: voice_pack::Model) -> Result<VoicePack, CatalogError> {
         version: m.version,
         create_time: from_micros(m.create_time_us),
         update_time: from_micros(m.update_time_us),
+    })
+}
+
+/// The row of clip `r` of pack `pack_id`, part of the pack (no removal time).
+pub fn reference_model(pack_id: &str, r: &PackReference) -> reference::ActiveModel {
+    reference::ActiveModel {
+        pack_id: Set(pack_id.to_owned()),
+        digest: Set(r.digest.clone()),
+        transcript: Set(r.transcript.clone()),
+        language: Set(r.language.clone()),
+        emotion: Set(r.emotion.clone()),
+        weight: Set(i32::try_from(r.weight).unwrap_or(i32::MAX)),
+        duration_ms: Set(i64::from(r.duration_ms)),
+        media_type: Set(r.media_type.clone()),
+        size_bytes: Set(r.size_bytes),
+        add_time_us: Set(r.add_time_us),
+        remove_time_us: Set(None),
+    }
+}
+
+/// Decodes a `voice_pack_references` row.
+pub fn reference_from_row(m: reference::Model) -> Result<ListedReference, CatalogError> {
+    let corrupt = |column: &str, value: i64| CatalogError::CorruptRow {
+        id: m.pack_id.clone(),
+        message: format!("clip {}: column {column}: {value}", m.digest),
+    };
+    let weight = u32::try_from(m.weight).map_err(|_| corrupt("weight", i64::from(m.weight)))?;
+    let duration_ms =
+        u32::try_from(m.duration_ms).map_err(|_| corrupt("duration_ms", m.duration_ms))?;
+    Ok(ListedReference {
+        reference: PackReference {
+            digest: m.digest,
+            transcript: m.transcript,
+            language: m.language,
+            emotion: m.emotion,
+            weight,
+            duration_ms,
+            media_type: m.media_type,
+            size_bytes: m.size_bytes,
+            add_time_us: m.add_time_us,
+        },
+        remove_time_us: m.remove_time_us,
     })
 }
 

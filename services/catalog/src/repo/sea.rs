@@ -4,6 +4,12 @@
 //! IMMEDIATE`), so concurrent writers queue on the database lock (busy timeout) instead of
 //! failing to upgrade a read lock; on PostgreSQL the default isolation (read committed) is
 //! enough because the version check is part of the `UPDATE`'s `WHERE`.
+//!
+//! A pack's clips are read with it (`get` checks the version did not move while it read
+//! them, so a pack and its clips are one version's; lists, one query per page, may show a
+//! page's clips one change ahead) and
+//! written in the transaction of the version that changes them: added clips are upserted
+//! (a clip removed earlier comes back), clips left out get `remove_time_us`.
 
 use async_trait::async_trait;
 use sea_orm::{
@@ -14,15 +20,16 @@ use sea_orm::{
 };
 
 use super::{
-    Edit, ListQuery, PackRepository,
-    entity::{revision, voice_pack},
+    ClipEdit, Edit, ListQuery, PackRepository,
+    clips::{clips_of, sync_references, with_clips},
+    entity::{reference, revision, voice_pack},
     rows,
 };
 use crate::{
     error::CatalogError,
     filter::Term,
     identity::identity,
-    model::{Action, PackSpec, Revision, VoicePack, now},
+    model::{Action, ListedReference, PackSpec, Revision, VoicePack, now},
 };
 
 /// Most attempts of an update without `expected_version` before giving up with
@@ -112,6 +119,15 @@ impl SeaRepository {
         if updated.rows_affected == 0 {
             txn.rollback().await?;
             return Ok(Write::Lost);
+        }
+        if current.spec.references != next.spec.references {
+            sync_references(
+                &txn,
+                &next.id,
+                &current.spec.references,
+                &next.spec.references,
+            )
+            .await?;
         }
         revision::Entity::insert(rows::revision_model(action, next))
             .exec_without_returning(&txn)
@@ -207,6 +223,9 @@ impl PackRepository for SeaRepository {
                 e.into()
             });
         }
+        if !pack.spec.references.is_empty() {
+            sync_references(&txn, &pack.id, &[], &pack.spec.references).await?;
+        }
         revision::Entity::insert(rows::revision_model(Action::Create, &pack))
             .exec_without_returning(&txn)
             .await?;
@@ -218,7 +237,29 @@ impl PackRepository for SeaRepository {
         let row = voice_pack::Entity::find_by_id(id.to_owned())
             .one(&self.db)
             .await?;
-        rows::pack_from_row(row.ok_or_else(|| CatalogError::NotFound { id: id.to_owned() })?)
+        let mut pack =
+            rows::pack_from_row(row.ok_or_else(|| CatalogError::NotFound { id: id.to_owned() })?)?;
+        // The clips must be the version's (a snapshot freezes both): read them, then check the
+        // version did not move meanwhile; if it did, read again.
+        for _ in 0..MAX_ATTEMPTS {
+            let clips = clips_of(&self.db, &[id])
+                .await?
+                .remove(id)
+                .unwrap_or_default();
+            let latest = voice_pack::Entity::find_by_id(id.to_owned())
+                .one(&self.db)
+                .await?
+                .ok_or_else(|| CatalogError::NotFound { id: id.to_owned() })?;
+            if latest.version == pack.version {
+                pack.spec.references = clips;
+                return Ok(pack);
+            }
+            pack = rows::pack_from_row(latest)?;
+        }
+        Err(CatalogError::Contention {
+            id: id.to_owned(),
+            attempts: MAX_ATTEMPTS,
+        })
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<VoicePack>, CatalogError> {
@@ -249,7 +290,7 @@ impl PackRepository for SeaRepository {
                 ),
             );
         }
-        voice_pack::Entity::find()
+        let packs = voice_pack::Entity::find()
             .filter(condition)
             .order_by_asc(Column::CreateTimeUs)
             .order_by_asc(Column::Id)
@@ -258,7 +299,8 @@ impl PackRepository for SeaRepository {
             .await?
             .into_iter()
             .map(rows::pack_from_row)
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        with_clips(&self.db, packs).await
     }
 
     async fn update(
@@ -300,6 +342,45 @@ impl PackRepository for SeaRepository {
             return Err(CatalogError::NotFound { id: id.to_owned() });
         }
         found.into_iter().map(rows::revision_from_row).collect()
+    }
+
+    async fn set_references(
+        &self,
+        id: &str,
+        action: Action,
+        edit: &ClipEdit<'_>,
+    ) -> Result<VoicePack, CatalogError> {
+        self.modify(id, None, &|current| {
+            let mut spec = current.spec.clone();
+            spec.references = edit(current)?;
+            Ok(Some((action, successor(current, spec, current.enabled))))
+        })
+        .await
+    }
+
+    async fn references(
+        &self,
+        id: &str,
+        include_removed: bool,
+    ) -> Result<Vec<ListedReference>, CatalogError> {
+        use reference::Column;
+        // NotFound for an unknown pack, not an empty list.
+        voice_pack::Entity::find_by_id(id.to_owned())
+            .one(&self.db)
+            .await?
+            .ok_or_else(|| CatalogError::NotFound { id: id.to_owned() })?;
+        let mut query = reference::Entity::find().filter(Column::PackId.eq(id));
+        if !include_removed {
+            query = query.filter(Column::RemoveTimeUs.is_null());
+        }
+        query
+            .order_by_asc(Column::AddTimeUs)
+            .order_by_asc(Column::Digest)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(rows::reference_from_row)
+            .collect()
     }
 
     async fn ping(&self) -> Result<(), CatalogError> {

@@ -1,5 +1,6 @@
 //! `VoiceCatalogAdmin`: create, update (field mask + optimistic version), disable, enable,
-//! list everything, list revisions. Every RPC first checks `authorization: Bearer <token>`
+//! list everything, list revisions, and a pack's reference clips (add, list, remove; rules in
+//! [`crate::reference`]). Every RPC first checks `authorization: Bearer <token>`
 //! (constant-time; FAILED_PRECONDITION with instructions when no token is configured).
 
 use std::sync::Arc;
@@ -10,11 +11,12 @@ use voxpool_runtime::auth::AdminAuth;
 
 use super::{Repo, list::list, require_id};
 use crate::{
-    convert::{pack_to_pb, revision_to_pb, spec_to_pb},
+    convert::{listed_reference_to_pb, pack_to_pb, reference_to_pb, revision_to_pb, spec_to_pb},
     error::CatalogError,
     mask,
-    model::PackSpec,
+    model::{Action, PackSpec, now},
     pools::ServedPools,
+    reference::{self, ClipStore},
     validate,
 };
 
@@ -34,16 +36,18 @@ pub struct AdminService {
     repo: Repo,
     auth: AdminAuth,
     pools: Arc<ServedPools>,
+    clips: ClipStore,
 }
 
 impl AdminService {
     /// A service over `repo` guarded by `auth`; packs no pool serves are refused (when
-    /// `pools` knows the pools).
-    pub fn new(repo: Repo, auth: AdminAuth, pools: ServedPools) -> Self {
+    /// `pools` knows the pools); reference clips go to `clips`.
+    pub fn new(repo: Repo, auth: AdminAuth, pools: ServedPools, clips: ClipStore) -> Self {
         Self {
             repo,
             auth,
             pools: Arc::new(pools),
+            clips,
         }
     }
 
@@ -100,7 +104,17 @@ impl VoiceCatalogAdmin for AdminService {
         let edit = |current: &crate::model::VoicePack| {
             let mut merged = spec_to_pb(&current.spec);
             mask::apply(&mut merged, patch, &paths);
-            let spec = validate::pack_spec(&merged, "voice_pack")?;
+            let mut spec = validate::pack_spec(&merged, "voice_pack")?;
+            // Clips change only through AddReference / RemoveReference.
+            spec.references = current.spec.references.clone();
+            if !spec.references.is_empty()
+                && spec.provider != voxpool_domain::provider::Provider::SelfHosted.as_str()
+            {
+                return Err(CatalogError::invalid(
+                    "voice_pack.provider",
+                    "the pack holds reference clips, which only selfhosted packs speak: remove them (RemoveReference) first",
+                ));
+            }
             // An edit that keeps the pool and provider stays possible on a pack whose pool
             // was since removed (to fix its text, or to disable it).
             if spec.tts_model_id == current.spec.tts_model_id
@@ -148,6 +162,83 @@ impl VoiceCatalogAdmin for AdminService {
         Ok(Response::new(
             list(&self.repo, request.get_ref(), false).await?,
         ))
+    }
+
+    async fn add_reference(
+        &self,
+        request: Request<pb::AddReferenceRequest>,
+    ) -> Result<Response<pb::VoicePackReference>, Status> {
+        self.auth.authorize(request.metadata())?;
+        let req = request.into_inner();
+        let clip = reference::check_add(&req)?;
+        let pack = self.repo.get(&req.pack_id).await?;
+        reference::accepts(&pack)?;
+        let new = reference::stored(&clip, &pack, now().timestamp_micros())?;
+        if pack.spec.references.iter().any(|r| r.digest == new.digest) {
+            return Err(CatalogError::ReferenceExists {
+                id: pack.id,
+                digest: new.digest,
+            }
+            .into());
+        }
+        // The bytes first: a pack never names a clip the store does not hold.
+        self.clips.put(&new.digest, req.audio).await?;
+        let pack = self
+            .repo
+            .set_references(&pack.id, Action::AddReference, &|current| {
+                reference::with_added(current, &new)
+            })
+            .await?;
+        tracing::info!(pack_id = %pack.id, version = pack.version, digest = %new.digest, duration_ms = new.duration_ms, "reference clip added");
+        Ok(Response::new(reference_to_pb(&new)))
+    }
+
+    async fn list_references(
+        &self,
+        request: Request<pb::ListReferencesRequest>,
+    ) -> Result<Response<pb::ListReferencesResponse>, Status> {
+        self.auth.authorize(request.metadata())?;
+        let req = request.get_ref();
+        require_id("pack_id", &req.pack_id)?;
+        let clips = self.repo.references(&req.pack_id, req.show_removed).await?;
+        Ok(Response::new(pb::ListReferencesResponse {
+            references: clips.iter().map(listed_reference_to_pb).collect(),
+        }))
+    }
+
+    async fn remove_reference(
+        &self,
+        request: Request<pb::RemoveReferenceRequest>,
+    ) -> Result<Response<pb::VoicePackReference>, Status> {
+        self.auth.authorize(request.metadata())?;
+        let req = request.get_ref();
+        require_id("pack_id", &req.pack_id)?;
+        if voxpool_domain::reference::digest_hex(&req.digest).is_none() {
+            return Err(CatalogError::invalid(
+                "digest",
+                format!(
+                    "must be sha256: and 64 lowercase hex digits (as AddReference answered), got {}",
+                    voxpool_domain::untrusted::quote(&req.digest)
+                ),
+            )
+            .into());
+        }
+        let pack = self
+            .repo
+            .set_references(&req.pack_id, Action::RemoveReference, &|current| {
+                reference::without(current, &req.digest)
+            })
+            .await?;
+        tracing::info!(pack_id = %pack.id, version = pack.version, digest = %req.digest, "reference clip removed");
+        let listed = self.repo.references(&req.pack_id, true).await?;
+        let removed = listed
+            .iter()
+            .find(|r| r.reference.digest == req.digest)
+            .ok_or_else(|| CatalogError::ReferenceNotFound {
+                id: req.pack_id.clone(),
+                digest: req.digest.clone(),
+            })?;
+        Ok(Response::new(listed_reference_to_pb(removed)))
     }
 
     async fn list_voice_pack_revisions(

@@ -91,6 +91,7 @@ pub fn spec(voice: &str) -> PackSpec {
         extra: BTreeMap::new(),
         tier: Tier::Lite,
         locales: vec!["en-US".into()],
+        references: vec![],
     }
 }
 
@@ -115,6 +116,8 @@ pub struct TestServer {
     /// Its repository (for direct checks).
     pub repo: SeaRepository,
     shutdown: CancellationToken,
+    /// The blob store's directory (`references/` holds the clips).
+    pub blobs: tempfile::TempDir,
     _db: TestDb,
 }
 
@@ -156,13 +159,23 @@ impl TestServer {
         let serve_repo: Arc<dyn voxpool_catalog::repo::PackRepository> = Arc::new(repo.clone());
         let flags = voxpool_runtime::limits::ServerFlags::default();
         let stop = shutdown.clone();
+        let blobs_dir = tempfile::tempdir().expect("blob dir");
+        let blobs = voxpool_runtime::blob::BlobStore::open(Some(&format!(
+            "file://{}",
+            blobs_dir.path().display()
+        )))
+        .expect("blob store");
+        let clips = voxpool_catalog::reference::ClipStore::new(
+            blobs.folder(voxpool_catalog::reference::FOLDER),
+        );
         tokio::spawn(async move {
-            server::serve_with(listener, serve_repo, auth, pools, &flags, stop).await
+            server::serve_with(listener, serve_repo, auth, pools, clips, &flags, stop).await
         });
         Self {
             addr,
             repo,
             shutdown,
+            blobs: blobs_dir,
             _db: db,
         }
     }

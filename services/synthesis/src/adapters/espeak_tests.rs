@@ -129,6 +129,8 @@ async fn call(
             upstream: &upstream,
             timeout,
             attempt_id: "t-1",
+            reference: None,
+            seed: None,
         })
         .await
 }

@@ -32,6 +32,7 @@ pub mod elevenlabs;
 pub mod http;
 pub mod minimax;
 pub mod openai;
+pub mod selfhosted;
 pub mod volcengine;
 
 use std::{collections::BTreeMap, time::Duration};
@@ -87,6 +88,27 @@ pub struct UpstreamTarget {
     pub queueing: bool,
 }
 
+/// The reference clip a call speaks with (voices with clips: `selfhosted`), fetched from the
+/// blob store and checked against its digest (`crate::references`).
+#[derive(Clone)]
+pub struct ReferenceAudio {
+    /// The clip as the snapshot froze it (digest, transcript, language, …).
+    pub reference: voxpool_domain::reference::Reference,
+    /// Its bytes.
+    pub bytes: Bytes,
+    /// Its container.
+    pub format: voxpool_domain::audio::clip::ClipFormat,
+}
+
+impl std::fmt::Debug for ReferenceAudio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReferenceAudio")
+            .field("digest", &self.reference.digest)
+            .field("bytes", &self.bytes.len())
+            .finish_non_exhaustive()
+    }
+}
+
 /// One vendor call.
 #[derive(Clone, Debug)]
 pub struct VendorRequest<'a> {
@@ -108,6 +130,10 @@ pub struct VendorRequest<'a> {
     pub timeout: Duration,
     /// Unique id for this attempt (vendors such as Volcengine want a fresh reqid).
     pub attempt_id: &'a str,
+    /// The reference clip to speak with (adapters whose [`VendorAdapter::takes_references`]).
+    pub reference: Option<&'a ReferenceAudio>,
+    /// The request's seed, for servers that take one.
+    pub seed: Option<u64>,
 }
 
 /// How a vendor call failed, classified for the scheduler (docs/VENDORS.md error table).
@@ -184,6 +210,12 @@ pub trait VendorAdapter: Send + Sync + 'static {
 
     /// Per-request text limit of the vendor.
     fn text_limit(&self) -> TextLimit;
+
+    /// Whether the vendor speaks a voice from reference clips (a snapshot's `references`);
+    /// a voice with clips on any other adapter is refused before a lease. Default: no.
+    fn takes_references(&self) -> bool {
+        false
+    }
 
     /// Refuses params, extra options, formats or sample rates the vendor cannot apply.
     /// Called once per request before any lease is taken.

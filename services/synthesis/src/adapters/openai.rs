@@ -348,6 +348,8 @@ mod tests {
             upstream: &upstream,
             timeout: Duration::from_secs(1),
             attempt_id: "a1",
+            reference: None,
+            seed: None,
         };
         let w = wire(&voice, AudioFormat::Wav, None).unwrap();
         assert_eq!(

@@ -52,6 +52,10 @@ pub fn builtin(options: &AdapterOptions) -> Registry {
                 super::elevenlabs::ElevenLabs::new(client.clone()),
             );
             add(&mut registry, super::minimax::MiniMax::new(client.clone()));
+            add(
+                &mut registry,
+                super::selfhosted::SelfHosted::new(client.clone()),
+            );
             add(&mut registry, super::dashscope::DashScope::new(client));
         }
         Err(e) => tracing::error!(error = %e, "cloud vendor adapters unavailable"),

@@ -7,7 +7,9 @@
 //! splitter produced it with whitespace runs collapsed to one space and the ends trimmed (TTS
 //! engines read `" Hi  there"` and `"Hi there"` alike; so a long text re-renders only the
 //! chunks that changed), the output
-//! format and the sample rate asked of the vendor. Two requests that differ in any of these
+//! format and the sample rate asked of the vendor, and, for voices with reference clips, the
+//! clip the request picked and its seed (the server's sampling; absent from the identity of
+//! voices without clips, whose keys are unchanged by them). Two requests that differ in any of these
 //! never share an entry; two that agree on all of them produce the same audio and do.
 //! `wav_streaming_header` and the traffic class, tenant and request id are not part of it:
 //! they change how the audio is delivered, not the audio.
@@ -48,6 +50,10 @@ pub struct Identity<'a> {
     pub format: AudioFormat,
     /// Sample rate asked of the vendor; `None` = its default.
     pub sample_rate_hz: Option<u32>,
+    /// The reference clip's digest; empty for voices without clips.
+    pub reference_digest: &'a str,
+    /// The request's seed, part of the identity only with a reference clip.
+    pub seed: Option<u64>,
 }
 
 impl EntryKey {
@@ -62,6 +68,11 @@ impl EntryKey {
             text: &job.chunks[index],
             format: job.format,
             sample_rate_hz: job.sample_rate_hz,
+            reference_digest: job
+                .reference
+                .as_ref()
+                .map_or("", |r| r.reference.digest.as_str()),
+            seed: job.seed,
         })
     }
 
@@ -79,6 +90,10 @@ impl EntryKey {
             text: &'a str,
             format: &'static str,
             sample_rate_hz: Option<u32>,
+            #[serde(skip_serializing_if = "str::is_empty")]
+            reference_digest: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            seed: Option<u64>,
         }
         let text = id.text.split_whitespace().collect::<Vec<_>>().join(" ");
         let identity = serde_json::to_string(&Canonical {
@@ -89,6 +104,8 @@ impl EntryKey {
             text: &text,
             format: format_name(id.format),
             sample_rate_hz: id.sample_rate_hz,
+            reference_digest: id.reference_digest,
+            seed: id.seed.filter(|_| !id.reference_digest.is_empty()),
         })
         .unwrap_or_default();
         let hex = hex::encode(Sha256::digest(identity.as_bytes()));

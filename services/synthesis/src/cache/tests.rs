@@ -27,6 +27,8 @@ fn identity(text: &str) -> Identity<'_> {
         text,
         format: AudioFormat::Mp3,
         sample_rate_hz: None,
+        reference_digest: "",
+        seed: None,
     }
 }
 
@@ -77,6 +79,15 @@ fn every_part_of_the_identity_changes_the_key_and_nothing_else_does() {
         },
         Identity {
             sample_rate_hz: Some(16_000),
+            ..identity("Hello.")
+        },
+        Identity {
+            reference_digest: DIGEST_B,
+            ..identity("Hello.")
+        },
+        Identity {
+            reference_digest: DIGEST_B,
+            seed: Some(7),
             ..identity("Hello.")
         },
     ];

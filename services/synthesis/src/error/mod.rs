@@ -107,6 +107,34 @@ pub enum SynthesisError {
         /// The catalog's message.
         message: String,
     },
+    /// The blob store has no clip under the snapshot's digest.
+    #[error(
+        "reference clip {digest} is not in the blob store at {location}: synthesis must use the catalog's blob store (--blob-store / VOXPOOL_BLOB_STORE)"
+    )]
+    ReferenceMissing {
+        /// The clip's digest.
+        digest: String,
+        /// The store's URL without credentials.
+        location: String,
+    },
+    /// The blob under a clip's digest holds other bytes.
+    #[error(
+        "reference clip {digest} in the blob store at {location} does not match its digest (edited or corrupted); an operator must restore it"
+    )]
+    ReferenceCorrupt {
+        /// The clip's digest.
+        digest: String,
+        /// The store's URL without credentials.
+        location: String,
+    },
+    /// The blob store failed.
+    #[error("the blob store at {location} does not answer; retry later")]
+    BlobUnavailable {
+        /// The store's URL without credentials.
+        location: String,
+        /// Its error (logged, never sent: it may name buckets or paths).
+        cause: String,
+    },
     /// The catalog could not be reached.
     #[error("the catalog at {url} is unavailable: {message}")]
     CatalogUnavailable {

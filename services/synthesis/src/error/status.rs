@@ -105,6 +105,30 @@ impl From<SynthesisError> for Status {
                 HashMap::from([("pack_id".into(), pack_id)]),
             ),
             SynthesisError::CatalogInvalid { message } => invalid_argument("pack_id", message),
+            SynthesisError::ReferenceMissing { digest, location } => info(
+                Code::FailedPrecondition,
+                message,
+                SynthesisReason::ReferenceMissing.as_str(),
+                HashMap::from([("digest".into(), digest), ("blob_store".into(), location)]),
+            ),
+            SynthesisError::ReferenceCorrupt { digest, location } => {
+                tracing::error!(%digest, blob_store = %location, "a reference clip's bytes do not match its digest");
+                info(
+                    Code::FailedPrecondition,
+                    message,
+                    SynthesisReason::ReferenceCorrupt.as_str(),
+                    HashMap::from([("digest".into(), digest), ("blob_store".into(), location)]),
+                )
+            }
+            SynthesisError::BlobUnavailable { location, cause } => {
+                tracing::warn!(blob_store = %location, error = %voxpool_domain::untrusted::quote(&cause), "reference clips: the blob store failed");
+                info(
+                    Code::Unavailable,
+                    message,
+                    SynthesisReason::BlobStoreUnavailable.as_str(),
+                    HashMap::from([("blob_store".into(), location)]),
+                )
+            }
             SynthesisError::CatalogUnavailable { url, .. } => info(
                 Code::Unavailable,
                 message,

@@ -299,6 +299,9 @@ pub async fn speech(
         voice: Some(VoiceSource::PackId(body.voice)),
         cache_policy: Ok(Policy::Use),
         overrides: body.overrides,
+        // OpenAI's speech API has neither: a voice with several clips rolls per request.
+        emotion: String::new(),
+        seed: None,
     };
     let deadline = Deadline::after(Duration::from_millis(core.settings.default_deadline_ms));
     let job = match core.prepare(request, deadline).await {

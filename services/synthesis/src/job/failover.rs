@@ -81,6 +81,8 @@ pub(super) async fn synthesize_chunk<T: Send + 'static>(
         upstream,
         attempt_timeout: Duration::from_millis(core.settings.attempt_timeout_ms),
         cancel_grace: pool.cancel_grace,
+        reference: job.reference.clone(),
+        seed: job.seed,
     };
     let exhausted = |why: String, attempts: &[AttemptRecord], retry_after| {
         metrics::exhausted(&pool.id);

@@ -50,6 +50,9 @@ pub struct Core {
     pub settings: SynthesisSettings,
     /// The audio cache; `None` with `--cache off` ([`cached`]).
     pub cache: Option<Arc<Cache>>,
+    /// Reference clips by digest (`crate::references`); `None` = no blob store, and voices
+    /// with clips are refused.
+    pub references: Option<Arc<crate::references::ReferenceClips>>,
     /// The token `SynthesisAdmin` RPCs need: read by `server::serve_with`.
     pub admin: voxpool_runtime::auth::AdminAuth,
     /// TTL asked for each lease; renewed every third of it during a call.
@@ -102,6 +105,21 @@ pub struct Job {
     pub deadline: Deadline,
     /// How the request uses the audio cache ([`cached`]).
     pub cache_policy: Policy,
+    /// The reference clip every chunk speaks with (picked once per request: a split text
+    /// never changes clip), for voices with clips.
+    pub reference: Option<Arc<crate::adapters::ReferenceAudio>>,
+    /// The request's seed (the pick among clips, and the server's sampling where it takes one).
+    pub seed: Option<u64>,
+}
+
+impl Job {
+    /// The digest of the clip the job speaks with; empty for voices without clips.
+    pub fn reference_digest(&self) -> String {
+        self.reference
+            .as_ref()
+            .map(|r| r.reference.digest.clone())
+            .unwrap_or_default()
+    }
 }
 
 impl std::fmt::Debug for Job {
@@ -157,6 +175,10 @@ pub struct Request {
     pub cache_policy: Result<Policy, Unknown>,
     /// Changes to the voice for this request only (none from gRPC).
     pub overrides: Overrides,
+    /// The clip tag asked for (voices with reference clips); empty = a weighted roll.
+    pub emotion: String,
+    /// Seeds the roll among clips and the server's sampling; `None` = random.
+    pub seed: Option<u64>,
 }
 
 /// Per-request changes to the resolved voice: the HTTP front's `speed` and `instructions`.
@@ -185,6 +207,8 @@ pub struct Synthesized {
     pub attempts: Vec<AttemptRecord>,
     /// How many chunks came from the audio cache.
     pub cached_chunks: u32,
+    /// The clip the voice spoke with; empty for voices without clips.
+    pub reference_digest: String,
 }
 
 /// A unary call's output: everything collected, nothing delivered before the end.
@@ -240,6 +264,7 @@ impl Core {
             key_id: done.key_id,
             attempts: done.attempts,
             cached_chunks: done.cached_chunks,
+            reference_digest: job.reference_digest(),
         })
     }
 

@@ -171,6 +171,7 @@ pub(super) async fn prepare(
     adapter
         .check(&voice, format, sample_rate_hz)
         .map_err(SynthesisError::Param)?;
+    let reference = pick_reference(core, &voice, &r.emotion, r.seed, adapter.as_ref()).await?;
     let chunks: Vec<String> = text::split(&r.text, adapter.text_limit())
         .into_iter()
         .filter(|c| !c.trim().is_empty())
@@ -212,7 +213,53 @@ pub(super) async fn prepare(
         tenant: r.tenant,
         deadline,
         cache_policy,
+        reference,
+        seed: r.seed,
     })
+}
+
+/// The clip the request speaks with ([`voxpool_domain::reference::select`]), fetched and
+/// checked: `None` for a voice without clips. Errors: clips on an adapter that speaks none
+/// (INVALID_ARGUMENT `snapshot.references`), an `emotion` no clip has (INVALID_ARGUMENT
+/// `emotion`), no blob store or the clip not in it (FAILED_PRECONDITION), the store down.
+async fn pick_reference(
+    core: &Core,
+    voice: &Snapshot,
+    emotion: &str,
+    seed: Option<u64>,
+    adapter: &dyn crate::adapters::VendorAdapter,
+) -> Result<Option<Arc<crate::adapters::ReferenceAudio>>, SynthesisError> {
+    if !emotion.is_empty() && !voxpool_domain::reference::is_tag(emotion) {
+        return Err(SynthesisError::invalid(
+            "emotion",
+            format!(
+                "must match [a-z0-9_-]{{1,32}}, got {}",
+                voxpool_domain::untrusted::quote(emotion)
+            ),
+        ));
+    }
+    if !voice.references.is_empty() && !adapter.takes_references() {
+        return Err(SynthesisError::invalid(
+            "snapshot.references",
+            format!(
+                "the {} adapter speaks no reference audio; only selfhosted voices carry clips",
+                voice.provider
+            ),
+        ));
+    }
+    let Some(picked) = voxpool_domain::reference::select(&voice.references, emotion, seed)
+        .map_err(|e| SynthesisError::invalid("emotion", e.0))?
+    else {
+        return Ok(None);
+    };
+    let clips = core
+        .references
+        .as_ref()
+        .ok_or_else(|| SynthesisError::ReferenceMissing {
+            digest: picked.digest.clone(),
+            location: "(none: this replica runs without a blob store)".into(),
+        })?;
+    clips.fetch(picked).await.map(Some)
 }
 
 /// `voice` with `overrides` applied and sealed anew; unchanged without any.

@@ -5,7 +5,7 @@
 
 pub mod scripted;
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -63,6 +63,8 @@ pub struct Opts {
     /// When set, synthesis reaches the scheduler through a TCP proxy that stops passing the
     /// scheduler's bytes back while the gate holds `false` (answers get lost in transit).
     pub scheduler_gate: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Reference clips (default none: voices with clips are refused).
+    pub references: Option<Arc<voxpool_synthesis::references::ReferenceClips>>,
 }
 
 impl Default for Opts {
@@ -73,6 +75,7 @@ impl Default for Opts {
             flags: ServerFlags::default(),
             recovery_window_ms: 0,
             scheduler_gate: None,
+            references: None,
         }
     }
 }
@@ -211,6 +214,7 @@ impl Stack {
             flags,
             recovery_window_ms,
             scheduler_gate,
+            references,
         } = opts;
         let dir = tempfile::tempdir().expect("tempdir");
         let text = format!(
@@ -235,6 +239,7 @@ impl Stack {
             lease_ttl,
             client_token: client_token("synthesis"),
             cache: None,
+            references,
             admin: voxpool_runtime::auth::AdminAuth::disabled(),
         };
         let core = server::build(&config, registry, &options).expect("build synthesis");

@@ -93,6 +93,41 @@ pub enum PacksCommand {
         /// Pack id.
         id: String,
     },
+    /// Add a reference clip (WAV, MP3 or FLAC, 1..30 s, at most 10 MiB) to a selfhosted pack
+    /// (admin): the pack moves to a new version; snapshots frozen before keep their clips.
+    AddReference {
+        /// Pack id.
+        pack: String,
+        /// The clip file.
+        file: std::path::PathBuf,
+        /// What the clip says (zero-shot servers read it with the audio).
+        #[arg(long, value_parser = non_empty)]
+        transcript: String,
+        /// BCP 47 language of the clip; default the pack's first locale.
+        #[arg(long, default_value = "")]
+        language: String,
+        /// Tag a request can pick the clip by (`emotion`), [a-z0-9_-]{1,32}.
+        #[arg(long, default_value = "")]
+        emotion: String,
+        /// Weight in the random roll among the pack's clips, 1..1000.
+        #[arg(long, default_value_t = 1)]
+        weight: u32,
+    },
+    /// A pack's reference clips (admin).
+    References {
+        /// Pack id.
+        pack: String,
+        /// Also clips taken out with remove-reference.
+        #[arg(long)]
+        removed: bool,
+    },
+    /// Take a clip out of a pack (admin); its bytes stay for the snapshots that use it.
+    RemoveReference {
+        /// Pack id.
+        pack: String,
+        /// The clip's digest (`sha256:...`, as add-reference printed it).
+        digest: String,
+    },
 }
 
 /// `voxctl packs create`.

@@ -1,8 +1,10 @@
-//! Operator commands: pool status, voice packs, one-off synthesis, the audio cache.
+//! Operator commands: pool status, voice packs and their reference clips, one-off synthesis,
+//! the audio cache.
 
 pub mod cache;
 pub mod packs;
 pub mod pool;
+pub mod references;
 pub mod synth;
 
 use voxpool_domain::contract::AuthReason;

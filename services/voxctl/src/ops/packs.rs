@@ -14,14 +14,14 @@ use voxpool_proto::catalog::v1::{
 use super::OpError;
 use crate::connect::{self, AdminToken};
 
-type Admin = VoiceCatalogAdminClient<InterceptedService<Channel, AdminToken>>;
+pub(super) type Admin = VoiceCatalogAdminClient<InterceptedService<Channel, AdminToken>>;
 
 /// The catalog clients of a `packs` command.
 pub struct Catalog {
     read: VoiceCatalogClient<Channel>,
-    admin: Admin,
+    pub(super) admin: Admin,
     /// `catalog at URL`, named in every error.
-    service: String,
+    pub(super) service: String,
 }
 
 impl Catalog {
@@ -251,6 +251,7 @@ pub fn render_pack(p: &VoicePack) -> String {
         ("locales", p.locales.join(", ")),
         ("enabled", p.enabled.to_string()),
         ("version", p.version.to_string()),
+        ("references", p.references.len().to_string()),
     ];
     fields
         .iter()

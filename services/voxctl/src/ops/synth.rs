@@ -61,6 +61,10 @@ pub struct SynthJob {
     pub force: bool,
     /// How progress is shown while a text of several parts is spoken.
     pub progress: ProgressMode,
+    /// The clip tag asked for (voices with reference clips); empty = none.
+    pub emotion: String,
+    /// The seed every part is sent with.
+    pub seed: u64,
 }
 
 /// Most audio `voxctl synth` collects without `--force`, in bytes (1 GiB).
@@ -130,6 +134,8 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
         // voxctl writes files whole: exact WAV sizes.
         wav_streaming_header: false,
         cache_policy: job.cache_policy as i32,
+        emotion: job.emotion.clone(),
+        seed: Some(job.seed),
     };
     let spoken = caller
         .speak(

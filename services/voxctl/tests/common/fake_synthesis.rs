@@ -328,6 +328,7 @@ impl Synthesis for Service {
                 spoken
             ],
             cached_chunks: reply.cached,
+            reference_digest: String::new(),
         }))
     }
 

@@ -11,6 +11,7 @@
 //!   channels and bit depth). Ogg Opus streams cannot be joined by concatenation: a second
 //!   piece is refused (the service refuses multi-chunk OGG_OPUS requests up front).
 
+pub mod clip;
 pub mod join;
 pub mod wav;
 

@@ -178,6 +178,13 @@ reasons! {
         PackUnusable = "PACK_UNUSABLE", Never;
         /// UNAVAILABLE: the catalog does not answer.
         CatalogUnavailable = "CATALOG_UNAVAILABLE", Again;
+        /// FAILED_PRECONDITION: a reference clip the snapshot names is not in the blob store
+        /// (metadata `digest`, `blob_store`).
+        ReferenceMissing = "REFERENCE_MISSING", Never;
+        /// FAILED_PRECONDITION: the blob under a clip's digest holds other bytes.
+        ReferenceCorrupt = "REFERENCE_CORRUPT", Never;
+        /// UNAVAILABLE: the blob store holding reference clips does not answer.
+        BlobStoreUnavailable = "BLOB_STORE_UNAVAILABLE", Again;
         /// INTERNAL: the catalog answered with an error of its own.
         CatalogFailed = "CATALOG_FAILED", Never;
         /// UNAVAILABLE: no scheduler endpoint answers; retry after `RetryInfo`.
@@ -220,6 +227,17 @@ reasons! {
         PackDisabled = "PACK_DISABLED", Never;
         /// UNAVAILABLE: the catalog database does not answer; retry after `RetryInfo`.
         DatabaseUnavailable = "DATABASE_UNAVAILABLE", Again;
+        /// FAILED_PRECONDITION: the pack's provider speaks no reference audio (metadata
+        /// `pack_id`, `provider`).
+        ReferencesNotAccepted = "REFERENCES_NOT_ACCEPTED", Never;
+        /// FAILED_PRECONDITION: the pack holds the most clips it may (metadata `limit`).
+        TooManyReferences = "TOO_MANY_REFERENCES", Never;
+        /// NOT_FOUND: the pack has no clip with this digest (metadata `pack_id`, `digest`).
+        ReferenceNotFound = "REFERENCE_NOT_FOUND", Never;
+        /// ALREADY_EXISTS: the pack already has a clip with this digest (metadata `digest`).
+        ReferenceExists = "REFERENCE_EXISTS", Never;
+        /// UNAVAILABLE: the blob store that keeps reference clips does not answer.
+        BlobStoreUnavailable = "BLOB_STORE_UNAVAILABLE", Again;
     }
 }
 

@@ -321,6 +321,15 @@ pub fn base_url(configured: Option<&str>, default: &str) -> String {
         .to_owned()
 }
 
+/// A whole-number option of the upstream (`params` in the config), e.g. a self-hosted
+/// server's `sample_rate_hz`; `None` when unset or not a non-negative integer that fits.
+pub fn upstream_u32(params: &BTreeMap<String, serde_json::Value>, name: &str) -> Option<u32> {
+    params
+        .get(name)
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|v| u32::try_from(v).ok())
+}
+
 /// A string option of the upstream (`params` in the config), e.g. Volcengine `cluster`.
 pub fn upstream_str<'a>(
     params: &'a BTreeMap<String, serde_json::Value>,

@@ -621,6 +621,8 @@ mod tests {
             upstream: &upstream,
             timeout: Duration::from_secs(1),
             attempt_id: "att-7",
+            reference: None,
+            seed: None,
         };
         let w = wire(&voice, "m", AudioFormat::Pcm, Some(16_000)).unwrap();
         assert_eq!(

@@ -60,6 +60,8 @@ pub(super) fn spawn_call(
                 upstream: &input.upstream,
                 timeout,
                 attempt_id: &attempt_id,
+                reference: input.reference.as_deref(),
+                seed: input.seed,
             };
             input.adapter.stream(request, &sink).await
         }

@@ -100,6 +100,10 @@ pub struct CallInput {
     /// The pool's `cancel_grace_ms`: how long a call cut off on cancel keeps its lease after
     /// its vendor connection was closed (module doc).
     pub cancel_grace: Duration,
+    /// The reference clip the voice speaks with, if it has clips.
+    pub reference: Option<Arc<crate::adapters::ReferenceAudio>>,
+    /// The request's seed.
+    pub seed: Option<u64>,
 }
 
 /// What a chunk's receiver gets: audio in order, then how the chunk ended.

@@ -1,0 +1,266 @@
+//! The five servers' synthesis routes (module doc of [`super`]): each parses its profile's
+//! request, checks the clip arrived as that server takes it, then answers through
+//! [`super::answer`].
+
+use std::sync::Arc;
+
+use axum::{
+    body::Bytes,
+    extract::{FromRequest, Multipart, Request, State},
+    http::{HeaderMap, Uri},
+    response::Response,
+};
+use serde_json::Value;
+use voxpool_domain::audio::clip;
+
+use super::{ServerProfile, admit, answer, bad, checked_clip, decode_base64, json_body};
+use crate::{audio::Encoding, control::Shared, wire as fields};
+
+pub(super) async fn vllm_omni(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let profile = ServerProfile::VllmOmni;
+    let slot = match admit(&shared, profile, &headers).await {
+        Ok(slot) => slot,
+        Err(r) => return r,
+    };
+    let parsed = (|| -> Result<(String, String), String> {
+        let v = json_body(&body)?;
+        let input = fields::required_str(&v, "input")?.to_owned();
+        if v["response_format"].as_str().unwrap_or("wav") != "wav" {
+            return Err("this fake answers response_format wav only".to_owned());
+        }
+        let sha = match v.get("ref_audio").and_then(Value::as_str) {
+            Some(uri) => {
+                let (head, data) = uri
+                    .split_once(',')
+                    .ok_or("ref_audio must be a data: URI (data:<type>;base64,<bytes>)")?;
+                if !head.starts_with("data:audio/") || !head.ends_with(";base64") {
+                    return Err(format!(
+                        "ref_audio must be data:audio/...;base64, got {head:?}"
+                    ));
+                }
+                fields::required_str(&v, "ref_text")?;
+                checked_clip(&decode_base64("ref_audio", data)?, (1_000, 30_000))?
+            }
+            None => {
+                fields::required_str(&v, "voice")?;
+                String::new()
+            }
+        };
+        Ok((input, sha))
+    })();
+    match parsed {
+        Ok((input, sha)) => {
+            answer(
+                &shared,
+                profile,
+                slot,
+                (&uri, &headers, &body),
+                &sha,
+                &input,
+                (Encoding::Wav, 24_000),
+            )
+            .await
+        }
+        Err(m) => bad(profile, &m),
+    }
+}
+
+pub(super) async fn fish(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let profile = ServerProfile::FishSpeech;
+    let slot = match admit(&shared, profile, &headers).await {
+        Ok(slot) => slot,
+        Err(r) => return r,
+    };
+    let parsed = (|| -> Result<(String, String), String> {
+        let v = json_body(&body)?;
+        let text = fields::required_str(&v, "text")?.to_owned();
+        let sha = match v.get("references").and_then(Value::as_array) {
+            Some(refs) if !refs.is_empty() => {
+                let first = &refs[0];
+                fields::required_str(first, "text")?;
+                let audio = fields::required_str(first, "audio")?;
+                checked_clip(
+                    &decode_base64("references[0].audio", audio)?,
+                    (1_000, 30_000),
+                )?
+            }
+            _ => {
+                fields::required_str(&v, "reference_id")?;
+                String::new()
+            }
+        };
+        Ok((text, sha))
+    })();
+    match parsed {
+        Ok((text, sha)) => {
+            answer(
+                &shared,
+                profile,
+                slot,
+                (&uri, &headers, &body),
+                &sha,
+                &text,
+                (Encoding::Wav, 44_100),
+            )
+            .await
+        }
+        Err(m) => bad(profile, &m),
+    }
+}
+
+/// A clip named by a path on this machine (the path profiles).
+fn clip_at(path: &str, window_ms: (u32, u32)) -> Result<String, String> {
+    if path.is_empty() {
+        return Err("the reference audio path is empty".into());
+    }
+    let bytes =
+        std::fs::read(path).map_err(|e| format!("cannot read reference audio {path}: {e}"))?;
+    checked_clip(&bytes, window_ms)
+}
+
+pub(super) async fn index_tts(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let profile = ServerProfile::IndexTtsVllm;
+    let slot = match admit(&shared, profile, &headers).await {
+        Ok(slot) => slot,
+        Err(r) => return r,
+    };
+    let parsed = (|| -> Result<(String, String), String> {
+        let v = json_body(&body)?;
+        let text = fields::required_str(&v, "text")?.to_owned();
+        let sha = clip_at(fields::required_str(&v, "spk_audio_path")?, (1_000, 15_000))?;
+        Ok((text, sha))
+    })();
+    match parsed {
+        Ok((text, sha)) => {
+            answer(
+                &shared,
+                profile,
+                slot,
+                (&uri, &headers, &body),
+                &sha,
+                &text,
+                (Encoding::Wav, 24_000),
+            )
+            .await
+        }
+        Err(m) => bad(profile, &m),
+    }
+}
+
+pub(super) async fn gpt_sovits(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let profile = ServerProfile::GptSovits;
+    let slot = match admit(&shared, profile, &headers).await {
+        Ok(slot) => slot,
+        Err(r) => return r,
+    };
+    let parsed = (|| -> Result<(String, String), String> {
+        let v = json_body(&body)?;
+        let text = fields::required_str(&v, "text")?.to_owned();
+        fields::required_str(&v, "text_lang")?;
+        fields::required_str(&v, "prompt_lang")?;
+        fields::required_str(&v, "prompt_text")?;
+        if v["media_type"].as_str() != Some("wav") {
+            return Err("this fake answers media_type wav only".to_owned());
+        }
+        let sha = clip_at(fields::required_str(&v, "ref_audio_path")?, (3_000, 10_000))
+            .map_err(|e| format!("Reference audio is outside the 3~10 seconds range, please choose another one! ({e})"))?;
+        Ok((text, sha))
+    })();
+    match parsed {
+        Ok((text, sha)) => {
+            answer(
+                &shared,
+                profile,
+                slot,
+                (&uri, &headers, &body),
+                &sha,
+                &text,
+                (Encoding::Wav, 32_000),
+            )
+            .await
+        }
+        Err(m) => bad(profile, &m),
+    }
+}
+
+pub(super) async fn cosyvoice(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    request: Request,
+) -> Response {
+    let profile = ServerProfile::CosyVoice;
+    let slot = match admit(&shared, profile, &headers).await {
+        Ok(slot) => slot,
+        Err(r) => return r,
+    };
+    let mut form = match Multipart::from_request(request, &()).await {
+        Ok(form) => form,
+        Err(e) => return bad(profile, &format!("not a multipart form: {e}")),
+    };
+    let (mut tts_text, mut prompt_text, mut prompt_wav) = (None, None, None);
+    loop {
+        match form.next_field().await {
+            Ok(Some(field)) => {
+                let name = field.name().unwrap_or_default().to_owned();
+                let Ok(data) = field.bytes().await else {
+                    return bad(profile, "a form field could not be read");
+                };
+                match name.as_str() {
+                    "tts_text" => tts_text = Some(String::from_utf8_lossy(&data).into_owned()),
+                    "prompt_text" => {
+                        prompt_text = Some(String::from_utf8_lossy(&data).into_owned());
+                    }
+                    "prompt_wav" => prompt_wav = Some(data),
+                    other => return bad(profile, &format!("unexpected form field {other:?}")),
+                }
+            }
+            Ok(None) => break,
+            Err(e) => return bad(profile, &format!("bad multipart body: {e}")),
+        }
+    }
+    let (Some(text), Some(_), Some(wav)) = (
+        tts_text,
+        prompt_text.filter(|t| !t.trim().is_empty()),
+        prompt_wav,
+    ) else {
+        return bad(profile, "tts_text, prompt_text and prompt_wav are required");
+    };
+    if clip::ClipFormat::sniff(&wav) != Some(clip::ClipFormat::Wav) {
+        return bad(profile, "prompt_wav must be a WAV file");
+    }
+    let sha = match checked_clip(&wav, (1_000, 30_000)) {
+        Ok(sha) => sha,
+        Err(m) => return bad(profile, &m),
+    };
+    answer(
+        &shared,
+        profile,
+        slot,
+        (&uri, &headers, &[]),
+        &sha,
+        &text,
+        (Encoding::Pcm, 22_050),
+    )
+    .await
+}
