@@ -191,19 +191,6 @@ impl Stack {
     }
 }
 
-/// The clip digests the fake received, in order.
-fn received(fake: &FakeVendor) -> Vec<String> {
-    fake.requests()
-        .iter()
-        .filter_map(|r| {
-            r.headers
-                .iter()
-                .find(|(k, _)| k.as_str() == "x-fake-reference-sha256")
-                .map(|(_, v)| v.clone())
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_card_bound_with_three_clips_speaks_the_same_clip_after_the_pack_changes() {
     let fake =
@@ -264,7 +251,7 @@ async fn a_card_bound_with_three_clips_speaks_the_same_clip_after_the_pack_chang
         "the pack itself speaks its new clips"
     );
     assert_eq!(
-        received(&fake),
+        fake.reference_digests(),
         [
             before.reference_digest.clone(),
             before.reference_digest,

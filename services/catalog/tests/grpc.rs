@@ -2,25 +2,13 @@
 
 mod common;
 
-use common::{Backend, TestServer, authed, bad_fields, pack_pb, with_token};
+use common::{Backend, TestServer, authed, bad_fields, create, pack_pb, with_token};
 use tonic::{Code, Request};
 use voxpool_domain::snapshot::Snapshot;
 use voxpool_proto::catalog::v1 as pb;
 use voxpool_runtime::auth::AdminAuth;
 
 const RICH_CARD: &str = include_str!("fixtures/rich_card.json");
-
-async fn create(server: &TestServer, pack: pb::VoicePack) -> pb::VoicePack {
-    server
-        .admin()
-        .await
-        .create_voice_pack(authed(pb::CreateVoicePackRequest {
-            voice_pack: Some(pack),
-        }))
-        .await
-        .expect("create")
-        .into_inner()
-}
 
 fn mask(paths: &[&str]) -> Option<prost_types::FieldMask> {
     Some(prost_types::FieldMask {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Backend, TestServer, authed, bad_fields, pack_pb};
+use common::{Backend, TestServer, authed, bad_fields, create, pack_pb};
 use tonic::Code;
 use tonic_types::StatusExt as _;
 use voxpool_domain::{reference::clip_digest, snapshot::Snapshot};
@@ -19,18 +19,6 @@ fn zero_shot(voice: &str) -> pb::VoicePack {
         tts_model_id: "gpu-zero-shot".into(),
         ..pack_pb(voice)
     }
-}
-
-async fn create(server: &TestServer, pack: pb::VoicePack) -> pb::VoicePack {
-    server
-        .admin()
-        .await
-        .create_voice_pack(authed(pb::CreateVoicePackRequest {
-            voice_pack: Some(pack),
-        }))
-        .await
-        .expect("create")
-        .into_inner()
 }
 
 fn clip(ms: u32) -> Vec<u8> {

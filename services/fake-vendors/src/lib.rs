@@ -380,6 +380,20 @@ impl FakeVendor {
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.recorded()
     }
+
+    /// A self-hosted fake: the digest (`sha256:<hex>`) of the reference clip each recorded
+    /// request carried, in order (requests with a server-side voice have none).
+    pub fn reference_digests(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .filter_map(|r| {
+                r.headers
+                    .iter()
+                    .find(|(k, _)| k.as_str() == selfhosted::REFERENCE_HEADER)
+                    .map(|(_, v)| v.clone())
+            })
+            .collect()
+    }
 }
 
 impl Drop for FakeVendor {

@@ -109,19 +109,6 @@ async fn server(profile: ServerProfile) -> FakeVendor {
         .expect("fake server")
 }
 
-/// The clip digest the fake recorded for each request it answered.
-fn received(fake: &FakeVendor) -> Vec<String> {
-    fake.requests()
-        .iter()
-        .filter_map(|r| {
-            r.headers
-                .iter()
-                .find(|(k, _)| k.as_str() == "x-fake-reference-sha256")
-                .map(|(_, v)| v.clone())
-        })
-        .collect()
-}
-
 fn speak(
     voice: &Snapshot,
     format: pb::AudioFormat,
@@ -168,7 +155,7 @@ async fn every_profile_receives_the_clip_the_way_its_server_takes_it() {
             }
         }
         assert_eq!(
-            received(&fake),
+            fake.reference_digests(),
             vec![rig.clips[0].digest.clone(); 2],
             "{}: the server got the frozen clip itself",
             profile.as_str()
@@ -210,7 +197,7 @@ async fn the_same_seed_speaks_the_same_clip_and_an_emotion_picks_by_tag() {
         .await
         .expect("angry");
     assert_eq!(angry.reference_digest, rig.clips[1].digest);
-    assert_eq!(received(&fake).last(), Some(&rig.clips[1].digest));
+    assert_eq!(fake.reference_digests().last(), Some(&rig.clips[1].digest));
 
     let sad = rig
         .stack

@@ -206,6 +206,19 @@ impl Drop for TestServer {
     }
 }
 
+/// Creates `pack` through the admin API (token [`TOKEN`]); panics on a refusal.
+pub async fn create(server: &TestServer, pack: pb::VoicePack) -> pb::VoicePack {
+    server
+        .admin()
+        .await
+        .create_voice_pack(authed(pb::CreateVoicePackRequest {
+            voice_pack: Some(pack),
+        }))
+        .await
+        .expect("create")
+        .into_inner()
+}
+
 /// `message` with `authorization: Bearer <TOKEN>`.
 pub fn authed<T>(message: T) -> Request<T> {
     with_token(message, TOKEN)

@@ -16,53 +16,34 @@ use voxpool_domain::audio::clip;
 use super::{ServerProfile, admit, answer, bad, checked_clip, decode_base64, json_body};
 use crate::{audio::Encoding, control::Shared, wire as fields};
 
-pub(super) async fn vllm_omni(
-    State(shared): State<Arc<Shared>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+/// What a JSON request parsed to: the text to speak and the digest of the clip it carried
+/// (empty for a server-side voice).
+type Parsed = Result<(String, String), String>;
+
+/// The one path of the JSON profiles: admitted under the cap, parsed by `parse`, answered as
+/// WAV at `rate`, or refused with the profile's 400.
+async fn json_route(
+    shared: Arc<Shared>,
+    profile: ServerProfile,
+    (uri, headers, body): (Uri, HeaderMap, Bytes),
+    parse: fn(&Value) -> Parsed,
+    rate: u32,
 ) -> Response {
-    let profile = ServerProfile::VllmOmni;
     let slot = match admit(&shared, profile, &headers).await {
         Ok(slot) => slot,
         Err(r) => return r,
     };
-    let parsed = (|| -> Result<(String, String), String> {
-        let v = json_body(&body)?;
-        let input = fields::required_str(&v, "input")?.to_owned();
-        if v["response_format"].as_str().unwrap_or("wav") != "wav" {
-            return Err("this fake answers response_format wav only".to_owned());
-        }
-        let sha = match v.get("ref_audio").and_then(Value::as_str) {
-            Some(uri) => {
-                let (head, data) = uri
-                    .split_once(',')
-                    .ok_or("ref_audio must be a data: URI (data:<type>;base64,<bytes>)")?;
-                if !head.starts_with("data:audio/") || !head.ends_with(";base64") {
-                    return Err(format!(
-                        "ref_audio must be data:audio/...;base64, got {head:?}"
-                    ));
-                }
-                fields::required_str(&v, "ref_text")?;
-                checked_clip(&decode_base64("ref_audio", data)?, (1_000, 30_000))?
-            }
-            None => {
-                fields::required_str(&v, "voice")?;
-                String::new()
-            }
-        };
-        Ok((input, sha))
-    })();
-    match parsed {
-        Ok((input, sha)) => {
+    match json_body(&body).and_then(|v| parse(&v)) {
+        Ok((text, sha)) => {
+            let request = (&uri, &headers, &body[..]);
             answer(
                 &shared,
                 profile,
                 slot,
-                (&uri, &headers, &body),
+                request,
                 &sha,
-                &input,
-                (Encoding::Wav, 24_000),
+                &text,
+                (Encoding::Wav, rate),
             )
             .await
         }
@@ -70,52 +51,50 @@ pub(super) async fn vllm_omni(
     }
 }
 
-pub(super) async fn fish(
-    State(shared): State<Arc<Shared>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let profile = ServerProfile::FishSpeech;
-    let slot = match admit(&shared, profile, &headers).await {
-        Ok(slot) => slot,
-        Err(r) => return r,
-    };
-    let parsed = (|| -> Result<(String, String), String> {
-        let v = json_body(&body)?;
-        let text = fields::required_str(&v, "text")?.to_owned();
-        let sha = match v.get("references").and_then(Value::as_array) {
-            Some(refs) if !refs.is_empty() => {
-                let first = &refs[0];
-                fields::required_str(first, "text")?;
-                let audio = fields::required_str(first, "audio")?;
-                checked_clip(
-                    &decode_base64("references[0].audio", audio)?,
-                    (1_000, 30_000),
-                )?
-            }
-            _ => {
-                fields::required_str(&v, "reference_id")?;
-                String::new()
-            }
-        };
-        Ok((text, sha))
-    })();
-    match parsed {
-        Ok((text, sha)) => {
-            answer(
-                &shared,
-                profile,
-                slot,
-                (&uri, &headers, &body),
-                &sha,
-                &text,
-                (Encoding::Wav, 44_100),
-            )
-            .await
-        }
-        Err(m) => bad(profile, &m),
+fn vllm_omni_request(v: &Value) -> Parsed {
+    let input = fields::required_str(v, "input")?.to_owned();
+    if v["response_format"].as_str().unwrap_or("wav") != "wav" {
+        return Err("this fake answers response_format wav only".to_owned());
     }
+    let sha = match v.get("ref_audio").and_then(Value::as_str) {
+        Some(uri) => {
+            let (head, data) = uri
+                .split_once(',')
+                .ok_or("ref_audio must be a data: URI (data:<type>;base64,<bytes>)")?;
+            if !head.starts_with("data:audio/") || !head.ends_with(";base64") {
+                return Err(format!(
+                    "ref_audio must be data:audio/...;base64, got {head:?}"
+                ));
+            }
+            fields::required_str(v, "ref_text")?;
+            checked_clip(&decode_base64("ref_audio", data)?, (1_000, 30_000))?
+        }
+        None => {
+            fields::required_str(v, "voice")?;
+            String::new()
+        }
+    };
+    Ok((input, sha))
+}
+
+fn fish_request(v: &Value) -> Parsed {
+    let text = fields::required_str(v, "text")?.to_owned();
+    let sha = match v.get("references").and_then(Value::as_array) {
+        Some(refs) if !refs.is_empty() => {
+            let first = &refs[0];
+            fields::required_str(first, "text")?;
+            let audio = fields::required_str(first, "audio")?;
+            checked_clip(
+                &decode_base64("references[0].audio", audio)?,
+                (1_000, 30_000),
+            )?
+        }
+        _ => {
+            fields::required_str(v, "reference_id")?;
+            String::new()
+        }
+    };
+    Ok((text, sha))
 }
 
 /// A clip named by a path on this machine (the path profiles).
@@ -128,38 +107,75 @@ fn clip_at(path: &str, window_ms: (u32, u32)) -> Result<String, String> {
     checked_clip(&bytes, window_ms)
 }
 
+fn index_tts_request(v: &Value) -> Parsed {
+    let text = fields::required_str(v, "text")?.to_owned();
+    let sha = clip_at(fields::required_str(v, "spk_audio_path")?, (1_000, 15_000))?;
+    Ok((text, sha))
+}
+
+fn gpt_sovits_request(v: &Value) -> Parsed {
+    let text = fields::required_str(v, "text")?.to_owned();
+    for field in ["text_lang", "prompt_lang", "prompt_text"] {
+        fields::required_str(v, field)?;
+    }
+    if v["media_type"].as_str() != Some("wav") {
+        return Err("this fake answers media_type wav only".to_owned());
+    }
+    let sha = clip_at(fields::required_str(v, "ref_audio_path")?, (3_000, 10_000)).map_err(|e| {
+        format!("Reference audio is outside the 3~10 seconds range, please choose another one! ({e})")
+    })?;
+    Ok((text, sha))
+}
+
+pub(super) async fn vllm_omni(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request = (uri, headers, body);
+    json_route(
+        shared,
+        ServerProfile::VllmOmni,
+        request,
+        vllm_omni_request,
+        24_000,
+    )
+    .await
+}
+
+pub(super) async fn fish(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request = (uri, headers, body);
+    json_route(
+        shared,
+        ServerProfile::FishSpeech,
+        request,
+        fish_request,
+        44_100,
+    )
+    .await
+}
+
 pub(super) async fn index_tts(
     State(shared): State<Arc<Shared>>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let profile = ServerProfile::IndexTtsVllm;
-    let slot = match admit(&shared, profile, &headers).await {
-        Ok(slot) => slot,
-        Err(r) => return r,
-    };
-    let parsed = (|| -> Result<(String, String), String> {
-        let v = json_body(&body)?;
-        let text = fields::required_str(&v, "text")?.to_owned();
-        let sha = clip_at(fields::required_str(&v, "spk_audio_path")?, (1_000, 15_000))?;
-        Ok((text, sha))
-    })();
-    match parsed {
-        Ok((text, sha)) => {
-            answer(
-                &shared,
-                profile,
-                slot,
-                (&uri, &headers, &body),
-                &sha,
-                &text,
-                (Encoding::Wav, 24_000),
-            )
-            .await
-        }
-        Err(m) => bad(profile, &m),
-    }
+    let request = (uri, headers, body);
+    json_route(
+        shared,
+        ServerProfile::IndexTtsVllm,
+        request,
+        index_tts_request,
+        24_000,
+    )
+    .await
 }
 
 pub(super) async fn gpt_sovits(
@@ -168,39 +184,15 @@ pub(super) async fn gpt_sovits(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let profile = ServerProfile::GptSovits;
-    let slot = match admit(&shared, profile, &headers).await {
-        Ok(slot) => slot,
-        Err(r) => return r,
-    };
-    let parsed = (|| -> Result<(String, String), String> {
-        let v = json_body(&body)?;
-        let text = fields::required_str(&v, "text")?.to_owned();
-        fields::required_str(&v, "text_lang")?;
-        fields::required_str(&v, "prompt_lang")?;
-        fields::required_str(&v, "prompt_text")?;
-        if v["media_type"].as_str() != Some("wav") {
-            return Err("this fake answers media_type wav only".to_owned());
-        }
-        let sha = clip_at(fields::required_str(&v, "ref_audio_path")?, (3_000, 10_000))
-            .map_err(|e| format!("Reference audio is outside the 3~10 seconds range, please choose another one! ({e})"))?;
-        Ok((text, sha))
-    })();
-    match parsed {
-        Ok((text, sha)) => {
-            answer(
-                &shared,
-                profile,
-                slot,
-                (&uri, &headers, &body),
-                &sha,
-                &text,
-                (Encoding::Wav, 32_000),
-            )
-            .await
-        }
-        Err(m) => bad(profile, &m),
-    }
+    let request = (uri, headers, body);
+    json_route(
+        shared,
+        ServerProfile::GptSovits,
+        request,
+        gpt_sovits_request,
+        32_000,
+    )
+    .await
 }
 
 pub(super) async fn cosyvoice(

@@ -45,6 +45,9 @@ use crate::{
     control::{Admission, Mode, Shared},
 };
 
+/// The recorded header that carries the digest of the clip a request brought.
+pub const REFERENCE_HEADER: &str = "x-fake-reference-sha256";
+
 /// The key every request of a server is counted under.
 pub const SERVER_KEY: &str = "server";
 
@@ -204,7 +207,7 @@ pub(super) async fn answer(
     let (uri, headers, body) = request;
     let mut recorded = headers.clone();
     if let Ok(value) = clip_sha.parse() {
-        recorded.insert("x-fake-reference-sha256", value);
+        recorded.insert(REFERENCE_HEADER, value);
     }
     crate::wire::record(shared, SERVER_KEY, uri, &recorded, body);
     if let Err(fault) = shared.proceed(&slot, Mode::Document).await {
