@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make run`: scheduler (in-process store), catalog (SQLite, seeded with deploy/config/packs.toml)
-# and synthesis (local espeak-ng engine) on their default ports, with the example config.
-# Ctrl-C stops all three; if one of them dies, the others are stopped too and its name is said.
+# and synthesis (local espeak-ng engine) on their default ports, with the example config, plus a
+# fake GPU server for the zero-shot pool. Ctrl-C stops them all; if one of the three services
+# dies, the others are stopped too and its name is said. The fake GPU server may die (kill it
+# to see a server fail): the stack stays up, and it can be started again by hand.
 # Ports taken by another process (a second `make run`) are named before anything starts, and
 # the ready line is printed only once every service has said it listens, so it comes last.
 set -euo pipefail
@@ -39,7 +41,9 @@ fi
 command -v espeak-ng >/dev/null || echo "warning: espeak-ng not found (apt-get install espeak-ng): synthesis will fail" >&2
 
 declare -A names=()
-cleanup() { kill "${!names[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+# Started like the services, but its death is no reason to stop the stack.
+extras=()
+cleanup() { kill "${!names[@]}" "${extras[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT
 # Ctrl-C / SIGTERM: the user stops the stack, which is a success.
 trap 'exit 0' INT TERM
@@ -78,6 +82,9 @@ export VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS=${VOXPOOL_SCHEDULER__RECOVERY_WINDO
 # clip arrives inline and answers a tone), 4 syntheses at a time.
 start fake-gpu-server 50071 "$BIN/voxpool-fake-vendor" --vendor selfhosted-vllm-omni \
     --listen 127.0.0.1:50071 --cap 4 --latency-ms 300
+for pid in "${!names[@]}"; do
+    if [ "${names[$pid]}" = fake-gpu-server ]; then extras+=("$pid"); unset "names[$pid]"; fi
+done
 start scheduler 50051 "$BIN/voxpool-scheduler" --config "$CONFIG" --store memory
 start catalog 50052 "$BIN/voxpool-catalog" --database "$DB" --pools-config "$CONFIG"
 start synthesis 50053 env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_TOKEN_SYNTHESIS" \

@@ -44,7 +44,7 @@ pub enum CatalogError {
     /// Another pack has the same identity (provider, model, voice_id, params, extra, clips).
     #[error(
         "voice pack {existing_id:?} already has this provider, model, voice_id, params, extra \
-         and reference clips; change params or extra to make a different pack"
+         and reference clips; change params, extra or the clips to make a different pack"
     )]
     AlreadyExists {
         /// The pack that holds the identity.
@@ -86,8 +86,8 @@ pub enum CatalogError {
     },
     /// AddReference on a pack whose provider does not speak from reference audio.
     #[error(
-        "voice pack {id:?} is a {provider} pack, which speaks no reference audio; reference clips \
-         belong to selfhosted packs (zero-shot servers)"
+        "voice pack {id:?} has provider {provider}, which speaks no reference audio; reference \
+         clips belong to selfhosted packs (zero-shot servers)"
     )]
     ReferencesNotAccepted {
         /// The pack.

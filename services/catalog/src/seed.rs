@@ -23,7 +23,10 @@
 //! ```
 //!
 //! A pack's clips are checked like AddReference's (`crate::reference`), put into the blob
-//! store (`--blob-store`) before the pack is created, and are part of its identity.
+//! store (`--blob-store`) before the pack is created, and are part of its identity. Such an
+//! entry is also "already present" when a pack with the same voice (identity without clips)
+//! holds every one of its clips, so clips added to a seeded pack later do not make the next
+//! seed create it again.
 //!
 //! Every entry is validated before anything is written (errors name `packs[i].field`). Then
 //! each is created; an entry whose identity (provider, model, voice_id, params, extra)
@@ -322,10 +325,14 @@ pub async fn apply(
 ) -> Result<Vec<SeedOutcome>, CatalogError> {
     let mut outcomes = Vec::with_capacity(entries.len());
     for SeedEntry { spec, clips: bytes } in entries {
+        let display_name = spec.display_name.clone();
+        if let Some(id) = grown_from(repo, &spec).await? {
+            outcomes.push(SeedOutcome::Existing { id, display_name });
+            continue;
+        }
         for (r, audio) in spec.references.iter().zip(bytes) {
             clips.put(&r.digest, audio).await?;
         }
-        let display_name = spec.display_name.clone();
         match repo.create(spec).await {
             Ok(pack) => outcomes.push(SeedOutcome::Created {
                 id: pack.id,
@@ -341,6 +348,52 @@ pub async fn apply(
         }
     }
     Ok(outcomes)
+}
+
+/// For an entry with clips: a pack of the same voice (its identity without clips) that holds
+/// every one of the entry's clips, e.g. the seeded pack after clips were added to it.
+async fn grown_from(
+    repo: &dyn PackRepository,
+    spec: &PackSpec,
+) -> Result<Option<String>, CatalogError> {
+    use crate::{
+        filter::{Filter, Term},
+        identity::identity,
+        repo::ListQuery,
+    };
+    if spec.references.is_empty() {
+        return Ok(None);
+    }
+    let bare = |s: &PackSpec| {
+        identity(&PackSpec {
+            references: Vec::new(),
+            ..s.clone()
+        })
+    };
+    let wanted = bare(spec);
+    let query = ListQuery {
+        enabled_only: false,
+        filter: Filter {
+            terms: vec![
+                Term::Provider(spec.provider.clone()),
+                Term::TtsModelId(spec.tts_model_id.clone()),
+            ],
+        },
+        after: None,
+        limit: 1_000,
+    };
+    Ok(repo
+        .list(&query)
+        .await?
+        .into_iter()
+        .find(|pack| {
+            bare(&pack.spec) == wanted
+                && spec
+                    .references
+                    .iter()
+                    .all(|r| pack.spec.references.iter().any(|p| p.digest == r.digest))
+        })
+        .map(|pack| pack.id))
 }
 
 #[cfg(test)]

@@ -294,3 +294,49 @@ async fn a_clip_set_is_part_of_the_identity(backend: Backend) {
     assert_eq!(renamed.references.len(), 1);
 }
 db_test!(a_clip_set_is_part_of_the_identity);
+
+async fn a_seeded_pack_that_gained_clips_is_not_seeded_again(backend: Backend) {
+    use voxpool_catalog::{pools::ServedPools, reference::ClipStore, seed};
+    let server = TestServer::start(backend).await;
+    let file = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/config/packs.toml"
+    ));
+    let clips = ClipStore::in_memory();
+    let entries = seed::load(file, &ServedPools::unknown()).expect("seed file");
+    let first = seed::apply(&server.repo, &clips, entries.clone())
+        .await
+        .expect("seed");
+    let ada = first
+        .iter()
+        .find_map(|o| match o {
+            seed::SeedOutcome::Created { id, display_name }
+                if display_name.contains("zero-shot") =>
+            {
+                Some(id.clone())
+            }
+            _ => None,
+        })
+        .expect("the zero-shot pack is created");
+    server
+        .admin()
+        .await
+        .add_reference(authed(add(&ada, clip(2_000), "angry")))
+        .await
+        .expect("a clip added after seeding");
+    let again = seed::apply(&server.repo, &clips, entries)
+        .await
+        .expect("seed again");
+    assert!(
+        again
+            .iter()
+            .all(|o| matches!(o, seed::SeedOutcome::Existing { .. })),
+        "nothing created the second time: {again:?}"
+    );
+    assert!(
+        again
+            .iter()
+            .any(|o| matches!(o, seed::SeedOutcome::Existing { id, .. } if *id == ada))
+    );
+}
+db_test!(a_seeded_pack_that_gained_clips_is_not_seeded_again);

@@ -65,6 +65,7 @@ impl Pool {
                 region: u.region.clone(),
                 params: u.params.clone(),
                 queueing: u.queueing,
+                latency_limit: u.latency_limit_ms.map(Duration::from_millis),
             });
             for k in &u.keys {
                 let key_id = format!("{}/{}", u.id, k.id);

@@ -76,6 +76,15 @@ struct Rig {
 }
 
 async fn rig(servers: &[(&FakeVendor, ServerProfile)], clips: &[(u32, &str, u32)]) -> Rig {
+    rig_with(servers, clips, |t| t).await
+}
+
+/// [`rig`] with the pools TOML edited by `edit`.
+async fn rig_with(
+    servers: &[(&FakeVendor, ServerProfile)],
+    clips: &[(u32, &str, u32)],
+    edit: fn(String) -> String,
+) -> Rig {
     let blobs = tempfile::tempdir().expect("blob dir");
     let stored = store_clips(blobs.path(), clips);
     let store =
@@ -86,7 +95,7 @@ async fn rig(servers: &[(&FakeVendor, ServerProfile)], clips: &[(u32, &str, u32)
         store.location(),
         DEFAULT_CACHE_BYTES,
     ));
-    let toml = pool(servers, &blobs.path().join("server-clips"));
+    let toml = edit(pool(servers, &blobs.path().join("server-clips")));
     let stack = Stack::start_with(
         &toml,
         builtin(&AdapterOptions::default()),
@@ -322,4 +331,49 @@ async fn a_clip_the_blob_store_lacks_or_a_voice_with_clips_on_another_provider_i
         .expect_err("servers are asked for WAV");
     assert_eq!(e.code(), Code::InvalidArgument);
     assert_eq!(fake.key_stats("server").total_requests, 0);
+}
+
+#[tokio::test]
+async fn calls_slower_than_the_latency_limit_lower_an_adaptive_servers_capacity() {
+    let fake = FakeVendor::start(
+        FakeConfig::new(VendorKind::SelfHosted(ServerProfile::VllmOmni))
+            .cap(4)
+            .latency(voxpool_fake_vendors::Latency::Fixed(Duration::from_millis(
+                150,
+            ))),
+    )
+    .await
+    .expect("fake server");
+    let rig = rig_with(
+        &[(&fake, ServerProfile::VllmOmni)],
+        &[(2_000, "", 1)],
+        |t| {
+            t.replace("model = \"m\"\n", "model = \"m\"\nadaptive = true\n")
+                .replace(
+                    "[[pools.upstreams.keys]]",
+                    "latency_limit_ms = 50\n[[pools.upstreams.keys]]",
+                )
+                .replace("capacity = 2", "capacity = 4")
+        },
+    )
+    .await;
+    let v = voice(rig.clips.clone());
+    let before = rig.stack.key(POOL, "gpu0/server").await;
+    assert_eq!(before.effective_capacity, 4);
+    let done = rig
+        .stack
+        .synthesize(speak(&v, pb::AudioFormat::Wav, "", Some(1)))
+        .await
+        .expect("the slow call's audio is delivered");
+    assert_eq!(done.reference_digest, rig.clips[0].digest);
+    let after = rig.stack.key(POOL, "gpu0/server").await;
+    assert!(
+        after.effective_capacity < 4,
+        "a call queued past latency_limit_ms is a concurrency signal: {after:?}"
+    );
+    assert_eq!(
+        after.state,
+        KeyState::Available as i32,
+        "a signal, not a cooldown"
+    );
 }

@@ -211,6 +211,13 @@ pub struct UpstreamConfig {
     /// effective capacity, instead of TIMEOUT. Default false.
     #[serde(default)]
     pub queueing: bool,
+    /// A successful call slower than this (ms) is a concurrency signal: the server queued it
+    /// behind others (a self-hosted server that queues instead of refusing). The audio is
+    /// delivered; the key is reported CONCURRENCY_LIMITED instead of SUCCESS, which lowers an
+    /// adaptive key's effective capacity (no effect on a pool that is not adaptive; the call's
+    /// characters then do not count against a quota). Unset = latency is no signal.
+    #[serde(default)]
+    pub latency_limit_ms: Option<u64>,
     /// The keys (app ids) of this account.
     #[serde(default)]
     pub keys: Vec<KeyConfig>,

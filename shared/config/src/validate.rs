@@ -135,6 +135,12 @@ impl Config {
                         format!("duplicate upstream id {:?} in pool {:?}", up.id, pool.id),
                     );
                 }
+                if up.latency_limit_ms == Some(0) {
+                    push(
+                        format!("{up_path}.latency_limit_ms"),
+                        "must be at least 1 ms (leave it out for no latency signal)".into(),
+                    );
+                }
                 if up.keys.is_empty() {
                     push(
                         format!("{up_path}.keys"),

@@ -86,6 +86,9 @@ pub struct UpstreamTarget {
     /// The upstream queues requests beyond its concurrency instead of refusing them (config
     /// `queueing`): a call that runs out its attempt timeout there is an overload signal.
     pub queueing: bool,
+    /// A successful call slower than this is reported as a concurrency signal (config
+    /// `latency_limit_ms`).
+    pub latency_limit: Option<Duration>,
 }
 
 /// The reference clip a call speaks with (voices with clips: `selfhosted`), fetched from the

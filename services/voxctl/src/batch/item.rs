@@ -79,9 +79,9 @@ pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
         // voxctl writes files whole: exact WAV sizes.
         wav_streaming_header: false,
         cache_policy: ctx.cache_policy as i32,
-        emotion: String::new(),
+        emotion: item.emotion.clone(),
         // Every part of the item, on every run of the batch, picks the same reference clip.
-        seed: Some(item_seed(&item.id)),
+        seed: Some(item.seed.unwrap_or_else(|| item_seed(&item.id))),
     };
     let spoken = ctx
         .caller

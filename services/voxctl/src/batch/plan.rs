@@ -29,6 +29,15 @@ pub fn fingerprint(item: &Item, format: Format, sample_rate_hz: i32) -> String {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part.as_bytes());
     }
+    // Only when set, so the fingerprints of items without them stay what they were.
+    let seed = item.seed.map(|s| s.to_string()).unwrap_or_default();
+    for (name, part) in [("emotion", item.emotion.as_str()), ("seed", seed.as_str())] {
+        if !part.is_empty() {
+            h.update(name.as_bytes());
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+    }
     hex::encode(&h.finalize()[..16])
 }
 
@@ -124,6 +133,8 @@ mod tests {
             id: id.into(),
             text: text.into(),
             voice: Voice::PackId("p".into()),
+            emotion: String::new(),
+            seed: None,
         }
     }
 

@@ -1,5 +1,7 @@
 //! The batch manifest: JSON Lines, one item per line (`{"id", "text"}` plus exactly one of
-//! `packId`, `snapshot` or `card`).
+//! `packId`, `snapshot` or `card`; optional `emotion` and `seed` for voices with reference
+//! clips). Any other key is a problem of its line, never ignored: a misspelt option would
+//! otherwise change the audio without a word.
 //!
 //! Parsing never stops at a bad line: every problem is kept with its 1-based line number and
 //! the valid items still run (the caller decides whether `--strict` stops first). Blank lines
@@ -36,6 +38,10 @@ pub struct Item {
     pub text: String,
     /// The voice to speak it with.
     pub voice: Voice,
+    /// Voices with reference clips: the clip tag to speak with; empty = none.
+    pub emotion: String,
+    /// Voices with reference clips: the seed of the pick; `None` = the item id's seed.
+    pub seed: Option<u64>,
 }
 
 impl Item {
@@ -77,13 +83,16 @@ pub struct Manifest {
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RawItem {
     id: Option<serde_json::Value>,
     text: Option<String>,
     pack_id: Option<String>,
     snapshot: Option<serde_json::Value>,
     card: Option<String>,
+    #[serde(default)]
+    emotion: String,
+    seed: Option<u64>,
 }
 
 /// Why the manifest file itself could not be read.
@@ -175,11 +184,19 @@ fn parse_line(raw: &[u8], resolver: &mut VoiceResolver) -> Result<Item, (Option<
         }
         _ => return Err(fail("give only one of packId, snapshot, card".into())),
     };
+    if !raw.emotion.is_empty() && !voxpool_domain::reference::is_tag(&raw.emotion) {
+        return Err(fail(format!(
+            "emotion {:?} is not a clip tag: use [a-z0-9_-]{{1,32}}",
+            raw.emotion
+        )));
+    }
     Ok(Item {
         line: 0,
         id,
         text,
         voice,
+        emotion: raw.emotion,
+        seed: raw.seed,
     })
 }
 

@@ -130,3 +130,29 @@ fn ids_that_could_escape_the_output_directory_or_look_like_temp_files_are_refuse
         assert!(validate_id(good).is_ok(), "{good:?} refused");
     }
 }
+
+#[test]
+fn emotion_and_seed_are_read_and_any_other_key_is_a_bad_line() {
+    let m = parse(concat!(
+        r#"{"id":"a","text":"Hi.","packId":"vp_1","emotion":"angry","seed":7}"#,
+        "\n",
+        r#"{"id":"b","text":"Hi.","packId":"vp_1","colour":"blue"}"#,
+        "\n",
+        r#"{"id":"c","text":"Hi.","packId":"vp_1","emotion":"Very Angry"}"#,
+        "\n",
+    ));
+    assert_eq!(m.items.len(), 1);
+    assert_eq!(m.items[0].emotion, "angry");
+    assert_eq!(m.items[0].seed, Some(7));
+    assert_eq!(m.problems.len(), 2);
+    assert!(
+        m.problems[0].message.contains("colour"),
+        "{}",
+        m.problems[0]
+    );
+    assert!(
+        m.problems[1].message.contains("not a clip tag"),
+        "{}",
+        m.problems[1]
+    );
+}

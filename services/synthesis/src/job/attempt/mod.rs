@@ -26,7 +26,9 @@
 //! self-hosted server that queues requests instead of refusing them) that holds a call for the
 //! whole attempt timeout is reported RATE_LIMITED, not TIMEOUT: an overload signal that lowers
 //! an adaptive key's effective capacity (`adapters::http::classify`). A quicker TIMEOUT there
-//! (connect error, reset) stays TIMEOUT.
+//! (connect error, reset) stays TIMEOUT. An upstream with `latency_limit_ms` whose call
+//! succeeds slower than that is reported CONCURRENCY_LIMITED (the audio still goes out): the
+//! server queued it, so an adaptive key's effective capacity comes down before timeouts do.
 //!
 //! # Where the audio goes ([`ChunkOut`])
 //! The first bytes are checked with [`crate::audio::sniff_start`] before any of them is
@@ -295,9 +297,22 @@ async fn call_under_lease<T>(
         Stop::Joined(Ok(Ok(end))) => match relay.close() {
             Ok(()) => {
                 let characters = input.text.chars().count() as u64;
-                guard
-                    .finish(Outcome::Success, None, latency_ms, characters)
-                    .await;
+                // Audio that came back slower than the upstream's latency limit: the server
+                // queued the call, a concurrency signal (module doc).
+                let queued = input
+                    .upstream
+                    .latency_limit
+                    .is_some_and(|limit| Duration::from_millis(latency_ms) > limit);
+                if queued {
+                    tracing::debug!(key = %lease.key_id, latency_ms, "slower than the upstream's latency_limit_ms: reported as a concurrency signal");
+                    guard
+                        .finish(Outcome::ConcurrencyLimited, None, latency_ms, 0)
+                        .await;
+                } else {
+                    guard
+                        .finish(Outcome::Success, None, latency_ms, characters)
+                        .await;
+                }
                 return (AttemptEnd::Audio(end), Some(record(Outcome::Success, None)));
             }
             Err(e) => not_audio(&e),
