@@ -160,7 +160,7 @@ pub fn check_add(req: &pb::AddReferenceRequest) -> Result<CheckedClip, CatalogEr
         }
         canon
     };
-    if !req.emotion.is_empty() && !is_emotion_tag(&req.emotion) {
+    if !req.emotion.is_empty() && !voxpool_domain::reference::is_tag(&req.emotion) {
         fail(
             "emotion",
             format!(
@@ -187,11 +187,6 @@ pub fn check_add(req: &pb::AddReferenceRequest) -> Result<CheckedClip, CatalogEr
         }),
         _ => Err(CatalogError::InvalidArgument { violations }),
     }
-}
-
-/// `[a-z0-9_-]{1,32}` (the one rule, `voxpool_domain::reference::is_tag`).
-pub fn is_emotion_tag(s: &str) -> bool {
-    voxpool_domain::reference::is_tag(s)
 }
 
 /// Whether `pack` may hold clips. Errors: [`CatalogError::ReferencesNotAccepted`].
@@ -282,15 +277,6 @@ pub fn without(current: &VoicePack, digest: &str) -> Result<Vec<PackReference>, 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn emotion_tags_are_short_lowercase_words() {
-        assert!(is_emotion_tag("calm"));
-        assert!(is_emotion_tag("very-happy_2"));
-        assert!(!is_emotion_tag("Calm"));
-        assert!(!is_emotion_tag(""));
-        assert!(!is_emotion_tag(&"a".repeat(33)));
-    }
 
     #[test]
     fn every_bad_field_is_named_at_once() {

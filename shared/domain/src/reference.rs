@@ -223,6 +223,15 @@ mod tests {
     }
 
     #[test]
+    fn emotion_tags_are_short_lowercase_words() {
+        assert!(is_tag("calm"));
+        assert!(is_tag("very-happy_2"));
+        assert!(!is_tag("Calm"));
+        assert!(!is_tag(""));
+        assert!(!is_tag(&"a".repeat(33)));
+    }
+
+    #[test]
     fn digests_are_checked_for_shape() {
         let d = clip_digest(b"x");
         assert_eq!(digest_hex(&d).map(str::len), Some(64));
