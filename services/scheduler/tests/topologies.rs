@@ -527,7 +527,7 @@ async fn two_replicas_serve_again_within_10_s_of_each_of_five_primary_kills() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grant_no_replica_acknowledges_is_withdrawn() {
+async fn a_grant_no_replica_acknowledges_is_withdrawn_unless_its_acquire_has_a_key() {
     let _beside = UNDER_LOAD.read().await;
     let sentinel = tokio::task::spawn_blocking(RedisSentinel::start)
         .await
@@ -575,9 +575,52 @@ async fn a_grant_no_replica_acknowledges_is_withdrawn() {
         s.in_flight, 0,
         "the unacknowledged grant was withdrawn: {s:?}"
     );
-    c.acquire(acquire())
+    let again = c
+        .acquire(acquire())
         .await
-        .expect("granted again once the replica answers");
+        .expect("granted again once the replica answers")
+        .into_inner();
+    c.release(pb::ReleaseRequest {
+        lease_id: again.lease_id,
+        ..Default::default()
+    })
+    .await
+    .expect("release");
+    // With an idempotency key the unacknowledged grant is kept, not withdrawn: a concurrent
+    // Acquire with that key may already hold it, and the caller's retry gets that same lease.
+    let keyed = || pb::AcquireRequest {
+        idempotency_key: "3b0c9e8e-one-logical-acquire".into(),
+        ..acquire()
+    };
+    sentinel.pause_port(replica);
+    let refused = c
+        .acquire(keyed())
+        .await
+        .expect_err("no replica acknowledged");
+    let kept = c
+        .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
+        .await
+        .expect("status")
+        .into_inner();
+    sentinel.resume_port(replica);
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert_eq!(
+        kept.in_flight, 1,
+        "the keyed grant is kept, not released: {kept:?}"
+    );
+    let retried = c
+        .acquire(keyed())
+        .await
+        .expect("the retry replays the kept grant")
+        .into_inner();
+    let s = c
+        .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
+        .await
+        .expect("status")
+        .into_inner();
+    assert_eq!(s.in_flight, 1, "one slot for one logical Acquire: {s:?}");
+    let replayed = c.acquire(keyed()).await.expect("replay").into_inner();
+    assert_eq!(replayed.lease_id, retried.lease_id);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

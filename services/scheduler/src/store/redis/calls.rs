@@ -69,8 +69,17 @@ impl LeaseStore for RedisStore {
             "ok" => {
                 let lease = lease_reply(p.lease_id(), &reply)?;
                 let online = int(get(&reply, 6)?)?;
-                self.withdrawn_unless_replicated(&lease, "the grant", online)
-                    .await?;
+                if p.idempotent {
+                    // Not withdrawn: a concurrent Acquire with the same key may already have
+                    // been answered this lease (a replay whose own WAIT succeeded), and the
+                    // caller's retry with its key replays it once replicas hold it. Releasing
+                    // it here would let that retry take a second slot for one logical Acquire.
+                    // A caller that gives up frees it by (pool, idempotency key), else its TTL.
+                    self.replicated(&lease.id.pool, "the grant", online).await?;
+                } else {
+                    self.withdrawn_unless_replicated(&lease, "the grant", online)
+                        .await?;
+                }
                 Ok(AcquireResult::Granted(lease))
             }
             "unseeded" => Err(StoreError::NotSeeded(p.pool.clone())),

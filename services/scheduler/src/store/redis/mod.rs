@@ -252,7 +252,7 @@ impl RedisStore {
                         "grants withdrawn: too few Redis replicas acknowledge them (scheduler.store_replica_acks); a stalled replica keeps this up until Redis drops it (repl-timeout)");
                 }
                 Err(StoreError::Unavailable(format!(
-                    "pool {pool:?}: {what} was acknowledged by {acked} of {want} replica(s) within {}ms (scheduler.store_replica_acks); a failover could lose it, so it was withdrawn: retry, and check the Redis replicas",
+                    "pool {pool:?}: {what} was acknowledged by {acked} of {want} replica(s) within {}ms (scheduler.store_replica_acks); a failover could lose it, so it was not answered: retry (with the same idempotency key), and check the Redis replicas",
                     timeout.as_millis()
                 )))
             }
