@@ -526,6 +526,14 @@ async fn two_replicas_serve_again_within_10_s_of_each_of_five_primary_kills() {
     eprintln!("recovery after each kill: {times:?}");
 }
 
+/// Pool `p`'s status as replica client `c` reads it.
+async fn status(c: &mut PoolSchedulerClient<Channel>) -> pb::PoolStatus {
+    c.get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
+        .await
+        .expect("status")
+        .into_inner()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_no_replica_acknowledges_is_withdrawn_unless_its_acquire_has_a_key() {
     let _beside = UNDER_LOAD.read().await;
@@ -566,11 +574,7 @@ async fn a_grant_no_replica_acknowledges_is_withdrawn_unless_its_acquire_has_a_k
         "{}",
         refused.message()
     );
-    let s = c
-        .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
-        .await
-        .expect("status")
-        .into_inner();
+    let s = status(&mut c).await;
     assert_eq!(
         s.in_flight, 0,
         "the unacknowledged grant was withdrawn: {s:?}"
@@ -597,11 +601,7 @@ async fn a_grant_no_replica_acknowledges_is_withdrawn_unless_its_acquire_has_a_k
         .acquire(keyed())
         .await
         .expect_err("no replica acknowledged");
-    let kept = c
-        .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
-        .await
-        .expect("status")
-        .into_inner();
+    let kept = status(&mut c).await;
     sentinel.resume_port(replica);
     assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
     assert_eq!(
@@ -613,11 +613,7 @@ async fn a_grant_no_replica_acknowledges_is_withdrawn_unless_its_acquire_has_a_k
         .await
         .expect("the retry replays the kept grant")
         .into_inner();
-    let s = c
-        .get_pool_status(pb::GetPoolStatusRequest { pool: "p".into() })
-        .await
-        .expect("status")
-        .into_inner();
+    let s = status(&mut c).await;
     assert_eq!(s.in_flight, 1, "one slot for one logical Acquire: {s:?}");
     let replayed = c.acquire(keyed()).await.expect("replay").into_inner();
     assert_eq!(replayed.lease_id, retried.lease_id);

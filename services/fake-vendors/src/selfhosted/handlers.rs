@@ -9,6 +9,7 @@ use axum::{
     extract::{FromRequest, Multipart, Request, State},
     http::{HeaderMap, Uri},
     response::Response,
+    routing::{MethodRouter, post},
 };
 use serde_json::Value;
 use voxpool_domain::audio::clip;
@@ -51,7 +52,7 @@ async fn json_route(
     }
 }
 
-fn vllm_omni_request(v: &Value) -> Parsed {
+pub(super) fn vllm_omni_request(v: &Value) -> Parsed {
     let input = fields::required_str(v, "input")?.to_owned();
     if v["response_format"].as_str().unwrap_or("wav") != "wav" {
         return Err("this fake answers response_format wav only".to_owned());
@@ -77,7 +78,7 @@ fn vllm_omni_request(v: &Value) -> Parsed {
     Ok((input, sha))
 }
 
-fn fish_request(v: &Value) -> Parsed {
+pub(super) fn fish_request(v: &Value) -> Parsed {
     let text = fields::required_str(v, "text")?.to_owned();
     let sha = match v.get("references").and_then(Value::as_array) {
         Some(refs) if !refs.is_empty() => {
@@ -107,13 +108,13 @@ fn clip_at(path: &str, window_ms: (u32, u32)) -> Result<String, String> {
     checked_clip(&bytes, window_ms)
 }
 
-fn index_tts_request(v: &Value) -> Parsed {
+pub(super) fn index_tts_request(v: &Value) -> Parsed {
     let text = fields::required_str(v, "text")?.to_owned();
     let sha = clip_at(fields::required_str(v, "spk_audio_path")?, (1_000, 15_000))?;
     Ok((text, sha))
 }
 
-fn gpt_sovits_request(v: &Value) -> Parsed {
+pub(super) fn gpt_sovits_request(v: &Value) -> Parsed {
     let text = fields::required_str(v, "text")?.to_owned();
     for field in ["text_lang", "prompt_lang", "prompt_text"] {
         fields::required_str(v, field)?;
@@ -127,72 +128,17 @@ fn gpt_sovits_request(v: &Value) -> Parsed {
     Ok((text, sha))
 }
 
-pub(super) async fn vllm_omni(
-    State(shared): State<Arc<Shared>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let request = (uri, headers, body);
-    json_route(
-        shared,
-        ServerProfile::VllmOmni,
-        request,
-        vllm_omni_request,
-        24_000,
+/// The route of a JSON profile: [`json_route`] with that profile's parser and answer rate.
+pub(super) fn json(
+    profile: ServerProfile,
+    parse: fn(&Value) -> Parsed,
+    rate: u32,
+) -> MethodRouter<Arc<Shared>> {
+    post(
+        move |State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap, body: Bytes| {
+            json_route(shared, profile, (uri, headers, body), parse, rate)
+        },
     )
-    .await
-}
-
-pub(super) async fn fish(
-    State(shared): State<Arc<Shared>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let request = (uri, headers, body);
-    json_route(
-        shared,
-        ServerProfile::FishSpeech,
-        request,
-        fish_request,
-        44_100,
-    )
-    .await
-}
-
-pub(super) async fn index_tts(
-    State(shared): State<Arc<Shared>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let request = (uri, headers, body);
-    json_route(
-        shared,
-        ServerProfile::IndexTtsVllm,
-        request,
-        index_tts_request,
-        24_000,
-    )
-    .await
-}
-
-pub(super) async fn gpt_sovits(
-    State(shared): State<Arc<Shared>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let request = (uri, headers, body);
-    json_route(
-        shared,
-        ServerProfile::GptSovits,
-        request,
-        gpt_sovits_request,
-        32_000,
-    )
-    .await
 }
 
 pub(super) async fn cosyvoice(

@@ -92,18 +92,30 @@ impl ServerProfile {
 pub(super) fn routes(profile: ServerProfile) -> Router<Arc<Shared>> {
     match profile {
         ServerProfile::VllmOmni => Router::new()
-            .route("/v1/audio/speech", post(handlers::vllm_omni))
+            .route(
+                "/v1/audio/speech",
+                handlers::json(profile, handlers::vllm_omni_request, 24_000),
+            )
             .route("/health", get(health)),
         ServerProfile::CosyVoice => {
             Router::new().route("/inference_zero_shot", post(handlers::cosyvoice))
         }
         ServerProfile::FishSpeech => Router::new()
-            .route("/v1/tts", post(handlers::fish))
+            .route(
+                "/v1/tts",
+                handlers::json(profile, handlers::fish_request, 44_100),
+            )
             .route("/v1/health", get(health)),
         ServerProfile::IndexTtsVllm => Router::new()
-            .route("/tts_url", post(handlers::index_tts))
+            .route(
+                "/tts_url",
+                handlers::json(profile, handlers::index_tts_request, 24_000),
+            )
             .route("/health", get(health)),
-        ServerProfile::GptSovits => Router::new().route("/tts", post(handlers::gpt_sovits)),
+        ServerProfile::GptSovits => Router::new().route(
+            "/tts",
+            handlers::json(profile, handlers::gpt_sovits_request, 32_000),
+        ),
     }
 }
 
