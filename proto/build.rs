@@ -13,6 +13,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "voxpool/scheduler/v1/scheduler.proto",
         "voxpool/catalog/v1/catalog.proto",
         "voxpool/synthesis/v1/synthesis.proto",
+        "voxpool/jobs/v1/jobs.proto",
     ];
     for proto in &protos {
         println!("cargo:rerun-if-changed={proto}");

@@ -60,6 +60,8 @@ fn compose_references_only_existing_files_and_pinned_images() {
         "scheduler",
         "catalog",
         "synthesis",
+        "redis-jobs",
+        "jobs",
     ] {
         assert!(names.contains(want), "compose lacks {want}");
     }
@@ -123,11 +125,13 @@ fn compose_references_only_existing_files_and_pinned_images() {
         services["synthesis"]["deploy"]["replicas"].as_u64(),
         Some(2)
     );
+    assert_eq!(services["jobs"]["deploy"]["replicas"].as_u64(), Some(2));
     let dockerfile = std::fs::read_to_string(deploy.join("Dockerfile")).unwrap();
     for bin in [
         "voxpool-scheduler",
         "voxpool-catalog",
         "voxpool-synthesis",
+        "voxpool-jobs",
         "voxctl",
     ] {
         assert!(
@@ -155,7 +159,12 @@ fn kubernetes_manifests_probe_over_grpc_and_reference_defined_keys() {
         .expect("configmap config.toml validates");
     let mut deployments = 0;
     let mut kinds = BTreeSet::new();
-    for file in ["scheduler.yaml", "catalog.yaml", "synthesis.yaml"] {
+    for file in [
+        "scheduler.yaml",
+        "catalog.yaml",
+        "synthesis.yaml",
+        "jobs.yaml",
+    ] {
         for doc in docs(&k8s.join(file)) {
             kinds.insert(s(&doc["kind"]).to_owned());
             if s(&doc["kind"]) != "Deployment" {
@@ -203,7 +212,7 @@ fn kubernetes_manifests_probe_over_grpc_and_reference_defined_keys() {
             }
         }
     }
-    assert_eq!(deployments, 3);
+    assert_eq!(deployments, 4);
     for kind in ["Deployment", "Service", "PodDisruptionBudget"] {
         assert!(kinds.contains(kind), "missing {kind}");
     }
@@ -239,6 +248,7 @@ fn kubernetes_manifests_probe_over_grpc_and_reference_defined_keys() {
         for (service, file) in [
             (voxpool_config::DataPlane::Scheduler, "scheduler.yaml"),
             (voxpool_config::DataPlane::Synthesis, "synthesis.yaml"),
+            (voxpool_config::DataPlane::Jobs, "jobs.yaml"),
         ] {
             if entry.accepted_by(service) {
                 assert!(env_of(file).contains(var), "{file} lacks {var}");
@@ -246,6 +256,15 @@ fn kubernetes_manifests_probe_over_grpc_and_reference_defined_keys() {
         }
     }
     assert!(env_of("synthesis.yaml").contains("VOXPOOL_CLIENT_TOKEN"));
+    // ...and jobs presents one to synthesis, which accepts it.
+    assert!(env_of("jobs.yaml").contains("VOXPOOL_CLIENT_TOKEN"));
+    assert!(
+        config
+            .client_tokens
+            .iter()
+            .any(|t| t.name == "jobs" && t.accepted_by(voxpool_config::DataPlane::Synthesis)),
+        "synthesis accepts the jobs token"
+    );
     // Every credential the config references is provided by the Secret.
     for pool in &config.pools {
         for up in &pool.upstreams {
@@ -362,4 +381,57 @@ fn the_catalog_reads_the_pools_config_everywhere_it_is_deployed() {
         .iter()
         .any(|m| s(&m["mountPath"]) == "/etc/voxpool");
     assert!(mounted, "k8s: the config map is mounted at /etc/voxpool");
+}
+
+/// The jobs queue is not the lease store: its own Redis, with persistence (a queued job must
+/// survive a restart; docs/JOBS.md), in compose and in the example Secret.
+#[test]
+fn jobs_keep_their_queue_in_a_persistent_redis_of_their_own() {
+    let deploy = workspace_root().join("deploy");
+    let compose = &docs(&deploy.join("docker-compose.yml"))[0];
+    let services = &compose["services"];
+    let args: Vec<&str> = services["jobs"]["command"]
+        .as_sequence()
+        .expect("jobs command")
+        .iter()
+        .map(s)
+        .collect();
+    let store = args
+        .iter()
+        .position(|a| *a == "--store")
+        .and_then(|i| args.get(i + 1))
+        .expect("--store");
+    assert_eq!(*store, "redis://redis-jobs:6379");
+    let redis: Vec<&str> = services["redis-jobs"]["command"]
+        .as_sequence()
+        .expect("redis-jobs command")
+        .iter()
+        .map(s)
+        .collect();
+    assert!(
+        redis.windows(2).any(|w| w == ["--appendonly", "yes"]),
+        "{redis:?}"
+    );
+    let jobs = docs(&deploy.join("k8s/jobs.yaml"))
+        .into_iter()
+        .find(|d| s(&d["kind"]) == "Deployment")
+        .expect("jobs deployment");
+    let env = jobs["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_sequence()
+        .expect("env")
+        .clone();
+    let store = env
+        .iter()
+        .find(|e| s(&e["name"]) == "VOXPOOL_STORE")
+        .expect("VOXPOOL_STORE");
+    assert_eq!(
+        s(&store["valueFrom"]["secretKeyRef"]["key"]),
+        "VOXPOOL_JOBS_STORE",
+        "not the scheduler's lease store"
+    );
+    let secret = &docs(&deploy.join("k8s/secret.example.yaml"))[0];
+    assert_ne!(
+        s(&secret["stringData"]["VOXPOOL_JOBS_STORE"]),
+        s(&secret["stringData"]["VOXPOOL_STORE"])
+    );
 }

@@ -13,7 +13,7 @@ report="$out_dir/$(date -u +%Y-%m-%dT%H%M%SZ).md"
     echo
 } > "$report"
 # Benches that drive the real stack look for release binaries next to them.
-cargo build --release -p voxpool-scheduler -p voxpool-synthesis -p voxpool-catalog -p voxctl --bins
+cargo build --release -p voxpool-scheduler -p voxpool-synthesis -p voxpool-catalog -p voxpool-jobs -p voxctl --bins
 cargo bench --workspace --benches -- 2>/dev/null | tee -a "$report"
 echo
 echo "report written to $report"

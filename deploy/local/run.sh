@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# `make run`: scheduler (in-process store), catalog (SQLite, seeded with deploy/config/packs.toml)
-# and synthesis (local espeak-ng engine) on their default ports, with the example config, plus a
-# fake GPU server for the zero-shot pool. Ctrl-C stops them all; if one of the three services
-# dies, the others are stopped too and its name is said. The fake GPU server may die (kill it
-# to see a server fail): the stack stays up, and it can be started again by hand.
+# `make run`: scheduler (in-process store), catalog (SQLite, seeded with deploy/config/packs.toml),
+# synthesis (local espeak-ng engine) and jobs (with its own redis-server for the queue, when
+# redis-server is installed) on their default ports, with the example config, plus a fake GPU
+# server for the zero-shot pool. Ctrl-C stops them all; if one of the services (or the jobs
+# queue's redis-server) dies, the others are stopped too and its name is said. The fake GPU
+# server may die (kill it to see a server fail): the stack stays up, and it can be started
+# again by hand.
 # Ports taken by another process (a second `make run`) are named before anything starts, and
 # the ready line is printed only once every service has said it listens, so it comes last.
 set -euo pipefail
@@ -19,16 +21,31 @@ export VOXPOOL_ADMIN_TOKEN=${VOXPOOL_ADMIN_TOKEN:-dev-admin-token-local}
 export VOXPOOL_LEASE_SECRET=${VOXPOOL_LEASE_SECRET:-dev-lease-secret-local-0123456789abcdef}
 export VOXPOOL_SCHEDULER__LEASE_SECRET__ENV=VOXPOOL_LEASE_SECRET
 # Client tokens of the example config's [[client_tokens]]: synthesis presents its own to the
-# scheduler; voxctl and grpcurl present the voxctl one (VOXPOOL_CLIENT_TOKEN for voxctl).
+# scheduler, jobs its own to synthesis; voxctl and grpcurl present the voxctl one
+# (VOXPOOL_CLIENT_TOKEN for voxctl), which synthesis, the scheduler and jobs accept.
 export VOXPOOL_CLIENT_TOKEN_SYNTHESIS=${VOXPOOL_CLIENT_TOKEN_SYNTHESIS:-dev-client-token-synthesis}
+export VOXPOOL_CLIENT_TOKEN_JOBS=${VOXPOOL_CLIENT_TOKEN_JOBS:-dev-client-token-jobs}
 export VOXPOOL_CLIENT_TOKEN_VOXCTL=${VOXPOOL_CLIENT_TOKEN_VOXCTL:-dev-client-token-voxctl}
 # The API key of the example config's [[http.api_keys]]: OpenAI-compatible clients send it as
 # `Authorization: Bearer <key>` to the HTTP front on 127.0.0.1:8080.
 export VOXPOOL_HTTP_API_KEY=${VOXPOOL_HTTP_API_KEY:-dev-http-key-local}
+# The secret jobs sign their webhooks with (voxctl job submit --webhook-url).
+export VOXPOOL_JOBS_WEBHOOK_SECRET=${VOXPOOL_JOBS_WEBHOOK_SECRET:-dev-webhook-secret-local}
 DB="sqlite://$(realpath -m "$DATA")/voxpool.db?mode=rwc"
 
+# The jobs service keeps its queue in a redis-server of its own: without one (or without the
+# binary) the rest of the stack runs and jobs is left out, with the reason.
+jobs_skipped=""
+if ! command -v redis-server >/dev/null; then
+    jobs_skipped="redis-server not found (apt-get install redis-server): the jobs service is not started (its queue lives in Redis); the rest of the stack runs"
+elif [ ! -x "$BIN/voxpool-jobs" ]; then
+    jobs_skipped="$BIN/voxpool-jobs not built (make build): the jobs service is not started; the rest of the stack runs"
+fi
+ports="scheduler:50051 catalog:50052 synthesis:50053 synthesis-http:8080 fake-gpu-server:50071"
+[ -z "$jobs_skipped" ] && ports="$ports jobs:50054 jobs-redis:50079"
+
 taken=()
-for spec in scheduler:50051 catalog:50052 synthesis:50053 synthesis-http:8080 fake-gpu-server:50071; do
+for spec in $ports; do
     if (exec 3<>"/dev/tcp/127.0.0.1/${spec#*:}") 2>/dev/null; then taken+=("$spec"); fi
 done
 if [ ${#taken[@]} -gt 0 ]; then
@@ -39,6 +56,7 @@ if [ ${#taken[@]} -gt 0 ]; then
 fi
 
 command -v espeak-ng >/dev/null || echo "warning: espeak-ng not found (apt-get install espeak-ng): synthesis will fail" >&2
+[ -z "$jobs_skipped" ] || echo "warning: $jobs_skipped" >&2
 
 declare -A names=()
 # Started like the services, but its death is no reason to stop the stack.
@@ -94,7 +112,30 @@ for _ in $(seq 1 50); do
     grep -q "http front on http://127.0.0.1:8080" "$DATA/synthesis.stdout" && break
     sleep 0.1
 done
-echo "voxpool running: scheduler 127.0.0.1:50051, catalog 127.0.0.1:50052, synthesis 127.0.0.1:50053 (OpenAI-compatible HTTP: http://127.0.0.1:8080/v1), fake GPU server 127.0.0.1:50071"
+jobs_ready="jobs not started (see the warning above)"
+if [ -z "$jobs_skipped" ]; then
+    # The jobs queue: its own redis-server, persistent (append-only file under $DATA/redis) so
+    # queued jobs survive a restart of the stack. Redis prints no address line, so it is ready
+    # once it answers on its port.
+    mkdir -p "$DATA/redis"
+    redis-server --port 50079 --bind 127.0.0.1 --save '' --appendonly yes --dir "$(cd "$DATA/redis" && pwd)" \
+        --loglevel warning &
+    names[$!]=jobs-redis
+    for i in $(seq 1 300); do
+        if ! kill -0 "$!" 2>/dev/null; then
+            echo "make run: jobs-redis exited during start-up (see its message above)" >&2
+            exit 1
+        fi
+        if (exec 3<>/dev/tcp/127.0.0.1/50079) 2>/dev/null; then break; fi
+        if [ "$i" = 300 ]; then echo "make run: jobs-redis did not listen on 127.0.0.1:50079 within 30 s" >&2; exit 1; fi
+        sleep 0.1
+    done
+    start jobs 50054 env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_TOKEN_JOBS" \
+        "$BIN/voxpool-jobs" --listen 127.0.0.1:50054 --store redis://127.0.0.1:50079 \
+        --synthesis http://127.0.0.1:50053 --blob-store "$VOXPOOL_BLOB_STORE" --config "$CONFIG"
+    jobs_ready="jobs 127.0.0.1:50054 (queue: redis-server 127.0.0.1:50079)"
+fi
+echo "voxpool running: scheduler 127.0.0.1:50051, catalog 127.0.0.1:50052, synthesis 127.0.0.1:50053 (OpenAI-compatible HTTP: http://127.0.0.1:8080/v1), $jobs_ready, fake GPU server 127.0.0.1:50071"
 echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token-local). Ctrl-C stops everything."
 echo "client token: \$VOXPOOL_CLIENT_TOKEN_VOXCTL (default dev-client-token-voxctl): export VOXPOOL_CLIENT_TOKEN=\$VOXPOOL_CLIENT_TOKEN_VOXCTL for voxctl"
 echo "http api key: \$VOXPOOL_HTTP_API_KEY (default dev-http-key-local): the OpenAI client's api_key for http://127.0.0.1:8080/v1"

@@ -40,3 +40,12 @@ pub mod synthesis {
         tonic::include_proto!("voxpool.synthesis.v1");
     }
 }
+
+/// `voxpool.jobs.v1`: durable batch synthesis jobs.
+pub mod jobs {
+    /// Version 1 of the jobs API.
+    pub mod v1 {
+        #![allow(missing_docs, clippy::doc_lazy_continuation)]
+        tonic::include_proto!("voxpool.jobs.v1");
+    }
+}

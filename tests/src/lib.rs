@@ -52,6 +52,9 @@ pub const SYNTHESIS_TOKEN: &str = "dev-client-token-synthesis";
 /// The token of voxctl, grpcurl and the tests' own clients (`VOXPOOL_CLIENT_TOKEN_VOXCTL`), as
 /// `make run` sets it.
 pub const VOXCTL_TOKEN: &str = "dev-client-token-voxctl";
+/// The token the jobs service's workers present to synthesis (`VOXPOOL_CLIENT_TOKEN_JOBS`), as
+/// `make run` sets it.
+pub const JOBS_TOKEN: &str = "dev-client-token-jobs";
 /// The `authorization` metadata value carrying [`VOXCTL_TOKEN`].
 pub const BEARER: &str = "Bearer dev-client-token-voxctl";
 /// The `[[client_tokens]]` of `deploy/config/example.toml`, for tests that write their own
@@ -144,6 +147,7 @@ fn with_client_tokens(command: &mut Command) {
     let mut vars = vec![
         ("VOXPOOL_CLIENT_TOKEN_SYNTHESIS", SYNTHESIS_TOKEN),
         ("VOXPOOL_CLIENT_TOKEN_VOXCTL", VOXCTL_TOKEN),
+        ("VOXPOOL_CLIENT_TOKEN_JOBS", JOBS_TOKEN),
     ];
     // A synthesis test that does not name a blob store runs without the audio cache: the
     // default store is in the user's data directory, which a test must not write, and hits

@@ -31,6 +31,7 @@ use opentelemetry::{
     metrics::{Counter, Histogram},
 };
 use tonic::Code;
+use voxpool_domain::status::code_name;
 
 use crate::record::AttemptRecord;
 
@@ -101,29 +102,6 @@ fn instruments() -> &'static Instruments {
                 .build(),
         }
     })
-}
-
-/// The `code` attribute: the gRPC code name as the spec spells it.
-fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
-    }
 }
 
 /// How a request arrived: its `rpc` attribute and, through the HTTP front, its route.

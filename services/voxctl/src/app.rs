@@ -8,8 +8,8 @@ use crate::{
     batch::{self, BatchConfig},
     breaker::BreakerConfig,
     cli::{
-        BatchArgs, CacheArgs, CacheCommand, Cli, Command, PacksArgs, PacksCommand, PoolCommand,
-        ProgressArg, SynthArgs,
+        BatchArgs, CacheArgs, CacheCommand, Cli, Command, JobArgs, JobCommand, PacksArgs,
+        PacksCommand, PoolCommand, ProgressArg, SynthArgs,
     },
     manifest::{self, Voice},
     ops::{
@@ -57,14 +57,110 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Packs(args) => run_packs(args).await,
         Command::Synth(args) => run_synth(args, token).await,
         Command::Cache(args) => run_cache(args).await,
+        Command::Job(args) => return exit(run_job(args, &token).await),
     };
+    exit(result.map(|()| 0))
+}
+
+/// The exit code of a command's result; an error is printed first.
+fn exit(result: Result<u8, OpError>) -> u8 {
     match result {
-        Ok(()) => 0,
+        Ok(code) => code,
         Err(e) => {
             crate::say!("voxctl: {e}");
             e.exit_code
         }
     }
+}
+
+/// `voxctl job ...`; returns the exit code of a command that has its own (wait, download).
+async fn run_job(args: JobArgs, token: &ClientToken) -> Result<u8, OpError> {
+    use crate::ops::job::{
+        Jobs,
+        download::{DownloadOptions, download},
+        submit::{JobOptions, submit},
+        view,
+        wait::{WaitOptions, wait},
+    };
+    let jobs = Jobs::new(&args.jobs, token)?;
+    match args.command {
+        JobCommand::Submit(s) => {
+            let options = JobOptions {
+                format: s.format,
+                sample_rate_hz: s.sample_rate,
+                priority: s.priority.to_pb(),
+                tenant: s.tenant,
+                webhook_url: s.webhook_url,
+                request_id: s.request_id,
+            };
+            let job = submit(&jobs, &s.manifest, &options).await?;
+            crate::show!("{}", job.name);
+            crate::say!(
+                "voxctl: {}: {} item(s), {}; voxctl job wait {} follows it",
+                job.name,
+                job.total_items,
+                view::job_state(&job).as_str_name(),
+                job.name
+            );
+        }
+        JobCommand::Status { job, json } => {
+            let answer = jobs.get(&job).await?;
+            if json {
+                let text = serde_json::to_string_pretty(&view::JobJson::new(&answer))
+                    .map_err(|e| OpError::failed(format!("cannot write the job as JSON: {e}")))?;
+                crate::show!("{text}");
+            } else {
+                crate::show!("{}", view::render_status(&answer));
+            }
+        }
+        JobCommand::Wait {
+            job,
+            interval,
+            timeout,
+            progress,
+            progress_interval,
+        } => {
+            let options = WaitOptions {
+                interval,
+                timeout,
+                progress: progress_mode(progress, progress_interval),
+            };
+            return wait(&jobs, &job, options).await;
+        }
+        JobCommand::Items { job, state } => {
+            let items = jobs
+                .items(&job, state.map(crate::cli::ItemStateArg::to_pb))
+                .await?;
+            if !items.is_empty() {
+                crate::show!("{}", view::render_items(&items));
+            }
+            crate::say!(
+                "voxctl: {job}: {} item(s){}{}",
+                items.len(),
+                if items.is_empty() { "" } else { ": " },
+                view::tally_states(&items)
+            );
+        }
+        JobCommand::Cancel { job } => {
+            let answer = jobs.cancel(&job).await?;
+            crate::show!("{}", view::job_state(&answer).as_str_name());
+            crate::say!("voxctl: {job}: {}", view::progress_line(&answer));
+        }
+        JobCommand::Download {
+            job,
+            dir,
+            report,
+            concurrency,
+        } => {
+            let options = DownloadOptions {
+                dir,
+                report,
+                concurrency: concurrency as usize,
+            };
+            return download(&jobs, &job, &options).await;
+        }
+    }
+    Ok(0)
 }
 
 /// The batch configuration described by `args`.

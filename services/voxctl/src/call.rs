@@ -8,9 +8,8 @@ use std::{sync::Arc, time::Duration};
 
 use backon::Retryable as _;
 use governor::DefaultDirectRateLimiter;
-use voxpool_proto::{
-    scheduler::v1::Outcome,
-    synthesis::v1::{SynthesizeRequest, SynthesizeResponse, synthesis_client::SynthesisClient},
+use voxpool_proto::synthesis::v1::{
+    SynthesizeRequest, SynthesizeResponse, synthesis_client::SynthesisClient,
 };
 
 use crate::{
@@ -166,20 +165,7 @@ impl Caller {
     }
 }
 
-/// `(cached, chunks)` of one response: the text chunks synthesis split the request into, and
-/// how many of them its audio cache served. Synthesis reports only `cached_chunks`; every other
-/// chunk was spoken by exactly one vendor call that succeeded (`attempts[]` lists every vendor
-/// call, failed ones included, and a cached chunk makes none), so `chunks` is `cached_chunks`
-/// plus the SUCCESS attempts, and at least 1 (a response always holds a chunk's audio).
-pub fn chunks_of(response: &SynthesizeResponse) -> (u64, u64) {
-    let cached = u64::try_from(response.cached_chunks).unwrap_or(0);
-    let spoken = response
-        .attempts
-        .iter()
-        .filter(|a| a.outcome == Outcome::Success as i32)
-        .count() as u64;
-    (cached, (cached + spoken).max(1))
-}
+pub use voxpool_domain::contract::chunks_of;
 
 /// A text spoken in one or more parts: the audio of each part in text order, the keys that
 /// served them and the calls it took, or the error that stopped it (with the part it hit).
@@ -326,7 +312,7 @@ impl Caller {
 
 #[cfg(test)]
 mod tests {
-    use voxpool_proto::synthesis::v1::Attempt;
+    use voxpool_proto::{scheduler::v1::Outcome, synthesis::v1::Attempt};
 
     use super::*;
 

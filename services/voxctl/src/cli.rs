@@ -1,7 +1,7 @@
 //! The command line (clap derive). Service addresses and the tokens also come from the
-//! environment (`VOXPOOL_SYNTHESIS`, `VOXPOOL_CATALOG`, `VOXPOOL_SCHEDULER`,
+//! environment (`VOXPOOL_SYNTHESIS`, `VOXPOOL_CATALOG`, `VOXPOOL_SCHEDULER`, `VOXPOOL_JOBS`,
 //! `VOXPOOL_CLIENT_TOKEN`, `VOXPOOL_ADMIN_TOKEN`), and so does `--cache-policy`
-//! (`VOXPOOL_CACHE_POLICY`).
+//! (`VOXPOOL_CACHE_POLICY`). `voxctl job`'s arguments are in [`job`].
 
 use std::{path::PathBuf, time::Duration};
 
@@ -9,7 +9,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::format::Format;
 
+mod job;
 mod ops;
+pub use job::{ItemStateArg, JobArgs, JobCommand, JobPriorityArg, SubmitArgs};
 pub use ops::{
     AdminToken, CacheArgs, CacheCommand, CreatePackArgs, PacksArgs, PacksCommand, PoolCommand,
 };
@@ -20,12 +22,14 @@ pub const DEFAULT_SYNTHESIS: &str = "http://127.0.0.1:50053";
 pub const DEFAULT_CATALOG: &str = "http://127.0.0.1:50052";
 /// Default PoolScheduler address.
 pub const DEFAULT_SCHEDULER: &str = "http://127.0.0.1:50051";
+/// Default Jobs address (`voxpool-jobs`).
+pub const DEFAULT_JOBS: &str = "http://127.0.0.1:50054";
 
 /// voxpool's command-line client: batch synthesis with resume, and operator commands.
 #[derive(Debug, Parser)]
 #[command(name = "voxctl", version)]
 pub struct Cli {
-    /// Client token sent to synthesis and the scheduler (one of their `[[client_tokens]]`),
+    /// Client token sent to synthesis, the scheduler and jobs (one of their `[[client_tokens]]`),
     /// needed when they authenticate callers. Prefer the environment variable: a value given
     /// on the command line shows in `ps`.
     #[arg(
@@ -65,6 +69,8 @@ pub enum Command {
     Synth(SynthArgs),
     /// Synthesis's audio cache (admin): what it holds, and purging a pack or snapshot.
     Cache(CacheArgs),
+    /// Durable batch jobs on voxpool-jobs: submit a manifest, watch it, download the audio.
+    Job(JobArgs),
 }
 
 /// How progress is shown.

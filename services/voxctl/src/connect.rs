@@ -1,5 +1,5 @@
 //! gRPC channels to the voxpool services, the client token (`--token`, `VOXPOOL_CLIENT_TOKEN`)
-//! sent to synthesis and the scheduler, and the admin bearer token.
+//! sent to synthesis, the scheduler and jobs, and the admin bearer token.
 //!
 //! Channels connect lazily (the first call connects; a later call reconnects after a failure),
 //! so a service that is down when voxctl starts is handled by the retry/breaker logic instead
@@ -13,7 +13,7 @@ use tonic::{
 };
 use voxpool_runtime::auth::ClientToken;
 
-/// A channel whose calls carry the client token: for synthesis and the scheduler, whose
+/// A channel whose calls carry the client token: for synthesis, the scheduler and jobs, whose
 /// data-plane RPCs need one when they are configured with `[[client_tokens]]`.
 pub type Authed = InterceptedService<Channel, ClientToken>;
 

@@ -27,6 +27,17 @@ impl Format {
         }
     }
 
+    /// The format a proto enum value names; UNSPECIFIED is WAV (the services' default), and
+    /// a value this voxctl does not know is `None`.
+    pub fn from_pb(raw: i32) -> Option<Format> {
+        match AudioFormat::try_from(raw).ok()? {
+            AudioFormat::Unspecified | AudioFormat::Wav => Some(Format::Wav),
+            AudioFormat::Mp3 => Some(Format::Mp3),
+            AudioFormat::OggOpus => Some(Format::OggOpus),
+            AudioFormat::Pcm => Some(Format::Pcm),
+        }
+    }
+
     /// The same format in the shared audio types (for joining parts).
     pub fn to_audio(self) -> voxpool_domain::audio::AudioFormat {
         use voxpool_domain::audio::AudioFormat as A;
@@ -76,5 +87,10 @@ mod tests {
         assert_eq!(exts.len(), 4);
         assert_eq!(Format::OggOpus.as_str(), "OGG_OPUS");
         assert_eq!(Format::Wav.to_pb() as i32, 1);
+        for f in all {
+            assert_eq!(Format::from_pb(f.to_pb() as i32), Some(f));
+        }
+        assert_eq!(Format::from_pb(0), Some(Format::Wav), "unspecified is WAV");
+        assert_eq!(Format::from_pb(99), None);
     }
 }

@@ -4,7 +4,8 @@
 //! durable checkpoint for resume ([`checkpoint`]), retries of retryable failures only
 //! ([`retry`], [`call`]), a client-side circuit breaker ([`breaker`]), a client-side rate limit,
 //! splitting (`voxpool_domain::text`, the same splitter synthesis uses) and joining of long items ([`join`]), atomic file writes ([`output`]),
-//! progress ([`progress`]) and a report ([`report`]). [`ops`] holds the operator commands;
+//! progress ([`progress`]) and a report ([`report`]). [`ops`] holds the operator commands and
+//! `voxctl job` (durable jobs on `voxpool-jobs`, [`ops::job`]);
 //! [`app`] maps the command line onto them.
 
 #![warn(missing_docs)]

@@ -38,14 +38,17 @@ pub enum DataPlane {
     Scheduler,
     /// `voxpool.synthesis.v1.Synthesis`.
     Synthesis,
+    /// `voxpool.jobs.v1.Jobs`.
+    Jobs,
 }
 
 impl DataPlane {
-    /// The name used in the config (`scheduler`, `synthesis`).
+    /// The name used in the config (`scheduler`, `synthesis`, `jobs`).
     pub fn as_str(self) -> &'static str {
         match self {
             DataPlane::Scheduler => "scheduler",
             DataPlane::Synthesis => "synthesis",
+            DataPlane::Jobs => "jobs",
         }
     }
 }

@@ -14,6 +14,7 @@
 
 pub mod audio;
 pub mod contract;
+pub mod item;
 pub mod provider;
 pub mod reference;
 pub mod secret;

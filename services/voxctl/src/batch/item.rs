@@ -54,15 +54,7 @@ pub struct Processed {
     pub journal_failed: bool,
 }
 
-/// The seed of item `id`'s calls: the first 8 bytes of SHA-256 over the id, so a voice with
-/// several reference clips speaks an item with one clip, also when a resumed batch redoes it.
-pub fn item_seed(id: &str) -> u64 {
-    use sha2::Digest as _;
-    let digest = sha2::Sha256::digest(id.as_bytes());
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&digest[..8]);
-    u64::from_be_bytes(first)
-}
+pub use voxpool_domain::item::item_seed;
 
 /// Runs one item (see the module doc).
 pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {

@@ -200,3 +200,147 @@ fn cache_purge_needs_a_pack_or_a_well_formed_snapshot_digest() {
         ("http://h:1", Some("t"))
     );
 }
+
+fn job(args: &[&str]) -> Result<JobArgs, (i32, String)> {
+    let mut all = vec!["voxctl", "job"];
+    all.extend_from_slice(args);
+    match Cli::try_parse_from(all).map(|c| c.command) {
+        Ok(Command::Job(j)) => Ok(j),
+        Ok(_) => panic!("not job"),
+        Err(e) => Err((e.exit_code(), e.to_string())),
+    }
+}
+
+#[test]
+fn job_subcommands_parse_with_the_documented_names_and_defaults() {
+    let submit = job(&["submit", "book.jsonl"]).expect("submit");
+    if std::env::var_os("VOXPOOL_JOBS").is_none() {
+        assert_eq!(submit.jobs, DEFAULT_JOBS);
+    }
+    assert_eq!(DEFAULT_JOBS, "http://127.0.0.1:50054");
+    let JobCommand::Submit(s) = submit.command else {
+        panic!("not submit");
+    };
+    assert_eq!(s.manifest, PathBuf::from("book.jsonl"));
+    assert_eq!((s.format, s.sample_rate), (Format::Wav, 0));
+    assert_eq!(
+        s.priority,
+        JobPriorityArg::Batch,
+        "a job is bulk work unless told"
+    );
+    assert_eq!(
+        (s.tenant.as_str(), s.webhook_url.as_str(), s.request_id),
+        ("", "", None)
+    );
+    let wait = job(&["wait", "abc", "--jobs", "http://h:1"]).expect("wait");
+    assert_eq!(wait.jobs, "http://h:1");
+    let JobCommand::Wait {
+        job: name,
+        interval,
+        timeout,
+        progress,
+        ..
+    } = wait.command
+    else {
+        panic!("not wait");
+    };
+    assert_eq!(name, "jobs/abc", "a bare id is normalised");
+    assert_eq!(
+        (interval, timeout, progress),
+        (Duration::from_secs(1), None, ProgressArg::Auto)
+    );
+    let items = job(&["items", "jobs/abc", "--state", "failed"]).expect("items");
+    let JobCommand::Items { job: name, state } = items.command else {
+        panic!("not items");
+    };
+    assert_eq!(
+        (name.as_str(), state),
+        ("jobs/abc", Some(ItemStateArg::Failed))
+    );
+    assert_eq!(
+        ItemStateArg::Cancelled.to_pb().as_str_name(),
+        "CANCELLED",
+        "the filter names the wire state"
+    );
+    let download = job(&["download", "abc", "out"]).expect("download");
+    let JobCommand::Download {
+        dir,
+        report,
+        concurrency,
+        ..
+    } = download.command
+    else {
+        panic!("not download");
+    };
+    assert_eq!((dir, report, concurrency), (PathBuf::from("out"), None, 8));
+    for ok in [&["status", "abc", "--json"][..], &["cancel", "abc"]] {
+        assert!(job(ok).is_ok(), "{ok:?}");
+    }
+    let cli = Cli::try_parse_from([
+        "voxctl",
+        "job",
+        "status",
+        "abc",
+        "--token",
+        "t-0123456789abcdef",
+    ])
+    .expect("token after the job subcommand");
+    assert_eq!(cli.token.as_deref(), Some("t-0123456789abcdef"));
+}
+
+#[test]
+fn bad_job_arguments_are_usage_errors_naming_the_argument() {
+    for (args, names) in [
+        (
+            &["submit", "m.jsonl", "--priority", "interactive"][..],
+            "--priority",
+        ),
+        (
+            &["submit", "m.jsonl", "--webhook-url", "ftp://x"],
+            "--webhook-url",
+        ),
+        (
+            &["submit", "m.jsonl", "--webhook-url", "https://"],
+            "--webhook-url",
+        ),
+        (
+            &["submit", "m.jsonl", "--request-id", &"r".repeat(129)],
+            "--request-id",
+        ),
+        (
+            &["submit", "m.jsonl", "--tenant", &"t".repeat(65)],
+            "--tenant",
+        ),
+        (&["submit", "m.jsonl", "--sample-rate=-1"], "--sample-rate"),
+        (&["wait", "abc", "--interval", "0s"], "--interval"),
+        (&["wait", "abc", "--timeout", "soon"], "--timeout"),
+        (&["items", "abc", "--state", "done"], "--state"),
+        (&["status", "jobs/a/items/b"], "<JOB>"),
+        (&["cancel", ""], "<JOB>"),
+        (&["download", "abc"], "<DIR>"),
+        (
+            &["download", "abc", "d", "--concurrency", "0"],
+            "--concurrency",
+        ),
+    ] {
+        let (code, err) = job(args).expect_err("refused");
+        assert_eq!(code, 2, "{args:?}");
+        assert!(err.contains(names), "{args:?}: {err}");
+    }
+    let ok = job(&[
+        "submit",
+        "m.jsonl",
+        "--webhook-url",
+        "https://hooks.example.com/v?t=1",
+        "--priority",
+        "standard",
+    ])
+    .expect("ok");
+    let JobCommand::Submit(s) = ok.command else {
+        panic!("not submit");
+    };
+    assert_eq!(
+        s.priority.to_pb(),
+        voxpool_proto::scheduler::v1::Priority::Standard
+    );
+}

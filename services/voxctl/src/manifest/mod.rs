@@ -23,10 +23,6 @@ use sha2::{Digest, Sha256};
 use voice::VoiceResolver;
 pub use voice::{Voice, from_card_file, from_snapshot_file};
 
-/// Longest accepted item id, in characters (a request id adds a short suffix; the server
-/// accepts 128).
-pub const MAX_ID_CHARS: usize = 100;
-
 /// One valid manifest item.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Item {
@@ -165,7 +161,7 @@ fn parse_line(raw: &[u8], resolver: &mut VoiceResolver) -> Result<Item, (Option<
         Some(serde_json::Value::String(s)) => s,
         Some(other) => return Err((None, format!("id must be a string, got {other}"))),
     };
-    validate_id(&id).map_err(|m| (None, m))?;
+    voxpool_domain::item::check_item_id(&id).map_err(|m| (None, m))?;
     let fail = |message: String| (Some(id.clone()), message);
     let text = match raw.text {
         None => return Err(fail("missing text".into())),
@@ -198,20 +194,6 @@ fn parse_line(raw: &[u8], resolver: &mut VoiceResolver) -> Result<Item, (Option<
         emotion: raw.emotion,
         seed: raw.seed,
     })
-}
-
-/// Checks that an id is usable as a file stem: 1 to [`MAX_ID_CHARS`] of `A-Z a-z 0-9 . _ -`,
-/// not starting with `.`.
-pub fn validate_id(id: &str) -> Result<(), String> {
-    let ok_chars = id
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if id.is_empty() || id.chars().count() > MAX_ID_CHARS || !ok_chars || id.starts_with('.') {
-        return Err(format!(
-            "invalid id {id:?}: use 1 to {MAX_ID_CHARS} of A-Z a-z 0-9 . _ - (not starting with .)"
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Operator commands: pool status, voice packs and their reference clips, one-off synthesis,
-//! the audio cache.
+//! the audio cache, durable batch jobs.
 
 pub mod cache;
+pub mod job;
 pub mod packs;
 pub mod pool;
 pub mod references;

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod fake_catalog;
+pub mod fake_jobs;
 pub mod fake_synthesis;
 pub mod proxy;
 pub mod stack;

@@ -13,8 +13,8 @@ mod reason;
 
 pub use outcome::{Outcome, UnknownOutcome};
 pub use reason::{
-    AuthReason, CatalogReason, Reason, Retry, SchedulerReason, SynthesisReason, is_transport,
-    retry_of,
+    AuthReason, CatalogReason, JobsReason, Reason, Retry, SchedulerReason, SynthesisReason,
+    is_transport, retry_of,
 };
 
 use crate::untrusted::{FieldProblem, check_field};
@@ -27,4 +27,19 @@ pub const MAX_TENANT_CHARS: usize = 64;
 /// scheduler, by synthesis before it takes a lease, and by voxctl before it sends anything.
 pub fn check_tenant(tenant: &str) -> Result<(), FieldProblem> {
     check_field(tenant, MAX_TENANT_CHARS)
+}
+
+/// `(cached, chunks)` of one response: the text chunks synthesis split the request into, and
+/// how many of them its audio cache served. Synthesis reports only `cached_chunks`; every other
+/// chunk was spoken by exactly one vendor call that succeeded (`attempts[]` lists every vendor
+/// call, failed ones included, and a cached chunk makes none), so `chunks` is `cached_chunks`
+/// plus the SUCCESS attempts, and at least 1 (a response always holds a chunk's audio).
+pub fn chunks_of(response: &voxpool_proto::synthesis::v1::SynthesizeResponse) -> (u64, u64) {
+    let cached = u64::try_from(response.cached_chunks).unwrap_or(0);
+    let spoken = response
+        .attempts
+        .iter()
+        .filter(|a| a.outcome == voxpool_proto::scheduler::v1::Outcome::Success as i32)
+        .count() as u64;
+    (cached, (cached + spoken).max(1))
 }

@@ -242,6 +242,41 @@ reasons! {
 }
 
 reasons! {
+    /// The reasons of the jobs service (`voxpool.jobs.v1.Jobs`), and of the items it fails
+    /// itself (`JobItem.error.reason`).
+    JobsReason {
+        /// NOT_FOUND: no such job (never created, deleted, or past its retention).
+        JobNotFound = "JOB_NOT_FOUND", Never;
+        /// NOT_FOUND: the job has no item with this id.
+        ItemNotFound = "ITEM_NOT_FOUND", Never;
+        /// FAILED_PRECONDITION: CancelJob of a job that already SUCCEEDED or FAILED.
+        JobFinished = "JOB_FINISHED", Never;
+        /// FAILED_PRECONDITION: DeleteJob of a job with items queued or in flight.
+        JobNotFinished = "JOB_NOT_FINISHED", Never;
+        /// FAILED_PRECONDITION: ReadJobItemAudio of an item that has not succeeded.
+        ItemNotSucceeded = "ITEM_NOT_SUCCEEDED", Never;
+        /// NOT_FOUND: the item succeeded but its audio is no longer in the blob store.
+        AudioGone = "AUDIO_GONE", Never;
+        /// FAILED_PRECONDITION: a `webhook_url` while the server has no webhook secret.
+        WebhookSecretMissing = "WEBHOOK_SECRET_MISSING", Never;
+        /// NOT_FOUND: `manifest_uri` names no object of the blob store.
+        ManifestNotFound = "MANIFEST_NOT_FOUND", Never;
+        /// UNAVAILABLE: the job store (Redis) does not answer; retry with the same request_id.
+        StoreUnavailable = "STORE_UNAVAILABLE", Again;
+        /// UNAVAILABLE: the job was written but no replica acknowledged it in time; retry with
+        /// the same request_id (it answers the same job).
+        NotReplicated = "NOT_REPLICATED", Again;
+        /// UNAVAILABLE: the blob store does not answer.
+        BlobStoreUnavailable = "BLOB_STORE_UNAVAILABLE", Again;
+        /// An item's failure: workers that took it died `max_deliveries` times before it
+        /// ended (a poison item, or a fleet that keeps crashing).
+        DeliveryLimit = "DELIVERY_LIMIT", Never;
+        /// An item's failure: its audio came back but the blob store refused to keep it.
+        ResultWriteFailed = "RESULT_WRITE_FAILED", Never;
+    }
+}
+
+reasons! {
     /// The reasons of the authentication every service shares (`voxpool_runtime::auth`): a
     /// client knows from them which credential to send, never from the message text. None
     /// is worth another try unchanged.
@@ -281,6 +316,7 @@ mod tests {
     fn reasons_parse_back() {
         all_parse_back::<SchedulerReason>();
         all_parse_back::<SynthesisReason>();
+        all_parse_back::<JobsReason>();
         all_parse_back::<CatalogReason>();
         all_parse_back::<AuthReason>();
     }

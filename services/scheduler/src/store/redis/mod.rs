@@ -46,7 +46,8 @@
 
 mod acks;
 mod calls;
-pub mod conn;
+/// The connection every topology is reached through (the `voxpool-redis` crate).
+pub use voxpool_redis as conn;
 mod fill;
 mod reply;
 mod wake;
@@ -170,7 +171,9 @@ impl RedisStore {
         let conn = Conn::connect(url, options.timeout)
             .await
             .map_err(StoreError::Unavailable)?;
-        let source = conn.wake_source(url).map_err(StoreError::Unavailable)?;
+        let source = conn
+            .subscriber_source(url)
+            .map_err(StoreError::Unavailable)?;
         let store = Self {
             wake: std::sync::Arc::new(wake::Wake::start(
                 source,

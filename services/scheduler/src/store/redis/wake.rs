@@ -19,41 +19,15 @@
 //! unclaimed slot returns to the pool when its claim ttl ends. Correctness never depends on
 //! delivery.
 
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{collections::BTreeSet, time::Duration};
 
 use futures::StreamExt as _;
-use redis::Client;
 use tokio::sync::{mpsc, watch};
 
-use super::conn::SentinelConn;
 use crate::{model::FillKey, store::Handover};
 
 /// Where the subscriber connects.
-pub(super) enum Source {
-    /// One server.
-    Single(Box<Client>),
-    /// The primary the sentinels name.
-    Sentinel(Arc<SentinelConn>),
-    /// Any node of the cluster, tried in turn.
-    Cluster(Vec<Client>),
-}
-
-impl Source {
-    async fn client(&self, attempt: usize) -> redis::RedisResult<Client> {
-        match self {
-            Source::Single(c) => Ok((**c).clone()),
-            Source::Sentinel(s) => s.primary_client().await,
-            Source::Cluster(nodes) => {
-                nodes
-                    .get(attempt % nodes.len().max(1))
-                    .cloned()
-                    .ok_or_else(|| {
-                        redis::RedisError::from((redis::ErrorKind::Client, "no cluster node"))
-                    })
-            }
-        }
-    }
-}
+pub(super) type Source = voxpool_redis::SubscriberSource;
 
 /// The channel of `pool` under `prefix`.
 pub(super) fn channel(prefix: &str, pool: &str) -> String {

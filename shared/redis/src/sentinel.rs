@@ -210,7 +210,7 @@ impl SentinelConn {
     }
 
     /// A client for the primary the sentinels name now (the wake-up subscriber's).
-    pub(crate) async fn primary_client(&self) -> RedisResult<redis::Client> {
+    pub async fn primary_client(&self) -> RedisResult<redis::Client> {
         let mut sentinels = self.sentinels.lock().await;
         tokio::time::timeout(self.timeout, sentinels.async_get_client())
             .await

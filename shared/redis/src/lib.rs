@@ -1,7 +1,8 @@
-//! The three Redis topologies the store runs on, behind one connection type.
+//! `voxpool-redis`: connections to Redis on its three topologies, behind one type; nothing about
+//! what is stored (the scheduler's lease store and the jobs queue each keep their own keys).
 //!
-//! Owns: parsing `--store` Redis URLs, connecting, and routing each call so that the rules of
-//! the store hold on every topology:
+//! Owns: parsing `--store` Redis URLs, connecting, and routing each call so that a store's rules
+//! hold on every topology:
 //! - **single node** (`redis://`, `rediss://`, `unix://`): one multiplexed connection that
 //!   reconnects by itself (`redis::aio::ConnectionManager`);
 //! - **Sentinel** (`redis-sentinel://h:p[,h:p...][/db]#<master>`, TLS `rediss-sentinel://`):
@@ -12,8 +13,8 @@
 //! - **Cluster** (`redis-cluster://h:p[,h:p...]`, TLS `rediss-cluster://`): the `redis`
 //!   crate's cluster client, which routes each script by its first key, follows MOVED/ASK and
 //!   refreshes the slot map after a failover, and is rebuilt from the seed nodes when its
-//!   calls keep failing ([`cluster`]). Every key of a pool carries the hash tag `{pool}`, so
-//!   each script runs on the pool's one slot.
+//!   calls keep failing ([`cluster`]). A store keeps the keys one script touches under one
+//!   hash tag (`{pool}`, `{job}`), so each script runs on one slot.
 //!
 //! Healing ([`heal`]): on the two topologies whose client the crate never rebuilds, calls
 //! that keep failing with connection-class errors (timeouts, I/O, refused, CLUSTERDOWN, ...)
@@ -23,7 +24,7 @@
 //!
 //! Replica acknowledgement ([`Conn::wait_replicas`]) sends `WAIT` on the very connection that
 //! wrote (Redis counts a client's own writes), routed in a cluster to the primary of the
-//! pool's slot; it fails instead when that connection was replaced since
+//! key's slot; it fails instead when that connection was replaced since
 //! ([`Conn::generation`]).
 //!
 //! Credentials in a URL are never printed: [`redact`] is what messages show.
@@ -88,6 +89,31 @@ pub enum Conn {
     Sentinel(Arc<SentinelConn>),
     /// The cluster.
     Cluster(Arc<ClusterConn>),
+}
+
+/// Where a subscriber connects ([`Conn::subscriber_source`]).
+pub enum SubscriberSource {
+    /// One server.
+    Single(Box<redis::Client>),
+    /// The primary the sentinels name.
+    Sentinel(Arc<SentinelConn>),
+    /// Any node of the cluster, tried in turn.
+    Cluster(Vec<redis::Client>),
+}
+
+impl SubscriberSource {
+    /// A client for the `attempt`-th try (0, 1, ...): the server, the current primary, or the
+    /// cluster's nodes in turn.
+    pub async fn client(&self, attempt: usize) -> RedisResult<redis::Client> {
+        match self {
+            SubscriberSource::Single(c) => Ok((**c).clone()),
+            SubscriberSource::Sentinel(s) => s.primary_client().await,
+            SubscriberSource::Cluster(nodes) => nodes
+                .get(attempt % nodes.len().max(1))
+                .cloned()
+                .ok_or_else(|| RedisError::from((redis::ErrorKind::Client, "no cluster node"))),
+        }
+    }
 }
 
 impl Conn {
@@ -164,14 +190,14 @@ impl Conn {
         Ok(topology)
     }
 
-    /// Where the wake-up subscriber of a store on `url` connects (see `wake`).
-    pub(super) fn wake_source(&self, url: &str) -> Result<super::wake::Source, String> {
-        use super::wake::Source;
+    /// Where a subscriber (SUBSCRIBE needs a connection of its own) to the Redis of `url`
+    /// connects: the server, the primary the sentinels name, or any node of the cluster.
+    pub fn subscriber_source(&self, url: &str) -> Result<SubscriberSource, String> {
         match self {
             Conn::Single(_) => redis::Client::open(url)
-                .map(|c| Source::Single(Box::new(c)))
+                .map(|c| SubscriberSource::Single(Box::new(c)))
                 .map_err(|e| format!("invalid redis url ({e})")),
-            Conn::Sentinel(s) => Ok(Source::Sentinel(s.clone())),
+            Conn::Sentinel(s) => Ok(SubscriberSource::Sentinel(s.clone())),
             Conn::Cluster(_) => {
                 let parts = split_multi_host(url).map_err(|e| format!("invalid url: {e}"))?;
                 parts
@@ -181,7 +207,7 @@ impl Conn {
                         redis::Client::open(info).map_err(|e| format!("invalid cluster url: {e}"))
                     })
                     .collect::<Result<Vec<_>, _>>()
-                    .map(Source::Cluster)
+                    .map(SubscriberSource::Cluster)
             }
         }
     }

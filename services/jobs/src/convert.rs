@@ -1,0 +1,171 @@
+//! The store's records as the API's messages, and as the JSON of the summary and the webhook
+//! (the proto's JSON names, camelCase; times as RFC 3339).
+
+use prost_types::Timestamp;
+use serde_json::{Value, json};
+use voxpool_proto::jobs::v1 as pb;
+
+use crate::{
+    model::{ItemResult, ItemState, JobRecord, JobState},
+    results::Results,
+    store::ItemRow,
+};
+
+fn timestamp(ms: i64) -> Timestamp {
+    Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
+    }
+}
+
+fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_default()
+}
+
+/// The proto's job state.
+pub fn job_state(s: JobState) -> pb::job::State {
+    match s {
+        JobState::Queued => pb::job::State::Queued,
+        JobState::Running => pb::job::State::Running,
+        JobState::Succeeded => pb::job::State::Succeeded,
+        JobState::Failed => pb::job::State::Failed,
+        JobState::Cancelled => pb::job::State::Cancelled,
+    }
+}
+
+/// The proto's item state.
+pub fn item_state(s: ItemState) -> pb::job_item::State {
+    match s {
+        ItemState::Queued => pb::job_item::State::Queued,
+        ItemState::Running => pb::job_item::State::Running,
+        ItemState::Succeeded => pb::job_item::State::Succeeded,
+        ItemState::Failed => pb::job_item::State::Failed,
+        ItemState::Cancelled => pb::job_item::State::Cancelled,
+    }
+}
+
+/// `r` as the API's Job.
+pub fn job(r: &JobRecord, results: &Results) -> pb::Job {
+    pb::Job {
+        name: r.name(),
+        state: job_state(r.state) as i32,
+        item_counts: Some(pb::ItemCounts {
+            queued: r.queued,
+            running: r.running,
+            succeeded: r.succeeded,
+            failed: r.failed,
+            cancelled: r.cancelled,
+        }),
+        characters: r.characters,
+        characters_succeeded: r.characters_succeeded,
+        create_time: Some(timestamp(r.create_ms)),
+        start_time: r.start_ms.map(timestamp),
+        end_time: r.end_ms.map(timestamp),
+        expire_time: r.expire_ms.map(timestamp),
+        tenant: r.tenant.clone(),
+        priority: r.priority,
+        format: r.format,
+        sample_rate_hz: r.sample_rate_hz,
+        request_id: r.request_id.clone(),
+        webhook_host: crate::webhook::host_of(&r.webhook_url),
+        summary_uri: results.uri(&format!("{}/summary.json", r.id)),
+        total_items: r.total,
+        cached_items: r.cached_items,
+    }
+}
+
+/// An item row as the API's JobItem.
+pub fn item(row: &ItemRow, results: &Results) -> pb::JobItem {
+    let result = row.result.clone().unwrap_or_default();
+    let characters = <pb::JobItemSpec as prost::Message>::decode(row.spec.as_slice())
+        .map_or(0, |s| {
+            i64::try_from(s.text.chars().count()).unwrap_or(i64::MAX)
+        });
+    pb::JobItem {
+        id: row.id.clone(),
+        state: item_state(row.state) as i32,
+        output_uri: output_uri(&result, results),
+        error: result.error.map(|e| pb::ItemError {
+            code: e.code,
+            reason: e.reason,
+            message: e.message,
+            metadata: e.metadata,
+        }),
+        attempts: i32::try_from(row.attempts).unwrap_or(i32::MAX),
+        characters,
+        chunks: result.chunks,
+        cached_chunks: result.cached_chunks,
+        key_id: result.key_id,
+        reference_digest: result.reference_digest,
+        audio_bytes: result.audio_bytes,
+    }
+}
+
+fn output_uri(result: &ItemResult, results: &Results) -> String {
+    if result.output.is_empty() {
+        String::new()
+    } else {
+        results.uri(&result.output)
+    }
+}
+
+fn state_name(s: i32) -> &'static str {
+    pb::job::State::try_from(s).map_or("STATE_UNSPECIFIED", |s| s.as_str_name())
+}
+
+/// The Job as JSON (webhook body, summary header).
+pub fn job_json(j: &pb::Job) -> Value {
+    let counts = j.item_counts.unwrap_or_default();
+    let time = |t: &Option<Timestamp>| {
+        t.as_ref().map_or(Value::Null, |t| {
+            Value::String(rfc3339(t.seconds * 1000 + i64::from(t.nanos / 1_000_000)))
+        })
+    };
+    json!({
+        "name": j.name,
+        "state": state_name(j.state),
+        "itemCounts": {
+            "queued": counts.queued,
+            "running": counts.running,
+            "succeeded": counts.succeeded,
+            "failed": counts.failed,
+            "cancelled": counts.cancelled,
+        },
+        "characters": j.characters.to_string(),
+        "charactersSucceeded": j.characters_succeeded.to_string(),
+        "createTime": time(&j.create_time),
+        "startTime": time(&j.start_time),
+        "endTime": time(&j.end_time),
+        "expireTime": time(&j.expire_time),
+        "tenant": j.tenant,
+        "requestId": j.request_id,
+        "summaryUri": j.summary_uri,
+        "totalItems": j.total_items,
+        "cachedItems": j.cached_items,
+    })
+}
+
+/// A JobItem as JSON (summary lines).
+pub fn item_json(i: &pb::JobItem) -> Value {
+    let state =
+        pb::job_item::State::try_from(i.state).map_or("STATE_UNSPECIFIED", |s| s.as_str_name());
+    let mut v = json!({
+        "id": i.id,
+        "state": state,
+        "attempts": i.attempts,
+        "characters": i.characters.to_string(),
+    });
+    if !i.output_uri.is_empty() {
+        v["outputUri"] = json!(i.output_uri);
+        v["audioBytes"] = json!(i.audio_bytes.to_string());
+        v["chunks"] = json!(i.chunks);
+        v["cachedChunks"] = json!(i.cached_chunks);
+        v["keyId"] = json!(i.key_id);
+    }
+    if let Some(e) = &i.error {
+        v["error"] = json!({ "code": e.code, "reason": e.reason, "message": e.message, "metadata": e.metadata });
+    }
+    v
+}

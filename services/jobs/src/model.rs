@@ -1,0 +1,298 @@
+//! What a job and its items are, apart from where they are kept: job and item states, the
+//! record of a job as its Redis hash holds it, an item's result document, and job names.
+//!
+//! Invariant: the five item counts of a [`JobRecord`] always add up to its `total` (the
+//! store's scripts move an item between counts in the same step that changes its state).
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Longest job id (the `{job}` of `jobs/{job}`).
+pub const MAX_JOB_ID_CHARS: usize = 63;
+
+/// A job's state (the proto's `Job.State`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// No item started yet.
+    Queued,
+    /// Items are running.
+    Running,
+    /// Every item succeeded.
+    Succeeded,
+    /// Every item ended, at least one failed.
+    Failed,
+    /// Cancelled (ended once its in-flight items ended).
+    Cancelled,
+}
+
+impl JobState {
+    /// The name the store keeps (and the proto spells).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "QUEUED",
+            JobState::Running => "RUNNING",
+            JobState::Succeeded => "SUCCEEDED",
+            JobState::Failed => "FAILED",
+            JobState::Cancelled => "CANCELLED",
+        }
+    }
+
+    /// The state the store's name means.
+    pub fn parse(raw: &str) -> Option<Self> {
+        [
+            JobState::Queued,
+            JobState::Running,
+            JobState::Succeeded,
+            JobState::Failed,
+            JobState::Cancelled,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == raw)
+    }
+}
+
+/// An item's state; the store keeps its one-letter code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ItemState {
+    /// Waiting in the stream.
+    Queued,
+    /// Taken by a worker.
+    Running,
+    /// Its audio is in the blob store.
+    Succeeded,
+    /// Ended with an error.
+    Failed,
+    /// Cancelled before it ran (or before its next attempt).
+    Cancelled,
+}
+
+impl ItemState {
+    /// The one-letter code the store keeps (`Q R S F C`).
+    pub fn code(self) -> &'static str {
+        match self {
+            ItemState::Queued => "Q",
+            ItemState::Running => "R",
+            ItemState::Succeeded => "S",
+            ItemState::Failed => "F",
+            ItemState::Cancelled => "C",
+        }
+    }
+
+    /// The state of a code.
+    pub fn from_code(code: &str) -> Option<Self> {
+        match code {
+            "Q" => Some(ItemState::Queued),
+            "R" => Some(ItemState::Running),
+            "S" => Some(ItemState::Succeeded),
+            "F" => Some(ItemState::Failed),
+            "C" => Some(ItemState::Cancelled),
+            _ => None,
+        }
+    }
+
+    /// The name the proto spells (`QUEUED`, ...), as filters and voxctl write it.
+    pub fn parse_name(raw: &str) -> Option<Self> {
+        match raw.to_ascii_uppercase().as_str() {
+            "QUEUED" => Some(ItemState::Queued),
+            "RUNNING" => Some(ItemState::Running),
+            "SUCCEEDED" => Some(ItemState::Succeeded),
+            "FAILED" => Some(ItemState::Failed),
+            "CANCELLED" => Some(ItemState::Cancelled),
+            _ => None,
+        }
+    }
+}
+
+/// Why an item failed (the proto's `ItemError`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemError {
+    /// gRPC code name.
+    pub code: String,
+    /// `ErrorInfo.reason`, empty when none.
+    #[serde(default)]
+    pub reason: String,
+    /// The message.
+    pub message: String,
+    /// `ErrorInfo.metadata`.
+    #[serde(default)]
+    pub metadata: HashMap<String, String>,
+}
+
+/// What an ended item left: kept as JSON in the job's results hash.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemResult {
+    /// Blob path of its audio (`jobs/{job}/<id>.<ext>`), when it succeeded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub output: String,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ItemError>,
+    /// Text chunks synthesis split it into, and those served from the audio cache.
+    #[serde(default)]
+    pub chunks: i32,
+    /// Of `chunks`, those served from the audio cache.
+    #[serde(default)]
+    pub cached_chunks: i32,
+    /// The key that produced the audio.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key_id: String,
+    /// The reference clip spoken with.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reference_digest: String,
+    /// Size of the audio, bytes.
+    #[serde(default)]
+    pub audio_bytes: i64,
+}
+
+/// A job as its Redis hash holds it (field names are the hash's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRecord {
+    /// The job id (`{job}` of `jobs/{job}`).
+    pub id: String,
+    /// Current state.
+    pub state: JobState,
+    /// Tenant.
+    pub tenant: String,
+    /// `voxpool.scheduler.v1.Priority` number.
+    pub priority: i32,
+    /// `voxpool.synthesis.v1.AudioFormat` number.
+    pub format: i32,
+    /// Sample rate, Hz (0 = the vendor's).
+    pub sample_rate_hz: i32,
+    /// The caller's idempotency key.
+    pub request_id: String,
+    /// Webhook URL (never shown whole: it may hold a token).
+    pub webhook_url: String,
+    /// Items and characters of the job.
+    pub total: i32,
+    /// Characters of text (Unicode scalar values).
+    pub characters: i64,
+    /// Counts per item state.
+    pub queued: i32,
+    /// Items in flight.
+    pub running: i32,
+    /// Items that succeeded.
+    pub succeeded: i32,
+    /// Items that failed.
+    pub failed: i32,
+    /// Items cancelled.
+    pub cancelled: i32,
+    /// Characters of the items that succeeded; items served wholly from the cache.
+    pub characters_succeeded: i64,
+    /// Items served wholly from the audio cache.
+    pub cached_items: i32,
+    /// Times, Unix ms (Redis `TIME`).
+    pub create_ms: i64,
+    /// When the first item started.
+    pub start_ms: Option<i64>,
+    /// When the job ended.
+    pub end_ms: Option<i64>,
+    /// When the job and its results are deleted.
+    pub expire_ms: Option<i64>,
+}
+
+impl JobRecord {
+    /// Reads the hash's fields; `None` when a field every job has is missing or malformed
+    /// (a hash this code did not write).
+    pub fn from_hash(id: &str, h: &HashMap<String, String>) -> Option<Self> {
+        let text = |k: &str| h.get(k).cloned().unwrap_or_default();
+        let int = |k: &str| h.get(k).and_then(|v| v.parse::<i64>().ok());
+        let count = |k: &str| int(k).and_then(|v| i32::try_from(v).ok());
+        Some(Self {
+            id: id.to_owned(),
+            state: JobState::parse(h.get("state")?)?,
+            tenant: text("tenant"),
+            priority: count("priority")?,
+            format: count("format")?,
+            sample_rate_hz: count("sample_rate_hz")?,
+            request_id: text("request_id"),
+            webhook_url: text("webhook_url"),
+            total: count("total")?,
+            characters: int("characters")?,
+            queued: count("queued")?,
+            running: count("running")?,
+            succeeded: count("succeeded")?,
+            failed: count("failed")?,
+            cancelled: count("cancelled")?,
+            characters_succeeded: int("characters_succeeded")?,
+            cached_items: count("cached_items")?,
+            create_ms: int("create_ms")?,
+            start_ms: int("start_ms"),
+            end_ms: int("end_ms"),
+            expire_ms: int("expire_ms"),
+        })
+    }
+
+    /// True once the job reached its terminal state and no item runs any more.
+    pub fn has_ended(&self) -> bool {
+        self.end_ms.is_some()
+    }
+
+    /// The resource name.
+    pub fn name(&self) -> String {
+        job_name(&self.id)
+    }
+}
+
+/// `jobs/{id}`.
+pub fn job_name(id: &str) -> String {
+    format!("jobs/{id}")
+}
+
+/// A job id as this service makes them: `j` and 20 lowercase hex digits.
+pub fn new_job_id() -> String {
+    format!("j{}", hex::encode(rand::random::<[u8; 10]>()))
+}
+
+/// The id of a `jobs/{job}` name: 1 to [`MAX_JOB_ID_CHARS`] of `a-z 0-9 -`, starting with a
+/// letter. Errors: what a well-formed name looks like.
+pub fn parse_job_name(name: &str) -> Result<&str, String> {
+    let id = name.strip_prefix("jobs/").unwrap_or_default();
+    let ok = !id.is_empty()
+        && id.len() <= MAX_JOB_ID_CHARS
+        && id.starts_with(|c: char| c.is_ascii_lowercase())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if ok {
+        Ok(id)
+    } else {
+        Err(format!(
+            "expected jobs/{{job}} (the name CreateJob answered, e.g. jobs/j0123456789abcdef0123), got {}",
+            voxpool_domain::untrusted::quote(name)
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_names_parse_back_and_malformed_ones_are_refused() {
+        let id = new_job_id();
+        assert_eq!(parse_job_name(&job_name(&id)), Ok(id.as_str()));
+        for bad in [
+            "", "jobs/", "j1", "jobs/J1", "jobs/1a", "jobs/a/b", "other/a",
+        ] {
+            assert!(parse_job_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn states_round_trip_through_their_store_forms() {
+        for s in [
+            ItemState::Queued,
+            ItemState::Running,
+            ItemState::Succeeded,
+            ItemState::Failed,
+            ItemState::Cancelled,
+        ] {
+            assert_eq!(ItemState::from_code(s.code()), Some(s));
+        }
+        assert_eq!(ItemState::parse_name("failed"), Some(ItemState::Failed));
+        assert_eq!(JobState::parse("CANCELLED"), Some(JobState::Cancelled));
+        assert_eq!(JobState::parse("cancelled"), None);
+    }
+}

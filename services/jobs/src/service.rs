@@ -1,0 +1,476 @@
+//! The gRPC edge of `voxpool.jobs.v1.Jobs`: requests checked and turned into store calls,
+//! records turned into messages, every failure into the code and typed reason the proto
+//! documents (`voxpool_domain::contract::JobsReason`).
+
+use std::{collections::HashMap, pin::Pin, sync::Arc, time::Duration};
+
+use futures::{Stream, StreamExt as _};
+use prost::Message as _;
+use tonic::{Code, Request, Response, Status};
+use voxpool_domain::{contract::JobsReason, secret::Secret, status::with_info};
+use voxpool_proto::jobs::v1::{
+    self as pb,
+    jobs_server::{Jobs, JobsServer},
+};
+
+use crate::{
+    convert,
+    model::{ItemState, JobState, new_job_id, parse_job_name},
+    results::{BlobError, Results},
+    store::{Created, JobStore, NewJob, StoreError},
+    validate,
+    worker::Workers,
+};
+
+/// Fully-qualified service name (health, reflection).
+pub const SERVICE_NAME: &str = "voxpool.jobs.v1.Jobs";
+/// Largest message of ReadJobItemAudio.
+const AUDIO_CHUNK: usize = 1024 * 1024;
+
+/// The Jobs service.
+pub struct JobsService {
+    store: JobStore,
+    results: Results,
+    workers: Arc<Workers>,
+    webhook_secret: bool,
+}
+
+impl JobsService {
+    /// The service over `store` and `results`; `workers` are woken by each new job.
+    pub fn new(
+        store: JobStore,
+        results: Results,
+        workers: Arc<Workers>,
+        secret: Option<&Secret>,
+    ) -> Self {
+        Self {
+            store,
+            results,
+            workers,
+            webhook_secret: secret.is_some(),
+        }
+    }
+
+    /// As a tonic server accepting and sending messages of up to `max_message_bytes`.
+    pub fn into_server(self, max_message_bytes: usize) -> JobsServer<Self> {
+        JobsServer::new(self)
+            .max_decoding_message_size(max_message_bytes)
+            .max_encoding_message_size(max_message_bytes)
+    }
+
+    async fn record(&self, name: &str) -> Result<crate::model::JobRecord, Status> {
+        let id = parse_job_name(name)
+            .map_err(|e| voxpool_domain::status::invalid_argument("name", e))?;
+        self.store
+            .record(id)
+            .await
+            .map_err(store_status)?
+            .ok_or_else(|| job_not_found(id))
+    }
+}
+
+fn reason(
+    code: Code,
+    reason: JobsReason,
+    message: impl Into<String>,
+    retry: Option<Duration>,
+) -> Status {
+    with_info(code, message, reason.as_str(), HashMap::new(), retry)
+}
+
+fn job_not_found(id: &str) -> Status {
+    reason(
+        Code::NotFound,
+        JobsReason::JobNotFound,
+        format!("no job jobs/{id}: never created, deleted, or past its retention"),
+        None,
+    )
+}
+
+fn store_status(e: StoreError) -> Status {
+    match e {
+        StoreError::Unavailable(why) if why.contains("acknowledged") => reason(
+            Code::Unavailable,
+            JobsReason::NotReplicated,
+            format!("{why}; retry with the same request_id (it answers the same job)"),
+            Some(Duration::from_secs(1)),
+        ),
+        StoreError::Unavailable(why) => reason(
+            Code::Unavailable,
+            JobsReason::StoreUnavailable,
+            format!("the job store does not answer ({why}); retry"),
+            Some(Duration::from_secs(1)),
+        ),
+        StoreError::Protocol(why) => Status::internal(format!("job store: {why}")),
+    }
+}
+
+fn blob_status(e: BlobError, what: &str) -> Status {
+    match e {
+        BlobError::NotFound => Status::not_found(format!("{what}: not in the blob store")),
+        BlobError::Failed(why) => reason(
+            Code::Unavailable,
+            JobsReason::BlobStoreUnavailable,
+            format!("{what}: {why}; retry"),
+            Some(Duration::from_secs(1)),
+        ),
+    }
+}
+
+fn page(size: i32, token: &str) -> Result<(usize, usize), Status> {
+    let size = match size {
+        0 => 100,
+        1..=1000 => usize::try_from(size).unwrap_or(100),
+        _ => {
+            return Err(voxpool_domain::status::invalid_argument(
+                "page_size",
+                format!("{size}: use 1..=1000, or 0 for 100"),
+            ));
+        }
+    };
+    let offset = if token.is_empty() {
+        0
+    } else {
+        token.parse().map_err(|_| {
+            voxpool_domain::status::invalid_argument(
+                "page_token",
+                "not a token this service gave: pass next_page_token as it came",
+            )
+        })?
+    };
+    Ok((offset, size))
+}
+
+#[tonic::async_trait]
+impl Jobs for JobsService {
+    async fn create_job(
+        &self,
+        request: Request<pb::CreateJobRequest>,
+    ) -> Result<Response<pb::Job>, Status> {
+        let mut req = request.into_inner();
+        let (items, field) = match (req.items.is_empty(), req.manifest_uri.is_empty()) {
+            (false, false) => {
+                return Err(voxpool_domain::status::invalid_argument(
+                    "manifest_uri",
+                    "give either items or manifest_uri, not both",
+                ));
+            }
+            (true, false) => {
+                let bytes = self
+                    .results
+                    .read_manifest(&req.manifest_uri)
+                    .await
+                    .map_err(|e| match e {
+                        BlobError::NotFound => reason(
+                            Code::NotFound,
+                            JobsReason::ManifestNotFound,
+                            format!(
+                                "manifest_uri {}: no such object in the blob store {}",
+                                voxpool_domain::untrusted::quote(&req.manifest_uri),
+                                self.results.location()
+                            ),
+                            None,
+                        ),
+                        other => blob_status(other, "manifest_uri"),
+                    })?;
+                (validate::parse_manifest(&bytes)?, "manifest_uri")
+            }
+            _ => (std::mem::take(&mut req.items), "items"),
+        };
+        let checked = validate::check(&req, items, field)?;
+        if !req.webhook_url.is_empty() && !self.webhook_secret {
+            return Err(reason(
+                Code::FailedPrecondition,
+                JobsReason::WebhookSecretMissing,
+                "webhook_url: this server has no webhook secret to sign deliveries with; start it with VOXPOOL_JOBS_WEBHOOK_SECRET or --webhook-secret-file, or submit without a webhook",
+                None,
+            ));
+        }
+        let job = NewJob {
+            id: new_job_id(),
+            tenant: req.tenant.clone(),
+            priority: checked.priority as i32,
+            format: if req.format == 0 {
+                pb_wav()
+            } else {
+                req.format
+            },
+            sample_rate_hz: req.sample_rate_hz,
+            request_id: req.request_id.clone(),
+            webhook_url: req.webhook_url.clone(),
+            characters: checked.characters,
+            items: checked
+                .items
+                .into_iter()
+                .map(|(id, spec)| (id, spec.encode_to_vec()))
+                .collect(),
+        };
+        let id = match self.store.create(job).await.map_err(store_status)? {
+            Created::New(id) => {
+                tracing::info!(job = %id, "job created");
+                self.workers.wake();
+                id
+            }
+            Created::Existing(id) => id,
+        };
+        let record = self
+            .store
+            .record(&id)
+            .await
+            .map_err(store_status)?
+            .ok_or_else(|| job_not_found(&id))?;
+        Ok(Response::new(convert::job(&record, &self.results)))
+    }
+
+    async fn get_job(
+        &self,
+        request: Request<pb::GetJobRequest>,
+    ) -> Result<Response<pb::Job>, Status> {
+        let record = self.record(&request.get_ref().name).await?;
+        Ok(Response::new(convert::job(&record, &self.results)))
+    }
+
+    async fn list_jobs(
+        &self,
+        request: Request<pb::ListJobsRequest>,
+    ) -> Result<Response<pb::ListJobsResponse>, Status> {
+        let req = request.into_inner();
+        voxpool_domain::contract::check_tenant(&req.tenant)
+            .map_err(|e| voxpool_domain::status::invalid_argument("tenant", e.to_string()))?;
+        let (offset, size) = page(req.page_size, &req.page_token)?;
+        let (jobs, more) = self
+            .store
+            .list_jobs(&req.tenant, offset, size)
+            .await
+            .map_err(store_status)?;
+        Ok(Response::new(pb::ListJobsResponse {
+            next_page_token: if more {
+                (offset + size).to_string()
+            } else {
+                String::new()
+            },
+            jobs: jobs
+                .iter()
+                .map(|r| convert::job(r, &self.results))
+                .collect(),
+        }))
+    }
+
+    async fn list_job_items(
+        &self,
+        request: Request<pb::ListJobItemsRequest>,
+    ) -> Result<Response<pb::ListJobItemsResponse>, Status> {
+        let req = request.into_inner();
+        let record = self.record(&req.name).await?;
+        let (offset, size) = page(req.page_size, &req.page_token)?;
+        let state = parse_filter(&req.filter)?;
+        let (rows, next) = self
+            .store
+            .list_items(&record.id, offset, size, state)
+            .await
+            .map_err(store_status)?;
+        Ok(Response::new(pb::ListJobItemsResponse {
+            items: rows
+                .iter()
+                .map(|r| convert::item(r, &self.results))
+                .collect(),
+            next_page_token: next.map(|n| n.to_string()).unwrap_or_default(),
+        }))
+    }
+
+    async fn cancel_job(
+        &self,
+        request: Request<pb::CancelJobRequest>,
+    ) -> Result<Response<pb::Job>, Status> {
+        let id = parse_job_name(&request.get_ref().name)
+            .map_err(|e| voxpool_domain::status::invalid_argument("name", e))?;
+        match self.store.cancel(id).await.map_err(store_status)? {
+            None => return Err(job_not_found(id)),
+            Some(Err(state)) => {
+                return Err(reason(
+                    Code::FailedPrecondition,
+                    JobsReason::JobFinished,
+                    format!("jobs/{id} already {}: nothing to cancel", state.as_str()),
+                    None,
+                ));
+            }
+            Some(Ok(_)) => tracing::info!(job = %id, "job cancelled"),
+        }
+        let record = self
+            .store
+            .record(id)
+            .await
+            .map_err(store_status)?
+            .ok_or_else(|| job_not_found(id))?;
+        Ok(Response::new(convert::job(&record, &self.results)))
+    }
+
+    async fn delete_job(
+        &self,
+        request: Request<pb::DeleteJobRequest>,
+    ) -> Result<Response<()>, Status> {
+        let id = parse_job_name(&request.get_ref().name)
+            .map_err(|e| voxpool_domain::status::invalid_argument("name", e))?;
+        match self.store.delete(id).await.map_err(store_status)? {
+            Ok(false) => return Err(job_not_found(id)),
+            Err(state) => {
+                let hint = if state == JobState::Cancelled {
+                    "wait for its items in flight to end"
+                } else {
+                    "cancel it first"
+                };
+                return Err(reason(
+                    Code::FailedPrecondition,
+                    JobsReason::JobNotFinished,
+                    format!(
+                        "jobs/{id} is {} with items not ended: {hint}",
+                        state.as_str()
+                    ),
+                    None,
+                ));
+            }
+            Ok(true) => {}
+        }
+        let removed = self
+            .results
+            .delete_job(id)
+            .await
+            .map_err(|e| blob_status(e, "deleting the job's results"))?;
+        tracing::info!(job = %id, objects = removed, "job deleted");
+        Ok(Response::new(()))
+    }
+
+    type ReadJobItemAudioStream =
+        Pin<Box<dyn Stream<Item = Result<pb::ReadJobItemAudioResponse, Status>> + Send>>;
+
+    async fn read_job_item_audio(
+        &self,
+        request: Request<pb::ReadJobItemAudioRequest>,
+    ) -> Result<Response<Self::ReadJobItemAudioStream>, Status> {
+        let name = &request.get_ref().name;
+        let bad = || {
+            voxpool_domain::status::invalid_argument(
+                "name",
+                format!(
+                    "expected jobs/{{job}}/items/{{item}}, got {}",
+                    voxpool_domain::untrusted::quote(name)
+                ),
+            )
+        };
+        let (job, item) = name
+            .strip_prefix("jobs/")
+            .and_then(|rest| rest.split_once("/items/"))
+            .ok_or_else(bad)?;
+        let job = parse_job_name(&format!("jobs/{job}"))
+            .map_err(|_| bad())?
+            .to_owned();
+        voxpool_domain::item::check_item_id(item)
+            .map_err(|e| voxpool_domain::status::invalid_argument("name", e))?;
+        let (state, result) = self
+            .store
+            .item(&job, item)
+            .await
+            .map_err(store_status)?
+            .ok_or_else(|| {
+                reason(
+                    Code::NotFound,
+                    JobsReason::ItemNotFound,
+                    format!(
+                        "jobs/{job} has no item {}",
+                        voxpool_domain::untrusted::quote(item)
+                    ),
+                    None,
+                )
+            })?;
+        if state != ItemState::Succeeded {
+            return Err(reason(
+                Code::FailedPrecondition,
+                JobsReason::ItemNotSucceeded,
+                format!(
+                    "item {} of jobs/{job} has not succeeded: ListJobItems shows its state",
+                    voxpool_domain::untrusted::quote(item)
+                ),
+                None,
+            ));
+        }
+        let output = result.map(|r| r.output).unwrap_or_default();
+        let body = self.results.read(&output).await.map_err(|e| match e {
+            BlobError::NotFound => reason(
+                Code::NotFound,
+                JobsReason::AudioGone,
+                format!("the audio of jobs/{job} item {item} is no longer in the blob store"),
+                None,
+            ),
+            other => blob_status(other, "reading the item's audio"),
+        })?;
+        let stream = body.flat_map(|chunk| {
+            let messages: Vec<Result<pb::ReadJobItemAudioResponse, Status>> = match chunk {
+                Ok(bytes) => bytes
+                    .chunks(AUDIO_CHUNK)
+                    .map(|c| Ok(pb::ReadJobItemAudioResponse { data: c.to_vec() }))
+                    .collect(),
+                Err(e) => vec![Err(blob_status(e, "reading the item's audio"))],
+            };
+            futures::stream::iter(messages)
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+fn pb_wav() -> i32 {
+    voxpool_proto::synthesis::v1::AudioFormat::Wav as i32
+}
+
+/// `""` or `state = <STATE>` (spaces optional).
+fn parse_filter(filter: &str) -> Result<Option<ItemState>, Status> {
+    let filter = filter.trim();
+    if filter.is_empty() {
+        return Ok(None);
+    }
+    filter
+        .split_once('=')
+        .filter(|(k, _)| k.trim() == "state")
+        .and_then(|(_, v)| ItemState::parse_name(v.trim()))
+        .map(Some)
+        .ok_or_else(|| {
+            voxpool_domain::status::invalid_argument(
+                "filter",
+                format!(
+                    "{}: use state = QUEUED, RUNNING, SUCCEEDED, FAILED or CANCELLED",
+                    voxpool_domain::untrusted::quote(filter)
+                ),
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_name_one_state_or_none() {
+        assert_eq!(parse_filter("").ok(), Some(None));
+        assert_eq!(
+            parse_filter("state = FAILED").ok(),
+            Some(Some(ItemState::Failed))
+        );
+        assert_eq!(
+            parse_filter("state=succeeded").ok(),
+            Some(Some(ItemState::Succeeded))
+        );
+        for bad in ["state", "id = x", "state = DONE"] {
+            let e = parse_filter(bad).expect_err(bad);
+            assert_eq!(e.code(), Code::InvalidArgument);
+            assert!(e.message().contains("filter"), "{}", e.message());
+        }
+    }
+
+    #[test]
+    fn pages_are_bounded_and_tokens_are_ours() {
+        assert_eq!(page(0, "").ok(), Some((0, 100)));
+        assert_eq!(page(5, "10").ok(), Some((10, 5)));
+        assert!(page(1001, "").is_err());
+        assert!(page(-1, "").is_err());
+        assert!(page(5, "abc").is_err());
+    }
+}

@@ -1,0 +1,10 @@
+-- Ends running item ARGV[3] (stream entry ARGV[2], group ARGV[1]) with outcome ARGV[4]
+-- (S, F, C) and result document ARGV[5]; ARGV[6] its characters, ARGV[7] '1' when every
+-- chunk came from the audio cache, ARGV[8] retention ms. Idempotent: an item that is not
+-- running any more (another worker ended it) only has the entry acknowledged.
+-- Returns {'ended', terminal state or ''} or {'dup'}.
+local id = ARGV[3]
+redis.call('XACK', KEYS[6], ARGV[1], ARGV[2])
+if redis.call('HGET', KEYS[3], id) ~= 'R' then return {'dup'} end
+conclude(id, ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7])
+return {'ended', settle(now_ms(), tonumber(ARGV[8]))}

@@ -1,0 +1,250 @@
+//! CreateJob's input checked before anything is queued: every problem is collected (field path
+//! and what to change) and answered at once as INVALID_ARGUMENT with a `BadRequest`; a job is
+//! queued whole or not at all. Also reads a `manifest_uri`'s JSON Lines into item specs.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+use tonic::Status;
+use tonic_types::{ErrorDetails, StatusExt as _};
+use voxpool_domain::{
+    contract::check_tenant, reference::is_tag, snapshot::Snapshot, untrusted::check_field,
+};
+use voxpool_proto::{
+    jobs::v1::{CreateJobRequest, JobItemSpec, job_item_spec::Voice},
+    scheduler::v1::Priority,
+    synthesis::v1::AudioFormat,
+};
+
+/// Most items of one job (inline or from a manifest).
+pub const MAX_ITEMS: usize = 10_000;
+/// Longest text of one item, in characters (synthesis's default `max_text_chars`).
+pub const MAX_TEXT_CHARS: usize = 20_000;
+/// Longest `request_id`.
+pub const MAX_REQUEST_ID_CHARS: usize = 128;
+/// Most problems one answer lists.
+const MAX_VIOLATIONS: usize = 50;
+
+/// A checked CreateJob.
+#[derive(Debug)]
+pub struct Checked {
+    /// Items in order, with their characters.
+    pub items: Vec<(String, JobItemSpec)>,
+    /// Characters of all items.
+    pub characters: i64,
+    /// The class the items run in.
+    pub priority: Priority,
+}
+
+/// Problems found so far.
+#[derive(Default)]
+struct Problems(Vec<(String, String)>);
+
+impl Problems {
+    fn add(&mut self, field: impl Into<String>, why: impl Into<String>) {
+        self.0.push((field.into(), why.into()));
+    }
+
+    fn into_status(self) -> Result<(), Status> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        let mut details = ErrorDetails::new();
+        for (field, why) in self.0.iter().take(MAX_VIOLATIONS) {
+            details.add_bad_request_violation(field.clone(), why.clone());
+        }
+        let (field, why) = &self.0[0];
+        let more = match self.0.len() {
+            1 => String::new(),
+            n => format!(
+                " (and {} more problems, listed in the BadRequest details)",
+                n - 1
+            ),
+        };
+        Err(Status::with_error_details(
+            tonic::Code::InvalidArgument,
+            format!("invalid {field}: {why}{more}; nothing was queued"),
+            details,
+        ))
+    }
+}
+
+/// Checks `req` (module doc); `items` are the request's or the manifest's, named `field`
+/// (`items` or `manifest_uri`) in problems.
+pub fn check(
+    req: &CreateJobRequest,
+    items: Vec<JobItemSpec>,
+    field: &str,
+) -> Result<Checked, Status> {
+    let mut p = Problems::default();
+    if let Err(e) = check_field(&req.request_id, MAX_REQUEST_ID_CHARS) {
+        p.add("request_id", e.to_string());
+    }
+    if let Err(e) = check_tenant(&req.tenant) {
+        p.add("tenant", e.to_string());
+    }
+    match AudioFormat::try_from(req.format) {
+        Ok(_) => {}
+        Err(_) => p.add(
+            "format",
+            format!(
+                "unknown format {}: use WAV, MP3, OGG_OPUS or PCM",
+                req.format
+            ),
+        ),
+    }
+    if req.sample_rate_hz != 0 && !(8_000..=192_000).contains(&req.sample_rate_hz) {
+        p.add(
+            "sample_rate_hz",
+            format!(
+                "{} Hz: use 0 (the vendor's default) or 8000..=192000",
+                req.sample_rate_hz
+            ),
+        );
+    }
+    let priority = match Priority::try_from(req.priority) {
+        Ok(Priority::Unspecified | Priority::Batch) => Priority::Batch,
+        Ok(Priority::Standard) => Priority::Standard,
+        Ok(Priority::Interactive) => {
+            p.add("priority", "INTERACTIVE is for characters speaking now, not jobs: use BATCH (the default) or STANDARD");
+            Priority::Batch
+        }
+        Err(_) => {
+            p.add(
+                "priority",
+                format!("unknown priority {}: use BATCH or STANDARD", req.priority),
+            );
+            Priority::Batch
+        }
+    };
+    if !req.webhook_url.is_empty()
+        && let Err(e) = crate::webhook::check_url(&req.webhook_url)
+    {
+        p.add("webhook_url", e);
+    }
+    if items.is_empty() {
+        p.add(
+            field,
+            "the job has no items: give items or a manifest_uri with at least one line",
+        );
+    }
+    if items.len() > MAX_ITEMS {
+        p.add(
+            field,
+            format!(
+                "{} items: at most {MAX_ITEMS} per job; split it into several jobs",
+                items.len()
+            ),
+        );
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut characters = 0i64;
+    for (i, item) in items.iter().enumerate().take(MAX_ITEMS) {
+        let at = |f: &str| format!("{field}[{i}].{f}");
+        if let Err(e) = voxpool_domain::item::check_item_id(&item.id) {
+            p.add(at("id"), e);
+        } else if let Some(first) = seen.insert(&item.id, i) {
+            p.add(
+                at("id"),
+                format!("duplicate id (first at {field}[{first}])"),
+            );
+        }
+        let chars = item.text.chars().count();
+        if item.text.trim().is_empty() {
+            p.add(at("text"), "empty: give the text to speak");
+        } else if chars > MAX_TEXT_CHARS {
+            p.add(at("text"), format!("{chars} characters: at most {MAX_TEXT_CHARS} per item; split it into several items"));
+        }
+        characters += i64::try_from(chars).unwrap_or(i64::MAX);
+        match &item.voice {
+            None => p.add(
+                at("voice"),
+                "missing: give one of pack_id, snapshot, snapshot_json",
+            ),
+            Some(Voice::PackId(id)) if id.trim().is_empty() => p.add(at("pack_id"), "empty"),
+            Some(Voice::PackId(_)) => {}
+            Some(Voice::Snapshot(s)) if s.digest.is_empty() || s.pack_id.is_empty() => {
+                p.add(at("snapshot"), "not a frozen snapshot (no pack_id or digest): send FreezeSnapshot's answer as it is");
+            }
+            Some(Voice::Snapshot(_)) => {}
+            Some(Voice::SnapshotJson(json)) => {
+                if let Err(e) = Snapshot::from_json(json).and_then(|s| s.verify_digest()) {
+                    p.add(at("snapshot_json"), e.to_string());
+                }
+            }
+        }
+        if !item.emotion.is_empty() && !is_tag(&item.emotion) {
+            p.add(at("emotion"), "not a clip tag: use [a-z0-9_-]{1,32}");
+        }
+    }
+    p.into_status()?;
+    Ok(Checked {
+        items: items.into_iter().map(|i| (i.id.clone(), i)).collect(),
+        characters,
+        priority,
+    })
+}
+
+/// One manifest line (`voxctl batch`'s form, without `card`).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Line {
+    id: String,
+    text: String,
+    pack_id: Option<String>,
+    snapshot: Option<serde_json::Value>,
+    card: Option<serde_json::Value>,
+    #[serde(default)]
+    emotion: String,
+    seed: Option<u64>,
+}
+
+/// The items of a JSON Lines manifest (module doc). Errors: INVALID_ARGUMENT naming
+/// `manifest_uri` and every bad line.
+pub fn parse_manifest(bytes: &[u8]) -> Result<Vec<JobItemSpec>, Status> {
+    let mut p = Problems::default();
+    let mut items = Vec::new();
+    for (n, raw) in bytes.split(|b| *b == b'\n').enumerate() {
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let field = format!("manifest_uri line {}", n + 1);
+        let line: Line = match serde_json::from_slice(raw) {
+            Ok(line) => line,
+            Err(e) => {
+                p.add(field, format!("not a manifest item ({e})"));
+                continue;
+            }
+        };
+        let voice = match (line.pack_id, line.snapshot, line.card) {
+            (_, _, Some(_)) => {
+                p.add(field, "card paths cannot be read by the server: put the card's snapshot in the line (\"snapshot\"), or submit with voxctl job submit, which reads cards");
+                continue;
+            }
+            (Some(pack), None, None) => Some(Voice::PackId(pack)),
+            (None, Some(snapshot), None) => Some(Voice::SnapshotJson(snapshot.to_string())),
+            (None, None, None) => None,
+            (Some(_), Some(_), None) => {
+                p.add(field, "give only one of packId, snapshot");
+                continue;
+            }
+        };
+        items.push(JobItemSpec {
+            id: line.id,
+            text: line.text,
+            voice,
+            emotion: line.emotion,
+            seed: line.seed,
+        });
+        if items.len() > MAX_ITEMS {
+            p.add(
+                "manifest_uri",
+                format!("more than {MAX_ITEMS} items: split it into several jobs"),
+            );
+            break;
+        }
+    }
+    p.into_status()?;
+    Ok(items)
+}

@@ -1,0 +1,205 @@
+//! Running one item: synthesize, write its object, end it in the store.
+//!
+//! - A redelivered item (its first worker died) whose object is already written is ended
+//!   SUCCEEDED without another vendor call.
+//! - Transient failures (the rule every synthesis client applies) are retried here with
+//!   exponential back-off and jitter (at least the server's `RetryInfo`), at most
+//!   `--max-attempts` calls; any other failure ends the item FAILED with Synthesize's status
+//!   and typed reason, the job's other items unaffected.
+//! - Cancellation is looked at before every call: an item of a cancelled job ends CANCELLED
+//!   at its next boundary; audio that came back is kept.
+//! - Ending it in the store is retried while the store does not answer (a failover), up to
+//!   twice the visibility timeout; past that another replica reclaims the item, finds its
+//!   object and ends it.
+
+use std::time::Duration;
+
+use backon::{BackoffBuilder as _, ExponentialBuilder};
+use prost::Message as _;
+use voxpool_domain::contract::JobsReason;
+use voxpool_proto::jobs::v1::JobItemSpec;
+
+use super::Workers;
+use crate::{
+    model::{ItemError, ItemResult, ItemState, JobState},
+    results::Results,
+    store::{Claimed, StoreError},
+    synth::{JobParams, is_transient, item_error, retry_after},
+};
+
+/// The result of an item that hit the delivery limit.
+pub(super) fn delivery_limit(max: u32) -> ItemResult {
+    ItemResult {
+        error: Some(ItemError {
+            code: "ABORTED".into(),
+            reason: JobsReason::DeliveryLimit.as_str().into(),
+            message: format!(
+                "the item was taken by {max} workers that stopped before it ended (killed, or crashing on it); it is not tried again"
+            ),
+            metadata: Default::default(),
+        }),
+        ..Default::default()
+    }
+}
+
+impl Workers {
+    /// Runs `claimed` to its end (module doc).
+    pub(super) async fn process(&self, claimed: Claimed, params: JobParams) {
+        self.hold(&claimed.job, &claimed.entry, true);
+        let (outcome, result, characters, all_cached) = self.run_item(&claimed, &params).await;
+        self.end(&claimed, outcome, &result, characters, all_cached)
+            .await;
+        self.hold(&claimed.job, &claimed.entry, false);
+    }
+
+    async fn run_item(
+        &self,
+        claimed: &Claimed,
+        params: &JobParams,
+    ) -> (ItemState, ItemResult, i64, bool) {
+        let spec = match JobItemSpec::decode(claimed.spec.as_slice()) {
+            Ok(spec) => spec,
+            Err(e) => {
+                let error = ItemError {
+                    code: "INTERNAL".into(),
+                    message: format!("the stored item cannot be read ({e}); submit it again"),
+                    ..Default::default()
+                };
+                return failed(error);
+            }
+        };
+        let characters = i64::try_from(spec.text.chars().count()).unwrap_or(i64::MAX);
+        let path = Results::item_path(&params.job, &claimed.id, params.format);
+        if claimed.deliveries > 1
+            && let Ok(Some(size)) = self.results.size(&path).await
+        {
+            tracing::info!(job = %params.job, "a reclaimed item's audio was written already: not synthesized again");
+            let result = ItemResult {
+                output: path,
+                audio_bytes: i64::try_from(size).unwrap_or(i64::MAX),
+                ..Default::default()
+            };
+            return (ItemState::Succeeded, result, characters, false);
+        }
+        let mut backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(250))
+            .with_max_delay(Duration::from_secs(20))
+            .with_jitter()
+            .with_max_times(self.options.max_attempts.saturating_sub(1) as usize)
+            .build();
+        loop {
+            if matches!(
+                self.store.job_state(&params.job).await,
+                Ok(Some(JobState::Cancelled))
+            ) {
+                return (
+                    ItemState::Cancelled,
+                    ItemResult::default(),
+                    characters,
+                    false,
+                );
+            }
+            if let Err(e) = self.store.count_attempt(&params.job, &claimed.id).await {
+                tracing::warn!(job = %params.job, error = %e, "could not count an attempt");
+            }
+            match self.synth.speak(params, &claimed.id, &spec).await {
+                Ok(response) => {
+                    let (cached, chunks) = voxpool_domain::contract::chunks_of(&response);
+                    let audio_bytes = i64::try_from(response.audio.len()).unwrap_or(i64::MAX);
+                    let all_cached = cached == chunks;
+                    if let Err(e) = self.write(&path, bytes::Bytes::from(response.audio)).await {
+                        return failed(ItemError {
+                            code: "UNAVAILABLE".into(),
+                            reason: JobsReason::ResultWriteFailed.as_str().into(),
+                            message: format!(
+                                "the audio came back but the blob store {} refused it: {e}",
+                                self.results.location()
+                            ),
+                            ..Default::default()
+                        });
+                    }
+                    let result = ItemResult {
+                        output: path,
+                        error: None,
+                        chunks: i32::try_from(chunks).unwrap_or(i32::MAX),
+                        cached_chunks: i32::try_from(cached).unwrap_or(i32::MAX),
+                        key_id: response.key_id,
+                        reference_digest: response.reference_digest,
+                        audio_bytes,
+                    };
+                    return (ItemState::Succeeded, result, characters, all_cached);
+                }
+                Err(status) => {
+                    let again = is_transient(&status).then(|| backoff.next()).flatten();
+                    match again {
+                        Some(delay) => {
+                            let delay = retry_after(&status).map_or(delay, |d| d.max(delay));
+                            tokio::time::sleep(delay).await;
+                        }
+                        None => return failed(item_error(&status)),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the audio, trying the blob store three times.
+    async fn write(
+        &self,
+        path: &str,
+        audio: bytes::Bytes,
+    ) -> Result<(), crate::results::BlobError> {
+        let mut last = None;
+        for delay in [0, 200, 1000] {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            match self.results.put(path, audio.clone()).await {
+                Ok(()) => return Ok(()),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(crate::results::BlobError::NotFound))
+    }
+
+    /// Ends the item in the store, retrying while the store does not answer (module doc).
+    async fn end(
+        &self,
+        claimed: &Claimed,
+        outcome: ItemState,
+        result: &ItemResult,
+        characters: i64,
+        all_cached: bool,
+    ) {
+        let give_up = tokio::time::Instant::now() + self.options.visibility_timeout * 2;
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match self
+                .store
+                .finish(claimed, outcome, result, characters, all_cached)
+                .await
+            {
+                Ok(Some(state)) => {
+                    tracing::info!(job = %claimed.job, state = state.as_str(), "job ended");
+                    return;
+                }
+                Ok(None) => return,
+                Err(StoreError::Unavailable(e)) if tokio::time::Instant::now() < give_up => {
+                    tracing::debug!(job = %claimed.job, error = %e, "ending an item: store unavailable, retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => {
+                    tracing::error!(job = %claimed.job, error = %e, "could not end an item: another replica reclaims it after the visibility timeout");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn failed(error: ItemError) -> (ItemState, ItemResult, i64, bool) {
+    let result = ItemResult {
+        error: Some(error),
+        ..Default::default()
+    };
+    (ItemState::Failed, result, 0, false)
+}

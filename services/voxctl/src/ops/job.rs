@@ -1,0 +1,233 @@
+//! `voxctl job ...`: durable batch jobs on `voxpool-jobs` (`voxpool.jobs.v1.Jobs`), called with
+//! the client token like synthesis.
+//!
+//! This module owns the client ([`Jobs`]): job and item names, the one-line errors (typed
+//! reasons and codes, never message text), the retry of transient failures
+//! ([`retry_of`] over [`JobsReason`]: STORE_UNAVAILABLE, UNAVAILABLE, RESOURCE_EXHAUSTED,
+//! DEADLINE_EXCEEDED and transport failures are tried again with backoff), and the small
+//! commands (`status`, `items`, `cancel`). The rest: [`submit`] (manifest → `CreateJob`),
+//! [`view`] (what is printed), [`wait`] (polling with progress), [`download`] (audio files and
+//! the report).
+
+pub mod download;
+pub mod submit;
+pub mod view;
+pub mod wait;
+
+use std::future::Future;
+
+use backon::BackoffBuilder as _;
+use tonic::{Code, Status};
+use voxpool_domain::contract::{JobsReason, Retry, retry_of};
+use voxpool_proto::jobs::v1::{
+    CancelJobRequest, GetJobRequest, Job, JobItem, ListJobItemsRequest, job,
+    jobs_client::JobsClient,
+};
+
+use super::OpError;
+use crate::{
+    connect,
+    retry::{CallError, RetryPolicy},
+};
+
+/// Most items one `CreateJob` takes inline (the server's limit); more go by `manifest_uri`.
+pub const MAX_INLINE_ITEMS: usize = 10_000;
+
+/// Items asked for per `ListJobItems` page (the server's largest page).
+const PAGE_SIZE: i32 = 1000;
+
+/// `jobs/<id>` from `jobs/<id>` or `<id>`. Errors (for clap): an empty id, or one with `/`,
+/// whitespace or control characters.
+pub fn job_name(raw: &str) -> Result<String, String> {
+    let raw = raw.trim();
+    let id = raw.strip_prefix("jobs/").unwrap_or(raw);
+    if id.is_empty() {
+        return Err("give a job name, jobs/<id> or <id> (as voxctl job submit printed it)".into());
+    }
+    if id.contains('/') || id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{} is not a job name: use jobs/<id> or <id> (as voxctl job submit printed it)",
+            voxpool_domain::untrusted::quote(raw)
+        ));
+    }
+    Ok(format!("jobs/{id}"))
+}
+
+/// `jobs/<job>/items/<item>`, the name `ReadJobItemAudio` takes.
+pub fn item_name(job: &str, item: &str) -> String {
+    format!("{job}/items/{item}")
+}
+
+/// Whether a failed call is worth another try: [`retry_of`] the jobs service's reasons
+/// (without one: UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, transport failures).
+pub fn transient(status: &Status) -> bool {
+    retry_of::<JobsReason>(status) == Retry::Again
+}
+
+/// The Jobs client of a `job` command, and the service it names in errors.
+#[derive(Clone)]
+pub struct Jobs {
+    /// The gRPC client (carries the client token).
+    pub client: JobsClient<connect::Authed>,
+    /// `jobs at URL`.
+    pub service: String,
+    /// Retries of transient failures.
+    pub policy: RetryPolicy,
+}
+
+impl Jobs {
+    /// A client for voxpool-jobs at `url` (lazy: nothing is dialled until the first call).
+    pub fn new(url: &str, token: &voxpool_runtime::auth::ClientToken) -> Result<Self, OpError> {
+        let client = JobsClient::new(connect::authed(url, token)?)
+            .max_decoding_message_size(connect::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(connect::MAX_MESSAGE_BYTES);
+        Ok(Self {
+            client,
+            service: format!("jobs at {url}"),
+            policy: RetryPolicy::default(),
+        })
+    }
+
+    /// The one-line error of `what` (an RPC name) about `job` (a job or item name; empty for
+    /// CreateJob) that failed with `status`. The hint comes from the typed reason
+    /// ([`JobsReason`]) or the code, never from the message.
+    pub fn error(&self, what: &str, job: &str, status: &Status) -> OpError {
+        let says = format!(
+            "{what} ({}): {}: {}",
+            self.service,
+            crate::retry::code_name(status.code()),
+            status.message()
+        );
+        let hint = match (JobsReason::of(status), status.code()) {
+            (Some(JobsReason::JobNotFound), _) | (None, Code::NotFound) if !job.is_empty() => {
+                let job = job.split("/items/").next().unwrap_or(job);
+                return OpError::failed(format!(
+                    "no job {job} at {} (deleted or past its retention?)",
+                    self.service
+                ));
+            }
+            (Some(JobsReason::AudioGone), _) => {
+                " (the audio is gone: job deleted or past its retention?)"
+            }
+            (Some(JobsReason::WebhookSecretMissing), _) => {
+                " (the jobs server has no webhook secret, --webhook-secret-file or VOXPOOL_JOBS_WEBHOOK_SECRET: submit without --webhook-url, or give the server one)"
+            }
+            (Some(JobsReason::StoreUnavailable | JobsReason::NotReplicated), _) => {
+                " (the jobs server's store did not answer in time: run the same command again)"
+            }
+            _ if std::error::Error::source(status).is_some() => {
+                " (voxpool-jobs did not answer: check --jobs / VOXPOOL_JOBS and that it runs)"
+            }
+            _ => return OpError::status(what, &self.service, status),
+        };
+        OpError::failed(format!("{says}{hint}"))
+    }
+
+    /// `call` until it answers, fails for good, or [`Jobs::policy`]'s attempts are spent; waits
+    /// between attempts with backoff (at least the server's `RetryInfo`).
+    pub async fn retrying<T, F, Fut>(&self, mut call: F) -> Result<T, Status>
+    where
+        F: FnMut(JobsClient<connect::Authed>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let mut ceilings = self.policy.ceilings().build();
+        loop {
+            match call(self.client.clone()).await {
+                Ok(response) => return Ok(response.into_inner()),
+                Err(status) if transient(&status) => match ceilings.next() {
+                    Some(ceiling) => {
+                        let delay = self.policy.delay(ceiling, &CallError::from_status(&status));
+                        tokio::time::sleep(delay).await;
+                    }
+                    None => return Err(status),
+                },
+                Err(status) => return Err(status),
+            }
+        }
+    }
+
+    /// `GetJob`, retried while transient.
+    pub async fn get(&self, job: &str) -> Result<Job, OpError> {
+        let name = job.to_owned();
+        self.retrying(|mut c| {
+            let name = name.clone();
+            async move { c.get_job(GetJobRequest { name }).await }
+        })
+        .await
+        .map_err(|s| self.error("GetJob", job, &s))
+    }
+
+    /// Every item of `job` (every page), optionally those in `state` only.
+    pub async fn items(
+        &self,
+        job: &str,
+        state: Option<voxpool_proto::jobs::v1::job_item::State>,
+    ) -> Result<Vec<JobItem>, OpError> {
+        let filter = state
+            .map(|s| format!("state = {}", s.as_str_name()))
+            .unwrap_or_default();
+        let mut items = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let request = ListJobItemsRequest {
+                name: job.to_owned(),
+                page_size: PAGE_SIZE,
+                page_token: page_token.clone(),
+                filter: filter.clone(),
+            };
+            let page = self
+                .retrying(|mut c| {
+                    let request = request.clone();
+                    async move { c.list_job_items(request).await }
+                })
+                .await
+                .map_err(|s| self.error("ListJobItems", job, &s))?;
+            items.extend(page.items);
+            if page.next_page_token.is_empty() || page.next_page_token == page_token {
+                return Ok(items);
+            }
+            page_token = page.next_page_token;
+        }
+    }
+
+    /// `CancelJob` (cancelling again answers the job unchanged, so it is retried). A job that
+    /// already ended is named with the state it ended in.
+    pub async fn cancel(&self, job: &str) -> Result<Job, OpError> {
+        let name = job.to_owned();
+        let answer = self
+            .retrying(|mut c| {
+                let name = name.clone();
+                async move { c.cancel_job(CancelJobRequest { name }).await }
+            })
+            .await;
+        match answer {
+            Ok(job) => Ok(job),
+            Err(status)
+                if JobsReason::of(&status) == Some(JobsReason::JobFinished)
+                    || (JobsReason::of(&status).is_none()
+                        && status.code() == Code::FailedPrecondition) =>
+            {
+                let ended = self.get(job).await?;
+                Err(OpError::failed(format!(
+                    "{job} has already ended ({}): nothing to cancel",
+                    view::job_state(&ended).as_str_name()
+                )))
+            }
+            Err(status) => Err(self.error("CancelJob", job, &status)),
+        }
+    }
+}
+
+/// Whether the job is over: SUCCEEDED, FAILED, or CANCELLED with no item left in flight.
+pub fn is_over(job: &Job) -> bool {
+    match view::job_state(job) {
+        job::State::Succeeded | job::State::Failed => true,
+        job::State::Cancelled => {
+            job.end_time.is_some() || job.item_counts.is_none_or(|c| c.running == 0)
+        }
+        job::State::Unspecified | job::State::Queued | job::State::Running => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,475 @@
+//! `voxpool-jobs` end to end on real processes (the stack: `jobs/stack.rs`): a job completes on
+//! two replicas without an item written twice, survives a SIGKILLed replica and a Sentinel
+//! failover, cancels, fails only its bad items, refuses bad input, shares the workers between
+//! tenants, delivers a signed webhook once, and is idempotent per request id.
+//!
+//! Synchronisation is by polling GetJob (bounded by `stack::DEADLINE`); the one fixed wait is
+//! the webhook case's look for a duplicate delivery (documented there).
+
+#[path = "jobs/stack.rs"]
+mod stack;
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use stack::*;
+use tonic::Code;
+use voxpool_proto::{jobs::v1 as jpb, jobs::v1::job::State, scheduler::v1::Priority};
+use voxpool_testkit::{RedisSentinel, RedisServer};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_500_item_job_on_two_replicas_succeeds_with_every_item_written_once() {
+    let stack = Stack::start(60).await;
+    let redis = RedisServer::start();
+    let a = stack.jobs(&redis.url(), 8, &[], None);
+    let _b = stack.jobs(&redis.url(), 8, &[], None);
+    let mut c = client(&a).await;
+    let job = create(&mut c, request("t1", 500)).await;
+    assert_eq!(job.total_items, 500);
+    assert_all_succeeded(&mut c, &stack, &job.name, 500).await;
+    assert_eq!(stack.vendor_calls(), 500, "one vendor call per item");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_sigkilled_mid_job_loses_no_item() {
+    const CONCURRENCY: u32 = 8;
+    const N: usize = 400;
+    let stack = Stack::start(80).await;
+    let redis = RedisServer::start();
+    let mut victim = stack.jobs(&redis.url(), CONCURRENCY, &[], None);
+    let log = stack.dir.path().join("survivor.log");
+    let survivor = stack.jobs(&redis.url(), CONCURRENCY, &[], Some(&log));
+    let mut c = client(&survivor).await;
+    let job = create(&mut c, request("t1", N)).await;
+    wait(&mut c, &job.name, "100 succeeded with items running", |j| {
+        counts(j).succeeded >= 100 && counts(j).running > 0
+    })
+    .await;
+    let running: Vec<String> = items(&mut c, &job.name, "state = RUNNING")
+        .await
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    victim.child.kill().expect("SIGKILL");
+    let killed = Instant::now();
+    victim.child.wait().expect("reaped");
+    // Until every item running at the kill (the victim's among them) has ended elsewhere.
+    let until = killed + DEADLINE;
+    let mut first_reclaim = None;
+    let reclaimed = |log: &std::path::Path| {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .contains("reclaimed an item")
+    };
+    let reclaimed_all = loop {
+        if first_reclaim.is_none() && reclaimed(&log) {
+            first_reclaim = Some(killed.elapsed());
+        }
+        let now = items(&mut c, &job.name, "state = RUNNING").await;
+        if !now.iter().any(|i| running.contains(&i.id)) {
+            break killed.elapsed();
+        }
+        assert!(
+            Instant::now() < until,
+            "items running at the kill never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_all_succeeded(&mut c, &stack, &job.name, N).await;
+    let completed = killed.elapsed();
+    if first_reclaim.is_none() && reclaimed(&log) {
+        first_reclaim = Some(killed.elapsed());
+    }
+    let calls = stack.vendor_calls();
+    eprintln!(
+        "JOBS-FIGURE: replica SIGKILL (visibility-timeout 2s, concurrency {CONCURRENCY}, {N} items of ~80ms): \
+         kill -> job SUCCEEDED {completed:?}; kill -> every item running at the kill ended elsewhere {reclaimed_all:?}; \
+         kill -> survivor's first reclaim (log) {first_reclaim:?}; vendor calls {calls} for {N} items"
+    );
+    assert!(
+        first_reclaim.is_some(),
+        "the survivor reclaimed none of the victim's items"
+    );
+    assert!(
+        calls <= (N as u64) + u64::from(CONCURRENCY),
+        "{calls} vendor calls for {N} items"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_failover_of_the_jobs_slot_mid_job_loses_no_item() {
+    const N: usize = 200;
+    let stack = Stack::start(60).await;
+    let cluster = voxpool_testkit::RedisCluster::start(3, 1);
+    let a = stack.jobs(&cluster.url(), 8, &[], None);
+    let _b = stack.jobs(&cluster.url(), 8, &[], None);
+    let mut c = client(&a).await;
+    let job = create(&mut c, request("t1", N)).await;
+    wait(&mut c, &job.name, "40 succeeded", |j| {
+        counts(j).succeeded >= 40
+    })
+    .await;
+    // The master of the job's one slot (every key of a job carries the hash tag {job}).
+    let id = job.name.trim_start_matches("jobs/").to_owned();
+    let old = cluster.primary_port_for_key(&format!("vj:{{{id}}}"));
+    cluster.kill_node(old);
+    let t = Instant::now();
+    let (promoted, cluster) =
+        tokio::task::spawn_blocking(move || (cluster.wait_promoted(old), cluster))
+            .await
+            .expect("failover");
+    let mut c = loop {
+        let mut c = client(&a).await;
+        if c.get_job(jpb::GetJobRequest {
+            name: job.name.clone(),
+        })
+        .await
+        .is_ok()
+        {
+            break c;
+        }
+        assert!(
+            t.elapsed() < DEADLINE,
+            "the job store never answered after the failover"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_all_succeeded(&mut c, &stack, &job.name, N).await;
+    eprintln!(
+        "JOBS-FIGURE: cluster failover of the job's slot ({old} -> {promoted}): kill -> job SUCCEEDED {:?}; vendor calls {} for {N}",
+        t.elapsed(),
+        stack.vendor_calls()
+    );
+    drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_mid_job_loses_no_item() {
+    const N: usize = 300;
+    let stack = Stack::start(60).await;
+    let sentinel = RedisSentinel::start();
+    let a = stack.jobs(&sentinel.url(), 8, &[], None);
+    let _b = stack.jobs(&sentinel.url(), 8, &[], None);
+    let mut c = client(&a).await;
+    let job = create(&mut c, request("t1", N)).await;
+    wait(&mut c, &job.name, "50 succeeded", |j| {
+        counts(j).succeeded >= 50
+    })
+    .await;
+    let old = sentinel.kill_primary();
+    let t = Instant::now();
+    let promoted = tokio::task::spawn_blocking(move || (sentinel.wait_failover(old), sentinel))
+        .await
+        .expect("failover");
+    let mut c = loop {
+        // GetJob answers UNAVAILABLE while the primary is down: retry until it answers.
+        let mut c = client(&a).await;
+        if c.get_job(jpb::GetJobRequest {
+            name: job.name.clone(),
+        })
+        .await
+        .is_ok()
+        {
+            break c;
+        }
+        assert!(t.elapsed() < DEADLINE);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_all_succeeded(&mut c, &stack, &job.name, N).await;
+    eprintln!(
+        "JOBS-FIGURE: sentinel failover ({} -> {}): kill -> job SUCCEEDED {:?}; vendor calls {} for {N}",
+        old,
+        promoted.0,
+        t.elapsed(),
+        stack.vendor_calls()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_job_starts_no_item_and_ends_cancelled() {
+    const CONCURRENCY: u32 = 4;
+    let stack = Stack::start(300).await;
+    let redis = RedisServer::start();
+    let a = stack.jobs(&redis.url(), CONCURRENCY, &[], None);
+    let mut c = client(&a).await;
+    let job = create(&mut c, request("t1", 200)).await;
+    wait(&mut c, &job.name, "8 succeeded", |j| {
+        counts(j).succeeded >= 8
+    })
+    .await;
+    let calls_before = stack.vendor_calls();
+    let cancelled = c
+        .cancel_job(jpb::CancelJobRequest {
+            name: job.name.clone(),
+        })
+        .await
+        .expect("CancelJob")
+        .into_inner();
+    assert_eq!(state(&cancelled), State::Cancelled);
+    let at = counts(&cancelled);
+    assert_eq!(at.queued, 0, "queued items end CANCELLED at once: {at:?}");
+    assert!(at.cancelled >= 150, "{at:?}");
+    let end = ended(&mut c, &job.name).await;
+    assert_eq!(state(&end), State::Cancelled);
+    let e = counts(&end);
+    assert_eq!(e.running, 0);
+    assert_eq!(
+        e.queued + e.running + e.succeeded + e.failed + e.cancelled,
+        200,
+        "{e:?}"
+    );
+    let ended_after = (e.succeeded + e.failed) - (at.succeeded + at.failed);
+    assert!(
+        ended_after <= at.running.max(0) && at.running <= CONCURRENCY as i32,
+        "only in-flight items end after the cancel: {at:?} -> {e:?}"
+    );
+    let calls = stack.vendor_calls();
+    assert!(
+        calls <= calls_before + u64::from(CONCURRENCY),
+        "vendor calls {calls_before} -> {calls}"
+    );
+    let again = c
+        .cancel_job(jpb::CancelJobRequest {
+            name: job.name.clone(),
+        })
+        .await
+        .expect("second CancelJob")
+        .into_inner();
+    assert_eq!(state(&again), State::Cancelled);
+    // A SUCCEEDED job cannot be cancelled.
+    let small = create(&mut c, request("t1", 3)).await;
+    let done = ended(&mut c, &small.name).await;
+    assert_eq!(state(&done), State::Succeeded);
+    let refused = c
+        .cancel_job(jpb::CancelJobRequest {
+            name: small.name.clone(),
+        })
+        .await
+        .expect_err("cancel SUCCEEDED");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_items_fail_alone_and_bad_requests_queue_nothing() {
+    let stack = Stack::start(20).await;
+    let redis = RedisServer::start();
+    let a = stack.jobs(&redis.url(), 4, &[], None);
+    let mut c = client(&a).await;
+    let mut req = request("bad", 10);
+    req.items[3].voice = Some(jpb::job_item_spec::Voice::PackId("vp_no_such_pack".into()));
+    let mut nowhere = voxpool_fake_vendors::snapshot("openai", "tts-1", "alloy");
+    nowhere.tts_model_id = "no-such-pool".into();
+    req.items[7].voice = Some(jpb::job_item_spec::Voice::Snapshot(nowhere.seal().to_pb()));
+    let job = create(&mut c, req).await;
+    let end = ended(&mut c, &job.name).await;
+    assert_eq!(state(&end), State::Failed, "{end:?}");
+    assert_eq!(
+        (counts(&end).succeeded, counts(&end).failed),
+        (8, 2),
+        "{end:?}"
+    );
+    for it in items(&mut c, &job.name, "").await {
+        if it.id == "item-00003" || it.id == "item-00007" {
+            assert_eq!(item_state(&it), jpb::job_item::State::Failed, "{it:?}");
+            let err = it.error.clone().expect("an error");
+            // Synthesis's NOT_FOUND carries a ResourceInfo, not an ErrorInfo: no reason then.
+            assert!(!err.code.is_empty() && !err.message.is_empty(), "{it:?}");
+            assert!(err.code == "NOT_FOUND" || !err.reason.is_empty(), "{it:?}");
+            assert!(
+                matches!(
+                    err.code.as_str(),
+                    "NOT_FOUND" | "INVALID_ARGUMENT" | "FAILED_PRECONDITION"
+                ),
+                "{err:?}"
+            );
+            eprintln!(
+                "bad item {}: {} {} {}",
+                it.id, err.code, err.reason, err.message
+            );
+        } else {
+            assert_eq!(item_state(&it), jpb::job_item::State::Succeeded, "{it:?}");
+        }
+    }
+    // Invalid input: INVALID_ARGUMENT naming the field, nothing created.
+    let mut empty = request("refused", 3);
+    empty.items[1].text = "  ".into();
+    let mut dup = request("refused", 3);
+    dup.items[2].id = dup.items[0].id.clone();
+    let mut interactive = request("refused", 3);
+    interactive.priority = Priority::Interactive as i32;
+    for (req, field) in [
+        (empty, "items[1].text"),
+        (dup, "items[2].id"),
+        (interactive, "priority"),
+    ] {
+        let e = c.create_job(req).await.expect_err(field);
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains(field), "{field}: {}", e.message());
+    }
+    let listed = c
+        .list_jobs(jpb::ListJobsRequest {
+            tenant: "refused".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("ListJobs")
+        .into_inner();
+    assert!(listed.jobs.is_empty(), "{listed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tenants_progress_at_about_the_same_rate() {
+    const N: usize = 120;
+    let stack = Stack::start(60).await;
+    let redis = RedisServer::start();
+    let a = stack.jobs(&redis.url(), 4, &[], None);
+    let mut c = client(&a).await;
+    let first = create(&mut c, request("tenant-a", N)).await;
+    let second = create(&mut c, request("tenant-b", N)).await;
+    // Whichever finishes first: the other's progress then.
+    let until = Instant::now() + DEADLINE;
+    let (done, other) = loop {
+        let (x, y) = (
+            get(&mut c, &first.name).await,
+            get(&mut c, &second.name).await,
+        );
+        if x.end_time.is_some() {
+            break (x, y);
+        }
+        if y.end_time.is_some() {
+            break (y, x);
+        }
+        assert!(Instant::now() < until, "neither job ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (d, o) = (
+        counts(&done).succeeded as f64,
+        counts(&other).succeeded as f64,
+    );
+    eprintln!(
+        "JOBS-FIGURE: fairness: when {} ended with {d} succeeded, {} had {o}",
+        done.tenant, other.tenant
+    );
+    let ratio = o / d;
+    assert!(
+        (0.6..=1.6).contains(&ratio),
+        "tenants progressed unequally: {d} vs {o}"
+    );
+    ended(&mut c, &other.name).await;
+}
+
+/// What the webhook receiver saw: (status answered, signature header, delivery header, body).
+type Seen = Arc<Mutex<Vec<(u16, String, String, Vec<u8>)>>>;
+
+async fn receiver(seen: Seen) -> String {
+    use axum::{body::Bytes, http::HeaderMap, http::StatusCode, routing::post};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let app = axum::Router::new().route(
+        "/hook",
+        post(move |headers: HeaderMap, body: Bytes| {
+            let seen = seen.clone();
+            async move {
+                let mut seen = seen.lock().expect("lock");
+                let status = if seen.is_empty() { 500 } else { 200 };
+                let h = |n: &str| {
+                    headers
+                        .get(n)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                seen.push((
+                    status,
+                    h("x-voxpool-signature"),
+                    h("x-voxpool-delivery"),
+                    body.to_vec(),
+                ));
+                StatusCode::from_u16(status).expect("status")
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/hook")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_is_signed_retried_and_delivered_once() {
+    use hmac::{Hmac, KeyInit as _, Mac as _};
+    const SECRET: &str = "jobs-test-webhook-secret-0123456789";
+    let stack = Stack::start(20).await;
+    let redis = RedisServer::start();
+    let a = stack.jobs(
+        &redis.url(),
+        4,
+        &[("VOXPOOL_JOBS_WEBHOOK_SECRET", SECRET)],
+        None,
+    );
+    let mut c = client(&a).await;
+    let seen: Seen = Arc::default();
+    let url = receiver(seen.clone()).await;
+    let mut req = request("hooks", 5);
+    req.webhook_url = url;
+    let job = create(&mut c, req).await;
+    let until = Instant::now() + DEADLINE;
+    while !seen.lock().expect("lock").iter().any(|s| s.0 == 200) {
+        assert!(
+            Instant::now() < until,
+            "no successful delivery: {:?}",
+            seen.lock().expect("lock").len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // No duplicate after the 2xx: the finalizer polls every 250 ms and retries a failed
+    // delivery after 1 s; 3 s is several of both.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(
+        seen.iter().map(|s| s.0).collect::<Vec<_>>(),
+        vec![500, 200],
+        "one failure, one delivery"
+    );
+    for (_, signature, delivery, body) in &seen {
+        let (t, v1) = signature
+            .strip_prefix("t=")
+            .and_then(|s| s.split_once(",v1="))
+            .unwrap_or_else(|| panic!("signature {signature:?}"));
+        let mut mac = <Hmac<sha2::Sha256>>::new_from_slice(SECRET.as_bytes()).expect("key");
+        mac.update(format!("{t}.").as_bytes());
+        mac.update(body);
+        assert_eq!(
+            hex::encode(mac.finalize().into_bytes()),
+            v1,
+            "signature verifies"
+        );
+        assert_eq!(delivery, &format!("{}/SUCCEEDED", job.name));
+        let json: serde_json::Value = serde_json::from_slice(body).expect("JSON body");
+        assert_eq!(json["name"], job.name.as_str(), "{json}");
+        assert_eq!(json["state"], "SUCCEEDED", "{json}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_job_is_idempotent_per_tenant_and_request_id() {
+    let stack = Stack::start(20).await;
+    let redis = RedisServer::start();
+    let a = stack.jobs(&redis.url(), 4, &[], None);
+    let mut c = client(&a).await;
+    let mut req = request("idem", 20);
+    req.request_id = "book-7".into();
+    let first = create(&mut c, req.clone()).await;
+    let second = create(&mut c, req.clone()).await;
+    assert_eq!(first.name, second.name);
+    assert_eq!(second.total_items, 20);
+    let mut other_tenant = req;
+    other_tenant.tenant = "idem-2".into();
+    let third = create(&mut c, other_tenant).await;
+    assert_ne!(third.name, first.name, "the request id is per tenant");
+    assert_all_succeeded(&mut c, &stack, &first.name, 20).await;
+    assert_all_succeeded(&mut c, &stack, &third.name, 20).await;
+    assert_eq!(stack.vendor_calls(), 40, "each job's items queued once");
+}

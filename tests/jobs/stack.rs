@@ -1,0 +1,263 @@
+//! The stack every jobs test runs on: a fake OpenAI-compatible vendor (in process, counting
+//! calls, fixed latency), `voxpool-scheduler` (memory store), `voxpool-catalog` (SQLite),
+//! `voxpool-synthesis` (cache off) and as many `voxpool-jobs` replicas as a test starts on its
+//! own Redis.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use tonic::transport::Channel;
+use voxpool_e2e::{Service, binary, quiet, start, start_with_stderr};
+use voxpool_fake_vendors::{FakeConfig, FakeVendor, Latency, VendorKind};
+use voxpool_proto::jobs::v1::{self as jpb, job, job_item_spec::Voice, jobs_client::JobsClient};
+
+pub const POOL: &str = "openai-fake";
+/// The bound of every wait on a job.
+pub const DEADLINE: Duration = Duration::from_secs(90);
+
+fn log(c: Command) -> Command {
+    quiet(c, "JOBS_TEST_LOG")
+}
+
+pub struct Stack {
+    pub dir: tempfile::TempDir,
+    pub fake: FakeVendor,
+    _scheduler: Service,
+    _catalog: Service,
+    pub synthesis: Service,
+}
+
+fn config(dir: &Path, base_url: &str) -> PathBuf {
+    let mut t = format!(
+        "[[pools]]\nid = \"{POOL}\"\nprovider = \"openai\"\nmodel = \"tts-1\"\n\
+         [[pools.upstreams]]\nid = \"u\"\nbase_url = \"{base_url}\"\n"
+    );
+    for k in 0..4 {
+        let credential = dir.join(format!("k{k}"));
+        std::fs::write(&credential, format!("k{k}\n")).expect("credential file");
+        t.push_str(&format!(
+            "[[pools.upstreams.keys]]\nid = \"k{k}\"\ncapacity = 16\ncredential = {{ file = \"{}\" }}\n",
+            credential.display()
+        ));
+    }
+    t.push_str(
+        "[scheduler]\nwait_poll_ms = 10\nrecovery_window_ms = 0\n\
+         [synthesis]\nattempt_timeout_ms = 10000\ndefault_deadline_ms = 30000\n",
+    );
+    t.push_str(voxpool_e2e::CLIENT_TOKENS_TOML);
+    let path = dir.join("config.toml");
+    std::fs::write(&path, t).expect("config file");
+    path
+}
+
+impl Stack {
+    /// The stack with every vendor call taking `latency_ms`.
+    pub async fn start(latency_ms: u64) -> Self {
+        let fake = FakeVendor::start(
+            FakeConfig::new(VendorKind::OpenAi)
+                .cap(0)
+                .latency(Latency::Fixed(Duration::from_millis(latency_ms))),
+        )
+        .await
+        .expect("fake vendor");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = config(dir.path(), &fake.base_url());
+        let mut s = Command::new(binary("voxpool-scheduler"));
+        s.arg("--config")
+            .arg(&config)
+            .args(["--listen", "127.0.0.1:0", "--store", "memory"]);
+        let scheduler = start(log(s));
+        let mut c = Command::new(binary("voxpool-catalog"));
+        c.args(["--listen", "127.0.0.1:0", "--database"])
+            .arg(format!(
+                "sqlite://{}?mode=rwc",
+                dir.path().join("catalog.db").display()
+            ))
+            .env("VOXPOOL_ADMIN_TOKEN", "jobs-test-admin-token-0123456789");
+        let catalog = start(log(c));
+        let mut y = Command::new(binary("voxpool-synthesis"));
+        y.arg("--config")
+            .arg(&config)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(["--scheduler", &format!("http://{}", scheduler.addr)])
+            .args(["--catalog", &format!("http://{}", catalog.addr)]);
+        let synthesis = start(log(y));
+        Self {
+            dir,
+            fake,
+            _scheduler: scheduler,
+            _catalog: catalog,
+            synthesis,
+        }
+    }
+
+    pub fn blob_dir(&self) -> PathBuf {
+        self.dir.path().join("blobs")
+    }
+
+    /// A `voxpool-jobs` replica on `store`; its logs (info) go to `log_file` when given.
+    pub fn jobs(
+        &self,
+        store: &str,
+        concurrency: u32,
+        env: &[(&str, &str)],
+        log_file: Option<&Path>,
+    ) -> Service {
+        let mut j = Command::new(binary("voxpool-jobs"));
+        j.args(["--listen", "127.0.0.1:0", "--store", store])
+            .args(["--synthesis", &format!("http://{}", self.synthesis.addr)])
+            .args([
+                "--blob-store",
+                &format!("file://{}", self.blob_dir().display()),
+            ])
+            .args([
+                "--visibility-timeout",
+                "2s",
+                "--concurrency",
+                &concurrency.to_string(),
+            ])
+            .env("VOXPOOL_CLIENT_TOKEN", voxpool_e2e::VOXCTL_TOKEN);
+        for (k, v) in env {
+            j.env(k, v);
+        }
+        match log_file {
+            Some(path) => {
+                let mut j = log(j);
+                j.env("RUST_LOG", "voxpool_jobs=info");
+                let file = std::fs::File::create(path).expect("log file");
+                start_with_stderr(j, Stdio::from(file))
+            }
+            None => start(log(j)),
+        }
+    }
+
+    /// Requests the fake vendor has seen.
+    pub fn vendor_calls(&self) -> u64 {
+        self.fake.stats().values().map(|k| k.total_requests).sum()
+    }
+}
+
+pub async fn client(service: &Service) -> JobsClient<Channel> {
+    JobsClient::new(voxpool_e2e::connect(&service.addr).await)
+}
+
+/// Item `i`: a distinct text on the fake's voice.
+pub fn item(i: usize) -> jpb::JobItemSpec {
+    let voice = voxpool_fake_vendors::snapshot("openai", "tts-1", "alloy");
+    jpb::JobItemSpec {
+        id: format!("item-{i:05}"),
+        text: format!("This is item number {i:05} of the job."),
+        voice: Some(Voice::Snapshot(voice.to_pb())),
+        ..Default::default()
+    }
+}
+
+pub fn request(tenant: &str, n: usize) -> jpb::CreateJobRequest {
+    jpb::CreateJobRequest {
+        tenant: tenant.into(),
+        items: (0..n).map(item).collect(),
+        ..Default::default()
+    }
+}
+
+pub async fn create(c: &mut JobsClient<Channel>, req: jpb::CreateJobRequest) -> jpb::Job {
+    c.create_job(req).await.expect("CreateJob").into_inner()
+}
+
+pub async fn get(c: &mut JobsClient<Channel>, name: &str) -> jpb::Job {
+    c.get_job(jpb::GetJobRequest { name: name.into() })
+        .await
+        .expect("GetJob")
+        .into_inner()
+}
+
+pub fn counts(j: &jpb::Job) -> jpb::ItemCounts {
+    j.item_counts.unwrap_or_default()
+}
+
+pub fn state(j: &jpb::Job) -> job::State {
+    job::State::try_from(j.state).unwrap_or(job::State::Unspecified)
+}
+
+/// Polls GetJob every 20 ms until `pred` holds (panics after [`DEADLINE`]).
+pub async fn wait(
+    c: &mut JobsClient<Channel>,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&jpb::Job) -> bool,
+) -> jpb::Job {
+    let until = Instant::now() + DEADLINE;
+    loop {
+        let j = get(c, name).await;
+        if pred(&j) {
+            return j;
+        }
+        assert!(
+            Instant::now() < until,
+            "{name}: not {what} within {DEADLINE:?}: {j:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until the job has an end_time (terminal, nothing in flight).
+pub async fn ended(c: &mut JobsClient<Channel>, name: &str) -> jpb::Job {
+    wait(c, name, "ended", |j| j.end_time.is_some()).await
+}
+
+/// Every item, paging 100 at a time (`filter` as ListJobItems takes it).
+pub async fn items(c: &mut JobsClient<Channel>, name: &str, filter: &str) -> Vec<jpb::JobItem> {
+    let mut all = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = c
+            .list_job_items(jpb::ListJobItemsRequest {
+                name: name.into(),
+                page_size: 100,
+                page_token: token,
+                filter: filter.into(),
+            })
+            .await
+            .expect("ListJobItems")
+            .into_inner();
+        assert!(page.items.len() <= 100);
+        all.extend(page.items);
+        if page.next_page_token.is_empty() {
+            return all;
+        }
+        token = page.next_page_token;
+    }
+}
+
+pub fn item_state(i: &jpb::JobItem) -> jpb::job_item::State {
+    jpb::job_item::State::try_from(i.state).unwrap_or(jpb::job_item::State::Unspecified)
+}
+
+/// Asserts job `name` SUCCEEDED with its `n` items in order, each with its object written.
+pub async fn assert_all_succeeded(
+    c: &mut JobsClient<Channel>,
+    stack: &Stack,
+    name: &str,
+    n: usize,
+) {
+    let j = ended(c, name).await;
+    assert_eq!(state(&j), job::State::Succeeded, "{j:?}");
+    assert_eq!(counts(&j).succeeded as usize, n, "{j:?}");
+    let all = items(c, name, "").await;
+    assert_eq!(all.len(), n);
+    let id = name.trim_start_matches("jobs/");
+    for (i, it) in all.iter().enumerate() {
+        assert_eq!(it.id, format!("item-{i:05}"), "items in submission order");
+        assert_eq!(item_state(it), jpb::job_item::State::Succeeded, "{it:?}");
+        let object = stack
+            .blob_dir()
+            .join("jobs")
+            .join(id)
+            .join(format!("{}.wav", it.id));
+        let size = std::fs::metadata(&object).map(|m| m.len()).unwrap_or(0);
+        assert!(size > 0, "{} has no object ({it:?})", object.display());
+    }
+}
