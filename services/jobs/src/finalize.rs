@@ -245,7 +245,7 @@ impl Finalizer {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(job, error = %e, "expiry: results not deleted; will try again")
+                    tracing::warn!(job, error = %e, "expiry: results not deleted; will try again");
                 }
             }
         }

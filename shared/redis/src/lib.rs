@@ -355,6 +355,32 @@ impl Conn {
     }
 }
 
+/// True when `e` means Redis did not answer or is moving (down, timed out, refused, dropped, a
+/// failover or resharding under way: READONLY, MASTERDOWN, LOADING, CLUSTERDOWN, TRYAGAIN,
+/// MOVED, ASK, no primary known to the sentinels): a call worth retrying. Any other error is
+/// an answer the caller did not expect.
+pub fn is_unavailable(e: &RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    let moving = matches!(
+        e.kind(),
+        ErrorKind::MasterNameNotFoundBySentinel
+            | ErrorKind::Server(
+                ServerErrorKind::ReadOnly
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::BusyLoading
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::Moved
+                    | ServerErrorKind::Ask
+            )
+    );
+    moving
+        || e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+}
+
 /// The cluster client of a `redis-cluster://` URL (nothing connected yet).
 fn cluster_client(url: &str, timeout: Duration) -> Result<redis::cluster::ClusterClient, String> {
     let parts = split_multi_host(url).map_err(|e| format!("invalid url: {e}"))?;

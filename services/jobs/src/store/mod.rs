@@ -171,26 +171,7 @@ impl JobStore {
 
 /// A Redis error as a [`StoreError`]: connection-class and failover errors are `Unavailable`.
 fn map_err(e: redis::RedisError) -> StoreError {
-    use redis::{ErrorKind, ServerErrorKind};
-    let moving = matches!(
-        e.kind(),
-        ErrorKind::MasterNameNotFoundBySentinel
-            | ErrorKind::Server(
-                ServerErrorKind::ReadOnly
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::BusyLoading
-                    | ServerErrorKind::ClusterDown
-                    | ServerErrorKind::TryAgain
-                    | ServerErrorKind::Moved
-                    | ServerErrorKind::Ask
-            )
-    );
-    if moving
-        || e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-    {
+    if voxpool_redis::is_unavailable(&e) {
         StoreError::Unavailable(format!("redis: {e}"))
     } else {
         StoreError::Protocol(format!("redis: {e}"))

@@ -11,27 +11,7 @@ use super::super::{RETRY_HINT_MAX_MS, RETRY_HINT_MIN_MS, StoreError, StoreResult
 use crate::model::{KeyState, Lease, LeaseId, Refusal};
 
 pub(super) fn map_err(e: redis::RedisError) -> StoreError {
-    use redis::{ErrorKind, ServerErrorKind};
-    let failing_over = matches!(
-        e.kind(),
-        // The sentinels name no primary that answers as one: mid-failover.
-        ErrorKind::MasterNameNotFoundBySentinel
-            | ErrorKind::Server(
-                ServerErrorKind::ReadOnly
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::BusyLoading
-                    | ServerErrorKind::ClusterDown
-                    | ServerErrorKind::TryAgain
-                    | ServerErrorKind::Moved
-                    | ServerErrorKind::Ask
-            )
-    );
-    if failing_over
-        || e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-    {
+    if voxpool_redis::is_unavailable(&e) {
         StoreError::Unavailable(format!("redis: {e}"))
     } else {
         StoreError::Protocol(format!("redis: {e}"))
