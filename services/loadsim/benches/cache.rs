@@ -14,88 +14,24 @@
 //! Knobs: `CACHE_BENCH_REQUESTS` per cell (default 60), `CACHE_BATCH_ITEMS` (default 500).
 
 mod common;
+#[path = "common/stack.rs"]
+mod stack;
 
 use std::{
     process::Command,
-    sync::Arc,
     time::{Duration, Instant},
 };
 
 use common::{env_or, pct};
 use futures::StreamExt as _;
-use tokio::net::TcpListener;
+use stack::AudioCache;
 use tokio_util::sync::CancellationToken;
-use voxpool_config::Config;
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, Latency, VendorKind};
 use voxpool_proto::synthesis::v1::{self as pb, synthesis_client::SynthesisClient};
-use voxpool_runtime::{auth::AdminAuth, blob::BlobStore};
-use voxpool_synthesis::{
-    adapters::registry::{self, AdapterOptions},
-    cache::Cache,
-    server::{self, Options},
-};
 
 const FLOOR_HIT_FIRST_AUDIO_MS: f64 = 5.0;
 
 type Client = SynthesisClient<tonic::transport::Channel>;
-
-/// A memory-store scheduler and a synthesis server with the cache on `blobs`, for a pool at
-/// `base_url`; answers the synthesis address.
-async fn stack(base_url: &str, dir: &std::path::Path, shutdown: &CancellationToken) -> String {
-    let credential = dir.join(format!("key-{}", rand_suffix()));
-    std::fs::write(&credential, "k0\n").expect("credential file");
-    let toml = format!(
-        "[[pools]]\nid = \"openai-fake\"\nprovider = \"openai\"\nmodel = \"tts-1\"\n\
-         [[pools.upstreams]]\nid = \"u\"\nbase_url = \"{base_url}\"\n\
-         [[pools.upstreams.keys]]\nid = \"k0\"\ncapacity = 64\ncredential = {{ file = \"{}\" }}\n\
-         [scheduler]\nrecovery_window_ms = 0\n",
-        credential.display()
-    );
-    let config = Config::from_toml_str(&toml).expect("config");
-    let store = voxpool_scheduler::server::open_store("memory", &config)
-        .await
-        .expect("store");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let scheduler_addr = listener.local_addr().expect("addr");
-    let (c, s) = (config.clone(), shutdown.clone());
-    tokio::spawn(async move {
-        voxpool_scheduler::server::serve(listener, store, &c, AdminAuth::disabled(), s).await
-    });
-    let blobs = BlobStore::open(Some(&format!("file://{}", dir.join("blobs").display())))
-        .expect("blob store");
-    let cache = Cache::new(
-        &blobs,
-        1,
-        config.synthesis.cache_max_bytes,
-        Duration::from_millis(config.synthesis.cache_fill_ttl_ms),
-    );
-    let options = Options {
-        scheduler_url: format!("http://{scheduler_addr}"),
-        catalog_url: "http://127.0.0.1:1".into(),
-        lease_ttl: server::DEFAULT_LEASE_TTL,
-        client_token: voxpool_runtime::auth::ClientToken::none(),
-        cache: Some(Arc::new(cache)),
-        references: None,
-        admin: AdminAuth::disabled(),
-    };
-    let core = server::build(
-        &config,
-        registry::builtin(&AdapterOptions::default()),
-        &options,
-    )
-    .expect("synthesis core");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let s = shutdown.clone();
-    tokio::spawn(async move { server::serve(listener, core, s).await });
-    addr.to_string()
-}
-
-/// A new number per call (each stack's credential file).
-fn rand_suffix() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
 
 fn request(text: &str) -> pb::SynthesizeRequest {
     let voice = voxpool_fake_vendors::snapshot("openai", "tts-1", "alloy");
@@ -194,8 +130,8 @@ fn main() {
         let slow_dir = dir.path().join("slow");
         std::fs::create_dir_all(&instant_dir).expect("dir");
         std::fs::create_dir_all(&slow_dir).expect("dir");
-        let a = stack(&instant.base_url(), &instant_dir, &shutdown).await;
-        let b = stack(&slow.base_url(), &slow_dir, &shutdown).await;
+        let a = stack::start(&instant.base_url(), &instant_dir, 64, AudioCache::On, &shutdown).await;
+        let b = stack::start(&slow.base_url(), &slow_dir, 64, AudioCache::On, &shutdown).await;
         let ca = SynthesisClient::connect(format!("http://{a}")).await.expect("a");
         let cb = SynthesisClient::connect(format!("http://{b}")).await.expect("b");
 

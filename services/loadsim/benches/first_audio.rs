@@ -13,6 +13,9 @@
 //! `LONG_TEXT_RUNS` per setting (default 3).
 
 mod common;
+#[path = "common/stack.rs"]
+#[allow(dead_code, reason = "this bench builds its own config")]
+mod stack;
 
 use std::{
     sync::Arc,
@@ -21,21 +24,14 @@ use std::{
 
 use common::{env_or, pct};
 use futures::StreamExt;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use voxpool_config::Config;
 use voxpool_domain::secret::Secret;
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, Streaming, VendorKind};
 use voxpool_proto::synthesis::v1::{self as pb, synthesis_client::SynthesisClient};
-use voxpool_runtime::auth::AdminAuth;
-use voxpool_synthesis::{
-    adapters::{
-        AudioFormat, AudioSink, KeyCredential, UpstreamTarget, VendorAdapter, VendorRequest,
-        http::shared_client,
-        openai::OpenAi,
-        registry::{self, AdapterOptions},
-    },
-    server::{self, Options},
+use voxpool_synthesis::adapters::{
+    AudioFormat, AudioSink, KeyCredential, UpstreamTarget, VendorAdapter, VendorRequest,
+    http::shared_client, openai::OpenAi,
 };
 use voxpool_testkit::RedisServer;
 
@@ -51,39 +47,12 @@ async fn stack(
     shutdown: &CancellationToken,
 ) -> Vec<SynthesisClient<tonic::transport::Channel>> {
     let config = Config::from_toml_str(toml).expect("config");
-    let store = voxpool_scheduler::server::open_store(&redis.url(), &config)
-        .await
-        .expect("store");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let scheduler_addr = listener.local_addr().expect("addr");
-    let (c, s) = (config.clone(), shutdown.clone());
-    tokio::spawn(async move {
-        voxpool_scheduler::server::serve(listener, store, &c, AdminAuth::disabled(), s).await
-    });
+    let scheduler = stack::scheduler(&config, &redis.url(), shutdown).await;
     let mut clients = Vec::new();
     for &n in parallel {
         let mut config = config.clone();
         config.synthesis.max_parallel_chunks = n;
-        let options = Options {
-            scheduler_url: format!("http://{scheduler_addr}"),
-            catalog_url: "http://127.0.0.1:1".into(),
-            lease_ttl: server::DEFAULT_LEASE_TTL,
-            // The bench's scheduler authenticates no one (its config has no client tokens).
-            client_token: voxpool_runtime::auth::ClientToken::none(),
-            cache: None,
-            references: None,
-            admin: voxpool_runtime::auth::AdminAuth::disabled(),
-        };
-        let core = server::build(
-            &config,
-            registry::builtin(&AdapterOptions::default()),
-            &options,
-        )
-        .expect("synthesis core");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let s = shutdown.clone();
-        tokio::spawn(async move { server::serve(listener, core, s).await });
+        let addr = stack::synthesis(&config, scheduler, None, shutdown).await;
         clients.push(
             SynthesisClient::connect(format!("http://{addr}"))
                 .await

@@ -18,6 +18,8 @@
 
 #[allow(dead_code, reason = "pct is for the benches that report percentiles")]
 mod common;
+#[path = "common/stack.rs"]
+mod stack;
 
 use std::{
     path::{Path, PathBuf},
@@ -26,63 +28,14 @@ use std::{
 };
 
 use common::env_or;
-use tokio::net::TcpListener;
+use stack::AudioCache;
 use tokio_util::sync::CancellationToken;
-use voxpool_config::Config;
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, Latency, VendorKind};
 use voxpool_proto::jobs::v1::{self as pb, jobs_client::JobsClient};
-use voxpool_runtime::auth::AdminAuth;
-use voxpool_synthesis::{
-    adapters::registry::{self, AdapterOptions},
-    server::{self, Options},
-};
 
 const FLOOR_RATIO: f64 = 0.9;
 
 type Jobs = JobsClient<tonic::transport::Channel>;
-
-/// A memory-store scheduler and a cache-less synthesis for the vendor at `base_url`.
-async fn stack(base_url: &str, dir: &Path, shutdown: &CancellationToken) -> String {
-    let credential = dir.join("key");
-    std::fs::write(&credential, "k0\n").expect("credential file");
-    let toml = format!(
-        "[[pools]]\nid = \"openai-fake\"\nprovider = \"openai\"\nmodel = \"tts-1\"\n\
-         [[pools.upstreams]]\nid = \"u\"\nbase_url = \"{base_url}\"\n\
-         [[pools.upstreams.keys]]\nid = \"k0\"\ncapacity = 256\ncredential = {{ file = \"{}\" }}\n\
-         [scheduler]\nrecovery_window_ms = 0\n",
-        credential.display()
-    );
-    let config = Config::from_toml_str(&toml).expect("config");
-    let store = voxpool_scheduler::server::open_store("memory", &config)
-        .await
-        .expect("store");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let scheduler_addr = listener.local_addr().expect("addr");
-    let (c, s) = (config.clone(), shutdown.clone());
-    tokio::spawn(async move {
-        voxpool_scheduler::server::serve(listener, store, &c, AdminAuth::disabled(), s).await
-    });
-    let options = Options {
-        scheduler_url: format!("http://{scheduler_addr}"),
-        catalog_url: "http://127.0.0.1:1".into(),
-        lease_ttl: server::DEFAULT_LEASE_TTL,
-        client_token: voxpool_runtime::auth::ClientToken::none(),
-        cache: None,
-        references: None,
-        admin: AdminAuth::disabled(),
-    };
-    let core = server::build(
-        &config,
-        registry::builtin(&AdapterOptions::default()),
-        &options,
-    )
-    .expect("synthesis core");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let s = shutdown.clone();
-    tokio::spawn(async move { server::serve(listener, core, s).await });
-    addr.to_string()
-}
 
 /// A release binary next to this bench.
 fn release_binary(name: &str) -> Option<PathBuf> {
@@ -186,7 +139,7 @@ fn main() {
         )
         .await
         .expect("fake vendor");
-        let synthesis = stack(&fake.base_url(), dir.path(), &shutdown).await;
+        let synthesis = stack::start(&fake.base_url(), dir.path(), 256, AudioCache::Off, &shutdown).await;
         let blobs = format!("file://{}", dir.path().join("blobs").display());
         let (mut a, a_addr) = replica(&jobs_bin, &redis.url(), &synthesis, &blobs, per_replica, visibility);
         let (mut b, _b_addr) = replica(&jobs_bin, &redis.url(), &synthesis, &blobs, per_replica, visibility);

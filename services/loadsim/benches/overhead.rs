@@ -12,11 +12,13 @@
 //! `OVERHEAD_MAX_SECONDS` (default 60: later rounds are skipped past it).
 
 mod common;
+#[path = "common/stack.rs"]
+#[allow(dead_code, reason = "this bench builds its own config")]
+mod stack;
 
 use std::time::{Duration, Instant};
 
 use common::{env_or, pct};
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use voxpool_config::Config;
 use voxpool_domain::secret::Secret;
@@ -25,15 +27,9 @@ use voxpool_proto::{
     scheduler::v1::pool_scheduler_client::PoolSchedulerClient,
     synthesis::v1::{self as pb, synthesis_client::SynthesisClient},
 };
-use voxpool_runtime::auth::AdminAuth;
-use voxpool_synthesis::{
-    adapters::{
-        AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorRequest,
-        http::shared_client,
-        openai::OpenAi,
-        registry::{self, AdapterOptions},
-    },
-    server::{self, Options},
+use voxpool_synthesis::adapters::{
+    AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorRequest, http::shared_client,
+    openai::OpenAi,
 };
 use voxpool_testkit::RedisServer;
 
@@ -66,31 +62,8 @@ fn main() {
         let shutdown = CancellationToken::new();
 
         // Scheduler (Redis store) and synthesis, in process on 127.0.0.1:0.
-        let store = voxpool_scheduler::server::open_store(&redis.url(), &config)
-            .await
-            .expect("store");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let scheduler_addr = listener.local_addr().expect("addr");
-        let (c, s) = (config.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            voxpool_scheduler::server::serve(listener, store, &c, AdminAuth::disabled(), s).await
-        });
-        let options = Options {
-            scheduler_url: format!("http://{scheduler_addr}"),
-            catalog_url: "http://127.0.0.1:1".into(),
-            lease_ttl: server::DEFAULT_LEASE_TTL,
-            // The bench's scheduler authenticates no one (its config has no client tokens).
-            client_token: voxpool_runtime::auth::ClientToken::none(),
-            cache: None,
-            references: None,
-            admin: voxpool_runtime::auth::AdminAuth::disabled(),
-        };
-        let core = server::build(&config, registry::builtin(&AdapterOptions::default()), &options)
-            .expect("synthesis core");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let synthesis_addr = listener.local_addr().expect("addr");
-        let s = shutdown.clone();
-        tokio::spawn(async move { server::serve(listener, core, s).await });
+        let scheduler_addr = stack::scheduler(&config, &redis.url(), &shutdown).await;
+        let synthesis_addr = stack::synthesis(&config, scheduler_addr, None, &shutdown).await;
         // Both servers answer before measuring.
         let mut scheduler = PoolSchedulerClient::connect(format!("http://{scheduler_addr}"))
             .await
