@@ -120,22 +120,7 @@ async fn a_cluster_failover_of_the_jobs_slot_mid_job_loses_no_item() {
         tokio::task::spawn_blocking(move || (cluster.wait_promoted(old), cluster))
             .await
             .expect("failover");
-    let mut c = loop {
-        let mut c = client(&a).await;
-        if c.get_job(jpb::GetJobRequest {
-            name: job.name.clone(),
-        })
-        .await
-        .is_ok()
-        {
-            break c;
-        }
-        assert!(
-            t.elapsed() < DEADLINE,
-            "the job store never answered after the failover"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let mut c = answering(&a, &job.name, t).await;
     assert_all_succeeded(&mut c, &stack, &job.name, N).await;
     eprintln!(
         "JOBS-FIGURE: cluster failover of the job's slot ({old} -> {promoted}): kill -> job SUCCEEDED {:?}; vendor calls {} for {N}",
@@ -163,20 +148,7 @@ async fn a_sentinel_failover_mid_job_loses_no_item() {
     let promoted = tokio::task::spawn_blocking(move || (sentinel.wait_failover(old), sentinel))
         .await
         .expect("failover");
-    let mut c = loop {
-        // GetJob answers UNAVAILABLE while the primary is down: retry until it answers.
-        let mut c = client(&a).await;
-        if c.get_job(jpb::GetJobRequest {
-            name: job.name.clone(),
-        })
-        .await
-        .is_ok()
-        {
-            break c;
-        }
-        assert!(t.elapsed() < DEADLINE);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let mut c = answering(&a, &job.name, t).await;
     assert_all_succeeded(&mut c, &stack, &job.name, N).await;
     eprintln!(
         "JOBS-FIGURE: sentinel failover ({} -> {}): kill -> job SUCCEEDED {:?}; vendor calls {} for {N}",
@@ -299,10 +271,16 @@ async fn bad_items_fail_alone_and_bad_requests_queue_nothing() {
     dup.items[2].id = dup.items[0].id.clone();
     let mut interactive = request("refused", 3);
     interactive.priority = Priority::Interactive as i32;
+    let outside = jpb::CreateJobRequest {
+        tenant: "refused".into(),
+        manifest_uri: "../../etc/passwd".into(),
+        ..Default::default()
+    };
     for (req, field) in [
         (empty, "items[1].text"),
         (dup, "items[2].id"),
         (interactive, "priority"),
+        (outside, "manifest_uri"),
     ] {
         let e = c.create_job(req).await.expect_err(field);
         assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
@@ -465,6 +443,22 @@ async fn create_job_is_idempotent_per_tenant_and_request_id() {
     let second = create(&mut c, req.clone()).await;
     assert_eq!(first.name, second.name);
     assert_eq!(second.total_items, 20);
+    // The same request id for other items: refused, naming the job it already created.
+    let mut changed = request("idem", 3);
+    changed.request_id = "book-7".into();
+    let e = c
+        .create_job(changed)
+        .await
+        .expect_err("a reused request id");
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    assert!(e.message().contains(&first.name), "{}", e.message());
+    let mut repriced = req.clone();
+    repriced.priority = Priority::Standard as i32;
+    let again = create(&mut c, repriced).await;
+    assert_eq!(
+        again.name, first.name,
+        "the priority changes no audio: the same job"
+    );
     let mut other_tenant = req;
     other_tenant.tenant = "idem-2".into();
     let third = create(&mut c, other_tenant).await;
@@ -472,4 +466,182 @@ async fn create_job_is_idempotent_per_tenant_and_request_id() {
     assert_all_succeeded(&mut c, &stack, &first.name, 20).await;
     assert_all_succeeded(&mut c, &stack, &third.name, 20).await;
     assert_eq!(stack.vendor_calls(), 40, "each job's items queued once");
+}
+
+/// The value of `name`'s newest point whose attributes include every `k=v` of `attrs`.
+fn metric_value(received: &voxpool_e2e::otlp::Received, name: &str, attrs: &[&str]) -> Option<f64> {
+    received
+        .metrics()
+        .iter()
+        .filter(|m| m.service == "voxpool-jobs" && m.metric.name == name)
+        .flat_map(|m| voxpool_e2e::otlp::points(&m.metric))
+        .filter(|(_, have)| attrs.iter().all(|a| have.iter().any(|h| h == a)))
+        .map(|(v, _)| v)
+        .next_back()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_jobs_metrics_count_jobs_items_and_calls_over_otlp() {
+    let (endpoint, received) = voxpool_e2e::otlp::start().await;
+    let stack = Stack::start(20).await;
+    let redis = RedisServer::start();
+    let a = stack.jobs(
+        &redis.url(),
+        4,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+        ],
+        None,
+    );
+    let mut c = client(&a).await;
+    let mut req = request("metered", 12);
+    req.items[5].voice = Some(jpb::job_item_spec::Voice::PackId("vp_no_such_pack".into()));
+    let job = create(&mut c, req).await;
+    let end = ended(&mut c, &job.name).await;
+    assert_eq!(state(&end), State::Failed, "{end:?}");
+    let characters = end.characters_succeeded;
+    assert!(characters > 0, "{end:?}");
+    // Poll the receiver (the exports are the signal) until the summary is counted.
+    let want: [(&str, &[&str], f64); 7] = [
+        ("voxpool.jobs.created", &["priority=BATCH"], 1.0),
+        ("voxpool.jobs.items", &["state=SUCCEEDED", "code=OK"], 11.0),
+        (
+            "voxpool.jobs.items",
+            &["state=FAILED", "code=NOT_FOUND"],
+            1.0,
+        ),
+        ("voxpool.jobs.attempts", &["code=OK"], 11.0),
+        ("voxpool.jobs.attempts", &["code=NOT_FOUND"], 1.0),
+        (
+            "voxpool.jobs.characters",
+            &["cached=false"],
+            characters as f64,
+        ),
+        ("voxpool.jobs.finalized", &["state=FAILED"], 1.0),
+    ];
+    let until = Instant::now() + DEADLINE;
+    loop {
+        let seen: Vec<Option<f64>> = want
+            .iter()
+            .map(|(name, attrs, _)| metric_value(&received, name, attrs))
+            .collect();
+        if want.iter().zip(&seen).all(|((_, _, v), s)| *s == Some(*v)) {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "metrics not as expected: want {want:?}, seen {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        metric_value(&received, "voxpool.jobs.items.in_flight", &[]),
+        Some(0.0),
+        "nothing held once the job ended"
+    );
+    for m in received.metrics() {
+        if m.metric.name.starts_with("voxpool.jobs.") {
+            for (_, attrs) in voxpool_e2e::otlp::points(&m.metric) {
+                assert!(
+                    attrs
+                        .iter()
+                        .all(|a| !a.contains("metered") && !a.contains("item-")),
+                    "no tenant or item id as an attribute: {attrs:?}"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_whose_audio_is_over_the_message_limit_is_spoken_in_parts_and_joined() {
+    // A 100 KB message limit: a 20,000-character item (5 vendor chunks of 200 ms at 24 kHz,
+    // about 48 KB of WAV) is refused whole with RESPONSE_TOO_LARGE; the worker splits it.
+    let stack = Stack::start_with(20, &["--max-message-bytes", "102400"]).await;
+    let redis = RedisServer::start();
+    let a = stack.jobs(&redis.url(), 2, &[], None);
+    let mut c = client(&a).await;
+    let mut req = request("long", 2);
+    let mut text = String::new();
+    for i in 0.. {
+        let sentence = format!("This is sentence {i:05} of a long chapter read aloud. ");
+        if text.len() + sentence.len() > 20_000 {
+            break;
+        }
+        text.push_str(&sentence);
+    }
+    req.items[1].text = text;
+    let job = create(&mut c, req).await;
+    assert_all_succeeded(&mut c, &stack, &job.name, 2).await;
+    let object = stack
+        .blob_dir()
+        .join("jobs")
+        .join(job.name.trim_start_matches("jobs/"))
+        .join("item-00001.wav");
+    let wav = std::fs::read(&object).expect("the long item's object");
+    assert_eq!(&wav[..4], b"RIFF");
+    let le =
+        |at: usize| u32::from_le_bytes([wav[at], wav[at + 1], wav[at + 2], wav[at + 3]]) as usize;
+    assert_eq!(
+        le(4),
+        wav.len() - 8,
+        "one RIFF header whose size covers every part"
+    );
+    assert!(
+        wav.len() > 40_000,
+        "every chunk's audio is there: {} bytes",
+        wav.len()
+    );
+    assert_eq!(
+        wav.windows(4).filter(|w| *w == b"RIFF").count(),
+        1,
+        "the parts' own headers are gone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_jobs_pages_stay_put_while_jobs_are_created() {
+    let stack = Stack::start(5).await;
+    let redis = RedisServer::start();
+    let a = stack.jobs(&redis.url(), 2, &[], None);
+    let mut c = client(&a).await;
+    let mut created = Vec::new();
+    for _ in 0..3 {
+        created.push(create(&mut c, request("pages", 1)).await.name);
+    }
+    let list = |token: String| jpb::ListJobsRequest {
+        tenant: "pages".into(),
+        page_size: 2,
+        page_token: token,
+    };
+    let first = c
+        .list_jobs(list(String::new()))
+        .await
+        .expect("page 1")
+        .into_inner();
+    let names =
+        |r: &jpb::ListJobsResponse| r.jobs.iter().map(|j| j.name.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        names(&first),
+        vec![created[2].clone(), created[1].clone()],
+        "newest first"
+    );
+    assert!(!first.next_page_token.is_empty());
+    // Two jobs created between the pages do not shift the second page.
+    for _ in 0..2 {
+        create(&mut c, request("pages", 1)).await;
+    }
+    let second = c
+        .list_jobs(list(first.next_page_token.clone()))
+        .await
+        .expect("page 2")
+        .into_inner();
+    assert_eq!(names(&second), vec![created[0].clone()], "{second:?}");
+    assert!(second.next_page_token.is_empty(), "the last page");
+    for bad in ["7", "x.y", "123.Not-A-Job"] {
+        let e = c.list_jobs(list(bad.into())).await.expect_err(bad);
+        assert_eq!(e.code(), Code::InvalidArgument, "{bad}: {e:?}");
+        assert!(e.message().contains("page_token"), "{}", e.message());
+    }
 }

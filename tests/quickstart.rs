@@ -133,6 +133,35 @@ fn readme_quick_flow_produces_real_speech() {
     );
     let wav = std::fs::read(scratch.join("ada-angry.wav")).unwrap();
     assert_eq!(&wav[..4], b"RIFF");
+
+    // The README's jobs walk-through: a two-item job on a jobs replica with its own Redis, as
+    // make run starts it.
+    let redis = voxpool_testkit::RedisServer::start();
+    let mut cmd = Command::new(binary("voxpool-jobs"));
+    cmd.current_dir(&root)
+        .args(["--config", &config, "--listen", "127.0.0.1:0"])
+        .args(["--store", &redis.url()])
+        .args(["--synthesis", &format!("http://{}", synthesis.addr)])
+        .args([
+            "--blob-store",
+            &format!("file://{}", dir.path().join("job-blobs").display()),
+        ])
+        .env("VOXPOOL_CLIENT_TOKEN", voxpool_e2e::JOBS_TOKEN);
+    let jobs = start(cmd);
+    let script = walkthrough_script("README.md", "jobs")
+        .replace(
+            "../target/debug/voxctl",
+            &binary("voxctl").display().to_string(),
+        )
+        .replace("127.0.0.1:50052", &catalog.addr);
+    let script = format!("export VOXPOOL_JOBS=http://{}\n{script}", jobs.addr);
+    run_script(dir.path(), "the jobs walk-through", &script);
+    let book = dir.path().join("scratch/book");
+    assert_speech(&book.join("ch-001.wav"), true);
+    assert_speech(&book.join("ch-002.wav"), true);
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(book.join("report.json")).unwrap()).unwrap();
+    assert!(report.to_string().contains("ch-002"), "{report}");
 }
 
 /// A `voxpool-fake-vendor` speaking vLLM-Omni's wire (killed on drop) and its base URL.

@@ -56,6 +56,11 @@ fn config(dir: &Path, base_url: &str) -> PathBuf {
 impl Stack {
     /// The stack with every vendor call taking `latency_ms`.
     pub async fn start(latency_ms: u64) -> Self {
+        Self::start_with(latency_ms, &[]).await
+    }
+
+    /// [`Stack::start`] with `synthesis_args` added to synthesis's command line.
+    pub async fn start_with(latency_ms: u64, synthesis_args: &[&str]) -> Self {
         let fake = FakeVendor::start(
             FakeConfig::new(VendorKind::OpenAi)
                 .cap(0)
@@ -83,7 +88,8 @@ impl Stack {
             .arg(&config)
             .args(["--listen", "127.0.0.1:0"])
             .args(["--scheduler", &format!("http://{}", scheduler.addr)])
-            .args(["--catalog", &format!("http://{}", catalog.addr)]);
+            .args(["--catalog", &format!("http://{}", catalog.addr)])
+            .args(synthesis_args);
         let synthesis = start(log(y));
         Self {
             dir,
@@ -106,7 +112,8 @@ impl Stack {
         env: &[(&str, &str)],
         log_file: Option<&Path>,
     ) -> Service {
-        let mut j = Command::new(binary("voxpool-jobs"));
+        // Quiet first: the test's own `env` (an OTLP endpoint, say) then wins over its removals.
+        let mut j = log(Command::new(binary("voxpool-jobs")));
         j.args(["--listen", "127.0.0.1:0", "--store", store])
             .args(["--synthesis", &format!("http://{}", self.synthesis.addr)])
             .args([
@@ -125,12 +132,11 @@ impl Stack {
         }
         match log_file {
             Some(path) => {
-                let mut j = log(j);
                 j.env("RUST_LOG", "voxpool_jobs=info");
                 let file = std::fs::File::create(path).expect("log file");
                 start_with_stderr(j, Stdio::from(file))
             }
-            None => start(log(j)),
+            None => start(j),
         }
     }
 
@@ -180,6 +186,23 @@ pub fn counts(j: &jpb::Job) -> jpb::ItemCounts {
 
 pub fn state(j: &jpb::Job) -> job::State {
     job::State::try_from(j.state).unwrap_or(job::State::Unspecified)
+}
+
+/// A client of `service` once GetJob of `name` answers again (it answers UNAVAILABLE while
+/// the store fails over); panics [`DEADLINE`] after `since`.
+pub async fn answering(service: &Service, name: &str, since: Instant) -> JobsClient<Channel> {
+    loop {
+        let mut c = client(service).await;
+        let answer = c.get_job(jpb::GetJobRequest { name: name.into() }).await;
+        match answer {
+            Ok(_) => return c,
+            Err(e) => assert!(
+                since.elapsed() < DEADLINE,
+                "the job store never answered after the failover: {e:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Polls GetJob every 20 ms until `pred` holds (panics after [`DEADLINE`]).
@@ -257,7 +280,7 @@ pub async fn assert_all_succeeded(
             .join("jobs")
             .join(id)
             .join(format!("{}.wav", it.id));
-        let size = std::fs::metadata(&object).map(|m| m.len()).unwrap_or(0);
+        let size = std::fs::metadata(&object).map_or(0, |m| m.len());
         assert!(size > 0, "{} has no object ({it:?})", object.display());
     }
 }

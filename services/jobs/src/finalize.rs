@@ -14,7 +14,7 @@ use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 use voxpool_domain::secret::Secret;
 
-use crate::{convert, results::Results, store::JobStore, webhook};
+use crate::{convert, metrics, results::Results, store::JobStore, webhook};
 
 /// How long one replica holds a due entry before another may take it.
 const LEASE: Duration = Duration::from_secs(60);
@@ -98,6 +98,7 @@ impl Finalizer {
                 .mark(job, "summary", "1")
                 .await
                 .map_err(|e| e.to_string())?;
+            metrics::finalized(record.state.as_str());
         }
         if !record.webhook_url.is_empty() {
             let done = self
@@ -136,6 +137,7 @@ impl Finalizer {
                 .mark(job, "webhook", "abandoned")
                 .await
                 .map_err(|e| e.to_string())?;
+            metrics::webhook("abandoned");
             return Ok(true);
         };
         let state = convert::job_json(pb)["state"]
@@ -161,6 +163,7 @@ impl Finalizer {
                     .mark(job, "webhook", "delivered")
                     .await
                     .map_err(|e| e.to_string())?;
+                metrics::webhook("delivered");
                 tracing::info!(job, state, "webhook delivered");
                 Ok(true)
             }
@@ -180,6 +183,7 @@ impl Finalizer {
                 );
                 if since_end > webhook::GIVE_UP_AFTER {
                     tracing::error!(job, tries, error = %e, "webhook abandoned: no 2xx within 24 hours");
+                    metrics::webhook("abandoned");
                     self.store
                         .mark(job, "webhook", "abandoned")
                         .await
@@ -188,6 +192,7 @@ impl Finalizer {
                 }
                 let delay = Duration::from_millis(500u64.saturating_mul(1 << tries.min(10)))
                     .min(Duration::from_secs(300));
+                metrics::webhook("retry");
                 tracing::warn!(job, tries, retry_in_ms = delay.as_millis() as u64, error = %e, "webhook failed; retrying");
                 self.store
                     .retry_finalize(job, delay)
@@ -240,6 +245,7 @@ impl Finalizer {
             match self.results.delete_job(&job).await {
                 Ok(n) => {
                     tracing::info!(job, objects = n, "job past its retention: results deleted");
+                    metrics::expired();
                     if let Err(e) = self.store.expired(&job).await {
                         tracing::warn!(job, error = %e, "expiry: will try again");
                     }

@@ -146,6 +146,11 @@ async fn serve(args: Args) -> Result<(), String> {
         "VOXPOOL_CLIENT_TOKEN",
         std::env::var("VOXPOOL_CLIENT_TOKEN").ok().as_deref(),
     )?;
+    if !token.is_set() {
+        tracing::warn!(
+            "no client token for synthesis (VOXPOOL_CLIENT_TOKEN or --client-token-file): a synthesis that checks tokens fails every item UNAUTHENTICATED"
+        );
+    }
     let secret = webhook_secret(&args)?;
     let results = Results::new(voxpool_runtime::blob::BlobStore::open(
         args.blobs.blob_store.as_deref(),

@@ -79,6 +79,17 @@ impl ItemState {
         }
     }
 
+    /// The name the proto spells (`SUCCEEDED`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemState::Queued => "QUEUED",
+            ItemState::Running => "RUNNING",
+            ItemState::Succeeded => "SUCCEEDED",
+            ItemState::Failed => "FAILED",
+            ItemState::Cancelled => "CANCELLED",
+        }
+    }
+
     /// The state of a code.
     pub fn from_code(code: &str) -> Option<Self> {
         match code {

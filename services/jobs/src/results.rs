@@ -26,6 +26,9 @@ pub enum BlobError {
     /// The store refused or did not answer.
     #[error("blob store: {0}")]
     Failed(String),
+    /// The caller named something that is not a path in this blob store.
+    #[error("{0}")]
+    NotAPath(String),
 }
 
 fn map_err(e: object_store::Error) -> BlobError {
@@ -129,7 +132,7 @@ impl Results {
             .strip_prefix(location)
             .map_or(uri, |rest| rest.trim_start_matches('/'));
         if path.contains("://") || path.split('/').any(|part| part == "..") || path.is_empty() {
-            return Err(BlobError::Failed(format!(
+            return Err(BlobError::NotAPath(format!(
                 "not a path in the blob store {location}: give e.g. manifests/book.jsonl"
             )));
         }

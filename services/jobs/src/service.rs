@@ -108,6 +108,7 @@ fn store_status(e: StoreError) -> Status {
 fn blob_status(e: BlobError, what: &str) -> Status {
     match e {
         BlobError::NotFound => Status::not_found(format!("{what}: not in the blob store")),
+        BlobError::NotAPath(why) => voxpool_domain::status::invalid_argument(what, why),
         BlobError::Failed(why) => reason(
             Code::Unavailable,
             JobsReason::BlobStoreUnavailable,
@@ -173,11 +174,11 @@ impl Jobs for JobsService {
                         ),
                         other => blob_status(other, "manifest_uri"),
                     })?;
-                (validate::parse_manifest(&bytes)?, "manifest_uri")
+                validate::parse_manifest(&bytes)?
             }
-            _ => (std::mem::take(&mut req.items), "items"),
+            _ => (std::mem::take(&mut req.items), validate::Source::Items),
         };
-        let checked = validate::check(&req, items, field)?;
+        let checked = validate::check(&req, items, &field)?;
         if !req.webhook_url.is_empty() && !self.webhook_secret {
             return Err(reason(
                 Code::FailedPrecondition,
@@ -186,6 +187,7 @@ impl Jobs for JobsService {
                 None,
             ));
         }
+        let priority = checked.priority;
         let job = NewJob {
             id: new_job_id(),
             tenant: req.tenant.clone(),
@@ -208,10 +210,12 @@ impl Jobs for JobsService {
         let id = match self.store.create(job).await.map_err(store_status)? {
             Created::New(id) => {
                 tracing::info!(job = %id, "job created");
+                crate::metrics::created(priority.as_str_name());
                 self.workers.wake();
                 id
             }
             Created::Existing(id) => id,
+            Created::Reused(id) => return Err(validate::request_id_reused(&req.request_id, &id)),
         };
         let record = self
             .store
@@ -237,18 +241,15 @@ impl Jobs for JobsService {
         let req = request.into_inner();
         voxpool_domain::contract::check_tenant(&req.tenant)
             .map_err(|e| voxpool_domain::status::invalid_argument("tenant", e.to_string()))?;
-        let (offset, size) = page(req.page_size, &req.page_token)?;
-        let (jobs, more) = self
+        let (_, size) = page(req.page_size, "")?;
+        let after = validate::jobs_page_token(&req.page_token)?;
+        let (jobs, next) = self
             .store
-            .list_jobs(&req.tenant, offset, size)
+            .list_jobs(&req.tenant, after.as_ref(), size)
             .await
             .map_err(store_status)?;
         Ok(Response::new(pb::ListJobsResponse {
-            next_page_token: if more {
-                (offset + size).to_string()
-            } else {
-                String::new()
-            },
+            next_page_token: next.map(|c| c.token()).unwrap_or_default(),
             jobs: jobs
                 .iter()
                 .map(|r| convert::job(r, &self.results))
@@ -366,6 +367,7 @@ impl Jobs for JobsService {
             .to_owned();
         voxpool_domain::item::check_item_id(item)
             .map_err(|e| voxpool_domain::status::invalid_argument("name", e))?;
+        self.record(&format!("jobs/{job}")).await?; // an unknown job: JOB_NOT_FOUND
         let (state, result) = self
             .store
             .item(&job, item)

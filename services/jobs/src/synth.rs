@@ -108,6 +108,14 @@ pub fn is_transient(status: &Status) -> bool {
     retry_of::<SynthesisReason>(status) == Retry::Again
 }
 
+/// Whether `status` says synthesis was not reached at all (UNAVAILABLE without the
+/// `ErrorInfo` every synthesis answer carries: a refused connection, no endpoint up). Such a
+/// call is waited out, not counted against the item: an outage of synthesis stalls jobs
+/// instead of failing their items.
+pub fn unreachable(status: &Status) -> bool {
+    status.code() == Code::Unavailable && status.get_details_error_info().is_none()
+}
+
 /// The server's `RetryInfo` delay, if it sent one.
 pub fn retry_after(status: &Status) -> Option<Duration> {
     status.get_details_retry_info().and_then(|r| r.retry_delay)
@@ -128,7 +136,40 @@ pub fn item_error(status: &Status) -> ItemError {
     ItemError {
         code: voxpool_domain::status::code_name(status.code()).to_owned(),
         reason,
-        message: status.message().to_owned(),
+        message: match status.code() {
+            // Synthesis speaks to its own caller; here that is this server's workers.
+            Code::Unauthenticated | Code::PermissionDenied => format!(
+                "synthesis refused the jobs workers' token (voxpool-jobs' VOXPOOL_CLIENT_TOKEN or --client-token-file; an operator fixes it): {}",
+                status.message()
+            ),
+            _ => status.message().to_owned(),
+        },
         metadata,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use tonic::{Code, Status};
+
+    use super::unreachable;
+
+    #[test]
+    fn only_an_unavailable_without_error_info_is_synthesis_unreachable() {
+        assert!(unreachable(&Status::unavailable("tcp connect error")));
+        let answered = voxpool_domain::status::with_info(
+            Code::Unavailable,
+            "every key of pool p is cooling down",
+            "KEYS_EXHAUSTED",
+            HashMap::new(),
+            None,
+        );
+        assert!(
+            !unreachable(&answered),
+            "synthesis answered: a counted attempt"
+        );
+        assert!(!unreachable(&Status::deadline_exceeded("slow")));
     }
 }

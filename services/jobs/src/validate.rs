@@ -69,13 +69,61 @@ impl Problems {
     }
 }
 
-/// Checks `req` (module doc); `items` are the request's or the manifest's, named `field`
-/// (`items` or `manifest_uri`) in problems.
+/// Where a job's items came from, for naming a bad one: `items[3].text`, or the manifest's
+/// line and key (`manifest_uri line 7` with "packId: empty").
+pub enum Source {
+    /// CreateJob's `items`.
+    Items,
+    /// A `manifest_uri` manifest: the 1-based line of each item.
+    Manifest(Vec<usize>),
+}
+
+impl Source {
+    /// The request field the items came in.
+    fn field(&self) -> &'static str {
+        match self {
+            Source::Items => "items",
+            Source::Manifest(_) => "manifest_uri",
+        }
+    }
+
+    /// The field of item `i`'s `key` (a `JobItemSpec` field) and the description to give.
+    fn at(&self, i: usize, key: &str, description: String) -> (String, String) {
+        match self {
+            Source::Items => (format!("items[{i}].{key}"), description),
+            Source::Manifest(lines) => {
+                let line = lines.get(i).copied().unwrap_or(i + 1);
+                let key = match key {
+                    "pack_id" => "packId",
+                    "snapshot_json" => "snapshot",
+                    "voice" => "packId or snapshot",
+                    other => other,
+                };
+                (
+                    format!("manifest_uri line {line}"),
+                    format!("{key}: {description}"),
+                )
+            }
+        }
+    }
+
+    /// How item `i` is named inside a description.
+    fn name(&self, i: usize) -> String {
+        match self {
+            Source::Items => format!("items[{i}]"),
+            Source::Manifest(lines) => format!("line {}", lines.get(i).copied().unwrap_or(i + 1)),
+        }
+    }
+}
+
+/// Checks `req` (module doc); `items` are the request's or the manifest's, named by `source`
+/// in problems.
 pub fn check(
     req: &CreateJobRequest,
     items: Vec<JobItemSpec>,
-    field: &str,
+    source: &Source,
 ) -> Result<Checked, Status> {
+    let field = source.field();
     let mut p = Problems::default();
     if let Err(e) = check_field(&req.request_id, MAX_REQUEST_ID_CHARS) {
         p.add("request_id", e.to_string());
@@ -140,41 +188,54 @@ pub fn check(
     let mut seen: HashMap<&str, usize> = HashMap::new();
     let mut characters = 0i64;
     for (i, item) in items.iter().enumerate().take(MAX_ITEMS) {
-        let at = |f: &str| format!("{field}[{i}].{f}");
+        let mut add = |key: &str, description: String| {
+            let (field, description) = source.at(i, key, description);
+            p.add(field, description);
+        };
         if let Err(e) = voxpool_domain::item::check_item_id(&item.id) {
-            p.add(at("id"), e);
+            add("id", e.clone());
         } else if let Some(first) = seen.insert(&item.id, i) {
-            p.add(
-                at("id"),
-                format!("duplicate id (first at {field}[{first}])"),
+            add(
+                "id",
+                format!("duplicate id (first at {})", source.name(first)),
             );
         }
         let chars = item.text.chars().count();
         if item.text.trim().is_empty() {
-            p.add(at("text"), "empty: give the text to speak");
+            add("text", "empty: give the text to speak".into());
         } else if chars > MAX_TEXT_CHARS {
-            p.add(at("text"), format!("{chars} characters: at most {MAX_TEXT_CHARS} per item; split it into several items"));
+            add(
+                "text",
+                format!(
+                    "{chars} characters: at most {MAX_TEXT_CHARS} per item; split it into several items"
+                ),
+            );
         }
         characters += i64::try_from(chars).unwrap_or(i64::MAX);
         match &item.voice {
-            None => p.add(
-                at("voice"),
-                "missing: give one of pack_id, snapshot, snapshot_json",
+            None => add(
+                "voice",
+                "missing: give one of pack_id, snapshot, snapshot_json".into(),
             ),
-            Some(Voice::PackId(id)) if id.trim().is_empty() => p.add(at("pack_id"), "empty"),
+            Some(Voice::PackId(id)) if id.trim().is_empty() => add("pack_id", "empty".into()),
             Some(Voice::PackId(_)) => {}
             Some(Voice::Snapshot(s)) if s.digest.is_empty() || s.pack_id.is_empty() => {
-                p.add(at("snapshot"), "not a frozen snapshot (no pack_id or digest): send FreezeSnapshot's answer as it is");
+                add("snapshot", "not a frozen snapshot (no pack_id or digest): send FreezeSnapshot's answer as it is".into());
             }
-            Some(Voice::Snapshot(_)) => {}
+            Some(Voice::Snapshot(s)) => {
+                let sealed = Snapshot::from_pb(s).and_then(|s| s.verify_digest());
+                if let Err(e) = sealed {
+                    add("snapshot", e.to_string());
+                }
+            }
             Some(Voice::SnapshotJson(json)) => {
                 if let Err(e) = Snapshot::from_json(json).and_then(|s| s.verify_digest()) {
-                    p.add(at("snapshot_json"), e.to_string());
+                    add("snapshot_json", e.to_string());
                 }
             }
         }
         if !item.emotion.is_empty() && !is_tag(&item.emotion) {
-            p.add(at("emotion"), "not a clip tag: use [a-z0-9_-]{1,32}");
+            add("emotion", "not a clip tag: use [a-z0-9_-]{1,32}".into());
         }
     }
     p.into_status()?;
@@ -182,6 +243,33 @@ pub fn check(
         items: items.into_iter().map(|i| (i.id.clone(), i)).collect(),
         characters,
         priority,
+    })
+}
+
+/// ALREADY_EXISTS for a `request_id` that names job `id`, created from another request.
+pub fn request_id_reused(request_id: &str, id: &str) -> Status {
+    voxpool_domain::status::with_info(
+        tonic::Code::AlreadyExists,
+        format!(
+            "request_id {} already created jobs/{id} with other items, format or sample rate: give this request a new request_id, or GetJob jobs/{id}",
+            voxpool_domain::untrusted::quote(request_id)
+        ),
+        voxpool_domain::contract::JobsReason::RequestIdReused.as_str(),
+        HashMap::from([("job".to_owned(), format!("jobs/{id}"))]),
+        None,
+    )
+}
+
+/// ListJobs' `page_token`: empty for the first page, else a cursor this service gave.
+pub fn jobs_page_token(token: &str) -> Result<Option<crate::store::Cursor>, Status> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    crate::store::Cursor::parse(token).map(Some).ok_or_else(|| {
+        voxpool_domain::status::invalid_argument(
+            "page_token",
+            "not a token this service gave: pass next_page_token as it came",
+        )
     })
 }
 
@@ -201,9 +289,10 @@ struct Line {
 
 /// The items of a JSON Lines manifest (module doc). Errors: INVALID_ARGUMENT naming
 /// `manifest_uri` and every bad line.
-pub fn parse_manifest(bytes: &[u8]) -> Result<Vec<JobItemSpec>, Status> {
+pub fn parse_manifest(bytes: &[u8]) -> Result<(Vec<JobItemSpec>, Source), Status> {
     let mut p = Problems::default();
     let mut items = Vec::new();
+    let mut lines = Vec::new();
     for (n, raw) in bytes.split(|b| *b == b'\n').enumerate() {
         let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
         if raw.iter().all(u8::is_ascii_whitespace) {
@@ -230,6 +319,7 @@ pub fn parse_manifest(bytes: &[u8]) -> Result<Vec<JobItemSpec>, Status> {
                 continue;
             }
         };
+        lines.push(n + 1);
         items.push(JobItemSpec {
             id: line.id,
             text: line.text,
@@ -246,5 +336,5 @@ pub fn parse_manifest(bytes: &[u8]) -> Result<Vec<JobItemSpec>, Status> {
         }
     }
     p.into_status()?;
-    Ok(items)
+    Ok((items, Source::Manifest(lines)))
 }

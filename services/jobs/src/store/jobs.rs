@@ -39,6 +39,9 @@ pub enum Created {
     New(String),
     /// The tenant's request id named this job already.
     Existing(String),
+    /// The tenant's request id names this job, created with other items, format or sample
+    /// rate.
+    Reused(String),
 }
 
 /// An item row of ListJobItems.
@@ -69,6 +72,7 @@ impl JobStore {
             self.global(&format!("req:{}", hex::encode(digest)))
         });
         let mut id = job.id.clone();
+        let fingerprint = fingerprint(&job);
         if let Some(key) = &request_key {
             // Claims the request id for this job; a concurrent or earlier call's job wins.
             let set = self
@@ -85,6 +89,10 @@ impl JobStore {
             if let Value::BulkString(existing) = set {
                 id = String::from_utf8_lossy(&existing).into_owned();
                 if let Some(existing) = self.record(&id).await? {
+                    let theirs = self.field(&id, "fingerprint").await?;
+                    if !theirs.is_empty() && theirs != fingerprint {
+                        return Ok(Created::Reused(id));
+                    }
                     // The first call may have died between writing the job and indexing it.
                     if !existing.has_ended() {
                         self.activate(&id, existing.create_ms).await?;
@@ -110,6 +118,7 @@ impl JobStore {
             ("request_key", request_key.clone().unwrap_or_default()),
             ("webhook_url", job.webhook_url.clone()),
             ("characters", job.characters.to_string()),
+            ("fingerprint", fingerprint),
         ];
         let n = fields.len().to_string();
         let mut args: Vec<&[u8]> = vec![super::GROUP.as_bytes(), n.as_bytes()];
@@ -159,7 +168,7 @@ impl JobStore {
         Ok(created)
     }
 
-    fn tenant_key(&self, tenant: &str) -> String {
+    pub(super) fn tenant_key(&self, tenant: &str) -> String {
         self.global(&format!("tenant:{}", hex::encode(tenant.as_bytes())))
     }
 
@@ -172,38 +181,6 @@ impl JobStore {
         JobRecord::from_hash(id, &h).map(Some).ok_or_else(|| {
             StoreError::Protocol(format!("job {id}: a record this code did not write"))
         })
-    }
-
-    /// The tenant's jobs, newest first: `offset..offset + limit` and whether more follow.
-    pub async fn list_jobs(
-        &self,
-        tenant: &str,
-        offset: usize,
-        limit: usize,
-    ) -> StoreResult<(Vec<JobRecord>, bool)> {
-        let key = self.tenant_key(tenant);
-        let ids: Vec<String> = redis::from_redis_value(
-            self.query(
-                redis::cmd("ZREVRANGE")
-                    .arg(&key)
-                    .arg(offset)
-                    .arg(offset + limit),
-            )
-            .await?,
-        )
-        .map_err(|e| StoreError::Protocol(e.to_string()))?;
-        let more = ids.len() > limit;
-        let mut jobs = Vec::with_capacity(limit);
-        for id in ids.into_iter().take(limit) {
-            match self.record(&id).await? {
-                Some(job) => jobs.push(job),
-                // Expired or deleted: drop it from the index too.
-                None => {
-                    self.query(redis::cmd("ZREM").arg(&key).arg(&id)).await?;
-                }
-            }
-        }
-        Ok((jobs, more))
     }
 
     /// Items `offset..offset + limit` in submission order (`state` only, when given), and the
@@ -380,4 +357,22 @@ impl JobStore {
     pub async fn counters(&self, id: &str) -> StoreResult<HashMap<String, String>> {
         self.hash(&self.job_keys(id)[6]).await
     }
+}
+
+/// What makes two creates the same request: the items (ids and specs, in order), the format
+/// and the sample rate: hex SHA-256, each part length-prefixed. The priority and webhook
+/// change no audio and are left out (as in voxctl's default request id).
+fn fingerprint(job: &NewJob) -> String {
+    let mut hash = Sha256::new();
+    let mut part = |bytes: &[u8]| {
+        hash.update((bytes.len() as u64).to_be_bytes());
+        hash.update(bytes);
+    };
+    part(&job.format.to_be_bytes());
+    part(&job.sample_rate_hz.to_be_bytes());
+    for (id, spec) in &job.items {
+        part(id.as_bytes());
+        part(spec);
+    }
+    hex::encode(hash.finalize())
 }

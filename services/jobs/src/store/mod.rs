@@ -24,6 +24,7 @@
 
 mod items;
 mod jobs;
+mod listing;
 mod queues;
 
 use std::{collections::HashMap, time::Duration};
@@ -33,6 +34,7 @@ use voxpool_redis::{Conn, Topology};
 
 pub use items::{Claimed, Taken};
 pub use jobs::{Created, ItemRow, NewJob};
+pub use listing::Cursor;
 
 /// The consumer group of every item stream.
 pub const GROUP: &str = "workers";

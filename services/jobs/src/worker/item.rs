@@ -6,6 +6,10 @@
 //!   exponential back-off and jitter (at least the server's `RetryInfo`), at most
 //!   `--max-attempts` calls; any other failure ends the item FAILED with Synthesize's status
 //!   and typed reason, the job's other items unaffected.
+//! - A call that did not reach synthesis at all (connection refused, no endpoint up) is
+//!   waited out with back-off up to 5 s and not counted: an outage of synthesis stalls the
+//!   items, it does not fail them (they stay held, so a replica that dies meanwhile loses
+//!   nothing).
 //! - Cancellation is looked at before every call: an item of a cancelled job ends CANCELLED
 //!   at its next boundary; audio that came back is kept.
 //! - Ending it in the store is retried while the store does not answer (a failover), up to
@@ -21,10 +25,11 @@ use voxpool_proto::jobs::v1::JobItemSpec;
 
 use super::Workers;
 use crate::{
+    metrics,
     model::{ItemError, ItemResult, ItemState, JobState},
     results::Results,
     store::{Claimed, StoreError},
-    synth::{JobParams, is_transient, item_error, retry_after},
+    synth::{JobParams, is_transient, item_error, retry_after, unreachable},
 };
 
 /// The result of an item that hit the delivery limit.
@@ -45,10 +50,21 @@ pub(super) fn delivery_limit(max: u32) -> ItemResult {
 impl Workers {
     /// Runs `claimed` to its end (module doc).
     pub(super) async fn process(&self, claimed: Claimed, params: JobParams) {
+        let taken = tokio::time::Instant::now();
         self.hold(&claimed.job, &claimed.entry, true);
+        metrics::in_flight(1);
         let (outcome, result, characters, all_cached) = self.run_item(&claimed, &params).await;
-        self.end(&claimed, outcome, &result, characters, all_cached)
-            .await;
+        if self
+            .end(&claimed, outcome, &result, characters, all_cached)
+            .await
+        {
+            let code = result.error.as_ref().map_or("OK", |e| e.code.as_str());
+            metrics::item(outcome, code, taken.elapsed());
+            if outcome == ItemState::Succeeded {
+                metrics::characters(characters, all_cached);
+            }
+        }
+        metrics::in_flight(-1);
         self.hold(&claimed.job, &claimed.entry, false);
     }
 
@@ -74,6 +90,7 @@ impl Workers {
             && let Ok(Some(size)) = self.results.size(&path).await
         {
             tracing::info!(job = %params.job, "a reclaimed item's audio was written already: not synthesized again");
+            metrics::already_written();
             let result = ItemResult {
                 output: path,
                 audio_bytes: i64::try_from(size).unwrap_or(i64::MAX),
@@ -87,6 +104,9 @@ impl Workers {
             .with_jitter()
             .with_max_times(self.options.max_attempts.saturating_sub(1) as usize)
             .build();
+        // Waiting out an unreachable synthesis: the next wait, and when it was last logged.
+        let mut wait = Duration::from_millis(200);
+        let mut unreached: Option<tokio::time::Instant> = None;
         loop {
             if matches!(
                 self.store.job_state(&params.job).await,
@@ -102,7 +122,13 @@ impl Workers {
             if let Err(e) = self.store.count_attempt(&params.job, &claimed.id).await {
                 tracing::warn!(job = %params.job, error = %e, "could not count an attempt");
             }
-            match self.synth.speak(params, &claimed.id, &spec).await {
+            let answer = super::parts::speak(&self.synth, params, &claimed.id, &spec).await;
+            metrics::attempt(
+                answer
+                    .as_ref()
+                    .map_or_else(tonic::Status::code, |_| tonic::Code::Ok),
+            );
+            match answer {
                 Ok(response) => {
                     let (cached, chunks) = voxpool_domain::contract::chunks_of(&response);
                     let audio_bytes = i64::try_from(response.audio.len()).unwrap_or(i64::MAX);
@@ -128,6 +154,14 @@ impl Workers {
                         audio_bytes,
                     };
                     return (ItemState::Succeeded, result, characters, all_cached);
+                }
+                Err(status) if unreachable(&status) => {
+                    if unreached.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
+                        tracing::warn!(job = %params.job, error = %status.message(), "synthesis unreachable: the item waits (not counted as an attempt)");
+                        unreached = Some(tokio::time::Instant::now());
+                    }
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(5));
                 }
                 Err(status) => {
                     let again = is_transient(&status).then(|| backoff.next()).flatten();
@@ -160,7 +194,8 @@ impl Workers {
         Err(last.unwrap_or(crate::results::BlobError::NotFound))
     }
 
-    /// Ends the item in the store, retrying while the store does not answer (module doc).
+    /// Ends the item in the store, retrying while the store does not answer (module doc);
+    /// `false` when it could not (another replica ends it after reclaiming it).
     async fn end(
         &self,
         claimed: &Claimed,
@@ -168,7 +203,7 @@ impl Workers {
         result: &ItemResult,
         characters: i64,
         all_cached: bool,
-    ) {
+    ) -> bool {
         let give_up = tokio::time::Instant::now() + self.options.visibility_timeout * 2;
         let mut delay = Duration::from_millis(100);
         loop {
@@ -179,9 +214,9 @@ impl Workers {
             {
                 Ok(Some(state)) => {
                     tracing::info!(job = %claimed.job, state = state.as_str(), "job ended");
-                    return;
+                    return true;
                 }
-                Ok(None) => return,
+                Ok(None) => return true,
                 Err(StoreError::Unavailable(e)) if tokio::time::Instant::now() < give_up => {
                     tracing::debug!(job = %claimed.job, error = %e, "ending an item: store unavailable, retrying");
                     tokio::time::sleep(delay).await;
@@ -189,7 +224,7 @@ impl Workers {
                 }
                 Err(e) => {
                     tracing::error!(job = %claimed.job, error = %e, "could not end an item: another replica reclaims it after the visibility timeout");
-                    return;
+                    return false;
                 }
             }
         }

@@ -14,6 +14,7 @@
 //! it holds (what it cannot finish is reclaimed by the others).
 
 mod item;
+mod parts;
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
@@ -268,6 +269,7 @@ impl Workers {
                     // A dead replica leaves up to its concurrency of items: look again on this
                     // job's next turn instead of half a visibility timeout later.
                     slot.next_claim = now;
+                    crate::metrics::reclaimed();
                     tracing::info!(
                         job,
                         deliveries = c.deliveries,

@@ -62,8 +62,8 @@ pub enum JobCommand {
         /// The job (`jobs/<id>` or `<id>`).
         #[arg(value_parser = job)]
         job: String,
-        /// Only the items in this state.
-        #[arg(long, value_enum)]
+        /// Only the items in this state (any case: `failed`, `FAILED`).
+        #[arg(long, value_enum, ignore_case = true)]
         state: Option<ItemStateArg>,
     },
     /// Cancel the job: queued items end at once, items in flight at their next boundary.

@@ -257,6 +257,17 @@ fn job_subcommands_parse_with_the_documented_names_and_defaults() {
         (name.as_str(), state),
         ("jobs/abc", Some(ItemStateArg::Failed))
     );
+    let upper = job(&["items", "abc", "--state", "SUCCEEDED"]).expect("items, as printed");
+    assert!(
+        matches!(
+            upper.command,
+            JobCommand::Items {
+                state: Some(ItemStateArg::Succeeded),
+                ..
+            }
+        ),
+        "the state as voxctl prints it is accepted"
+    );
     assert_eq!(
         ItemStateArg::Cancelled.to_pb().as_str_name(),
         "CANCELLED",

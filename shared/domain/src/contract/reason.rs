@@ -251,6 +251,9 @@ reasons! {
         ItemNotFound = "ITEM_NOT_FOUND", Never;
         /// FAILED_PRECONDITION: CancelJob of a job that already SUCCEEDED or FAILED.
         JobFinished = "JOB_FINISHED", Never;
+        /// ALREADY_EXISTS: the tenant's `request_id` names a job with other items, format or
+        /// sample rate (metadata `job`): a new request needs a new request id.
+        RequestIdReused = "REQUEST_ID_REUSED", Never;
         /// FAILED_PRECONDITION: DeleteJob of a job with items queued or in flight.
         JobNotFinished = "JOB_NOT_FINISHED", Never;
         /// FAILED_PRECONDITION: ReadJobItemAudio of an item that has not succeeded.

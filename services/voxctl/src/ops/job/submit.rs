@@ -62,7 +62,7 @@ pub fn build_request(
     }
     if manifest.items.len() > MAX_INLINE_ITEMS {
         return Err(OpError::usage(format!(
-            "{}: {} items, more than the {MAX_INLINE_ITEMS} a job takes inline: split the manifest, or put it in the jobs server's blob store and call CreateJob with manifest_uri (docs/VOXCTL.md, Jobs)",
+            "{}: {} items, more than the {MAX_INLINE_ITEMS} a job takes: split the manifest into several jobs (docs/JOBS.md, Limits)",
             path.display(),
             manifest.items.len()
         )));

@@ -196,7 +196,7 @@ fn a_manifest_with_bad_lines_none_or_too_many_items_is_refused_with_exit_2() {
     let err = build_request(&parse(&lines), Path::new("m.jsonl"), &options()).expect_err("big");
     assert_eq!(err.exit_code, 2);
     assert!(
-        err.message.contains("10001 items") && err.message.contains("manifest_uri"),
+        err.message.contains("10001 items") && err.message.contains("several jobs"),
         "{}",
         err.message
     );

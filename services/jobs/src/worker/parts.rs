@@ -1,0 +1,140 @@
+//! Items whose audio is larger than one gRPC message: a Synthesize answered
+//! `RESPONSE_TOO_LARGE` (its `ErrorInfo` metadata `bytes` and `limit`: the audio's size and
+//! synthesis's limit) is spoken again in parts, the text split at sentence boundaries
+//! (`voxpool_domain::text::split`) so each part's audio fits with a 10 % margin, and the parts
+//! joined into one object by the joiner synthesis uses for the chunks of one request
+//! (`voxpool_domain::audio::Joiner`: one WAV header over every sample; PCM and MP3 frames
+//! concatenate; Ogg Opus parts chain).
+//!
+//! A part's request id is the item's with `/pN` appended, so a retried item reuses its parts'
+//! idempotency keys; a part that is still too large fails the item with the server's reason.
+
+use tonic::Status;
+use tonic_types::StatusExt as _;
+use voxpool_domain::{
+    audio::{Audio, AudioFormat, Joiner},
+    contract::SynthesisReason,
+    text::{TextLimit, split},
+};
+use voxpool_proto::{
+    jobs::v1::JobItemSpec,
+    synthesis::v1::{AudioFormat as PbFormat, SynthesizeResponse},
+};
+
+use crate::synth::{JobParams, Synthesizer};
+
+/// The audio size and the limit of a `RESPONSE_TOO_LARGE` answer.
+fn too_large(status: &Status) -> Option<(usize, usize)> {
+    if SynthesisReason::of(status) != Some(SynthesisReason::ResponseTooLarge) {
+        return None;
+    }
+    let details = status.get_error_details();
+    let info = details.error_info()?;
+    let number = |k: &str| info.metadata.get(k).and_then(|v| v.parse::<usize>().ok());
+    Some((number("bytes")?, number("limit")?))
+}
+
+/// How many parts of at most how many characters `chars` of text are split into so that
+/// audio of `bytes` fits `limit` with a 10 % margin.
+fn part_chars(chars: usize, bytes: usize, limit: usize) -> usize {
+    let target = (limit / 10 * 9).max(1);
+    let parts = bytes.div_ceil(target).max(2);
+    chars.div_ceil(parts).max(1)
+}
+
+fn audio_format(format: i32) -> AudioFormat {
+    match PbFormat::try_from(format).unwrap_or(PbFormat::Wav) {
+        PbFormat::Mp3 => AudioFormat::Mp3,
+        PbFormat::OggOpus => AudioFormat::OggOpus,
+        PbFormat::Pcm => AudioFormat::Pcm,
+        PbFormat::Wav | PbFormat::Unspecified => AudioFormat::Wav,
+    }
+}
+
+/// Speaks `spec` in one call or, when its audio is over the message limit, in parts (module
+/// doc). The answer of a split item joins the parts' audio, lists every part's attempts,
+/// sums their cached chunks and carries the last part's key.
+pub(super) async fn speak(
+    synth: &Synthesizer,
+    params: &JobParams,
+    id: &str,
+    spec: &JobItemSpec,
+) -> Result<SynthesizeResponse, Status> {
+    let status = match synth.speak(params, id, spec).await {
+        Ok(response) => return Ok(response),
+        Err(status) => status,
+    };
+    let Some((bytes, limit)) = too_large(&status) else {
+        return Err(status);
+    };
+    let max = part_chars(spec.text.chars().count(), bytes, limit);
+    let texts: Vec<&str> = split(&spec.text, TextLimit::Chars(max))
+        .into_iter()
+        .filter(|t| !t.trim().is_empty())
+        .collect();
+    if texts.len() < 2 {
+        return Err(status);
+    }
+    let format = audio_format(params.format);
+    let mut joiner = Joiner::chaining_ogg(format);
+    let mut joined = SynthesizeResponse {
+        format: params.format,
+        ..Default::default()
+    };
+    for (i, text) in texts.iter().enumerate() {
+        let part = JobItemSpec {
+            text: (*text).to_owned(),
+            ..spec.clone()
+        };
+        let answer = synth
+            .speak(params, &format!("{id}/p{}", i + 1), &part)
+            .await?;
+        let piece = Audio {
+            bytes: answer.audio,
+            format,
+            sample_rate_hz: None,
+        };
+        let audio = joiner.push(&piece).map_err(|e| {
+            Status::internal(format!(
+                "part {} of {} of the item's text came back as audio that cannot be joined: {e}",
+                i + 1,
+                texts.len()
+            ))
+        })?;
+        joined.audio.extend(audio);
+        joined.attempts.extend(answer.attempts);
+        joined.cached_chunks += answer.cached_chunks;
+        joined.key_id = answer.key_id;
+        joined.sample_rate_hz = answer.sample_rate_hz;
+        if joined.reference_digest.is_empty() {
+            joined.reference_digest = answer.reference_digest;
+        }
+    }
+    let tail = joiner
+        .finish()
+        .map_err(|e| Status::internal(format!("joining the item's parts failed: {e}")))?;
+    joined.audio.extend(tail);
+    tracing::info!(
+        job = %params.job,
+        parts = texts.len(),
+        bytes = joined.audio.len(),
+        "an item over synthesis's message limit was spoken in parts"
+    );
+    Ok(joined)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::part_chars;
+
+    #[test]
+    fn parts_fit_the_limit_with_a_margin() {
+        // 35 MB of audio for 12,000 characters against a 32 MiB limit: 2 parts.
+        assert_eq!(part_chars(12_000, 35_000_000, 33_488_896), 6_000);
+        // Three times the limit: 4 parts (10 % margin).
+        assert_eq!(part_chars(1_000, 300, 100), 250);
+        // Never fewer than two parts, never an empty one.
+        assert_eq!(part_chars(10, 101, 100), 5);
+        assert_eq!(part_chars(1, 1_000, 10), 1);
+    }
+}
