@@ -1,7 +1,8 @@
 //! `voxpool-jobs` end to end on real processes (the stack: `jobs/stack.rs`): a job completes on
-//! two replicas without an item written twice, survives a SIGKILLed replica and a Sentinel
-//! failover, cancels, fails only its bad items, refuses bad input, shares the workers between
-//! tenants, delivers a signed webhook once, and is idempotent per request id.
+//! two replicas without an item written twice, completes the items the audio cache holds
+//! without a vendor call, survives a SIGKILLed replica and a Sentinel or Cluster failover,
+//! cancels, fails only its bad items, refuses bad input, shares the workers between tenants,
+//! delivers a signed webhook once, and is idempotent per request id.
 //!
 //! Synchronisation is by polling GetJob (bounded by `stack::DEADLINE`); the one fixed wait is
 //! the webhook case's look for a duplicate delivery (documented there).
@@ -30,6 +31,48 @@ async fn a_500_item_job_on_two_replicas_succeeds_with_every_item_written_once() 
     assert_eq!(job.total_items, 500);
     assert_all_succeeded(&mut c, &stack, &job.name, 500).await;
     assert_eq!(stack.vendor_calls(), 500, "one vendor call per item");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_whose_audio_is_in_the_audio_cache_complete_without_a_vendor_call() {
+    const N: usize = 30;
+    // Synthesis with its audio cache on, in a blob store of the test's own (no earlier hits).
+    let cache_dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("file://{}", cache_dir.path().display());
+    let stack = Stack::start_with(20, &["--cache", "on", "--blob-store", &store]).await;
+    let redis = RedisServer::start();
+    let a = stack.jobs(&redis.url(), 4, &[], None);
+    let mut c = client(&a).await;
+    let first = create(&mut c, request("cached", N)).await;
+    assert_all_succeeded(&mut c, &stack, &first.name, N).await;
+    let first = get(&mut c, &first.name).await;
+    assert_eq!(
+        first.cached_items, 0,
+        "a cold cache serves nothing: {first:?}"
+    );
+    assert_eq!(
+        stack.vendor_calls(),
+        N as u64,
+        "one vendor call per new item"
+    );
+    // The same texts on the same voice again, as a new job (no request id: not a replay).
+    let mut again = request("cached", N);
+    // One new text: its item alone reaches the vendor.
+    again.items[N - 1].text = "A sentence this job says for the first time.".into();
+    let second = create(&mut c, again).await;
+    assert_ne!(second.name, first.name);
+    assert_all_succeeded(&mut c, &stack, &second.name, N).await;
+    let second = get(&mut c, &second.name).await;
+    assert_eq!(
+        second.cached_items,
+        (N - 1) as i32,
+        "every repeated item served by the cache: {second:?}"
+    );
+    assert_eq!(
+        stack.vendor_calls(),
+        N as u64 + 1,
+        "only the new text reached the vendor"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 //! The stack every jobs test runs on: a fake OpenAI-compatible vendor (in process, counting
 //! calls, fixed latency), `voxpool-scheduler` (memory store), `voxpool-catalog` (SQLite),
-//! `voxpool-synthesis` (cache off) and as many `voxpool-jobs` replicas as a test starts on its
-//! own Redis.
+//! `voxpool-synthesis` (audio cache off unless a test's synthesis arguments turn it on) and as
+//! many `voxpool-jobs` replicas as a test starts on its own Redis.
 
 use std::{
     path::{Path, PathBuf},
