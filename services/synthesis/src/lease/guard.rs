@@ -13,7 +13,7 @@ use std::time::Duration;
 use tonic::Code;
 use voxpool_proto::scheduler::v1 as pb;
 
-use super::{Lease, Scheduler};
+use super::{Lease, Scheduler, model::shown};
 
 /// A held lease that is given back on every path (module doc).
 #[derive(Debug)]
@@ -62,7 +62,7 @@ impl LeaseGuard {
         match self.scheduler.report(request).await {
             Ok(_) => self.armed = false,
             Err(status) => {
-                tracing::warn!(lease = %self.lease.lease_id, key = %self.lease.key_id, error = %status.message(), "report failed; releasing");
+                tracing::warn!(lease = %shown(&self.lease.lease_id), key = %self.lease.key_id, error = %status.message(), "report failed; releasing");
                 self.release_now().await;
             }
         }
@@ -77,7 +77,7 @@ impl LeaseGuard {
         match self.scheduler.release(&self.lease.lease_id).await {
             Ok(_) => self.armed = false,
             Err(status) => {
-                tracing::warn!(lease = %self.lease.lease_id, error = %status.message(), "release failed; retrying once in the background, else the lease expires at its TTL");
+                tracing::warn!(lease = %shown(&self.lease.lease_id), error = %status.message(), "release failed; retrying once in the background, else the lease expires at its TTL");
             }
         }
     }
@@ -99,7 +99,7 @@ impl LeaseGuard {
             let next = (tokio::time::Instant::now() + period).min(valid_until);
             tokio::time::sleep_until(next).await;
             if tokio::time::Instant::now() >= valid_until {
-                tracing::warn!(lease = %self.lease.lease_id, key = %self.lease.key_id, "lease could not be renewed in time; aborting the vendor call");
+                tracing::warn!(lease = %shown(&self.lease.lease_id), key = %self.lease.key_id, "lease could not be renewed in time; aborting the vendor call");
                 return LeaseLost::NotRenewed;
             }
             let sent = tokio::time::Instant::now();
@@ -110,7 +110,7 @@ impl LeaseGuard {
             {
                 Ok(_) => {
                     valid_until = sent + trust;
-                    tracing::debug!(lease = %self.lease.lease_id, "lease renewed");
+                    tracing::debug!(lease = %shown(&self.lease.lease_id), "lease renewed");
                 }
                 Err(status)
                     if matches!(
@@ -118,11 +118,11 @@ impl LeaseGuard {
                         Code::FailedPrecondition | Code::NotFound | Code::PermissionDenied
                     ) =>
                 {
-                    tracing::warn!(lease = %self.lease.lease_id, key = %self.lease.key_id, "lease expired during a vendor call; aborting the call");
+                    tracing::warn!(lease = %shown(&self.lease.lease_id), key = %self.lease.key_id, "lease expired during a vendor call; aborting the call");
                     return LeaseLost::Expired;
                 }
                 Err(status) => {
-                    tracing::warn!(lease = %self.lease.lease_id, error = %status.message(), "lease renewal failed; retrying");
+                    tracing::warn!(lease = %shown(&self.lease.lease_id), error = %status.message(), "lease renewal failed; retrying");
                 }
             }
         }
@@ -158,15 +158,15 @@ impl Drop for LeaseGuard {
             Ok(handle) => {
                 handle.spawn(async move {
                     match scheduler.release(&lease_id).await {
-                        Ok(_) => tracing::debug!(lease = %lease_id, "released an abandoned lease"),
+                        Ok(_) => tracing::debug!(lease = %shown(&lease_id), "released an abandoned lease"),
                         Err(status) => {
-                            tracing::warn!(lease = %lease_id, error = %status.message(), "could not release an abandoned lease; it expires at its TTL");
+                            tracing::warn!(lease = %shown(&lease_id), error = %status.message(), "could not release an abandoned lease; it expires at its TTL");
                         }
                     }
                 });
             }
             Err(_) => {
-                tracing::warn!(lease = %lease_id, "no runtime to release an abandoned lease; it expires at its TTL");
+                tracing::warn!(lease = %shown(&lease_id), "no runtime to release an abandoned lease; it expires at its TTL");
             }
         }
     }

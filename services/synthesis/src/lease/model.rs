@@ -48,9 +48,13 @@ pub struct Acquire {
 }
 
 /// A lease the scheduler granted.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// `lease_id` is a capability (`<pool>/<upstream>/<key>/<token>.<granted_at_ms>.<mac>`): whoever
+/// holds it can report on and release the lease. Logs and `Debug` show [`shown`] instead,
+/// which leaves the MAC out.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Lease {
-    /// The lease's id (signed by the scheduler).
+    /// The lease's id (signed by the scheduler): sent back to the scheduler, never printed.
     pub lease_id: String,
     /// `upstream/key`.
     pub key_id: String,
@@ -58,6 +62,27 @@ pub struct Lease {
     pub upstream_id: String,
     /// How often the scheduler asks to be renewed, when it asks (`renew_interval_ms`).
     pub renew_interval: Option<Duration>,
+}
+
+/// `lease_id` as logs may show it: everything before its MAC (the last `.`-separated part),
+/// enough to find the lease in the scheduler's logs and useless to present. An id of another
+/// shape shows as `<lease id>`.
+pub fn shown(lease_id: &str) -> &str {
+    match lease_id.rsplit_once('.') {
+        Some((head, _mac)) if head.contains('.') => head,
+        _ => "<lease id>",
+    }
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("lease_id", &shown(&self.lease_id))
+            .field("key_id", &self.key_id)
+            .field("upstream_id", &self.upstream_id)
+            .field("renew_interval", &self.renew_interval)
+            .finish()
+    }
 }
 
 fn ms(d: Duration) -> i64 {
@@ -131,5 +156,27 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(lease.renew_interval, None);
+    }
+
+    #[test]
+    fn a_lease_id_is_shown_without_its_mac() {
+        let mac = "9c0d5e7f00112233445566778899aabb";
+        let id =
+            format!("pool-a/acct-a/app-1/3f2a00000000000000000000000000e1.1764640000123.{mac}");
+        assert_eq!(
+            shown(&id),
+            "pool-a/acct-a/app-1/3f2a00000000000000000000000000e1.1764640000123"
+        );
+        let lease = Lease {
+            lease_id: id.clone(),
+            key_id: "acct-a/app-1".into(),
+            ..Default::default()
+        };
+        let debug = format!("{lease:?}");
+        assert!(!debug.contains(mac), "{debug}");
+        assert!(debug.contains("acct-a/app-1"), "{debug}");
+        // Not the signed form: nothing of it is echoed.
+        assert_eq!(shown("opaque-capability"), "<lease id>");
+        assert_eq!(shown("a.b"), "<lease id>");
     }
 }
