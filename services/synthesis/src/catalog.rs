@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tonic::{Code, service::interceptor::InterceptedService, transport::Channel};
 use voxpool_domain::{
-    contract::{CatalogReason, Reason as _, Retry},
+    contract::{CatalogReason, Reason as _, Retry, is_transport},
     snapshot::Snapshot,
 };
 use voxpool_proto::catalog::v1::{
@@ -164,7 +164,15 @@ impl Catalog {
                     }
                 }
                 (_, Code::InvalidArgument) => SynthesisError::CatalogInvalid { message },
-                (_, Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled) => {
+                // A connection that broke under the call (the catalog died mid-request) comes
+                // as UNKNOWN "transport error": the catalog is away, not failing.
+                (_, code)
+                    if is_transport(&s)
+                        || matches!(
+                            code,
+                            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled
+                        ) =>
+                {
                     SynthesisError::CatalogUnavailable {
                         url: url.clone(),
                         message,

@@ -154,3 +154,67 @@ async fn an_unreachable_catalog_is_unavailable_naming_its_url() {
         err.message()
     );
 }
+
+/// A "catalog" that takes the connection and the request, then dies before it answers: it
+/// reads the HTTP/2 preface and frames until the request's HEADERS frame (type 1) and drops
+/// the socket, as a catalog process killed mid-request does.
+async fn start_dying_catalog() -> String {
+    use tokio::io::AsyncReadExt as _;
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind catalog");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut preface = [0u8; 24];
+                if socket.read_exact(&mut preface).await.is_err() {
+                    return;
+                }
+                loop {
+                    let mut header = [0u8; 9];
+                    if socket.read_exact(&mut header).await.is_err() {
+                        return;
+                    }
+                    let len = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+                    let mut payload = vec![0u8; len];
+                    if socket.read_exact(&mut payload).await.is_err() || header[3] == 1 {
+                        return; // the request arrived: die without an answer
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn a_catalog_that_dies_mid_request_is_unavailable_with_a_retry_delay() {
+    let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![]);
+    let catalog = start_dying_catalog().await;
+    let stack = Stack::start_with_catalog(
+        &pool_toml("p", "openai", 1, 1, 1),
+        adapter.registry(),
+        &catalog,
+    )
+    .await;
+    let err = stack.synthesize(by_pack("vp_alloy")).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(
+        err.message()
+            .contains(&format!("the catalog at {catalog} is unavailable")),
+        "{}",
+        err.message()
+    );
+    let details = tonic_types::StatusExt::get_error_details(&err);
+    assert_eq!(
+        details.error_info().map(|i| i.reason.as_str()),
+        Some("CATALOG_UNAVAILABLE"),
+        "{err:?}"
+    );
+    assert!(
+        details.retry_info().and_then(|r| r.retry_delay).is_some(),
+        "a caller is told when to try again: {err:?}"
+    );
+    assert!(adapter.calls().is_empty(), "no vendor call without a voice");
+}

@@ -129,11 +129,13 @@ impl From<SynthesisError> for Status {
                     HashMap::from([("blob_store".into(), location)]),
                 )
             }
-            SynthesisError::CatalogUnavailable { url, .. } => info(
+            // The same pause as the scheduler's: long enough for a restarted catalog to listen.
+            SynthesisError::CatalogUnavailable { url, .. } => with_info(
                 Code::Unavailable,
                 message,
                 SynthesisReason::CatalogUnavailable.as_str(),
                 HashMap::from([("catalog".into(), url)]),
+                Some(Duration::from_millis(500)),
             ),
             SynthesisError::CatalogFailed { url, .. } => info(
                 Code::Internal,
