@@ -263,6 +263,23 @@ async fn the_sdk_and_curl_list_voices_speak_and_stream_sse() {
     assert_eq!(status, "401", "{text}");
     let error: Value = serde_json::from_str(error).expect("an OpenAI error body");
     assert_eq!(error["error"]["type"], "authentication_error", "{error}");
+    // A served path with the wrong method: 405 naming the method it takes, OpenAI's shape.
+    let wrong = Command::new("curl")
+        .args(["-sS", "-D", "-", "-X", "GET"])
+        .args(["-H", &format!("Authorization: Bearer {KEY_A}")])
+        .arg(format!("{}/audio/speech", stack.url))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&wrong.stdout);
+    let (head, body) = text.split_once("\r\n\r\n").expect("headers and body");
+    assert!(head.starts_with("HTTP/1.1 405"), "{text}");
+    assert!(
+        head.to_ascii_lowercase().contains("\nallow: post"),
+        "{text}"
+    );
+    let error: Value = serde_json::from_str(body).expect("an OpenAI error body");
+    assert_eq!(error["error"]["code"], "method_not_allowed", "{error}");
+    assert_eq!(error["error"]["type"], "invalid_request_error", "{error}");
     assert_eq!(
         stack
             .fake

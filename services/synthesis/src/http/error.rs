@@ -89,6 +89,22 @@ impl ApiError {
         }
     }
 
+    /// 405 for a served path asked with a method it does not take (`allowed`: the one it
+    /// takes, also sent as `Allow`).
+    pub fn wrong_method(method: &str, route: &str, allowed: &str) -> Self {
+        Self {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            message: format!(
+                "{route} takes {allowed}, not {}",
+                voxpool_domain::untrusted::quote(method)
+            ),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("method_not_allowed".to_owned()),
+            retry_after_s: None,
+        }
+    }
+
     /// The answer to a synthesis (or catalog) failure, from its gRPC status (module doc).
     pub fn from_status(status: &Status) -> Self {
         let details = status.get_error_details();

@@ -95,6 +95,7 @@ pub fn router(front: Arc<Front>) -> Router {
         .route("/v1/audio/voices", get(voices_route))
         .route("/v1/models", get(models_route))
         .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
         .layer(middleware::from_fn_with_state(front.clone(), limits))
         .with_state(front)
 }
@@ -144,6 +145,20 @@ async fn models_route(State(front): State<Arc<Front>>, headers: HeaderMap) -> Re
 
 async fn no_route(method: Method, uri: axum::http::Uri) -> Response {
     ApiError::no_route(method.as_str(), uri.path()).into_response()
+}
+
+async fn wrong_method(method: Method, uri: axum::http::Uri) -> Response {
+    let route = route_of(uri.path());
+    let allowed = if route == speech::ROUTE {
+        "POST"
+    } else {
+        "GET"
+    };
+    let mut response = ApiError::wrong_method(method.as_str(), route, allowed).into_response();
+    response
+        .headers_mut()
+        .insert(header::ALLOW, header::HeaderValue::from_static(allowed));
+    response
 }
 
 /// The route template of `path` (a span attribute never carries a raw path).
