@@ -166,6 +166,9 @@ impl ApiError {
                 && let Some(rest) = message.strip_prefix(&format!("invalid {field}:"))
             {
                 message = format!("invalid {param}:{rest}");
+                if param == "speed" {
+                    message.push_str(" (speed multiplies the voice pack's rate)");
+                }
             }
         }
         if status.code() == Code::NotFound || pack_unusable {
@@ -253,8 +256,15 @@ mod tests {
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert_eq!(e.param.as_deref(), Some("input"));
         assert_eq!(e.message, "invalid input: must contain something");
-        let e = ApiError::from_status(&invalid_argument("params.rate", "minimax cannot apply"));
+        let e = ApiError::from_status(&invalid_argument(
+            "params.rate",
+            "minimax cannot apply params.rate = 3.6: above 2",
+        ));
         assert_eq!(e.param.as_deref(), Some("speed"));
+        assert_eq!(
+            e.message,
+            "invalid speed: minimax cannot apply params.rate = 3.6: above 2 (speed multiplies the voice pack's rate)"
+        );
     }
 
     #[test]

@@ -271,7 +271,10 @@ fn apply_overrides(mut voice: Snapshot, overrides: &Overrides) -> Snapshot {
         return voice;
     }
     if let Some(scale) = scale {
-        voice.params.rate = Some(voice.params.rate.unwrap_or(1.0) * scale);
+        // Four decimals: 0.9 × 4 is the rate 3.6 a caller can read in a refusal, not
+        // 3.5999999999999996.
+        let rate = voice.params.rate.unwrap_or(1.0) * scale;
+        voice.params.rate = Some((rate * 1e4).round() / 1e4);
     }
     if let Some(instructions) = &overrides.instructions {
         voice
@@ -334,6 +337,27 @@ mod tests {
         }
         let e = check_text("ééééééééééé", 10).unwrap_err().to_string();
         assert!(e.contains("11 characters is over the limit of 10"), "{e}");
+    }
+
+    #[test]
+    fn a_rate_scale_multiplies_the_rate_to_four_decimals_and_reseals() {
+        let mut voice = voxpool_fake_vendors::snapshot("openai", "tts-1", "alloy");
+        voice.params.rate = Some(0.9);
+        let voice = voice.seal();
+        let scaled = apply_overrides(
+            voice.clone(),
+            &Overrides {
+                rate_scale: Some(4.0),
+                instructions: None,
+            },
+        );
+        assert_eq!(scaled.params.rate, Some(3.6), "not 3.5999999999999996");
+        assert_ne!(
+            scaled.digest, voice.digest,
+            "a changed voice is sealed anew"
+        );
+        let same = apply_overrides(voice.clone(), &Overrides::default());
+        assert_eq!(same, voice);
     }
 
     #[test]
