@@ -21,6 +21,8 @@ use voxpool_fake_vendors::{FakeConfig, FakeVendor, Fault, Latency, Step, Streami
 use voxpool_proto::scheduler::v1 as spb;
 
 const POOL: &str = "fake-speech";
+/// A pool configured with no usable key: its packs are not listed as voices.
+const KEYLESS_POOL: &str = "fake-speech-keyless";
 /// Tenant `team-a`, INTERACTIVE: configured by its SHA-256 only.
 const KEY_A: &str = "sk-http-team-a-0123456789";
 /// Tenant `team-b`, BATCH: configured as `key = { env = "VOXPOOL_TEST_HTTP_KEY" }`.
@@ -49,7 +51,10 @@ impl Stack {
         let packs = dir.path().join("packs.toml");
         std::fs::write(
             &packs,
-            format!("[[packs]]\ndisplay_name = \"Fake Alloy\"\nprovider = \"openai\"\nmodel = \"tts-1\"\nvoice_id = \"alloy\"\ntts_model_id = \"{POOL}\"\ntier = \"STANDARD\"\n"),
+            format!(
+                "[[packs]]\ndisplay_name = \"Fake Alloy\"\nprovider = \"openai\"\nmodel = \"tts-1\"\nvoice_id = \"alloy\"\ntts_model_id = \"{POOL}\"\ntier = \"STANDARD\"\n\
+                 [[packs]]\ndisplay_name = \"Keyless Echo\"\nprovider = \"openai\"\nmodel = \"tts-1\"\nvoice_id = \"echo\"\ntts_model_id = \"{KEYLESS_POOL}\"\ntier = \"STANDARD\"\n"
+            ),
         )
         .expect("packs file");
         let seeded = Command::new(binary("voxpool-catalog"))
@@ -85,6 +90,12 @@ impl Stack {
             .as_str()
             .unwrap_or_else(|| panic!("a voice: {listed}"))
             .to_owned();
+        // The keyless pool's pack is not listed: every call to it would be 503.
+        assert_eq!(
+            listed["voices"].as_array().map(Vec::len),
+            Some(1),
+            "{listed}"
+        );
         assert_eq!(listed["voices"][0]["model"], POOL, "{listed}");
         assert_eq!(listed["models"], json!([POOL]), "{listed}");
         Self {
@@ -136,6 +147,13 @@ fn write_config(dir: &Path, base_url: &str, keys: usize, cap: u32, deadline_ms: 
             credential.display()
         ));
     }
+    // A pool whose one key has no credential here (its variable is never set).
+    t.push_str(&format!(
+        "[[pools]]\nid = \"{KEYLESS_POOL}\"\nprovider = \"openai\"\nmodel = \"tts-1\"\n\
+         [[pools.upstreams]]\nid = \"u\"\nbase_url = \"{base_url}\"\n\
+         [[pools.upstreams.keys]]\nid = \"k0\"\ncapacity = 1\n\
+         credential = {{ env = \"VOXPOOL_TEST_CREDENTIAL_NEVER_SET\" }}\n"
+    ));
     let digest = hex::encode(Sha256::digest(KEY_A.as_bytes()));
     t.push_str(&format!(
         "[[http.api_keys]]\nsha256 = \"{digest}\"\ntenant = \"team-a\"\npriority = \"INTERACTIVE\"\n\

@@ -1,5 +1,7 @@
 //! `GET /v1/audio/voices` and `GET /v1/models`: the catalog's market listing (enabled packs)
-//! for the pools this replica serves, in OpenAI's list shape.
+//! for the pools this replica can serve (configured here, with at least one key whose
+//! credential it holds: a pack of a keyless pool would answer every call 503), in OpenAI's
+//! list shape.
 //!
 //! - voices: `{"object": "list", "data": [{"id": <pack id>, "object": "voice", "name",
 //!   "description", "provider", "model": <pool id>, "tier", "locales"}]}`; `id` is what a
@@ -31,7 +33,13 @@ async fn served_packs(front: &Front) -> Result<Vec<MarketPack>, ApiError> {
         .map_err(|e| ApiError::from_status(&Status::from(e)))?;
     Ok(packs
         .into_iter()
-        .filter(|p| front.core.pools.get(&p.tts_model_id).is_some())
+        .filter(|p| {
+            front
+                .core
+                .pools
+                .get(&p.tts_model_id)
+                .is_some_and(|pool| pool.has_usable_key())
+        })
         .collect())
 }
 
