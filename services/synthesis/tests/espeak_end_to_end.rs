@@ -1,5 +1,7 @@
 //! End to end with real parts: an in-process PoolScheduler, the real `voxpool-synthesis`
-//! binary, and the real espeak-ng engine. The audio must be a correct WAV of real speech.
+//! binary, and the real espeak-ng engine. The audio must be a correct WAV of real speech, and
+//! a Ctrl-C (SIGINT to the terminal's process group) drains a call in flight instead of
+//! killing its engine.
 
 mod common;
 
@@ -51,7 +53,20 @@ impl Drop for Synthesis {
 
 /// Starts the binary on 127.0.0.1:0 and reads the bound address from its JSON startup log.
 fn spawn_synthesis(config: &std::path::Path, scheduler: SocketAddr) -> Synthesis {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_voxpool-synthesis"))
+    spawn_synthesis_with(
+        Command::new(env!("CARGO_BIN_EXE_voxpool-synthesis")),
+        config,
+        scheduler,
+    )
+}
+
+/// [`spawn_synthesis`] of `command` (the binary, with whatever the test set on it).
+fn spawn_synthesis_with(
+    mut command: Command,
+    config: &std::path::Path,
+    scheduler: SocketAddr,
+) -> Synthesis {
+    let mut child = command
         .arg("--config")
         .arg(config)
         .args([
@@ -283,4 +298,97 @@ async fn espeak_stream_concatenates_to_the_unary_wav() {
         "espeak-ng output is deterministic; the stream carries the same WAV"
     );
     assert_eq!(stack.in_flight("espeak-local").await, 0);
+}
+
+/// A stand-in for espeak-ng that reports its start (`started`), waits for `go`, then runs the
+/// real engine; its own process group shows in `pgid`. `--version` (synthesis's start-up check)
+/// goes straight to the engine.
+const GATED_ENGINE: &str = r#"#!/bin/sh
+dir=$(dirname "$0")
+if [ "$1" = --version ]; then exec espeak-ng --version; fi
+ps -o pgid= -p $$ > "$dir/pgid.tmp" && mv "$dir/pgid.tmp" "$dir/pgid"
+touch "$dir/started"
+while [ ! -e "$dir/go" ]; do sleep 0.01; done
+exec espeak-ng "$@"
+"#;
+
+/// Ctrl-C in the terminal of `make run` is SIGINT to its whole foreground process group:
+/// synthesis drains, and the engine it is running for a call must not be killed under it.
+#[tokio::test]
+async fn a_ctrl_c_drains_synthesis_without_killing_the_engine_mid_call() {
+    use std::os::unix::{fs::PermissionsExt as _, process::CommandExt as _};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = dir.path().join("espeak-gated");
+    std::fs::write(&engine, GATED_ENGINE).expect("engine script");
+    std::fs::set_permissions(&engine, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let path = dir.path().join("pools.toml");
+    std::fs::write(&path, CONFIG).expect("write config");
+    let config = Config::from_toml_str(CONFIG).expect("config");
+    let shutdown = CancellationToken::new();
+    let (scheduler, _store) = start_scheduler(&config, shutdown.clone()).await;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_voxpool-synthesis"));
+    // Synthesis leads a group of its own, as make run's terminal group would be.
+    command.env("VOXPOOL_ESPEAK_BIN", &engine).process_group(0);
+    let mut synthesis = spawn_synthesis_with(command, &path, scheduler);
+    let channel = Channel::from_shared(format!("http://{}", synthesis.addr))
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    let req = pb::SynthesizeRequest {
+        voice: Some(pb::synthesize_request::Voice::SnapshotJson(json_of(
+            &snapshot("espeak", "espeak-local", "en-us", "{}"),
+        ))),
+        text: "Still speaking after the interrupt.".into(),
+        format: pb::AudioFormat::Wav as i32,
+        ..Default::default()
+    };
+    let call = tokio::spawn(async move { SynthesisClient::new(channel).synthesize(req).await });
+    // The engine has started for the call (bounded wait on the file it writes).
+    let started = dir.path().join("started");
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while !started.exists() {
+        assert!(
+            std::time::Instant::now() < until,
+            "the engine never started"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let group = synthesis.child.id();
+    let engine_group: u32 = std::fs::read_to_string(dir.path().join("pgid"))
+        .expect("pgid")
+        .trim()
+        .parse()
+        .expect("a process group id");
+    assert_ne!(
+        engine_group, group,
+        "the engine runs in a process group of its own"
+    );
+    let sent = Command::new("kill")
+        .args(["-INT", "--", &format!("-{group}")])
+        .status()
+        .expect("kill");
+    assert!(sent.success(), "SIGINT to process group {group}");
+    std::fs::write(dir.path().join("go"), b"").expect("release the engine");
+    let resp = call
+        .await
+        .expect("call task")
+        .expect("the call in flight at Ctrl-C completes")
+        .into_inner();
+    assert_eq!(&resp.audio[0..4], b"RIFF");
+    assert!(
+        resp.audio.len() > 22_050,
+        "{} bytes of audio",
+        resp.audio.len()
+    );
+    assert_eq!(resp.attempts.len(), 1, "no second try: {:?}", resp.attempts);
+    let exit = synthesis
+        .child
+        .wait()
+        .expect("synthesis exits after draining");
+    assert!(
+        exit.success(),
+        "synthesis drained and exited cleanly: {exit:?}"
+    );
+    shutdown.cancel();
 }

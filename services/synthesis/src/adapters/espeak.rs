@@ -226,6 +226,10 @@ impl EspeakAdapter {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
+            // A process group of its own: a terminal's Ctrl-C (SIGINT to the foreground group,
+            // `make run`) reaches synthesis, which drains its calls, not the engine mid-call.
+            // An abandoned call still kills it (kill_on_drop).
+            .process_group(0)
             .spawn()
             .map_err(|e| {
                 Self::failure(
