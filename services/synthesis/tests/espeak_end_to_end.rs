@@ -306,7 +306,7 @@ async fn espeak_stream_concatenates_to_the_unary_wav() {
 const GATED_ENGINE: &str = r#"#!/bin/sh
 dir=$(dirname "$0")
 if [ "$1" = --version ]; then exec espeak-ng --version; fi
-ps -o pgid= -p $$ > "$dir/pgid.tmp" && mv "$dir/pgid.tmp" "$dir/pgid"
+cut -d' ' -f5 /proc/$$/stat > "$dir/pgid.tmp" && mv "$dir/pgid.tmp" "$dir/pgid"
 touch "$dir/started"
 while [ ! -e "$dir/go" ]; do sleep 0.01; done
 exec espeak-ng "$@"
