@@ -289,9 +289,17 @@ async fn bad_items_fail_alone_and_bad_requests_queue_nothing() {
         if it.id == "item-00003" || it.id == "item-00007" {
             assert_eq!(item_state(&it), jpb::job_item::State::Failed, "{it:?}");
             let err = it.error.clone().expect("an error");
-            // Synthesis's NOT_FOUND carries a ResourceInfo, not an ErrorInfo: no reason then.
-            assert!(!err.code.is_empty() && !err.message.is_empty(), "{it:?}");
-            assert!(err.code == "NOT_FOUND" || !err.reason.is_empty(), "{it:?}");
+            // Synthesize's typed reason, NOT_FOUND's included (PACK_NOT_FOUND, POOL_NOT_FOUND).
+            assert!(
+                !err.code.is_empty() && !err.message.is_empty() && !err.reason.is_empty(),
+                "{it:?}"
+            );
+            if it.id == "item-00003" {
+                assert_eq!(
+                    (err.code.as_str(), err.reason.as_str()),
+                    ("NOT_FOUND", "PACK_NOT_FOUND")
+                );
+            }
             assert!(
                 matches!(
                     err.code.as_str(),

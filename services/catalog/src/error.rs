@@ -2,7 +2,8 @@
 //!
 //! No catch-all arm: a new variant must be classified. Messages are lowercase, name the pack
 //! or field involved and say what to do; details carry `google.rpc` BadRequest (every field
-//! violation), ResourceInfo (the pack), ErrorInfo (reason + metadata) or PreconditionFailure.
+//! violation), ResourceInfo (the pack) with ErrorInfo, ErrorInfo (reason + metadata) or
+//! PreconditionFailure.
 //! Database errors never reach `grpc-message`: they are logged with their cause and the
 //! caller gets a generic message.
 
@@ -212,7 +213,12 @@ impl From<CatalogError> for Status {
                     ),
                 ),
             },
-            CatalogError::NotFound { id } => not_found(PACK_RESOURCE, &id, message),
+            CatalogError::NotFound { id } => not_found(
+                PACK_RESOURCE,
+                &id,
+                CatalogReason::PackNotFound.as_str(),
+                message,
+            ),
             CatalogError::AlreadyExists { existing_id } => {
                 let mut details = ErrorDetails::new();
                 details.set_resource_info(PACK_RESOURCE, existing_id.clone(), "", "");

@@ -122,17 +122,12 @@ pub fn retry_after(status: &Status) -> Option<Duration> {
 }
 
 /// `status` as an item's failure: code, typed reason and metadata as Synthesize answered
-/// (a `ResourceInfo`'s type and name as metadata `resource_type`, `resource_name`).
+/// (NOT_FOUND's name what is missing as metadata `resource_type`, `resource_name`).
 pub fn item_error(status: &Status) -> ItemError {
-    let (reason, mut metadata) = status.get_details_error_info().map_or_else(
+    let (reason, metadata) = status.get_details_error_info().map_or_else(
         || (String::new(), HashMap::new()),
         |info| (info.reason, info.metadata),
     );
-    // NOT_FOUND answers name what is missing in a ResourceInfo instead of an ErrorInfo.
-    if let Some(resource) = status.get_details_resource_info() {
-        metadata.insert("resource_type".into(), resource.resource_type);
-        metadata.insert("resource_name".into(), resource.resource_name);
-    }
     ItemError {
         code: voxpool_domain::status::code_name(status.code()).to_owned(),
         reason,

@@ -2,7 +2,7 @@
 //!
 //! No catch-all arm: a new variant must be classified. Messages are lowercase, name the pool,
 //! key or field involved and say what to do; details carry `google.rpc` ErrorInfo (reason +
-//! metadata), RetryInfo, BadRequest or ResourceInfo.
+//! metadata), RetryInfo, BadRequest, or ResourceInfo beside the ErrorInfo of a NOT_FOUND.
 
 use std::{collections::HashMap, time::Duration};
 
@@ -234,12 +234,16 @@ impl From<SchedulerError> for Status {
         let message = e.to_string();
         match e {
             SchedulerError::InvalidArgument { field, message } => invalid_argument(&field, message),
-            SchedulerError::UnknownPool { pool, .. } => {
-                not_found("voxpool.dev/Pool", prefix(&pool), message)
-            }
+            SchedulerError::UnknownPool { pool, .. } => not_found(
+                "voxpool.dev/Pool",
+                prefix(&pool),
+                SchedulerReason::PoolNotFound.as_str(),
+                message,
+            ),
             SchedulerError::UnknownKey { pool, key } => not_found(
                 "voxpool.dev/Key",
                 &format!("{pool}/{}", prefix(&key)),
+                SchedulerReason::KeyNotFound.as_str(),
                 message,
             ),
             SchedulerError::PoolFull {
@@ -363,9 +367,12 @@ impl From<SchedulerError> for Status {
                 HashMap::from([("lease_id".to_owned(), prefix(&lease_id).to_owned())]),
                 None,
             ),
-            SchedulerError::ReportKeyUnknown { lease_id } => {
-                not_found("voxpool.dev/Lease", &lease_id, message)
-            }
+            SchedulerError::ReportKeyUnknown { lease_id } => not_found(
+                "voxpool.dev/Lease",
+                &lease_id,
+                SchedulerReason::LeaseNotFound.as_str(),
+                message,
+            ),
             SchedulerError::ShuttingDown { pool } => with_info(
                 Code::Unavailable,
                 message,

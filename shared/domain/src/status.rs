@@ -22,10 +22,25 @@ pub fn invalid_argument(field: &str, description: impl Into<String>) -> Status {
     )
 }
 
-/// NOT_FOUND for a resource of `resource_type` named `name`, with `ResourceInfo`.
-pub fn not_found(resource_type: &str, name: &str, message: impl Into<String>) -> Status {
+/// NOT_FOUND for a resource of `resource_type` named `name`: `ResourceInfo`, and the
+/// `ErrorInfo` every voxpool error carries (AIP-193) with the service's typed `reason` and
+/// metadata `resource_type`, `resource_name`.
+pub fn not_found(
+    resource_type: &str,
+    name: &str,
+    reason: &str,
+    message: impl Into<String>,
+) -> Status {
     let mut details = ErrorDetails::new();
     details.set_resource_info(resource_type, name, "", "");
+    details.set_error_info(
+        reason,
+        ERROR_DOMAIN,
+        HashMap::from([
+            ("resource_type".to_owned(), resource_type.to_owned()),
+            ("resource_name".to_owned(), name.to_owned()),
+        ]),
+    );
     Status::with_error_details(Code::NotFound, message, details)
 }
 
@@ -82,6 +97,28 @@ mod tests {
         let details = s.get_error_details();
         let br = details.bad_request().expect("bad request detail");
         assert_eq!(br.field_violations[0].field, "lease_ttl_ms");
+    }
+
+    #[test]
+    fn not_found_names_the_resource_and_carries_a_typed_reason() {
+        let s = not_found("voxpool.dev/Pool", "p9", "POOL_NOT_FOUND", "no pool p9");
+        assert_eq!((s.code(), s.message()), (Code::NotFound, "no pool p9"));
+        let d = s.get_error_details();
+        let resource = d.resource_info().expect("resource info");
+        assert_eq!(
+            (
+                resource.resource_type.as_str(),
+                resource.resource_name.as_str()
+            ),
+            ("voxpool.dev/Pool", "p9")
+        );
+        let info = d.error_info().expect("error info");
+        assert_eq!(
+            (info.reason.as_str(), info.domain.as_str()),
+            ("POOL_NOT_FOUND", ERROR_DOMAIN)
+        );
+        assert_eq!(info.metadata["resource_name"], "p9");
+        assert_eq!(info.metadata["resource_type"], "voxpool.dev/Pool");
     }
 
     #[test]

@@ -55,9 +55,12 @@ impl From<SynthesisError> for Status {
                 );
                 invalid_argument(&p.param, description)
             }
-            SynthesisError::UnknownPool { tts_model_id, .. } => {
-                not_found("voxpool.dev/Pool", &tts_model_id, message)
-            }
+            SynthesisError::UnknownPool { tts_model_id, .. } => not_found(
+                "voxpool.dev/Pool",
+                &tts_model_id,
+                SynthesisReason::PoolNotFound.as_str(),
+                message,
+            ),
             SynthesisError::UnknownProvider { .. } => Status::with_error_details(
                 Code::InvalidArgument,
                 message.clone(),
@@ -95,9 +98,12 @@ impl From<SynthesisError> for Status {
                 SynthesisReason::UnknownUpstream.as_str(),
                 HashMap::from([("pool".into(), pool), ("upstream".into(), upstream)]),
             ),
-            SynthesisError::CatalogNotFound { pack_id, .. } => {
-                not_found("voxpool.dev/VoicePack", &pack_id, message)
-            }
+            SynthesisError::CatalogNotFound { pack_id, .. } => not_found(
+                "voxpool.dev/VoicePack",
+                &pack_id,
+                SynthesisReason::PackNotFound.as_str(),
+                message,
+            ),
             SynthesisError::CatalogRefused { pack_id, .. } => info(
                 Code::FailedPrecondition,
                 message,

@@ -181,12 +181,14 @@ impl ApiError {
         }
         let code = if pool_full {
             Some(SynthesisReason::PoolFull.as_str().to_ascii_lowercase())
+        } else if status.code() == Code::NotFound {
+            // The voice named no pack (or a pool this replica lacks): one code for HTTP.
+            Some("voice_not_found".to_owned())
         } else {
             reason.map(|r| r.to_ascii_lowercase())
         };
         let code = code.or_else(|| match status.code() {
             Code::InvalidArgument => Some("invalid_value".to_owned()),
-            Code::NotFound => Some("voice_not_found".to_owned()),
             _ => None,
         });
         let retry_after_s = match http {
@@ -299,11 +301,22 @@ mod tests {
 
     #[test]
     fn unknown_or_disabled_voices_are_404_no_key_503_deadline_504() {
-        let e = ApiError::from_status(&not_found("voxpool.dev/VoicePack", "x", "no pack x"));
-        assert_eq!(
-            (e.status, e.param.as_deref()),
-            (StatusCode::NOT_FOUND, Some("voice"))
-        );
+        for reason in [SynthesisReason::PackNotFound, SynthesisReason::PoolNotFound] {
+            let e = ApiError::from_status(&not_found(
+                "voxpool.dev/VoicePack",
+                "x",
+                reason.as_str(),
+                "no pack x",
+            ));
+            assert_eq!(
+                (e.status, e.param.as_deref(), e.code.as_deref()),
+                (
+                    StatusCode::NOT_FOUND,
+                    Some("voice"),
+                    Some("voice_not_found")
+                )
+            );
+        }
         let disabled = with_info(
             Code::FailedPrecondition,
             "disabled",

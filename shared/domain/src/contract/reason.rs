@@ -157,6 +157,13 @@ reasons! {
         /// PERMISSION_DENIED: the lease id's signature does not verify: made up, altered, or
         /// signed under a lease secret the fleet no longer accepts. Never retry it.
         LeaseNotIssued = "LEASE_NOT_ISSUED", Never;
+        /// NOT_FOUND: no pool with this id is configured (the message lists the pools).
+        PoolNotFound = "POOL_NOT_FOUND", Never;
+        /// NOT_FOUND: the pool has no key with this id.
+        KeyNotFound = "KEY_NOT_FOUND", Never;
+        /// NOT_FOUND: Report on a lease that is no longer live, without the `key_id` to
+        /// report against.
+        LeaseNotFound = "LEASE_NOT_FOUND", Never;
         /// NOT_FOUND: RenewFill of a fill lock the caller no longer holds (it expired, was
         /// released, or another caller took it over): stop relying on the lock.
         FillNotHeld = "FILL_NOT_HELD", Never;
@@ -166,6 +173,10 @@ reasons! {
 reasons! {
     /// The reasons of synthesis (`voxpool.synthesis.v1.Synthesis`).
     SynthesisReason {
+        /// NOT_FOUND: no pool serves the snapshot's `tts_model_id` on this replica.
+        PoolNotFound = "POOL_NOT_FOUND", Never;
+        /// NOT_FOUND: the catalog has no voice pack with this id.
+        PackNotFound = "PACK_NOT_FOUND", Never;
         /// FAILED_PRECONDITION: the snapshot's provider is not the pool's.
         ProviderMismatch = "PROVIDER_MISMATCH", Never;
         /// FAILED_PRECONDITION: this replica has no adapter for the provider.
@@ -217,6 +228,8 @@ reasons! {
 reasons! {
     /// The reasons of the catalog (`voxpool.catalog.v1`).
     CatalogReason {
+        /// NOT_FOUND: no voice pack with this id.
+        PackNotFound = "PACK_NOT_FOUND", Never;
         /// ALREADY_EXISTS: a pack with the same identity exists (metadata `existing_pack_id`).
         PackIdentityExists = "PACK_IDENTITY_EXISTS", Never;
         /// ABORTED: the update's `etag` / expected version is stale; read the pack again.
