@@ -428,7 +428,6 @@ async fn receiver(seen: Seen) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_webhook_is_signed_retried_and_delivered_once() {
-    use hmac::{Hmac, KeyInit as _, Mac as _};
     const SECRET: &str = "jobs-test-webhook-secret-0123456789";
     let stack = Stack::start(20).await;
     let redis = RedisServer::start();
@@ -444,15 +443,7 @@ async fn the_webhook_is_signed_retried_and_delivered_once() {
     let mut req = request("hooks", 5);
     req.webhook_url = url;
     let job = create(&mut c, req).await;
-    let until = Instant::now() + DEADLINE;
-    while !seen.lock().expect("lock").iter().any(|s| s.0 == 200) {
-        assert!(
-            Instant::now() < until,
-            "no successful delivery: {:?}",
-            seen.lock().expect("lock").len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_delivered(&seen).await;
     // No duplicate after the 2xx: the finalizer polls every 250 ms and retries a failed
     // delivery after 1 s; 3 s is several of both.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -462,12 +453,19 @@ async fn the_webhook_is_signed_retried_and_delivered_once() {
         vec![500, 200],
         "one failure, one delivery"
     );
-    for (_, signature, delivery, body) in &seen {
+    assert_signed(&seen, SECRET, &job.name);
+}
+
+/// Every delivery in `seen` is signed with `secret`, names `job`'s SUCCEEDED delivery and
+/// carries the job as JSON.
+fn assert_signed(seen: &[(u16, String, String, Vec<u8>)], secret: &str, job: &str) {
+    use hmac::{Hmac, KeyInit as _, Mac as _};
+    for (_, signature, delivery, body) in seen {
         let (t, v1) = signature
             .strip_prefix("t=")
             .and_then(|s| s.split_once(",v1="))
             .unwrap_or_else(|| panic!("signature {signature:?}"));
-        let mut mac = <Hmac<sha2::Sha256>>::new_from_slice(SECRET.as_bytes()).expect("key");
+        let mut mac = <Hmac<sha2::Sha256>>::new_from_slice(secret.as_bytes()).expect("key");
         mac.update(format!("{t}.").as_bytes());
         mac.update(body);
         assert_eq!(
@@ -475,11 +473,67 @@ async fn the_webhook_is_signed_retried_and_delivered_once() {
             v1,
             "signature verifies"
         );
-        assert_eq!(delivery, &format!("{}/SUCCEEDED", job.name));
+        assert_eq!(delivery, &format!("{job}/SUCCEEDED"));
         let json: serde_json::Value = serde_json::from_slice(body).expect("JSON body");
-        assert_eq!(json["name"], job.name.as_str(), "{json}");
+        assert_eq!(json["name"], job, "{json}");
         assert_eq!(json["state"], "SUCCEEDED", "{json}");
     }
+}
+
+/// Polls (bounded) until `seen` holds a delivery the receiver answered 200.
+async fn until_delivered(seen: &Seen) {
+    let until = Instant::now() + DEADLINE;
+    while !seen.lock().expect("lock").iter().any(|s| s.0 == 200) {
+        assert!(
+            Instant::now() < until,
+            "no successful delivery: {:?}",
+            seen.lock().expect("lock").len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_without_the_webhook_secret_leaves_the_webhook_to_one_with_it() {
+    const SECRET: &str = "jobs-test-webhook-secret-0123456789";
+    let with_secret = [("VOXPOOL_JOBS_WEBHOOK_SECRET", SECRET)];
+    let stack = Stack::start(20).await;
+    let redis = RedisServer::start();
+    let mut a = stack.jobs(&redis.url(), 4, &with_secret, None);
+    let b = stack.jobs(&redis.url(), 4, &[], None);
+    let seen: Seen = Arc::default();
+    let mut req = request("hooks-mixed", 5);
+    req.webhook_url = receiver(seen.clone()).await;
+    // Created on the replica with the secret, which then dies: the one without finishes it.
+    let job = create(&mut client(&a).await, req).await;
+    a.child.kill().expect("SIGKILL");
+    a.child.wait().expect("reaped");
+    let mut c = client(&b).await;
+    assert_all_succeeded(&mut c, &stack, &job.name, 5).await;
+    let summary = stack
+        .blob_dir()
+        .join("jobs")
+        .join(job.name.trim_start_matches("jobs/"))
+        .join("summary.json");
+    let until = Instant::now() + DEADLINE;
+    while !summary.exists() {
+        assert!(
+            Instant::now() < until,
+            "the replica left never wrote the summary"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The replica without the secret has finalized all it can; one with it delivers.
+    let _c = stack.jobs(&redis.url(), 4, &with_secret, None);
+    until_delivered(&seen).await;
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(
+        seen.iter().map(|s| s.0).last(),
+        Some(200),
+        "delivered by the replica with the secret: {:?}",
+        seen.iter().map(|s| s.0).collect::<Vec<_>>()
+    );
+    assert_signed(&seen, SECRET, &job.name);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

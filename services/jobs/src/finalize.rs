@@ -6,7 +6,9 @@
 //! Invariant: each step is recorded in the job's record once done (`summary`, `webhook`
 //! fields), so a replica that dies mid-way leaves the rest to the next one, and a done step is
 //! not redone (a webhook is at least once: a replica dying between the receiver's 2xx and the
-//! record sends it again, with the same `X-Voxpool-Delivery`).
+//! record sends it again, with the same `X-Voxpool-Delivery`). A replica without a webhook
+//! secret finalizes the job but queues its webhook (`P:webhooks`) for the replicas that have
+//! the secret: a fleet mid-way through adding the secret loses no delivery.
 
 use std::{sync::Arc, time::Duration};
 
@@ -51,7 +53,18 @@ impl Finalizer {
                 () = tokio::time::sleep(every) => {}
                 () = shutdown.cancelled() => return,
             }
-            match self.store.due_finalize(LEASE, 8).await {
+            // Only a replica that can sign takes the webhooks others left.
+            let due = match self.store.due_finalize(LEASE, 8).await {
+                Ok(mut due) if self.secret.is_some() => {
+                    match self.store.due_webhooks(LEASE, 8).await {
+                        Ok(webhooks) => due.extend(webhooks),
+                        Err(e) => tracing::debug!(error = %e, "webhook queue unavailable"),
+                    }
+                    Ok(due)
+                }
+                other => other,
+            };
+            match due {
                 Ok(due) => {
                     for job in due {
                         if let Err(e) = self.finalize(&job).await {
@@ -106,10 +119,32 @@ impl Finalizer {
                 .field(job, "webhook")
                 .await
                 .map_err(|e| e.to_string())?;
-            if done.is_empty() && !self.send_webhook(&record, &pb).await? {
-                return Ok(());
+            if done.is_empty() {
+                let Some(secret) = &self.secret else {
+                    // The replica that took the job had the secret (CreateJob refuses a
+                    // webhook without it): the job is finalized here, its webhook queued for
+                    // the replicas that can sign it.
+                    self.finalized(job, &record).await?;
+                    self.store
+                        .queue_webhook(job)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    tracing::info!(
+                        job,
+                        "webhook left to a replica with the webhook secret (this one has none)"
+                    );
+                    return Ok(());
+                };
+                if !self.send_webhook(secret, &record, &pb).await? {
+                    return Ok(());
+                }
             }
         }
+        self.finalized(job, &record).await
+    }
+
+    /// The job leaves the finalize queues for the expiry queue (its request id with it).
+    async fn finalized(&self, job: &str, record: &crate::model::JobRecord) -> Result<(), String> {
         let request_key = self
             .store
             .field(job, "request_key")
@@ -121,32 +156,24 @@ impl Finalizer {
             .map_err(|e| e.to_string())
     }
 
-    /// Delivers the webhook once; `Ok(false)` when it is to be tried again later (scheduled).
+    /// Delivers the webhook once, signed with `secret`; `Ok(false)` when it is to be tried
+    /// again later (scheduled).
     async fn send_webhook(
         &self,
+        secret: &Secret,
         record: &crate::model::JobRecord,
         pb: &voxpool_proto::jobs::v1::Job,
     ) -> Result<bool, String> {
         let job = &record.id;
-        let Some(secret) = &self.secret else {
-            tracing::error!(
-                job,
-                "webhook not sent: this replica has no webhook secret (VOXPOOL_JOBS_WEBHOOK_SECRET)"
-            );
-            self.store
-                .mark(job, "webhook", "abandoned")
-                .await
-                .map_err(|e| e.to_string())?;
-            metrics::webhook("abandoned");
-            return Ok(true);
-        };
+        let now = self.store.now_ms().await.map_err(|e| e.to_string())?;
+        let since_end =
+            Duration::from_millis(u64::try_from(now - record.end_ms.unwrap_or(now)).unwrap_or(0));
         let state = convert::job_json(pb)["state"]
             .as_str()
             .unwrap_or_default()
             .to_owned();
         let delivery = format!("{}/{state}", record.name());
         let body = serde_json::to_vec(&convert::job_json(pb)).map_err(|e| e.to_string())?;
-        let now = self.store.now_ms().await.map_err(|e| e.to_string())?;
         let unix = u64::try_from(now / 1000).unwrap_or(0);
         match webhook::deliver(
             &self.http,
@@ -178,9 +205,6 @@ impl Finalizer {
                     .mark(job, "webhook_tries", &tries.to_string())
                     .await
                     .map_err(|e| e.to_string())?;
-                let since_end = Duration::from_millis(
-                    u64::try_from(now - record.end_ms.unwrap_or(now)).unwrap_or(0),
-                );
                 if since_end > webhook::GIVE_UP_AFTER {
                     tracing::error!(job, tries, error = %e, "webhook abandoned: no 2xx within 24 hours");
                     metrics::webhook("abandoned");

@@ -218,6 +218,11 @@ async fn serve(args: Args) -> Result<(), String> {
         webhooks = secret.is_some(),
         "voxpool-jobs serving"
     );
+    if secret.is_none() {
+        tracing::warn!(
+            "no webhook secret (VOXPOOL_JOBS_WEBHOOK_SECRET or --webhook-secret-file): this replica refuses CreateJob with a webhook_url and leaves the webhooks of jobs it finalizes to replicas that have the secret"
+        );
+    }
     voxpool_runtime::serve::announce("voxpool-jobs", bound)?;
     let probe = move |_: bool| {
         let store = store.clone();

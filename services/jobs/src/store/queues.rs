@@ -1,6 +1,7 @@
 //! The fleet-wide queues: jobs with work (`P:active`), ended jobs whose summary and webhook
-//! are due (`P:finalize`, scored by when the next try is due), ended jobs by expiry
-//! (`P:ended`). Any replica serves any entry; a due entry is leased to one replica at a time
+//! are due (`P:finalize`, scored by when the next try is due), finalized jobs whose webhook
+//! waits for a replica holding the webhook secret (`P:webhooks`, polled only by those), ended
+//! jobs by expiry (`P:ended`). Any replica serves any entry; a due entry is leased to one replica at a time
 //! by pushing its score past the lease (`LEASE_DUE`), so a replica that dies mid-way leaves
 //! the entry to another once the lease ends.
 
@@ -78,23 +79,44 @@ impl JobStore {
         self.lease_due("finalize", lease, n).await
     }
 
-    /// Tries finalizing job `id` again in `after`.
-    pub async fn retry_finalize(&self, id: &str, after: Duration) -> StoreResult<()> {
-        let now = self.now_ms().await?;
-        let at = now + i64::try_from(after.as_millis()).unwrap_or(i64::MAX / 2);
+    /// Leases up to `n` finalized jobs whose webhook waits for a replica with the secret.
+    pub async fn due_webhooks(&self, lease: Duration, n: usize) -> StoreResult<Vec<String>> {
+        self.lease_due("webhooks", lease, n).await
+    }
+
+    /// Leaves job `id`'s webhook to a replica holding the webhook secret (due at once).
+    pub async fn queue_webhook(&self, id: &str) -> StoreResult<()> {
         self.query(
             redis::cmd("ZADD")
-                .arg(self.global("finalize"))
-                .arg("XX")
-                .arg(at)
+                .arg(self.global("webhooks"))
+                .arg("NX")
+                .arg(0)
                 .arg(id),
         )
         .await
         .map(drop)
     }
 
-    /// Job `id` is finalized: out of the finalize queue and the workers' round, into the
-    /// expiry queue at `expire_ms`; its request id expires with it.
+    /// Tries finalizing job `id` again in `after`, in whichever queue (`finalize` or
+    /// `webhooks`) holds it.
+    pub async fn retry_finalize(&self, id: &str, after: Duration) -> StoreResult<()> {
+        let now = self.now_ms().await?;
+        let at = now + i64::try_from(after.as_millis()).unwrap_or(i64::MAX / 2);
+        for queue in ["finalize", "webhooks"] {
+            self.query(
+                redis::cmd("ZADD")
+                    .arg(self.global(queue))
+                    .arg("XX")
+                    .arg(at)
+                    .arg(id),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Job `id` is finalized: out of the finalize and webhook queues and the workers' round,
+    /// into the expiry queue at `expire_ms`; its request id expires with it.
     pub async fn finalized(&self, id: &str, expire_ms: i64, request_key: &str) -> StoreResult<()> {
         self.query(
             redis::cmd("ZADD")
@@ -103,7 +125,7 @@ impl JobStore {
                 .arg(id),
         )
         .await?;
-        for queue in ["finalize", "active"] {
+        for queue in ["finalize", "webhooks", "active"] {
             self.query(redis::cmd("ZREM").arg(self.global(queue)).arg(id))
                 .await?;
         }
