@@ -76,6 +76,42 @@ async fn items_whose_audio_is_in_the_audio_cache_complete_without_a_vendor_call(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_cannot_work_fails_no_item_and_is_not_serving() {
+    const N: usize = 40;
+    let stack = Stack::start(20).await;
+    let redis = RedisServer::start();
+    // Synthesis refuses this one's worker token from the start.
+    let refused = stack.jobs(
+        &redis.url(),
+        4,
+        &[("VOXPOOL_CLIENT_TOKEN", "not-a-token-synthesis-knows")],
+        None,
+    );
+    // This one's blob store breaks once it is running: its results folder becomes a file.
+    let broken = tempfile::tempdir().expect("tempdir");
+    let log = stack.dir.path().join("broken.log");
+    let writes_fail = stack.jobs_on(&redis.url(), 4, &[], Some(&log), broken.path());
+    until_logged(&log, "workers ready").await;
+    std::fs::remove_dir_all(broken.path().join("jobs")).expect("remove the results folder");
+    std::fs::write(broken.path().join("jobs"), b"not a folder").expect("a file in its place");
+    until_health(&refused, false).await;
+    let healthy = stack.jobs(&redis.url(), 4, &[], None);
+    // Created through the broken replica: it looks at the job at once and takes items.
+    let job = create(&mut client(&writes_fail).await, request("faults", N)).await;
+    let mut c = client(&healthy).await;
+    assert_all_succeeded(&mut c, &stack, &job.name, N).await;
+    // The broken replica took items, could not keep their audio, and handed them back.
+    until_logged(&log, "workers paused").await;
+    until_health(&writes_fail, false).await;
+    until_health(&healthy, true).await;
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !logged.contains("could not hand an item back"),
+        "items handed back at once: {logged}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_sigkilled_mid_job_loses_no_item() {
     const CONCURRENCY: u32 = 8;
     const N: usize = 400;
@@ -528,7 +564,7 @@ async fn a_replica_without_the_webhook_secret_leaves_the_webhook_to_one_with_it(
     until_delivered(&seen).await;
     let seen = seen.lock().expect("lock").clone();
     assert_eq!(
-        seen.iter().map(|s| s.0).last(),
+        seen.last().map(|s| s.0),
         Some(200),
         "delivered by the replica with the secret: {:?}",
         seen.iter().map(|s| s.0).collect::<Vec<_>>()

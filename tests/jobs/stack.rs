@@ -112,14 +112,23 @@ impl Stack {
         env: &[(&str, &str)],
         log_file: Option<&Path>,
     ) -> Service {
+        self.jobs_on(store, concurrency, env, log_file, &self.blob_dir())
+    }
+
+    /// [`Stack::jobs`] writing its results to the blob store in `blob_dir`.
+    pub fn jobs_on(
+        &self,
+        store: &str,
+        concurrency: u32,
+        env: &[(&str, &str)],
+        log_file: Option<&Path>,
+        blob_dir: &Path,
+    ) -> Service {
         // Quiet first: the test's own `env` (an OTLP endpoint, say) then wins over its removals.
         let mut j = log(Command::new(binary("voxpool-jobs")));
         j.args(["--listen", "127.0.0.1:0", "--store", store])
             .args(["--synthesis", &format!("http://{}", self.synthesis.addr)])
-            .args([
-                "--blob-store",
-                &format!("file://{}", self.blob_dir().display()),
-            ])
+            .args(["--blob-store", &format!("file://{}", blob_dir.display())])
             .args([
                 "--visibility-timeout",
                 "2s",
@@ -202,6 +211,51 @@ pub async fn answering(service: &Service, name: &str, since: Instant) -> JobsCli
             ),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls (bounded by [`DEADLINE`]) until `log` contains `line`.
+pub async fn until_logged(log: &Path, line: &str) {
+    let until = Instant::now() + DEADLINE;
+    while !std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .contains(line)
+    {
+        assert!(
+            Instant::now() < until,
+            "{} never logged {line:?}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Polls (bounded by [`DEADLINE`]) until `service`'s health answers `serving`.
+pub async fn until_health(service: &Service, serving: bool) {
+    use tonic_health::pb::{
+        HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+    };
+    let want = if serving {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    } as i32;
+    let mut health = HealthClient::new(voxpool_e2e::connect(&service.addr).await);
+    let until = Instant::now() + DEADLINE;
+    loop {
+        let now = health
+            .check(HealthCheckRequest::default())
+            .await
+            .map(|r| r.into_inner().status);
+        if now.as_ref().is_ok_and(|s| *s == want) {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "{}: health never {want}: {now:?}",
+            service.addr
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

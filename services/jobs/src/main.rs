@@ -204,6 +204,7 @@ async fn serve(args: Args) -> Result<(), String> {
         secret.clone(),
     )?);
     let work = tokio::spawn(workers.clone().run(shutdown.clone(), args.item_timeout));
+    let workers_health = workers.clone();
     tokio::spawn(finalizer.run(Duration::from_millis(250), shutdown.clone()));
     let service = JobsService::new(store.clone(), results.clone(), workers, secret.as_ref())
         .into_server(args.server.max_message_bytes);
@@ -224,9 +225,15 @@ async fn serve(args: Args) -> Result<(), String> {
         );
     }
     voxpool_runtime::serve::announce("voxpool-jobs", bound)?;
+    // NOT_SERVING also while the workers are paused by a fault of this replica.
     let probe = move |_: bool| {
-        let store = store.clone();
-        async move { store.ping().await.map_err(|e| e.to_string()) }
+        let (store, workers) = (store.clone(), workers_health.clone());
+        async move {
+            store.ping().await.map_err(|e| e.to_string())?;
+            workers
+                .fault()
+                .map_or(Ok(()), |why| Err(format!("workers paused: {why}")))
+        }
     };
     let health = voxpool_runtime::serve::Health {
         dependency: "job store",

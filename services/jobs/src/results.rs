@@ -86,6 +86,20 @@ impl Results {
             .map_err(map_err)
     }
 
+    /// Whether this replica can write results: writes and deletes a small object under
+    /// `_probe/` (named by `consumer`). Errors: the store's, as a message.
+    pub async fn probe_write(&self, consumer: &str) -> Result<(), BlobError> {
+        let path = Path::from(format!("_probe/{consumer}"));
+        self.jobs
+            .put(&path, PutPayload::from_static(b"voxpool-jobs write probe"))
+            .await
+            .map_err(map_err)?;
+        match self.jobs.delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
     /// The size of the object at `path`, or `None` when there is none.
     pub async fn size(&self, path: &str) -> Result<Option<u64>, BlobError> {
         match self.jobs.head(&Path::from(path)).await {

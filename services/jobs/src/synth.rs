@@ -10,7 +10,7 @@ use voxpool_domain::contract::{Retry, SynthesisReason, retry_of};
 use voxpool_proto::{
     jobs::v1::{JobItemSpec, job_item_spec},
     synthesis::v1::{
-        SynthesizeRequest, SynthesizeResponse, synthesis_client::SynthesisClient,
+        ListPoolsRequest, SynthesizeRequest, SynthesizeResponse, synthesis_client::SynthesisClient,
         synthesize_request,
     },
 };
@@ -100,6 +100,27 @@ impl Synthesizer {
         }
         answer.map(tonic::Response::into_inner)
     }
+
+    /// Whether synthesis accepts this replica's worker token: one `ListPools` call. Errors:
+    /// the refusal, for [`refuses_replica`] answers only (an unreachable synthesis is not this
+    /// replica's fault: its items wait for it).
+    pub async fn check_token(&self) -> Result<(), Status> {
+        let mut request = tonic::Request::new(ListPoolsRequest::default());
+        request.set_timeout(Duration::from_secs(5));
+        match self.client.clone().list_pools(request).await {
+            Err(status) if refuses_replica(&status) => Err(status),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Whether `status` refuses this replica itself (its worker token: missing, unknown, or not
+/// for synthesis), not the item: no item can succeed here until an operator fixes it.
+pub fn refuses_replica(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unauthenticated | Code::PermissionDenied
+    )
 }
 
 /// Whether another try of a call that failed with `status` may succeed (the one rule every
@@ -131,14 +152,7 @@ pub fn item_error(status: &Status) -> ItemError {
     ItemError {
         code: voxpool_domain::status::code_name(status.code()).to_owned(),
         reason,
-        message: match status.code() {
-            // Synthesis speaks to its own caller; here that is this server's workers.
-            Code::Unauthenticated | Code::PermissionDenied => format!(
-                "synthesis refused the jobs workers' token (voxpool-jobs' VOXPOOL_CLIENT_TOKEN or --client-token-file; an operator fixes it): {}",
-                status.message()
-            ),
-            _ => status.message().to_owned(),
-        },
+        message: status.message().to_owned(),
         metadata,
     }
 }

@@ -141,6 +141,33 @@ impl JobStore {
         .map(drop)
     }
 
+    /// Hands entry `entry` of `job`, held by `consumer`, back at once: its idle time is set
+    /// to `idle` (at least the visibility timeout), so the next look of any replica's
+    /// dispatcher reclaims it (`XCLAIM … IDLE … JUSTID`: the delivery count is not raised
+    /// here, the reclaim raises it).
+    pub async fn release(
+        &self,
+        job: &str,
+        consumer: &str,
+        entry: &str,
+        idle: Duration,
+    ) -> StoreResult<()> {
+        let keys = self.job_keys(job);
+        self.query(
+            redis::cmd("XCLAIM")
+                .arg(&keys[5])
+                .arg(super::GROUP)
+                .arg(consumer)
+                .arg(0)
+                .arg(entry)
+                .arg("IDLE")
+                .arg(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX))
+                .arg("JUSTID"),
+        )
+        .await
+        .map(drop)
+    }
+
     /// Counts one Synthesize call for item `item` of `job`.
     pub async fn count_attempt(&self, job: &str, item: &str) -> StoreResult<()> {
         let keys = self.job_keys(job);

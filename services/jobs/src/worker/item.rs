@@ -12,6 +12,10 @@
 //!   nothing).
 //! - Cancellation is looked at before every call: an item of a cancelled job ends CANCELLED
 //!   at its next boundary; audio that came back is kept.
+//! - A fault of this replica rather than the item — synthesis refuses its worker token, the
+//!   blob store refuses its writes — fails no item: the item is handed back at once for
+//!   another replica to reclaim, and the workers pause until the fault clears
+//!   ([`super::Workers::fault`]).
 //! - Ending it in the store is retried while the store does not answer (a failover), up to
 //!   twice the visibility timeout; past that another replica reclaims the item, finds its
 //!   object and ends it.
@@ -29,7 +33,7 @@ use crate::{
     model::{ItemError, ItemResult, ItemState, JobState},
     results::Results,
     store::{Claimed, StoreError},
-    synth::{JobParams, is_transient, item_error, retry_after, unreachable},
+    synth::{JobParams, is_transient, item_error, refuses_replica, retry_after, unreachable},
 };
 
 /// The result of an item that hit the delivery limit.
@@ -53,26 +57,43 @@ impl Workers {
         let taken = tokio::time::Instant::now();
         self.hold(&claimed.job, &claimed.entry, true);
         metrics::in_flight(1);
-        let (outcome, result, characters, all_cached) = self.run_item(&claimed, &params).await;
-        if self
-            .end(&claimed, outcome, &result, characters, all_cached)
-            .await
-        {
-            let code = result.error.as_ref().map_or("OK", |e| e.code.as_str());
-            metrics::item(outcome, code, taken.elapsed());
-            if outcome == ItemState::Succeeded {
-                metrics::characters(characters, all_cached);
+        match self.run_item(&claimed, &params).await {
+            Ok((outcome, result, characters, all_cached)) => {
+                if self
+                    .end(&claimed, outcome, &result, characters, all_cached)
+                    .await
+                {
+                    let code = result.error.as_ref().map_or("OK", |e| e.code.as_str());
+                    metrics::item(outcome, code, taken.elapsed());
+                    if outcome == ItemState::Succeeded {
+                        metrics::characters(characters, all_cached);
+                    }
+                }
+                self.hold(&claimed.job, &claimed.entry, false);
+            }
+            Err(fault) => {
+                self.found_fault(fault);
+                // Not renewed any more, then handed back: reclaimable at once.
+                self.hold(&claimed.job, &claimed.entry, false);
+                let idle = self.options.visibility_timeout + Duration::from_secs(1);
+                if let Err(e) = self
+                    .store
+                    .release(&claimed.job, &self.consumer, &claimed.entry, idle)
+                    .await
+                {
+                    tracing::warn!(job = %claimed.job, error = %e, "could not hand an item back: another replica reclaims it after the visibility timeout");
+                }
             }
         }
         metrics::in_flight(-1);
-        self.hold(&claimed.job, &claimed.entry, false);
     }
 
+    /// The item's end, or `Err` with a fault of this replica (module doc).
     async fn run_item(
         &self,
         claimed: &Claimed,
         params: &JobParams,
-    ) -> (ItemState, ItemResult, i64, bool) {
+    ) -> Result<(ItemState, ItemResult, i64, bool), String> {
         let spec = match JobItemSpec::decode(claimed.spec.as_slice()) {
             Ok(spec) => spec,
             Err(e) => {
@@ -81,7 +102,7 @@ impl Workers {
                     message: format!("the stored item cannot be read ({e}); submit it again"),
                     ..Default::default()
                 };
-                return failed(error);
+                return Ok(failed(error));
             }
         };
         let characters = i64::try_from(spec.text.chars().count()).unwrap_or(i64::MAX);
@@ -96,7 +117,7 @@ impl Workers {
                 audio_bytes: i64::try_from(size).unwrap_or(i64::MAX),
                 ..Default::default()
             };
-            return (ItemState::Succeeded, result, characters, false);
+            return Ok((ItemState::Succeeded, result, characters, false));
         }
         let mut backoff = ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(250))
@@ -112,12 +133,12 @@ impl Workers {
                 self.store.job_state(&params.job).await,
                 Ok(Some(JobState::Cancelled))
             ) {
-                return (
+                return Ok((
                     ItemState::Cancelled,
                     ItemResult::default(),
                     characters,
                     false,
-                );
+                ));
             }
             if let Err(e) = self.store.count_attempt(&params.job, &claimed.id).await {
                 tracing::warn!(job = %params.job, error = %e, "could not count an attempt");
@@ -134,15 +155,7 @@ impl Workers {
                     let audio_bytes = i64::try_from(response.audio.len()).unwrap_or(i64::MAX);
                     let all_cached = cached == chunks;
                     if let Err(e) = self.write(&path, bytes::Bytes::from(response.audio)).await {
-                        return failed(ItemError {
-                            code: "UNAVAILABLE".into(),
-                            reason: JobsReason::ResultWriteFailed.as_str().into(),
-                            message: format!(
-                                "the audio came back but the blob store {} refused it: {e}",
-                                self.results.location()
-                            ),
-                            ..Default::default()
-                        });
+                        return Err(self.writes_refused(&e));
                     }
                     let result = ItemResult {
                         output: path,
@@ -153,7 +166,10 @@ impl Workers {
                         reference_digest: response.reference_digest,
                         audio_bytes,
                     };
-                    return (ItemState::Succeeded, result, characters, all_cached);
+                    return Ok((ItemState::Succeeded, result, characters, all_cached));
+                }
+                Err(status) if refuses_replica(&status) => {
+                    return Err(Self::token_refused(&status));
                 }
                 Err(status) if unreachable(&status) => {
                     if unreached.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
@@ -170,7 +186,7 @@ impl Workers {
                             let delay = retry_after(&status).map_or(delay, |d| d.max(delay));
                             tokio::time::sleep(delay).await;
                         }
-                        None => return failed(item_error(&status)),
+                        None => return Ok(failed(item_error(&status))),
                     }
                 }
             }

@@ -12,6 +12,11 @@
 //! (`XAUTOCLAIM`, [`crate::store::JobStore::claim`]), which looks at each active job every half
 //! visibility timeout. A replica that stops drains: it takes no new item and finishes the ones
 //! it holds (what it cannot finish is reclaimed by the others).
+//!
+//! A faulty replica fails no item: when synthesis refuses its worker token or the blob store
+//! its writes (checked at start and on every such answer), it takes and reclaims nothing,
+//! hands back what it held, reports NOT_SERVING ([`Workers::fault`]) and checks again every
+//! [`FAULT_RECHECK`] until the fault clears.
 
 mod item;
 mod parts;
@@ -30,6 +35,9 @@ use crate::{
     store::{JobStore, Taken},
     synth::{JobParams, Synthesizer},
 };
+
+/// How often a faulty replica checks whether its fault cleared.
+pub const FAULT_RECHECK: Duration = Duration::from_secs(5);
 
 /// How the workers behave (`voxpool-jobs` flags).
 #[derive(Clone, Debug)]
@@ -59,6 +67,8 @@ pub struct Workers {
     /// Set by [`Workers::wake`]: the dispatcher refreshes its round at its next turn even
     /// while busy (the `Notify` only reaches it when it sleeps).
     woken: std::sync::atomic::AtomicBool,
+    /// Why this replica cannot run items now (module doc); `None` while it can.
+    fault: Mutex<Option<String>>,
 }
 
 /// A job in the dispatcher's round.
@@ -135,7 +145,63 @@ impl Workers {
             held: Mutex::new(HashMap::new()),
             wake: tokio::sync::Notify::new(),
             woken: std::sync::atomic::AtomicBool::new(false),
+            fault: Mutex::new(None),
         })
+    }
+
+    /// Why this replica's workers are paused (its health is NOT_SERVING then), if they are:
+    /// synthesis refuses its worker token, or the blob store its writes.
+    pub fn fault(&self) -> Option<String> {
+        self.fault
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records a fault of this replica (logged when it is news).
+    fn found_fault(&self, why: String) {
+        let mut fault = self.fault.lock().unwrap_or_else(PoisonError::into_inner);
+        if fault.as_deref() != Some(why.as_str()) {
+            tracing::error!(reason = %why, "workers paused: this replica cannot run items (they go to other replicas); checking again every {}s", FAULT_RECHECK.as_secs());
+            *fault = Some(why);
+        }
+    }
+
+    /// The fault of a worker token synthesis refused with `status`.
+    fn token_refused(status: &tonic::Status) -> String {
+        format!(
+            "synthesis refuses this replica's worker token (VOXPOOL_CLIENT_TOKEN or --client-token-file: one of synthesis's [[client_tokens]] with \"synthesis\" in its services): {}",
+            status.message()
+        )
+    }
+
+    /// The fault of a blob store that refused a write with `e`.
+    fn writes_refused(&self, e: &crate::results::BlobError) -> String {
+        format!(
+            "the blob store {} refuses this replica's writes ({e}): check --blob-store and its permissions or credentials",
+            self.results.location()
+        )
+    }
+
+    /// Checks the worker token and a blob write; records the outcome (module doc).
+    async fn check(&self) {
+        let outcome = match self.synth.check_token().await {
+            Err(status) => Err(Self::token_refused(&status)),
+            Ok(()) => self
+                .results
+                .probe_write(&self.consumer)
+                .await
+                .map_err(|e| self.writes_refused(&e)),
+        };
+        match outcome {
+            Err(why) => self.found_fault(why),
+            Ok(()) => {
+                let mut fault = self.fault.lock().unwrap_or_else(PoisonError::into_inner);
+                if fault.take().is_some() {
+                    tracing::info!("workers resumed: the fault cleared");
+                }
+            }
+        }
     }
 
     /// A job was created here: look at the queue now instead of at the next refresh.
@@ -152,7 +218,27 @@ impl Workers {
         let mut refreshed: Option<Instant> = None;
         // When the store's failure was last logged (at most one line per 10 s while it fails).
         let mut failing: Option<Instant> = None;
+        self.check().await;
+        if self.fault().is_none() {
+            tracing::info!(
+                "workers ready: the worker token is not refused and the blob store takes writes"
+            );
+        }
+        let mut checked = Instant::now();
         loop {
+            if self.fault().is_some() {
+                if checked.elapsed() >= FAULT_RECHECK {
+                    self.check().await;
+                    checked = Instant::now();
+                }
+                if self.fault().is_some() {
+                    tokio::select! {
+                        () = tokio::time::sleep(FAULT_RECHECK) => {}
+                        () = shutdown.cancelled() => break,
+                    }
+                    continue;
+                }
+            }
             if self.woken.swap(false, std::sync::atomic::Ordering::AcqRel) {
                 refreshed = None;
             }

@@ -287,8 +287,6 @@ reasons! {
         /// An item's failure: workers that took it died `max_deliveries` times before it
         /// ended (a poison item, or a fleet that keeps crashing).
         DeliveryLimit = "DELIVERY_LIMIT", Never;
-        /// An item's failure: its audio came back but the blob store refused to keep it.
-        ResultWriteFailed = "RESULT_WRITE_FAILED", Never;
     }
 }
 
