@@ -76,9 +76,9 @@ fn exit(result: Result<u8, OpError>) -> u8 {
 /// `voxctl job ...`; returns the exit code of a command that has its own (wait, download).
 async fn run_job(args: JobArgs, token: &ClientToken) -> Result<u8, OpError> {
     use crate::ops::job::{
-        Jobs,
+        Deleted, Jobs,
         download::{DownloadOptions, download},
-        submit::{JobOptions, submit},
+        submit::{JobOptions, earlier_job, submit},
         view,
         wait::{WaitOptions, wait},
     };
@@ -93,15 +93,20 @@ async fn run_job(args: JobArgs, token: &ClientToken) -> Result<u8, OpError> {
                 webhook_url: s.webhook_url,
                 request_id: s.request_id,
             };
-            let job = submit(&jobs, &s.manifest, &options).await?;
+            let submitted = submit(&jobs, &s.manifest, &options, s.timeout).await?;
+            let job = &submitted.job;
+            // stdout is only the name (JOB=$(voxctl job submit ...)); the rest goes to stderr.
             crate::show!("{}", job.name);
-            crate::say!(
-                "voxctl: {}: {} item(s), {}; voxctl job wait {} follows it",
-                job.name,
-                job.total_items,
-                view::job_state(&job).as_str_name(),
-                job.name
-            );
+            match earlier_job(&submitted, &s.manifest) {
+                Some(note) => crate::say!("{note}"),
+                None => crate::say!(
+                    "voxctl: {}: {} item(s), {}; voxctl job wait {} follows it",
+                    job.name,
+                    job.total_items,
+                    view::job_state(job).as_str_name(),
+                    job.name
+                ),
+            }
         }
         JobCommand::Status { job, json } => {
             let answer = jobs.get(&job).await?;
@@ -159,6 +164,27 @@ async fn run_job(args: JobArgs, token: &ClientToken) -> Result<u8, OpError> {
             };
             return download(&jobs, &job, &options).await;
         }
+        JobCommand::List { tenant } => {
+            let listed = jobs.list(&tenant).await?;
+            if !listed.is_empty() {
+                crate::show!("{}", view::render_jobs(&listed));
+            }
+            let whose = match tenant.as_str() {
+                "" => "the shared tenant".to_owned(),
+                t => format!("tenant {}", view::printable(t)),
+            };
+            crate::say!(
+                "voxctl: {} job(s) of {whose} ({}; --tenant T lists another tenant's)",
+                listed.len(),
+                jobs.service
+            );
+        }
+        JobCommand::Delete { job } => match jobs.delete(&job).await? {
+            Deleted::Now => crate::say!("voxctl: deleted {job}: its record, items and audio"),
+            Deleted::AlreadyGone => {
+                crate::say!("voxctl: {job} is gone: a try whose answer was lost deleted it");
+            }
+        },
     }
     Ok(0)
 }

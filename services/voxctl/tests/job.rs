@@ -12,15 +12,23 @@ use common::fake_jobs::{FakeJobs, audio_of};
 const TOKEN: &str = "job-test-client-token-0123";
 
 async fn voxctl(url: &str, args: &[&str]) -> Output {
+    voxctl_as(url, args, Some(TOKEN)).await
+}
+
+/// `voxctl job ARGS --jobs URL`, with `--token` when `token` is given.
+async fn voxctl_as(url: &str, args: &[&str], token: Option<&str>) -> Output {
     let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_voxctl"));
     for var in ["VOXPOOL_JOBS", "VOXPOOL_CLIENT_TOKEN"] {
         c.env_remove(var);
     }
     c.arg("job")
         .args(args)
-        .args(["--jobs", url, "--token", TOKEN])
+        .args(["--jobs", url])
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
+    if let Some(token) = token {
+        c.args(["--token", token]);
+    }
     c.output().await.expect("run voxctl")
 }
 
@@ -70,6 +78,11 @@ async fn a_job_is_submitted_once_waited_for_listed_and_downloaded_resumably() {
         "jobs/j1\n",
         "the same submit answers the same job"
     );
+    assert!(
+        !stderr(&again).contains("submitted before"),
+        "a job still queued whole is the one this submit meant: {}",
+        stderr(&again)
+    );
     assert_eq!(fake.job_count(), 1);
     let created = fake.created();
     assert_eq!(created[0].request_id, created[1].request_id);
@@ -102,6 +115,11 @@ async fn a_job_is_submitted_once_waited_for_listed_and_downloaded_resumably() {
         "{}",
         stdout(&status)
     );
+    assert!(
+        !stdout(&status).contains("summary"),
+        "no summary before the job ends: {}",
+        stdout(&status)
+    );
 
     // The store is down for two polls: said, retried, and the wait goes on to the end.
     fake.fail_next_gets(2);
@@ -126,6 +144,12 @@ async fn a_job_is_submitted_once_waited_for_listed_and_downloaded_resumably() {
         "{said}"
     );
 
+    let ended = voxctl(&url, &["status", "j1"]).await;
+    assert!(
+        stdout(&ended).contains("summary     file:///blobs/jobs/j1/summary.json"),
+        "the summary once the job ended: {}",
+        stdout(&ended)
+    );
     let json = voxctl(&url, &["status", "j1", "--json"]).await;
     let value: serde_json::Value = serde_json::from_str(&stdout(&json)).expect("JSON");
     assert_eq!(value["state"], "FAILED");
@@ -301,5 +325,319 @@ async fn wait_exits_0_on_success_124_on_timeout_and_a_cancelled_job_says_so() {
         stderr(&download).contains("1 not started"),
         "{}",
         stderr(&download)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resubmitted_manifest_says_it_answers_the_earlier_job_and_how_to_run_it_again() {
+    let fake = FakeJobs::start().await;
+    let url = fake.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let live = manifest(dir.path(), "live.jsonl", &[("s", "I am stuck.")]);
+    let first = voxctl(&url, &["submit", &live]).await;
+    assert_eq!(stdout(&first), "jobs/j1\n", "{}", stderr(&first));
+    let request_id = fake.created()[0].request_id.clone();
+    let cancel = voxctl(&url, &["cancel", "j1"]).await;
+    assert_eq!(cancel.status.code(), Some(0), "{}", stderr(&cancel));
+
+    let again = voxctl(&url, &["submit", &live]).await;
+    let said = stderr(&again);
+    assert_eq!(again.status.code(), Some(0), "{said}");
+    assert_eq!(
+        stdout(&again),
+        "jobs/j1\n",
+        "stdout stays only the name: {said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "{live} was submitted before (request id {request_id}): jobs/j1 is that earlier job as it is now, CANCELLED"
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("voxctl job submit {live} --request-id <new id>")),
+        "{said}"
+    );
+    assert!(
+        !said.contains("follows it"),
+        "an ended job is not followed: {said}"
+    );
+
+    let rerun = voxctl(&url, &["submit", &live, "--request-id", "live-rerun-1"]).await;
+    assert_eq!(stdout(&rerun), "jobs/j2\n", "{}", stderr(&rerun));
+    assert!(
+        !stderr(&rerun).contains("submitted before"),
+        "{}",
+        stderr(&rerun)
+    );
+    assert_eq!(fake.job_count(), 2);
+
+    // A job already running is the earlier one too: said, and followed with wait.
+    let two = manifest(dir.path(), "two.jsonl", &[("a", "One."), ("b", "Two.")]);
+    let name = stdout(&voxctl(&url, &["submit", &two]).await);
+    let name = name.trim();
+    let status = voxctl(&url, &["status", name]).await;
+    assert!(stdout(&status).contains("RUNNING"), "{}", stdout(&status));
+    let again = voxctl(&url, &["submit", &two]).await;
+    let said = stderr(&again);
+    assert_eq!(stdout(&again), format!("{name}\n"));
+    assert!(
+        said.contains("was submitted before")
+            && said.contains(&format!("{name} is that earlier job as it is now, RUNNING"))
+            && said.contains(&format!("voxctl job wait {name} follows it")),
+        "{said}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_retries_unavailable_with_the_same_request_id_until_its_timeout() {
+    let fake = FakeJobs::start().await;
+    let url = fake.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = manifest(dir.path(), "m.jsonl", &[("a", "One.")]);
+    fake.fail_next_creates(3);
+    let submit = voxctl(&url, &["submit", &m]).await;
+    let said = stderr(&submit);
+    assert_eq!(submit.status.code(), Some(0), "{said}");
+    assert_eq!(stdout(&submit), "jobs/j1\n");
+    assert_eq!(said.matches("trying again in").count(), 3, "{said}");
+    assert!(
+        said.contains(
+            "UNAVAILABLE STORE_UNAVAILABLE: the job store does not answer; trying again in"
+        ),
+        "{said}"
+    );
+    let created = fake.created();
+    assert_eq!(created.len(), 4, "three failures, then the answer");
+    assert!(
+        created
+            .iter()
+            .all(|r| r.request_id == created[0].request_id),
+        "every try carries the same request id"
+    );
+    assert_eq!(fake.job_count(), 1);
+
+    let other = manifest(dir.path(), "other.jsonl", &[("b", "Two.")]);
+    fake.fail_next_creates(usize::MAX);
+    let gave_up = voxctl(&url, &["submit", &other, "--timeout", "1s"]).await;
+    let said = stderr(&gave_up);
+    assert_eq!(gave_up.status.code(), Some(1), "{said}");
+    assert!(stdout(&gave_up).is_empty(), "{}", stdout(&gave_up));
+    // "…; gave up after N tries in S.Ss (--timeout 1s): …"
+    let (tries, secs) = said
+        .split_once("gave up after ")
+        .and_then(|(_, rest)| rest.split_once(" (--timeout 1s)"))
+        .and_then(|(counts, _)| counts.split_once(" tries in "))
+        .unwrap_or_else(|| panic!("no give-up line: {said}"));
+    let tries: usize = tries.parse().expect("tries");
+    let secs: f64 = secs.trim_end_matches('s').parse().expect("seconds");
+    assert_eq!(tries, fake.created().len() - 4, "every try counted: {said}");
+    assert!(tries >= 2, "{said}");
+    assert!(
+        secs >= 1.0,
+        "tried for the whole --timeout, not a fixed few times: {said}"
+    );
+    assert_eq!(
+        said.matches("trying again in").count(),
+        tries - 1,
+        "every retry said: {said}"
+    );
+    assert_eq!(fake.job_count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_the_server_refuses_is_named_by_its_manifest_line() {
+    let fake = FakeJobs::start().await;
+    let url = fake.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let long = "x".repeat(20_001);
+    let lines = format!(
+        "\n{}\n\n{}\n",
+        serde_json::json!({"id": "short", "text": "One.", "packId": "vp_test"}),
+        serde_json::json!({"id": "long", "text": long, "packId": "vp_test"})
+    );
+    let path = dir.path().join("m.jsonl");
+    std::fs::write(&path, lines).expect("write");
+    let m = path.display().to_string();
+    let submit = voxctl(&url, &["submit", &m]).await;
+    let said = stderr(&submit);
+    assert_eq!(submit.status.code(), Some(2), "{said}");
+    assert!(stdout(&submit).is_empty());
+    assert!(
+        said.contains(&format!(
+            "voxctl: {m}: line 4 (id \"long\"): text: 20001 characters: at most 20000 per item"
+        )),
+        "the server's items[1] is line 4 (blank lines skipped): {said}"
+    );
+    assert!(!said.contains("items["), "{said}");
+    assert!(said.contains("nothing was queued"), "{said}");
+    assert_eq!(fake.job_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_a_tenants_jobs_newest_first_and_delete_needs_the_job_ended() {
+    let fake = FakeJobs::start().await;
+    let url = fake.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, tenant) in [("a", "t1"), ("b", "t1"), ("c", ""), ("d", "t1")] {
+        let m = manifest(
+            dir.path(),
+            &format!("{name}.jsonl"),
+            &[(name, "I am stuck.")],
+        );
+        let submit = voxctl(&url, &["submit", &m, "--tenant", tenant]).await;
+        assert_eq!(submit.status.code(), Some(0), "{}", stderr(&submit));
+    }
+    let list = voxctl(&url, &["list", "--tenant", "t1"]).await;
+    assert_eq!(list.status.code(), Some(0), "{}", stderr(&list));
+    let rows: Vec<String> = stdout(&list).lines().map(str::to_owned).collect();
+    assert_eq!(rows.len(), 4, "a header and every page: {rows:?}");
+    let header: Vec<&str> = rows[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "JOB",
+            "STATE",
+            "CREATED",
+            "ITEMS",
+            "OK",
+            "FAILED",
+            "CANCELLED",
+            "RUNNING",
+            "QUEUED"
+        ]
+    );
+    let names: Vec<&str> = rows[1..]
+        .iter()
+        .filter_map(|r| r.split_whitespace().next())
+        .collect();
+    assert_eq!(names, ["jobs/j4", "jobs/j2", "jobs/j1"], "newest first");
+    let cells: Vec<&str> = rows[1].split_whitespace().collect();
+    assert_eq!(
+        (cells[1], cells[3], cells[8]),
+        ("QUEUED", "1", "1"),
+        "{rows:?}"
+    );
+    assert!(cells[2].ends_with('Z'), "created in UTC: {rows:?}");
+    assert!(
+        stderr(&list).contains("voxctl: 3 job(s) of tenant t1"),
+        "{}",
+        stderr(&list)
+    );
+    let shared = voxctl(&url, &["list"]).await;
+    let shown = stdout(&shared);
+    let rows: Vec<&str> = shown.lines().collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(rows[1].starts_with("jobs/j3 "), "{rows:?}");
+
+    let refused = voxctl(&url, &["delete", "j1"]).await;
+    let said = stderr(&refused);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("jobs/j1 is QUEUED")
+            && said.contains("cancel it first (voxctl job cancel jobs/j1)"),
+        "{said}"
+    );
+    assert_eq!(fake.job_count(), 4);
+    let cancel = voxctl(&url, &["cancel", "j1"]).await;
+    assert_eq!(cancel.status.code(), Some(0), "{}", stderr(&cancel));
+    let delete = voxctl(&url, &["delete", "jobs/j1"]).await;
+    assert_eq!(delete.status.code(), Some(0), "{}", stderr(&delete));
+    assert!(
+        stderr(&delete).contains("voxctl: deleted jobs/j1"),
+        "{}",
+        stderr(&delete)
+    );
+    assert_eq!(fake.job_count(), 3);
+    let gone = voxctl(&url, &["delete", "j1"]).await;
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(
+        stderr(&gone).contains("no job jobs/j1 at"),
+        "{}",
+        stderr(&gone)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn download_refuses_a_file_for_dir_and_fails_when_its_report_cannot_be_written() {
+    let fake = FakeJobs::start().await;
+    let url = fake.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = manifest(dir.path(), "m.jsonl", &[("a", "One.")]);
+    assert_eq!(stdout(&voxctl(&url, &["submit", &m]).await), "jobs/j1\n");
+    let wait = voxctl(
+        &url,
+        &["wait", "j1", "--interval", "10ms", "--progress", "quiet"],
+    )
+    .await;
+    assert_eq!(wait.status.code(), Some(0), "{}", stderr(&wait));
+
+    let afile = dir.path().join("afile");
+    std::fs::write(&afile, "not a directory").expect("write");
+    let afile_arg = afile.display().to_string();
+    let into_file = voxctl(&url, &["download", "j1", &afile_arg]).await;
+    let said = stderr(&into_file);
+    assert_eq!(into_file.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!("{afile_arg} is not a directory")),
+        "{said}"
+    );
+    assert!(!said.contains("File exists"), "{said}");
+    assert!(fake.reads().is_empty(), "nothing downloaded");
+
+    let out = dir.path().join("out");
+    let report = afile.join("report.json");
+    let unwritable = voxctl(
+        &url,
+        &[
+            "download",
+            "j1",
+            &out.display().to_string(),
+            "--report",
+            &report.display().to_string(),
+        ],
+    )
+    .await;
+    let said = stderr(&unwritable);
+    assert_eq!(unwritable.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!("cannot write the report {}", report.display())),
+        "{said}"
+    );
+    assert!(
+        !said.contains(&format!("; report {}", report.display())),
+        "never claims the report it could not write: {said}"
+    );
+    assert_eq!(
+        std::fs::read(out.join("a.wav")).expect("the audio is written"),
+        audio_of("a")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_without_the_token_says_how_to_send_it_once() {
+    let fake = FakeJobs::start_with_token(TOKEN).await;
+    let url = fake.url();
+    let refused = voxctl_as(&url, &["status", "j1"], None).await;
+    let said = stderr(&refused);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("GetJob (jobs at") && said.contains("UNAUTHENTICATED"),
+        "{said}"
+    );
+    assert_eq!(
+        said.matches("VOXPOOL_CLIENT_TOKEN").count(),
+        1,
+        "the hint once: {said}"
+    );
+    assert!(said.contains("dev-client-token-voxctl"), "{said}");
+    let wrong = voxctl_as(&url, &["status", "j1"], Some("another-token-0123456789")).await;
+    let said = stderr(&wrong);
+    assert_eq!(said.matches("VOXPOOL_CLIENT_TOKEN").count(), 1, "{said}");
+    let right = voxctl(&url, &["status", "j1"]).await;
+    assert!(
+        stderr(&right).contains("no job jobs/j1"),
+        "with the token the call goes through: {}",
+        stderr(&right)
     );
 }

@@ -1,5 +1,5 @@
 //! `voxctl job ...`: the command line of durable batch jobs on `voxpool-jobs` (submit, status,
-//! wait, items, cancel, download). What the commands do is in [`crate::ops::job`].
+//! wait, items, cancel, download, list, delete). What the commands do is in [`crate::ops::job`].
 
 use std::{path::PathBuf, time::Duration};
 
@@ -27,9 +27,10 @@ pub enum JobCommand {
     ///
     /// Card lines are resolved here (the server cannot read local files). Submitting the same
     /// manifest again (same items, tenant, format and sample rate) answers the job the first
-    /// submit created: the default --request-id is derived from them.
+    /// submit created, as it is now (said on stderr when it already ran): the default
+    /// --request-id is derived from them; give another to run the manifest again.
     Submit(SubmitArgs),
-    /// State, item counts, characters, times and summary location of a job.
+    /// State, item counts, characters, times and, once it ended, the summary location of a job.
     Status {
         /// The job (`jobs/<id>` or `<id>`).
         #[arg(value_parser = job)]
@@ -89,6 +90,19 @@ pub enum JobCommand {
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
         concurrency: u32,
     },
+    /// A tenant's jobs, newest first (every page): name, state, creation time and item counts.
+    List {
+        /// Whose jobs (default the shared tenant).
+        #[arg(long, default_value = "", value_parser = tenant)]
+        tenant: String,
+    },
+    /// Delete a job that has ended: its record, items and audio. A job with items queued or
+    /// running is refused: cancel it first.
+    Delete {
+        /// The job (`jobs/<id>` or `<id>`).
+        #[arg(value_parser = job)]
+        job: String,
+    },
 }
 
 /// `voxctl job submit`.
@@ -116,6 +130,11 @@ pub struct SubmitArgs {
     /// Default: derived from the items, tenant, format and sample rate. `""` = none.
     #[arg(long, value_parser = request_id)]
     pub request_id: Option<String>,
+    /// How long transient failures (UNAVAILABLE, e.g. during a Redis failover) are retried
+    /// with the same request id before giving up (exit 1; the same command later answers the
+    /// same job).
+    #[arg(long, default_value = "30s", value_parser = positive_duration)]
+    pub timeout: Duration,
 }
 
 /// `--priority` of a job: the classes a job may use.

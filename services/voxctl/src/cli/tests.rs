@@ -232,6 +232,11 @@ fn job_subcommands_parse_with_the_documented_names_and_defaults() {
         (s.tenant.as_str(), s.webhook_url.as_str(), s.request_id),
         ("", "", None)
     );
+    assert_eq!(
+        s.timeout,
+        Duration::from_secs(30),
+        "transient failures are retried for 30 s"
+    );
     let wait = job(&["wait", "abc", "--jobs", "http://h:1"]).expect("wait");
     assert_eq!(wait.jobs, "http://h:1");
     let JobCommand::Wait {
@@ -287,6 +292,15 @@ fn job_subcommands_parse_with_the_documented_names_and_defaults() {
     for ok in [&["status", "abc", "--json"][..], &["cancel", "abc"]] {
         assert!(job(ok).is_ok(), "{ok:?}");
     }
+    let list = job(&["list"]).expect("list");
+    assert!(
+        matches!(&list.command, JobCommand::List { tenant } if tenant.is_empty()),
+        "the shared tenant unless told"
+    );
+    let list = job(&["list", "--tenant", "team-a"]).expect("list --tenant");
+    assert!(matches!(&list.command, JobCommand::List { tenant } if tenant == "team-a"));
+    let delete = job(&["delete", "abc"]).expect("delete");
+    assert!(matches!(&delete.command, JobCommand::Delete { job } if job == "jobs/abc"));
     let cli = Cli::try_parse_from([
         "voxctl",
         "job",
@@ -327,6 +341,9 @@ fn bad_job_arguments_are_usage_errors_naming_the_argument() {
         (&["wait", "abc", "--timeout", "soon"], "--timeout"),
         (&["items", "abc", "--state", "done"], "--state"),
         (&["status", "jobs/a/items/b"], "<JOB>"),
+        (&["delete", "jobs/a/items/b"], "<JOB>"),
+        (&["list", "--tenant", &"t".repeat(65)], "--tenant"),
+        (&["submit", "m.jsonl", "--timeout", "0s"], "--timeout"),
         (&["cancel", ""], "<JOB>"),
         (&["download", "abc"], "<DIR>"),
         (

@@ -5,23 +5,24 @@
 //! reasons and codes, never message text), the retry of transient failures
 //! ([`retry_of`] over [`JobsReason`]: STORE_UNAVAILABLE, UNAVAILABLE, RESOURCE_EXHAUSTED,
 //! DEADLINE_EXCEEDED and transport failures are tried again with backoff), and the small
-//! commands (`status`, `items`, `cancel`). The rest: [`submit`] (manifest → `CreateJob`),
-//! [`view`] (what is printed), [`wait`] (polling with progress), [`download`] (audio files and
-//! the report).
+//! commands (`status`, `items`, `cancel`, `list`, `delete`). The rest: [`submit`] (manifest →
+//! `CreateJob`, with [`fields`] for the server's field errors), [`view`] (what is printed),
+//! [`wait`] (polling with progress), [`download`] (audio files and the report).
 
 pub mod download;
+pub mod fields;
 pub mod submit;
 pub mod view;
 pub mod wait;
 
-use std::future::Future;
+use std::{future::Future, time::Duration};
 
 use backon::BackoffBuilder as _;
 use tonic::{Code, Status};
 use voxpool_domain::contract::{JobsReason, Retry, retry_of};
 use voxpool_proto::jobs::v1::{
-    CancelJobRequest, GetJobRequest, Job, JobItem, ListJobItemsRequest, job,
-    jobs_client::JobsClient,
+    CancelJobRequest, DeleteJobRequest, GetJobRequest, Job, JobItem, ListJobItemsRequest,
+    ListJobsRequest, job, jobs_client::JobsClient,
 };
 
 use super::OpError;
@@ -33,8 +34,12 @@ use crate::{
 /// Most items one `CreateJob` takes inline (the server's limit); more go by `manifest_uri`.
 pub const MAX_INLINE_ITEMS: usize = 10_000;
 
-/// Items asked for per `ListJobItems` page (the server's largest page).
+/// Items (or jobs) asked for per `ListJobItems` (`ListJobs`) page (the server's largest page).
 const PAGE_SIZE: i32 = 1000;
+
+/// Highest backoff ceiling of [`Jobs::retrying_for`]: a store failing over is tried again at
+/// least this often.
+const BUDGET_BACKOFF_CAP: Duration = Duration::from_secs(5);
 
 /// `jobs/<id>` from `jobs/<id>` or `<id>`. Errors (for clap): an empty id, or one with `/`,
 /// whitespace or control characters.
@@ -115,6 +120,9 @@ impl Jobs {
             (Some(JobsReason::StoreUnavailable | JobsReason::NotReplicated), _) => {
                 " (the jobs server's store did not answer in time: run the same command again)"
             }
+            (Some(JobsReason::RequestIdReused), _) => {
+                " (--request-id already named a job with other items, format or sample rate: give a new --request-id, or leave it out to derive one from the manifest)"
+            }
             _ if std::error::Error::source(status).is_some() => {
                 " (voxpool-jobs did not answer: check --jobs / VOXPOOL_JOBS and that it runs)"
             }
@@ -142,6 +150,51 @@ impl Jobs {
                     None => return Err(status),
                 },
                 Err(status) => return Err(status),
+            }
+        }
+    }
+
+    /// `call` until it answers, fails for good, or `budget` has passed since the first try (no
+    /// try starts after it). Waits between tries with backoff (full jitter under a ceiling
+    /// doubling from [`Jobs::policy`]'s base up to [`BUDGET_BACKOFF_CAP`], at least the
+    /// server's `RetryInfo`) and tells `retrying` of each transient failure and the wait before
+    /// the next try. Answers the answer and how many tries were made; errors: the last failure,
+    /// and how many tries were made.
+    pub async fn retrying_for<T, F, Fut>(
+        &self,
+        budget: Duration,
+        mut retrying: impl FnMut(&Status, Duration),
+        mut call: F,
+    ) -> Result<(T, u32), (Status, u32)>
+    where
+        F: FnMut(JobsClient<connect::Authed>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let policy = RetryPolicy {
+            max_attempts: u32::MAX,
+            cap: BUDGET_BACKOFF_CAP.max(self.policy.base),
+            ..self.policy
+        };
+        let deadline = tokio::time::Instant::now() + budget;
+        let mut ceilings = policy.ceilings().build();
+        let mut tries = 0u32;
+        loop {
+            tries = tries.saturating_add(1);
+            match call(self.client.clone()).await {
+                Ok(response) => return Ok((response.into_inner(), tries)),
+                Err(status) if transient(&status) => {
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    if left.is_zero() {
+                        return Err((status, tries));
+                    }
+                    let ceiling = ceilings.next().unwrap_or(policy.cap);
+                    let pause = policy
+                        .delay(ceiling, &CallError::from_status(&status))
+                        .min(left);
+                    retrying(&status, pause);
+                    tokio::time::sleep(pause).await;
+                }
+                Err(status) => return Err((status, tries)),
             }
         }
     }
@@ -216,6 +269,84 @@ impl Jobs {
             Err(status) => Err(self.error("CancelJob", job, &status)),
         }
     }
+}
+
+impl Jobs {
+    /// Every job of `tenant` (every page), newest first.
+    pub async fn list(&self, tenant: &str) -> Result<Vec<Job>, OpError> {
+        let mut jobs = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let request = ListJobsRequest {
+                tenant: tenant.to_owned(),
+                page_size: PAGE_SIZE,
+                page_token: page_token.clone(),
+            };
+            let page = self
+                .retrying(|mut c| {
+                    let request = request.clone();
+                    async move { c.list_jobs(request).await }
+                })
+                .await
+                .map_err(|s| self.error("ListJobs", "", &s))?;
+            jobs.extend(page.jobs);
+            if page.next_page_token.is_empty() || page.next_page_token == page_token {
+                return Ok(jobs);
+            }
+            page_token = page.next_page_token;
+        }
+    }
+
+    /// `DeleteJob`. A job with items queued or running is refused, naming its state and
+    /// saying to cancel it first. Answers [`Deleted::AlreadyGone`] when a retry (after a
+    /// failure whose answer was lost) finds the job gone.
+    pub async fn delete(&self, job: &str) -> Result<Deleted, OpError> {
+        let mut tries = 0u32;
+        let answer = self
+            .retrying(|mut c| {
+                tries += 1;
+                let name = job.to_owned();
+                async move { c.delete_job(DeleteJobRequest { name }).await }
+            })
+            .await;
+        let reason = answer.as_ref().err().and_then(JobsReason::of);
+        match answer {
+            Ok(()) => Ok(Deleted::Now),
+            Err(status)
+                if tries > 1
+                    && status.code() == Code::NotFound
+                    && reason.is_none_or(|r| r == JobsReason::JobNotFound) =>
+            {
+                Ok(Deleted::AlreadyGone)
+            }
+            Err(status)
+                if reason == Some(JobsReason::JobNotFinished)
+                    || (reason.is_none() && status.code() == Code::FailedPrecondition) =>
+            {
+                let state = match self.get(job).await {
+                    Ok(now) => format!(
+                        "{} ({})",
+                        view::job_state(&now).as_str_name(),
+                        view::progress_line(&now)
+                    ),
+                    Err(_) => "not finished".to_owned(),
+                };
+                Err(OpError::failed(format!(
+                    "{job} is {state}: a job with items queued or running cannot be deleted: cancel it first (voxctl job cancel {job}), then delete it once its items in flight have ended (voxctl job wait {job})"
+                )))
+            }
+            Err(status) => Err(self.error("DeleteJob", job, &status)),
+        }
+    }
+}
+
+/// What `voxctl job delete` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deleted {
+    /// This call deleted the job.
+    Now,
+    /// A retried call found it gone: an earlier try (whose answer was lost) deleted it.
+    AlreadyGone,
 }
 
 /// Whether the job is over: SUCCEEDED, FAILED, or CANCELLED with no item left in flight.

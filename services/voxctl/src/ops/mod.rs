@@ -43,6 +43,13 @@ impl OpError {
     pub fn status(what: &str, service: &str, status: &tonic::Status) -> Self {
         const ADMIN: &str = "voxctl sends the admin token from --admin-token or VOXPOOL_ADMIN_TOKEN; make run uses dev-admin-token-local";
         let hint = match (AuthReason::of(status), status.code()) {
+            // The server's own answer to a caller that sent nothing already names voxctl's
+            // flag and variable (voxpool_runtime::auth): say it once.
+            (Some(AuthReason::ClientTokenMissing | AuthReason::ClientTokenRejected), _)
+                if status.message().contains("VOXPOOL_CLIENT_TOKEN") =>
+            {
+                " (make run's is dev-client-token-voxctl)".to_owned()
+            }
             (Some(AuthReason::ClientTokenMissing | AuthReason::ClientTokenRejected), _) => {
                 " (voxctl sends the client token from --token or VOXPOOL_CLIENT_TOKEN; make run's is dev-client-token-voxctl)".to_owned()
             }
@@ -164,5 +171,49 @@ mod tests {
             "{}",
             worded_otherwise.message
         );
+    }
+
+    #[test]
+    fn the_client_token_hint_is_given_once_whatever_the_server_already_said() {
+        use voxpool_domain::secret::Secret;
+        use voxpool_runtime::auth::ClientAuth;
+        let auth = ClientAuth::with_tokens(
+            [("voxctl".to_owned(), Secret::new("voxctl-token-0123456789"))],
+            false,
+        )
+        .expect("auth");
+        let headers = |value: Option<&str>| {
+            let mut map = tonic::codegen::http::HeaderMap::new();
+            if let Some(v) = value {
+                map.insert("authorization", v.parse().expect("header"));
+            }
+            map
+        };
+        let none = tonic::codegen::http::Extensions::new();
+        // What the real server answers a caller that sent nothing, a malformed header, and
+        // another token.
+        for sent in [
+            None,
+            Some("Basic abc"),
+            Some("Bearer another-token-0123456789"),
+        ] {
+            let refused = auth
+                .authenticate(&headers(sent), &none)
+                .expect_err("refused");
+            let error = OpError::status("GetJob", "jobs at http://127.0.0.1:50054", &refused);
+            assert_eq!(
+                error.message.matches("VOXPOOL_CLIENT_TOKEN").count(),
+                1,
+                "{sent:?}: {}",
+                error.message
+            );
+            assert!(
+                error
+                    .message
+                    .contains("make run's is dev-client-token-voxctl"),
+                "{sent:?}: {}",
+                error.message
+            );
+        }
     }
 }

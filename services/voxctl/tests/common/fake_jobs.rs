@@ -1,8 +1,12 @@
 //! An in-process `voxpool.jobs.v1.Jobs` server for `voxctl job`'s tests: a real tonic server
 //! on 127.0.0.1:0 that keeps jobs in memory and moves them on by itself, one item per GetJob
 //! (an item whose text contains `fail` fails, one containing `stuck` never starts), answers
-//! the first [`FakeJobs::fail_next_gets`] GetJobs with UNAVAILABLE, pages items two at a time,
-//! and counts the audio reads per item.
+//! the first [`FakeJobs::fail_next_gets`] GetJobs and [`FakeJobs::fail_next_creates`]
+//! CreateJobs with UNAVAILABLE, refuses a text over 20,000 characters with the real server's
+//! `BadRequest` (`items[N].text`), pages items and jobs two at a time, refuses to delete a job
+//! with items queued or running, and counts the audio reads per item. Started with
+//! [`FakeJobs::start_with_token`] it authenticates callers as the real server does
+//! (`voxpool_runtime::auth::ClientAuth`).
 #![allow(dead_code)]
 
 use std::{
@@ -14,13 +18,15 @@ use std::{
 
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Request, Response, Status};
-use voxpool_domain::{contract::JobsReason, status::with_info};
+use tonic_types::{ErrorDetails, StatusExt as _};
+use voxpool_domain::{contract::JobsReason, secret::Secret, status::with_info};
 use voxpool_proto::jobs::v1::{
     CancelJobRequest, CreateJobRequest, DeleteJobRequest, GetJobRequest, ItemCounts, ItemError,
     Job, JobItem, ListJobItemsRequest, ListJobItemsResponse, ListJobsRequest, ListJobsResponse,
     ReadJobItemAudioRequest, ReadJobItemAudioResponse, job, job_item,
     jobs_server::{Jobs, JobsServer},
 };
+use voxpool_runtime::auth::ClientAuth;
 
 /// The audio of item `id`: its id repeated to 2.5 kB, so it comes in three messages.
 pub fn audio_of(id: &str) -> Vec<u8> {
@@ -37,6 +43,7 @@ struct State {
     reads: HashMap<String, usize>,
     filters: Vec<String>,
     fail_gets: usize,
+    fail_creates: usize,
     authorization: Vec<String>,
 }
 
@@ -54,15 +61,27 @@ impl Drop for FakeJobs {
 }
 
 impl FakeJobs {
-    /// Starts the server.
+    /// Starts the server; it authenticates no caller.
     pub async fn start() -> Self {
+        Self::serve(ClientAuth::open()).await
+    }
+
+    /// Starts the server; it accepts only calls carrying `token`, refusing the others as the
+    /// real server does.
+    pub async fn start_with_token(token: &str) -> Self {
+        let auth = ClientAuth::with_tokens([("voxctl".to_owned(), Secret::new(token))], false)
+            .expect("client auth");
+        Self::serve(auth).await
+    }
+
+    async fn serve(auth: ClientAuth) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let state = Arc::new(Mutex::new(State::default()));
         let stop = CancellationToken::new();
-        let service = JobsServer::new(Service(Arc::clone(&state)));
+        let service = JobsServer::new(Service(Arc::clone(&state), auth));
         let token = stop.clone();
         tokio::spawn(async move {
             tonic::transport::Server::builder()
@@ -84,6 +103,12 @@ impl FakeJobs {
     /// The next `n` GetJobs answer UNAVAILABLE.
     pub fn fail_next_gets(&self, n: usize) {
         self.state.lock().expect("state").fail_gets = n;
+    }
+
+    /// The next `n` CreateJobs answer UNAVAILABLE `STORE_UNAVAILABLE` (as during a Redis
+    /// failover); they are still recorded in [`FakeJobs::created`].
+    pub fn fail_next_creates(&self, n: usize) {
+        self.state.lock().expect("state").fail_creates = n;
     }
 
     /// Every CreateJob request received.
@@ -112,7 +137,7 @@ impl FakeJobs {
     }
 }
 
-struct Service(Arc<Mutex<State>>);
+struct Service(Arc<Mutex<State>>, ClientAuth);
 
 fn recount(job: &mut Job, items: &[(JobItem, String)]) {
     let mut c = ItemCounts::default();
@@ -195,7 +220,9 @@ impl Service {
             })
     }
 
-    fn note<T>(&self, request: &Request<T>) -> std::sync::MutexGuard<'_, State> {
+    /// Records the call's `authorization` and authenticates it (refused as the real server
+    /// refuses it).
+    fn note<T>(&self, request: &Request<T>) -> Result<std::sync::MutexGuard<'_, State>, Status> {
         let mut state = self.0.lock().expect("state");
         let auth = request
             .metadata()
@@ -204,7 +231,11 @@ impl Service {
             .unwrap_or_default()
             .to_owned();
         state.authorization.push(auth);
-        state
+        self.1.authenticate(
+            &request.metadata().clone().into_headers(),
+            request.extensions(),
+        )?;
+        Ok(state)
     }
 }
 
@@ -214,9 +245,20 @@ impl Jobs for Service {
         &self,
         request: Request<CreateJobRequest>,
     ) -> Result<Response<Job>, Status> {
-        let mut state = self.note(&request);
+        let mut state = self.note(&request)?;
         let request = request.into_inner();
         state.created.push(request.clone());
+        if state.fail_creates > 0 {
+            state.fail_creates -= 1;
+            return Err(with_info(
+                Code::Unavailable,
+                "the job store does not answer",
+                JobsReason::StoreUnavailable.as_str(),
+                HashMap::new(),
+                None,
+            ));
+        }
+        too_long(&request)?;
         if !request.request_id.is_empty()
             && let Some((job, _)) = state
                 .jobs
@@ -259,7 +301,7 @@ impl Jobs for Service {
     }
 
     async fn get_job(&self, request: Request<GetJobRequest>) -> Result<Response<Job>, Status> {
-        let mut state = self.note(&request);
+        let mut state = self.note(&request)?;
         if state.fail_gets > 0 {
             state.fail_gets -= 1;
             return Err(Status::unavailable("the job store does not answer"));
@@ -272,16 +314,30 @@ impl Jobs for Service {
 
     async fn list_jobs(
         &self,
-        _: Request<ListJobsRequest>,
+        request: Request<ListJobsRequest>,
     ) -> Result<Response<ListJobsResponse>, Status> {
-        Err(Status::unimplemented("not faked"))
+        let state = self.note(&request)?;
+        let request = request.into_inner();
+        // Newest first.
+        let matching: Vec<Job> = state
+            .jobs
+            .iter()
+            .rev()
+            .map(|(j, _)| j.clone())
+            .filter(|j| j.tenant == request.tenant)
+            .collect();
+        let (page, next_page_token) = page(&matching, &request.page_token);
+        Ok(Response::new(ListJobsResponse {
+            jobs: page,
+            next_page_token,
+        }))
     }
 
     async fn list_job_items(
         &self,
         request: Request<ListJobItemsRequest>,
     ) -> Result<Response<ListJobItemsResponse>, Status> {
-        let mut state = self.note(&request);
+        let mut state = self.note(&request)?;
         let request = request.into_inner();
         state.filters.push(request.filter.clone());
         let wanted = request.filter.strip_prefix("state = ").map(str::to_owned);
@@ -295,15 +351,9 @@ impl Jobs for Service {
                 })
             })
             .collect();
-        let start: usize = request.page_token.parse().unwrap_or(0);
-        let end = (start + 2).min(matching.len());
-        let next_page_token = if end < matching.len() {
-            end.to_string()
-        } else {
-            String::new()
-        };
+        let (items, next_page_token) = page(&matching, &request.page_token);
         Ok(Response::new(ListJobItemsResponse {
-            items: matching[start..end].to_vec(),
+            items,
             next_page_token,
         }))
     }
@@ -312,7 +362,7 @@ impl Jobs for Service {
         &self,
         request: Request<CancelJobRequest>,
     ) -> Result<Response<Job>, Status> {
-        let mut state = self.note(&request);
+        let mut state = self.note(&request)?;
         let (job, items) = Self::find(&mut state, &request.get_ref().name)?;
         if job.end_time.is_some() && job.state != job::State::Cancelled as i32 {
             return Err(with_info(
@@ -334,8 +384,24 @@ impl Jobs for Service {
         Ok(Response::new(job.clone()))
     }
 
-    async fn delete_job(&self, _: Request<DeleteJobRequest>) -> Result<Response<()>, Status> {
-        Err(Status::unimplemented("not faked"))
+    async fn delete_job(&self, request: Request<DeleteJobRequest>) -> Result<Response<()>, Status> {
+        let mut state = self.note(&request)?;
+        let name = request.into_inner().name;
+        let (_, items) = Self::find(&mut state, &name)?;
+        let busy = items.iter().any(|(i, _)| {
+            i.state == job_item::State::Queued as i32 || i.state == job_item::State::Running as i32
+        });
+        if busy {
+            return Err(with_info(
+                Code::FailedPrecondition,
+                format!("{name} has items queued or running: cancel it first"),
+                JobsReason::JobNotFinished.as_str(),
+                HashMap::new(),
+                None,
+            ));
+        }
+        state.jobs.retain(|(j, _)| j.name != name);
+        Ok(Response::new(()))
     }
 
     type ReadJobItemAudioStream =
@@ -345,7 +411,7 @@ impl Jobs for Service {
         &self,
         request: Request<ReadJobItemAudioRequest>,
     ) -> Result<Response<Self::ReadJobItemAudioStream>, Status> {
-        let mut state = self.note(&request);
+        let mut state = self.note(&request)?;
         let name = request.into_inner().name;
         *state.reads.entry(name.clone()).or_default() += 1;
         let (job_name, id) = name
@@ -365,4 +431,50 @@ impl Jobs for Service {
             .collect();
         Ok(Response::new(tokio_stream::iter(chunks)))
     }
+}
+
+/// Two of `all` from the position `token` names (empty: the start), and the next token.
+fn page<T: Clone>(all: &[T], token: &str) -> (Vec<T>, String) {
+    let start: usize = token.parse().unwrap_or(0).min(all.len());
+    let end = (start + 2).min(all.len());
+    let next = if end < all.len() {
+        end.to_string()
+    } else {
+        String::new()
+    };
+    (all[start..end].to_vec(), next)
+}
+
+/// The real server's answer to items whose text is over 20,000 characters
+/// (`services/jobs/src/validate.rs`): INVALID_ARGUMENT, a `BadRequest` naming `items[N].text`
+/// (0-based), the first problem in the message.
+fn too_long(request: &CreateJobRequest) -> Result<(), Status> {
+    let problems: Vec<(String, String)> = request
+        .items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| {
+            let chars = item.text.chars().count();
+            (chars > 20_000).then(|| {
+                (
+                    format!("items[{i}].text"),
+                    format!(
+                        "{chars} characters: at most 20000 per item; split it into several items"
+                    ),
+                )
+            })
+        })
+        .collect();
+    let Some((field, why)) = problems.first() else {
+        return Ok(());
+    };
+    let mut details = ErrorDetails::new();
+    for (field, why) in &problems {
+        details.add_bad_request_violation(field.clone(), why.clone());
+    }
+    Err(Status::with_error_details(
+        Code::InvalidArgument,
+        format!("invalid {field}: {why}; nothing was queued"),
+        details,
+    ))
 }

@@ -143,6 +143,7 @@ pub fn summarize(job: &Job, items: &[ItemReport], now: SystemTime) -> Summary {
 /// Downloads `name`'s audio into the directory (see the module doc); returns the exit code.
 pub async fn download(jobs: &Jobs, name: &str, options: &DownloadOptions) -> Result<u8, OpError> {
     let started = Instant::now();
+    not_a_directory(&options.dir)?;
     let job = jobs.get(name).await?;
     let format = Format::from_pb(job.format).ok_or_else(|| {
         OpError::failed(format!(
@@ -205,9 +206,13 @@ pub async fn download(jobs: &Jobs, name: &str, options: &DownloadOptions) -> Res
         summary: summary.clone(),
         items: reports,
     };
-    if let Err(e) = doc.write(&path) {
-        crate::say!("voxctl: cannot write the report {}: {e}", path.display());
-    }
+    let unwritten = doc.write(&path).err().map(|e| {
+        OpError::failed(format!(
+            "cannot write the report {}: {e}: give --report a file in a directory you can write to (the audio files are in {})",
+            path.display(),
+            dir.display()
+        ))
+    });
     crate::say!("{}", report::render(&summary));
     let written: Vec<u64> = fetched
         .iter()
@@ -221,12 +226,15 @@ pub async fn download(jobs: &Jobs, name: &str, options: &DownloadOptions) -> Res
         .filter(|f| matches!(f, Some(Fetched::Present)))
         .count();
     crate::say!(
-        "voxctl: downloaded {} file(s) ({}) into {} in {:.1}s, {present} already there; report {}",
+        "voxctl: downloaded {} file(s) ({}) into {} in {:.1}s, {present} already there{}",
         written.len(),
         human_bytes(written.iter().sum()),
         dir.display(),
         started.elapsed().as_secs_f64(),
-        path.display()
+        match unwritten {
+            None => format!("; report {}", path.display()),
+            Some(_) => "; no report".to_owned(),
+        }
     );
     if !is_over(&job) {
         crate::say!(
@@ -234,7 +242,22 @@ pub async fn download(jobs: &Jobs, name: &str, options: &DownloadOptions) -> Res
             view::job_state(&job).as_str_name()
         );
     }
-    Ok(u8::from(!summary.all_ok()))
+    match unwritten {
+        Some(error) => Err(error),
+        None => Ok(u8::from(!summary.all_ok())),
+    }
+}
+
+/// Refuses a `dir` that exists but is no directory (a file, or a link to one), before anything
+/// is asked for (exit 2).
+fn not_a_directory(dir: &Path) -> Result<(), OpError> {
+    match std::fs::metadata(dir) {
+        Ok(meta) if !meta.is_dir() => Err(OpError::usage(format!(
+            "{} is not a directory: give a directory to download into (it is created if missing)",
+            dir.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Takes `dir` like a batch run does (`.voxctl.lock`), so no other voxctl writes there.

@@ -2,9 +2,14 @@
 //! manifest and its request id, what is printed, the report of a job's items, and how errors
 //! read and are retried.
 
-use std::{collections::HashMap, path::Path, time::SystemTime};
+use std::{
+    collections::HashMap,
+    path::Path,
+    time::{Duration, SystemTime},
+};
 
 use tonic::Code;
+use tonic_types::StatusExt as _;
 use voxpool_domain::{contract::JobsReason, snapshot::Snapshot, status::with_info};
 use voxpool_proto::{
     jobs::v1::{ItemCounts, ItemError, Job, JobItem, job, job_item, job_item_spec},
@@ -15,8 +20,8 @@ use voxpool_proto::{
 use super::{
     Jobs, MAX_INLINE_ITEMS,
     download::{Fetched, item_report, summarize},
-    is_over, item_name, job_name,
-    submit::{JobOptions, build_request},
+    fields, is_over, item_name, job_name,
+    submit::{JobOptions, Submitted, build_request, earlier_job},
     transient, view,
     wait::{exit_code, outcome_line},
 };
@@ -388,17 +393,17 @@ fn status_reads_as_one_block_and_json_keeps_the_proto_field_names() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "job         jobs/j1");
     assert_eq!(lines[1], "state       RUNNING");
-    assert!(
-        lines[2].starts_with("items       6 total: 2 queued, 1 running, 3 succeeded"),
-        "{text}"
+    assert_eq!(
+        lines[2], "items       6 total: 2 queued, 1 running, 3 succeeded, 0 failed, 0 cancelled",
+        "no cache count while it is 0"
     );
     assert!(
         text.contains("started     2026-11-30T00:53:21Z") && text.contains("ended       -"),
         "{text}"
     );
     assert!(
-        text.contains("summary     file:///b/jobs/j1/summary.json"),
-        "{text}"
+        !text.contains("summary"),
+        "summary.json does not exist before the job ends: {text}"
     );
     let json = serde_json::to_value(view::JobJson::new(&job)).expect("json");
     assert_eq!(json["name"], "jobs/j1");
@@ -415,6 +420,230 @@ fn status_reads_as_one_block_and_json_keeps_the_proto_field_names() {
     );
     assert_eq!(json["format"], "WAV");
     assert_eq!(json["priority"], "PRIORITY_UNSPECIFIED");
+}
+
+#[test]
+fn status_shows_the_summary_once_the_job_ended_and_the_items_the_cache_served() {
+    let mut job = job_with(
+        job::State::Succeeded,
+        ItemCounts {
+            succeeded: 6,
+            ..ItemCounts::default()
+        },
+    );
+    (job.end_time, job.cached_items) = (at(1_796_000_009), 2);
+    job.summary_uri = "file:///b/jobs/j1/summary.json".into();
+    let text = view::render_status(&job);
+    assert!(
+        text.lines().any(|l| l
+            == "items       6 total: 0 queued, 0 running, 6 succeeded, 0 failed, 0 cancelled; 2 served from the audio cache"),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().last(),
+        Some("summary     file:///b/jobs/j1/summary.json"),
+        "{text}"
+    );
+    // Cancelled with items still in flight: not ended yet, no summary.
+    let mut cancelling = job_with(
+        job::State::Cancelled,
+        ItemCounts {
+            running: 1,
+            cancelled: 5,
+            ..ItemCounts::default()
+        },
+    );
+    cancelling.summary_uri = "file:///b/jobs/j1/summary.json".into();
+    assert!(!view::has_ended(&cancelling));
+    assert!(!view::render_status(&cancelling).contains("summary"));
+}
+
+#[test]
+fn the_job_list_shows_name_state_creation_and_counts_per_job() {
+    let mut newer = job_with(
+        job::State::Running,
+        ItemCounts {
+            queued: 3,
+            running: 1,
+            succeeded: 2,
+            failed: 1,
+            ..ItemCounts::default()
+        },
+    );
+    newer.name = "jobs/j2".into();
+    let older = job_with(
+        job::State::Cancelled,
+        ItemCounts {
+            cancelled: 4,
+            ..ItemCounts::default()
+        },
+    );
+    let text = view::render_jobs(&[newer, older]);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            vec![
+                "JOB",
+                "STATE",
+                "CREATED",
+                "ITEMS",
+                "OK",
+                "FAILED",
+                "CANCELLED",
+                "RUNNING",
+                "QUEUED"
+            ],
+            vec![
+                "jobs/j2",
+                "RUNNING",
+                "2026-11-30T00:53:20Z",
+                "7",
+                "2",
+                "1",
+                "0",
+                "1",
+                "3"
+            ],
+            vec![
+                "jobs/j1",
+                "CANCELLED",
+                "2026-11-30T00:53:20Z",
+                "4",
+                "0",
+                "0",
+                "4",
+                "0",
+                "0"
+            ],
+        ]
+    );
+}
+
+fn submitted(state: job::State, counts: ItemCounts, request_id: &str) -> Submitted {
+    Submitted {
+        job: job_with(state, counts),
+        request_id: request_id.into(),
+        tries: 1,
+    }
+}
+
+#[test]
+fn an_answered_job_that_already_ran_is_named_as_the_earlier_submit() {
+    let queued = ItemCounts {
+        queued: 2,
+        ..ItemCounts::default()
+    };
+    let path = Path::new("live.jsonl");
+    assert_eq!(
+        earlier_job(&submitted(job::State::Queued, queued, "r1"), path),
+        None,
+        "a job queued whole is what this submit asked for"
+    );
+    let cancelled = ItemCounts {
+        cancelled: 2,
+        ..ItemCounts::default()
+    };
+    let note = earlier_job(&submitted(job::State::Cancelled, cancelled, "r1"), path)
+        .expect("an ended job is an earlier one");
+    assert!(
+        note.starts_with(
+            "voxctl: live.jsonl was submitted before (request id r1): jobs/j1 is that earlier job as it is now, CANCELLED"
+        ),
+        "{note}"
+    );
+    assert!(
+        note.contains("voxctl job status jobs/j1 shows it")
+            && note.ends_with("voxctl job submit live.jsonl --request-id <new id>"),
+        "{note}"
+    );
+    let started = ItemCounts {
+        queued: 1,
+        succeeded: 1,
+        ..ItemCounts::default()
+    };
+    for state in [job::State::Queued, job::State::Running] {
+        let note = earlier_job(&submitted(state, started, "r1"), path)
+            .expect("items past QUEUED: it ran before");
+        assert!(
+            note.contains("voxctl job wait jobs/j1 follows it"),
+            "{note}"
+        );
+    }
+    for state in [job::State::Succeeded, job::State::Failed] {
+        assert!(earlier_job(&submitted(state, queued, "r1"), path).is_some());
+    }
+    // After retries, a job still going may be the one a lost answer queued: not said; one
+    // that ended is the earlier job all the same.
+    let retried = |state| Submitted {
+        tries: 3,
+        ..submitted(state, started, "r1")
+    };
+    assert_eq!(earlier_job(&retried(job::State::Running), path), None);
+    assert!(earlier_job(&retried(job::State::Succeeded), path).is_some());
+    assert_eq!(
+        earlier_job(&submitted(job::State::Cancelled, cancelled, ""), path),
+        None,
+        "without a request id every submit is a new job"
+    );
+}
+
+#[test]
+fn server_field_errors_name_the_manifest_line_and_the_flag() {
+    // Blank lines are skipped: the items sent are lines 3 and 5.
+    let manifest = parse(&format!("\n\n{}", TWO.replace('\n', "\n\n")));
+    let lines: Vec<usize> = manifest.items.iter().map(|i| i.line).collect();
+    assert_eq!(lines, [3, 5]);
+    let (a, b) = (lines[0], lines[1]);
+    let items = &manifest.items;
+    assert_eq!(
+        fields::problem(
+            "items[1].text",
+            "20001 characters: at most 20000 per item",
+            items
+        ),
+        format!("line {b} (id \"b\"): text: 20001 characters: at most 20000 per item")
+    );
+    assert_eq!(
+        fields::problem("items[0].pack_id", "empty", items),
+        format!("line {a} (id \"a\"): packId: empty")
+    );
+    assert_eq!(
+        fields::problem("items[1].id", "duplicate id (first at items[0])", items),
+        format!("line {b} (id \"b\"): id: duplicate id (first at line {a})")
+    );
+    assert_eq!(
+        fields::problem("tenant", "at most 64 characters", items),
+        "--tenant: at most 64 characters"
+    );
+    assert_eq!(
+        fields::problem("sample_rate_hz", "7 Hz", items),
+        "--sample-rate: 7 Hz"
+    );
+    assert_eq!(
+        fields::problem("items[9].text", "x", items),
+        "items[9].text: x",
+        "an index the manifest did not send stays as the server said it"
+    );
+    let status = tonic::Status::with_error_details(
+        Code::InvalidArgument,
+        "invalid items[1].text: too long; nothing was queued",
+        tonic_types::ErrorDetails::with_bad_request(vec![
+            tonic_types::FieldViolation::new("items[1].text", "too long"),
+            tonic_types::FieldViolation::new("webhook_url", "not https"),
+        ]),
+    );
+    assert_eq!(
+        fields::problems(&status, items),
+        [
+            format!("line {b} (id \"b\"): text: too long"),
+            "--webhook-url: not https".to_owned()
+        ]
+    );
+    assert!(fields::problems(&tonic::Status::invalid_argument("x"), items).is_empty());
 }
 
 #[test]
@@ -531,6 +760,95 @@ fn errors_say_what_to_do_from_the_typed_reason_or_the_code() {
         "{}",
         auth.message
     );
+    let reused = jobs.error(
+        "CreateJob",
+        "",
+        &reason(Code::AlreadyExists, JobsReason::RequestIdReused),
+    );
+    assert!(
+        reused.message.contains("give a new --request-id"),
+        "{}",
+        reused.message
+    );
+}
+
+fn store_down() -> tonic::Status {
+    with_info(
+        Code::Unavailable,
+        "the job store does not answer",
+        JobsReason::StoreUnavailable.as_str(),
+        HashMap::new(),
+        None,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_budgeted_call_is_retried_while_transient_for_the_whole_budget() {
+    let token = crate::connect::client_token(None).expect("no token");
+    let jobs = Jobs::new("http://127.0.0.1:1", &token).expect("client");
+    let budget = Duration::from_secs(30);
+    // Eight failures (the default policy gives up after four retries), then the answer. The
+    // backoff ceilings sum to at most 21.2 s, inside the budget.
+    let (mut calls, mut said) = (0u32, Vec::new());
+    let started = tokio::time::Instant::now();
+    let answer = jobs
+        .retrying_for(
+            budget,
+            |status, pause| said.push((status.code(), pause)),
+            |_| {
+                calls += 1;
+                let n = calls;
+                async move {
+                    if n <= 8 {
+                        Err(store_down())
+                    } else {
+                        Ok(tonic::Response::new(n))
+                    }
+                }
+            },
+        )
+        .await;
+    assert!(matches!(answer, Ok((9, 9))), "{answer:?}");
+    assert_eq!(said.len(), 8, "every retry is said");
+    assert!(
+        said.iter()
+            .all(|(c, p)| *c == Code::Unavailable && *p <= Duration::from_secs(5))
+    );
+    assert!(started.elapsed() < budget);
+
+    // Never answering: tried until the budget has passed, not longer.
+    let started = tokio::time::Instant::now();
+    let mut tries = 0u32;
+    let answer: Result<((), u32), _> = jobs
+        .retrying_for(
+            budget,
+            |_, _| {},
+            |_| {
+                tries += 1;
+                async { Err(store_down()) }
+            },
+        )
+        .await;
+    let (status, counted) = answer.expect_err("gave up");
+    assert_eq!((status.code(), counted), (Code::Unavailable, tries));
+    assert!(tries > 5, "{tries} tries: more than a fixed few");
+    let took = started.elapsed();
+    assert!(
+        took >= budget && took < budget + Duration::from_secs(1),
+        "{took:?}"
+    );
+
+    // A failure no retry can fix is answered at once.
+    let started = tokio::time::Instant::now();
+    let answer: Result<((), u32), _> = jobs
+        .retrying_for(
+            budget,
+            |_, _| {},
+            |_| async { Err(tonic::Status::invalid_argument("bad")) },
+        )
+        .await;
+    assert_eq!(answer.expect_err("refused").1, 1);
+    assert_eq!(started.elapsed(), Duration::ZERO);
 }
 
 #[test]

@@ -96,20 +96,18 @@ pub fn render_status(job: &Job) -> String {
         0 => "the vendor's sample rate".to_owned(),
         hz => format!("{hz} Hz"),
     };
-    let fields = [
+    let cached = match job.cached_items {
+        0 => String::new(),
+        n => format!("; {n} served from the audio cache"),
+    };
+    let mut fields = vec![
         ("job", job.name.clone()),
         ("state", job_state(job).as_str_name().to_owned()),
         (
             "items",
             format!(
-                "{} total: {} queued, {} running, {} succeeded, {} failed, {} cancelled; {} all from the audio cache",
-                job.total_items,
-                c.queued,
-                c.running,
-                c.succeeded,
-                c.failed,
-                c.cancelled,
-                job.cached_items
+                "{} total: {} queued, {} running, {} succeeded, {} failed, {} cancelled{cached}",
+                job.total_items, c.queued, c.running, c.succeeded, c.failed, c.cancelled,
             ),
         ),
         (
@@ -162,21 +160,62 @@ pub fn render_status(job: &Job) -> String {
                 job.webhook_host.clone()
             },
         ),
-        (
-            "summary",
-            if job.summary_uri.is_empty() {
-                none()
-            } else {
-                job.summary_uri.clone()
-            },
-        ),
     ];
+    // summary.json is written once the job has ended; before, its URI names nothing.
+    if has_ended(job) && !job.summary_uri.is_empty() {
+        fields.push(("summary", job.summary_uri.clone()));
+    }
     let mut out = String::new();
     for (name, value) in &fields {
         let _ = writeln!(out, "{} {}", pad(name, 11), printable(value));
     }
     out.truncate(out.trim_end().len());
     out
+}
+
+/// Whether the job reached its terminal state (SUCCEEDED, FAILED, or CANCELLED with its items
+/// in flight ended: `end_time` set).
+pub fn has_ended(job: &Job) -> bool {
+    matches!(
+        job_state(job),
+        job::State::Succeeded | job::State::Failed | job::State::Cancelled
+    ) && job.end_time.is_some()
+}
+
+/// The `voxctl job list` table: JOB, STATE, CREATED (UTC), ITEMS and the count of each item
+/// state.
+pub fn render_jobs(jobs: &[Job]) -> String {
+    let rows: Vec<[String; 9]> = jobs
+        .iter()
+        .map(|job| {
+            let c = counts(job);
+            [
+                printable(&job.name),
+                job_state(job).as_str_name().to_owned(),
+                time(job.create_time.as_ref()).unwrap_or_else(|| "-".to_owned()),
+                job.total_items.to_string(),
+                c.succeeded.to_string(),
+                c.failed.to_string(),
+                c.cancelled.to_string(),
+                c.running.to_string(),
+                c.queued.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "JOB",
+            "STATE",
+            "CREATED",
+            "ITEMS",
+            "OK",
+            "FAILED",
+            "CANCELLED",
+            "RUNNING",
+            "QUEUED",
+        ],
+        &rows,
+    )
 }
 
 /// `voxctl job status --json`: the job with the proto JSON mapping's field names.
