@@ -313,7 +313,8 @@ pub fn item_state(i: &jpb::JobItem) -> jpb::job_item::State {
     jpb::job_item::State::try_from(i.state).unwrap_or(jpb::job_item::State::Unspecified)
 }
 
-/// Asserts job `name` SUCCEEDED with its `n` items in order, each with its object written.
+/// Asserts job `name` SUCCEEDED with its `n` items in order, each with an attempt counted and
+/// its object written.
 pub async fn assert_all_succeeded(
     c: &mut JobsClient<Channel>,
     stack: &Stack,
@@ -329,6 +330,11 @@ pub async fn assert_all_succeeded(
     for (i, it) in all.iter().enumerate() {
         assert_eq!(it.id, format!("item-{i:05}"), "items in submission order");
         assert_eq!(item_state(it), jpb::job_item::State::Succeeded, "{it:?}");
+        // Counted before each call, also across a store failover.
+        assert!(
+            it.attempts >= 1,
+            "a succeeded item with no attempt counted: {it:?}"
+        );
         let object = stack
             .blob_dir()
             .join("jobs")

@@ -140,9 +140,7 @@ impl Workers {
                     false,
                 ));
             }
-            if let Err(e) = self.store.count_attempt(&params.job, &claimed.id).await {
-                tracing::warn!(job = %params.job, error = %e, "could not count an attempt");
-            }
+            self.count_attempt(&params.job, &claimed.id).await;
             let answer = super::parts::speak(&self.synth, params, &claimed.id, &spec).await;
             metrics::attempt(
                 answer
@@ -188,6 +186,32 @@ impl Workers {
                         }
                         None => return Ok(failed(item_error(&status))),
                     }
+                }
+            }
+        }
+    }
+
+    /// Counts a Synthesize call before it is made. While the store does not answer (a
+    /// failover) the call waits for it, up to twice the visibility timeout (then it goes
+    /// uncounted: by then another replica may reclaim the item anyway); one warning per 10 s.
+    async fn count_attempt(&self, job: &str, item: &str) {
+        let give_up = tokio::time::Instant::now() + self.options.visibility_timeout * 2;
+        let mut delay = Duration::from_millis(100);
+        let mut warned: Option<tokio::time::Instant> = None;
+        loop {
+            match self.store.count_attempt(job, item).await {
+                Ok(()) => return,
+                Err(StoreError::Unavailable(e)) if tokio::time::Instant::now() < give_up => {
+                    if warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
+                        tracing::warn!(job, error = %e, "the job store does not answer: the item waits for it before calling synthesis");
+                        warned = Some(tokio::time::Instant::now());
+                    }
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => {
+                    tracing::warn!(job, error = %e, "an attempt goes uncounted: the job store failed");
+                    return;
                 }
             }
         }
