@@ -513,6 +513,14 @@ fn assert_signed(seen: &[(u16, String, String, Vec<u8>)], secret: &str, job: &st
         let json: serde_json::Value = serde_json::from_slice(body).expect("JSON body");
         assert_eq!(json["name"], job, "{json}");
         assert_eq!(json["state"], "SUCCEEDED", "{json}");
+        // The Job as GetJob shows it, the webhook's host but never its path.
+        assert_eq!(json["priority"], "BATCH", "{json}");
+        assert_eq!(json["format"], "WAV", "{json}");
+        let host = json["webhookHost"].as_str().unwrap_or_default();
+        assert!(
+            host.starts_with("http://127.0.0.1:") && !host.contains("/hook"),
+            "{json}"
+        );
     }
 }
 

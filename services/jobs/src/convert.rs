@@ -140,6 +140,12 @@ pub fn job_json(j: &pb::Job) -> Value {
         "endTime": time(&j.end_time),
         "expireTime": time(&j.expire_time),
         "tenant": j.tenant,
+        "priority": voxpool_proto::scheduler::v1::Priority::try_from(j.priority)
+            .map_or("PRIORITY_UNSPECIFIED", |p| p.as_str_name()),
+        "format": voxpool_proto::synthesis::v1::AudioFormat::try_from(j.format)
+            .map_or("AUDIO_FORMAT_UNSPECIFIED", |f| f.as_str_name()),
+        "sampleRateHz": j.sample_rate_hz,
+        "webhookHost": j.webhook_host,
         "requestId": j.request_id,
         "summaryUri": j.summary_uri,
         "totalItems": j.total_items,

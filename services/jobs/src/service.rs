@@ -149,7 +149,7 @@ impl Jobs for JobsService {
         request: Request<pb::CreateJobRequest>,
     ) -> Result<Response<pb::Job>, Status> {
         let mut req = request.into_inner();
-        let (items, field) = match (req.items.is_empty(), req.manifest_uri.is_empty()) {
+        let (items, field, problems) = match (req.items.is_empty(), req.manifest_uri.is_empty()) {
             (false, false) => {
                 return Err(voxpool_domain::status::invalid_argument(
                     "manifest_uri",
@@ -174,11 +174,15 @@ impl Jobs for JobsService {
                         ),
                         other => blob_status(other, "manifest_uri"),
                     })?;
-                validate::parse_manifest(&bytes)?
+                validate::parse_manifest(&bytes)
             }
-            _ => (std::mem::take(&mut req.items), validate::Source::Items),
+            _ => (
+                std::mem::take(&mut req.items),
+                validate::Source::Items,
+                validate::Problems::default(),
+            ),
         };
-        let checked = validate::check(&req, items, &field)?;
+        let checked = validate::check(&req, items, &field, problems)?;
         if !req.webhook_url.is_empty() && !self.webhook_secret {
             return Err(reason(
                 Code::FailedPrecondition,

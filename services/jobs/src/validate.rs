@@ -36,9 +36,9 @@ pub struct Checked {
     pub priority: Priority,
 }
 
-/// Problems found so far.
+/// Problems found so far (each a field and why), answered together.
 #[derive(Default)]
-struct Problems(Vec<(String, String)>);
+pub struct Problems(Vec<(String, String)>);
 
 impl Problems {
     fn add(&mut self, field: impl Into<String>, why: impl Into<String>) {
@@ -117,14 +117,15 @@ impl Source {
 }
 
 /// Checks `req` (module doc); `items` are the request's or the manifest's, named by `source`
-/// in problems.
+/// in problems, and `p` holds those found reading them (a manifest's unreadable lines): every
+/// problem is answered at once.
 pub fn check(
     req: &CreateJobRequest,
     items: Vec<JobItemSpec>,
     source: &Source,
+    mut p: Problems,
 ) -> Result<Checked, Status> {
     let field = source.field();
-    let mut p = Problems::default();
     if let Err(e) = check_field(&req.request_id, MAX_REQUEST_ID_CHARS) {
         p.add("request_id", e.to_string());
     }
@@ -203,6 +204,11 @@ pub fn check(
         let chars = item.text.chars().count();
         if item.text.trim().is_empty() {
             add("text", "empty: give the text to speak".into());
+        } else if !voxpool_domain::text::has_speech(&item.text) {
+            add(
+                "text",
+                "has nothing to speak: it holds no letter or digit (only punctuation, symbols or spaces); give words".into(),
+            );
         } else if chars > MAX_TEXT_CHARS {
             add(
                 "text",
@@ -287,9 +293,9 @@ struct Line {
     seed: Option<u64>,
 }
 
-/// The items of a JSON Lines manifest (module doc). Errors: INVALID_ARGUMENT naming
-/// `manifest_uri` and every bad line.
-pub fn parse_manifest(bytes: &[u8]) -> Result<(Vec<JobItemSpec>, Source), Status> {
+/// The items of a JSON Lines manifest (module doc), and the problems of the lines that could
+/// not be read (for [`check`], which adds the rest).
+pub fn parse_manifest(bytes: &[u8]) -> (Vec<JobItemSpec>, Source, Problems) {
     let mut p = Problems::default();
     let mut items = Vec::new();
     let mut lines = Vec::new();
@@ -332,9 +338,50 @@ pub fn parse_manifest(bytes: &[u8]) -> Result<(Vec<JobItemSpec>, Source), Status
                 "manifest_uri",
                 format!("more than {MAX_ITEMS} items: split it into several jobs"),
             );
+            items.truncate(MAX_ITEMS);
             break;
         }
     }
-    p.into_status()?;
-    Ok((items, Source::Manifest(lines)))
+    (items, Source::Manifest(lines), p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manifest_answers_its_unreadable_lines_and_its_bad_items_at_once() {
+        let manifest = [
+            r#"{"id":"a","text":"One.","packId":"vp_1"}"#,
+            r#"{"id":"b","text":"Two.","packId":""}"#,
+            r#"{"id":"a","text":"Three.","packId":"vp_1"}"#,
+            "not json",
+            r#"{"id":"c","text":"Four.","card":"cards/x.json"}"#,
+            "{\"id\":\"d\",\"text\":\"\u{200b}\u{200b}\",\"packId\":\"vp_1\"}",
+        ]
+        .join("\n");
+        let (items, source, problems) = parse_manifest(manifest.as_bytes());
+        assert_eq!(items.len(), 4);
+        let req = CreateJobRequest::default();
+        let e = check(&req, items, &source, problems).expect_err("refused");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        let details = tonic_types::StatusExt::get_error_details(&e);
+        let fields: Vec<(String, String)> = details
+            .bad_request()
+            .expect("bad request")
+            .field_violations
+            .iter()
+            .map(|v| (v.field.clone(), v.description.clone()))
+            .collect();
+        let at = |line: usize, what: &str| {
+            fields
+                .iter()
+                .any(|(f, d)| f == &format!("manifest_uri line {line}") && d.contains(what))
+        };
+        assert!(at(2, "packId"), "{fields:?}");
+        assert!(at(3, "duplicate id (first at line 1)"), "{fields:?}");
+        assert!(at(4, "not a manifest item"), "{fields:?}");
+        assert!(at(5, "card paths"), "{fields:?}");
+        assert!(at(6, "nothing to speak"), "zero-width spaces: {fields:?}");
+    }
 }

@@ -19,6 +19,13 @@
 //! exactly; every chunk is non-empty and within the limit (a chunk holds at least one
 //! character even when a single character is over a tiny byte limit).
 
+/// Whether `text` holds something to speak: a letter or digit. Punctuation, symbols, emoji and
+/// spaces (zero-width ones included) alone are read as silence by every engine, so every
+/// entry point (Synthesize, CreateJob, voxctl's manifests) refuses them before a vendor call.
+pub fn has_speech(text: &str) -> bool {
+    text.chars().any(char::is_alphanumeric)
+}
+
 /// A vendor's per-request text limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TextLimit {

@@ -1,9 +1,9 @@
-//! Table and property tests of [`super::split`].
+//! Table and property tests of [`super::split`], and of [`super::has_speech`].
 
 use proptest::prelude::*;
 
 use super::TextLimit::{self, Chars, Utf8Bytes};
-use super::split;
+use super::{has_speech, split};
 
 #[track_caller]
 fn check(text: &str, limit: TextLimit, expected: &[&str]) {
@@ -304,5 +304,15 @@ fn no_part_exceeds_the_limit_on_varied_text_and_limits() {
     }
     for max in [1, 3, 17, 64, 100, 999, 20_000] {
         parts(&text, max);
+    }
+}
+
+#[test]
+fn speech_needs_a_letter_or_digit() {
+    for silent in ["", "  \n", "\u{200b}\u{200b}", "...!?", "🙂🙂", "—"] {
+        assert!(!has_speech(silent), "{silent:?}");
+    }
+    for spoken in ["a", "7", "你好", "¡Hola!", "\u{200b}x"] {
+        assert!(has_speech(spoken), "{spoken:?}");
     }
 }

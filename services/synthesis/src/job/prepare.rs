@@ -39,9 +39,8 @@ fn check_text(text: &str, max_chars: usize) -> Result<(), SynthesisError> {
             "must contain something to say (it is empty or whitespace only)",
         ));
     }
-    // Punctuation, symbols and emoji alone are read as silence by every engine: refuse them
-    // rather than bill a vendor call for a pause.
-    if !text.chars().any(char::is_alphanumeric) {
+    // Refused rather than billed as a vendor call for a pause.
+    if !voxpool_domain::text::has_speech(text) {
         return Err(SynthesisError::invalid(
             "text",
             "has nothing to speak: it holds no letter or digit (only punctuation, symbols or spaces); send words",

@@ -166,6 +166,12 @@ fn parse_line(raw: &[u8], resolver: &mut VoiceResolver) -> Result<Item, (Option<
     let text = match raw.text {
         None => return Err(fail("missing text".into())),
         Some(t) if t.trim().is_empty() => return Err(fail("text is empty".into())),
+        Some(t) if !voxpool_domain::text::has_speech(&t) => {
+            return Err(fail(
+                "text has nothing to speak: no letter or digit (only punctuation, symbols or spaces)"
+                    .into(),
+            ));
+        }
         Some(t) => t,
     };
     let voice = match (raw.pack_id, raw.snapshot, raw.card) {

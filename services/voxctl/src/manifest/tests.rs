@@ -61,11 +61,12 @@ fn every_bad_line_is_reported_with_its_line_number_and_good_lines_still_parse() 
         "{\"id\":\"w\",\"text\":\"t\",\"packId\":\"p\",\"card\":\"c.json\"}\n",
         "[1,2]\n",
         "{\"id\":\"ok2\",\"text\":\"t\",\"packId\":\"p\"}\n",
+        "{\"id\":\"zw\",\"text\":\"\u{200b} \u{200b}\",\"packId\":\"p\"}\n",
     ));
     let ids: Vec<_> = m.items.iter().map(|i| (i.line, i.id.as_str())).collect();
     assert_eq!(ids, [(1, "ok1"), (11, "ok2")]);
     let lines: Vec<_> = m.problems.iter().map(|p| p.line).collect();
-    assert_eq!(lines, [2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    assert_eq!(lines, [2, 3, 4, 5, 6, 7, 8, 9, 10, 12]);
     let msg = |line: usize| {
         m.problems
             .iter()
@@ -90,6 +91,7 @@ fn every_bad_line_is_reported_with_its_line_number_and_good_lines_still_parse() 
     assert!(msg(8).contains("missing voice"), "{}", msg(8));
     assert!(msg(9).contains("only one of"), "{}", msg(9));
     assert!(msg(10).contains("not a JSON object"), "{}", msg(10));
+    assert!(msg(12).contains("nothing to speak"), "{}", msg(12));
 }
 
 #[test]
