@@ -197,7 +197,7 @@ impl SentinelConn {
                 *sentinels = client;
                 tracing::warn!(
                     first_sentinel = start % self.recipe.addrs.len().max(1),
-                    "sentinel lookups keep failing; the sentinel client was rebuilt with fresh connections"
+                    "calls to the primary or lookups through the sentinels keep failing (a failover under way, or a sentinel that stalls); the sentinel client was rebuilt with fresh connections"
                 );
                 true
             }
