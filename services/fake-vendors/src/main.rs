@@ -191,13 +191,16 @@ async fn main() -> ExitCode {
         }
     };
     println!("{}", fake.base_url());
-    eprintln!(
-        "voxpool-fake-vendor: {} fake on {} (cap {} per key); stats at {}/_fake/stats",
+    // One write: stderr is unbuffered and eprintln! writes each piece on its own, which
+    // interleaved with the base URL line make run copies from stdout.
+    let ready = format!(
+        "voxpool-fake-vendor: {} fake on {} (cap {} per key); stats at {}/_fake/stats\n",
         fake.vendor(),
         fake.addr(),
         args.cap,
         fake.base_url()
     );
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), ready.as_bytes());
     shutdown_signal().await;
     match serde_json::to_string_pretty(&fake.stats()) {
         Ok(stats) => println!("{stats}"),
