@@ -54,6 +54,14 @@ async fn every_item_is_written_as_a_complete_wav_and_the_report_says_so() {
         (Some("item-000"), Some("ok"), Some(1))
     );
     assert_eq!(first["keys"], serde_json::json!(["fake/k1"]));
+
+    // A report that cannot be written (its folder is a file) fails the run: the audio is
+    // there, but a script that reads the report has none.
+    let mut c = config(&manifest, &out, &server.url());
+    c.report = Some(report.join("report.json"));
+    let outcome = batch::run(c, Shutdown::new()).await.expect("run");
+    assert_eq!(outcome.summary.ok, 40);
+    assert_eq!(outcome.exit_code, 1, "no report, not a success");
 }
 
 #[tokio::test]

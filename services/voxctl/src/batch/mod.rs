@@ -184,6 +184,7 @@ pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome
         ..Summary::default()
     };
     report::tally(&items, started.elapsed(), &mut summary);
+    let mut report_written = true;
     if let Some(path) = &config.report {
         let doc = Report {
             manifest: config.manifest.display().to_string(),
@@ -193,11 +194,17 @@ pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome
             items: items.clone(),
         };
         if let Err(e) = doc.write(path) {
-            crate::say!("voxctl: cannot write the report {}: {e}", path.display());
+            crate::say!(
+                "voxctl: cannot write the report {}: {e}: give --report a file in a directory you can write to (the audio files are in {})",
+                path.display(),
+                config.out.display()
+            );
+            report_written = false;
         }
     }
     crate::say!("{}", report::render(&summary));
-    let exit_code = match (summary.all_ok(), summary.interrupted) {
+    // A report asked for and not written fails the run, as an item would: a script reads it.
+    let exit_code = match (summary.all_ok() && report_written, summary.interrupted) {
         (true, _) => 0,
         (false, true) => 130,
         (false, false) => 1,
