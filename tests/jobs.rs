@@ -92,7 +92,12 @@ async fn a_replica_that_cannot_work_fails_no_item_and_is_not_serving() {
     let log = stack.dir.path().join("broken.log");
     let writes_fail = stack.jobs_on(&redis.url(), 4, &[], Some(&log), broken.path());
     until_logged(&log, "workers ready").await;
-    std::fs::remove_dir_all(broken.path().join("jobs")).expect("remove the results folder");
+    // (The start-up write check removed its emptied folder already, or not: either way.)
+    match std::fs::remove_dir_all(broken.path().join("jobs")) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => panic!("remove the results folder: {e}"),
+    }
     std::fs::write(broken.path().join("jobs"), b"not a folder").expect("a file in its place");
     until_health(&refused, false).await;
     let healthy = stack.jobs(&redis.url(), 4, &[], None);
@@ -300,6 +305,58 @@ async fn a_cancelled_job_starts_no_item_and_ends_cancelled() {
         .await
         .expect_err("cancel SUCCEEDED");
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_job_leaves_no_record_and_no_object() {
+    let stack = Stack::start(200).await;
+    let redis = RedisServer::start();
+    let a = stack.jobs(&redis.url(), 2, &[], None);
+    let mut c = client(&a).await;
+    let job = create(&mut c, request("deleting", 20)).await;
+    let delete = || jpb::DeleteJobRequest {
+        name: job.name.clone(),
+    };
+    wait(&mut c, &job.name, "2 succeeded", |j| {
+        counts(j).succeeded >= 2
+    })
+    .await;
+    let running = c
+        .delete_job(delete())
+        .await
+        .expect_err("delete while running");
+    assert_eq!(running.code(), Code::FailedPrecondition, "{running:?}");
+    c.cancel_job(jpb::CancelJobRequest {
+        name: job.name.clone(),
+    })
+    .await
+    .expect("CancelJob");
+    ended(&mut c, &job.name).await;
+    let folder = stack
+        .blob_dir()
+        .join("jobs")
+        .join(job.name.trim_start_matches("jobs/"));
+    assert!(
+        folder.join("item-00000.wav").exists(),
+        "written before the delete"
+    );
+    c.delete_job(delete()).await.expect("DeleteJob");
+    let gone = c
+        .get_job(jpb::GetJobRequest {
+            name: job.name.clone(),
+        })
+        .await
+        .expect_err("deleted");
+    assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
+    assert_eq!(
+        voxpool_domain::contract::JobsReason::of(&gone),
+        Some(voxpool_domain::contract::JobsReason::JobNotFound)
+    );
+    assert!(
+        !folder.exists(),
+        "no objects nor folder left: {}",
+        folder.display()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod model;
 pub mod results;
 pub mod service;
+pub mod status;
 pub mod store;
 pub mod synth;
 pub mod validate;

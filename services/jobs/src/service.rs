@@ -1,13 +1,13 @@
 //! The gRPC edge of `voxpool.jobs.v1.Jobs`: requests checked and turned into store calls,
 //! records turned into messages, every failure into the code and typed reason the proto
-//! documents (`voxpool_domain::contract::JobsReason`).
+//! documents (`voxpool_domain::contract::JobsReason`, built in [`crate::status`]).
 
-use std::{collections::HashMap, pin::Pin, sync::Arc, time::Duration};
+use std::{pin::Pin, sync::Arc};
 
 use futures::{Stream, StreamExt as _};
 use prost::Message as _;
 use tonic::{Code, Request, Response, Status};
-use voxpool_domain::{contract::JobsReason, secret::Secret, status::with_info};
+use voxpool_domain::{contract::JobsReason, secret::Secret};
 use voxpool_proto::jobs::v1::{
     self as pb,
     jobs_server::{Jobs, JobsServer},
@@ -17,7 +17,8 @@ use crate::{
     convert,
     model::{ItemState, JobState, new_job_id, parse_job_name},
     results::{BlobError, Results},
-    store::{Created, JobStore, NewJob, StoreError},
+    status::{blob_status, job_not_found, reason, store_status},
+    store::{Created, JobStore, NewJob},
     validate,
     worker::Workers,
 };
@@ -66,55 +67,6 @@ impl JobsService {
             .await
             .map_err(store_status)?
             .ok_or_else(|| job_not_found(id))
-    }
-}
-
-fn reason(
-    code: Code,
-    reason: JobsReason,
-    message: impl Into<String>,
-    retry: Option<Duration>,
-) -> Status {
-    with_info(code, message, reason.as_str(), HashMap::new(), retry)
-}
-
-fn job_not_found(id: &str) -> Status {
-    reason(
-        Code::NotFound,
-        JobsReason::JobNotFound,
-        format!("no job jobs/{id}: never created, deleted, or past its retention"),
-        None,
-    )
-}
-
-fn store_status(e: StoreError) -> Status {
-    match e {
-        StoreError::Unavailable(why) if why.contains("acknowledged") => reason(
-            Code::Unavailable,
-            JobsReason::NotReplicated,
-            format!("{why}; retry with the same request_id (it answers the same job)"),
-            Some(Duration::from_secs(1)),
-        ),
-        StoreError::Unavailable(why) => reason(
-            Code::Unavailable,
-            JobsReason::StoreUnavailable,
-            format!("the job store does not answer ({why}); retry"),
-            Some(Duration::from_secs(1)),
-        ),
-        StoreError::Protocol(why) => Status::internal(format!("job store: {why}")),
-    }
-}
-
-fn blob_status(e: BlobError, what: &str) -> Status {
-    match e {
-        BlobError::NotFound => Status::not_found(format!("{what}: not in the blob store")),
-        BlobError::NotAPath(why) => voxpool_domain::status::invalid_argument(what, why),
-        BlobError::Failed(why) => reason(
-            Code::Unavailable,
-            JobsReason::BlobStoreUnavailable,
-            format!("{what}: {why}; retry"),
-            Some(Duration::from_secs(1)),
-        ),
     }
 }
 

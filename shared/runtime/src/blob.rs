@@ -86,7 +86,11 @@ impl BlobStore {
                         dir.display()
                     )
                 })?;
-                let fs = LocalFileSystem::new_with_prefix(&dir).map_err(complain)?;
+                // Deleting a folder's last object removes the emptied folders too (a deleted
+                // or expired job leaves no `jobs/<id>/` behind).
+                let fs = LocalFileSystem::new_with_prefix(&dir)
+                    .map_err(complain)?
+                    .with_automatic_cleanup(true);
                 (Arc::new(fs), Some(dir))
             }
             ObjectStoreScheme::AmazonS3 => {
