@@ -76,7 +76,7 @@ async fn items_whose_audio_is_in_the_audio_cache_complete_without_a_vendor_call(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_that_cannot_work_fails_no_item_and_is_not_serving() {
+async fn a_replica_that_cannot_work_fails_no_item() {
     const N: usize = 40;
     let stack = Stack::start(20).await;
     let redis = RedisServer::start();
@@ -90,7 +90,18 @@ async fn a_replica_that_cannot_work_fails_no_item_and_is_not_serving() {
     // This one's blob store breaks once it is running: its results folder becomes a file.
     let broken = tempfile::tempdir().expect("tempdir");
     let log = stack.dir.path().join("broken.log");
-    let writes_fail = stack.jobs_on(&redis.url(), 4, &[], Some(&log), broken.path());
+    let synthesis = format!("http://{}", stack.synthesis.addr);
+    let writes_fail = stack.jobs_on(&redis.url(), 4, &[], Some(&log), broken.path(), &synthesis);
+    // And this one cannot reach synthesis at all (nothing listens there).
+    let unreached_log = stack.dir.path().join("unreached.log");
+    let unreached = stack.jobs_on(
+        &redis.url(),
+        4,
+        &[],
+        Some(&unreached_log),
+        &stack.blob_dir(),
+        "http://127.0.0.1:1",
+    );
     until_logged(&log, "workers ready").await;
     // (The start-up write check removed its emptied folder already, or not: either way.)
     match std::fs::remove_dir_all(broken.path().join("jobs")) {
@@ -109,6 +120,9 @@ async fn a_replica_that_cannot_work_fails_no_item_and_is_not_serving() {
     until_logged(&log, "workers paused").await;
     until_health(&writes_fail, false).await;
     until_health(&healthy, true).await;
+    // An unreachable synthesis pauses the workers, not the API: health stays SERVING.
+    until_logged(&unreached_log, "synthesis cannot be reached").await;
+    until_health(&unreached, true).await;
     let logged = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         !logged.contains("could not hand an item back"),

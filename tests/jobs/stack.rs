@@ -112,10 +112,19 @@ impl Stack {
         env: &[(&str, &str)],
         log_file: Option<&Path>,
     ) -> Service {
-        self.jobs_on(store, concurrency, env, log_file, &self.blob_dir())
+        let synthesis = format!("http://{}", self.synthesis.addr);
+        self.jobs_on(
+            store,
+            concurrency,
+            env,
+            log_file,
+            &self.blob_dir(),
+            &synthesis,
+        )
     }
 
-    /// [`Stack::jobs`] writing its results to the blob store in `blob_dir`.
+    /// [`Stack::jobs`] writing its results to the blob store in `blob_dir` and calling
+    /// synthesis at `synthesis`.
     pub fn jobs_on(
         &self,
         store: &str,
@@ -123,11 +132,12 @@ impl Stack {
         env: &[(&str, &str)],
         log_file: Option<&Path>,
         blob_dir: &Path,
+        synthesis: &str,
     ) -> Service {
         // Quiet first: the test's own `env` (an OTLP endpoint, say) then wins over its removals.
         let mut j = log(Command::new(binary("voxpool-jobs")));
         j.args(["--listen", "127.0.0.1:0", "--store", store])
-            .args(["--synthesis", &format!("http://{}", self.synthesis.addr)])
+            .args(["--synthesis", synthesis])
             .args(["--blob-store", &format!("file://{}", blob_dir.display())])
             .args([
                 "--visibility-timeout",

@@ -148,7 +148,7 @@ async fn serve(args: Args) -> Result<(), String> {
     )?;
     if !token.is_set() {
         tracing::warn!(
-            "no client token for synthesis (VOXPOOL_CLIENT_TOKEN or --client-token-file): a synthesis that checks tokens fails every item UNAUTHENTICATED"
+            "no client token for synthesis (VOXPOOL_CLIENT_TOKEN or --client-token-file): a synthesis that checks tokens refuses this replica, which then pauses its workers and reports NOT_SERVING (its items go to other replicas)"
         );
     }
     let secret = webhook_secret(&args)?;
@@ -232,11 +232,12 @@ async fn serve(args: Args) -> Result<(), String> {
             store.ping().await.map_err(|e| e.to_string())?;
             workers
                 .fault()
-                .map_or(Ok(()), |why| Err(format!("workers paused: {why}")))
+                .filter(|f| f.not_serving)
+                .map_or(Ok(()), |f| Err(format!("workers paused: {}", f.why)))
         }
     };
     let health = voxpool_runtime::serve::Health {
-        dependency: "job store",
+        dependency: "job store and workers",
         interval: Duration::from_secs(1),
         probe,
     };

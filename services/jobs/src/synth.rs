@@ -101,13 +101,17 @@ impl Synthesizer {
         answer.map(tonic::Response::into_inner)
     }
 
-    /// Whether synthesis accepts this replica's worker token: one `ListPools` call. Errors:
-    /// the refusal, for [`refuses_replica`] answers only (an unreachable synthesis is not this
-    /// replica's fault: its items wait for it).
+    /// Whether synthesis answers and accepts this replica's worker token: one `ListPools`
+    /// call. Errors: its status when synthesis is [`unreachable`] or [`refuses_replica`]
+    /// (any other answer means both are fine).
     pub async fn check_token(&self) -> Result<(), Status> {
         let mut request = tonic::Request::new(ListPoolsRequest::default());
         request.set_timeout(Duration::from_secs(5));
         match self.client.clone().list_pools(request).await {
+            Err(status) if unreachable(&status) => {
+                self.endpoints.kick();
+                Err(status)
+            }
             Err(status) if refuses_replica(&status) => Err(status),
             _ => Ok(()),
         }
@@ -131,8 +135,9 @@ pub fn is_transient(status: &Status) -> bool {
 
 /// Whether `status` says synthesis was not reached at all (UNAVAILABLE without the
 /// `ErrorInfo` every synthesis answer carries: a refused connection, no endpoint up). Such a
-/// call is waited out, not counted against the item: an outage of synthesis stalls jobs
-/// instead of failing their items.
+/// call fails no item: the item goes back to the queue and the replica's workers pause until
+/// synthesis answers again (`crate::worker`), so an outage stalls jobs instead of failing them
+/// and a replica that alone cannot reach synthesis leaves its items to the others.
 pub fn unreachable(status: &Status) -> bool {
     status.code() == Code::Unavailable && status.get_details_error_info().is_none()
 }

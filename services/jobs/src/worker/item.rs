@@ -6,16 +6,12 @@
 //!   exponential back-off and jitter (at least the server's `RetryInfo`), at most
 //!   `--max-attempts` calls; any other failure ends the item FAILED with Synthesize's status
 //!   and typed reason, the job's other items unaffected.
-//! - A call that did not reach synthesis at all (connection refused, no endpoint up) is
-//!   waited out with back-off up to 5 s and not counted: an outage of synthesis stalls the
-//!   items, it does not fail them (they stay held, so a replica that dies meanwhile loses
-//!   nothing).
 //! - Cancellation is looked at before every call: an item of a cancelled job ends CANCELLED
 //!   at its next boundary; audio that came back is kept.
-//! - A fault of this replica rather than the item — synthesis refuses its worker token, the
-//!   blob store refuses its writes — fails no item: the item is handed back at once for
-//!   another replica to reclaim, and the workers pause until the fault clears
-//!   ([`super::Workers::fault`]).
+//! - A fault of this replica rather than the item — synthesis cannot be reached or refuses
+//!   its worker token, the blob store refuses its writes — fails no item: the item is handed
+//!   back at once for another replica to reclaim, and the workers pause until the fault
+//!   clears ([`super::Workers::fault`]).
 //! - Ending it in the store is retried while the store does not answer (a failover), up to
 //!   twice the visibility timeout; past that another replica reclaims the item, finds its
 //!   object and ends it.
@@ -72,7 +68,11 @@ impl Workers {
                 self.hold(&claimed.job, &claimed.entry, false);
             }
             Err(fault) => {
-                self.found_fault(fault);
+                if fault.pause {
+                    self.found_fault(fault);
+                } else {
+                    tracing::warn!(job = %claimed.job, reason = %fault.why, "item handed back to the queue");
+                }
                 // Not renewed any more, then handed back: reclaimable at once.
                 self.hold(&claimed.job, &claimed.entry, false);
                 let idle = self.options.visibility_timeout + Duration::from_secs(1);
@@ -93,7 +93,7 @@ impl Workers {
         &self,
         claimed: &Claimed,
         params: &JobParams,
-    ) -> Result<(ItemState, ItemResult, i64, bool), String> {
+    ) -> Result<(ItemState, ItemResult, i64, bool), super::Fault> {
         let spec = match JobItemSpec::decode(claimed.spec.as_slice()) {
             Ok(spec) => spec,
             Err(e) => {
@@ -125,9 +125,6 @@ impl Workers {
             .with_jitter()
             .with_max_times(self.options.max_attempts.saturating_sub(1) as usize)
             .build();
-        // Waiting out an unreachable synthesis: the next wait, and when it was last logged.
-        let mut wait = Duration::from_millis(200);
-        let mut unreached: Option<tokio::time::Instant> = None;
         loop {
             if matches!(
                 self.store.job_state(&params.job).await,
@@ -153,7 +150,15 @@ impl Workers {
                     let audio_bytes = i64::try_from(response.audio.len()).unwrap_or(i64::MAX);
                     let all_cached = cached == chunks;
                     if let Err(e) = self.write(&path, bytes::Bytes::from(response.audio)).await {
-                        return Err(self.writes_refused(&e));
+                        // The replica's store, or only this object? A store that takes the
+                        // probe pauses nobody: the item goes back, and a write that keeps
+                        // failing ends it at the delivery limit instead of flapping the fleet.
+                        let pause = self.results.probe_write(&self.consumer).await.is_err();
+                        return Err(super::Fault {
+                            pause,
+                            not_serving: pause,
+                            ..self.writes_refused(&e)
+                        });
                     }
                     let result = ItemResult {
                         output: path,
@@ -166,16 +171,8 @@ impl Workers {
                     };
                     return Ok((ItemState::Succeeded, result, characters, all_cached));
                 }
-                Err(status) if refuses_replica(&status) => {
-                    return Err(Self::token_refused(&status));
-                }
-                Err(status) if unreachable(&status) => {
-                    if unreached.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
-                        tracing::warn!(job = %params.job, error = %status.message(), "synthesis unreachable: the item waits (not counted as an attempt)");
-                        unreached = Some(tokio::time::Instant::now());
-                    }
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(5));
+                Err(status) if refuses_replica(&status) || unreachable(&status) => {
+                    return Err(Self::synthesis_fault(&status));
                 }
                 Err(status) => {
                     let again = is_transient(&status).then(|| backoff.next()).flatten();

@@ -13,11 +13,14 @@
 //! visibility timeout. A replica that stops drains: it takes no new item and finishes the ones
 //! it holds (what it cannot finish is reclaimed by the others).
 //!
-//! A faulty replica fails no item: when synthesis refuses its worker token or the blob store
-//! its writes (checked at start and on every such answer), it takes and reclaims nothing,
-//! hands back what it held, reports NOT_SERVING ([`Workers::fault`]) and checks again every
-//! [`FAULT_RECHECK`] until the fault clears.
+//! A replica that cannot run items fails none: when synthesis refuses its worker token, the
+//! blob store its writes, or synthesis cannot be reached at all (checked at start and on every
+//! such answer), it takes and reclaims nothing, hands back what it held ([`Workers::fault`])
+//! and checks again every [`FAULT_RECHECK`] until the fault clears. A refused token or store
+//! is this replica's own misconfiguration and turns its health NOT_SERVING; an unreachable
+//! synthesis does not (in an outage every replica pauses, and jobs can still be submitted).
 
+mod fault;
 mod item;
 mod parts;
 
@@ -30,14 +33,13 @@ use std::{
 use tokio::{sync::Semaphore, time::Instant};
 use tokio_util::sync::CancellationToken;
 
+pub use fault::{FAULT_RECHECK, Fault};
+
 use crate::{
     results::Results,
     store::{JobStore, Taken},
     synth::{JobParams, Synthesizer},
 };
-
-/// How often a faulty replica checks whether its fault cleared.
-pub const FAULT_RECHECK: Duration = Duration::from_secs(5);
 
 /// How the workers behave (`voxpool-jobs` flags).
 #[derive(Clone, Debug)]
@@ -68,7 +70,7 @@ pub struct Workers {
     /// while busy (the `Notify` only reaches it when it sleeps).
     woken: std::sync::atomic::AtomicBool,
     /// Why this replica cannot run items now (module doc); `None` while it can.
-    fault: Mutex<Option<String>>,
+    fault: Mutex<Option<Fault>>,
 }
 
 /// A job in the dispatcher's round.
@@ -149,61 +151,6 @@ impl Workers {
         })
     }
 
-    /// Why this replica's workers are paused (its health is NOT_SERVING then), if they are:
-    /// synthesis refuses its worker token, or the blob store its writes.
-    pub fn fault(&self) -> Option<String> {
-        self.fault
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Records a fault of this replica (logged when it is news).
-    fn found_fault(&self, why: String) {
-        let mut fault = self.fault.lock().unwrap_or_else(PoisonError::into_inner);
-        if fault.as_deref() != Some(why.as_str()) {
-            tracing::error!(reason = %why, "workers paused: this replica cannot run items (they go to other replicas); checking again every {}s", FAULT_RECHECK.as_secs());
-            *fault = Some(why);
-        }
-    }
-
-    /// The fault of a worker token synthesis refused with `status`.
-    fn token_refused(status: &tonic::Status) -> String {
-        format!(
-            "synthesis refuses this replica's worker token (VOXPOOL_CLIENT_TOKEN or --client-token-file: one of synthesis's [[client_tokens]] with \"synthesis\" in its services): {}",
-            status.message()
-        )
-    }
-
-    /// The fault of a blob store that refused a write with `e`.
-    fn writes_refused(&self, e: &crate::results::BlobError) -> String {
-        format!(
-            "the blob store {} refuses this replica's writes ({e}): check --blob-store and its permissions or credentials",
-            self.results.location()
-        )
-    }
-
-    /// Checks the worker token and a blob write; records the outcome (module doc).
-    async fn check(&self) {
-        let outcome = match self.synth.check_token().await {
-            Err(status) => Err(Self::token_refused(&status)),
-            Ok(()) => self
-                .results
-                .probe_write(&self.consumer)
-                .await
-                .map_err(|e| self.writes_refused(&e)),
-        };
-        match outcome {
-            Err(why) => self.found_fault(why),
-            Ok(()) => {
-                let mut fault = self.fault.lock().unwrap_or_else(PoisonError::into_inner);
-                if fault.take().is_some() {
-                    tracing::info!("workers resumed: the fault cleared");
-                }
-            }
-        }
-    }
-
     /// A job was created here: look at the queue now instead of at the next refresh.
     pub fn wake(&self) {
         self.woken.store(true, std::sync::atomic::Ordering::Release);
@@ -221,7 +168,7 @@ impl Workers {
         self.check().await;
         if self.fault().is_none() {
             tracing::info!(
-                "workers ready: the worker token is not refused and the blob store takes writes"
+                "workers ready: synthesis answers and accepts the worker token, the blob store takes writes"
             );
         }
         let mut checked = Instant::now();
