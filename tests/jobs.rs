@@ -2,7 +2,9 @@
 //! two replicas without an item written twice, completes the items the audio cache holds
 //! without a vendor call, survives a SIGKILLed replica and a Sentinel or Cluster failover,
 //! cancels, fails only its bad items, refuses bad input, shares the workers between tenants,
-//! delivers a signed webhook once, and is idempotent per request id.
+//! delivers a signed webhook once, is idempotent per request id, fails no item for a replica's
+//! own fault, and answers NOT_REPLICATED (the job named, indexed, run) when no replica
+//! acknowledges a create.
 //!
 //! Synchronisation is by polling GetJob (bounded by `stack::DEADLINE`); the one fixed wait is
 //! the webhook case's look for a duplicate delivery (documented there).
@@ -864,4 +866,56 @@ async fn list_jobs_pages_stay_put_while_jobs_are_created() {
         assert_eq!(e.code(), Code::InvalidArgument, "{bad}: {e:?}");
         assert!(e.message().contains("page_token"), "{}", e.message());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_no_replica_acknowledges_is_refused_naming_it_and_still_runs() {
+    let stack = Stack::start(20).await;
+    let redis = RedisServer::start();
+    // One acknowledgement asked of a store that has no replica: never given.
+    let a = stack.jobs(&redis.url(), 4, &[], None);
+    let strict = stack.jobs_on(
+        &redis.url(),
+        4,
+        &[("VOXPOOL_JOBS_REPLICA_ACKS", "1")],
+        None,
+        &stack.blob_dir(),
+        &format!("http://{}", stack.synthesis.addr),
+    );
+    let refused = client(&strict)
+        .await
+        .create_job(request("unacked", 5))
+        .await
+        .expect_err("no replica acknowledged it");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert_eq!(
+        voxpool_domain::contract::JobsReason::of(&refused),
+        Some(voxpool_domain::contract::JobsReason::NotReplicated),
+        "NOT_REPLICATED, not a store timeout: {refused:?}"
+    );
+    let name = refused
+        .message()
+        .split_whitespace()
+        .find(|w| w.starts_with("jobs/"))
+        .unwrap_or_else(|| panic!("the message names the job: {}", refused.message()))
+        .to_owned();
+    // Written, indexed and run: no orphan record.
+    let mut c = client(&a).await;
+    assert_all_succeeded(&mut c, &stack, &name, 5).await;
+    let listed = c
+        .list_jobs(jpb::ListJobsRequest {
+            tenant: "unacked".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("ListJobs")
+        .into_inner();
+    assert_eq!(
+        listed
+            .jobs
+            .iter()
+            .map(|j| j.name.as_str())
+            .collect::<Vec<_>>(),
+        [name.as_str()]
+    );
 }

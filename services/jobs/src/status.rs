@@ -35,7 +35,9 @@ pub fn store_status(e: StoreError) -> Status {
         StoreError::Unavailable(why) if why.contains("acknowledged") => reason(
             Code::Unavailable,
             JobsReason::NotReplicated,
-            format!("{why}; retry with the same request_id (it answers the same job)"),
+            format!(
+                "{why}; it runs, but a failover now could lose it: retry with the same request_id (it answers the same job), or follow the job named"
+            ),
             Some(Duration::from_secs(1)),
         ),
         StoreError::Unavailable(why) => reason(

@@ -1,7 +1,7 @@
 //! Jobs as the API sees them: create (idempotent per tenant and request id, acknowledged by
 //! replicas before it answers), read, list, cancel, delete.
 
-use std::{collections::HashMap, time::Duration};
+use std::collections::HashMap;
 
 use redis::Value;
 use sha2::{Digest as _, Sha256};
@@ -58,9 +58,6 @@ pub struct ItemRow {
     /// Synthesize calls made.
     pub attempts: i64,
 }
-
-/// Time a replica acknowledgement of a created job is waited for.
-const REPLICA_WAIT: Duration = Duration::from_secs(2);
 
 impl JobStore {
     /// Creates `job` unless the tenant's `request_id` (when not empty) already names one;
@@ -133,20 +130,6 @@ impl JobStore {
         let reply = self.run(&self.scripts.create, &id, &args).await?;
         let create_ms = int(reply.first())?;
         let generation = self.conn.generation();
-        if self.replica_acks > 0 {
-            let key = self.job_keys(&id)[0].clone();
-            let acked = self
-                .conn
-                .wait_replicas(&key, self.replica_acks, REPLICA_WAIT, generation)
-                .await
-                .map_err(super::map_err)?;
-            if acked < i64::from(self.replica_acks) {
-                return Err(StoreError::Unavailable(format!(
-                    "job {id} written but {acked} of {} replicas acknowledged it within {REPLICA_WAIT:?}",
-                    self.replica_acks
-                )));
-            }
-        }
         let created = if create_ms == 0 {
             Created::Existing(id.clone())
         } else {
@@ -157,6 +140,8 @@ impl JobStore {
         } else {
             create_ms
         };
+        // Indexed before the acknowledgement is awaited: a job written but not acknowledged in
+        // time still runs and lists (the caller is told its name), never an orphan record.
         self.activate(&id, score).await?;
         self.query(
             redis::cmd("ZADD")
@@ -165,6 +150,22 @@ impl JobStore {
                 .arg(&id),
         )
         .await?;
+        if self.replica_acks > 0 {
+            let key = self.job_keys(&id)[0].clone();
+            // Half the store's response timeout: WAIT answers before the connection gives up.
+            let wait = self.timeout / 2;
+            let acked = self
+                .conn
+                .wait_replicas(&key, self.replica_acks, wait, generation)
+                .await
+                .map_err(super::map_err)?;
+            if acked < i64::from(self.replica_acks) {
+                return Err(StoreError::Unavailable(format!(
+                    "job jobs/{id} written but {acked} of {} replicas acknowledged it within {wait:?}",
+                    self.replica_acks
+                )));
+            }
+        }
         Ok(created)
     }
 

@@ -86,6 +86,8 @@ pub struct JobStore {
     replica_acks: u32,
     /// Kept on every key of an ended job (and its blobs).
     retention: Duration,
+    /// The store's response timeout (a replica acknowledgement is awaited for half of it).
+    timeout: Duration,
 }
 
 impl JobStore {
@@ -107,6 +109,7 @@ impl JobStore {
             scripts: std::sync::Arc::new(Scripts::new()),
             replica_acks,
             retention,
+            timeout,
         })
     }
 
