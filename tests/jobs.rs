@@ -82,6 +82,7 @@ async fn a_replica_that_cannot_work_fails_no_item() {
     const N: usize = 40;
     let stack = Stack::start(20).await;
     let redis = RedisServer::start();
+    let synthesis = format!("http://{}", stack.synthesis.addr);
     // Synthesis refuses this one's worker token from the start.
     let refused = stack.jobs(
         &redis.url(),
@@ -89,12 +90,7 @@ async fn a_replica_that_cannot_work_fails_no_item() {
         &[("VOXPOOL_CLIENT_TOKEN", "not-a-token-synthesis-knows")],
         None,
     );
-    // This one's blob store breaks once it is running: its results folder becomes a file.
-    let broken = tempfile::tempdir().expect("tempdir");
-    let log = stack.dir.path().join("broken.log");
-    let synthesis = format!("http://{}", stack.synthesis.addr);
-    let writes_fail = stack.jobs_on(&redis.url(), 4, &[], Some(&log), broken.path(), &synthesis);
-    // And this one cannot reach synthesis at all (nothing listens there).
+    // This one cannot reach synthesis at all (nothing listens there).
     let unreached_log = stack.dir.path().join("unreached.log");
     let unreached = stack.jobs_on(
         &redis.url(),
@@ -104,27 +100,48 @@ async fn a_replica_that_cannot_work_fails_no_item() {
         &stack.blob_dir(),
         "http://127.0.0.1:1",
     );
+    until_health(&refused, false).await;
+    until_logged(&unreached_log, "synthesis cannot be reached").await;
+    let healthy = stack.jobs(&redis.url(), 4, &[], None);
+    let mut c = client(&healthy).await;
+    let job = create(&mut c, request("faults", N)).await;
+    assert_all_succeeded(&mut c, &stack, &job.name, N).await;
+    until_health(&refused, false).await;
+    // An unreachable synthesis pauses the workers, not the API: health stays SERVING.
+    until_health(&unreached, true).await;
+
+    // A replica whose blob store breaks while it runs, with a job on that store: the items
+    // it took go back, it pauses, and once the store is repaired the job completes.
+    let broken = tempfile::tempdir().expect("tempdir");
+    let results = broken.path().join("jobs");
+    let log = stack.dir.path().join("broken.log");
+    let writes_fail = stack.jobs_on(&redis.url(), 4, &[], Some(&log), broken.path(), &synthesis);
     until_logged(&log, "workers ready").await;
     // (The start-up write check removed its emptied folder already, or not: either way.)
-    match std::fs::remove_dir_all(broken.path().join("jobs")) {
+    match std::fs::remove_dir_all(&results) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => panic!("remove the results folder: {e}"),
     }
-    std::fs::write(broken.path().join("jobs"), b"not a folder").expect("a file in its place");
-    until_health(&refused, false).await;
-    let healthy = stack.jobs(&redis.url(), 4, &[], None);
-    // Created through the broken replica: it looks at the job at once and takes items.
-    let job = create(&mut client(&writes_fail).await, request("faults", N)).await;
-    let mut c = client(&healthy).await;
-    assert_all_succeeded(&mut c, &stack, &job.name, N).await;
-    // The broken replica took items, could not keep their audio, and handed them back.
+    std::fs::write(&results, b"not a folder").expect("a file in its place");
+    let mut b = client(&writes_fail).await;
+    let stranded = create(&mut b, request("faults-b", N)).await;
     until_logged(&log, "workers paused").await;
     until_health(&writes_fail, false).await;
-    until_health(&healthy, true).await;
-    // An unreachable synthesis pauses the workers, not the API: health stays SERVING.
-    until_logged(&unreached_log, "synthesis cannot be reached").await;
-    until_health(&unreached, true).await;
+    let paused = get(&mut b, &stranded.name).await;
+    assert_eq!(counts(&paused).failed, 0, "no item failed: {paused:?}");
+    std::fs::remove_file(&results).expect("repair: remove the file");
+    until_logged(&log, "workers resumed").await;
+    let end = ended(&mut b, &stranded.name).await;
+    assert_eq!(state(&end), State::Succeeded, "{end:?}");
+    assert_eq!(counts(&end).succeeded as usize, N, "{end:?}");
+    let id = stranded.name.trim_start_matches("jobs/");
+    for it in items(&mut b, &stranded.name, "").await {
+        assert!(it.attempts >= 1, "{it:?}");
+        let object = results.join(id).join(format!("{}.wav", it.id));
+        assert!(object.exists(), "{} not written", object.display());
+    }
+    until_health(&writes_fail, true).await;
     let logged = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         !logged.contains("could not hand an item back"),
@@ -917,5 +934,54 @@ async fn a_job_no_replica_acknowledges_is_refused_naming_it_and_still_runs() {
             .map(|j| j.name.as_str())
             .collect::<Vec<_>>(),
         [name.as_str()]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_on_another_blob_store_leaves_the_job_to_the_replicas_on_its_store() {
+    const N: usize = 30;
+    let stack = Stack::start(200).await;
+    let redis = RedisServer::start();
+    let a = stack.jobs(&redis.url(), 4, &[], None);
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let log = stack.dir.path().join("elsewhere.log");
+    let b = stack.jobs_on(
+        &redis.url(),
+        4,
+        &[],
+        Some(&log),
+        elsewhere.path(),
+        &format!("http://{}", stack.synthesis.addr),
+    );
+    until_logged(&log, "workers ready").await;
+    let mut c = client(&a).await;
+    let job = create(&mut c, request("stores", N)).await;
+    // A job created on B wakes B's workers at once: they look at every active job now.
+    let mut on_b = client(&b).await;
+    let own = create(&mut on_b, request("stores-b", 1)).await;
+    // Every object where the job's store is, none stranded in the other replica's.
+    assert_all_succeeded(&mut c, &stack, &job.name, N).await;
+    assert!(
+        !elsewhere
+            .path()
+            .join("jobs")
+            .join(job.name.trim_start_matches("jobs/"))
+            .exists(),
+        "no result written to the other store"
+    );
+    until_logged(&log, "another blob store").await;
+    ended(&mut on_b, &own.name).await;
+    let read = on_b
+        .read_job_item_audio(jpb::ReadJobItemAudioRequest {
+            name: format!("{}/items/item-00000", job.name),
+        })
+        .await;
+    let Err(refused) = read else {
+        panic!("a replica on another store served the audio")
+    };
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert_eq!(
+        voxpool_domain::contract::JobsReason::of(&refused),
+        Some(voxpool_domain::contract::JobsReason::OtherBlobStore)
     );
 }

@@ -175,6 +175,9 @@ pub struct JobRecord {
     pub request_id: String,
     /// Webhook URL (never shown whole: it may hold a token).
     pub webhook_url: String,
+    /// The blob store its results go to (the creating replica's; empty for jobs created
+    /// before it was recorded): only replicas on that store run it.
+    pub blob_store: String,
     /// Items and characters of the job.
     pub total: i32,
     /// Characters of text (Unicode scalar values).
@@ -219,6 +222,7 @@ impl JobRecord {
             sample_rate_hz: count("sample_rate_hz")?,
             request_id: text("request_id"),
             webhook_url: text("webhook_url"),
+            blob_store: text("blob_store"),
             total: count("total")?,
             characters: int("characters")?,
             queued: count("queued")?,

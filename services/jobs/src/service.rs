@@ -156,6 +156,7 @@ impl Jobs for JobsService {
             sample_rate_hz: req.sample_rate_hz,
             request_id: req.request_id.clone(),
             webhook_url: req.webhook_url.clone(),
+            blob_store: self.results.location().to_owned(),
             characters: checked.characters,
             items: checked
                 .items
@@ -323,7 +324,19 @@ impl Jobs for JobsService {
             .to_owned();
         voxpool_domain::item::check_item_id(item)
             .map_err(|e| voxpool_domain::status::invalid_argument("name", e))?;
-        self.record(&format!("jobs/{job}")).await?; // an unknown job: JOB_NOT_FOUND
+        let record = self.record(&format!("jobs/{job}")).await?; // unknown: JOB_NOT_FOUND
+        if !record.blob_store.is_empty() && record.blob_store != self.results.location() {
+            return Err(reason(
+                Code::FailedPrecondition,
+                JobsReason::OtherBlobStore,
+                format!(
+                    "the results of jobs/{job} are in the blob store {}, this replica's is {}: ask a replica on that store, or give every replica the same --blob-store",
+                    record.blob_store,
+                    self.results.location()
+                ),
+                None,
+            ));
+        }
         let (state, result) = self
             .store
             .item(&job, item)

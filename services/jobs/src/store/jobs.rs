@@ -26,6 +26,8 @@ pub struct NewJob {
     pub request_id: String,
     /// Webhook URL (empty: none).
     pub webhook_url: String,
+    /// The blob store its results go to (its location, as `Results::location` gives it).
+    pub blob_store: String,
     /// Characters of text (Unicode scalar values).
     pub characters: i64,
     /// Items in submission order: id and `JobItemSpec` bytes.
@@ -114,6 +116,7 @@ impl JobStore {
             ("request_id", job.request_id.clone()),
             ("request_key", request_key.clone().unwrap_or_default()),
             ("webhook_url", job.webhook_url.clone()),
+            ("blob_store", job.blob_store.clone()),
             ("characters", job.characters.to_string()),
             ("fingerprint", fingerprint),
         ];

@@ -88,6 +88,8 @@ struct Round {
     tenants: Vec<(String, VecDeque<String>)>,
     slots: HashMap<String, Slot>,
     cursor: usize,
+    /// Active jobs whose results go to another blob store: left to the replicas on it.
+    foreign: HashSet<String>,
 }
 
 impl Round {
@@ -250,11 +252,21 @@ impl Workers {
         for job in gone {
             round.remove(&job);
         }
+        round.foreign.retain(|j| active.contains(j));
         for job in active {
-            if round.slots.contains_key(&job) {
+            if round.slots.contains_key(&job) || round.foreign.contains(&job) {
                 continue;
             }
             match self.store.record(&job).await? {
+                Some(r) if !r.blob_store.is_empty() && r.blob_store != self.results.location() => {
+                    tracing::warn!(
+                        job,
+                        job_blob_store = %r.blob_store,
+                        blob_store = %self.results.location(),
+                        "a job whose results go to another blob store: left to the replicas on it (give every replica the same --blob-store)"
+                    );
+                    round.foreign.insert(job);
+                }
                 Some(r) => round.add(
                     job.clone(),
                     JobParams {

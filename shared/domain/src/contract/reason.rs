@@ -271,6 +271,9 @@ reasons! {
         JobNotFinished = "JOB_NOT_FINISHED", Never;
         /// FAILED_PRECONDITION: ReadJobItemAudio of an item that has not succeeded.
         ItemNotSucceeded = "ITEM_NOT_SUCCEEDED", Never;
+        /// FAILED_PRECONDITION: the job's results are in another blob store than this
+        /// replica's (a replica started with another `--blob-store`).
+        OtherBlobStore = "OTHER_BLOB_STORE", Never;
         /// NOT_FOUND: the item succeeded but its audio is no longer in the blob store.
         AudioGone = "AUDIO_GONE", Never;
         /// FAILED_PRECONDITION: a `webhook_url` while the server has no webhook secret.
