@@ -127,29 +127,30 @@ impl JobStore {
         if entries.is_empty() {
             return Ok(());
         }
-        let keys = self.job_keys(job);
-        self.query(
-            redis::cmd("XCLAIM")
-                .arg(&keys[5])
-                .arg(super::GROUP)
-                .arg(consumer)
-                .arg(0)
-                .arg(entries)
-                .arg("JUSTID"),
-        )
-        .await
-        .map(drop)
+        self.set_idle(job, consumer, entries, Duration::ZERO).await
     }
 
     /// Hands entry `entry` of `job`, held by `consumer`, back at once: its idle time is set
     /// to `idle` (at least the visibility timeout), so the next look of any replica's
-    /// dispatcher reclaims it (`XCLAIM … IDLE … JUSTID`: the delivery count is not raised
-    /// here, the reclaim raises it).
+    /// dispatcher reclaims it (the delivery count is not raised here, the reclaim raises it).
     pub async fn release(
         &self,
         job: &str,
         consumer: &str,
         entry: &str,
+        idle: Duration,
+    ) -> StoreResult<()> {
+        self.set_idle(job, consumer, &[entry.to_owned()], idle)
+            .await
+    }
+
+    /// `XCLAIM … IDLE <idle> JUSTID` of `entries` for `consumer`: who holds them stays, their
+    /// idle time becomes `idle`, their delivery count is unchanged.
+    async fn set_idle(
+        &self,
+        job: &str,
+        consumer: &str,
+        entries: &[String],
         idle: Duration,
     ) -> StoreResult<()> {
         let keys = self.job_keys(job);
@@ -159,7 +160,7 @@ impl JobStore {
                 .arg(super::GROUP)
                 .arg(consumer)
                 .arg(0)
-                .arg(entry)
+                .arg(entries)
                 .arg("IDLE")
                 .arg(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX))
                 .arg("JUSTID"),
