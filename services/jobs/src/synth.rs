@@ -104,7 +104,7 @@ impl Synthesizer {
     /// Whether synthesis answers and accepts this replica's worker token: one `ListPools`
     /// call. Errors: its status when synthesis is [`unreachable`] or [`refuses_replica`]
     /// (any other answer means both are fine).
-    pub async fn check_token(&self) -> Result<(), Status> {
+    pub async fn check_access(&self) -> Result<(), Status> {
         let mut request = tonic::Request::new(ListPoolsRequest::default());
         request.set_timeout(Duration::from_secs(5));
         match self.client.clone().list_pools(request).await {

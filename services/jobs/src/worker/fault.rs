@@ -16,8 +16,6 @@ pub struct Fault {
     pub why: String,
     /// Whether it is this replica's own misconfiguration (health NOT_SERVING), not an outage.
     pub not_serving: bool,
-    /// Whether the workers pause for it (else only the item at hand goes back).
-    pub pause: bool,
 }
 
 impl Workers {
@@ -48,7 +46,6 @@ impl Workers {
                     status.message()
                 ),
                 not_serving: false,
-                pause: true,
             };
         }
         Fault {
@@ -57,7 +54,6 @@ impl Workers {
                 status.message()
             ),
             not_serving: true,
-            pause: true,
         }
     }
 
@@ -69,14 +65,13 @@ impl Workers {
                 self.results.location()
             ),
             not_serving: true,
-            pause: true,
         }
     }
 
     /// Checks synthesis (reached, worker token accepted) and a blob write; records the
     /// outcome (module doc).
     pub(super) async fn check(&self) {
-        let outcome = match self.synth.check_token().await {
+        let outcome = match self.synth.check_access().await {
             Err(status) => Err(Self::synthesis_fault(&status)),
             Ok(()) => self
                 .results

@@ -32,6 +32,16 @@ use crate::{
     synth::{JobParams, is_transient, item_error, refuses_replica, retry_after, unreachable},
 };
 
+/// Why an item goes back to the queue unended (module doc).
+enum HandBack {
+    /// This replica cannot run items: its workers pause.
+    Fault(super::Fault),
+    /// Only this item could not be finished here (its object refused a write the store's
+    /// probe did not): another replica tries it; one that keeps failing meets the delivery
+    /// limit.
+    Item(String),
+}
+
 /// The result of an item that hit the delivery limit.
 pub(super) fn delivery_limit(max: u32) -> ItemResult {
     ItemResult {
@@ -67,11 +77,12 @@ impl Workers {
                 }
                 self.hold(&claimed.job, &claimed.entry, false);
             }
-            Err(fault) => {
-                if fault.pause {
-                    self.found_fault(fault);
-                } else {
-                    tracing::warn!(job = %claimed.job, reason = %fault.why, "item handed back to the queue");
+            Err(handed_back) => {
+                match handed_back {
+                    HandBack::Fault(fault) => self.found_fault(fault),
+                    HandBack::Item(why) => {
+                        tracing::warn!(job = %claimed.job, reason = %why, "item handed back to the queue");
+                    }
                 }
                 // Not renewed any more, then handed back: reclaimable at once.
                 self.hold(&claimed.job, &claimed.entry, false);
@@ -93,7 +104,7 @@ impl Workers {
         &self,
         claimed: &Claimed,
         params: &JobParams,
-    ) -> Result<(ItemState, ItemResult, i64, bool), super::Fault> {
+    ) -> Result<(ItemState, ItemResult, i64, bool), HandBack> {
         let spec = match JobItemSpec::decode(claimed.spec.as_slice()) {
             Ok(spec) => spec,
             Err(e) => {
@@ -153,12 +164,13 @@ impl Workers {
                         // The replica's store, or only this object? A store that takes the
                         // probe pauses nobody: the item goes back, and a write that keeps
                         // failing ends it at the delivery limit instead of flapping the fleet.
-                        let pause = self.results.probe_write(&self.consumer).await.is_err();
-                        return Err(super::Fault {
-                            pause,
-                            not_serving: pause,
-                            ..self.writes_refused(&e)
-                        });
+                        if self.results.probe_write(&self.consumer).await.is_err() {
+                            return Err(HandBack::Fault(self.writes_refused(&e)));
+                        }
+                        return Err(HandBack::Item(format!(
+                            "the blob store {} refused this item's audio ({e}) but takes other writes",
+                            self.results.location()
+                        )));
                     }
                     let result = ItemResult {
                         output: path,
@@ -172,7 +184,7 @@ impl Workers {
                     return Ok((ItemState::Succeeded, result, characters, all_cached));
                 }
                 Err(status) if refuses_replica(&status) || unreachable(&status) => {
-                    return Err(Self::synthesis_fault(&status));
+                    return Err(HandBack::Fault(Self::synthesis_fault(&status)));
                 }
                 Err(status) => {
                     let again = is_transient(&status).then(|| backoff.next()).flatten();

@@ -173,20 +173,15 @@ impl Workers {
                 "workers ready: synthesis answers and accepts the worker token, the blob store takes writes"
             );
         }
-        let mut checked = Instant::now();
         loop {
+            // Paused: nothing is taken until a re-check finds the fault cleared.
             if self.fault().is_some() {
-                if checked.elapsed() >= FAULT_RECHECK {
-                    self.check().await;
-                    checked = Instant::now();
+                tokio::select! {
+                    () = tokio::time::sleep(FAULT_RECHECK) => {}
+                    () = shutdown.cancelled() => break,
                 }
-                if self.fault().is_some() {
-                    tokio::select! {
-                        () = tokio::time::sleep(FAULT_RECHECK) => {}
-                        () = shutdown.cancelled() => break,
-                    }
-                    continue;
-                }
+                self.check().await;
+                continue;
             }
             if self.woken.swap(false, std::sync::atomic::Ordering::AcqRel) {
                 refreshed = None;
