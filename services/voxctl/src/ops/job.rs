@@ -133,25 +133,15 @@ impl Jobs {
 
     /// `call` until it answers, fails for good, or [`Jobs::policy`]'s attempts are spent; waits
     /// between attempts with backoff (at least the server's `RetryInfo`).
-    pub async fn retrying<T, F, Fut>(&self, mut call: F) -> Result<T, Status>
+    pub async fn retrying<T, F, Fut>(&self, call: F) -> Result<T, Status>
     where
         F: FnMut(JobsClient<connect::Authed>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
-        let mut ceilings = self.policy.ceilings().build();
-        loop {
-            match call(self.client.clone()).await {
-                Ok(response) => return Ok(response.into_inner()),
-                Err(status) if transient(&status) => match ceilings.next() {
-                    Some(ceiling) => {
-                        let delay = self.policy.delay(ceiling, &CallError::from_status(&status));
-                        tokio::time::sleep(delay).await;
-                    }
-                    None => return Err(status),
-                },
-                Err(status) => return Err(status),
-            }
-        }
+        self.retry_loop(&self.policy, None, |_, _| {}, call)
+            .await
+            .map(|(answer, _)| answer)
+            .map_err(|(status, _)| status)
     }
 
     /// `call` until it answers, fails for good, or `budget` has passed since the first try (no
@@ -163,8 +153,8 @@ impl Jobs {
     pub async fn retrying_for<T, F, Fut>(
         &self,
         budget: Duration,
-        mut retrying: impl FnMut(&Status, Duration),
-        mut call: F,
+        retrying: impl FnMut(&Status, Duration),
+        call: F,
     ) -> Result<(T, u32), (Status, u32)>
     where
         F: FnMut(JobsClient<connect::Authed>) -> Fut,
@@ -176,26 +166,41 @@ impl Jobs {
             ..self.policy
         };
         let deadline = tokio::time::Instant::now() + budget;
+        self.retry_loop(&policy, Some(deadline), retrying, call)
+            .await
+    }
+
+    /// The one retry loop of [`Jobs::retrying`] and [`Jobs::retrying_for`]: `call` until it
+    /// answers, fails for good, `policy`'s attempts are spent or `deadline` (when given) has
+    /// passed; `retrying` hears of each transient failure and the wait after it.
+    async fn retry_loop<T, F, Fut>(
+        &self,
+        policy: &RetryPolicy,
+        deadline: Option<tokio::time::Instant>,
+        mut retrying: impl FnMut(&Status, Duration),
+        mut call: F,
+    ) -> Result<(T, u32), (Status, u32)>
+    where
+        F: FnMut(JobsClient<connect::Authed>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
         let mut ceilings = policy.ceilings().build();
         let mut tries = 0u32;
         loop {
             tries = tries.saturating_add(1);
-            match call(self.client.clone()).await {
+            let status = match call(self.client.clone()).await {
                 Ok(response) => return Ok((response.into_inner(), tries)),
-                Err(status) if transient(&status) => {
-                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                    if left.is_zero() {
-                        return Err((status, tries));
-                    }
-                    let ceiling = ceilings.next().unwrap_or(policy.cap);
-                    let pause = policy
-                        .delay(ceiling, &CallError::from_status(&status))
-                        .min(left);
-                    retrying(&status, pause);
-                    tokio::time::sleep(pause).await;
-                }
+                Err(status) if transient(&status) => status,
                 Err(status) => return Err((status, tries)),
-            }
+            };
+            let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
+            let Some(ceiling) = ceilings.next().filter(|_| left != Some(Duration::ZERO)) else {
+                return Err((status, tries));
+            };
+            let delay = policy.delay(ceiling, &CallError::from_status(&status));
+            let pause = left.map_or(delay, |left| delay.min(left));
+            retrying(&status, pause);
+            tokio::time::sleep(pause).await;
         }
     }
 
