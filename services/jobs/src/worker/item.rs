@@ -204,24 +204,42 @@ impl Workers {
     /// failover) the call waits for it, up to twice the visibility timeout (then it goes
     /// uncounted: by then another replica may reclaim the item anyway); one warning per 10 s.
     async fn count_attempt(&self, job: &str, item: &str) {
+        let counted = self
+            .while_store_away(job, "calling synthesis", || {
+                self.store.count_attempt(job, item)
+            })
+            .await;
+        if let Err(e) = counted {
+            tracing::warn!(job, error = %e, "an attempt goes uncounted: the job store failed");
+        }
+    }
+
+    /// `op` again while the store does not answer (a failover), with back-off from 100 ms to
+    /// 2 s, up to twice the visibility timeout (past that another replica may reclaim the
+    /// item anyway); one warning per 10 s naming what waits (`waiting`).
+    async fn while_store_away<T, Fut>(
+        &self,
+        job: &str,
+        waiting: &str,
+        mut op: impl FnMut() -> Fut,
+    ) -> crate::store::StoreResult<T>
+    where
+        Fut: std::future::Future<Output = crate::store::StoreResult<T>>,
+    {
         let give_up = tokio::time::Instant::now() + self.options.visibility_timeout * 2;
         let mut delay = Duration::from_millis(100);
         let mut warned: Option<tokio::time::Instant> = None;
         loop {
-            match self.store.count_attempt(job, item).await {
-                Ok(()) => return,
+            match op().await {
                 Err(StoreError::Unavailable(e)) if tokio::time::Instant::now() < give_up => {
                     if warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
-                        tracing::warn!(job, error = %e, "the job store does not answer: the item waits for it before calling synthesis");
+                        tracing::warn!(job, error = %e, "the job store does not answer: {waiting} waits for it");
                         warned = Some(tokio::time::Instant::now());
                     }
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(2));
                 }
-                Err(e) => {
-                    tracing::warn!(job, error = %e, "an attempt goes uncounted: the job store failed");
-                    return;
-                }
+                other => return other,
             }
         }
     }
@@ -253,28 +271,21 @@ impl Workers {
         characters: i64,
         all_cached: bool,
     ) -> bool {
-        let give_up = tokio::time::Instant::now() + self.options.visibility_timeout * 2;
-        let mut delay = Duration::from_millis(100);
-        loop {
-            match self
-                .store
-                .finish(claimed, outcome, result, characters, all_cached)
-                .await
-            {
-                Ok(Some(state)) => {
-                    tracing::info!(job = %claimed.job, state = state.as_str(), "job ended");
-                    return true;
-                }
-                Ok(None) => return true,
-                Err(StoreError::Unavailable(e)) if tokio::time::Instant::now() < give_up => {
-                    tracing::debug!(job = %claimed.job, error = %e, "ending an item: store unavailable, retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(2));
-                }
-                Err(e) => {
-                    tracing::error!(job = %claimed.job, error = %e, "could not end an item: another replica reclaims it after the visibility timeout");
-                    return false;
-                }
+        let ended = self
+            .while_store_away(&claimed.job, "ending an item", || {
+                self.store
+                    .finish(claimed, outcome, result, characters, all_cached)
+            })
+            .await;
+        match ended {
+            Ok(Some(state)) => {
+                tracing::info!(job = %claimed.job, state = state.as_str(), "job ended");
+                true
+            }
+            Ok(None) => true,
+            Err(e) => {
+                tracing::error!(job = %claimed.job, error = %e, "could not end an item: another replica reclaims it after the visibility timeout");
+                false
             }
         }
     }
