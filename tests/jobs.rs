@@ -12,6 +12,9 @@
 #[path = "jobs/stack.rs"]
 mod stack;
 
+#[path = "jobs/cancel.rs"]
+mod cancel;
+
 use std::{
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -327,17 +330,7 @@ async fn a_cancelled_job_starts_no_item_and_ends_cancelled() {
         .expect("second CancelJob")
         .into_inner();
     assert_eq!(state(&again), State::Cancelled);
-    // A SUCCEEDED job cannot be cancelled.
-    let small = create(&mut c, request("t1", 3)).await;
-    let done = ended(&mut c, &small.name).await;
-    assert_eq!(state(&done), State::Succeeded);
-    let refused = c
-        .cancel_job(jpb::CancelJobRequest {
-            name: small.name.clone(),
-        })
-        .await
-        .expect_err("cancel SUCCEEDED");
-    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    // The other states (running with nothing queued, ended, gone): cancel.rs.
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

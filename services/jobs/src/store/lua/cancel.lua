@@ -13,8 +13,11 @@ for i = 1, #all, 2 do
     n = n + 1
   end
 end
-redis.call('HINCRBY', KEYS[1], 'queued', -n)
-redis.call('HINCRBY', KEYS[1], 'cancelled', n)
+-- Only when some were queued: Lua prints -0 as "-0", which HINCRBY refuses as no integer.
+if n > 0 then
+  redis.call('HINCRBY', KEYS[1], 'queued', -n)
+  redis.call('HINCRBY', KEYS[1], 'cancelled', n)
+end
 local now = now_ms()
 redis.call('HSET', KEYS[1], 'state', 'CANCELLED', 'cancel_ms', now)
 return {'cancelled', settle(now, tonumber(ARGV[1]))}
