@@ -206,7 +206,7 @@ pub async fn serve_with_http(
                 listener,
                 front,
                 tls,
-                flags.drain_delay,
+                flags.clone(),
                 finish_within,
                 shutdown.clone(),
             )))

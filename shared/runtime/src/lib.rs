@@ -4,6 +4,7 @@
 //! `voxpool-config`; this crate builds on both.
 //!
 //! - [`serve`]: binding, health, reflection and graceful shutdown shared by every binary.
+//! - [`conn`]: connection limits every listener shares (head, idle and body timeouts, cap).
 //! - [`limits`]: request timeout, message size, load shedding and TLS flags for servers.
 //! - [`auth`]: admin bearer token; data-plane callers by client token or certificate.
 //! - [`telemetry`]: `tracing` setup (pretty or JSON logs, `RUST_LOG` filter), OTLP export.
@@ -13,6 +14,7 @@
 
 pub mod auth;
 pub mod blob;
+pub mod conn;
 pub mod endpoints;
 pub mod limits;
 pub mod serve;

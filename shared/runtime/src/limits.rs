@@ -55,6 +55,9 @@ pub struct ServerFlags {
     /// client token). Needs --tls-cert.
     #[arg(long, env = "VOXPOOL_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Connection limits: head, idle and body timeouts, the connection cap, HTTP/2 keep-alive.
+    #[command(flatten)]
+    pub conn: crate::conn::ConnFlags,
 }
 
 impl Default for ServerFlags {
@@ -67,6 +70,7 @@ impl Default for ServerFlags {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            conn: crate::conn::ConnFlags::default(),
         }
     }
 }
@@ -81,17 +85,21 @@ fn positive_duration(raw: &str) -> Result<Duration, String> {
     }
 }
 
-/// A tonic server builder with TLS and the [`LimitsLayer`] (request timeout, load shedding)
-/// applied.
-pub type LimitedServer = Server<Stack<LimitsLayer, tower::layer::util::Identity>>;
+/// A tonic server builder with TLS, HTTP/2 keep-alive, the connection tracking of `gate`
+/// ([`crate::conn`]) and the [`LimitsLayer`] (request timeout, load shedding) applied.
+pub type LimitedServer =
+    Server<Stack<LimitsLayer, Stack<crate::conn::TrackLayer, tower::layer::util::Identity>>>;
 
 impl ServerFlags {
-    /// Builds the server. Errors: unreadable or invalid TLS files (one-line reason).
-    pub fn server(&self) -> Result<LimitedServer, String> {
+    /// Builds the server for the connections of `gate`. Errors: unreadable or invalid TLS
+    /// files (one-line reason).
+    pub fn server(&self, gate: &Arc<crate::conn::Gate>) -> Result<LimitedServer, String> {
         // The request timeout lives in LimitsLayer, not `Server::timeout`: tonic answers its
         // own timeout with CANCELLED, and a caller must be able to tell a server that ran out
         // of time (DEADLINE_EXCEEDED) from one that gave up on it.
-        let mut builder = Server::builder();
+        let mut builder = Server::builder()
+            .http2_keepalive_interval(Some(self.conn.http2_keepalive_interval))
+            .http2_keepalive_timeout(Some(self.conn.http2_keepalive_timeout));
         if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
             install_crypto_provider();
             let read = |p: &PathBuf| {
@@ -110,10 +118,12 @@ impl ServerFlags {
                 .tls_config(tls)
                 .map_err(|e| format!("invalid TLS certificate, key or client CA: {e}"))?;
         }
-        Ok(builder.layer(LimitsLayer::new(
-            self.max_concurrent_requests,
-            self.request_timeout,
-        )))
+        Ok(builder
+            .layer(crate::conn::TrackLayer::new(gate.clone()))
+            .layer(LimitsLayer::new(
+                self.max_concurrent_requests,
+                self.request_timeout,
+            )))
     }
 }
 

@@ -26,7 +26,10 @@ use crate::limits::{LimitsLayer, ServerFlags};
 
 /// The router a server's own services are added to by [`serve_grpc`].
 pub type Router = tonic::transport::server::Router<
-    tower::layer::util::Stack<LimitsLayer, tower::layer::util::Identity>,
+    tower::layer::util::Stack<
+        LimitsLayer,
+        tower::layer::util::Stack<crate::conn::TrackLayer, tower::layer::util::Identity>,
+    >,
 >;
 
 /// What a server's health follows: one dependency, probed every `interval` (module doc).
@@ -131,8 +134,9 @@ where
             }
         })
     };
+    let gate = crate::conn::Gate::new("grpc", &flags.conn);
     let router = flags
-        .server()?
+        .server(&gate)?
         .trace_fn(crate::telemetry::server_span)
         .add_service(health_service)
         .add_service(reflection_v1)
@@ -147,7 +151,7 @@ where
         tokio::time::sleep(drain_delay).await;
     };
     let result = add(router)
-        .serve_with_incoming_shutdown(incoming(listener), stop)
+        .serve_with_incoming_shutdown(gate.incoming(listener, flags.tls_cert.is_some()), stop)
         .await
         .map_err(|e| format!("grpc server: {e}"));
     health_task.abort();
@@ -342,14 +346,6 @@ pub async fn with_telemetry(
     let result = serve.await;
     telemetry.shutdown().await;
     result
-}
-
-/// The accepted-connection stream for `serve_with_incoming*`, with TCP_NODELAY on every
-/// socket. Without it small gRPC answers wait on Nagle's algorithm (about 40 ms per
-/// request-response turn on Linux); tonic's own `tcp_nodelay` setting does not apply to
-/// incoming streams the caller supplies.
-pub fn incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
-    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
 #[cfg(test)]

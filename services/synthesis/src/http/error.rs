@@ -105,6 +105,38 @@ impl ApiError {
         }
     }
 
+    /// 503 for a connection over `--max-connections`, closing it (`message` says so).
+    pub fn too_many_connections(message: &str) -> Response {
+        let mut response = Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.to_owned(),
+            kind: "service_unavailable",
+            param: None,
+            code: Some("too_many_connections".to_owned()),
+            retry_after_s: Some(1),
+        }
+        .into_response();
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        response
+    }
+
+    /// 408 for a request body that paused longer than `--body-timeout`.
+    pub fn body_timeout(timeout: std::time::Duration) -> Self {
+        Self {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: format!(
+                "the request body sent nothing for {} (--body-timeout): send the whole body at once",
+                humantime::format_duration(timeout)
+            ),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("body_timeout".to_owned()),
+            retry_after_s: None,
+        }
+    }
+
     /// The answer to a synthesis (or catalog) failure, from its gRPC status (module doc).
     pub fn from_status(status: &Status) -> Self {
         let details = status.get_error_details();

@@ -31,7 +31,7 @@ use axum::{
     routing::{get, post},
 };
 use hyper_util::{
-    rt::{TokioExecutor, TokioIo},
+    rt::{TokioExecutor, TokioIo, TokioTimer},
     server::{conn::auto, graceful::GracefulShutdown},
     service::TowerToHyperService,
 };
@@ -39,7 +39,10 @@ use tokio::{net::TcpListener, sync::Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use voxpool_runtime::limits::ServerFlags;
+use voxpool_runtime::{
+    conn::{Gate, Tracked},
+    limits::ServerFlags,
+};
 
 use self::{auth::ApiKeys, error::ApiError};
 use crate::job::Core;
@@ -58,6 +61,7 @@ pub struct Front {
     pub body_limit: usize,
     shed: Arc<Semaphore>,
     request_timeout: Duration,
+    body_timeout: Duration,
 }
 
 impl Front {
@@ -71,6 +75,7 @@ impl Front {
             body_limit,
             shed: Arc::new(Semaphore::new(flags.max_concurrent_requests)),
             request_timeout: flags.request_timeout,
+            body_timeout: flags.conn.body_timeout,
         }
     }
 
@@ -123,10 +128,24 @@ async fn speech_route(State(front): State<Arc<Front>>, headers: HeaderMap, body:
     if declared.is_some_and(|n| n > front.body_limit as u64) {
         return too_large().into_response();
     }
-    let Ok(bytes) = axum::body::to_bytes(body, front.body_limit).await else {
-        return too_large().into_response();
+    let bytes = match axum::body::to_bytes(body, front.body_limit).await {
+        Ok(bytes) => bytes,
+        Err(e) if paused(&e) => return ApiError::body_timeout(front.body_timeout).into_response(),
+        Err(_) => return too_large().into_response(),
     };
     speech::speech(&front, caller, &headers, bytes).await
+}
+
+/// Whether reading a body failed because it paused past `--body-timeout`.
+fn paused(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(cause) = source {
+        if cause.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 async fn voices_route(State(front): State<Arc<Front>>, headers: HeaderMap) -> Response {
@@ -234,17 +253,22 @@ pub fn tls_acceptor(flags: &ServerFlags) -> Result<Option<TlsAcceptor>, String> 
 }
 
 /// Serves [`router`] on `listener` until `shutdown` is cancelled and `drain_delay` has passed,
-/// then stops accepting and waits (at most `finish_within`) for the answers under way.
+/// then stops accepting and waits (at most `finish_within`) for the answers under way. Every
+/// connection is under the listener's [`Gate`] (`voxpool_runtime::conn`: the cap, head, idle
+/// and body timeouts, HTTP/2 keep-alive); one over the cap is answered 503 and closed.
 pub async fn serve(
     listener: TcpListener,
     front: Arc<Front>,
     tls: Option<TlsAcceptor>,
-    drain_delay: Duration,
+    flags: ServerFlags,
     finish_within: Duration,
     shutdown: CancellationToken,
 ) {
     let app = router(front);
+    let gate = Gate::new("http", &flags.conn);
+    let conn = flags.conn.clone();
     let graceful = GracefulShutdown::new();
+    let drain_delay = flags.drain_delay;
     let stop = async {
         shutdown.cancelled().await;
         tokio::time::sleep(drain_delay).await;
@@ -263,12 +287,34 @@ pub async fn serve(
                 }
             },
         };
-        let _ = tcp.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        let tcp = match gate.admit(tcp) {
+            Ok(tcp) => tcp,
+            Err(refused) => {
+                if tls.is_none() {
+                    let message = gate.refusal_message();
+                    refused.answer(move || ApiError::too_many_connections(&message));
+                }
+                continue;
+            }
+        };
+        let service = TowerToHyperService::new(Tracked::for_connection(
+            app.clone(),
+            tcp.state(),
+            conn.body_timeout,
+        ));
         let watcher = graceful.watcher();
         let tls = tls.clone();
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(conn.head_timeout);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(conn.http2_keepalive_interval)
+            .keep_alive_timeout(conn.http2_keepalive_timeout);
         tokio::spawn(async move {
-            let builder = auto::Builder::new(TokioExecutor::new());
             match tls {
                 None => {
                     let conn = builder.serve_connection(TokioIo::new(tcp), service);
