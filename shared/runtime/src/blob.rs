@@ -16,10 +16,23 @@
 //!
 //! The URL shown in logs and RPCs ([`BlobStore::location`]) carries no credentials: user
 //! info and query strings are dropped.
+//!
+//! A `file://` store stays inside its directory: `object_store`'s `LocalFileSystem` follows
+//! symlinks wherever they point, so every object path is checked first ([`Confined`]) and
+//! one that leads out of the directory through a symlink (or through one that does not
+//! resolve) is refused (`PermissionDenied`), and left out of listings. Symlinks that stay
+//! inside work as before. The check and the file operation are two steps: someone who can
+//! replace a folder of the directory by a symlink between them is not stopped (keep the
+//! directory writable by the service alone).
 
 use std::{path::PathBuf, sync::Arc};
 
-use object_store::{ObjectStore, ObjectStoreScheme, local::LocalFileSystem, prefix::PrefixStore};
+use futures::{StreamExt as _, TryStreamExt as _, stream::BoxStream};
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    ObjectStoreScheme, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
+    local::LocalFileSystem, path::Path as ObjectPath, prefix::PrefixStore,
+};
 
 /// The `--blob-store` flag, for every binary that stores audio.
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -91,7 +104,17 @@ impl BlobStore {
                 let fs = LocalFileSystem::new_with_prefix(&dir)
                     .map_err(complain)?
                     .with_automatic_cleanup(true);
-                (Arc::new(fs), Some(dir))
+                let root = std::fs::canonicalize(&dir).map_err(|e| {
+                    format!(
+                        "--blob-store {location}: cannot resolve {}: {e}",
+                        dir.display()
+                    )
+                })?;
+                let confined = Confined {
+                    fs: Arc::new(fs),
+                    root: Arc::new(root),
+                };
+                (Arc::new(confined), Some(dir))
             }
             ObjectStoreScheme::AmazonS3 => {
                 let s3 = object_store::aws::AmazonS3Builder::from_env()
@@ -151,6 +174,194 @@ fn prefixed<S: ObjectStore>(store: S, path: object_store::path::Path) -> Arc<dyn
     }
 }
 
+/// A local store that refuses object paths leading out of its root through a symlink (module
+/// doc). Cheap to clone.
+#[derive(Clone, Debug)]
+struct Confined {
+    fs: Arc<LocalFileSystem>,
+    /// The directory, canonical (as `LocalFileSystem` resolves it).
+    root: Arc<PathBuf>,
+}
+
+impl std::fmt::Display for Confined {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Confined({})", self.fs)
+    }
+}
+
+impl Confined {
+    /// Why `location` is refused, if it is (see [`escape`]).
+    async fn escapes(&self, location: &ObjectPath) -> object_store::Result<Option<String>> {
+        let file = self.fs.path_to_filesystem(location)?;
+        let root = self.root.clone();
+        tokio::task::spawn_blocking(move || escape(&root, &file))
+            .await
+            .map_err(|source| object_store::Error::JoinError { source })
+    }
+
+    /// `PermissionDenied` naming `location` when it leads out of the root.
+    async fn check(&self, location: &ObjectPath) -> object_store::Result<()> {
+        match self.escapes(location).await? {
+            None => Ok(()),
+            Some(why) => Err(object_store::Error::PermissionDenied {
+                path: location.to_string(),
+                source: why.into(),
+            }),
+        }
+    }
+
+    /// Whether `location` stays inside the root (a listing drops the others).
+    async fn inside(&self, location: &ObjectPath) -> object_store::Result<bool> {
+        Ok(self.escapes(location).await?.is_none())
+    }
+}
+
+/// Where `file` (a path under `root`) leaves `root` through a symlink, if it does: the first
+/// symlink on its way that resolves outside `root` or does not resolve. Parts that do not
+/// exist yet cannot lead anywhere.
+fn escape(root: &std::path::Path, file: &std::path::Path) -> Option<String> {
+    let Ok(rel) = file.strip_prefix(root) else {
+        return Some("not under the blob store's root".into());
+    };
+    let mut at = root.to_path_buf();
+    for part in rel.components() {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Err(_) => return None,
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let shown = at.strip_prefix(root).unwrap_or(&at).display().to_string();
+                match std::fs::canonicalize(&at) {
+                    Ok(real) if real.starts_with(root) => {}
+                    Ok(_) => {
+                        return Some(format!(
+                            "{shown} is a symlink to a place outside the blob store's root: refused; keep the store's files inside its directory"
+                        ));
+                    }
+                    Err(_) => {
+                        return Some(format!(
+                            "{shown} is a symlink that does not resolve, possibly outside the blob store's root: refused"
+                        ));
+                    }
+                }
+            }
+            Ok(_) => {}
+        }
+    }
+    None
+}
+
+#[tonic::async_trait]
+impl ObjectStore for Confined {
+    async fn put_opts(
+        &self,
+        location: &ObjectPath,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.check(location).await?;
+        self.fs.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &ObjectPath,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.check(location).await?;
+        self.fs.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &ObjectPath,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.check(location).await?;
+        self.fs.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<ObjectPath>>,
+    ) -> BoxStream<'static, object_store::Result<ObjectPath>> {
+        let this = self.clone();
+        locations
+            .and_then(move |location| {
+                let this = this.clone();
+                async move {
+                    this.check(&location).await?;
+                    let one = futures::stream::once(async { Ok(location) }).boxed();
+                    let mut deleted = this.fs.delete_stream(one);
+                    deleted.next().await.unwrap_or_else(|| {
+                        Err(object_store::Error::Generic {
+                            store: "LocalFileSystem",
+                            source: "the delete answered nothing".into(),
+                        })
+                    })
+                }
+            })
+            .boxed()
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let this = self.clone();
+        self.fs
+            .list(prefix)
+            .try_filter_map(move |meta| {
+                let this = this.clone();
+                async move { Ok(this.inside(&meta.location).await?.then_some(meta)) }
+            })
+            .boxed()
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> object_store::Result<ListResult> {
+        let mut listed = self.fs.list_with_delimiter(prefix).await?;
+        let mut prefixes = Vec::with_capacity(listed.common_prefixes.len());
+        for p in std::mem::take(&mut listed.common_prefixes) {
+            if self.inside(&p).await? {
+                prefixes.push(p);
+            }
+        }
+        let mut objects = Vec::with_capacity(listed.objects.len());
+        for meta in std::mem::take(&mut listed.objects) {
+            if self.inside(&meta.location).await? {
+                objects.push(meta);
+            }
+        }
+        listed.common_prefixes = prefixes;
+        listed.objects = objects;
+        Ok(listed)
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &ObjectPath,
+        to: &ObjectPath,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.check(from).await?;
+        self.check(to).await?;
+        self.fs.copy_opts(from, to, options).await
+    }
+
+    async fn rename_opts(
+        &self,
+        from: &ObjectPath,
+        to: &ObjectPath,
+        options: RenameOptions,
+    ) -> object_store::Result<()> {
+        self.check(from).await?;
+        self.check(to).await?;
+        self.fs.rename_opts(from, to, options).await
+    }
+}
+
 /// `$XDG_DATA_HOME/voxpool/blobs` or the platform's equivalent.
 fn default_dir() -> Option<PathBuf> {
     dirs::data_dir().map(|d| d.join("voxpool").join("blobs"))
@@ -194,6 +405,77 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(std::fs::read(root.join("cache/a/b")).unwrap(), b"x");
+    }
+
+    #[tokio::test]
+    async fn a_symlink_out_of_a_file_root_is_neither_read_nor_written_through() {
+        use futures::TryStreamExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let (root, outside) = (dir.path().join("blobs"), dir.path().join("outside"));
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret.txt"), b"secret").unwrap();
+        let blobs = BlobStore::open(Some(&format!("file://{}", root.display()))).unwrap();
+        // A folder and a file of the root that are symlinks out of it.
+        std::os::unix::fs::symlink(&outside, root.join("escape")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret.txt"), root.join("leak.txt")).unwrap();
+        let refused = |e: object_store::Error| {
+            assert!(
+                matches!(e, object_store::Error::PermissionDenied { .. }),
+                "{e}"
+            );
+            assert!(e.to_string().contains("outside"), "says why: {e}");
+        };
+        for path in ["escape/secret.txt", "leak.txt"] {
+            let path = Path::from(path);
+            refused(blobs.store.get(&path).await.unwrap_err());
+            refused(blobs.store.head(&path).await.unwrap_err());
+            refused(blobs.store.delete(&path).await.unwrap_err());
+            refused(
+                blobs
+                    .store
+                    .copy(&path, &Path::from("copied.txt"))
+                    .await
+                    .unwrap_err(),
+            );
+        }
+        refused(
+            blobs
+                .folder("escape")
+                .put(&Path::from("new.wav"), PutPayload::from_static(b"x"))
+                .await
+                .unwrap_err(),
+        );
+        assert!(!outside.join("new.wav").exists(), "nothing written outside");
+        assert_eq!(
+            std::fs::read(outside.join("secret.txt")).unwrap(),
+            b"secret"
+        );
+        assert!(!root.join("copied.txt").exists());
+        // Listing shows nothing that lives outside.
+        blobs
+            .store
+            .put(&Path::from("inside.txt"), PutPayload::from_static(b"in"))
+            .await
+            .unwrap();
+        let listed: Vec<String> = blobs
+            .store
+            .list(None)
+            .map_ok(|m| m.location.to_string())
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(listed, vec!["inside.txt".to_owned()]);
+        // A symlink that stays inside the root works as before.
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("alias")).unwrap();
+        let alias = blobs.folder("alias");
+        alias
+            .put(&Path::from("x"), PutPayload::from_static(b"ok"))
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read(root.join("real/x")).unwrap(), b"ok");
+        let got = alias.get(&Path::from("x")).await.unwrap().bytes().await;
+        assert_eq!(got.unwrap().as_ref(), b"ok");
     }
 
     #[test]
