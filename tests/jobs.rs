@@ -15,6 +15,9 @@ mod stack;
 #[path = "jobs/cancel.rs"]
 mod cancel;
 
+#[path = "jobs/manifest.rs"]
+mod manifest;
+
 use std::{
     sync::{Arc, Mutex},
     time::{Duration, Instant},

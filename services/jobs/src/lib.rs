@@ -13,6 +13,7 @@
 
 pub mod convert;
 pub mod finalize;
+pub mod manifest;
 pub mod metrics;
 pub mod model;
 pub mod results;

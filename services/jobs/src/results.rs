@@ -138,9 +138,13 @@ impl Results {
         Ok(n)
     }
 
-    /// The manifest `uri` names: a path in the store, or the store's location followed by
-    /// one. Errors: `NotFound`; `Failed` also for a path outside the store or with `..`.
-    pub async fn read_manifest(&self, uri: &str) -> Result<Bytes, BlobError> {
+    /// The manifest `uri` names (a path in the store, or the store's location followed by
+    /// one): its size and its bytes as they stream. Errors: `NotFound`; `NotAPath` for a path
+    /// outside the store, with `..`, or leading out of a `file://` store through a symlink.
+    pub async fn open_manifest(
+        &self,
+        uri: &str,
+    ) -> Result<(u64, BoxStream<'static, Result<Bytes, BlobError>>), BlobError> {
         let location = self.location().trim_end_matches('/');
         let path = uri
             .strip_prefix(location)
@@ -155,7 +159,13 @@ impl Results {
             .store
             .get(&Path::from(path))
             .await
-            .map_err(map_err)?;
-        got.bytes().await.map_err(map_err)
+            .map_err(|e| match e {
+                object_store::Error::PermissionDenied { source, .. } => BlobError::NotAPath(
+                    format!("{source}: give a path inside the blob store {location}"),
+                ),
+                other => map_err(other),
+            })?;
+        let size = got.meta.size;
+        Ok((size, got.into_stream().map_err(map_err).boxed()))
     }
 }

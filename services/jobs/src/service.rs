@@ -108,26 +108,21 @@ impl Jobs for JobsService {
                     "give either items or manifest_uri, not both",
                 ));
             }
-            (true, false) => {
-                let bytes = self
-                    .results
-                    .read_manifest(&req.manifest_uri)
-                    .await
-                    .map_err(|e| match e {
-                        BlobError::NotFound => reason(
-                            Code::NotFound,
-                            JobsReason::ManifestNotFound,
-                            format!(
-                                "manifest_uri {}: no such object in the blob store {}",
-                                voxpool_domain::untrusted::quote(&req.manifest_uri),
-                                self.results.location()
-                            ),
-                            None,
+            (true, false) => crate::manifest::read(&self.results, &req.manifest_uri)
+                .await
+                .map_err(|e| match e {
+                    BlobError::NotFound => reason(
+                        Code::NotFound,
+                        JobsReason::ManifestNotFound,
+                        format!(
+                            "manifest_uri {}: no such object in the blob store {}",
+                            voxpool_domain::untrusted::quote(&req.manifest_uri),
+                            self.results.location()
                         ),
-                        other => blob_status(other, "manifest_uri"),
-                    })?;
-                validate::parse_manifest(&bytes)
-            }
+                        None,
+                    ),
+                    other => blob_status(other, "manifest_uri"),
+                })?,
             _ => (
                 std::mem::take(&mut req.items),
                 validate::Source::Items,

@@ -1,10 +1,9 @@
 //! CreateJob's input checked before anything is queued: every problem is collected (field path
 //! and what to change) and answered at once as INVALID_ARGUMENT with a `BadRequest`; a job is
-//! queued whole or not at all. Also reads a `manifest_uri`'s JSON Lines into item specs.
+//! queued whole or not at all (a `manifest_uri`'s lines are read by [`crate::manifest`]).
 
 use std::collections::HashMap;
 
-use serde::Deserialize;
 use tonic::Status;
 use tonic_types::{ErrorDetails, StatusExt as _};
 use voxpool_domain::{
@@ -36,29 +35,43 @@ pub struct Checked {
     pub priority: Priority,
 }
 
-/// Problems found so far (each a field and why), answered together.
+/// Problems found so far (each a field and why), answered together: the first
+/// [`MAX_VIOLATIONS`] kept, the others counted (a manifest of a million bad lines holds 50).
 #[derive(Default)]
-pub struct Problems(Vec<(String, String)>);
+pub struct Problems {
+    kept: Vec<(String, String)>,
+    dropped: usize,
+}
 
 impl Problems {
-    fn add(&mut self, field: impl Into<String>, why: impl Into<String>) {
-        self.0.push((field.into(), why.into()));
+    /// One more problem of `field`.
+    pub fn add(&mut self, field: impl Into<String>, why: impl Into<String>) {
+        if self.kept.len() < MAX_VIOLATIONS {
+            self.kept.push((field.into(), why.into()));
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    /// The problems kept: (field, why).
+    pub fn kept(&self) -> &[(String, String)] {
+        &self.kept
     }
 
     fn into_status(self) -> Result<(), Status> {
-        if self.0.is_empty() {
+        let Some((field, why)) = self.kept.first() else {
             return Ok(());
-        }
+        };
         let mut details = ErrorDetails::new();
-        for (field, why) in self.0.iter().take(MAX_VIOLATIONS) {
+        for (field, why) in &self.kept {
             details.add_bad_request_violation(field.clone(), why.clone());
         }
-        let (field, why) = &self.0[0];
-        let more = match self.0.len() {
-            1 => String::new(),
-            n => format!(
-                " (and {} more problems, listed in the BadRequest details)",
-                n - 1
+        let more = match (self.kept.len() - 1, self.dropped) {
+            (0, _) => String::new(),
+            (n, 0) => format!(" (and {n} more problems, listed in the BadRequest details)"),
+            (n, d) => format!(
+                " (and {} more problems; the BadRequest details list the first {MAX_VIOLATIONS})",
+                n + d
             ),
         };
         Err(Status::with_error_details(
@@ -277,111 +290,4 @@ pub fn jobs_page_token(token: &str) -> Result<Option<crate::store::Cursor>, Stat
             "not a token this service gave: pass next_page_token as it came",
         )
     })
-}
-
-/// One manifest line (`voxctl batch`'s form, without `card`).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Line {
-    id: String,
-    text: String,
-    pack_id: Option<String>,
-    snapshot: Option<serde_json::Value>,
-    card: Option<serde_json::Value>,
-    #[serde(default)]
-    emotion: String,
-    seed: Option<u64>,
-}
-
-/// The items of a JSON Lines manifest (module doc), and the problems of the lines that could
-/// not be read (for [`check`], which adds the rest).
-pub fn parse_manifest(bytes: &[u8]) -> (Vec<JobItemSpec>, Source, Problems) {
-    let mut p = Problems::default();
-    let mut items = Vec::new();
-    let mut lines = Vec::new();
-    for (n, raw) in bytes.split(|b| *b == b'\n').enumerate() {
-        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
-        if raw.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let field = format!("manifest_uri line {}", n + 1);
-        let line: Line = match serde_json::from_slice(raw) {
-            Ok(line) => line,
-            Err(e) => {
-                p.add(field, format!("not a manifest item ({e})"));
-                continue;
-            }
-        };
-        let voice = match (line.pack_id, line.snapshot, line.card) {
-            (_, _, Some(_)) => {
-                p.add(field, "card paths cannot be read by the server: put the card's snapshot in the line (\"snapshot\"), or submit with voxctl job submit, which reads cards");
-                continue;
-            }
-            (Some(pack), None, None) => Some(Voice::PackId(pack)),
-            (None, Some(snapshot), None) => Some(Voice::SnapshotJson(snapshot.to_string())),
-            (None, None, None) => None,
-            (Some(_), Some(_), None) => {
-                p.add(field, "give only one of packId, snapshot");
-                continue;
-            }
-        };
-        lines.push(n + 1);
-        items.push(JobItemSpec {
-            id: line.id,
-            text: line.text,
-            voice,
-            emotion: line.emotion,
-            seed: line.seed,
-        });
-        if items.len() > MAX_ITEMS {
-            p.add(
-                "manifest_uri",
-                format!("more than {MAX_ITEMS} items: split it into several jobs"),
-            );
-            items.truncate(MAX_ITEMS);
-            break;
-        }
-    }
-    (items, Source::Manifest(lines), p)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_manifest_answers_its_unreadable_lines_and_its_bad_items_at_once() {
-        let manifest = [
-            r#"{"id":"a","text":"One.","packId":"vp_1"}"#,
-            r#"{"id":"b","text":"Two.","packId":""}"#,
-            r#"{"id":"a","text":"Three.","packId":"vp_1"}"#,
-            "not json",
-            r#"{"id":"c","text":"Four.","card":"cards/x.json"}"#,
-            "{\"id\":\"d\",\"text\":\"\u{200b}\u{200b}\",\"packId\":\"vp_1\"}",
-        ]
-        .join("\n");
-        let (items, source, problems) = parse_manifest(manifest.as_bytes());
-        assert_eq!(items.len(), 4);
-        let req = CreateJobRequest::default();
-        let e = check(&req, items, &source, problems).expect_err("refused");
-        assert_eq!(e.code(), tonic::Code::InvalidArgument);
-        let details = tonic_types::StatusExt::get_error_details(&e);
-        let fields: Vec<(String, String)> = details
-            .bad_request()
-            .expect("bad request")
-            .field_violations
-            .iter()
-            .map(|v| (v.field.clone(), v.description.clone()))
-            .collect();
-        let at = |line: usize, what: &str| {
-            fields
-                .iter()
-                .any(|(f, d)| f == &format!("manifest_uri line {line}") && d.contains(what))
-        };
-        assert!(at(2, "packId"), "{fields:?}");
-        assert!(at(3, "duplicate id (first at line 1)"), "{fields:?}");
-        assert!(at(4, "not a manifest item"), "{fields:?}");
-        assert!(at(5, "card paths"), "{fields:?}");
-        assert!(at(6, "nothing to speak"), "zero-width spaces: {fields:?}");
-    }
 }
