@@ -1,10 +1,11 @@
 //! `voxpool-jobs` end to end on real processes (the stack: `jobs/stack.rs`): a job completes on
 //! two replicas without an item written twice, completes the items the audio cache holds
 //! without a vendor call, survives a SIGKILLed replica and a Sentinel or Cluster failover,
-//! cancels, fails only its bad items, refuses bad input, shares the workers between tenants,
-//! delivers a signed webhook once, is idempotent per request id, fails no item for a replica's
-//! own fault, and answers NOT_REPLICATED (the job named, indexed, run) when no replica
-//! acknowledges a create.
+//! cancels in every state (`jobs/cancel.rs`), fails only its bad items, refuses bad input and
+//! reads manifests within their limits (`jobs/manifest.rs`), shares the workers between
+//! tenants, delivers signed webhooks concurrently and only where allowed (`jobs/webhooks.rs`),
+//! is idempotent per request id, fails no item for a replica's own fault, and answers
+//! NOT_REPLICATED (the job named, indexed, run) when no replica acknowledges a create.
 //!
 //! Synchronisation is by polling GetJob (bounded by `stack::DEADLINE`); the one fixed wait is
 //! the webhook case's look for a duplicate delivery (documented there).
@@ -18,10 +19,10 @@ mod cancel;
 #[path = "jobs/manifest.rs"]
 mod manifest;
 
-use std::{
-    sync::{Arc, Mutex},
-    time::{Duration, Instant},
-};
+#[path = "jobs/webhooks.rs"]
+mod webhooks;
+
+use std::time::{Duration, Instant};
 
 use stack::*;
 use tonic::Code;
@@ -509,161 +510,6 @@ async fn two_tenants_progress_at_about_the_same_rate() {
         "tenants progressed unequally: {d} vs {o}"
     );
     ended(&mut c, &other.name).await;
-}
-
-/// What the webhook receiver saw: (status answered, signature header, delivery header, body).
-type Seen = Arc<Mutex<Vec<(u16, String, String, Vec<u8>)>>>;
-
-async fn receiver(seen: Seen) -> String {
-    use axum::{body::Bytes, http::HeaderMap, http::StatusCode, routing::post};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let app = axum::Router::new().route(
-        "/hook",
-        post(move |headers: HeaderMap, body: Bytes| {
-            let seen = seen.clone();
-            async move {
-                let mut seen = seen.lock().expect("lock");
-                let status = if seen.is_empty() { 500 } else { 200 };
-                let h = |n: &str| {
-                    headers
-                        .get(n)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or_default()
-                        .to_owned()
-                };
-                seen.push((
-                    status,
-                    h("x-voxpool-signature"),
-                    h("x-voxpool-delivery"),
-                    body.to_vec(),
-                ));
-                StatusCode::from_u16(status).expect("status")
-            }
-        }),
-    );
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}/hook")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_webhook_is_signed_retried_and_delivered_once() {
-    const SECRET: &str = "jobs-test-webhook-secret-0123456789";
-    let stack = Stack::start(20).await;
-    let redis = RedisServer::start();
-    let a = stack.jobs(
-        &redis.url(),
-        4,
-        &[("VOXPOOL_JOBS_WEBHOOK_SECRET", SECRET)],
-        None,
-    );
-    let mut c = client(&a).await;
-    let seen: Seen = Arc::default();
-    let url = receiver(seen.clone()).await;
-    let mut req = request("hooks", 5);
-    req.webhook_url = url;
-    let job = create(&mut c, req).await;
-    until_delivered(&seen).await;
-    // No duplicate after the 2xx: the finalizer polls every 250 ms and retries a failed
-    // delivery after 1 s; 3 s is several of both.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let seen = seen.lock().expect("lock").clone();
-    assert_eq!(
-        seen.iter().map(|s| s.0).collect::<Vec<_>>(),
-        vec![500, 200],
-        "one failure, one delivery"
-    );
-    assert_signed(&seen, SECRET, &job.name);
-}
-
-/// Every delivery in `seen` is signed with `secret`, names `job`'s SUCCEEDED delivery and
-/// carries the job as JSON.
-fn assert_signed(seen: &[(u16, String, String, Vec<u8>)], secret: &str, job: &str) {
-    use hmac::{Hmac, KeyInit as _, Mac as _};
-    for (_, signature, delivery, body) in seen {
-        let (t, v1) = signature
-            .strip_prefix("t=")
-            .and_then(|s| s.split_once(",v1="))
-            .unwrap_or_else(|| panic!("signature {signature:?}"));
-        let mut mac = <Hmac<sha2::Sha256>>::new_from_slice(secret.as_bytes()).expect("key");
-        mac.update(format!("{t}.").as_bytes());
-        mac.update(body);
-        assert_eq!(
-            hex::encode(mac.finalize().into_bytes()),
-            v1,
-            "signature verifies"
-        );
-        assert_eq!(delivery, &format!("{job}/SUCCEEDED"));
-        let json: serde_json::Value = serde_json::from_slice(body).expect("JSON body");
-        assert_eq!(json["name"], job, "{json}");
-        assert_eq!(json["state"], "SUCCEEDED", "{json}");
-        // The Job as GetJob shows it, the webhook's host but never its path.
-        assert_eq!(json["priority"], "BATCH", "{json}");
-        assert_eq!(json["format"], "WAV", "{json}");
-        let host = json["webhookHost"].as_str().unwrap_or_default();
-        assert!(
-            host.starts_with("http://127.0.0.1:") && !host.contains("/hook"),
-            "{json}"
-        );
-    }
-}
-
-/// Polls (bounded) until `seen` holds a delivery the receiver answered 200.
-async fn until_delivered(seen: &Seen) {
-    let until = Instant::now() + DEADLINE;
-    while !seen.lock().expect("lock").iter().any(|s| s.0 == 200) {
-        assert!(
-            Instant::now() < until,
-            "no successful delivery: {:?}",
-            seen.lock().expect("lock").len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_without_the_webhook_secret_leaves_the_webhook_to_one_with_it() {
-    const SECRET: &str = "jobs-test-webhook-secret-0123456789";
-    let with_secret = [("VOXPOOL_JOBS_WEBHOOK_SECRET", SECRET)];
-    let stack = Stack::start(20).await;
-    let redis = RedisServer::start();
-    let mut a = stack.jobs(&redis.url(), 4, &with_secret, None);
-    let b = stack.jobs(&redis.url(), 4, &[], None);
-    let seen: Seen = Arc::default();
-    let mut req = request("hooks-mixed", 5);
-    req.webhook_url = receiver(seen.clone()).await;
-    // Created on the replica with the secret, which then dies: the one without finishes it.
-    let job = create(&mut client(&a).await, req).await;
-    a.child.kill().expect("SIGKILL");
-    a.child.wait().expect("reaped");
-    let mut c = client(&b).await;
-    assert_all_succeeded(&mut c, &stack, &job.name, 5).await;
-    let summary = stack
-        .blob_dir()
-        .join("jobs")
-        .join(job.name.trim_start_matches("jobs/"))
-        .join("summary.json");
-    let until = Instant::now() + DEADLINE;
-    while !summary.exists() {
-        assert!(
-            Instant::now() < until,
-            "the replica left never wrote the summary"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // The replica without the secret has finalized all it can; one with it delivers.
-    let _c = stack.jobs(&redis.url(), 4, &with_secret, None);
-    until_delivered(&seen).await;
-    let seen = seen.lock().expect("lock").clone();
-    assert_eq!(
-        seen.last().map(|s| s.0),
-        Some(200),
-        "delivered by the replica with the secret: {:?}",
-        seen.iter().map(|s| s.0).collect::<Vec<_>>()
-    );
-    assert_signed(&seen, SECRET, &job.name);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

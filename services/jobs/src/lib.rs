@@ -3,8 +3,8 @@
 //! A job's record and items live in Redis ([`store`]), its items on a stream with a consumer
 //! group; every replica serves the API ([`service`]) and runs workers ([`worker`]) that call
 //! Synthesis like any client ([`synth`]) and write each item's audio to the blob store
-//! ([`results`]); after a job ends, one replica writes its summary and delivers its webhook
-//! ([`finalize`], [`webhook`]).
+//! ([`results`]); after a job ends, one replica writes its summary ([`finalize`]) and, apart
+//! from it, one with the webhook secret delivers its webhook ([`deliveries`], [`webhook`]).
 //!
 //! Invariants (docs/JOBS.md): no job state lives only in one replica's memory; an item ends
 //! once (its state and the job's counts move together in one script), and an item whose audio
@@ -12,6 +12,8 @@
 //! reclaimed after the visibility timeout.
 
 pub mod convert;
+pub mod deliveries;
+pub mod egress;
 pub mod finalize;
 pub mod manifest;
 pub mod metrics;

@@ -12,11 +12,14 @@ use clap::Parser;
 use voxpool_config::{Credentials, DataPlane};
 use voxpool_domain::secret::Secret;
 use voxpool_jobs::{
+    deliveries::{Deliveries, DeliveryOptions},
+    egress::Policy,
     finalize::Finalizer,
     results::Results,
     service::{JobsService, SERVICE_NAME},
     store::JobStore,
     synth::Synthesizer,
+    webhook::Sender,
     worker::{WorkerOptions, Workers},
 };
 use voxpool_runtime::{
@@ -87,6 +90,18 @@ struct Args {
     /// without either, CreateJob refuses a webhook_url).
     #[arg(long, env = "VOXPOOL_JOBS_WEBHOOK_SECRET_FILE")]
     webhook_secret_file: Option<PathBuf>,
+    /// Webhook targets allowed although they are loopback, private, link-local or otherwise
+    /// refused: comma-separated CIDRs, addresses and host names (e.g.
+    /// `127.0.0.1/32,10.0.0.0/8,hooks.internal`). Give every replica the same list.
+    #[arg(long, env = "VOXPOOL_JOBS_WEBHOOK_ALLOW", default_value = "")]
+    webhook_allow: String,
+    /// Webhook deliveries in flight on this replica (a receiver that hangs holds one for up
+    /// to 10 s).
+    #[arg(long, env = "VOXPOOL_JOBS_WEBHOOK_CONCURRENCY", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    webhook_concurrency: u32,
+    /// Webhook deliveries in flight on this replica to one destination (scheme, host, port).
+    #[arg(long, env = "VOXPOOL_JOBS_WEBHOOK_HOST_CONCURRENCY", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    webhook_host_concurrency: u32,
     /// Where results are written (under `jobs/`) and `manifest_uri`s are read.
     #[command(flatten)]
     blobs: voxpool_runtime::blob::BlobFlags,
@@ -152,6 +167,7 @@ async fn serve(args: Args) -> Result<(), String> {
         );
     }
     let secret = webhook_secret(&args)?;
+    let webhooks = Arc::new(Policy::parse(&args.webhook_allow)?);
     let results = Results::new(voxpool_runtime::blob::BlobStore::open(
         args.blobs.blob_store.as_deref(),
     )?);
@@ -198,16 +214,33 @@ async fn serve(args: Args) -> Result<(), String> {
         consumer.clone(),
         options,
     );
-    let finalizer = Arc::new(Finalizer::new(
-        store.clone(),
-        results.clone(),
-        secret.clone(),
-    )?);
+    let finalizer = Arc::new(Finalizer::new(store.clone(), results.clone()));
+    if let Some(secret) = secret.clone() {
+        let options = DeliveryOptions {
+            concurrency: args.webhook_concurrency as usize,
+            per_destination: args.webhook_host_concurrency as usize,
+            poll: Duration::from_millis(100),
+        };
+        let deliveries = Deliveries::new(
+            store.clone(),
+            results.clone(),
+            secret,
+            Sender::new(webhooks.clone())?,
+            options,
+        );
+        tokio::spawn(Arc::new(deliveries).run(shutdown.clone()));
+    }
     let work = tokio::spawn(workers.clone().run(shutdown.clone(), args.item_timeout));
     let workers_health = workers.clone();
     tokio::spawn(finalizer.run(Duration::from_millis(250), shutdown.clone()));
-    let service = JobsService::new(store.clone(), results.clone(), workers, secret.as_ref())
-        .into_server(args.server.max_message_bytes);
+    let service = JobsService::new(
+        store.clone(),
+        results.clone(),
+        workers,
+        secret.as_ref(),
+        webhooks,
+    )
+    .into_server(args.server.max_message_bytes);
     let service = Authenticated::new(service, callers, &[]);
     tracing::info!(
         listen = %bound,
@@ -217,11 +250,12 @@ async fn serve(args: Args) -> Result<(), String> {
         consumer = %consumer,
         concurrency = args.concurrency,
         webhooks = secret.is_some(),
+        webhook_allow = %args.webhook_allow,
         "voxpool-jobs serving"
     );
     if secret.is_none() {
         tracing::warn!(
-            "no webhook secret (VOXPOOL_JOBS_WEBHOOK_SECRET or --webhook-secret-file): this replica refuses CreateJob with a webhook_url and leaves the webhooks of jobs it finalizes to replicas that have the secret"
+            "no webhook secret (VOXPOOL_JOBS_WEBHOOK_SECRET or --webhook-secret-file): this replica refuses CreateJob with a webhook_url and delivers no webhook (the replicas that have the secret deliver them)"
         );
     }
     voxpool_runtime::serve::announce("voxpool-jobs", bound)?;

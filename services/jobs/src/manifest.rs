@@ -231,8 +231,14 @@ mod tests {
     /// The (field, description) pairs `read` is refused with.
     fn violations(read: Read) -> Vec<(String, String)> {
         let (items, source, problems) = read;
-        let e = crate::validate::check(&CreateJobRequest::default(), items, &source, problems)
-            .expect_err("refused");
+        let e = crate::validate::check(
+            &CreateJobRequest::default(),
+            items,
+            &source,
+            problems,
+            &crate::egress::Policy::default(),
+        )
+        .expect_err("refused");
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
         tonic_types::StatusExt::get_error_details(&e)
             .bad_request()
@@ -355,8 +361,14 @@ mod tests {
         let read = reader.finish();
         assert_eq!(read.2.kept().len(), 50);
         let (items, source, problems) = read;
-        let e = crate::validate::check(&CreateJobRequest::default(), items, &source, problems)
-            .expect_err("refused");
+        let e = crate::validate::check(
+            &CreateJobRequest::default(),
+            items,
+            &source,
+            problems,
+            &crate::egress::Policy::default(),
+        )
+        .expect_err("refused");
         assert!(
             e.message()
                 .contains("the BadRequest details list the first 50"),

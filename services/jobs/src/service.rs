@@ -15,6 +15,7 @@ use voxpool_proto::jobs::v1::{
 
 use crate::{
     convert,
+    egress::Policy,
     model::{ItemState, JobState, new_job_id, parse_job_name},
     results::{BlobError, Results},
     status::{blob_status, job_not_found, reason, store_status},
@@ -34,21 +35,25 @@ pub struct JobsService {
     results: Results,
     workers: Arc<Workers>,
     webhook_secret: bool,
+    webhooks: Arc<Policy>,
 }
 
 impl JobsService {
-    /// The service over `store` and `results`; `workers` are woken by each new job.
+    /// The service over `store` and `results`; `workers` are woken by each new job; a
+    /// `webhook_url` needs `secret` and what `webhooks` allows.
     pub fn new(
         store: JobStore,
         results: Results,
         workers: Arc<Workers>,
         secret: Option<&Secret>,
+        webhooks: Arc<Policy>,
     ) -> Self {
         Self {
             store,
             results,
             workers,
             webhook_secret: secret.is_some(),
+            webhooks,
         }
     }
 
@@ -129,7 +134,7 @@ impl Jobs for JobsService {
                 validate::Problems::default(),
             ),
         };
-        let checked = validate::check(&req, items, &field, problems)?;
+        let checked = validate::check(&req, items, &field, problems, &self.webhooks)?;
         if !req.webhook_url.is_empty() && !self.webhook_secret {
             return Err(reason(
                 Code::FailedPrecondition,

@@ -130,13 +130,14 @@ impl Source {
 }
 
 /// Checks `req` (module doc); `items` are the request's or the manifest's, named by `source`
-/// in problems, and `p` holds those found reading them (a manifest's unreadable lines): every
-/// problem is answered at once.
+/// in problems, and `p` holds those found reading them (a manifest's unreadable lines); a
+/// `webhook_url` is checked against `webhooks` too: every problem is answered at once.
 pub fn check(
     req: &CreateJobRequest,
     items: Vec<JobItemSpec>,
     source: &Source,
     mut p: Problems,
+    webhooks: &crate::egress::Policy,
 ) -> Result<Checked, Status> {
     let field = source.field();
     if let Err(e) = check_field(&req.request_id, MAX_REQUEST_ID_CHARS) {
@@ -180,7 +181,8 @@ pub fn check(
         }
     };
     if !req.webhook_url.is_empty()
-        && let Err(e) = crate::webhook::check_url(&req.webhook_url)
+        && let Err(e) =
+            crate::webhook::check_url(&req.webhook_url).and_then(|url| webhooks.check_url(&url))
     {
         p.add("webhook_url", e);
     }

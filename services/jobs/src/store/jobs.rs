@@ -347,7 +347,7 @@ impl JobStore {
                 if !request_key.is_empty() {
                     self.query(redis::cmd("DEL").arg(&request_key)).await?;
                 }
-                for queue in ["active", "finalize"] {
+                for queue in ["active", "finalize", "webhooks"] {
                     self.query(redis::cmd("ZREM").arg(self.global(queue)).arg(id))
                         .await?;
                 }

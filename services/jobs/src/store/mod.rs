@@ -14,8 +14,8 @@
 //!
 //! Fleet-wide: `P:active` zset (jobs with work: the workers' round), `P:tenant:<t>` zset
 //! (ListJobs), `P:req:<sha256(tenant, request_id)>` (idempotency), `P:finalize` zset (ended
-//! jobs whose summary and webhook are due, scored by when), `P:ended` zset (ended jobs by
-//! expiry, for their blobs).
+//! jobs whose summary is due, scored by when), `P:webhooks` zset (finalized jobs whose webhook
+//! is due, scored by when), `P:ended` zset (ended jobs by expiry, for their blobs).
 //!
 //! Invariants: an item's state and the job's counts change in one script, so they never
 //! disagree; an item is taken from the stream (`XREADGROUP`) or reclaimed (`XAUTOCLAIM`) only

@@ -1,9 +1,9 @@
-//! The fleet-wide queues: jobs with work (`P:active`), ended jobs whose summary and webhook
-//! are due (`P:finalize`, scored by when the next try is due), finalized jobs whose webhook
-//! waits for a replica holding the webhook secret (`P:webhooks`, polled only by those), ended
-//! jobs by expiry (`P:ended`). Any replica serves any entry; a due entry is leased to one replica at a time
-//! by pushing its score past the lease (`LEASE_DUE`), so a replica that dies mid-way leaves
-//! the entry to another once the lease ends.
+//! The fleet-wide queues: jobs with work (`P:active`), ended jobs whose summary is due
+//! (`P:finalize`, scored by when the next try is due), finalized jobs whose webhook is due
+//! (`P:webhooks`, scored the same way, polled only by replicas holding the webhook secret),
+//! ended jobs by expiry (`P:ended`). Any replica serves any entry; a due entry is leased to one
+//! replica at a time by pushing its score past the lease (`LEASE_DUE`), so a replica that dies
+//! mid-way leaves the entry to another once the lease ends.
 
 use std::time::Duration;
 
@@ -79,12 +79,12 @@ impl JobStore {
         self.lease_due("finalize", lease, n).await
     }
 
-    /// Leases up to `n` finalized jobs whose webhook waits for a replica with the secret.
+    /// Leases up to `n` finalized jobs whose webhook is due.
     pub async fn due_webhooks(&self, lease: Duration, n: usize) -> StoreResult<Vec<String>> {
         self.lease_due("webhooks", lease, n).await
     }
 
-    /// Leaves job `id`'s webhook to a replica holding the webhook secret (due at once).
+    /// Queues job `id`'s webhook (due at once, unless already queued).
     pub async fn queue_webhook(&self, id: &str) -> StoreResult<()> {
         self.query(
             redis::cmd("ZADD")
@@ -97,26 +97,41 @@ impl JobStore {
         .map(drop)
     }
 
-    /// Tries finalizing job `id` again in `after`, in whichever queue (`finalize` or
-    /// `webhooks`) holds it.
+    /// Tries finalizing job `id` again in `after`.
     pub async fn retry_finalize(&self, id: &str, after: Duration) -> StoreResult<()> {
-        let now = self.now_ms().await?;
-        let at = now + i64::try_from(after.as_millis()).unwrap_or(i64::MAX / 2);
-        for queue in ["finalize", "webhooks"] {
-            self.query(
-                redis::cmd("ZADD")
-                    .arg(self.global(queue))
-                    .arg("XX")
-                    .arg(at)
-                    .arg(id),
-            )
-            .await?;
-        }
-        Ok(())
+        self.due_again("finalize", id, after).await
     }
 
-    /// Job `id` is finalized: out of the finalize and webhook queues and the workers' round,
-    /// into the expiry queue at `expire_ms`; its request id expires with it.
+    /// Tries job `id`'s webhook again in `after`.
+    pub async fn retry_webhook(&self, id: &str, after: Duration) -> StoreResult<()> {
+        self.due_again("webhooks", id, after).await
+    }
+
+    /// Job `id`'s webhook is done with (delivered, abandoned, or its job gone).
+    pub async fn webhook_done(&self, id: &str) -> StoreResult<()> {
+        self.query(redis::cmd("ZREM").arg(self.global("webhooks")).arg(id))
+            .await
+            .map(drop)
+    }
+
+    /// Makes `id` due in `queue` `after` from now (when it is still queued there).
+    async fn due_again(&self, queue: &str, id: &str, after: Duration) -> StoreResult<()> {
+        let now = self.now_ms().await?;
+        let at = now + i64::try_from(after.as_millis()).unwrap_or(i64::MAX / 2);
+        self.query(
+            redis::cmd("ZADD")
+                .arg(self.global(queue))
+                .arg("XX")
+                .arg(at)
+                .arg(id),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Job `id` is finalized: out of the finalize queue and the workers' round, into the
+    /// expiry queue at `expire_ms`; its request id expires with it. A queued webhook stays
+    /// queued.
     pub async fn finalized(&self, id: &str, expire_ms: i64, request_key: &str) -> StoreResult<()> {
         self.query(
             redis::cmd("ZADD")
@@ -125,7 +140,7 @@ impl JobStore {
                 .arg(id),
         )
         .await?;
-        for queue in ["finalize", "webhooks", "active"] {
+        for queue in ["finalize", "active"] {
             self.query(redis::cmd("ZREM").arg(self.global(queue)).arg(id))
                 .await?;
         }
@@ -169,6 +184,19 @@ impl JobStore {
             .await
             .map_err(super::map_err)
             .map(drop)
+    }
+
+    /// Adds 1 to counter `field` of job `id`'s record; its new value (0 when the record is
+    /// gone: none is brought back as a stub).
+    pub async fn count(&self, id: &str, field: &str) -> StoreResult<i64> {
+        let key = self.job_keys(id)[0].clone();
+        let script = Script::new(
+            "if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('HINCRBY', KEYS[1], ARGV[1], 1) end return 0",
+        );
+        let mut inv = script.prepare_invoke();
+        inv.key(key).arg(field);
+        let v = self.conn.invoke(&inv).await.map_err(super::map_err)?;
+        super::int(Some(&v))
     }
 
     /// Field `field` of job `id`'s record (empty when unset).
