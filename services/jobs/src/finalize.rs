@@ -17,6 +17,8 @@ use crate::{convert, metrics, results::Results, store::JobStore};
 
 /// How long one replica holds a due entry before another may take it.
 const LEASE: Duration = Duration::from_secs(60);
+/// Most jobs leased at once.
+const BATCH: usize = 8;
 
 /// The finalizer of one replica.
 pub struct Finalizer {
@@ -38,25 +40,31 @@ impl Finalizer {
                 () = tokio::time::sleep(every) => {}
                 () = shutdown.cancelled() => return,
             }
-            match self.store.due_finalize(LEASE, 8).await {
-                Ok(due) => {
-                    for job in due {
-                        if let Err(e) = self.finalize(&job).await {
-                            tracing::warn!(job, error = %e, "finalizing: will try again");
-                            let _ = self
-                                .store
-                                .retry_finalize(&job, Duration::from_secs(2))
-                                .await;
-                        }
-                    }
-                }
-                Err(e) => tracing::debug!(error = %e, "finalize queue unavailable"),
-            }
+            // A full batch: more may be due (many jobs ended at once), so no sleep before the next.
+            while self.finalize_due().await == BATCH && !shutdown.is_cancelled() {}
             if last_expiry.elapsed() >= Duration::from_secs(5) {
                 last_expiry = tokio::time::Instant::now();
                 self.expire().await;
             }
         }
+    }
+
+    /// Finalizes the due jobs of one lease; how many it leased.
+    async fn finalize_due(&self) -> usize {
+        let due = match self.store.due_finalize(LEASE, BATCH).await {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::debug!(error = %e, "finalize queue unavailable");
+                return 0;
+            }
+        };
+        for job in &due {
+            if let Err(e) = self.finalize(job).await {
+                tracing::warn!(job, error = %e, "finalizing: will try again");
+                let _ = self.store.retry_finalize(job, Duration::from_secs(2)).await;
+            }
+        }
+        due.len()
     }
 
     async fn finalize(&self, job: &str) -> Result<(), String> {
