@@ -210,14 +210,19 @@ pub fn start_with_stderr(command: Command, stderr: Stdio) -> Service {
 
 /// [`start`] for a synthesis started with `--http-listen`: the service, and the base URL of
 /// its OpenAI-compatible front (`http://ADDR/v1`, the second stdout line).
-pub fn start_http(mut command: Command) -> (Service, String) {
+pub fn start_http(command: Command) -> (Service, String) {
+    start_http_with_stderr(command, Stdio::inherit())
+}
+
+/// [`start_http`] with the child's stderr (its logs) sent to `stderr`, e.g. a file to inspect.
+pub fn start_http_with_stderr(mut command: Command, stderr: Stdio) -> (Service, String) {
     if std::env::var_os("RUST_LOG").is_none() && !command.get_envs().any(|(k, _)| k == "RUST_LOG") {
         command.env(
             "RUST_LOG",
             std::env::var("VOXPOOL_TEST_LOG").unwrap_or_else(|_| "error".into()),
         );
     }
-    let (service, lines) = start_reading(command, Stdio::inherit(), 1);
+    let (service, lines) = start_reading(command, stderr, 1);
     let url = lines[0]
         .split(" http front on ")
         .nth(1)

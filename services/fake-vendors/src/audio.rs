@@ -61,16 +61,25 @@ fn overlay(payload: &mut Vec<u8>, marker: &[u8]) {
     payload[..marker.len()].copy_from_slice(marker);
 }
 
-/// `millis` of a 440 Hz tone as signed 16-bit little-endian mono PCM.
+/// `millis` of a 440 Hz tone as signed 16-bit little-endian mono PCM. A second holds exactly
+/// 440 periods, so the first second is computed and the rest repeats it: long answers (minutes
+/// of audio, for tests of slow readers) cost a copy, not a sine per sample.
 pub fn tone_pcm16(sample_rate_hz: u32, millis: u32) -> Vec<u8> {
-    let samples = u64::from(sample_rate_hz) * u64::from(millis) / 1000;
-    (0..samples)
+    let samples =
+        usize::try_from(u64::from(sample_rate_hz) * u64::from(millis) / 1000).unwrap_or(usize::MAX);
+    let second: Vec<u8> = (0..u64::from(sample_rate_hz).min(samples as u64))
         .flat_map(|n| {
             let t = n as f64 / f64::from(sample_rate_hz);
             let v = (0.3 * f64::from(i16::MAX) * (2.0 * PI * 440.0 * t).sin()) as i16;
             v.to_le_bytes()
         })
-        .collect()
+        .collect();
+    let mut pcm = Vec::with_capacity(samples * 2);
+    while pcm.len() < samples * 2 {
+        let take = (samples * 2 - pcm.len()).min(second.len());
+        pcm.extend_from_slice(&second[..take]);
+    }
+    pcm
 }
 
 /// `millis` of a 440 Hz tone as a WAV file.

@@ -10,6 +10,13 @@
 //! with a status saying what was delivered ([`SynthesisError::Interrupted`]). The work runs in
 //! a task that is cancelled when the caller drops the stream: calls already streaming are cut
 //! off and their leases released at once ([`crate::job::attempt`]).
+//!
+//! A caller that takes nothing for `synthesis.stalled_reader_timeout_ms` while a message waits
+//! for it is cut off the same way ([`SynthesisError::ReaderStalled`]); meanwhile at most
+//! [`QUEUED_MESSAGES`] messages wait here, and audio not yet in a message waits in the job's
+//! spools ([`crate::job::spool`]), so a stalled reader holds little memory. A failure is never
+//! queued behind audio the caller does not take: it is handed to the stream directly and
+//! follows the messages already queued.
 
 use std::{
     pin::Pin,
@@ -34,10 +41,14 @@ use crate::{
 
 /// Largest `audio` in one streamed message (bytes).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+/// Messages waiting for the caller at most.
+pub const QUEUED_MESSAGES: usize = 2;
 
 /// The response stream; dropping it cancels the work behind it.
 pub struct AudioStream {
     rx: ReceiverStream<Result<AudioChunk, Status>>,
+    /// How the work failed, once it has: yielded after the queued messages.
+    failed: Arc<std::sync::Mutex<Option<Status>>>,
     _cancel: DropGuard,
 }
 
@@ -51,14 +62,25 @@ impl Stream for AudioStream {
     type Item = Result<AudioChunk, Status>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        Pin::new(&mut self.rx).poll_next(cx)
+        match Pin::new(&mut self.rx).poll_next(cx) {
+            Poll::Ready(None) => Poll::Ready(
+                self.failed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take()
+                    .map(Err),
+            ),
+            other => other,
+        }
     }
 }
 
 /// Starts producing `job`'s audio in a task and returns the stream of it. `started` is when
 /// the request arrived and `via` how (for the request metrics).
 pub fn start(core: Arc<Core>, job: Job, started: Instant, via: metrics::Via) -> AudioStream {
-    let (tx, rx) = mpsc::channel(4);
+    let (tx, rx) = mpsc::channel(QUEUED_MESSAGES);
+    let failed = Arc::new(std::sync::Mutex::new(None));
+    let failure = failed.clone();
     let token = CancellationToken::new();
     let cancelled = token.clone();
     let work = async move {
@@ -75,7 +97,7 @@ pub fn start(core: Arc<Core>, job: Job, started: Instant, via: metrics::Via) -> 
                     tracing::info!(pool = %pool, request_id = %request_id, error = %e, "synthesis stream failed");
                     let status = Status::from(e);
                     let code = status.code();
-                    let _ = tx.send(Err(status)).await;
+                    *failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(status);
                     code
                 }
             },
@@ -85,6 +107,7 @@ pub fn start(core: Arc<Core>, job: Job, started: Instant, via: metrics::Via) -> 
     tokio::spawn(work.instrument(tracing::Span::current()));
     AudioStream {
         rx: ReceiverStream::new(rx),
+        failed,
         _cancel: token.drop_guard(),
     }
 }
@@ -99,6 +122,10 @@ struct Sender<'a> {
     first_audio: Option<(String, &'static str, Instant)>,
     /// The clip the voice speaks with (`AudioChunk.reference_digest`), empty for none.
     reference_digest: String,
+    /// `synthesis.stalled_reader_timeout_ms`.
+    stall_limit: std::time::Duration,
+    /// The caller took nothing for `stall_limit`.
+    stalled: bool,
 }
 
 impl Sender<'_> {
@@ -119,8 +146,13 @@ impl Sender<'_> {
                 cached_chunks: self.cached_chunks,
                 reference_digest: self.reference_digest.clone(),
             };
-            if self.tx.send(Ok(chunk)).await.is_err() {
-                return false;
+            match tokio::time::timeout(self.stall_limit, self.tx.send(Ok(chunk))).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return false,
+                Err(_) => {
+                    self.stalled = true;
+                    return false;
+                }
             }
             if !slice.is_empty()
                 && let Some((pool, format, started)) = self.first_audio.take()
@@ -131,6 +163,19 @@ impl Sender<'_> {
             self.bytes += slice.len() as u64;
         }
         true
+    }
+}
+
+impl Sender<'_> {
+    /// The error that ends a stream whose caller stalled (module doc).
+    fn cut_off(&self, job: &Job) -> SynthesisError {
+        tracing::info!(pool = %job.pool.id, request_id = %job.request_id, delivered_bytes = self.bytes,
+            "the caller read nothing for synthesis.stalled_reader_timeout_ms: stream cut off");
+        SynthesisError::ReaderStalled {
+            pool: job.pool.id.clone(),
+            stalled_ms: u64::try_from(self.stall_limit.as_millis()).unwrap_or(u64::MAX),
+            delivered_bytes: self.bytes,
+        }
     }
 }
 
@@ -167,11 +212,19 @@ async fn produce(
         cached_chunks: 0,
         first_audio: Some((job.pool.id.clone(), format, started)),
         reference_digest: job.reference_digest(),
+        stall_limit: std::time::Duration::from_millis(core.settings.stalled_reader_timeout_ms),
+        stalled: false,
     };
-    let Some(done) = core.run_into(&job, &mut sender).await? else {
+    let finished = core.run_into(&job, &mut sender).await;
+    if sender.stalled {
+        return Err(sender.cut_off(&job));
+    }
+    let Some(done) = finished? else {
         return Ok(());
     };
-    sender.send_marked(done.tail, true).await;
+    if !sender.send_marked(done.tail, true).await && sender.stalled {
+        return Err(sender.cut_off(&job));
+    }
     tracing::Span::current().record("cached_chunks", done.cached_chunks);
     tracing::info!(pool = %job.pool.id, request_id = %job.request_id, chunks = job.chunks.len(), messages = sender.seq,
         attempts = done.attempts.len(), cached_chunks = done.cached_chunks, "synthesis stream done");

@@ -167,6 +167,10 @@ pub struct SynthesisSettings {
     /// missing cache entry, renewed every third of it: when its holder dies, a waiting request
     /// takes the fill over within this. Default 10000; 1000..=300000.
     pub cache_fill_ttl_ms: u64,
+    /// A streaming caller (`SynthesizeStream`, the HTTP front) that takes no audio for this long
+    /// is cut off: its calls end, its leases are released and the audio waiting for it is freed.
+    /// Default 30000; at least 1000.
+    pub stalled_reader_timeout_ms: u64,
 }
 
 impl Default for SynthesisSettings {
@@ -181,6 +185,7 @@ impl Default for SynthesisSettings {
             cache_version: 1,
             cache_max_bytes: 1 << 30,
             cache_fill_ttl_ms: 10_000,
+            stalled_reader_timeout_ms: 30_000,
         }
     }
 }

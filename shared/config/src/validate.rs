@@ -365,6 +365,15 @@ impl Config {
                 ),
             );
         }
+        if self.synthesis.stalled_reader_timeout_ms < 1_000 {
+            push(
+                "synthesis.stalled_reader_timeout_ms".into(),
+                format!(
+                    "must be at least 1000 ms, got {}",
+                    self.synthesis.stalled_reader_timeout_ms
+                ),
+            );
+        }
         problems.extend(super::client_tokens::problems(&self.client_tokens));
         problems.extend(super::http::problems(&self.http));
         if problems.is_empty() {

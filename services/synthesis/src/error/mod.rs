@@ -266,6 +266,19 @@ pub enum SynthesisError {
         /// What failed.
         cause: Box<SynthesisError>,
     },
+    /// The caller took no audio for `synthesis.stalled_reader_timeout_ms`: the stream was cut
+    /// off and its calls and leases released.
+    #[error(
+        "pool {pool:?}: the caller read nothing for {stalled_ms}ms (synthesis.stalled_reader_timeout_ms) after {delivered_bytes} bytes; the stream was cut off: read the stream as it arrives, or use Synthesize"
+    )]
+    ReaderStalled {
+        /// Pool id.
+        pool: String,
+        /// How long the caller took nothing.
+        stalled_ms: u64,
+        /// Audio bytes the caller had been sent.
+        delivered_bytes: u64,
+    },
     /// An adapter panicked (a bug); the lease was released.
     #[error("the {provider} adapter failed unexpectedly; the request was not completed")]
     AdapterPanicked {

@@ -293,6 +293,23 @@ impl From<SynthesisError> for Status {
                 details.set_error_info(info.reason, info.domain, info.metadata);
                 Status::with_error_details(inner.code(), message, details)
             }
+            SynthesisError::ReaderStalled {
+                pool,
+                stalled_ms,
+                delivered_bytes,
+            } => {
+                let mut details = ErrorDetails::new();
+                details.set_error_info(
+                    SynthesisReason::ReaderStalled.as_str(),
+                    ERROR_DOMAIN,
+                    HashMap::from([
+                        ("pool".into(), pool),
+                        ("stalled_ms".into(), stalled_ms.to_string()),
+                        ("delivered_bytes".into(), delivered_bytes.to_string()),
+                    ]),
+                );
+                Status::with_error_details(Code::Aborted, message, details)
+            }
             SynthesisError::AdapterPanicked { provider } => {
                 let mut details = ErrorDetails::new();
                 details.set_error_info(

@@ -47,6 +47,11 @@ use voxpool_runtime::{
 use self::{auth::ApiKeys, error::ApiError};
 use crate::job::Core;
 
+/// hyper's HTTP/1.1 buffer per connection (its default is about 400 KiB): what an answer may
+/// queue in the process for a caller that stopped reading (`crate::stream`), and the largest
+/// request head accepted.
+const HTTP1_BUFFER_BYTES: usize = 64 * 1024;
+
 /// Longest a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -308,7 +313,8 @@ pub async fn serve(
         builder
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(conn.head_timeout);
+            .header_read_timeout(conn.head_timeout)
+            .max_buf_size(HTTP1_BUFFER_BYTES);
         builder
             .http2()
             .timer(TokioTimer::new())

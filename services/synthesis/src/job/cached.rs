@@ -22,8 +22,6 @@
 
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-
 use super::{
     Core, Job,
     attempt::{ChunkMsg, ChunkOut},
@@ -117,9 +115,9 @@ async fn serve<T: Send + 'static>(
         }
     };
     cache.hit(&job.pool.id, entry.header.characters, coalesced);
-    let _ = out.tx.send(ChunkMsg::Cached);
+    out.tx.send(ChunkMsg::Cached);
     if !entry.audio.is_empty() {
-        let _ = out.tx.send(ChunkMsg::Audio(entry.audio));
+        out.tx.send(ChunkMsg::Audio(entry.audio));
     }
     Some(ChunkDone {
         key_id: entry.header.key_id,
@@ -140,7 +138,7 @@ async fn fill<T: Send + 'static>(
     out: &ChunkOut<T>,
     attempts: &mut Vec<AttemptRecord>,
 ) -> Result<ChunkDone, SynthesisError> {
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = super::spool::pipe();
     let kept_out = ChunkOut {
         tx,
         live: out.live.clone(),
@@ -150,7 +148,7 @@ async fn fill<T: Send + 'static>(
         if let ChunkMsg::Audio(bytes) = &msg {
             audio.extend_from_slice(bytes);
         }
-        let _ = out.tx.send(msg);
+        out.tx.send(msg);
     };
     let result = {
         let call = failover::synthesize_chunk(core, job, index, &kept_out, attempts);
@@ -164,7 +162,7 @@ async fn fill<T: Send + 'static>(
         }
     };
     // Everything the call handed over is in the channel by the time it returned.
-    while let Ok(msg) = rx.try_recv() {
+    while let Some(msg) = rx.try_recv() {
         forward(msg);
     }
     let store = result.as_ref().ok().cloned().filter(|_| !audio.is_empty());

@@ -6,8 +6,9 @@
 //! taken in the request's traffic class, so a BATCH request's chunks count against the batch
 //! share like any other BATCH leases. Output is strictly in text order: the head chunk (the
 //! first not yet emitted) is *live* on a stream, its audio forwarded as the vendor sends it,
-//! while chunks ahead of it keep their audio until their turn ([`super::attempt`]); a unary call
-//! has no live chunk and emits everything at the end. Every chunk uses the same frozen
+//! while chunks ahead of it keep their audio until their turn ([`super::attempt`]), in spools that
+//! hold little in memory and the rest on disk ([`super::spool`]); a unary call has no live
+//! chunk and emits everything at the end. Every chunk uses the same frozen
 //! snapshot and params (invariant 9 of docs/ARCHITECTURE.md).
 //!
 //! An error ends the request. Once audio has reached the caller it is wrapped in
@@ -18,7 +19,7 @@
 use std::sync::Arc;
 
 use tokio::{
-    sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch},
+    sync::{OwnedSemaphorePermit, Semaphore, watch},
     task::JoinSet,
 };
 use tracing::Instrument;
@@ -28,6 +29,7 @@ use super::{
     attempt::{ChunkMsg, ChunkOut},
     cached,
     failover::ChunkDone,
+    spool::{PipeRx, PipeTx, pipe},
 };
 use crate::{
     audio::{AudioFormat, Joiner},
@@ -70,8 +72,8 @@ pub struct Finished {
 
 /// One chunk's channel and live flag.
 struct Slot {
-    rx: mpsc::UnboundedReceiver<ChunkMsg<ChunkResult>>,
-    tx: Option<mpsc::UnboundedSender<ChunkMsg<ChunkResult>>>,
+    rx: PipeRx<ChunkResult>,
+    tx: Option<PipeTx<ChunkResult>>,
     live: watch::Sender<bool>,
 }
 
@@ -114,7 +116,7 @@ async fn emit(
     let permits = Arc::new(Semaphore::new(parallel));
     let mut slots: Vec<Slot> = (0..count)
         .map(|_| {
-            let (tx, rx) = mpsc::unbounded_channel();
+            let (tx, rx) = pipe();
             Slot {
                 rx,
                 tx: Some(tx),
@@ -234,5 +236,5 @@ async fn produce(
 ) {
     let mut attempts = Vec::new();
     let result = cached::synthesize_chunk(&core, &job, index, &out, &mut attempts).await;
-    let _ = out.tx.send(ChunkMsg::Done((result, attempts)));
+    out.tx.send(ChunkMsg::Done((result, attempts)));
 }

@@ -15,6 +15,7 @@ pub mod cached;
 pub mod chunks;
 pub mod failover;
 pub mod prepare;
+pub mod spool;
 
 use std::{sync::Arc, time::Duration};
 

@@ -222,6 +222,10 @@ reasons! {
         StreamInterrupted = "STREAM_INTERRUPTED", Again;
         /// INTERNAL: an adapter failed unexpectedly (a bug, logged on the server).
         AdapterFailed = "ADAPTER_FAILED", Never;
+        /// ABORTED: the caller read nothing of its stream for
+        /// `synthesis.stalled_reader_timeout_ms` (metadata `stalled_ms`, `delivered_bytes`); the
+        /// stream was cut off and its leases released.
+        ReaderStalled = "READER_STALLED", Never;
     }
 }
 

@@ -44,10 +44,7 @@
 use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use tokio::{
-    sync::{mpsc, watch},
-    time::Instant,
-};
+use tokio::{sync::watch, time::Instant};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use voxpool_domain::contract::Outcome;
@@ -124,8 +121,8 @@ pub enum ChunkMsg<T> {
 /// chunk is live. Cloned into each attempt of the chunk.
 #[derive(Debug)]
 pub struct ChunkOut<T> {
-    /// The chunk's channel.
-    pub tx: mpsc::UnboundedSender<ChunkMsg<T>>,
+    /// The chunk's channel (its audio spools: `crate::job::spool`).
+    pub tx: super::spool::PipeTx<T>,
     /// True once the chunk's audio is forwarded as it arrives.
     pub live: watch::Receiver<bool>,
 }
@@ -225,7 +222,7 @@ async fn call_under_lease<T>(
         format: input.format,
         probe: Vec::new(),
         checked: false,
-        held: Vec::new(),
+        held: super::spool::Spool::default(),
         received: 0,
         delivered: 0,
     };

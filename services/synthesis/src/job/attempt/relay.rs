@@ -5,6 +5,7 @@
 use bytes::Bytes;
 
 use super::{ChunkMsg, ChunkOut};
+use crate::job::spool::Spool;
 use crate::{adapters::AudioFormat, audio};
 
 /// The audio of one call on its way to the chunk: checked first, then held or handed over.
@@ -14,8 +15,9 @@ pub(super) struct Relay<T> {
     /// First bytes not yet judged by the sniffer.
     pub(super) probe: Vec<u8>,
     pub(super) checked: bool,
-    /// Checked audio waiting for the chunk to go live (or the call to succeed).
-    pub(super) held: Vec<Bytes>,
+    /// Checked audio waiting for the chunk to go live (or the call to succeed), spilled to
+    /// disk beyond a small bound (`crate::job::spool`).
+    pub(super) held: Spool,
     /// Bytes the vendor sent.
     pub(super) received: u64,
     /// Bytes handed over.
@@ -43,9 +45,9 @@ impl<T> Relay<T> {
 
     /// Hands every held byte to the chunk.
     pub(super) fn hand_over(&mut self) {
-        for bytes in self.held.drain(..) {
+        while let Some(bytes) = self.held.pop() {
             self.delivered += bytes.len() as u64;
-            let _ = self.out.tx.send(ChunkMsg::Audio(bytes));
+            self.out.tx.send(ChunkMsg::Audio(bytes));
         }
     }
 
