@@ -9,38 +9,25 @@
 //! Signals: the fake vendor's counters (calls answered), synthesis's log line for each cut
 //! (`stream cut off`), the scheduler's lease count.
 
-use std::{
-    io::{BufRead as _, BufReader},
-    path::Path,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::time::Duration;
 
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::TcpStream,
 };
 use tokio_stream::StreamExt as _;
-use voxpool_e2e::{binary, scheduler_client, start, start_http_with_stderr, synthesis_client};
+use voxpool_e2e::{
+    scheduler_client,
+    speech::{HTTP_KEY, Options, POOL, SpeechStack, long_text},
+    synthesis_client,
+};
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, VendorKind};
-use voxpool_proto::{scheduler::v1 as spb, synthesis::v1 as pb};
+use voxpool_proto::scheduler::v1 as spb;
 
-const POOL: &str = "fake-speech";
-const HTTP_KEY: &str = "sk-stalled-readers-test";
 const HTTP_READERS: usize = 50;
 const GRPC_READERS: usize = 20;
 /// 125 s of 24 kHz 16-bit PCM per vendor call: 6 MB.
 const TONE_MS: u32 = 125_000;
-
-/// 17,500 characters: five chunks under OpenAI's 4,096-character limit, 30 MB of audio.
-fn long_text() -> String {
-    (0..175)
-        .map(|i| format!("Sentence number {i:03} of a long story that keeps going and going, told slowly to the end. "))
-        .collect::<String>()
-        .chars()
-        .take(17_500)
-        .collect()
-}
 
 fn status_kb(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
@@ -50,31 +37,6 @@ fn status_kb(pid: u32, field: &str) -> u64 {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|kb| kb.parse().ok())
         .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
-}
-
-fn write_config(dir: &Path, base_url: &str) -> std::path::PathBuf {
-    let mut t = format!(
-        "[[pools]]\nid = \"{POOL}\"\nprovider = \"openai\"\nmodel = \"tts-1\"\n\
-         [[pools.upstreams]]\nid = \"u\"\nbase_url = \"{base_url}\"\n"
-    );
-    for k in 0..10 {
-        let credential = dir.join(format!("k{k}"));
-        std::fs::write(&credential, format!("sk-{k}\n")).expect("credential file");
-        t.push_str(&format!(
-            "[[pools.upstreams.keys]]\nid = \"k{k}\"\ncapacity = 40\ncredential = {{ file = \"{}\" }}\n",
-            credential.display()
-        ));
-    }
-    t.push_str(
-        "[[http.api_keys]]\nkey = { env = \"VOXPOOL_TEST_HTTP_KEY\" }\ntenant = \"readers\"\n\
-         [scheduler]\nrecovery_window_ms = 0\n\
-         [synthesis]\ndefault_deadline_ms = 120000\nattempt_timeout_ms = 120000\n\
-         stalled_reader_timeout_ms = 3000\n",
-    );
-    t.push_str(voxpool_e2e::CLIENT_TOKENS_TOML);
-    let path = dir.join("config.toml");
-    std::fs::write(&path, t).expect("config file");
-    path
 }
 
 /// Sends one HTTP speech request for `text` and reads until `want` bytes of the answer came.
@@ -104,77 +66,19 @@ async fn stalled_readers_hold_little_memory_release_their_leases_and_are_cut_off
     let fake = FakeVendor::start(FakeConfig::new(VendorKind::OpenAi).cap(0).tone_ms(TONE_MS))
         .await
         .expect("fake vendor");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(dir.path(), &fake.base_url());
-    let db = format!("sqlite://{}?mode=rwc", dir.path().join("c.db").display());
-    let packs = dir.path().join("packs.toml");
-    std::fs::write(
-        &packs,
-        format!("[[packs]]\ndisplay_name = \"Fake Alloy\"\nprovider = \"openai\"\nmodel = \"tts-1\"\nvoice_id = \"alloy\"\ntts_model_id = \"{POOL}\"\ntier = \"STANDARD\"\n"),
-    )
-    .expect("packs file");
-    let seeded = Command::new(binary("voxpool-catalog"))
-        .args(["--database", &db, "seed"])
-        .arg(&packs)
-        .env("VOXPOOL_BLOB_STORE", voxpool_e2e::test_blob_store())
-        .output()
-        .expect("seed");
-    assert!(seeded.status.success(), "seed: {seeded:?}");
-    let mut c = Command::new(binary("voxpool-scheduler"));
-    c.arg("--config")
-        .arg(&config)
-        .args(["--store", "memory", "--listen", "127.0.0.1:0"]);
-    let scheduler = start(c);
-    let mut c = Command::new(binary("voxpool-catalog"));
-    c.args(["--database", &db, "--listen", "127.0.0.1:0"]);
-    let catalog = start(c);
-    let log = dir.path().join("synthesis.log");
-    let mut c = Command::new(binary("voxpool-synthesis"));
-    c.arg("--config").arg(&config).args([
-        "--listen",
-        "127.0.0.1:0",
-        "--http-listen",
-        "127.0.0.1:0",
-        "--cache",
-        "off",
-        "--scheduler",
-        &format!("http://{}", scheduler.addr),
-        "--catalog",
-        &format!("http://{}", catalog.addr),
-    ]);
-    c.env("VOXPOOL_TEST_HTTP_KEY", HTTP_KEY)
-        .env("RUST_LOG", "error,voxpool_synthesis::stream=info")
-        .env("NO_COLOR", "1");
-    let (synthesis, url) = start_http_with_stderr(
-        c,
-        Stdio::from(std::fs::File::create(&log).expect("log file")),
-    );
-    let pid = synthesis.child.id();
-    let host = url
-        .trim_start_matches("http://")
-        .trim_end_matches("/v1")
-        .to_owned();
-    let mut grpc = synthesis_client(&synthesis.addr).await;
-    let pack = {
-        let mut catalog_client =
-            voxpool_proto::catalog::v1::voice_catalog_client::VoiceCatalogClient::new(
-                voxpool_e2e::connect(&catalog.addr).await,
-            );
-        catalog_client
-            .list_voice_packs(voxpool_proto::catalog::v1::ListVoicePacksRequest::default())
-            .await
-            .expect("list packs")
-            .into_inner()
-            .voice_packs[0]
-            .id
-            .clone()
-    };
-    let request = |text: &str| pb::SynthesizeRequest {
-        voice: Some(pb::synthesize_request::Voice::PackId(pack.clone())),
-        text: text.to_owned(),
-        format: pb::AudioFormat::Pcm.into(),
-        ..Default::default()
-    };
+    let stack = SpeechStack::start(&Options {
+        base_url: &fake.base_url(),
+        keys: 10,
+        capacity: 40,
+        synthesis: "default_deadline_ms = 120000\nattempt_timeout_ms = 120000\nstalled_reader_timeout_ms = 3000",
+        synthesis_log: "error,voxpool_synthesis::stream=info",
+    })
+    .await;
+    let pid = stack.synthesis.child.id();
+    let host = stack.http_host();
+    let pack = stack.pack.clone();
+    let mut grpc = synthesis_client(&stack.synthesis.addr).await;
+    let request = |text: &str| stack.request(text);
     // Warm up (connections, pools, allocator), then the baseline.
     let mut warm = grpc
         .synthesize_stream(request("Warm up."))
@@ -186,7 +90,7 @@ async fn stalled_readers_hold_little_memory_release_their_leases_and_are_cut_off
     }
     let baseline_kb = status_kb(pid, "VmRSS:");
 
-    let text = long_text();
+    let text = long_text(17_500);
     let mut http = Vec::new();
     for _ in 0..HTTP_READERS {
         http.push(stalled_http(&host, &pack, &text, 64 * 1024).await);
@@ -195,7 +99,7 @@ async fn stalled_readers_hold_little_memory_release_their_leases_and_are_cut_off
     for _ in 0..GRPC_READERS {
         // A connection each: streams that share one HTTP/2 connection share its flow-control
         // window, and a stalled one would hold up the next.
-        let mut stream = synthesis_client(&synthesis.addr)
+        let mut stream = synthesis_client(&stack.synthesis.addr)
             .await
             .synthesize_stream(request(&text))
             .await
@@ -212,11 +116,7 @@ async fn stalled_readers_hold_little_memory_release_their_leases_and_are_cut_off
     // Every stalled stream is cut off (one log line each).
     let cut = tokio::time::timeout(Duration::from_secs(120), async {
         loop {
-            let lines = BufReader::new(std::fs::File::open(&log).expect("log"))
-                .lines()
-                .map_while(Result::ok)
-                .filter(|l| l.contains("stream cut off"))
-                .count();
+            let lines = stack.log_lines("stream cut off");
             if lines >= HTTP_READERS + GRPC_READERS {
                 return lines;
             }
@@ -239,7 +139,7 @@ async fn stalled_readers_hold_little_memory_release_their_leases_and_are_cut_off
         HTTP_READERS + GRPC_READERS
     );
     // Every lease is back.
-    let in_flight = scheduler_client(&scheduler.addr)
+    let in_flight = scheduler_client(&stack.scheduler.addr)
         .await
         .get_pool_status(spb::GetPoolStatusRequest { pool: POOL.into() })
         .await

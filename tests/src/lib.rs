@@ -10,6 +10,7 @@
 //! binaries sit next to the test executable's parent directory (`target/debug`).
 
 pub mod otlp;
+pub mod speech;
 pub mod voice;
 
 use std::{

@@ -51,6 +51,10 @@ pub struct Pool {
     /// `cache.ttl`); `None` when the config says `cache = { enabled = false }`: its requests
     /// never read or write the cache.
     pub cache_ttl: Option<Duration>,
+    /// Capacity of the keys with a credential here: the calls the pool runs at once.
+    pub slots: u32,
+    /// Its pace and backlog on this replica (`crate::job::admission`).
+    pub load: crate::job::admission::Load,
 }
 
 impl Pool {
@@ -94,6 +98,17 @@ impl Pool {
                 );
             }
         }
+        let slots = p
+            .upstreams
+            .iter()
+            .flat_map(|u| {
+                u.keys
+                    .iter()
+                    .map(move |k| (format!("{}/{}", u.id, k.id), k.capacity))
+            })
+            .filter(|(id, _)| keys.get(id).is_some_and(|k| k.credential.is_ok()))
+            .map(|(_, capacity)| capacity)
+            .sum();
         Some(Self {
             id: p.id.clone(),
             provider,
@@ -103,6 +118,8 @@ impl Pool {
             cancel_grace: Duration::from_millis(p.cancel_grace_ms),
             // A validated config has a readable TTL; an unreadable one keeps the pool out.
             cache_ttl: p.cache.enabled.then(|| p.cache.ttl().ok()).flatten(),
+            slots,
+            load: crate::job::admission::Load::default(),
         })
     }
 

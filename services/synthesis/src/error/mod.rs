@@ -266,6 +266,26 @@ pub enum SynthesisError {
         /// What failed.
         cause: Box<SynthesisError>,
     },
+    /// Admission (`crate::job::admission`): at the pool's pace the request would end after its
+    /// deadline.
+    #[error(
+        "pool {pool:?}: {characters} characters would take about {estimate_ms}ms at the pool's current pace ({backlog_characters} characters of other requests ahead), past the deadline in {deadline_ms}ms: refused before any vendor call; {}",
+        if retry_after.is_some() { "retry when the pool has caught up (RetryInfo), send a longer deadline, or submit it as a job" } else { "send a longer deadline, a shorter text, or submit it as a job" }
+    )]
+    DeadlineUnreachable {
+        /// Pool id.
+        pool: String,
+        /// The request's characters.
+        characters: u64,
+        /// When it would end.
+        estimate_ms: u64,
+        /// Time left before its deadline.
+        deadline_ms: u64,
+        /// Characters of requests admitted before it in its class or a class served first.
+        backlog_characters: u64,
+        /// When the work ahead should be done; `None` when the request alone cannot fit.
+        retry_after: Option<Duration>,
+    },
     /// The caller took no audio for `synthesis.stalled_reader_timeout_ms`: the stream was cut
     /// off and its calls and leases released.
     #[error(

@@ -293,6 +293,26 @@ impl From<SynthesisError> for Status {
                 details.set_error_info(info.reason, info.domain, info.metadata);
                 Status::with_error_details(inner.code(), message, details)
             }
+            SynthesisError::DeadlineUnreachable {
+                pool,
+                characters,
+                estimate_ms,
+                deadline_ms,
+                backlog_characters,
+                retry_after,
+            } => with_info(
+                Code::ResourceExhausted,
+                message,
+                SynthesisReason::DeadlineUnreachable.as_str(),
+                HashMap::from([
+                    ("pool".into(), pool),
+                    ("characters".into(), characters.to_string()),
+                    ("estimate_ms".into(), estimate_ms.to_string()),
+                    ("deadline_ms".into(), deadline_ms.to_string()),
+                    ("backlog_characters".into(), backlog_characters.to_string()),
+                ]),
+                retry_after,
+            ),
             SynthesisError::ReaderStalled {
                 pool,
                 stalled_ms,

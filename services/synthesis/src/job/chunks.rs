@@ -26,6 +26,7 @@ use tracing::Instrument;
 
 use super::{
     Core, Job,
+    admission::Ask,
     attempt::{ChunkMsg, ChunkOut},
     cached,
     failover::ChunkDone,
@@ -113,6 +114,20 @@ async fn emit(
     let parallel = usize::try_from(core.settings.max_parallel_chunks)
         .unwrap_or(1)
         .clamp(1, count.max(1));
+    // Refused here, before any lease, when it cannot end in time (`super::admission`).
+    let sizes: Vec<u64> = job
+        .chunks
+        .iter()
+        .map(|c| c.chars().count() as u64)
+        .collect();
+    let mut admitted = job.pool.load.admit(&Ask {
+        pool,
+        slots: job.pool.slots,
+        parallel: core.settings.max_parallel_chunks,
+        chunks: &sizes,
+        priority: job.priority,
+        deadline: &job.deadline,
+    })?;
     let permits = Arc::new(Semaphore::new(parallel));
     let mut slots: Vec<Slot> = (0..count)
         .map(|_| {
@@ -171,6 +186,7 @@ async fn emit(
                         return Ok(None);
                     }
                     key_id = done.key_id;
+                    admitted.done(sizes[head]);
                     *complete += 1;
                     head += 1;
                     if head < count {

@@ -227,7 +227,12 @@ pub(super) async fn synthesize_chunk<T: Send + 'static>(
         }
         match end {
             AttemptEnd::Audio(end) => {
-                metrics::characters(&pool.id, job.chunks[index].chars().count());
+                let chars = job.chunks[index].chars().count();
+                metrics::characters(&pool.id, chars);
+                if let Some(success) = attempts.last() {
+                    pool.load
+                        .observe(chars as u64, Duration::from_millis(success.latency_ms));
+                }
                 return Ok(ChunkDone {
                     key_id,
                     sample_rate_hz: end.sample_rate_hz,

@@ -10,6 +10,7 @@
 //! protobuf type: the edge converts (`crate::convert`), and so does the scheduler client
 //! (`crate::lease`).
 
+pub mod admission;
 pub mod attempt;
 pub mod cached;
 pub mod chunks;

@@ -222,6 +222,10 @@ reasons! {
         StreamInterrupted = "STREAM_INTERRUPTED", Again;
         /// INTERNAL: an adapter failed unexpectedly (a bug, logged on the server).
         AdapterFailed = "ADAPTER_FAILED", Never;
+        /// RESOURCE_EXHAUSTED: at the pool's current pace the request would end after its
+        /// deadline (metadata `estimate_ms`, `deadline_ms`, `backlog_characters`); refused before
+        /// any vendor call, with `RetryInfo` when other requests' work is what stands in the way.
+        DeadlineUnreachable = "DEADLINE_UNREACHABLE", Again;
         /// ABORTED: the caller read nothing of its stream for
         /// `synthesis.stalled_reader_timeout_ms` (metadata `stalled_ms`, `delivered_bytes`); the
         /// stream was cut off and its leases released.

@@ -1,0 +1,262 @@
+//! Admission: a request that cannot finish within its deadline at the pool's current pace is
+//! refused before any vendor call, instead of taking slots, billing characters and ending cut
+//! at its deadline (docs/SYNTHESIS.md, "Admission").
+//!
+//! Each pool keeps, on this replica ([`Load`]):
+//! - its **pace**: seconds of vendor time per character, a moving average over the calls that
+//!   succeeded here (a call's whole duration over its characters);
+//! - its **backlog**: characters of the requests admitted here and not yet synthesized, by
+//!   traffic class.
+//!
+//! A request of `c` characters in class `k` is estimated to end after
+//! `max((backlog of k and the classes served before it + c) × pace / slots, its own chain)`,
+//! where `slots` is the capacity of the pool's usable keys and its own chain is its chunks run
+//! `max_parallel_chunks` at a time. When that is later than its deadline it is refused with
+//! RESOURCE_EXHAUSTED `DEADLINE_UNREACHABLE`, naming the estimate; when other work is what
+//! stands in the way, `RetryInfo` says when that work should be done. Until
+//! [`MIN_OBSERVED`] calls have succeeded here there is no pace yet and every request is
+//! admitted. The backlog is this replica's own: replicas do not see each other's, so each
+//! admits as if it had the pool to itself (an estimate on the optimistic side).
+
+use std::{sync::Mutex, time::Duration};
+
+use crate::{deadline::Deadline, error::SynthesisError, lease::Priority};
+
+/// Successful calls seen before the pace is trusted.
+pub const MIN_OBSERVED: u32 = 3;
+/// Weight of a new observation in the moving average.
+const WEIGHT: f64 = 0.3;
+
+/// One pool's pace and backlog on this replica (module doc).
+#[derive(Debug, Default)]
+pub struct Load {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Seconds of vendor time per character.
+    secs_per_char: f64,
+    observed: u32,
+    /// Characters admitted and not yet done, by class (INTERACTIVE, STANDARD, BATCH).
+    backlog: [u64; 3],
+}
+
+fn class(priority: Priority) -> usize {
+    match priority {
+        Priority::Interactive => 0,
+        Priority::Standard => 1,
+        Priority::Batch => 2,
+    }
+}
+
+/// What a request to admit asks of its pool.
+#[derive(Debug)]
+pub struct Ask<'a> {
+    /// The pool's id (messages).
+    pub pool: &'a str,
+    /// Capacity of the pool's usable keys.
+    pub slots: u32,
+    /// `synthesis.max_parallel_chunks`.
+    pub parallel: u32,
+    /// Characters of each chunk.
+    pub chunks: &'a [u64],
+    /// The request's class.
+    pub priority: Priority,
+    /// When it must be answered.
+    pub deadline: &'a Deadline,
+}
+
+impl Load {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A call of `chars` characters succeeded after `latency`.
+    pub fn observe(&self, chars: u64, latency: Duration) {
+        if chars == 0 {
+            return;
+        }
+        let sample = latency.as_secs_f64() / chars as f64;
+        let mut state = self.lock();
+        state.secs_per_char = if state.observed == 0 {
+            sample
+        } else {
+            state.secs_per_char + WEIGHT * (sample - state.secs_per_char)
+        };
+        state.observed = state.observed.saturating_add(1);
+    }
+
+    /// Admits `ask` (module doc) and counts its characters in the backlog until the returned
+    /// [`Admitted`] is done or dropped. Errors: DEADLINE_UNREACHABLE.
+    pub fn admit<'a>(&'a self, ask: &Ask<'_>) -> Result<Admitted<'a>, SynthesisError> {
+        let total: u64 = ask.chunks.iter().sum();
+        let class = class(ask.priority);
+        let mut state = self.lock();
+        if state.observed >= MIN_OBSERVED && ask.slots > 0 {
+            let pace = state.secs_per_char;
+            let ahead: u64 = state.backlog[..=class].iter().sum();
+            let shared = (ahead + total) as f64 * pace / f64::from(ask.slots);
+            let waves = ask.chunks.len().div_ceil(ask.parallel.max(1) as usize);
+            let longest = ask.chunks.iter().copied().max().unwrap_or(0);
+            let own = waves as f64 * longest as f64 * pace;
+            let estimate = Duration::from_secs_f64(shared.max(own));
+            let left = ask.deadline.remaining();
+            if estimate > left {
+                let behind_others = ahead > 0 && own <= left.as_secs_f64();
+                return Err(SynthesisError::DeadlineUnreachable {
+                    pool: ask.pool.to_owned(),
+                    characters: total,
+                    estimate_ms: millis(estimate),
+                    deadline_ms: millis(left),
+                    backlog_characters: ahead,
+                    retry_after: behind_others
+                        .then(|| (estimate - left).max(Duration::from_secs(1))),
+                });
+            }
+        }
+        state.backlog[class] += total;
+        Ok(Admitted {
+            load: self,
+            class,
+            left: total,
+        })
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// An admitted request's characters still counted in its pool's backlog.
+#[derive(Debug)]
+pub struct Admitted<'a> {
+    load: &'a Load,
+    class: usize,
+    left: u64,
+}
+
+impl Admitted<'_> {
+    /// `chars` of the request are done (synthesized, served from the cache, or failed).
+    pub fn done(&mut self, chars: u64) {
+        let chars = chars.min(self.left);
+        self.left -= chars;
+        let mut state = self.load.lock();
+        state.backlog[self.class] = state.backlog[self.class].saturating_sub(chars);
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        let left = self.left;
+        self.done(left);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask<'a>(chunks: &'a [u64], priority: Priority, deadline: &'a Deadline) -> Ask<'a> {
+        Ask {
+            pool: "p",
+            slots: 4,
+            parallel: 4,
+            chunks,
+            priority,
+            deadline,
+        }
+    }
+
+    fn paced(secs_per_char: f64) -> Load {
+        let load = Load::default();
+        for _ in 0..MIN_OBSERVED {
+            load.observe(1000, Duration::from_secs_f64(1000.0 * secs_per_char));
+        }
+        load
+    }
+
+    #[test]
+    fn without_a_pace_every_request_is_admitted() {
+        let load = Load::default();
+        let deadline = Deadline::after(Duration::from_millis(1));
+        let chunks = [4000; 5];
+        assert!(
+            load.admit(&ask(&chunks, Priority::Standard, &deadline))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_request_that_fits_is_admitted_and_the_next_that_does_not_is_refused_with_a_retry() {
+        // 1 ms per character, 4 slots: 20,000 characters take 5 s of the pool.
+        let load = paced(0.001);
+        let deadline = Deadline::after(Duration::from_secs(12));
+        let chunks = [4000; 5];
+        let first = load
+            .admit(&ask(&chunks, Priority::Standard, &deadline))
+            .unwrap();
+        let Err(SynthesisError::DeadlineUnreachable {
+            estimate_ms,
+            backlog_characters,
+            retry_after,
+            ..
+        }) = load
+            .admit(&ask(&[4000; 5], Priority::Standard, &deadline))
+            .and_then(|_| load.admit(&ask(&[4000; 5], Priority::Standard, &deadline)))
+        else {
+            panic!(
+                "a third 20,000-character request cannot end within 12 s on 4 slots at 1 ms/char"
+            );
+        };
+        assert_eq!(estimate_ms, 15_000);
+        assert_eq!(backlog_characters, 40_000);
+        assert!(retry_after.is_some());
+        drop(first);
+    }
+
+    #[test]
+    fn done_work_leaves_the_backlog_and_a_dropped_request_takes_the_rest() {
+        let load = paced(0.001);
+        let deadline = Deadline::after(Duration::from_secs(10));
+        let mut first = load
+            .admit(&ask(&[4000; 5], Priority::Standard, &deadline))
+            .unwrap();
+        first.done(4000);
+        assert_eq!(load.lock().backlog[1], 16_000);
+        drop(first);
+        assert_eq!(load.lock().backlog[1], 0);
+    }
+
+    #[test]
+    fn batch_backlog_does_not_stand_before_interactive_requests() {
+        let load = paced(0.001);
+        let long = Deadline::after(Duration::from_secs(600));
+        let _batch: Vec<_> = (0..10)
+            .map(|_| {
+                load.admit(&ask(&[4000; 5], Priority::Batch, &long))
+                    .unwrap()
+            })
+            .collect();
+        let short = Deadline::after(Duration::from_secs(2));
+        assert!(
+            load.admit(&ask(&[200], Priority::Interactive, &short))
+                .is_ok()
+        );
+        assert!(load.admit(&ask(&[200], Priority::Batch, &short)).is_err());
+    }
+
+    #[test]
+    fn a_request_too_long_for_its_own_deadline_gets_no_retry_hint() {
+        let load = paced(0.001);
+        let deadline = Deadline::after(Duration::from_secs(1));
+        let Err(SynthesisError::DeadlineUnreachable { retry_after, .. }) =
+            load.admit(&ask(&[4000; 5], Priority::Standard, &deadline))
+        else {
+            panic!("4 s of chunks cannot fit 1 s");
+        };
+        assert_eq!(retry_after, None, "waiting does not help");
+    }
+}
