@@ -43,11 +43,16 @@ fn write_config(dir: &Path, base_url: &str, cache_ttl: &str) -> PathBuf {
             credential.display()
         ));
     }
-    t.push_str(
+    // The replicas' shared cache secret: entries one seals, the other serves.
+    let secret = dir.join("cache-secret");
+    std::fs::write(&secret, "cache-test-secret-0123456789abcdef\n").expect("secret file");
+    t.push_str(&format!(
         "[scheduler]\ndefault_lease_ttl_ms = 3000\nwait_poll_ms = 10\nrecovery_window_ms = 0\n\
          [synthesis]\nattempt_timeout_ms = 10000\ndefault_deadline_ms = 30000\n\
-         max_text_chars = 60000\ncache_fill_ttl_ms = 1000\n",
-    );
+         max_text_chars = 60000\ncache_fill_ttl_ms = 1000\n\
+         cache_secret = {{ file = \"{}\" }}\n",
+        secret.display()
+    ));
     t.push_str(voxpool_e2e::CLIENT_TOKENS_TOML);
     let path = dir.join("config.toml");
     std::fs::write(&path, t).expect("config file");
@@ -384,6 +389,51 @@ async fn an_entry_past_its_ttl_or_damaged_is_filled_again_never_served() {
     assert_eq!(repaired.cached_chunks, 0, "a damaged entry is never served");
     assert_eq!(repaired.audio, original.audio);
     assert_eq!(fleet.vendor_calls(), 3);
+}
+
+/// What someone who can write the store but holds no secret can do to an entry: swap its
+/// audio and recompute the digest and length its header gives.
+fn forge(object: &[u8], audio: &[u8]) -> Vec<u8> {
+    let at = object
+        .windows(7)
+        .position(|w| w == b"{\"key\":")
+        .expect("a JSON header");
+    let len = u32::from_be_bytes(object[at - 4..at].try_into().expect("4 bytes")) as usize;
+    let mut header: serde_json::Value =
+        serde_json::from_slice(&object[at..at + len]).expect("header");
+    header["sha256"] = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(audio)).into();
+    header["bytes"] = audio.len().into();
+    let json = serde_json::to_vec(&header).expect("json");
+    let mut out = object[..at - 4].to_vec();
+    out.extend_from_slice(&u32::try_from(json.len()).expect("short").to_be_bytes());
+    out.extend_from_slice(&json);
+    out.extend_from_slice(audio);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_entry_forged_in_the_store_is_never_served_and_its_refill_serves_every_replica() {
+    let fleet = Fleet::start(None, "1h").await;
+    let text = "Only voxpool writes what it serves.";
+    let original = speak(&fleet.clients[0], text, pb::CachePolicy::Use).await;
+    let written = entries(&fleet.blob_dir());
+    assert_eq!(written.len(), 1);
+    // Someone with write access to the store swaps the audio and fixes up the digest.
+    let object = std::fs::read(&written[0]).expect("the entry");
+    let planted = vec![0x55u8; original.audio.len()];
+    std::fs::write(&written[0], forge(&object, &planted)).expect("forge entry");
+    let after = speak(&fleet.clients[1], text, pb::CachePolicy::Use).await;
+    assert_eq!(after.cached_chunks, 0, "a forged entry is a miss");
+    assert_eq!(
+        after.audio, original.audio,
+        "the vendor's audio, not the planted"
+    );
+    assert_eq!(fleet.vendor_calls(), 2);
+    // Y's refill is sealed with the shared secret: X serves it.
+    let hit = speak(&fleet.clients[0], text, pb::CachePolicy::Use).await;
+    assert_eq!(hit.cached_chunks, 1);
+    assert_eq!(hit.audio, original.audio);
+    assert_eq!(fleet.vendor_calls(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -16,7 +16,7 @@ use voxpool_runtime::{
 };
 use voxpool_synthesis::{
     adapters::registry::{self, AdapterOptions},
-    cache::Cache,
+    cache::{Cache, Seal, seal::Origin},
     http::auth::ApiKeys,
     pools::Pools,
     server::{self, Options},
@@ -116,13 +116,22 @@ fn main() -> ExitCode {
             Ok(c) => c,
             Err(code) => return code,
         };
+    // The cache secret resolves (and is long enough) before anything starts, as the pools'
+    // credentials do.
+    let seal = match Seal::from_config(&config) {
+        Ok(seal) => seal,
+        Err(e) => {
+            eprintln!("voxpool-synthesis: bad config: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if args.check_config {
         println!("OK");
         return ExitCode::SUCCESS;
     }
     voxpool_runtime::serve::block_on(
         "voxpool-synthesis",
-        voxpool_runtime::serve::with_telemetry("voxpool-synthesis", serve(args, config)),
+        voxpool_runtime::serve::with_telemetry("voxpool-synthesis", serve(args, config, seal)),
     )
 }
 
@@ -139,7 +148,7 @@ fn warn_about_credentials(pools: &Pools) {
     }
 }
 
-async fn serve(args: Args, config: Config) -> Result<(), String> {
+async fn serve(args: Args, config: Config, seal: Seal) -> Result<(), String> {
     // Bind first: a bad --listen or a port in use is the one line the operator sees, not the
     // last line after the pool warnings below.
     let (listener, bound) = voxpool_runtime::serve::bind(&args.listen).await?;
@@ -197,12 +206,20 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
             None
         }
         CacheSwitch::On => {
-            let cache = Arc::new(Cache::new(
-                &blobs,
-                config.synthesis.cache_version,
-                config.synthesis.cache_max_bytes,
-                Duration::from_millis(config.synthesis.cache_fill_ttl_ms),
-            ));
+            if seal.origin() == Origin::Process {
+                tracing::warn!(
+                    "audio cache: neither synthesis.cache_secret nor scheduler.lease_secret is configured, so entries are sealed with a key of this process: other replicas and this one after a restart miss them; configure synthesis.cache_secret (docs/SECURITY.md)"
+                );
+            }
+            let cache = Arc::new(
+                Cache::new(
+                    &blobs,
+                    config.synthesis.cache_version,
+                    config.synthesis.cache_max_bytes,
+                    Duration::from_millis(config.synthesis.cache_fill_ttl_ms),
+                )
+                .with_seal(seal),
+            );
             let measured = cache.clone();
             tokio::spawn(async move {
                 let checked = match measured.max_bytes() {
@@ -213,7 +230,7 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
                     tracing::error!(error = %e, "audio cache: the blob store does not answer; requests are served without the cache (each logs a warning) until it does: check --blob-store and the store's credentials");
                 }
             });
-            tracing::info!(location = %cache.location(), version = cache.version, "audio cache on");
+            tracing::info!(location = %cache.location(), version = cache.version, sealed_with = ?cache.seal().origin(), "audio cache on");
             Some(cache)
         }
     };

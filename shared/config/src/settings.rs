@@ -171,6 +171,13 @@ pub struct SynthesisSettings {
     /// is cut off: its calls end, its leases are released and the audio waiting for it is freed.
     /// Default 30000; at least 1000.
     pub stalled_reader_timeout_ms: u64,
+    /// The secret audio cache entries are sealed with (HMAC-SHA256), shared by every synthesis
+    /// replica on one blob store, so an entry only voxpool wrote is served: a credential
+    /// reference, `{ env = "NAME" }` or `{ file = "/path" }`, at least 32 characters. Unset:
+    /// a key derived from `scheduler.lease_secret` when that is configured, else a key of the
+    /// process alone (its entries serve no other replica and no restart; see docs/SECURITY.md,
+    /// "The audio cache secret").
+    pub cache_secret: Option<crate::CredentialRef>,
 }
 
 impl Default for SynthesisSettings {
@@ -186,6 +193,7 @@ impl Default for SynthesisSettings {
             cache_max_bytes: 1 << 30,
             cache_fill_ttl_ms: 10_000,
             stalled_reader_timeout_ms: 30_000,
+            cache_secret: None,
         }
     }
 }

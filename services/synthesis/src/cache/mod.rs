@@ -3,8 +3,10 @@
 //!
 //! - [`key`]: what identifies a chunk's audio (snapshot digest, chunk text, format, sample
 //!   rate, provider and model, `cache_version`) and where its entry lives.
-//! - [`entry`]: an entry's bytes, sealed by the audio's SHA-256: a truncated or altered entry
-//!   is detected, deleted and filled again, never served.
+//! - [`entry`]: an entry's bytes: a header sealed with the fleet's key ([`seal`]) that gives
+//!   the audio's SHA-256: a truncated, altered or forged entry is never served (a damaged one
+//!   is deleted, one that fails its seal is a miss the next fill replaces).
+//! - [`bound`]: a local store's size bound under concurrent fills.
 //! - [`Cache`] (here): reads, writes, TTL, the local size bound, purges and counters.
 //! - `crate::job::cached`: the call path (hits without a lease, single-flight fills).
 //!
@@ -15,23 +17,26 @@
 //!
 //! **Expiry.** An entry serves for its pool's `cache.ttl` after it was written (the store's
 //! `last_modified`); an older one is a miss and is filled anew (the new put replaces it). On a
-//! local store the cache also keeps under `synthesis.cache_max_bytes`: once a write takes the
-//! running total past it, one sweep lists the entries and deletes the oldest-written until at
-//! most 90% of the bound remains. Cloud stores are bounded by the TTL and the bucket's
-//! lifecycle rules.
+//! local store the cache also keeps under `synthesis.cache_max_bytes` ([`bound`]): once a write
+//! takes the running total past it, a sweep lists the entries and deletes the oldest-written
+//! until at most 90% of the bound remains, again while writes keep asking, so at rest the store
+//! holds at most the bound. Cloud stores are bounded by the TTL and the bucket's lifecycle
+//! rules.
 //!
 //! **Never cached**: requests with `cache_policy = BYPASS`, pools whose config says
 //! `cache = { enabled = false }`, every request when the server runs with `--cache off`, and
 //! any chunk whose call did not end in whole, valid audio.
 
+mod bound;
 pub mod entry;
 pub mod key;
+pub mod seal;
 
 use std::{
     collections::BTreeMap,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -40,8 +45,11 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload, path::Path};
 
 use crate::metrics;
+use bound::Bound;
+use entry::Refused;
 pub use entry::{Entry, Header};
 pub use key::EntryKey;
+pub use seal::Seal;
 
 /// How a request uses the cache (`SynthesizeRequest.cache_policy`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -102,12 +110,12 @@ pub struct Cache {
     pub version: u32,
     /// Fill-lock TTL asked of the scheduler (renewed every third of it).
     pub fill_ttl: Duration,
-    /// The size bound, for a local store.
-    max_bytes: Option<u64>,
-    /// Running estimate of the bytes stored (local store only; a sweep sets it exactly).
-    stored: AtomicU64,
-    /// One eviction sweep at a time.
-    sweeping: tokio::sync::Mutex<()>,
+    /// The size bound and its accounting, for a local store.
+    bound: Option<Bound>,
+    /// The key entries are sealed with.
+    seal: Seal,
+    /// An entry failing its seal was logged (at warn, once; later ones at debug).
+    unsealed_logged: AtomicBool,
     evictions: AtomicU64,
     counters: Mutex<BTreeMap<String, PoolCounters>>,
 }
@@ -117,13 +125,16 @@ impl std::fmt::Debug for Cache {
         f.debug_struct("Cache")
             .field("location", &self.location)
             .field("version", &self.version)
-            .field("max_bytes", &self.max_bytes)
+            .field("max_bytes", &self.max_bytes())
+            .field("seal", &self.seal)
             .finish_non_exhaustive()
     }
 }
 
 impl Cache {
     /// The cache under `cache/` of `blobs`. A local store gets `max_bytes` as its bound.
+    /// Entries are sealed with a key of this process alone until [`Self::with_seal`] gives
+    /// the fleet's.
     pub fn new(
         blobs: &voxpool_runtime::blob::BlobStore,
         version: u32,
@@ -135,12 +146,24 @@ impl Cache {
             location: format!("{}/cache", blobs.location().trim_end_matches('/')),
             version,
             fill_ttl,
-            max_bytes: blobs.local_root().map(|_| max_bytes),
-            stored: AtomicU64::new(0),
-            sweeping: tokio::sync::Mutex::new(()),
+            bound: blobs.local_root().map(|_| Bound::new(max_bytes)),
+            seal: Seal::process(),
+            unsealed_logged: AtomicBool::new(false),
             evictions: AtomicU64::new(0),
             counters: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Seals and checks entries with `seal` (the fleet's key, [`Seal::from_config`]).
+    #[must_use]
+    pub fn with_seal(mut self, seal: Seal) -> Self {
+        self.seal = seal;
+        self
+    }
+
+    /// The seal entries are written with.
+    pub fn seal(&self) -> &Seal {
+        &self.seal
     }
 
     /// The store's URL + `/cache`, without credentials.
@@ -150,7 +173,7 @@ impl Cache {
 
     /// The size bound (local store), bytes.
     pub fn max_bytes(&self) -> Option<u64> {
-        self.max_bytes
+        self.bound.as_ref().map(|b| b.max)
     }
 
     fn error(&self, what: &'static str, e: &object_store::Error) -> CacheError {
@@ -161,8 +184,9 @@ impl Cache {
         }
     }
 
-    /// Reads the entry at `key` if it is whole, intact and younger than `ttl`. A corrupt
-    /// entry is deleted and an expired one left to be replaced: both are `Ok(None)`, a miss.
+    /// Reads the entry at `key` if it is whole, intact, sealed by this fleet and younger than
+    /// `ttl`. A corrupt entry is deleted; an expired one, one failing its seal and one of the
+    /// unsealed format are left to be replaced: all are `Ok(None)`, a miss.
     /// Errors: the store failed (the caller synthesizes as if it missed).
     pub async fn get(&self, key: &EntryKey, ttl: Duration) -> Result<Option<Entry>, CacheError> {
         let got = match self.store.get(&key.path).await {
@@ -179,9 +203,18 @@ impl Cache {
             return Ok(None);
         }
         let object = got.bytes().await.map_err(|e| self.error("read", &e))?;
-        match entry::decode(object, &key.hex) {
+        match entry::decode(object, &key.hex, &self.seal) {
             Ok(entry) => Ok(Some(entry)),
-            Err(corrupt) => {
+            Err(Refused::Old) => Ok(None),
+            Err(Refused::Unsealed) => {
+                if self.unsealed_logged.swap(true, Ordering::Relaxed) {
+                    tracing::debug!(entry = %key.hex, "audio cache entry fails its seal: not served");
+                } else {
+                    tracing::warn!(entry = %key.hex, location = %self.location, "audio cache entry fails its seal (written without this fleet's cache secret, or altered): not served, to be filled again; check that every replica on this store has the same synthesis.cache_secret (or scheduler.lease_secret) and who else writes the store; further ones are logged at debug level only");
+                }
+                Ok(None)
+            }
+            Err(corrupt @ Refused::Corrupt(_)) => {
                 tracing::warn!(entry = %key.hex, error = %corrupt, "audio cache entry is corrupt: deleted, to be filled again");
                 let _ = self.store.delete(&key.path).await;
                 Ok(None)
@@ -199,7 +232,7 @@ impl Cache {
     ) -> Result<(), CacheError> {
         header.key.clone_from(&key.hex);
         let pool = header.pool.clone();
-        let object = entry::encode(header, audio);
+        let object = entry::encode(header, audio, &self.seal);
         let size = object.len() as u64;
         self.store
             .put(&key.path, PutPayload::from(object))
@@ -210,21 +243,37 @@ impl Cache {
             c.bytes_stored += size;
         });
         metrics::cache_stored(&pool, size);
-        if let Some(bound) = self.max_bytes {
-            let total = self.stored.fetch_add(size, Ordering::Relaxed) + size;
-            if total > bound {
-                self.sweep(bound).await?;
-            }
+        if let Some(bound) = &self.bound
+            && bound.wrote(size)
+        {
+            self.keep_bound(bound).await?;
         }
         Ok(())
     }
 
-    /// Lists the local store and deletes the oldest-written entries until at most 90% of
-    /// `bound` remains. A sweep already running makes this one a no-op.
-    async fn sweep(&self, bound: u64) -> Result<(), CacheError> {
-        let Ok(_one) = self.sweeping.try_lock() else {
-            return Ok(());
-        };
+    /// Runs sweeps until no write asks for one ([`bound`]); returns at once when another
+    /// caller is sweeping (it runs the pass this one asked for).
+    async fn keep_bound(&self, bound: &Bound) -> Result<(), CacheError> {
+        loop {
+            bound.request();
+            let Ok(one) = bound.sweeping.try_lock() else {
+                return Ok(());
+            };
+            while bound.take_pending() {
+                self.sweep(bound).await?;
+            }
+            drop(one);
+            // A request that came after the last pass and found the lock still held.
+            if !bound.is_pending() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// One pass: lists the local store and, when it holds more than the bound, deletes the
+    /// oldest-written entries until at most 90% of it remains; then settles the estimate.
+    async fn sweep(&self, bound: &Bound) -> Result<(), CacheError> {
+        let mark = bound.mark();
         let mut objects: Vec<_> = self
             .store
             .list(None)
@@ -232,7 +281,11 @@ impl Cache {
             .await
             .map_err(|e| self.error("list", &e))?;
         let mut total: u64 = objects.iter().map(|o| o.size).sum();
-        let target = bound / 10 * 9;
+        let target = if total > bound.max {
+            bound.max / 10 * 9
+        } else {
+            total
+        };
         objects.sort_by_key(|o| o.last_modified);
         let mut evicted = 0u64;
         for object in &objects {
@@ -244,17 +297,20 @@ impl Cache {
                     total = total.saturating_sub(object.size);
                     evicted += 1;
                 }
-                Err(e) => return Err(self.error("evict", &e)),
+                Err(e) => {
+                    bound.settle(mark, total);
+                    return Err(self.error("evict", &e));
+                }
             }
         }
-        self.stored.store(total, Ordering::Relaxed);
+        bound.settle(mark, total);
         if evicted > 0 {
             self.evictions.fetch_add(evicted, Ordering::Relaxed);
             metrics::cache_evictions(evicted);
             tracing::info!(
                 evicted,
                 bytes = total,
-                bound,
+                bound = bound.max,
                 "audio cache kept under its size bound"
             );
         }
@@ -262,17 +318,12 @@ impl Cache {
     }
 
     /// Starts the local store's running total from a listing (at start-up), and sweeps if
-    /// the store is already over its bound.
+    /// the store is already over its bound. Until a listing succeeds every write sweeps.
     pub async fn measure(&self) -> Result<(), CacheError> {
-        let Some(bound) = self.max_bytes else {
-            return Ok(());
-        };
-        let held = self.holdings().await?;
-        self.stored.store(held.bytes, Ordering::Relaxed);
-        if held.bytes > bound {
-            self.sweep(bound).await?;
+        match &self.bound {
+            Some(bound) => self.keep_bound(bound).await,
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Checks the store answers a listing (at start-up: a cloud store without credentials
@@ -333,12 +384,8 @@ impl Cache {
                 Err(e) => return Err(self.error("purge", &e)),
             }
         }
-        if self.max_bytes.is_some() {
-            let _ = self
-                .stored
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                    Some(v.saturating_sub(gone.bytes))
-                });
+        if let Some(bound) = &self.bound {
+            bound.deleted(gone.bytes);
         }
         Ok(gone)
     }

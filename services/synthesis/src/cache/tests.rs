@@ -234,3 +234,99 @@ async fn purge_takes_a_pack_or_one_snapshot_and_nothing_else() {
         "another pack is untouched"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parallel_fills_leave_a_local_store_within_its_bound_at_rest() {
+    let bound = 1 << 20;
+    let (_dir, _blobs, cache) = local(bound);
+    let cache = std::sync::Arc::new(cache);
+    let audio = std::sync::Arc::new(vec![7u8; 16 * 1024]);
+    // 64 fillers at once, 8 entries each: 8 MiB written into a 1 MiB bound.
+    let fillers: Vec<_> = (0..64)
+        .map(|f| {
+            let (cache, audio) = (cache.clone(), audio.clone());
+            tokio::spawn(async move {
+                for i in 0..8 {
+                    let text = format!("filler {f} entry {i}");
+                    let key = EntryKey::from_identity(&identity(&text));
+                    cache.put(&key, header("p"), &audio).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for filler in fillers {
+        filler.await.unwrap();
+    }
+    let held = cache.holdings().await.unwrap();
+    assert!(
+        held.bytes <= bound,
+        "{} bytes at rest over a bound of {bound} ({:.2}x)",
+        held.bytes,
+        held.bytes as f64 / bound as f64
+    );
+}
+
+/// What someone who can write the store but holds no secret can do to an entry: swap its
+/// audio and recompute the digest and length its header gives.
+fn forge(object: &[u8], audio: &[u8]) -> Vec<u8> {
+    let at = object
+        .windows(7)
+        .position(|w| w == b"{\"key\":")
+        .expect("a JSON header");
+    let len = u32::from_be_bytes(object[at - 4..at].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&object[at..at + len]).unwrap();
+    header["sha256"] = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(audio)).into();
+    header["bytes"] = audio.len().into();
+    let json = serde_json::to_vec(&header).unwrap();
+    let mut out = object[..at - 4].to_vec();
+    out.extend_from_slice(&u32::try_from(json.len()).unwrap().to_be_bytes());
+    out.extend_from_slice(&json);
+    out.extend_from_slice(audio);
+    out
+}
+
+#[tokio::test]
+async fn an_entry_whose_audio_was_swapped_with_its_digest_recomputed_is_never_served() {
+    let (dir, _blobs, cache) = local(1 << 30);
+    let key = EntryKey::from_identity(&identity("Hello."));
+    cache
+        .put(&key, header("p"), b"the vendor's audio")
+        .await
+        .unwrap();
+    let file = dir.path().join("cache").join(key.path.as_ref());
+    let forged = forge(&std::fs::read(&file).unwrap(), b"someone else's audio");
+    std::fs::write(&file, forged).unwrap();
+    assert!(
+        cache.get(&key, DAY).await.unwrap().is_none(),
+        "a forged entry is a miss"
+    );
+    // The next fill replaces it and serves.
+    cache
+        .put(&key, header("p"), b"the vendor's audio")
+        .await
+        .unwrap();
+    let entry = cache.get(&key, DAY).await.unwrap().expect("a hit");
+    assert_eq!(&entry.audio[..], b"the vendor's audio");
+}
+
+#[tokio::test]
+async fn an_unsealed_entry_of_the_previous_format_is_a_miss() {
+    let (_dir, blobs, cache) = local(1 << 30);
+    let key = EntryKey::from_identity(&identity("Hello."));
+    let audio = b"audio from before entries were sealed";
+    let header = serde_json::json!({
+        "key": key.hex, "sha256": hex::encode(<sha2::Sha256 as sha2::Digest>::digest(audio)),
+        "bytes": audio.len(), "sampleRateHz": null, "keyId": "acct/k1", "pool": "p", "characters": 5,
+    });
+    let json = serde_json::to_vec(&header).unwrap();
+    let mut object = b"voxpool-cache-1\n".to_vec();
+    object.extend_from_slice(&u32::try_from(json.len()).unwrap().to_be_bytes());
+    object.extend_from_slice(&json);
+    object.extend_from_slice(audio);
+    blobs
+        .folder("cache")
+        .put(&key.path, PutPayload::from(object))
+        .await
+        .unwrap();
+    assert!(cache.get(&key, DAY).await.unwrap().is_none());
+}
