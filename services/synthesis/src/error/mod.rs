@@ -269,7 +269,12 @@ pub enum SynthesisError {
     /// Admission (`crate::job::admission`): at the pool's pace the request would end after its
     /// deadline.
     #[error(
-        "pool {pool:?}: {characters} characters would take about {estimate_ms}ms at the pool's current pace ({backlog_characters} characters of other requests ahead), past the deadline in {deadline_ms}ms: refused before any vendor call; {}",
+        "pool {pool:?}: {}: refused before any vendor call; {}",
+        if *endangers_admitted {
+            format!("{characters} more characters would make a request admitted earlier end in about {estimate_ms}ms, past its deadline in {deadline_ms}ms ({backlog_characters} characters ahead at the pool's current pace)")
+        } else {
+            format!("{characters} characters would take about {estimate_ms}ms at the pool's current pace ({backlog_characters} characters of other requests ahead), past the deadline in {deadline_ms}ms")
+        },
         if retry_after.is_some() { "retry when the pool has caught up (RetryInfo), send a longer deadline, or submit it as a job" } else { "send a longer deadline, a shorter text, or submit it as a job" }
     )]
     DeadlineUnreachable {
@@ -285,6 +290,9 @@ pub enum SynthesisError {
         backlog_characters: u64,
         /// When the work ahead should be done; `None` when the request alone cannot fit.
         retry_after: Option<Duration>,
+        /// Refused because it would make a request admitted before it miss its deadline
+        /// (then `estimate_ms` and `deadline_ms` are that request's).
+        endangers_admitted: bool,
     },
     /// The caller took no audio for `synthesis.stalled_reader_timeout_ms`: the stream was cut
     /// off and its calls and leases released.

@@ -300,6 +300,7 @@ impl From<SynthesisError> for Status {
                 deadline_ms,
                 backlog_characters,
                 retry_after,
+                endangers_admitted,
             } => with_info(
                 Code::ResourceExhausted,
                 message,
@@ -310,6 +311,7 @@ impl From<SynthesisError> for Status {
                     ("estimate_ms".into(), estimate_ms.to_string()),
                     ("deadline_ms".into(), deadline_ms.to_string()),
                     ("backlog_characters".into(), backlog_characters.to_string()),
+                    ("endangers_admitted".into(), endangers_admitted.to_string()),
                 ]),
                 retry_after,
             ),

@@ -13,7 +13,13 @@
 //! where `slots` is the capacity of the pool's usable keys and its own chain is its chunks run
 //! `max_parallel_chunks` at a time. When that is later than its deadline it is refused with
 //! RESOURCE_EXHAUSTED `DEADLINE_UNREACHABLE`, naming the estimate; when other work is what
-//! stands in the way, `RetryInfo` says when that work should be done. Until
+//! stands in the way, `RetryInfo` says when that work should be done.
+//!
+//! **Admitted requests keep their promise.** A request's chunks share the pool's line with
+//! every request admitted after it, so a later arrival delays it. A newcomer is therefore also
+//! refused when, with its characters added, a request admitted before it (in a class it
+//! competes with) would be estimated to end past that request's own deadline: once admitted, a
+//! request is not starved by later arrivals. Until
 //! [`MIN_OBSERVED`] calls have succeeded here there is no pace yet and every request is
 //! admitted. The backlog is this replica's own: replicas do not see each other's, so each
 //! admits as if it had the pool to itself (an estimate on the optimistic side).
@@ -40,6 +46,9 @@ struct State {
     observed: u32,
     /// Characters admitted and not yet done, by class (INTERACTIVE, STANDARD, BATCH).
     backlog: [u64; 3],
+    /// The requests admitted and not yet done: id, class, deadline.
+    admitted: Vec<(u64, usize, tokio::time::Instant)>,
+    next_id: u64,
 }
 
 fn class(priority: Priority) -> usize {
@@ -104,6 +113,35 @@ impl Load {
             let own = waves as f64 * longest as f64 * pace;
             let estimate = Duration::from_secs_f64(shared.max(own));
             let left = ask.deadline.remaining();
+            // The first request admitted before it that it would push past its deadline.
+            let now = tokio::time::Instant::now();
+            let endangered = state
+                .admitted
+                .iter()
+                .filter(|(_, their_class, _)| class <= *their_class)
+                .map(|(_, their_class, due)| {
+                    let theirs: u64 = state.backlog[..=*their_class].iter().sum();
+                    let end = (theirs + total) as f64 * pace / f64::from(ask.slots);
+                    (
+                        Duration::from_secs_f64(end),
+                        due.saturating_duration_since(now),
+                    )
+                })
+                .find(|(end, their_left)| end > their_left);
+            if let Some((end, their_left)) = endangered {
+                return Err(SynthesisError::DeadlineUnreachable {
+                    pool: ask.pool.to_owned(),
+                    characters: total,
+                    estimate_ms: millis(end),
+                    deadline_ms: millis(their_left),
+                    backlog_characters: ahead,
+                    retry_after: Some(
+                        Duration::from_secs_f64(ahead as f64 * pace / f64::from(ask.slots))
+                            .max(Duration::from_secs(1)),
+                    ),
+                    endangers_admitted: true,
+                });
+            }
             if estimate > left {
                 let behind_others = ahead > 0 && own <= left.as_secs_f64();
                 return Err(SynthesisError::DeadlineUnreachable {
@@ -114,12 +152,17 @@ impl Load {
                     backlog_characters: ahead,
                     retry_after: behind_others
                         .then(|| (estimate - left).max(Duration::from_secs(1))),
+                    endangers_admitted: false,
                 });
             }
         }
         state.backlog[class] += total;
+        let id = state.next_id;
+        state.next_id += 1;
+        state.admitted.push((id, class, ask.deadline.at()));
         Ok(Admitted {
             load: self,
+            id,
             class,
             left: total,
         })
@@ -134,6 +177,7 @@ fn millis(d: Duration) -> u64 {
 #[derive(Debug)]
 pub struct Admitted<'a> {
     load: &'a Load,
+    id: u64,
     class: usize,
     left: u64,
 }
@@ -152,6 +196,11 @@ impl Drop for Admitted<'_> {
     fn drop(&mut self) {
         let left = self.left;
         self.done(left);
+        let id = self.id;
+        self.load
+            .lock()
+            .admitted
+            .retain(|(admitted, _, _)| *admitted != id);
     }
 }
 
@@ -246,6 +295,39 @@ mod tests {
                 .is_ok()
         );
         assert!(load.admit(&ask(&[200], Priority::Batch, &short)).is_err());
+    }
+
+    #[test]
+    fn a_newcomer_that_would_make_an_admitted_request_miss_its_deadline_waits_its_turn() {
+        let load = paced(0.001);
+        // 20,000 characters in 4,000-character chunks on 4 slots at 1 ms/char: 8 s (two waves
+        // of chunks); due in 9 s.
+        let soon = Deadline::after(Duration::from_secs(9));
+        let first = load
+            .admit(&ask(&[4000; 5], Priority::Standard, &soon))
+            .unwrap();
+        // Alone it would fit its own 60 s easily, but it would push the first to 10 s.
+        let later = Deadline::after(Duration::from_secs(60));
+        let Err(SynthesisError::DeadlineUnreachable {
+            endangers_admitted,
+            retry_after,
+            ..
+        }) = load.admit(&ask(&[4000; 5], Priority::Standard, &later))
+        else {
+            panic!("admitted although it makes the first miss its deadline");
+        };
+        assert!(endangers_admitted);
+        assert!(retry_after.is_some());
+        // A BATCH newcomer is served after the first: it delays nothing.
+        assert!(
+            load.admit(&ask(&[4000; 5], Priority::Batch, &later))
+                .is_ok()
+        );
+        drop(first);
+        assert!(
+            load.admit(&ask(&[4000; 5], Priority::Standard, &later))
+                .is_ok()
+        );
     }
 
     #[test]
