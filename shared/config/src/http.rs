@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::{ConfigProblem, CredentialRef};
 
 /// Longest tenant name (as `SynthesizeRequest.tenant`).
-const MAX_TENANT_CHARS: usize = 64;
+const MAX_TENANT_CHARS: usize = voxpool_domain::contract::MAX_TENANT_CHARS;
 
 /// The `[http]` table.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -110,21 +110,27 @@ pub(super) fn problems(http: &HttpSettings) -> Vec<ConfigProblem> {
             },
             (None, Some(_)) => {}
         }
-        let chars = entry.tenant.chars().count();
-        if chars == 0
-            || chars > MAX_TENANT_CHARS
-            || entry.tenant.chars().any(char::is_control)
-            || entry.tenant.trim() != entry.tenant
-        {
+        if let Some(message) = tenant_problem(&entry.tenant) {
             problems.push(ConfigProblem {
                 path: path("tenant"),
-                message: format!(
-                    "must be 1-{MAX_TENANT_CHARS} printable characters without surrounding spaces"
-                ),
+                message,
             });
         }
     }
     problems
+}
+
+/// Why `tenant` cannot name a tenant in the config (an HTTP key's, or one of a client token's
+/// `tenants`), if it cannot: what a request's `tenant` accepts
+/// (`voxpool_domain::contract::check_tenant`), not empty, without surrounding spaces.
+pub(super) fn tenant_problem(tenant: &str) -> Option<String> {
+    let printable = voxpool_domain::contract::check_tenant(tenant).is_ok();
+    (tenant.is_empty() || !printable || tenant.trim() != tenant).then(|| {
+        format!(
+            "{}: a tenant must be 1-{MAX_TENANT_CHARS} printable characters without surrounding spaces",
+            voxpool_domain::untrusted::quote(tenant)
+        )
+    })
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Bearer-token authorization: admin RPCs (this module) and data-plane callers ([`ClientAuth`]:
-//! service tokens and client certificates, [`CallerIdentity`]).
+//! service tokens and client certificates, [`CallerIdentity`], and the tenants a token is
+//! bound to, [`TenantBinding`]).
 //!
 //! The admin token comes from `VOXPOOL_ADMIN_TOKEN` or `--admin-token-file FILE`; callers send
 //! `authorization: Bearer <token>` metadata: the scheme is case-insensitive (RFC 7235 §2.1),
@@ -11,6 +12,7 @@
 mod client;
 mod layer;
 mod peer;
+mod tenants;
 
 use std::{collections::HashMap, path::Path};
 
@@ -20,6 +22,7 @@ use tonic::{Status, metadata::MetadataMap};
 pub use self::{
     client::{CallerIdentity, ClientAuth, ClientToken, caller_identity},
     layer::Authenticated,
+    tenants::{TenantBinding, resolve_tenant, tenant_binding},
 };
 use voxpool_domain::{contract::AuthReason, secret::Secret, status::with_info};
 
@@ -29,6 +32,7 @@ use voxpool_domain::{contract::AuthReason, secret::Secret, status::with_info};
 pub(crate) fn refused(reason: AuthReason, message: impl Into<String>) -> Status {
     let code = match reason {
         AuthReason::AdminRpcsDisabled => tonic::Code::FailedPrecondition,
+        AuthReason::TenantNotAllowed => tonic::Code::PermissionDenied,
         _ => tonic::Code::Unauthenticated,
     };
     with_info(code, message, reason.as_str(), HashMap::new(), None)

@@ -319,6 +319,8 @@ reasons! {
         /// FAILED_PRECONDITION: the server has no admin token of its own, so it answers no
         /// admin RPC (start it with `VOXPOOL_ADMIN_TOKEN` or `--admin-token-file`).
         AdminRpcsDisabled = "ADMIN_RPCS_DISABLED", Never;
+        /// PERMISSION_DENIED: a tenant the caller's token is not bound to (its entry's `tenants`).
+        TenantNotAllowed = "TENANT_NOT_ALLOWED", Never;
     }
 }
 

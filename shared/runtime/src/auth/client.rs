@@ -9,8 +9,9 @@
 //!
 //! The caller's [`CallerIdentity`] (`token:<name>` or `mtls:CN=<common name>`, never the
 //! secret) goes into the request's extensions, where handlers read it with
-//! [`caller_identity`], and into the RPC's `grpc.server` span as `caller`. With nothing
-//! configured every call is let through and carries no identity.
+//! [`caller_identity`], and into the RPC's `grpc.server` span as `caller`; a token whose entry
+//! has `tenants` adds its [`TenantBinding`] there too. With nothing configured every call is
+//! let through and carries no identity.
 
 use std::{fmt, path::Path, sync::Arc};
 
@@ -24,7 +25,7 @@ use tonic::{
 use voxpool_config::{ClientTokenConfig, DataPlane};
 use voxpool_domain::{contract::AuthReason, secret::Secret};
 
-use super::{BearerError, MIN_TOKEN_CHARS, bearer_token};
+use super::{BearerError, MIN_TOKEN_CHARS, TenantBinding, bearer_token};
 
 /// Who made a data-plane call: `token:<name>` (a `[[client_tokens]]` entry) or
 /// `mtls:CN=<common name>` (also `mtls:DNS=…`, `mtls:URI=…` when the certificate has no common
@@ -61,11 +62,13 @@ pub fn caller_identity<T>(req: &tonic::Request<T>) -> Option<&CallerIdentity> {
     req.extensions().get::<CallerIdentity>()
 }
 
-/// One accepted token: the caller's name and the digest of its token.
+/// One accepted token: the caller's name, the digest of its token and, when its entry has
+/// `tenants`, its binding.
 #[derive(Clone)]
 struct Accepted {
     name: String,
     digest: [u8; 32],
+    binding: Option<TenantBinding>,
 }
 
 /// How a service authenticates its data-plane callers (module doc). Cheap to clone.
@@ -121,9 +124,11 @@ impl ClientAuth {
                     entry.name
                 ));
             }
-            tokens.push((entry.name.clone(), secret));
+            let binding = (entry.tenants.as_ref())
+                .map(|tenants| TenantBinding::new(entry.name.clone(), tenants.clone()));
+            tokens.push((entry.name.clone(), secret, binding));
         }
-        Self::with_tokens(tokens, mtls)
+        Self::with_bound_tokens(tokens, mtls)
     }
 
     /// [`ClientAuth::load`], then logs who must authenticate (token names, never the tokens):
@@ -134,12 +139,22 @@ impl ClientAuth {
         mtls: bool,
     ) -> Result<Self, String> {
         let callers = Self::load(entries, service, mtls)?;
+        let bound: Vec<&str> = (callers.tokens.iter())
+            .filter(|t| t.binding.is_some())
+            .map(|t| t.name.as_str())
+            .collect();
         tracing::info!(
             client_tokens = ?callers.token_names(),
+            bound_to_tenants = ?bound,
             client_certificates = callers.accepts_certificates(),
             "data-plane callers {}",
             if callers.is_enabled() { "must authenticate" } else { "are not authenticated" }
         );
+        if mtls && !bound.is_empty() {
+            tracing::warn!(
+                "callers by client certificate act for any tenant: a certificate authenticates, it binds no tenant; give such a caller a bound client token to send as well"
+            );
+        }
         Ok(callers)
     }
 
@@ -149,8 +164,20 @@ impl ClientAuth {
         tokens: impl IntoIterator<Item = (String, Secret)>,
         mtls: bool,
     ) -> Result<Self, String> {
+        let unbound = tokens
+            .into_iter()
+            .map(|(name, secret)| (name, secret, None));
+        Self::with_bound_tokens(unbound, mtls)
+    }
+
+    /// [`ClientAuth::with_tokens`] where a token may be bound to tenants (its
+    /// [`TenantBinding`]; `None`: any tenant).
+    pub fn with_bound_tokens(
+        tokens: impl IntoIterator<Item = (String, Secret, Option<TenantBinding>)>,
+        mtls: bool,
+    ) -> Result<Self, String> {
         let mut accepted: Vec<Accepted> = Vec::new();
-        for (name, secret) in tokens {
+        for (name, secret, binding) in tokens {
             let digest = digest(secret.expose());
             if let Some(twin) = accepted.iter().find(|a| a.digest == digest) {
                 return Err(format!(
@@ -158,7 +185,11 @@ impl ClientAuth {
                     twin.name
                 ));
             }
-            accepted.push(Accepted { name, digest });
+            accepted.push(Accepted {
+                name,
+                digest,
+                binding,
+            });
         }
         Ok(Self {
             tokens: Arc::new(accepted),
@@ -189,13 +220,25 @@ impl ClientAuth {
         headers: &http::HeaderMap,
         extensions: &http::Extensions,
     ) -> Result<Option<CallerIdentity>, Status> {
+        Ok(self
+            .authenticate_bound(headers, extensions)?
+            .map(|(who, _)| who))
+    }
+
+    /// [`ClientAuth::authenticate`], with the caller's [`TenantBinding`] when its token is
+    /// bound (a client certificate binds none).
+    pub fn authenticate_bound(
+        &self,
+        headers: &http::HeaderMap,
+        extensions: &http::Extensions,
+    ) -> Result<Option<(CallerIdentity, Option<TenantBinding>)>, Status> {
         if !self.is_enabled() {
             return Ok(None);
         }
         match bearer_token(headers) {
             Ok(presented) => self.match_token(presented).map(Some),
             Err(BearerError::Missing) => match super::peer::identity(extensions) {
-                Some(identity) if self.mtls => Ok(Some(identity)),
+                Some(identity) if self.mtls => Ok(Some((identity, None))),
                 _ => Err(super::refused(
                     AuthReason::ClientTokenMissing,
                     self.how_to(),
@@ -212,9 +255,12 @@ impl ClientAuth {
         }
     }
 
-    /// The caller whose token is `presented`: compared with every accepted digest, no early
-    /// exit.
-    fn match_token(&self, presented: &str) -> Result<CallerIdentity, Status> {
+    /// The caller whose token is `presented`, and its binding: compared with every accepted
+    /// digest, no early exit.
+    fn match_token(
+        &self,
+        presented: &str,
+    ) -> Result<(CallerIdentity, Option<TenantBinding>), Status> {
         let presented = digest(presented);
         let mut found = None;
         for accepted in self.tokens.iter() {
@@ -223,7 +269,7 @@ impl ClientAuth {
             }
         }
         found
-            .map(|a| CallerIdentity::token(&a.name))
+            .map(|a| (CallerIdentity::token(&a.name), a.binding.clone()))
             .ok_or_else(|| {
                 super::refused(
                     AuthReason::ClientTokenRejected,
@@ -448,6 +494,7 @@ mod tests {
             name: name.to_owned(),
             token: voxpool_config::CredentialRef::File(path.to_owned()),
             services,
+            tenants: None,
         };
         let entries = [
             entry("synthesis", &long, vec![DataPlane::Scheduler]),
@@ -455,6 +502,30 @@ mod tests {
         ];
         let scheduler = ClientAuth::load(&entries, DataPlane::Scheduler, false).unwrap();
         assert_eq!(scheduler.token_names(), ["synthesis"]);
+        // An entry's `tenants` binds its token; one without acts for any tenant.
+        let mut bound = entry("apps", &long, vec![DataPlane::Jobs]);
+        bound.tenants = Some(vec!["team-a".to_owned()]);
+        let jobs = ClientAuth::load(&[bound], DataPlane::Jobs, false).unwrap();
+        let (who, binding) = jobs
+            .authenticate_bound(
+                &headers("Bearer file-token-0123456789"),
+                &http::Extensions::new(),
+            )
+            .unwrap()
+            .expect("a caller");
+        assert_eq!(who, CallerIdentity::token("apps"));
+        assert_eq!(
+            binding.map(|b| b.tenants().to_vec()),
+            Some(vec!["team-a".to_owned()])
+        );
+        let (_, unbound) = scheduler
+            .authenticate_bound(
+                &headers("Bearer file-token-0123456789"),
+                &http::Extensions::new(),
+            )
+            .unwrap()
+            .expect("a caller");
+        assert_eq!(unbound, None);
         let err = ClientAuth::load(&entries, DataPlane::Synthesis, false).unwrap_err();
         assert!(
             err.starts_with("client_tokens[1].token:") && !err.contains("abc"),

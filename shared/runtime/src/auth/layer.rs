@@ -15,9 +15,9 @@ use super::ClientAuth;
 
 /// `inner` answering only authenticated callers, except for `open_methods` (method names such
 /// as `DisableKey`: the admin RPCs, whose `authorization` carries the admin token). An
-/// authenticated call carries its [`super::CallerIdentity`] in the request extensions and
-/// records it as `caller` on the RPC's span; a refused one is answered UNAUTHENTICATED
-/// without reaching `inner`.
+/// authenticated call carries its [`super::CallerIdentity`] (and, for a bound token, its
+/// [`super::TenantBinding`]) in the request extensions and records it as `caller` on the RPC's
+/// span; a refused one is answered UNAUTHENTICATED without reaching `inner`.
 #[derive(Clone, Debug)]
 pub struct Authenticated<S> {
     inner: S,
@@ -65,12 +65,16 @@ where
         }
         match self
             .auth
-            .authenticate(request.headers(), request.extensions())
+            .authenticate_bound(request.headers(), request.extensions())
         {
             Ok(caller) => {
-                if let Some(caller) = &caller {
+                let caller = caller.map(|(caller, binding)| {
                     request.extensions_mut().insert(caller.clone());
-                }
+                    if let Some(binding) = binding {
+                        request.extensions_mut().insert(binding);
+                    }
+                    caller
+                });
                 let answer = self.inner.call(request);
                 // The RPC's span is entered while this future runs, not during `call`.
                 Box::pin(async move {
@@ -101,16 +105,22 @@ mod tests {
     use super::*;
     use crate::auth::caller_identity;
 
-    /// Answers OK with the caller identity it was given (as a handler reads it) in a header.
+    /// Answers OK with the caller identity and tenant binding it was given (as a handler reads
+    /// them) in headers.
     fn echo_caller()
     -> tower::util::BoxCloneSyncService<http::Request<Body>, http::Response<Body>, Infallible> {
         tower::util::BoxCloneSyncService::new(tower::service_fn(|r: http::Request<Body>| async {
             let request = tonic::Request::from_http(r);
             let who = caller_identity(&request).map_or("none".to_owned(), ToString::to_string);
+            let tenants = crate::auth::tenant_binding(&request)
+                .map_or("any".to_owned(), |b| b.tenants().join(","));
             let mut answer = tonic::Status::ok("").into_http::<Body>();
             answer
                 .headers_mut()
                 .insert("x-caller", who.parse().expect("header"));
+            answer
+                .headers_mut()
+                .insert("x-tenants", tenants.parse().expect("header"));
             Ok::<_, Infallible>(answer)
         }))
     }
@@ -171,5 +181,31 @@ mod tests {
         // Nothing configured: every call passes, without identity.
         let open = call(ClientAuth::open(), acquire, None).await;
         assert_eq!(header(&open, "x-caller"), Some("none"));
+    }
+
+    #[tokio::test]
+    async fn handlers_see_a_bound_tokens_tenants_and_no_binding_for_an_unbound_one() {
+        let auth = ClientAuth::with_bound_tokens(
+            [
+                (
+                    "apps".to_owned(),
+                    Secret::new("apps-token-0123456789"),
+                    Some(crate::auth::TenantBinding::new(
+                        "apps",
+                        vec!["team-a".to_owned(), "team-b".to_owned()],
+                    )),
+                ),
+                ("ops".to_owned(), Secret::new("ops-token-0123456789"), None),
+            ],
+            false,
+        )
+        .expect("auth");
+        let jobs = "/voxpool.jobs.v1.Jobs/ListJobs";
+        let bound = call(auth.clone(), jobs, Some("apps-token-0123456789")).await;
+        assert_eq!(header(&bound, "x-caller"), Some("token:apps"));
+        assert_eq!(header(&bound, "x-tenants"), Some("team-a,team-b"));
+        let unbound = call(auth, jobs, Some("ops-token-0123456789")).await;
+        assert_eq!(header(&unbound, "x-caller"), Some("token:ops"));
+        assert_eq!(header(&unbound, "x-tenants"), Some("any"));
     }
 }
