@@ -30,7 +30,7 @@ pub struct Stack {
     pub synthesis: Service,
 }
 
-fn config(dir: &Path, base_url: &str) -> PathBuf {
+fn config(dir: &Path, base_url: &str, client_tokens: &str) -> PathBuf {
     let mut t = format!(
         "[[pools]]\nid = \"{POOL}\"\nprovider = \"openai\"\nmodel = \"tts-1\"\n\
          [[pools.upstreams]]\nid = \"u\"\nbase_url = \"{base_url}\"\n"
@@ -48,6 +48,7 @@ fn config(dir: &Path, base_url: &str) -> PathBuf {
          [synthesis]\nattempt_timeout_ms = 10000\ndefault_deadline_ms = 30000\n",
     );
     t.push_str(voxpool_e2e::CLIENT_TOKENS_TOML);
+    t.push_str(client_tokens);
     let path = dir.join("config.toml");
     std::fs::write(&path, t).expect("config file");
     path
@@ -61,6 +62,18 @@ impl Stack {
 
     /// [`Stack::start`] with `synthesis_args` added to synthesis's command line.
     pub async fn start_with(latency_ms: u64, synthesis_args: &[&str]) -> Self {
+        Self::start_with_tokens(latency_ms, synthesis_args, "", &[]).await
+    }
+
+    /// [`Stack::start_with`] with `client_tokens` (more `[[client_tokens]]` entries) in the
+    /// config (`config.toml` in [`Stack::dir`]) and `scheduler_env` in the scheduler's
+    /// environment.
+    pub async fn start_with_tokens(
+        latency_ms: u64,
+        synthesis_args: &[&str],
+        client_tokens: &str,
+        scheduler_env: &[(&str, &str)],
+    ) -> Self {
         let fake = FakeVendor::start(
             FakeConfig::new(VendorKind::OpenAi)
                 .cap(0)
@@ -69,12 +82,13 @@ impl Stack {
         .await
         .expect("fake vendor");
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = config(dir.path(), &fake.base_url());
-        let mut s = Command::new(binary("voxpool-scheduler"));
+        let config = config(dir.path(), &fake.base_url(), client_tokens);
+        let mut s = log(Command::new(binary("voxpool-scheduler")));
         s.arg("--config")
             .arg(&config)
-            .args(["--listen", "127.0.0.1:0", "--store", "memory"]);
-        let scheduler = start(log(s));
+            .args(["--listen", "127.0.0.1:0", "--store", "memory"])
+            .envs(scheduler_env.iter().copied());
+        let scheduler = start(s);
         let mut c = Command::new(binary("voxpool-catalog"));
         c.args(["--listen", "127.0.0.1:0", "--database"])
             .arg(format!(

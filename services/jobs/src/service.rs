@@ -1,6 +1,8 @@
 //! The gRPC edge of `voxpool.jobs.v1.Jobs`: requests checked and turned into store calls,
 //! records turned into messages, every failure into the code and typed reason the proto
-//! documents (`voxpool_domain::contract::JobsReason`, built in [`crate::status`]).
+//! documents (`voxpool_domain::contract::JobsReason`, built in [`crate::status`]). A caller
+//! whose token is bound to tenants (`voxpool_runtime::auth::TenantBinding`) creates and lists
+//! only for those and acts on their jobs only, on every RPC (PERMISSION_DENIED otherwise).
 
 use std::{pin::Pin, sync::Arc};
 
@@ -12,6 +14,7 @@ use voxpool_proto::jobs::v1::{
     self as pb,
     jobs_server::{Jobs, JobsServer},
 };
+use voxpool_runtime::auth::{TenantBinding, resolve_tenant, tenant_binding};
 
 use crate::{
     convert,
@@ -64,14 +67,21 @@ impl JobsService {
             .max_encoding_message_size(max_message_bytes)
     }
 
-    async fn record(&self, name: &str) -> Result<crate::model::JobRecord, Status> {
+    /// The record of job `name`, when `binding` (the caller's, if bound) allows its tenant.
+    async fn record(
+        &self,
+        name: &str,
+        binding: Option<&TenantBinding>,
+    ) -> Result<crate::model::JobRecord, Status> {
         let id = parse_job_name(name)
             .map_err(|e| voxpool_domain::status::invalid_argument("name", e))?;
-        self.store
-            .record(id)
-            .await
+        let record = (self.store.record(id).await)
             .map_err(store_status)?
-            .ok_or_else(|| job_not_found(id))
+            .ok_or_else(|| job_not_found(id))?;
+        if let Some(binding) = binding {
+            binding.check(&format!("jobs/{id}"), &record.tenant)?;
+        }
+        Ok(record)
     }
 }
 
@@ -105,7 +115,9 @@ impl Jobs for JobsService {
         &self,
         request: Request<pb::CreateJobRequest>,
     ) -> Result<Response<pb::Job>, Status> {
+        let binding = tenant_binding(&request).cloned();
         let mut req = request.into_inner();
+        req.tenant = resolve_tenant(binding.as_ref(), std::mem::take(&mut req.tenant))?;
         let (items, field, problems) = match (req.items.is_empty(), req.manifest_uri.is_empty()) {
             (false, false) => {
                 return Err(voxpool_domain::status::invalid_argument(
@@ -187,7 +199,8 @@ impl Jobs for JobsService {
         &self,
         request: Request<pb::GetJobRequest>,
     ) -> Result<Response<pb::Job>, Status> {
-        let record = self.record(&request.get_ref().name).await?;
+        let binding = tenant_binding(&request);
+        let record = self.record(&request.get_ref().name, binding).await?;
         Ok(Response::new(convert::job(&record, &self.results)))
     }
 
@@ -195,7 +208,9 @@ impl Jobs for JobsService {
         &self,
         request: Request<pb::ListJobsRequest>,
     ) -> Result<Response<pb::ListJobsResponse>, Status> {
-        let req = request.into_inner();
+        let binding = tenant_binding(&request).cloned();
+        let mut req = request.into_inner();
+        req.tenant = resolve_tenant(binding.as_ref(), std::mem::take(&mut req.tenant))?;
         voxpool_domain::contract::check_tenant(&req.tenant)
             .map_err(|e| voxpool_domain::status::invalid_argument("tenant", e.to_string()))?;
         let (_, size) = page(req.page_size, "")?;
@@ -218,8 +233,9 @@ impl Jobs for JobsService {
         &self,
         request: Request<pb::ListJobItemsRequest>,
     ) -> Result<Response<pb::ListJobItemsResponse>, Status> {
+        let binding = tenant_binding(&request).cloned();
         let req = request.into_inner();
-        let record = self.record(&req.name).await?;
+        let record = self.record(&req.name, binding.as_ref()).await?;
         let (offset, size) = page(req.page_size, &req.page_token)?;
         let state = parse_filter(&req.filter)?;
         let (rows, next) = self
@@ -242,6 +258,9 @@ impl Jobs for JobsService {
     ) -> Result<Response<pb::Job>, Status> {
         let id = parse_job_name(&request.get_ref().name)
             .map_err(|e| voxpool_domain::status::invalid_argument("name", e))?;
+        if let Some(binding) = tenant_binding(&request) {
+            self.record(&request.get_ref().name, Some(binding)).await?;
+        }
         match self.store.cancel(id).await.map_err(store_status)? {
             None => return Err(job_not_found(id)),
             Some(Err(state)) => {
@@ -269,6 +288,9 @@ impl Jobs for JobsService {
     ) -> Result<Response<()>, Status> {
         let id = parse_job_name(&request.get_ref().name)
             .map_err(|e| voxpool_domain::status::invalid_argument("name", e))?;
+        if let Some(binding) = tenant_binding(&request) {
+            self.record(&request.get_ref().name, Some(binding)).await?;
+        }
         match self.store.delete(id).await.map_err(store_status)? {
             Ok(false) => return Err(job_not_found(id)),
             Err(state) => {
@@ -324,7 +346,8 @@ impl Jobs for JobsService {
             .to_owned();
         voxpool_domain::item::check_item_id(item)
             .map_err(|e| voxpool_domain::status::invalid_argument("name", e))?;
-        let record = self.record(&format!("jobs/{job}")).await?; // unknown: JOB_NOT_FOUND
+        let binding = tenant_binding(&request);
+        let record = self.record(&format!("jobs/{job}"), binding).await?; // unknown: JOB_NOT_FOUND
         if !record.blob_store.is_empty() && record.blob_store != self.results.location() {
             return Err(reason(
                 Code::FailedPrecondition,

@@ -6,7 +6,7 @@ use std::{collections::HashMap, time::Duration};
 
 use tonic::{Code, Status, service::interceptor::InterceptedService, transport::Channel};
 use tonic_types::StatusExt as _;
-use voxpool_domain::contract::{Retry, SynthesisReason, retry_of};
+use voxpool_domain::contract::{AuthReason, Retry, SynthesisReason, retry_of};
 use voxpool_proto::{
     jobs::v1::{JobItemSpec, job_item_spec},
     synthesis::v1::{
@@ -119,12 +119,14 @@ impl Synthesizer {
 }
 
 /// Whether `status` refuses this replica itself (its worker token: missing, unknown, or not
-/// for synthesis), not the item: no item can succeed here until an operator fixes it.
+/// for synthesis), not the item: no item can succeed here until an operator fixes it. A worker
+/// token bound to tenants (`TENANT_NOT_ALLOWED`) refuses only the items of other tenants: those
+/// fail with that reason, naming the token and the tenant, and the replica keeps working.
 pub fn refuses_replica(status: &Status) -> bool {
     matches!(
         status.code(),
         Code::Unauthenticated | Code::PermissionDenied
-    )
+    ) && AuthReason::of(status) != Some(AuthReason::TenantNotAllowed)
 }
 
 /// Whether another try of a call that failed with `status` may succeed (the one rule every
@@ -168,7 +170,7 @@ mod tests {
 
     use tonic::{Code, Status};
 
-    use super::unreachable;
+    use super::{refuses_replica, unreachable};
 
     #[test]
     fn only_an_unavailable_without_error_info_is_synthesis_unreachable() {
@@ -185,5 +187,23 @@ mod tests {
             "synthesis answered: a counted attempt"
         );
         assert!(!unreachable(&Status::deadline_exceeded("slow")));
+    }
+
+    #[test]
+    fn a_refused_token_refuses_the_replica_a_foreign_tenant_only_the_item() {
+        let info = |code, reason: &str| {
+            voxpool_domain::status::with_info(code, "refused", reason, HashMap::new(), None)
+        };
+        assert!(refuses_replica(&info(
+            Code::Unauthenticated,
+            "CLIENT_TOKEN_REJECTED"
+        )));
+        assert!(refuses_replica(&Status::permission_denied(
+            "no reason given"
+        )));
+        assert!(!refuses_replica(&info(
+            Code::PermissionDenied,
+            "TENANT_NOT_ALLOWED"
+        )));
     }
 }

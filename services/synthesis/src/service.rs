@@ -20,6 +20,7 @@ use voxpool_proto::synthesis::v1::{
     self as pb,
     synthesis_server::{Synthesis, SynthesisServer},
 };
+use voxpool_runtime::auth::{resolve_tenant, tenant_binding};
 
 use crate::{convert, deadline::Deadline, error::SynthesisError, job::Core, metrics, stream};
 
@@ -103,6 +104,21 @@ impl SynthesisService {
     }
 }
 
+/// `request`'s message with its `tenant` resolved through the caller's tenant binding, if it
+/// has one (`voxpool_runtime::auth::TenantBinding`: an empty tenant is a caller's only one).
+/// Errors: PERMISSION_DENIED `TENANT_NOT_ALLOWED` for a tenant outside the binding (counted).
+fn bound(
+    request: Request<pb::SynthesizeRequest>,
+    via: metrics::Via,
+    started: Instant,
+) -> Result<pb::SynthesizeRequest, Status> {
+    let binding = tenant_binding(&request).cloned();
+    let mut message = request.into_inner();
+    message.tenant = resolve_tenant(binding.as_ref(), std::mem::take(&mut message.tenant))
+        .inspect_err(|e| metrics::request(via, "-", e.code(), started.elapsed()))?;
+    Ok(message)
+}
+
 #[tonic::async_trait]
 impl Synthesis for SynthesisService {
     async fn synthesize(
@@ -111,7 +127,8 @@ impl Synthesis for SynthesisService {
     ) -> Result<Response<pb::SynthesizeResponse>, Status> {
         let started = Instant::now();
         let deadline = self.deadline(&request);
-        let (pool, result) = self.unary(request.into_inner(), deadline).await;
+        let message = bound(request, metrics::Via::Unary, started)?;
+        let (pool, result) = self.unary(message, deadline).await;
         let result = result.map_err(|e| {
             tracing::info!(pool = pool.as_deref().unwrap_or("-"), error = %e, "synthesis failed");
             Status::from(e)
@@ -134,7 +151,7 @@ impl Synthesis for SynthesisService {
     ) -> Result<Response<Self::SynthesizeStreamStream>, Status> {
         let started = Instant::now();
         let deadline = self.deadline(&request);
-        let request = convert::request(request.into_inner());
+        let request = convert::request(bound(request, metrics::Via::Stream, started)?);
         match self.core.prepare(request, deadline).await {
             Ok(job) => Ok(Response::new(stream::start(
                 self.core.clone(),
