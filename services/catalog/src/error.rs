@@ -121,6 +121,19 @@ pub enum CatalogError {
         /// The store's error (logged, never sent to callers: it may name paths or buckets).
         cause: String,
     },
+    /// AddReference while the most clips the catalog decodes at once are being decoded, for
+    /// longer than an upload waits for its turn.
+    #[error(
+        "{limit} reference clips are being checked already (the catalog decodes at most {limit} \
+         at once, to bound its memory) and this one waited {waited_ms} ms for its turn; retry \
+         after the RetryInfo delay"
+    )]
+    ClipUploadsBusy {
+        /// Clips decoded at once.
+        limit: usize,
+        /// How long the upload waited.
+        waited_ms: u64,
+    },
     /// A stored row cannot be decoded (someone edited the database by hand).
     #[error("stored voice pack {id:?} is unreadable: {message}")]
     CorruptRow {
@@ -308,6 +321,13 @@ impl From<CatalogError> for Status {
                     Some(std::time::Duration::from_secs(1)),
                 )
             }
+            CatalogError::ClipUploadsBusy { limit, .. } => with_info(
+                Code::ResourceExhausted,
+                message,
+                CatalogReason::ClipUploadsBusy.as_str(),
+                metadata(&[("limit", limit.to_string())]),
+                Some(std::time::Duration::from_secs(1)),
+            ),
             CatalogError::CorruptRow { id, message: cause } => {
                 tracing::error!(pack_id = %id, cause = %cause, "stored voice pack is unreadable");
                 Status::internal(message)

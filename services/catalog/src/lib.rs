@@ -11,6 +11,7 @@
 //! - [`identity`]: the fingerprint that makes "same voice, same params" one pack.
 //! - [`freeze`], [`card`]: snapshots and binding them into card JSON.
 //! - [`reference`]: reference clips (AddReference rules, their bytes in the blob store).
+//! - [`clip_gate`]: at most a few AddReference uploads decoded at once (bounded memory).
 //! - [`repo`]: the `PackRepository` trait and its sea-orm implementation (SQLite, PostgreSQL).
 //! - [`service`]: the `VoiceCatalog` and `VoiceCatalogAdmin` gRPC services.
 //! - [`db`]: connecting (pool settings, redacted DSNs) and migrating.
@@ -22,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod card;
+pub mod clip_gate;
 pub mod convert;
 pub mod db;
 pub mod error;

@@ -144,6 +144,11 @@ pub fn check_add(req: &pb::AddReferenceRequest) -> Result<CheckedClip, CatalogEr
         );
     } else if transcript.chars().any(char::is_control) {
         fail("transcript", "must not contain control characters".into());
+    } else if !voxpool_domain::text::has_speech(transcript) {
+        fail(
+            "transcript",
+            "holds no letter or digit (only spaces, zero-width characters, punctuation or symbols): write what the clip says".into(),
+        );
     }
     let language = if req.language.is_empty() {
         None

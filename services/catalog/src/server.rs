@@ -11,6 +11,7 @@ use voxpool_runtime::limits::ServerFlags;
 use voxpool_runtime::startup::{self, NotReady};
 
 use crate::{
+    clip_gate::ClipGate,
     db,
     pools::ServedPools,
     reference::ClipStore,
@@ -111,10 +112,12 @@ pub async fn serve_with(
         .into_server()
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
-    let admin = AdminService::new(repo.clone(), auth, pools, clips)
-        .into_server()
-        .max_decoding_message_size(max)
-        .max_encoding_message_size(max);
+    let admin = ClipGate::new(
+        AdminService::new(repo.clone(), auth, pools, clips)
+            .into_server()
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max),
+    );
     let probe = move |_: bool| {
         let repo = repo.clone();
         async move { repo.ping().await.map_err(|e| format!("{e:?}")) }

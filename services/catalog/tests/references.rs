@@ -197,6 +197,23 @@ async fn refusals_name_the_field_and_the_limit(backend: Backend) {
         "{}",
         huge.message()
     );
+    // A WAV cut off halfway: its header announces 4 s of samples, 2 s follow. The 2 s that
+    // are there decode, which is not the clip that was meant.
+    let whole = clip(4_000);
+    let cut = refused(add(&pack.id, whole[..whole.len() / 2].to_vec(), "")).await;
+    assert_eq!(cut.code(), Code::InvalidArgument);
+    assert_eq!(bad_fields(&cut), ["audio"]);
+    assert!(cut.message().contains("truncated"), "{}", cut.message());
+    // A transcript of zero-width spaces says nothing a model could read with the clip.
+    let mut silent = add(&pack.id, clip(2_000), "");
+    silent.transcript = "\u{200b}\u{200b}\u{200b}".into();
+    let silent = refused(silent).await;
+    assert_eq!(bad_fields(&silent), ["transcript"]);
+    assert!(
+        silent.message().contains("letter or digit"),
+        "{}",
+        silent.message()
+    );
     let mut bad = add(&pack.id, clip(2_000), "Loud!");
     bad.transcript = String::new();
     bad.language = "not a language".into();

@@ -170,7 +170,16 @@ impl VoiceCatalogAdmin for AdminService {
     ) -> Result<Response<pb::VoicePackReference>, Status> {
         self.auth.authorize(request.metadata())?;
         let req = request.into_inner();
-        let clip = reference::check_add(&req)?;
+        // Decoding a clip is seconds of CPU at worst: off the async workers.
+        let (clip, req) =
+            tokio::task::spawn_blocking(move || reference::check_add(&req).map(|clip| (clip, req)))
+                .await
+                .map_err(|e| {
+                    tracing::error!(error = %e, "checking a reference clip failed");
+                    Status::internal(
+                        "checking the reference clip failed (details are in the catalog log)",
+                    )
+                })??;
         let pack = self.repo.get(&req.pack_id).await?;
         reference::accepts(&pack)?;
         let new = reference::stored(&clip, &pack, now().timestamp_micros())?;

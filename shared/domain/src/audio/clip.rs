@@ -166,6 +166,9 @@ fn decode(bytes: &[u8], keep: bool) -> Result<(ClipInfo, Vec<i16>), ClipError> {
     let format = ClipFormat::sniff(bytes).ok_or_else(|| {
         ClipError("is not WAV, MP3 or FLAC (its first bytes are none of theirs)".into())
     })?;
+    if let Some(cut) = truncation(bytes, format) {
+        return Err(ClipError(cut));
+    }
     let mut hint = Hint::new();
     hint.with_extension(format.extension());
     let source = MediaSourceStream::new(Box::new(Cursor::new(bytes.to_vec())), Default::default());
@@ -183,6 +186,7 @@ fn decode(bytes: &[u8], keep: bool) -> Result<(ClipInfo, Vec<i16>), ClipError> {
         .default_track()
         .ok_or_else(|| ClipError("holds no audio track".into()))?;
     let track_id = track.id;
+    let declared_frames = track.codec_params.n_frames;
     let mut decoder = symphonia::default::get_codecs()
         .make(&track.codec_params, &DecoderOptions::default())
         .map_err(bad)?;
@@ -214,6 +218,14 @@ fn decode(bytes: &[u8], keep: bool) -> Result<(ClipInfo, Vec<i16>), ClipError> {
             samples.extend_from_slice(buf.samples());
         }
     }
+    // A FLAC stream says how many frames it holds: fewer decoded is a file cut off (the
+    // decoder stops at the end of the bytes without an error).
+    if format == ClipFormat::Flac && declared_frames.is_some_and(|n| n > 0 && frames < n) {
+        return Err(ClipError(format!(
+            "is truncated: its header announces {} frames of audio, the file holds {frames}: send the whole file",
+            declared_frames.unwrap_or_default()
+        )));
+    }
     if frames == 0 || sample_rate_hz == 0 || channels == 0 {
         return Err(ClipError("holds no audio samples".into()));
     }
@@ -227,6 +239,37 @@ fn decode(bytes: &[u8], keep: bool) -> Result<(ClipInfo, Vec<i16>), ClipError> {
         },
         samples,
     ))
+}
+
+/// Why a WAV whose `data` chunk declares more bytes than follow is not the clip it claims to
+/// be (the decoder reads what is there and stops without an error). Placeholder sizes of
+/// writers that cannot seek ([`super::wav::PLACEHOLDER_MIN`] and up) mean "to the end".
+fn truncation(bytes: &[u8], format: ClipFormat) -> Option<String> {
+    if format != ClipFormat::Wav {
+        return None;
+    }
+    let mut pos = 12;
+    while pos + 8 <= bytes.len() {
+        let size = u32::from_le_bytes([
+            bytes[pos + 4],
+            bytes[pos + 5],
+            bytes[pos + 6],
+            bytes[pos + 7],
+        ]);
+        let available = bytes.len() - (pos + 8);
+        if &bytes[pos..pos + 4] == b"data" {
+            return (size < super::wav::PLACEHOLDER_MIN && size as usize > available).then(|| {
+                format!(
+                    "is truncated: its data chunk announces {size} bytes of audio, {available} follow: send the whole file"
+                )
+            });
+        }
+        pos = pos
+            .saturating_add(8)
+            .saturating_add(size as usize)
+            .saturating_add(size as usize % 2);
+    }
+    None
 }
 
 #[cfg(test)]
@@ -284,6 +327,18 @@ mod tests {
         let at = bytes.windows(4).position(|w| w == b"data").unwrap();
         bytes[at..at + 4].copy_from_slice(b"junk");
         assert!(inspect(&bytes, ClipLimits::CATALOG).is_err());
+    }
+
+    #[test]
+    fn a_wav_cut_before_its_declared_end_is_refused_but_a_streaming_header_is_not() {
+        let whole = wav(4.0, 16_000);
+        let cut = inspect(&whole[..whole.len() / 2], ClipLimits::CATALOG).unwrap_err();
+        assert!(cut.0.contains("is truncated"), "{cut}");
+        // A writer that cannot seek leaves the placeholder size: the samples run to the end.
+        let mut streamed = whole.clone();
+        streamed[40..44].copy_from_slice(&u32::MAX.to_le_bytes());
+        streamed[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(inspect(&streamed[..streamed.len() / 2], ClipLimits::CATALOG).is_ok());
     }
 
     #[test]

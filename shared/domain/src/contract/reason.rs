@@ -259,6 +259,8 @@ reasons! {
         ReferenceExists = "REFERENCE_EXISTS", Never;
         /// UNAVAILABLE: the blob store that keeps reference clips does not answer.
         BlobStoreUnavailable = "BLOB_STORE_UNAVAILABLE", Again;
+        /// RESOURCE_EXHAUSTED: the most clips decoded at once are in progress; retry after `RetryInfo`.
+        ClipUploadsBusy = "CLIP_UPLOADS_BUSY", Again;
     }
 }
 
