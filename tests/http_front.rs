@@ -44,9 +44,20 @@ struct Stack {
 impl Stack {
     /// `keys` keys of capacity `cap` on the fake; `deadline_ms` is synthesis's deadline.
     async fn start(fake: FakeConfig, keys: usize, cap: u32, deadline_ms: u64) -> Self {
+        Self::start_with(fake, keys, cap, deadline_ms, Access::ApiKeys).await
+    }
+
+    /// [`Stack::start`] with the HTTP front's callers known as `access` says.
+    async fn start_with(
+        fake: FakeConfig,
+        keys: usize,
+        cap: u32,
+        deadline_ms: u64,
+        access: Access,
+    ) -> Self {
         let fake = FakeVendor::start(fake).await.expect("fake vendor");
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = write_config(dir.path(), &fake.base_url(), keys, cap, deadline_ms);
+        let config = write_config(dir.path(), &fake.base_url(), keys, cap, deadline_ms, access);
         let db = format!("sqlite://{}?mode=rwc", dir.path().join("c.db").display());
         let packs = dir.path().join("packs.toml");
         std::fs::write(
@@ -84,6 +95,9 @@ impl Stack {
             &format!("http://{}", catalog.addr),
         ]);
         c.env("VOXPOOL_TEST_HTTP_KEY", KEY_B);
+        if access == Access::Anonymous {
+            c.arg("--http-allow-anonymous");
+        }
         let (synthesis, url) = start_http(c);
         let listed = sdk(&["list", &url, KEY_A], None);
         let voice = listed["voices"][0]["id"]
@@ -134,7 +148,23 @@ impl Stack {
     }
 }
 
-fn write_config(dir: &Path, base_url: &str, keys: usize, cap: u32, deadline_ms: u64) -> PathBuf {
+/// How the HTTP front knows its callers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    /// `[[http.api_keys]]`: KEY_A (team-a) and KEY_B (team-b).
+    ApiKeys,
+    /// No key configured, `--http-allow-anonymous`.
+    Anonymous,
+}
+
+fn write_config(
+    dir: &Path,
+    base_url: &str,
+    keys: usize,
+    cap: u32,
+    deadline_ms: u64,
+    access: Access,
+) -> PathBuf {
     let mut t = format!(
         "[[pools]]\nid = \"{POOL}\"\nprovider = \"openai\"\nmodel = \"tts-1\"\n\
          [[pools.upstreams]]\nid = \"u\"\nbase_url = \"{base_url}\"\n"
@@ -154,11 +184,15 @@ fn write_config(dir: &Path, base_url: &str, keys: usize, cap: u32, deadline_ms: 
          [[pools.upstreams.keys]]\nid = \"k0\"\ncapacity = 1\n\
          credential = {{ env = \"VOXPOOL_TEST_CREDENTIAL_NEVER_SET\" }}\n"
     ));
-    let digest = hex::encode(Sha256::digest(KEY_A.as_bytes()));
+    if access == Access::ApiKeys {
+        let digest = hex::encode(Sha256::digest(KEY_A.as_bytes()));
+        t.push_str(&format!(
+            "[[http.api_keys]]\nsha256 = \"{digest}\"\ntenant = \"team-a\"\npriority = \"INTERACTIVE\"\n\
+             [[http.api_keys]]\nkey = {{ env = \"VOXPOOL_TEST_HTTP_KEY\" }}\ntenant = \"team-b\"\npriority = \"BATCH\"\n"
+        ));
+    }
     t.push_str(&format!(
-        "[[http.api_keys]]\nsha256 = \"{digest}\"\ntenant = \"team-a\"\npriority = \"INTERACTIVE\"\n\
-         [[http.api_keys]]\nkey = {{ env = \"VOXPOOL_TEST_HTTP_KEY\" }}\ntenant = \"team-b\"\npriority = \"BATCH\"\n\
-         [scheduler]\nwait_poll_ms = 10\nrecovery_window_ms = 0\nrate_limit_cooldown_ms = 2000\n\
+        "[scheduler]\nwait_poll_ms = 10\nrecovery_window_ms = 0\nrate_limit_cooldown_ms = 2000\n\
          [synthesis]\ndefault_deadline_ms = {deadline_ms}\nmax_text_chars = 2000\n"
     ));
     t.push_str(voxpool_e2e::CLIENT_TOKENS_TOML);
@@ -455,6 +489,109 @@ async fn each_error_answers_the_status_and_shape_an_openai_client_expects() {
             >= Some(1),
         "{waiting}"
     );
+}
+
+/// One HTTP/1.1 exchange written by hand (`request` as it goes on the wire, the connection
+/// closed after it): the answer's status, and its body as JSON.
+fn raw(url: &str, request: &[u8]) -> (u16, Value) {
+    use std::io::Read as _;
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_owned();
+    let mut tcp = std::net::TcpStream::connect(&addr).expect("connect");
+    tcp.write_all(request).expect("send");
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).expect("read the answer");
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("a status line: {answer:?}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    let body = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer:?}"));
+    (status, body)
+}
+
+/// A speech request with `body` sent as `content_type`.
+fn post(voice_body: &str, content_type: &str) -> Vec<u8> {
+    format!(
+        "POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{voice_body}",
+        voice_body.len()
+    )
+    .into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anonymous_front_serves_the_sdk_and_refuses_what_it_would_not_apply() {
+    // No [[http.api_keys]], --http-allow-anonymous; a deadline past the SDK's own 60 s, so a
+    // call that waits the server's deadline out ends at the SDK instead.
+    let stack = Stack::start_with(fake_openai(10, 0), 1, 1, 120_000, Access::Anonymous).await;
+    // The SDK always sends a key: with none configured, any key is anonymous.
+    let got = stack.speak("sk-any-key-at-all", json!({"input": "Hello, anyone."}));
+    assert_eq!(got["status"], 200, "{got}");
+
+    // The client's deadline: the vendor holds the call; X-Stainless-Timeout ends it as a 504
+    // with its attempts, long before the server's own deadline or the SDK's timeout.
+    stack.fake.pause();
+    let got = stack.speak(
+        "sk-any",
+        json!({"input": "held", "_headers": {"X-Stainless-Timeout": "1.5"}}),
+    );
+    stack.fake.resume();
+    assert_eq!(got["status"], 504, "{got}");
+    assert_eq!(got["body"]["code"], "deadline_exceeded", "{got}");
+    let got = stack.speak(
+        "sk-any",
+        json!({"input": "x", "_headers": {"X-Voxpool-Timeout": "soon"}}),
+    );
+    assert_eq!(got["status"], 400, "{got}");
+    assert_eq!(got["body"]["param"], "X-Voxpool-Timeout", "{got}");
+
+    let voice = &stack.voice;
+    let cases = [
+        (
+            post(
+                &format!(r#"{{"input":"x","voice":"{voice}"}}"#),
+                "text/plain",
+            ),
+            "Content-Type",
+        ),
+        (
+            post(
+                &format!(r#"{{"input":"say this","voice":"{voice}","input":"say that"}}"#),
+                "application/json",
+            ),
+            "input",
+        ),
+        (
+            post(
+                &format!(r#"{{"input":"x","voice":{{"id":"{voice}","style":"calm"}}}}"#),
+                "application/json",
+            ),
+            "voice.style",
+        ),
+    ];
+    for (request, param) in cases {
+        let (status, body) = raw(&stack.url, &request);
+        assert_eq!(status, 400, "{param}: {body}");
+        assert_eq!(body["error"]["param"], param, "{body}");
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+    }
+    // hyper's own answers: a request line it cannot read, headers past its buffer.
+    let (status, body) = raw(&stack.url, b"POST /v1/audio/speech HTTP/1.1 x\r\n\r\n");
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "malformed_request", "{body}");
+    let mut big = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 100 * 1024));
+    big.extend_from_slice(b"\r\n\r\n");
+    let (status, body) = raw(&stack.url, &big);
+    assert_eq!(status, 431, "{body}");
+    assert_eq!(body["error"]["code"], "headers_too_large", "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

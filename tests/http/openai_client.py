@@ -10,7 +10,8 @@ JSON line per result on stdout, for the Rust test to assert on.
 
 The body goes on stdin, not in an argument: a test's oversized input would not fit one.
 
-`speak` with `"stream_format": "sse"` reads the event stream and reports its event types and
+A `"_headers"` object in the body is sent as request headers (`extra_headers`), not in the
+body. `speak` with `"stream_format": "sse"` reads the event stream and reports its event types and
 the audio bytes the deltas carried. Errors print the SDK's exception class, the HTTP status,
 the OpenAI error body and the Retry-After header.
 """
@@ -50,6 +51,10 @@ def failure(e):
 
 def speak(c, spec):
     p = params(spec)
+    # Headers of the request itself (`X-Stainless-Timeout`, ...), as a caller sets them.
+    headers = p.pop("_headers", None)
+    if headers:
+        p["extra_headers"] = headers
     try:
         if p.get("stream_format") == "sse":
             types, audio = [], 0
@@ -67,6 +72,9 @@ def speak(c, spec):
                 "pool": r.headers.get("x-voxpool-pool"), "bytes": len(body), "head": body[:4].hex()}
     except openai.APIStatusError as e:
         return failure(e)
+    except openai.APITimeoutError:
+        # The SDK gave up waiting (its own timeout, 60 s): the server never answered in time.
+        return {"class": "APITimeoutError"}
 
 
 def main():

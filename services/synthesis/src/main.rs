@@ -84,8 +84,9 @@ struct Args {
     /// `[[http.api_keys]]` key of the config as `Authorization: Bearer <key>`.
     #[arg(long, env = "VOXPOOL_HTTP_LISTEN")]
     http_listen: Option<String>,
-    /// With --http-listen and no `[[http.api_keys]]`: serve calls without a key as tenant
-    /// `anonymous`, class STANDARD (without it the listener refuses to start keyless).
+    /// With --http-listen and no `[[http.api_keys]]`: serve every call, whatever key it sends
+    /// or none, as tenant `anonymous`, class STANDARD (without it the listener refuses to
+    /// start keyless).
     #[arg(long, env = "VOXPOOL_HTTP_ALLOW_ANONYMOUS", requires = "http_listen")]
     http_allow_anonymous: bool,
     #[command(flatten)]

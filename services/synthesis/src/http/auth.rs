@@ -51,8 +51,10 @@ pub const ANONYMOUS_TENANT: &str = "anonymous";
 
 impl ApiKeys {
     /// Reads `configured` (a validated config's `[[http.api_keys]]`). With no key at all the
-    /// listener only starts when `allow_anonymous`; then calls without a key run as tenant
-    /// [`ANONYMOUS_TENANT`], class STANDARD (calls with an unknown key are still refused).
+    /// listener only starts when `allow_anonymous`; then every call runs as tenant
+    /// [`ANONYMOUS_TENANT`], class STANDARD, whatever key it presents (OpenAI's SDKs always
+    /// send one; vLLM does the same without keys). With keys and `allow_anonymous`, a call
+    /// without a key runs as anonymous and one with an unknown key is refused.
     /// Errors (one line, naming the entry and the variable or file, never a value): a `key`
     /// reference that cannot be read; no key and no `allow_anonymous`.
     pub fn load(configured: &[HttpApiKey], allow_anonymous: bool) -> Result<Self, String> {
@@ -105,6 +107,11 @@ impl ApiKeys {
     /// The caller of a request whose `Authorization` header is `authorization`. Errors: the
     /// 401 message (no header, not a bearer token, an unknown key).
     pub fn caller(&self, authorization: Option<&[u8]>) -> Result<Caller, &'static str> {
+        if self.keys.is_empty()
+            && let Some(anonymous) = &self.anonymous
+        {
+            return Ok(anonymous.clone());
+        }
         let Some(raw) = authorization else {
             return self.anonymous.clone().ok_or(
                 "missing Authorization header: send `Authorization: Bearer <API key>` (an [[http.api_keys]] key of this server)",
@@ -167,9 +174,20 @@ mod tests {
         assert!(e.contains("--http-allow-anonymous"), "{e}");
         let anonymous = ApiKeys::load(&[], true).unwrap();
         assert_eq!(anonymous.caller(None).unwrap().tenant, ANONYMOUS_TENANT);
+        // No key configured: whatever an SDK sends is anonymous too.
+        assert_eq!(
+            anonymous
+                .caller(Some(b"Bearer sk-anything"))
+                .unwrap()
+                .tenant,
+            ANONYMOUS_TENANT
+        );
+        let digest = hex::encode(Sha256::digest(b"sk-known"));
+        let both = ApiKeys::load(&[key(Some(digest), None, "acme")], true).unwrap();
+        assert_eq!(both.caller(None).unwrap().tenant, ANONYMOUS_TENANT);
         assert!(
-            anonymous.caller(Some(b"Bearer x")).is_err(),
-            "a wrong key is still wrong"
+            both.caller(Some(b"Bearer x")).is_err(),
+            "with keys configured, a wrong key is still wrong"
         );
         let e = ApiKeys::load(
             &[key(None, Some("VOXPOOL_TEST_UNSET_HTTP_KEY"), "a")],

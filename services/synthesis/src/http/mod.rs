@@ -12,11 +12,16 @@
 //! `--tls-key`; HTTP/1.1 and HTTP/2 by ALPN), load shedding (`--max-concurrent-requests`
 //! handlers at once on this listener, beyond it 503), the request timeout (504), and shutdown
 //! (after `--drain-delay` the listener closes and answers under way finish). A body is at most
-//! [`Front::body_limit`] bytes (413 beyond).
+//! [`Front::body_limit`] bytes (413 beyond). Requests hyper cannot parse (a malformed request
+//! line, headers past the head buffer) are answered by hyper itself, in OpenAI's error shape
+//! too ([`canned`]).
 
 pub mod auth;
+mod body;
+mod canned;
 pub mod error;
 pub mod speech;
+mod timeout;
 pub mod voices;
 
 use std::{sync::Arc, time::Duration};
@@ -44,7 +49,7 @@ use voxpool_runtime::{
     limits::ServerFlags,
 };
 
-use self::{auth::ApiKeys, error::ApiError};
+use self::{auth::ApiKeys, canned::JsonErrors, error::ApiError};
 use crate::job::Core;
 
 /// hyper's HTTP/1.1 buffer per connection (its default is about 400 KiB): what an answer may
@@ -323,7 +328,8 @@ pub async fn serve(
         tokio::spawn(async move {
             match tls {
                 None => {
-                    let conn = builder.serve_connection(TokioIo::new(tcp), service);
+                    let io = TokioIo::new(JsonErrors::new(tcp));
+                    let conn = builder.serve_connection(io, service);
                     let _ = watcher.watch(conn.into_owned()).await;
                 }
                 Some(acceptor) => {
@@ -332,7 +338,8 @@ pub async fn serve(
                     else {
                         return;
                     };
-                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    let io = TokioIo::new(JsonErrors::new(stream));
+                    let conn = builder.serve_connection(io, service);
                     let _ = watcher.watch(conn.into_owned()).await;
                 }
             }
