@@ -28,9 +28,13 @@
 //! ([`Conn::generation`]).
 //!
 //! Credentials in a URL are never printed: [`redact`] is what messages show.
+//!
+//! The `redis` crate's own warnings (one per call in flight while a cluster node fails over)
+//! reach the log at most once per 10 s with a count of the rest: [`log_limit`].
 
 mod cluster;
 mod heal;
+pub mod log_limit;
 mod sentinel;
 mod url;
 

@@ -2,6 +2,8 @@
 //!
 //! - Logs: `tracing` to stderr with an `EnvFilter` (`RUST_LOG`, default `info`), pretty or
 //!   JSON by `VOXPOOL_LOG_FORMAT` (`pretty` | `json`). stdout stays free for command output.
+//!   The `redis` crate's warnings come at most once per 10 s, with a count of the rest
+//!   (`voxpool_redis::log_limit`).
 //! - Traces and metrics: OTLP over gRPC (`opentelemetry-otlp` + `tracing-opentelemetry`), on
 //!   only when `OTEL_EXPORTER_OTLP_ENDPOINT` (or the `_TRACES_` / `_METRICS_` variant) is set.
 //!   The exporters read the standard `OTEL_EXPORTER_OTLP_*` variables, the service name comes
@@ -39,7 +41,10 @@ fn install(tracer: Option<opentelemetry_sdk::trace::Tracer>) -> bool {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let json = std::env::var("VOXPOOL_LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
     let otel = tracer.map(|t| tracing_opentelemetry::layer().with_tracer(t));
-    let registry = tracing_subscriber::registry().with(filter).with(otel);
+    let registry = tracing_subscriber::registry()
+        .with(filter)
+        .with(voxpool_redis::log_limit::layer())
+        .with(otel);
     if json {
         registry
             .with(fmt::layer().json().with_writer(std::io::stderr))
