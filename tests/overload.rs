@@ -2,13 +2,18 @@
 //! characters (five chunks each) arrive at once on a pool of 4 slots whose vendor takes 2 s a
 //! call, each with a 10 s deadline. The ones that can finish are admitted and every one of them
 //! completes whole; the rest are refused at once, RESOURCE_EXHAUSTED `DEADLINE_UNREACHABLE`,
-//! before any vendor call (the fake counts every call it gets).
+//! before any vendor call (the fake counts every call it gets); over HTTP, with the same deadline
+//! in `X-Voxpool-Timeout`, the refusal is a 429 `deadline_unreachable` with `Retry-After`.
 
 use std::time::Duration;
 
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::TcpStream,
+};
 use voxpool_domain::contract::SynthesisReason;
 use voxpool_e2e::{
-    speech::{Options, SpeechStack, long_text},
+    speech::{HTTP_KEY, Options, SpeechStack, long_text},
     synthesis_client,
 };
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, Latency, VendorKind};
@@ -45,18 +50,20 @@ async fn long_texts_over_capacity_are_admitted_while_they_can_finish_and_refused
         .len();
     assert_eq!(calls(), CHUNKS as u64, "the text is {CHUNKS} chunks");
 
-    let mut tasks = Vec::new();
+    let (results, mut finished) = tokio::sync::mpsc::unbounded_channel();
     for _ in 0..REQUESTS {
         let mut client = synthesis_client(&stack.synthesis.addr).await;
         let mut request = tonic::Request::new(stack.request(&text));
         request.set_timeout(Duration::from_secs(10));
-        tasks.push(tokio::spawn(async move {
-            client.synthesize(request).await.map(|r| r.into_inner())
-        }));
+        let results = results.clone();
+        tokio::spawn(async move {
+            let _ = results.send(client.synthesize(request).await.map(|r| r.into_inner()));
+        });
     }
     let (mut admitted, mut refused) = (0u64, 0u64);
-    for task in tasks {
-        match task.await.expect("request task") {
+    let mut probed = None;
+    for _ in 0..REQUESTS {
+        match finished.recv().await.expect("every request answers") {
             Ok(answer) => {
                 assert_eq!(
                     answer.audio.len(),
@@ -77,9 +84,24 @@ async fn long_texts_over_capacity_are_admitted_while_they_can_finish_and_refused
                     "{status:?}"
                 );
                 refused += 1;
+                // The backlog only grows until a chunk ends: the same request over HTTP, with
+                // the same deadline in X-Voxpool-Timeout, is refused the same way.
+                if probed.is_none() {
+                    probed = Some(http_probe(&stack.http_host(), &stack.pack, &text).await);
+                }
             }
         }
     }
+    let answer = probed.expect("at least one refusal");
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(
+        answer.contains("\"code\":\"deadline_unreachable\""),
+        "{answer}"
+    );
+    assert!(
+        answer.to_ascii_lowercase().contains("\r\nretry-after: "),
+        "{answer}"
+    );
     eprintln!("{admitted} admitted, {refused} refused");
     assert!(admitted >= 1, "nothing was admitted");
     assert!(
@@ -91,4 +113,21 @@ async fn long_texts_over_capacity_are_admitted_while_they_can_finish_and_refused
         CHUNKS as u64 * (1 + admitted),
         "only admitted requests reach the vendor ({admitted} admitted, {refused} refused)"
     );
+}
+
+/// One speech request over HTTP for `text` with a 10 s `X-Voxpool-Timeout`; the whole answer.
+async fn http_probe(host: &str, voice: &str, text: &str) -> String {
+    let body = serde_json::json!({"model": "tts-1", "voice": voice, "input": text, "response_format": "pcm"})
+        .to_string();
+    let mut tcp = TcpStream::connect(host).await.expect("connect");
+    let head = format!(
+        "POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {HTTP_KEY}\r\n\
+         Content-Type: application/json\r\nX-Voxpool-Timeout: 10\r\nConnection: close\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.expect("request");
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).await.expect("answer");
+    String::from_utf8_lossy(&answer).into_owned()
 }

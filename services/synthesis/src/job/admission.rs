@@ -3,8 +3,9 @@
 //! at its deadline (docs/SYNTHESIS.md, "Admission").
 //!
 //! Each pool keeps, on this replica ([`Load`]):
-//! - its **pace**: seconds of vendor time per character, a moving average over the calls that
-//!   succeeded here (a call's whole duration over its characters);
+//! - its **pace**: seconds of vendor time per character over the calls that succeeded here
+//!   (the moving average of their durations over that of their characters, so a short last
+//!   chunk at a vendor with a fixed cost per call does not swing it);
 //! - its **backlog**: characters of the requests admitted here and not yet synthesized, by
 //!   traffic class.
 //!
@@ -41,8 +42,10 @@ pub struct Load {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Seconds of vendor time per character.
-    secs_per_char: f64,
+    /// Moving average of a successful call's duration, seconds.
+    call_secs: f64,
+    /// Moving average of a successful call's characters.
+    call_chars: f64,
     observed: u32,
     /// Characters admitted and not yet done, by class (INTERACTIVE, STANDARD, BATCH).
     backlog: [u64; 3],
@@ -88,13 +91,14 @@ impl Load {
         if chars == 0 {
             return;
         }
-        let sample = latency.as_secs_f64() / chars as f64;
+        let (secs, chars) = (latency.as_secs_f64(), chars as f64);
         let mut state = self.lock();
-        state.secs_per_char = if state.observed == 0 {
-            sample
+        if state.observed == 0 {
+            (state.call_secs, state.call_chars) = (secs, chars);
         } else {
-            state.secs_per_char + WEIGHT * (sample - state.secs_per_char)
-        };
+            state.call_secs += WEIGHT * (secs - state.call_secs);
+            state.call_chars += WEIGHT * (chars - state.call_chars);
+        }
         state.observed = state.observed.saturating_add(1);
     }
 
@@ -105,7 +109,7 @@ impl Load {
         let class = class(ask.priority);
         let mut state = self.lock();
         if state.observed >= MIN_OBSERVED && ask.slots > 0 {
-            let pace = state.secs_per_char;
+            let pace = state.call_secs / state.call_chars;
             let ahead: u64 = state.backlog[..=class].iter().sum();
             let shared = (ahead + total) as f64 * pace / f64::from(ask.slots);
             let waves = ask.chunks.len().div_ceil(ask.parallel.max(1) as usize);
