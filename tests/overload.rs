@@ -57,7 +57,12 @@ async fn long_texts_over_capacity_are_admitted_while_they_can_finish_and_refused
         request.set_timeout(Duration::from_secs(10));
         let results = results.clone();
         tokio::spawn(async move {
-            let _ = results.send(client.synthesize(request).await.map(|r| r.into_inner()));
+            let _ = results.send(
+                client
+                    .synthesize(request)
+                    .await
+                    .map(tonic::Response::into_inner),
+            );
         });
     }
     let (mut admitted, mut refused) = (0u64, 0u64);
