@@ -113,12 +113,35 @@ async fn every_key_failing_lists_every_attempt_and_releases_everything() {
 }
 
 #[tokio::test]
-async fn throttling_on_every_key_is_resource_exhausted() {
+async fn a_single_key_pool_waits_out_its_keys_rate_limit_within_the_deadline() {
+    // An OpenAI-compatible server with one key answers 429 once, Retry-After 300 ms: the key
+    // cools and the request waits for it, as it waits for a full pool, instead of failing.
+    let (adapter, _) = Scripted::new(
+        "openai",
+        TextLimit::Chars(4096),
+        vec![Step::RateLimitedFor(300)],
+    );
+    let stack = Stack::start(&openai_pool(1, 1, 1), adapter.registry()).await;
+    let resp = stack
+        .synthesize(request(&snapshot("openai", "p", "alloy", "{}"), "hi"))
+        .await
+        .expect("audio once the key is back");
+    let calls = adapter.calls();
+    assert_eq!(calls.len(), 2, "the 429, then the call that spoke");
+    assert_eq!(calls[0].key_id, calls[1].key_id, "the pool's one key");
+    assert_eq!(resp.attempts[0].outcome, Outcome::RateLimited as i32);
+    assert_eq!(resp.attempts[1].outcome, Outcome::Success as i32);
+    assert_eq!(stack.in_flight("p").await, 0);
+}
+
+#[tokio::test]
+async fn throttling_on_every_key_past_the_deadline_is_resource_exhausted() {
     let steps = vec![
         Step::Fail(Outcome::RateLimited, Some(429), "a"),
         Step::Fail(Outcome::QuotaExhausted, Some(429), "b"),
     ];
     let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), steps);
+    // The rate-limited key cools (Retry-After 60 s) past the request's deadline: no wait.
     let stack = Stack::start(&openai_pool(1, 2, 1), adapter.registry()).await;
     let err = stack
         .synthesize(request(&snapshot("openai", "p", "alloy", "{}"), "hi"))

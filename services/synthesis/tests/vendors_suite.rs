@@ -224,6 +224,9 @@ fn refusal(kind: VendorKind) -> Outcome {
 fn expected(kind: VendorKind, fault: &Fault) -> Outcome {
     match (kind, fault) {
         (_, Fault::RateLimited { .. }) => refusal(kind),
+        // ElevenLabs' `system_busy` is a 429 telling the caller to back off: overload, not a
+        // fault of the key.
+        (VendorKind::ElevenLabs, Fault::Busy) => Outcome::RateLimited,
         (_, Fault::Busy | Fault::ServerError) => Outcome::UpstreamError,
         (_, Fault::Unauthorized) => Outcome::KeyInvalid,
         // Azure has no quota error distinct from an auth failure (403).

@@ -26,7 +26,7 @@
 //! `{"detail":{"type","code","message","status"}}` (older answers carry the code in
 //! `status`): `too_many_concurrent_requests`/`concurrent_limit_exceeded` →
 //! `CONCURRENCY_LIMITED` (the plan's concurrency, which drives the key's effective capacity);
-//! `rate_limit_exceeded` → `RATE_LIMITED`; `system_busy` → `UPSTREAM_ERROR` (even though it is a 429);
+//! `rate_limit_exceeded` and `system_busy` (the service is loaded: back off) → `RATE_LIMITED`;
 //! `quota_exceeded` → `QUOTA_EXHAUSTED` (ElevenLabs sends it as 401); `invalid_api_key` /
 //! `missing_permissions` → `KEY_INVALID`; `voice_not_found` → `CLIENT_ERROR`; else by status.
 
@@ -192,7 +192,10 @@ fn outcome_for_code(code: &str) -> Option<Outcome> {
     Some(match code {
         "too_many_concurrent_requests" | "concurrent_limit_exceeded" => Outcome::ConcurrencyLimited,
         "rate_limit_exceeded" => Outcome::RateLimited,
-        "system_busy" => Outcome::UpstreamError,
+        // A 429 telling every caller to back off while the service is loaded: overload (the
+        // key cools for the Retry-After or the default, an adaptive key's capacity drops), not
+        // a failure of the key that would count toward its failure backoff.
+        "system_busy" => Outcome::RateLimited,
         "quota_exceeded" => Outcome::QuotaExhausted,
         "invalid_api_key" | "missing_permissions" | "unauthorized" => Outcome::KeyInvalid,
         "voice_not_found" | "invalid_request" | "text_too_long" => Outcome::ClientError,
@@ -449,7 +452,7 @@ mod tests {
             ("too_many_concurrent_requests", Outcome::ConcurrencyLimited),
             ("concurrent_limit_exceeded", Outcome::ConcurrencyLimited),
             ("rate_limit_exceeded", Outcome::RateLimited),
-            ("system_busy", Outcome::UpstreamError),
+            ("system_busy", Outcome::RateLimited),
             ("quota_exceeded", Outcome::QuotaExhausted),
             ("invalid_api_key", Outcome::KeyInvalid),
             ("voice_not_found", Outcome::ClientError),

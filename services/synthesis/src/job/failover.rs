@@ -12,7 +12,10 @@
 //! Scheduler answers: POOL_FULL waits (the scheduler queues FIFO for up to the remaining
 //! deadline; after that a jittered backoff honouring its RetryInfo) — RESOURCE_EXHAUSTED once
 //! the deadline leaves no room; NO_ELIGIBLE_KEY / KEYS_UNAVAILABLE end failover with every
-//! attempt listed; an unreachable scheduler is UNAVAILABLE naming its URL.
+//! attempt listed, except that keys refused RATE_LIMITED are asked for once more when no other
+//! key is left, so the request waits out the first one's cooldown within its deadline (a pool
+//! of one key and a 429 waits as a full pool does); an unreachable scheduler is UNAVAILABLE
+//! naming its URL.
 
 use std::time::Duration;
 
@@ -68,6 +71,12 @@ pub(super) async fn synthesize_chunk<T: Send + 'static>(
     // Keys excluded from further attempts, and the vendor calls made.
     let mut tried: Vec<String> = Vec::new();
     let mut calls = 0usize;
+    // Of `tried`, the keys refused RATE_LIMITED. Once no other key is left they are asked for
+    // again (`waiting_out`): the scheduler then holds the Acquire until the first one's
+    // cooldown ends within the deadline, as it does for a full pool, so a pool whose keys are
+    // only paused (one key and a 429) waits instead of failing at once.
+    let mut rate_limited: Vec<String> = Vec::new();
+    let mut waiting_out = false;
     let input = |key, upstream| CallInput {
         pool_id: pool.id.clone(),
         provider: pool.provider.to_string(),
@@ -100,6 +109,13 @@ pub(super) async fn synthesize_chunk<T: Send + 'static>(
         in_call,
     };
     let deadline_exceeded = |attempts: &[AttemptRecord]| deadline_in(attempts, false);
+    let all_failed = |tried: &[String]| {
+        let mut why = format!("all {} keys failed", tried.len());
+        if !unusable.is_empty() {
+            why.push_str(&format!(" ({} more have no credential)", unusable.len()));
+        }
+        why
+    };
     loop {
         if calls >= max_attempts {
             let why = format!("{calls} attempts failed (synthesis.max_attempts = {max_attempts})");
@@ -109,9 +125,12 @@ pub(super) async fn synthesize_chunk<T: Send + 'static>(
         if remaining.is_zero() {
             return Err(deadline_exceeded(attempts));
         }
+        let excluded = tried
+            .iter()
+            .filter(|k| !(waiting_out && rate_limited.contains(k)));
         let request = Acquire {
             pool: pool.id.clone(),
-            exclude_keys: unusable.iter().chain(&tried).cloned().collect(),
+            exclude_keys: unusable.iter().chain(excluded).cloned().collect(),
             upstream_ids: job.voice.upstream_ids.clone(),
             lease_ttl: core.lease_ttl,
             wait: remaining,
@@ -154,12 +173,16 @@ pub(super) async fn synthesize_chunk<T: Send + 'static>(
                     None,
                 ));
             }
+            Err(AcquireError::NoEligibleKey { .. }) if !waiting_out && !rate_limited.is_empty() => {
+                waiting_out = true;
+                continue;
+            }
             Err(AcquireError::NoEligibleKey { .. }) => {
-                let mut why = format!("all {} keys failed", tried.len());
-                if !unusable.is_empty() {
-                    why.push_str(&format!(" ({} more have no credential)", unusable.len()));
-                }
-                return Err(exhausted(why, attempts, None));
+                return Err(exhausted(all_failed(&tried), attempts, None));
+            }
+            Err(AcquireError::KeysUnavailable { retry_after, .. }) if waiting_out => {
+                // The rate-limited keys return only after the deadline.
+                return Err(exhausted(all_failed(&tried), attempts, retry_after));
             }
             Err(AcquireError::KeysUnavailable {
                 message,
@@ -267,7 +290,10 @@ pub(super) async fn synthesize_chunk<T: Send + 'static>(
                 // A concurrency refusal says the key is full, not bad: its effective
                 // capacity was just lowered, so it may take the retry once a slot frees
                 // (a pool of one key still serves). Every other failure excludes the key.
-                if last != Some(Outcome::ConcurrencyLimited) {
+                if last != Some(Outcome::ConcurrencyLimited) && !tried.contains(&key_id) {
+                    if last == Some(Outcome::RateLimited) {
+                        rate_limited.push(key_id.clone());
+                    }
                     tried.push(key_id);
                 }
             }

@@ -26,8 +26,10 @@ pub const RATE: u32 = 24_000;
 pub enum Step {
     /// Answer with audio derived from the text.
     Audio,
-    /// Fail with this outcome, HTTP status and message.
+    /// Fail with this outcome, HTTP status and message (RATE_LIMITED: with a 60 s Retry-After).
     Fail(Outcome, Option<u16>, &'static str),
+    /// Fail RATE_LIMITED (429) with a Retry-After of this many milliseconds.
+    RateLimitedFor(u64),
     /// Answer HTTP 200 with a JSON body instead of audio.
     JsonBody,
     /// Signal `started`, then hang until the call is dropped (which signals `dropped`).
@@ -249,6 +251,10 @@ impl VendorAdapter for Scripted {
                 }
             }
             Step::Fail(outcome, status, message) => Err(fail(outcome, status, message)),
+            Step::RateLimitedFor(ms) => Err(VendorFailure {
+                retry_after_ms: Some(ms),
+                ..fail(Outcome::RateLimited, Some(429), "slow down")
+            }),
             Step::JsonBody => {
                 sink.write(br#"{"error":{"message":"internal"}}"#.to_vec());
                 Ok(StreamEnd::default())
