@@ -1,21 +1,34 @@
 SHELL := /bin/bash
-# voxpool: the two set-up commands are `make run` and `make test`.
+# voxpool: the two set-up commands are `make run` and `make test`; both install what is
+# missing first (deploy/local/setup.sh: silent and quick when nothing is).
 CARGO ?= cargo
 
-.PHONY: build run test bench fmt lint check-deps
+.PHONY: setup build run test bench fmt lint check-deps gpu-server-stop gpu-server-start
+
+## setup: install the Debian packages, grpcurl, the Python packages and s3s-fs that are missing
+setup:
+	@deploy/local/setup.sh
 
 build:
 	$(CARGO) build --workspace --bins
 
-## run: start scheduler (memory store), catalog (SQLite, seeded) and synthesis (espeak-ng)
-run: build
+## run: start scheduler (memory store), catalog (SQLite, seeded), synthesis (espeak-ng), jobs
+## (its own redis-server) and a fake GPU server; ports from VOXPOOL_PORT_* (deploy/local/ports.sh)
+run: setup build
 	deploy/local/run.sh
+
+## gpu-server-stop / gpu-server-start: stop, or start again, the running stack's fake GPU server
+## (it is stopped with the stack either way)
+gpu-server-stop:
+	@deploy/local/gpu-server.sh stop
+gpu-server-start:
+	@deploy/local/gpu-server.sh start
 
 ## test: every test of the workspace (starts its own redis-server / PostgreSQL). The binaries
 ## are built first: end-to-end tests run them (voxpool-fake-vendor has no tests of its own
 ## that would make `cargo test` build it).
 ## The last line totals every test binary's result.
-test:
+test: setup
 	$(CARGO) build --workspace --bins
 	@set -o pipefail; $(CARGO) test --workspace --no-fail-fast 2>&1 | tee target/test-output.log; \
 	status=$$?; \
