@@ -73,11 +73,23 @@ fn readme_quick_flow_produces_real_speech() {
     cmd.env("VOXPOOL_HTTP_API_KEY", "dev-http-key-local");
     let (synthesis, http) = start_http(cmd);
 
-    let script = walkthrough("README.md", "quickstart")
-        .join("\n")
-        .replace("127.0.0.1:50051", &scheduler.addr)
-        .replace("127.0.0.1:50052", &catalog.addr)
-        .replace("127.0.0.1:50053", &synthesis.addr);
+    // The walk-throughs read make run's ports from VOXPOOL_PORT_* (deploy/local/ports.sh).
+    let port = |addr: &str| addr.rsplit(':').next().expect("a port").to_owned();
+    let http_port = port(
+        http.trim_start_matches("http://")
+            .trim_end_matches("/v1")
+            .trim_end_matches('/'),
+    );
+    let ports = vec![
+        ("VOXPOOL_PORT_SCHEDULER", port(&scheduler.addr)),
+        ("VOXPOOL_PORT_CATALOG", port(&catalog.addr)),
+        ("VOXPOOL_PORT_SYNTHESIS", port(&synthesis.addr)),
+        ("VOXPOOL_PORT_HTTP", http_port),
+    ];
+    let run_script = |dir: &std::path::Path, what: &str, script: &str| {
+        run_script_with(dir, what, script, &ports)
+    };
+    let script = walkthrough("README.md", "quickstart").join("\n");
     let out = run_script(dir.path(), "the quick flow", &script);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -88,9 +100,7 @@ fn readme_quick_flow_produces_real_speech() {
     assert_speech(&dir.path().join("scratch/hello.wav"), true);
 
     for name in ["http-curl", "http-python"] {
-        let script =
-            walkthrough_script("README.md", name).replace("http://127.0.0.1:8080/v1", &http);
-        run_script(dir.path(), name, &script);
+        run_script(dir.path(), name, &walkthrough_script("README.md", name));
     }
     assert_speech(&dir.path().join("scratch/hello-http.wav"), false);
     assert_speech(&dir.path().join("scratch/hello-sdk.wav"), false);
@@ -112,13 +122,10 @@ fn readme_quick_flow_produces_real_speech() {
     );
 
     // The README's zero-shot walk-through: a tagged clip added with voxctl, then picked.
-    let script = walkthrough_script("README.md", "zero-shot")
-        .replace(
-            "../target/debug/voxctl",
-            &binary("voxctl").display().to_string(),
-        )
-        .replace("127.0.0.1:50052", &catalog.addr)
-        .replace("127.0.0.1:50053", &synthesis.addr);
+    let script = walkthrough_script("README.md", "zero-shot").replace(
+        "../target/debug/voxctl",
+        &binary("voxctl").display().to_string(),
+    );
     let out = run_script(dir.path(), "the zero-shot walk-through", &script);
     let scratch = dir.path().join("scratch");
     let clip = std::fs::read(scratch.join("angry.wav")).unwrap();
@@ -148,14 +155,13 @@ fn readme_quick_flow_produces_real_speech() {
         ])
         .env("VOXPOOL_CLIENT_TOKEN", voxpool_e2e::JOBS_TOKEN);
     let jobs = start(cmd);
-    let script = walkthrough_script("README.md", "jobs")
-        .replace(
-            "../target/debug/voxctl",
-            &binary("voxctl").display().to_string(),
-        )
-        .replace("127.0.0.1:50052", &catalog.addr);
-    let script = format!("export VOXPOOL_JOBS=http://{}\n{script}", jobs.addr);
-    run_script(dir.path(), "the jobs walk-through", &script);
+    let script = walkthrough_script("README.md", "jobs").replace(
+        "../target/debug/voxctl",
+        &binary("voxctl").display().to_string(),
+    );
+    let mut with_jobs = ports.clone();
+    with_jobs.push(("VOXPOOL_PORT_JOBS", port(&jobs.addr)));
+    run_script_with(dir.path(), "the jobs walk-through", &script, &with_jobs);
     let book = dir.path().join("scratch/book");
     assert_speech(&book.join("ch-001.wav"), true);
     assert_speech(&book.join("ch-002.wav"), true);
@@ -182,13 +188,19 @@ fn fake_gpu_server() -> (voxpool_e2e::Service, String) {
     (voxpool_e2e::Service { child, addr }, url)
 }
 
-/// Runs `script` with bash (`set -euo pipefail`) in `dir`; panics naming `what`, with the
-/// script and its output, unless it succeeds.
-fn run_script(dir: &std::path::Path, what: &str, script: &str) -> std::process::Output {
+/// Runs `script` with bash (`set -euo pipefail`) in `dir` with the variables `env` (make run's
+/// `VOXPOOL_PORT_*`); panics naming `what`, with the script and its output, unless it succeeds.
+fn run_script_with(
+    dir: &std::path::Path,
+    what: &str,
+    script: &str,
+    env: &[(&str, String)],
+) -> std::process::Output {
     let out = Command::new("bash")
         .arg("-c")
         .arg(format!("set -euo pipefail\n{script}"))
         .current_dir(dir)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .unwrap();
     assert!(

@@ -104,3 +104,16 @@ fn catalog_walkthrough_runs_as_written() {
         );
     }
 }
+
+/// The README stays a README: at most this many lines; detail goes to docs/ with a link.
+const README_MAX_LINES: usize = 300;
+
+#[test]
+fn the_readme_stays_short() {
+    let text = std::fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
+    let lines = text.lines().count();
+    assert!(
+        lines <= README_MAX_LINES,
+        "README.md has {lines} lines, over {README_MAX_LINES}: move detail into docs/ and link it"
+    );
+}

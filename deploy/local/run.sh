@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
 # `make run`: scheduler (in-process store), catalog (SQLite, seeded with deploy/config/packs.toml),
-# synthesis (local espeak-ng engine) and jobs (with its own redis-server for the queue, when
-# redis-server is installed) on their default ports, with the example config, plus a fake GPU
-# server for the zero-shot pool. Ctrl-C stops them all; if one of the services (or the jobs
-# queue's redis-server) dies, the others are stopped too and its name is said. The fake GPU
-# server may die (kill it to see a server fail): the stack stays up, and it can be started
-# again by hand.
+# synthesis (local espeak-ng engine, with its OpenAI-compatible HTTP front) and jobs (with its own
+# redis-server for the queue, when redis-server is installed), with the example config, plus a
+# fake GPU server for the zero-shot pool. Ports and the run directory: deploy/local/ports.sh
+# (VOXPOOL_PORT_*, VOXPOOL_RUN_DIR).
+#
+# Stopping. Every process runs in a session of its own (setsid), so a terminal's Ctrl-C reaches
+# this script only, which then sends each process one SIGTERM, in dependency order: jobs, then
+# synthesis, then catalog and scheduler, then the jobs Redis and the fake GPU server, each
+# group once the one before has exited, so every service drains (calls in flight finish) while
+# what it depends on still answers. A second Ctrl-C kills what is left at once (SIGKILL). If one
+# of the services (or the jobs Redis) dies, the others are stopped the same way and its name is
+# said. The fake GPU server may die (`make gpu-server-stop`, to see a server fail): the stack
+# stays up, `make gpu-server-start` starts it again, and the stack stops that one too.
 # Ports taken by another process (a second `make run`) are named before anything starts, and
 # the ready line is printed only once every service has said it listens, so it comes last.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=deploy/local/ports.sh
+. deploy/local/ports.sh
 
 BIN=${CARGO_TARGET_DIR:-target}/debug
-CONFIG=${VOXPOOL_CONFIG:-deploy/config/example.toml}
-DATA=${VOXPOOL_RUN_DIR:-target/run}
+DATA=$VOXPOOL_RUN_DIR
 mkdir -p "$DATA"
+DATA=$(cd "$DATA" && pwd)
 export VOXPOOL_ADMIN_TOKEN=${VOXPOOL_ADMIN_TOKEN:-dev-admin-token-local}
 # The secret lease ids are signed with (scheduler.lease_secret): configured, so the ids callers
 # hold still verify after a restart of the memory-store scheduler.
@@ -27,22 +36,41 @@ export VOXPOOL_CLIENT_TOKEN_SYNTHESIS=${VOXPOOL_CLIENT_TOKEN_SYNTHESIS:-dev-clie
 export VOXPOOL_CLIENT_TOKEN_JOBS=${VOXPOOL_CLIENT_TOKEN_JOBS:-dev-client-token-jobs}
 export VOXPOOL_CLIENT_TOKEN_VOXCTL=${VOXPOOL_CLIENT_TOKEN_VOXCTL:-dev-client-token-voxctl}
 # The API key of the example config's [[http.api_keys]]: OpenAI-compatible clients send it as
-# `Authorization: Bearer <key>` to the HTTP front on 127.0.0.1:8080.
+# `Authorization: Bearer <key>` to the HTTP front.
 export VOXPOOL_HTTP_API_KEY=${VOXPOOL_HTTP_API_KEY:-dev-http-key-local}
 # The secret jobs sign their webhooks with (voxctl job submit --webhook-url).
 export VOXPOOL_JOBS_WEBHOOK_SECRET=${VOXPOOL_JOBS_WEBHOOK_SECRET:-dev-webhook-secret-local}
-DB="sqlite://$(realpath -m "$DATA")/voxpool.db?mode=rwc"
+DB="sqlite://$DATA/voxpool.db?mode=rwc"
+
+# The example config names the fake GPU server's default URL: on another port, a copy in the
+# run dir names that one.
+if [ -n "${VOXPOOL_CONFIG:-}" ]; then
+    CONFIG=$VOXPOOL_CONFIG
+elif [ "$VOXPOOL_PORT_GPU_SERVER" = 50071 ]; then
+    CONFIG=deploy/config/example.toml
+else
+    CONFIG="$DATA/example.toml"
+    sed "s|http://127.0.0.1:50071|http://127.0.0.1:$VOXPOOL_PORT_GPU_SERVER|" deploy/config/example.toml >"$CONFIG"
+fi
+
+# One stack per run dir: its SQLite file, Redis files and pid files are this stack's.
+if [ -f "$DATA/run.pid" ] && kill -0 "$(cat "$DATA/run.pid")" 2>/dev/null \
+    && grep -qa run.sh "/proc/$(cat "$DATA/run.pid")/cmdline" 2>/dev/null; then
+    echo "make run: another make run (pid $(cat "$DATA/run.pid")) uses the run dir $DATA: stop it, or give this one its own VOXPOOL_RUN_DIR and ports (deploy/local/ports.sh)" >&2
+    exit 1
+fi
 
 # The jobs service keeps its queue in a redis-server of its own: without one (or without the
 # binary) the rest of the stack runs and jobs is left out, with the reason.
 jobs_skipped=""
 if ! command -v redis-server >/dev/null; then
-    jobs_skipped="redis-server not found (apt-get install redis-server): the jobs service is not started (its queue lives in Redis); the rest of the stack runs"
+    jobs_skipped="redis-server not found (apt-get install redis-server, or make setup): the jobs service is not started (its queue lives in Redis); the rest of the stack runs"
 elif [ ! -x "$BIN/voxpool-jobs" ]; then
     jobs_skipped="$BIN/voxpool-jobs not built (make build): the jobs service is not started; the rest of the stack runs"
 fi
-ports="scheduler:50051 catalog:50052 synthesis:50053 synthesis-http:8080 fake-gpu-server:50071"
-[ -z "$jobs_skipped" ] && ports="$ports jobs:50054 jobs-redis:50079"
+ports="scheduler:$VOXPOOL_PORT_SCHEDULER catalog:$VOXPOOL_PORT_CATALOG synthesis:$VOXPOOL_PORT_SYNTHESIS"
+ports="$ports synthesis-http:$VOXPOOL_PORT_HTTP fake-gpu-server:$VOXPOOL_PORT_GPU_SERVER"
+[ -z "$jobs_skipped" ] && ports="$ports jobs:$VOXPOOL_PORT_JOBS jobs-redis:$VOXPOOL_PORT_JOBS_REDIS"
 
 taken=()
 for spec in $ports; do
@@ -50,37 +78,108 @@ for spec in $ports; do
 done
 if [ ${#taken[@]} -gt 0 ]; then
     for spec in "${taken[@]}"; do
-        echo "make run: port ${spec#*:} (the ${spec%%:*}'s) is taken by another process: a make run still running, or see \`ss -ltnp 'sport = :${spec#*:}'\`; stop it first" >&2
+        var=VOXPOOL_PORT_$(echo "${spec%%:*}" | tr 'a-z-' 'A-Z_' | sed 's/^FAKE_//; s/SYNTHESIS_HTTP/HTTP/')
+        echo "make run: port ${spec#*:} (the ${spec%%:*}'s) is taken by another process: a make run still running, or see \`ss -ltnp 'sport = :${spec#*:}'\`; stop it first, or pick another port with $var=…" >&2
     done
     exit 1
 fi
 
-command -v espeak-ng >/dev/null || echo "warning: espeak-ng not found (apt-get install espeak-ng): synthesis will fail" >&2
+command -v espeak-ng >/dev/null || echo "warning: espeak-ng not found (apt-get install espeak-ng, or make setup): the espeak-local pool's calls will fail" >&2
 [ -z "$jobs_skipped" ] || echo "warning: $jobs_skipped" >&2
 
-declare -A names=()
-# Started like the services, but its death is no reason to stop the stack.
-extras=()
-cleanup() { kill "${!names[@]}" "${extras[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
-trap cleanup EXIT
-# Ctrl-C / SIGTERM: the user stops the stack, which is a success.
-trap 'exit 0' INT TERM
+echo $$ >"$DATA/run.pid"
+declare -A pid_of=()     # name -> pid of every process started
+declare -A watched=()    # pid -> name of those whose death stops the stack
 
-# start NAME PORT CMD...: runs CMD in the background (its stdout also copied to
-# $DATA/NAME.stdout) and waits until it prints its address (a service's "listening on" line,
-# printed once bound and past its start-up warnings; the fake server's base URL).
+# The fake GPU server now running: the one started here, or one started again by
+# `make gpu-server-start` (deploy/local/gpu-server.sh), whose pid is in the pid file.
+gpu_server_pid() {
+    local pid
+    pid=$(cat "$DATA/fake-gpu-server.pid" 2>/dev/null) || return 0
+    grep -qa voxpool-fake-vendor "/proc/$pid/cmdline" 2>/dev/null && echo "$pid"
+    return 0
+}
+
+# Stops every process still running, one SIGTERM each, a group at a time in dependency order
+# (each group once the one before has exited); a group still running after 120 s is killed.
+stop_all() {
+    local group name pid pids waited
+    for group in "jobs" "synthesis" "catalog scheduler" "jobs-redis fake-gpu-server"; do
+        pids=()
+        for name in $group; do
+            pid=${pid_of[$name]:-}
+            [ "$name" = fake-gpu-server ] && pid=$(gpu_server_pid)
+            if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then pids+=("$pid"); fi
+        done
+        [ ${#pids[@]} -gt 0 ] || continue
+        kill -TERM "${pids[@]}" 2>/dev/null || true
+        waited=0
+        for pid in "${pids[@]}"; do
+            while kill -0 "$pid" 2>/dev/null; do
+                if [ "$waited" -ge 1200 ]; then
+                    echo "make run: $group still running 120 s after SIGTERM: killing it" >&2
+                    kill -KILL "${pids[@]}" 2>/dev/null || true
+                    break 2
+                fi
+                sleep 0.1
+                waited=$((waited + 1))
+            done
+        done
+    done
+    rm -f "$DATA/run.pid" "$DATA/fake-gpu-server.pid"
+}
+
+# Kills whatever is still running (a second Ctrl-C, or a failed start-up's exit).
+kill_all() {
+    local pids=("${pid_of[@]}")
+    local gpu
+    gpu=$(gpu_server_pid)
+    [ -z "$gpu" ] || pids+=("$gpu")
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+    rm -f "$DATA/run.pid" "$DATA/fake-gpu-server.pid"
+}
+
+# Why the stack is stopping, once a stop was asked for: Ctrl-C, SIGTERM, SIGHUP.
+stopping=""
+on_signal() {
+    if [ -n "$stopping" ]; then
+        echo "make run: $1 again: killing what is still running (SIGKILL)" >&2
+        trap - EXIT
+        kill_all
+        echo "make run: stopped on $stopping, then killed on the second $1" >&2
+        exit 130
+    fi
+    stopping=$1
+}
+trap 'on_signal Ctrl-C' INT
+trap 'on_signal SIGTERM' TERM
+trap 'on_signal SIGHUP' HUP
+# Any other way out (a failed start-up, set -e, a Ctrl-C during start-up) stops what was
+# started, the same way.
+on_exit() {
+    stop_all
+    [ -z "$stopping" ] || echo "make run: stopped on $stopping during start-up" >&2
+}
+trap on_exit EXIT
+
+# start NAME PORT CMD...: runs CMD in a session of its own (so a terminal's Ctrl-C does not
+# reach it) in the background, its stdout also copied to $DATA/NAME.stdout, and waits until it
+# prints its address (a service's "listening on" line, printed once bound and past its
+# start-up warnings; the fake server's base URL).
 start() {
     local name=$1 port=$2; shift 2
     local out="$DATA/$name.stdout"
     : >"$out"
-    "$@" > >(tee "$out") &
+    # tee too in a session of its own: a Ctrl-C must not cut the service's stdout.
+    setsid "$@" > >(exec setsid tee "$out") &
     local pid=$!
-    names[$pid]=$name
+    pid_of[$name]=$pid
     for _ in $(seq 1 300); do
         if ! kill -0 "$pid" 2>/dev/null; then
             echo "make run: $name exited during start-up (see its message above)" >&2
             exit 1
         fi
+        [ -z "$stopping" ] || exit 0
         if grep -q "127.0.0.1:$port" "$out"; then return 0; fi
         sleep 0.1
     done
@@ -91,25 +190,30 @@ start() {
 # The audio cache and the reference clips live in the run dir's blob store (VOXPOOL_BLOB_STORE
 # overrides it): the catalog writes clips there (seed, AddReference), synthesis reads them.
 mkdir -p "$DATA/blobs"
-export VOXPOOL_BLOB_STORE="${VOXPOOL_BLOB_STORE:-file://$(cd "$DATA/blobs" && pwd)}"
+export VOXPOOL_BLOB_STORE="${VOXPOOL_BLOB_STORE:-file://$DATA/blobs}"
 "$BIN/voxpool-catalog" --database "$DB" migrate
 "$BIN/voxpool-catalog" --database "$DB" --pools-config "$CONFIG" seed deploy/config/packs.toml
 # A fresh dev stack holds no leases that could re-register: no recovery window at start-up.
 export VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS=${VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS:-0}
 # The zero-shot pool's server: a fake speaking vLLM-Omni's wire format (it checks the reference
-# clip arrives inline and answers a tone), 4 syntheses at a time.
-start fake-gpu-server 50071 "$BIN/voxpool-fake-vendor" --vendor selfhosted-vllm-omni \
-    --listen 127.0.0.1:50071 --cap 4 --latency-ms 300
-for pid in "${!names[@]}"; do
-    if [ "${names[$pid]}" = fake-gpu-server ]; then extras+=("$pid"); unset "names[$pid]"; fi
-done
-start scheduler 50051 "$BIN/voxpool-scheduler" --config "$CONFIG" --store memory
-start catalog 50052 "$BIN/voxpool-catalog" --database "$DB" --pools-config "$CONFIG"
-start synthesis 50053 env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_TOKEN_SYNTHESIS" \
-    "$BIN/voxpool-synthesis" --config "$CONFIG" --http-listen 127.0.0.1:8080
+# clip arrives inline and answers a tone), 4 syntheses at a time. Its death stops nothing.
+start fake-gpu-server "$VOXPOOL_PORT_GPU_SERVER" "$BIN/voxpool-fake-vendor" --vendor selfhosted-vllm-omni \
+    --listen "127.0.0.1:$VOXPOOL_PORT_GPU_SERVER" --cap 4 --latency-ms 300
+echo "${pid_of[fake-gpu-server]}" >"$DATA/fake-gpu-server.pid"
+start scheduler "$VOXPOOL_PORT_SCHEDULER" "$BIN/voxpool-scheduler" --config "$CONFIG" --store memory \
+    --listen "127.0.0.1:$VOXPOOL_PORT_SCHEDULER"
+watched[${pid_of[scheduler]}]=scheduler
+start catalog "$VOXPOOL_PORT_CATALOG" "$BIN/voxpool-catalog" --database "$DB" --pools-config "$CONFIG" \
+    --listen "127.0.0.1:$VOXPOOL_PORT_CATALOG"
+watched[${pid_of[catalog]}]=catalog
+start synthesis "$VOXPOOL_PORT_SYNTHESIS" env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_TOKEN_SYNTHESIS" \
+    "$BIN/voxpool-synthesis" --config "$CONFIG" --listen "127.0.0.1:$VOXPOOL_PORT_SYNTHESIS" \
+    --scheduler "http://127.0.0.1:$VOXPOOL_PORT_SCHEDULER" --catalog "http://127.0.0.1:$VOXPOOL_PORT_CATALOG" \
+    --http-listen "127.0.0.1:$VOXPOOL_PORT_HTTP"
+watched[${pid_of[synthesis]}]=synthesis
 # Its last start-up line is the HTTP front's URL, printed right after the gRPC address.
 for _ in $(seq 1 50); do
-    grep -q "http front on http://127.0.0.1:8080" "$DATA/synthesis.stdout" && break
+    grep -q "http front on http://127.0.0.1:$VOXPOOL_PORT_HTTP" "$DATA/synthesis.stdout" && break
     sleep 0.1
 done
 jobs_ready="jobs not started (see the warning above)"
@@ -118,36 +222,56 @@ if [ -z "$jobs_skipped" ]; then
     # queued jobs survive a restart of the stack. Redis prints no address line, so it is ready
     # once it answers on its port.
     mkdir -p "$DATA/redis"
-    redis-server --port 50079 --bind 127.0.0.1 --save '' --appendonly yes --dir "$(cd "$DATA/redis" && pwd)" \
-        --loglevel warning &
-    names[$!]=jobs-redis
+    setsid redis-server --port "$VOXPOOL_PORT_JOBS_REDIS" --bind 127.0.0.1 --save '' --appendonly yes \
+        --dir "$DATA/redis" --loglevel warning &
+    pid_of[jobs-redis]=$!
+    watched[$!]=jobs-redis
     for i in $(seq 1 300); do
-        if ! kill -0 "$!" 2>/dev/null; then
+        if ! kill -0 "${pid_of[jobs-redis]}" 2>/dev/null; then
             echo "make run: jobs-redis exited during start-up (see its message above)" >&2
             exit 1
         fi
-        if (exec 3<>/dev/tcp/127.0.0.1/50079) 2>/dev/null; then break; fi
-        if [ "$i" = 300 ]; then echo "make run: jobs-redis did not listen on 127.0.0.1:50079 within 30 s" >&2; exit 1; fi
+        if (exec 3<>"/dev/tcp/127.0.0.1/$VOXPOOL_PORT_JOBS_REDIS") 2>/dev/null; then break; fi
+        if [ "$i" = 300 ]; then echo "make run: jobs-redis did not listen on 127.0.0.1:$VOXPOOL_PORT_JOBS_REDIS within 30 s" >&2; exit 1; fi
         sleep 0.1
     done
-    start jobs 50054 env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_TOKEN_JOBS" \
-        "$BIN/voxpool-jobs" --listen 127.0.0.1:50054 --store redis://127.0.0.1:50079 \
-        --synthesis http://127.0.0.1:50053 --blob-store "$VOXPOOL_BLOB_STORE" --config "$CONFIG"
-    jobs_ready="jobs 127.0.0.1:50054 (queue: redis-server 127.0.0.1:50079)"
+    start jobs "$VOXPOOL_PORT_JOBS" env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_TOKEN_JOBS" \
+        "$BIN/voxpool-jobs" --listen "127.0.0.1:$VOXPOOL_PORT_JOBS" --store "redis://127.0.0.1:$VOXPOOL_PORT_JOBS_REDIS" \
+        --synthesis "http://127.0.0.1:$VOXPOOL_PORT_SYNTHESIS" --blob-store "$VOXPOOL_BLOB_STORE" --config "$CONFIG"
+    watched[${pid_of[jobs]}]=jobs
+    jobs_ready="jobs 127.0.0.1:$VOXPOOL_PORT_JOBS (queue: redis-server 127.0.0.1:$VOXPOOL_PORT_JOBS_REDIS)"
 fi
-echo "voxpool running: scheduler 127.0.0.1:50051, catalog 127.0.0.1:50052, synthesis 127.0.0.1:50053 (OpenAI-compatible HTTP: http://127.0.0.1:8080/v1), $jobs_ready, fake GPU server 127.0.0.1:50071"
-echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token-local). Ctrl-C stops everything."
+echo "voxpool running: scheduler 127.0.0.1:$VOXPOOL_PORT_SCHEDULER, catalog 127.0.0.1:$VOXPOOL_PORT_CATALOG, synthesis 127.0.0.1:$VOXPOOL_PORT_SYNTHESIS (OpenAI-compatible HTTP: http://127.0.0.1:$VOXPOOL_PORT_HTTP/v1), $jobs_ready, fake GPU server 127.0.0.1:$VOXPOOL_PORT_GPU_SERVER (pid ${pid_of[fake-gpu-server]}: make gpu-server-stop stops it)"
+echo "run dir: $DATA (the catalog's SQLite file, the blob store, the jobs Redis, each process's stdout)"
+echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token-local). Ctrl-C stops everything: calls in flight finish first; Ctrl-C again kills at once."
 echo "client token: \$VOXPOOL_CLIENT_TOKEN_VOXCTL (default dev-client-token-voxctl): export VOXPOOL_CLIENT_TOKEN=\$VOXPOOL_CLIENT_TOKEN_VOXCTL for voxctl"
-echo "http api key: \$VOXPOOL_HTTP_API_KEY (default dev-http-key-local): the OpenAI client's api_key for http://127.0.0.1:8080/v1"
+echo "http api key: \$VOXPOOL_HTTP_API_KEY (default dev-http-key-local): the OpenAI client's api_key for http://127.0.0.1:$VOXPOOL_PORT_HTTP/v1"
+
 set +e
-wait -n -p dead "${!names[@]}"
-status=$?
-name=$(printf '%s' "${names[$dead]:-a service}")
-if [ "$status" -eq 0 ]; then
-    # A clean exit: the service was asked to stop (Ctrl-C reaches the whole process group, or
-    # someone sent it SIGTERM). Stopping everything is what was wanted.
-    echo "make run: $name stopped on request; stopping the others" >&2
+status=0
+dead=""
+while [ -z "$stopping" ]; do
+    # Returns when a watched process exits, or (status > 128) when a signal was trapped.
+    wait -n -p dead "${!watched[@]}"
+    status=$?
+    [ -n "${dead:-}" ] && break
+done
+if [ -n "$stopping" ] && [ -z "${dead:-}" ]; then
+    echo "make run: $stopping: stopping the stack (jobs, synthesis, catalog and scheduler, then Redis and the GPU server); calls in flight finish first, $stopping again kills at once" >&2
+    asked=$EPOCHREALTIME
+    trap - EXIT
+    stop_all
+    echo "make run: stopped on $stopping; every process drained and exited in $(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $asked }") s" >&2
     exit 0
 fi
-echo "make run: $name stopped unexpectedly (exit status $status; its log lines are above); stopping the others" >&2
+name=${watched[$dead]}
+unset "pid_of[$name]"
+if [ "$status" -eq 0 ]; then
+    echo "make run: $name exited (status 0) though nobody asked the stack to stop; stopping the others" >&2
+else
+    echo "make run: $name stopped unexpectedly (exit status $status; its log lines are above); stopping the others" >&2
+fi
+trap - EXIT
+stop_all
+[ "$status" -eq 0 ] && status=1
 exit "$status"

@@ -1,7 +1,7 @@
 //! Serving plumbing every voxpool binary shares: binding with a clear error, one server
 //! assembly ([`serve_grpc`]: limits, TLS, trace spans, health kept in step with a dependency,
 //! reflection, graceful shutdown), the `grpc-timeout` parser, and shutdown on SIGTERM /
-//! SIGINT (a second signal exits at once).
+//! SIGINT (a second signal, not the echo of the first, exits at once).
 //!
 //! Health is also a metric: `voxpool.health.serving` (gauge, a 0/1 flag without a unit, so
 //! Prometheus names it `voxpool_health_serving`; attribute `dependency`) is 1 while the
@@ -263,8 +263,13 @@ pub fn reflection_services(
     Ok((builder().build_v1()?, builder().build_v1alpha()?))
 }
 
-/// Returns a token cancelled on the first SIGTERM or SIGINT; a second signal exits the
-/// process at once with status 130.
+/// Signals this close after the first are the same request to stop, not a second one: a
+/// terminal's Ctrl-C reaches every process of its process group, and a supervisor (a script,
+/// a process manager) that forwards its own SIGTERM on Ctrl-C lands right after it.
+const SAME_STOP: Duration = Duration::from_millis(500);
+
+/// Returns a token cancelled on the first SIGTERM or SIGINT; a second signal, sent more than
+/// [`SAME_STOP`] after the first, exits the process at once with status 130.
 pub fn shutdown_token() -> CancellationToken {
     let token = CancellationToken::new();
     let child = token.clone();
@@ -272,7 +277,17 @@ pub fn shutdown_token() -> CancellationToken {
         wait_for_signal().await;
         tracing::info!("shutdown signal received, draining (send again to exit at once)");
         child.cancel();
-        wait_for_signal().await;
+        let first = tokio::time::Instant::now();
+        loop {
+            wait_for_signal().await;
+            if first.elapsed() >= SAME_STOP {
+                break;
+            }
+            tracing::info!(
+                within_ms = SAME_STOP.as_millis(),
+                "another shutdown signal right after the first: the same stop, still draining"
+            );
+        }
         tracing::warn!("second shutdown signal, exiting now");
         std::process::exit(130);
     });
