@@ -827,3 +827,60 @@ async fn a_replica_on_another_blob_store_leaves_the_job_to_the_replicas_on_its_s
         Some(voxpool_domain::contract::JobsReason::OtherBlobStore)
     );
 }
+
+/// The cause of the flake above ("no result written to the other store" under load): any
+/// replica's finalizer could lease an ended job and write its summary to its own store. Here
+/// only the replica on another store runs when the job ends, so before the fix it wrote the
+/// summary there every time; now it leaves the job to a replica on the job's store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_job_is_summarized_only_by_a_replica_on_its_store() {
+    let stack = Stack::start(50).await;
+    let redis = RedisServer::start();
+    // The job's replica, whose workers cannot reach synthesis: its items stay queued.
+    let a = stack.jobs_on(
+        &redis.url(),
+        4,
+        &[],
+        None,
+        &stack.blob_dir(),
+        "http://127.0.0.1:1",
+    );
+    let job = create(&mut client(&a).await, request("summary-store", 3)).await;
+    drop(a);
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let log = stack.dir.path().join("elsewhere.log");
+    let b = stack.jobs_on(
+        &redis.url(),
+        4,
+        &[],
+        Some(&log),
+        elsewhere.path(),
+        &format!("http://{}", stack.synthesis.addr),
+    );
+    until_logged(&log, "workers ready").await;
+    let mut on_b = client(&b).await;
+    on_b.cancel_job(jpb::CancelJobRequest {
+        name: job.name.clone(),
+    })
+    .await
+    .expect("CancelJob");
+    // Several of B's finalizer rounds (every 250 ms) pass with the job due.
+    let id = job.name.trim_start_matches("jobs/");
+    for _ in 0..40 {
+        assert!(
+            !elsewhere.path().join("jobs").join(id).exists(),
+            "no summary written to the other store"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    until_logged(&log, "its summary is left to the replicas on it").await;
+    // A replica on the job's store comes back and writes it there.
+    let _a = stack.jobs(&redis.url(), 4, &[], None);
+    let summary = stack.blob_dir().join("jobs").join(id).join("summary.json");
+    let until = Instant::now() + DEADLINE;
+    while !summary.exists() {
+        assert!(Instant::now() < until, "no summary in the job's store");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!elsewhere.path().join("jobs").join(id).exists());
+}

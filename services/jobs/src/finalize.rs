@@ -7,6 +7,10 @@
 //! [`crate::deliveries`]); the summary is recorded once written (`summary` field) and the
 //! webhook is queued before the job leaves the finalize queue, so a replica that dies mid-way
 //! leaves the rest to the next one and no webhook is lost.
+//!
+//! A job's objects live in the blob store it was created on (its record's `blob_store`): a
+//! replica on another store neither writes its summary nor deletes its results, as its workers
+//! leave its items alone; it hands the job back at once for the replicas on that store.
 
 use std::{sync::Arc, time::Duration};
 
@@ -19,17 +23,35 @@ use crate::{convert, metrics, results::Results, store::JobStore};
 const LEASE: Duration = Duration::from_secs(60);
 /// Most jobs leased at once.
 const BATCH: usize = 8;
+/// A job of another blob store is due again at once, for a replica on that store: its next
+/// poll (within `every`) comes before this replica's own. (Due again one poll period later, it
+/// fell due just as this replica polled again, which took it back nearly every time.)
+const OTHER_STORE: Duration = Duration::ZERO;
+
+/// What finalizing one job came to.
+enum Finalized {
+    /// Summarized (or gone), out of the finalize queue.
+    Done,
+    /// Its results are in another blob store (named): left to the replicas on it.
+    OtherStore(String),
+}
 
 /// The finalizer of one replica.
 pub struct Finalizer {
     store: JobStore,
     results: Results,
+    /// Jobs of another blob store already warned about (once each).
+    warned: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Finalizer {
     /// A finalizer writing summaries to `results`.
     pub fn new(store: JobStore, results: Results) -> Self {
-        Self { store, results }
+        Self {
+            store,
+            results,
+            warned: std::sync::Mutex::default(),
+        }
     }
 
     /// Polls the queues every `every` until `shutdown`.
@@ -59,15 +81,29 @@ impl Finalizer {
             }
         };
         for job in &due {
-            if let Err(e) = self.finalize(job).await {
-                tracing::warn!(job, error = %e, "finalizing: will try again");
-                let _ = self.store.retry_finalize(job, Duration::from_secs(2)).await;
+            match self.finalize(job).await {
+                Ok(Finalized::Done) => {}
+                Ok(Finalized::OtherStore(theirs)) => {
+                    if self.warned.lock().is_ok_and(|mut w| w.insert(job.clone())) {
+                        tracing::warn!(
+                            job,
+                            job_blob_store = %theirs,
+                            blob_store = %self.results.location(),
+                            "a job whose results go to another blob store ended: its summary is left to the replicas on it (give every replica the same --blob-store)"
+                        );
+                    }
+                    let _ = self.store.retry_finalize(job, OTHER_STORE).await;
+                }
+                Err(e) => {
+                    tracing::warn!(job, error = %e, "finalizing: will try again");
+                    let _ = self.store.retry_finalize(job, Duration::from_secs(2)).await;
+                }
             }
         }
         due.len()
     }
 
-    async fn finalize(&self, job: &str) -> Result<(), String> {
+    async fn finalize(&self, job: &str) -> Result<Finalized, String> {
         let Some(record) = self.store.record(job).await.map_err(|e| e.to_string())? else {
             // Deleted or expired meanwhile: only its blobs may be left.
             let now = self.store.now_ms().await.map_err(|e| e.to_string())?;
@@ -75,10 +111,14 @@ impl Finalizer {
                 .store
                 .finalized(job, now, "")
                 .await
+                .map(|()| Finalized::Done)
                 .map_err(|e| e.to_string());
         };
         if !record.has_ended() {
             return Err("not ended yet".into());
+        }
+        if self.other_store(&record.blob_store) {
+            return Ok(Finalized::OtherStore(record.blob_store));
         }
         if self
             .store
@@ -117,7 +157,14 @@ impl Finalizer {
         self.store
             .finalized(job, record.expire_ms.unwrap_or_default(), &request_key)
             .await
+            .map(|()| Finalized::Done)
             .map_err(|e| e.to_string())
+    }
+
+    /// Whether `blob_store` (a job record's) is another store than this replica's (an empty
+    /// one, from a record written before jobs named their store, is anyone's).
+    fn other_store(&self, blob_store: &str) -> bool {
+        !blob_store.is_empty() && blob_store != self.results.location()
     }
 
     async fn write_summary(
@@ -159,6 +206,13 @@ impl Finalizer {
             }
         };
         for job in due {
+            // A job of another store whose record is still there: its results are not in this
+            // replica's store; the lease runs out and a replica on its store takes it.
+            if let Ok(Some(record)) = self.store.record(&job).await
+                && self.other_store(&record.blob_store)
+            {
+                continue;
+            }
             match self.results.delete_job(&job).await {
                 Ok(n) => {
                     tracing::info!(job, objects = n, "job past its retention: results deleted");
