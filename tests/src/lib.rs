@@ -131,9 +131,29 @@ pub fn quiet(mut command: Command, log_var: &str) -> Command {
 
 /// The blob store of the services a test process starts without naming one: a directory under
 /// the system's temp dir, one per test process (so the catalog's seeded clips and synthesis
-/// meet), never the user's data directory.
+/// meet), never the user's data directory. It is removed once the test process has exited,
+/// however it ends (a test binary runs no destructor of a static): a `sh` started with the
+/// first call waits for this process and then removes it.
 pub fn test_blob_store() -> String {
-    let dir = std::env::temp_dir().join(format!("voxpool-e2e-blobs-{}", std::process::id()));
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("voxpool-e2e-blobs-{}", std::process::id()));
+        // No stdio: `make test` pipes its output, and a pipe held open would keep it waiting.
+        let reaper = Command::new("sh")
+            .arg("-c")
+            .arg(r#"while kill -0 "$1" 2>/dev/null; do sleep 1; done; rm -rf "$2""#)
+            .arg("reaper")
+            .arg(std::process::id().to_string())
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        if let Err(e) = reaper {
+            eprintln!("{} will be left behind: {e}", dir.display());
+        }
+        dir
+    });
     format!("file://{}", dir.display())
 }
 

@@ -13,20 +13,17 @@ const SEED: &str = concat!(
 );
 
 fn run(args: &[&str]) -> Output {
+    // Seeded clips go to a scratch blob store, never the user's data directory, and it is
+    // removed with the call (nothing reads it afterwards: the database says what exists).
+    let blobs = tempfile::tempdir().expect("a scratch blob store");
     Command::new(BIN)
         .args(args)
         .env_remove("VOXPOOL_DATABASE")
         .env_remove("VOXPOOL_ADMIN_TOKEN")
         .env_remove("VOXPOOL_LISTEN")
-        // Seeded clips go to a scratch blob store, never the user's data directory.
         .env(
             "VOXPOOL_BLOB_STORE",
-            format!(
-                "file://{}",
-                std::env::temp_dir()
-                    .join(format!("voxpool-catalog-cli-blobs-{}", std::process::id()))
-                    .display()
-            ),
+            format!("file://{}", blobs.path().display()),
         )
         .output()
         .expect("run voxpool-catalog")
