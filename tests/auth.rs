@@ -292,8 +292,8 @@ async fn a_scheduler_with_a_client_ca_serves_certificates_it_signed_only() {
         .audio;
     assert_eq!(&audio[0..4], b"RIFF");
 
-    // A certificate the CA did not sign fails the handshake: nothing is answered, health
-    // included, and the synthesis replica holding it gets no lease.
+    // A certificate the CA did not sign is refused on its connection before any service:
+    // nothing is answered, health included, and the synthesis replica holding it gets no lease.
     voxpool_runtime::limits::install_crypto_provider();
     let tls_channel = |identity: Option<(&str, &str)>| {
         let mut tls = tonic::transport::ClientTlsConfig::new()
@@ -316,10 +316,11 @@ async fn a_scheduler_with_a_client_ca_serves_certificates_it_signed_only() {
         .acquire(acquire())
         .await
         .unwrap_err();
-    assert_ne!(
-        err.code(),
-        Code::Unauthenticated,
-        "refused at the handshake: {err:?}"
+    assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
+    assert_eq!(
+        voxpool_domain::contract::AuthReason::of(&err),
+        Some(voxpool_domain::contract::AuthReason::ClientCertificateRejected),
+        "refused for its certificate, before the auth layer: {err:?}"
     );
     let rogue = synthesis_with(&rogue_cert, &rogue_key, "rogue");
     let mut request = tonic::Request::new(speak());

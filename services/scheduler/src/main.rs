@@ -77,6 +77,7 @@ async fn serve(args: Args, config: Config) -> Result<(), String> {
     let token_env = std::env::var("VOXPOOL_ADMIN_TOKEN").ok();
     let auth = AdminAuth::load(args.admin_token_file.as_deref(), token_env.as_deref())
         .map_err(|e| e.to_string())?;
+    auth.refuse_shared_with(&config.client_tokens)?;
     // Read here too (serve_with reads them for itself) so that a bad client token stops the
     // start before the address is announced.
     ClientAuth::load(

@@ -192,6 +192,7 @@ async fn serve(args: Args, config: Config, seal: Seal) -> Result<(), String> {
         std::env::var("VOXPOOL_ADMIN_TOKEN").ok().as_deref(),
     )
     .map_err(|e| e.to_string())?;
+    admin.refuse_shared_with(&config.client_tokens)?;
     // One blob store for clips and the cache; opened even with --cache off (clips are needed).
     let blobs = BlobStore::open(args.blobs.blob_store.as_deref())?;
     let references = Some(Arc::new(

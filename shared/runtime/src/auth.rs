@@ -182,11 +182,66 @@ impl AdminAuth {
             ))
         }
     }
+
+    /// Refuses to start when a `[[client_tokens]]` entry's token is this admin token: every
+    /// caller given that client token could call admin RPCs. The error names the entry, never
+    /// a token; an entry whose reference does not resolve is left to the client tokens' own
+    /// error.
+    pub fn refuse_shared_with(
+        &self,
+        client_tokens: &[voxpool_config::ClientTokenConfig],
+    ) -> Result<(), String> {
+        let Some(admin) = &self.token else {
+            return Ok(());
+        };
+        for (i, entry) in client_tokens.iter().enumerate() {
+            let Ok(token) = entry.token.resolve() else {
+                continue;
+            };
+            if bool::from(token.expose().as_bytes().ct_eq(admin.expose().as_bytes())) {
+                return Err(format!(
+                    "client_tokens[{i}] ({:?}): its token is this server's admin token \
+                     (VOXPOOL_ADMIN_TOKEN or --admin-token-file), so every caller given it could \
+                     call admin RPCs: give the entry a token of its own",
+                    entry.name
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_token_equal_to_the_admin_token_is_refused_by_its_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let entry = |name: &str, token: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, format!("{token}\n")).unwrap();
+            voxpool_config::ClientTokenConfig {
+                name: name.to_owned(),
+                token: voxpool_config::CredentialRef::File(path),
+                services: Vec::new(),
+                tenants: None,
+            }
+        };
+        let tokens = [
+            entry("apps", "apps-token-0123456789"),
+            entry("ops", "the-admin-token-0123"),
+        ];
+        let admin = AdminAuth::with_token(Secret::new("the-admin-token-0123"));
+        let e = admin.refuse_shared_with(&tokens).unwrap_err();
+        assert!(e.starts_with("client_tokens[1] (\"ops\")"), "{e}");
+        assert!(
+            !e.contains("the-admin-token"),
+            "no secret in the error: {e}"
+        );
+        assert!(admin.refuse_shared_with(&tokens[..1]).is_ok());
+        assert!(AdminAuth::disabled().refuse_shared_with(&tokens).is_ok());
+    }
 
     fn md(value: &str) -> MetadataMap {
         let mut m = MetadataMap::new();

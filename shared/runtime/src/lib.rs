@@ -6,6 +6,7 @@
 //! - [`serve`]: binding, health, reflection and graceful shutdown shared by every binary.
 //! - [`conn`]: connection limits every listener shares (head, idle and body timeouts, cap).
 //! - [`limits`]: request timeout, message size, load shedding and TLS flags for servers.
+//! - [`tls`]: the gRPC listeners' TLS handshakes (a refused client certificate reaches its client).
 //! - [`auth`]: admin bearer token; data-plane callers by client token or certificate.
 //! - [`telemetry`]: `tracing` setup (pretty or JSON logs, `RUST_LOG` filter), OTLP export.
 //! - [`startup`]: waiting for a dependency at start-up (capped exponential back-off).
@@ -20,3 +21,4 @@ pub mod limits;
 pub mod serve;
 pub mod startup;
 pub mod telemetry;
+pub mod tls;

@@ -20,7 +20,7 @@ use futures::future::BoxFuture;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::{
     Status,
-    transport::{Certificate, Identity, Server, ServerTlsConfig},
+    transport::{Identity, Server},
 };
 use tower::{Layer, Service, layer::util::Stack};
 
@@ -50,9 +50,9 @@ pub struct ServerFlags {
     #[arg(long, env = "VOXPOOL_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// PEM CA bundle: accept data-plane callers presenting a client certificate it signed
-    /// (mTLS; the caller is named by the certificate's CN). A certificate it did not sign
-    /// fails the handshake; a client without one may still connect (health, reflection, a
-    /// client token). Needs --tls-cert.
+    /// (mTLS; the caller is named by the certificate's CN). A certificate it did not sign is
+    /// answered UNAUTHENTICATED on every request, health included; a client without one may
+    /// still connect (health, reflection, a client token). Needs --tls-cert.
     #[arg(long, env = "VOXPOOL_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
     /// Connection limits: head, idle and body timeouts, the connection cap, HTTP/2 keep-alive.
@@ -91,33 +91,30 @@ pub type LimitedServer =
     Server<Stack<LimitsLayer, Stack<crate::conn::TrackLayer, tower::layer::util::Identity>>>;
 
 impl ServerFlags {
-    /// Builds the server for the connections of `gate`. Errors: unreadable or invalid TLS
-    /// files (one-line reason).
+    /// The TLS acceptor of `--tls-cert`, `--tls-key` and `--tls-client-ca`, `None` without
+    /// TLS ([`crate::tls`]: the gRPC listener's connections are handshaken with it before
+    /// tonic sees them). Errors: unreadable or invalid PEM files (one line naming the flag).
+    pub fn tls_acceptor(&self) -> Result<Option<crate::tls::Tls>, String> {
+        install_crypto_provider();
+        crate::tls::acceptor(
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+            self.tls_client_ca.as_deref(),
+        )
+    }
+
+    /// Builds the server for the connections of `gate` (TLS, if any, comes from
+    /// [`Self::tls_acceptor`]). Errors: unreadable or invalid TLS files (one-line reason).
     pub fn server(&self, gate: &Arc<crate::conn::Gate>) -> Result<LimitedServer, String> {
         // The request timeout lives in LimitsLayer, not `Server::timeout`: tonic answers its
         // own timeout with CANCELLED, and a caller must be able to tell a server that ran out
         // of time (DEADLINE_EXCEEDED) from one that gave up on it.
-        let mut builder = Server::builder()
+        // TLS is not tonic's: the connections come handshaken ([`Self::tls_acceptor`],
+        // `crate::tls`), so that a refused client certificate reaches its client.
+        self.tls_acceptor()?;
+        let builder = Server::builder()
             .http2_keepalive_interval(Some(self.conn.http2_keepalive_interval))
             .http2_keepalive_timeout(Some(self.conn.http2_keepalive_timeout));
-        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
-            install_crypto_provider();
-            let read = |p: &PathBuf| {
-                std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
-            };
-            let identity = Identity::from_pem(read(cert)?, read(key)?);
-            let mut tls = ServerTlsConfig::new().identity(identity);
-            if let Some(ca) = &self.tls_client_ca {
-                // Optional at the TLS level: health and reflection stay open to clients
-                // without a certificate; data-plane RPCs are refused by `auth::Authenticated`.
-                tls = tls
-                    .client_ca_root(Certificate::from_pem(read(ca)?))
-                    .client_auth_optional(true);
-            }
-            builder = builder
-                .tls_config(tls)
-                .map_err(|e| format!("invalid TLS certificate, key or client CA: {e}"))?;
-        }
         Ok(builder
             .layer(crate::conn::TrackLayer::new(gate.clone()))
             .layer(LimitsLayer::new(

@@ -150,10 +150,18 @@ where
         );
         tokio::time::sleep(drain_delay).await;
     };
-    let result = add(router)
-        .serve_with_incoming_shutdown(gate.incoming(listener, flags.tls_cert.is_some()), stop)
-        .await
-        .map_err(|e| format!("grpc server: {e}"));
+    let (router, incoming) = (
+        add(router),
+        gate.incoming(listener, flags.tls_cert.is_some()),
+    );
+    let result = match flags.tls_acceptor()? {
+        Some(tls) => {
+            let handshaken = crate::tls::incoming(incoming, tls, flags.conn.head_timeout);
+            router.serve_with_incoming_shutdown(handshaken, stop).await
+        }
+        None => router.serve_with_incoming_shutdown(incoming, stop).await,
+    }
+    .map_err(|e| format!("grpc server: {e}"));
     health_task.abort();
     result
 }

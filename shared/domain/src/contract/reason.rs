@@ -313,6 +313,8 @@ reasons! {
         ClientTokenMissing = "CLIENT_TOKEN_MISSING", Never;
         /// UNAUTHENTICATED: the client token sent is none of the server's `[[client_tokens]]`.
         ClientTokenRejected = "CLIENT_TOKEN_REJECTED", Never;
+        /// UNAUTHENTICATED: the client certificate is not signed by the server's `--tls-client-ca`.
+        ClientCertificateRejected = "CLIENT_CERTIFICATE_REJECTED", Never;
         /// UNAUTHENTICATED: an admin RPC without exactly one well-formed
         /// `authorization: Bearer <admin token>` entry.
         AdminTokenMissing = "ADMIN_TOKEN_MISSING", Never;
