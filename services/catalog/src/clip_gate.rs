@@ -95,16 +95,6 @@ where
 
 /// The call's `grpc-timeout`, if it sent one.
 fn deadline(request: &http::Request<Body>) -> Option<Duration> {
-    let value = request.headers().get("grpc-timeout")?.to_str().ok()?;
-    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.saturating_mul(3600)),
-        "M" => Duration::from_secs(n.saturating_mul(60)),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
+    let metadata = tonic::metadata::MetadataMap::from_headers(request.headers().clone());
+    voxpool_runtime::serve::grpc_timeout(&metadata)
 }
