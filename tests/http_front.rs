@@ -598,7 +598,16 @@ async fn an_anonymous_front_serves_the_sdk_and_refuses_what_it_would_not_apply()
 async fn two_hundred_http_callers_on_a_hundred_slots_never_take_a_key_past_its_cap() {
     let stack = Stack::start(fake_openai(10, 200), 10, 10, 60_000).await;
     let spec = json!({"voice": stack.voice, "input": "One of many.", "response_format": "pcm"});
-    let got = sdk(&["many", &stack.url, KEY_B, "200"], Some(&spec));
+    // The vendor holds its answers until all 100 slots are taken, so the load fills the keys
+    // however slowly the SDK's callers arrive on a busy machine.
+    stack.fake.pause();
+    let many = {
+        let url = stack.url.clone();
+        std::thread::spawn(move || sdk(&["many", &url, KEY_B, "200"], Some(&spec)))
+    };
+    stack.fake.wait_for_requests(100).await;
+    stack.fake.resume();
+    let got = many.join().expect("the SDK's callers");
     assert_eq!(
         got["statuses"],
         json!({"200": 200}),
