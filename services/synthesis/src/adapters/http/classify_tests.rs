@@ -194,3 +194,36 @@ fn a_503_with_retry_after_is_an_overload_signal_and_a_bare_503_a_failure() {
         Outcome::KeyInvalid
     );
 }
+
+#[tokio::test]
+async fn a_refused_connection_says_so_and_where_to_look() {
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let err = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{port}/v1/audio/speech"))
+        .send()
+        .await
+        .expect_err("nothing listens");
+    assert!(crate::adapters::http::connection_refused(&err));
+    let failure = crate::adapters::http::transport_failure(
+        "openai",
+        &err,
+        None,
+        Duration::from_secs(5),
+        None,
+    );
+    assert_eq!(failure.outcome, Outcome::Timeout);
+    assert!(
+        failure.message.contains("connection refused") && failure.message.contains("base_url"),
+        "{}",
+        failure.message
+    );
+    assert!(
+        !failure.message.contains(&port.to_string()),
+        "{}",
+        failure.message
+    );
+}

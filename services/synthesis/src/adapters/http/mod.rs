@@ -284,6 +284,12 @@ pub fn transport_failure(
             Outcome::Timeout,
             format!("no complete answer within {} ms", timeout.as_millis()),
         )
+    } else if connection_refused(err) {
+        (
+            Outcome::Timeout,
+            "connection refused: nothing listens at the upstream's base_url (is the server running?)"
+                .to_owned(),
+        )
     } else if err.is_connect() {
         (Outcome::Timeout, "could not connect".to_owned())
     } else if err.is_builder() {
@@ -311,6 +317,21 @@ pub fn transport_failure(
         format!("{what}: {}", causes.join(": "))
     };
     failure(provider, outcome, http_status, None, message, secret)
+}
+
+/// Whether `err` is a refused connection (an `io::Error` of that kind in its sources).
+pub fn connection_refused(err: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        if cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// The upstream's `base_url` without a trailing slash, or `default`.

@@ -116,6 +116,8 @@ impl SelfHosted {
             Err(e) => {
                 if e.is_timeout() {
                     "no answer in time".to_owned()
+                } else if http::connection_refused(&e) {
+                    "connection refused: is the server running?".to_owned()
                 } else {
                     "connection failed".to_owned()
                 }
