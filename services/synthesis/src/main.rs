@@ -175,17 +175,20 @@ async fn serve(args: Args, config: Config, seal: Seal) -> Result<(), String> {
             tracing::warn!(pool = %pool.id, provider = %pool.provider, "no adapter for this provider in this build; its requests answer FAILED_PRECONDITION");
         }
     }
-    if config
+    let local: Vec<&str> = config
         .pools
         .iter()
-        .any(|p| p.provider_id().is_some_and(Provider::is_local))
-        && tokio::process::Command::new(&args.espeak_bin)
+        .filter(|p| p.provider_id().is_some_and(Provider::is_local))
+        .map(|p| p.id.as_str())
+        .collect();
+    if !local.is_empty()
+        && let Err(e) = tokio::process::Command::new(&args.espeak_bin)
             .arg("--version")
             .output()
             .await
-            .is_err()
     {
-        tracing::warn!(espeak_bin = %args.espeak_bin.display(), "espeak-ng cannot be run; espeak pools will fail (install the espeak-ng package)");
+        tracing::warn!(espeak_bin = %args.espeak_bin.display(), pools = %local.join(", "), error = %e,
+            "espeak-ng cannot be run: every call of these pools will fail; install it (Debian: apt-get install espeak-ng, or make setup) or point --espeak-bin (VOXPOOL_ESPEAK_BIN) at it");
     }
     let admin = AdminAuth::load(
         args.admin_token_file.as_deref(),

@@ -4,7 +4,8 @@
 //! the first [`FakeJobs::fail_next_gets`] GetJobs and [`FakeJobs::fail_next_creates`]
 //! CreateJobs with UNAVAILABLE, refuses a text over 20,000 characters with the real server's
 //! `BadRequest` (`items[N].text`), pages items and jobs two at a time, refuses to delete a job
-//! with items queued or running, and counts the audio reads per item. Started with
+//! with items queued or running, counts the audio reads per item, and streams the audio of an
+//! item whose id starts with `hang` without ever ending it. Started with
 //! [`FakeJobs::start_with_token`] it authenticates callers as the real server does
 //! (`voxpool_runtime::auth::ClientAuth`).
 #![allow(dead_code)]
@@ -404,8 +405,9 @@ impl Jobs for Service {
         Ok(Response::new(()))
     }
 
-    type ReadJobItemAudioStream =
-        tokio_stream::Iter<std::vec::IntoIter<Result<ReadJobItemAudioResponse, Status>>>;
+    type ReadJobItemAudioStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<ReadJobItemAudioResponse, Status>> + Send>,
+    >;
 
     async fn read_job_item_audio(
         &self,
@@ -429,7 +431,16 @@ impl Jobs for Service {
             .chunks(1000)
             .map(|c| Ok(ReadJobItemAudioResponse { data: c.to_vec() }))
             .collect();
-        Ok(Response::new(tokio_stream::iter(chunks)))
+        // An item whose id starts with "hang": its first chunk, then the stream never ends
+        // (a download to interrupt).
+        if id.starts_with("hang") {
+            use tokio_stream::StreamExt as _;
+            let first = tokio_stream::iter(chunks).take(1);
+            return Ok(Response::new(Box::pin(
+                first.chain(tokio_stream::pending()),
+            )));
+        }
+        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
     }
 }
 

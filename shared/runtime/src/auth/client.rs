@@ -71,11 +71,22 @@ struct Accepted {
     binding: Option<TenantBinding>,
 }
 
+/// A token of the config that this service does not accept (its entry's `services` leave it
+/// out): known only to say so to a caller who presents it.
+#[derive(Clone)]
+struct NotHere {
+    name: String,
+    digest: [u8; 32],
+    services: String,
+}
+
 /// How a service authenticates its data-plane callers (module doc). Cheap to clone.
 #[derive(Clone)]
 pub struct ClientAuth {
     tokens: Arc<Vec<Accepted>>,
     mtls: bool,
+    /// This service's name and the config's tokens it does not accept ([`ClientAuth::load`]).
+    not_here: Arc<(&'static str, Vec<NotHere>)>,
 }
 
 impl fmt::Debug for ClientAuth {
@@ -98,6 +109,7 @@ impl ClientAuth {
         Self {
             tokens: Arc::new(Vec::new()),
             mtls: false,
+            not_here: Arc::default(),
         }
     }
 
@@ -111,8 +123,18 @@ impl ClientAuth {
         mtls: bool,
     ) -> Result<Self, String> {
         let mut tokens = Vec::new();
+        let mut not_here = Vec::new();
         for (i, entry) in entries.iter().enumerate() {
             if !entry.accepted_by(service) {
+                // Another service's token (one this process may not even have the value of).
+                if let Ok(secret) = entry.token.resolve() {
+                    let services: Vec<&str> = entry.services.iter().map(|s| s.as_str()).collect();
+                    not_here.push(NotHere {
+                        name: entry.name.clone(),
+                        digest: digest(secret.expose()),
+                        services: services.join(", "),
+                    });
+                }
                 continue;
             }
             let path = format!("client_tokens[{i}].token");
@@ -128,7 +150,9 @@ impl ClientAuth {
                 .map(|tenants| TenantBinding::new(entry.name.clone(), tenants.clone()));
             tokens.push((entry.name.clone(), secret, binding));
         }
-        Self::with_bound_tokens(tokens, mtls)
+        let mut auth = Self::with_bound_tokens(tokens, mtls)?;
+        auth.not_here = Arc::new((service.as_str(), not_here));
+        Ok(auth)
     }
 
     /// [`ClientAuth::load`], then logs who must authenticate (token names, never the tokens):
@@ -194,6 +218,7 @@ impl ClientAuth {
         Ok(Self {
             tokens: Arc::new(accepted),
             mtls,
+            not_here: Arc::default(),
         })
     }
 
@@ -268,14 +293,31 @@ impl ClientAuth {
                 found = Some(accepted);
             }
         }
+        let mut elsewhere = None;
+        for other in &self.not_here.1 {
+            if bool::from(presented.ct_eq(&other.digest)) {
+                elsewhere = Some(other);
+            }
+        }
         found
             .map(|a| (CallerIdentity::token(&a.name), a.binding.clone()))
-            .ok_or_else(|| {
-                super::refused(
+            .ok_or_else(|| match elsewhere {
+                Some(other) => super::refused(
+                    AuthReason::ClientTokenRejected,
+                    format!(
+                        "client token rejected: it is the [[client_tokens]] entry {:?}, which is \
+                         not allowed for this service ({service}): its services = [{}]; add \
+                         \"{service}\" to them, or send a token this service accepts",
+                        other.name,
+                        other.services,
+                        service = self.not_here.0,
+                    ),
+                ),
+                None => super::refused(
                     AuthReason::ClientTokenRejected,
                     "client token rejected: it is none of this server's [[client_tokens]] \
                      (ask the operator for the token configured for your service)",
-                )
+                ),
             })
     }
 
@@ -530,6 +572,47 @@ mod tests {
         assert!(
             err.starts_with("client_tokens[1].token:") && !err.contains("abc"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_token_of_the_config_that_this_service_does_not_accept_is_named_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, own) = (dir.path().join("token"), dir.path().join("own"));
+        std::fs::write(&path, "synthesis-token-0123456789\n").unwrap();
+        std::fs::write(&own, "voxctl-token-0123456789\n").unwrap();
+        let entry = |name: &str, path: &Path, services| ClientTokenConfig {
+            name: name.to_owned(),
+            token: voxpool_config::CredentialRef::File(path.to_owned()),
+            services,
+            tenants: None,
+        };
+        let entries = [
+            entry("synthesis", &path, vec![DataPlane::Scheduler]),
+            entry("voxctl", &own, vec![]),
+        ];
+        let jobs = ClientAuth::load(&entries, DataPlane::Jobs, false).unwrap();
+        let none = http::Extensions::new();
+        let refused = jobs
+            .authenticate(&headers("Bearer synthesis-token-0123456789"), &none)
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+        assert!(
+            refused
+                .message()
+                .contains("\"synthesis\", which is not allowed for this service (jobs)")
+                && refused.message().contains("services = [scheduler]")
+                && !refused.message().contains("0123456789"),
+            "{}",
+            refused.message()
+        );
+        let unknown = jobs
+            .authenticate(&headers("Bearer some-other-token-0123456789"), &none)
+            .unwrap_err();
+        assert!(
+            unknown.message().contains("none of this server's"),
+            "{}",
+            unknown.message()
         );
     }
 }

@@ -9,6 +9,10 @@
 //! code and `REASON: message`, or its download failed), or `not_started` (queued, running or
 //! cancelled); `line` is its position in the job, `manifest` the job's name. The summary's
 //! times, calls and chunks are the job's (start to end, Synthesize calls of its items).
+//!
+//! Ctrl-C (or SIGTERM) stops it: the files being written are finished or removed (no
+//! temporary file stays), it says how many files are in place and how to resume (the same
+//! command), and exits 130 without a report.
 
 use std::{
     path::{Path, PathBuf},
@@ -143,6 +147,8 @@ pub fn summarize(job: &Job, items: &[ItemReport], now: SystemTime) -> Summary {
 /// Downloads `name`'s audio into the directory (see the module doc); returns the exit code.
 pub async fn download(jobs: &Jobs, name: &str, options: &DownloadOptions) -> Result<u8, OpError> {
     let started = Instant::now();
+    // Listening from the start: a Ctrl-C never kills the process mid-write.
+    let mut interrupted = Interrupt::listen();
     not_a_directory(&options.dir)?;
     let job = jobs.get(name).await?;
     let format = Format::from_pb(job.format).ok_or_else(|| {
@@ -182,10 +188,27 @@ pub async fn download(jobs: &Jobs, name: &str, options: &DownloadOptions) -> Res
             (index, fetch(&jobs, &item_name, expected, &dir, &file).await)
         });
     }
-    while let Some(done) = tasks.join_next().await {
+    loop {
+        let done = tokio::select! {
+            done = tasks.join_next() => done,
+            () = interrupted.wait() => {
+                // A write under way runs to its end (the runtime waits for it at exit): its
+                // file is then whole under its final name, or its temporary file is gone.
+                tasks.abort_all();
+                while tasks.join_next().await.is_some() {}
+                let complete = fetched.iter().flatten().filter(|f| !matches!(f, Fetched::Failed(..))).count();
+                crate::say!(
+                    "voxctl: interrupted: {complete} file(s) complete in {}; run `voxctl job download {name} {}` again to resume (complete files are kept)",
+                    dir.display(),
+                    dir.display()
+                );
+                return Ok(130);
+            }
+        };
         match done {
-            Ok((index, outcome)) => fetched[index] = Some(outcome),
-            Err(e) => crate::say!("voxctl: a download task failed: {e}"),
+            None => break,
+            Some(Ok((index, outcome))) => fetched[index] = Some(outcome),
+            Some(Err(e)) => crate::say!("voxctl: a download task failed: {e}"),
         }
     }
     let _ = output::sync_dir(dir);
@@ -245,6 +268,42 @@ pub async fn download(jobs: &Jobs, name: &str, options: &DownloadOptions) -> Res
     match unwritten {
         Some(error) => Err(error),
         None => Ok(u8::from(!summary.all_ok())),
+    }
+}
+
+/// Ctrl-C and SIGTERM, listened to from [`Interrupt::listen`] on.
+struct Interrupt {
+    #[cfg(unix)]
+    signals: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Interrupt {
+    fn listen() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let signals = signal(SignalKind::interrupt())
+                .and_then(|int| Ok((int, signal(SignalKind::terminate())?)))
+                .ok();
+            Self { signals }
+        }
+        #[cfg(not(unix))]
+        {
+            Self {}
+        }
+    }
+
+    /// Returns at the next Ctrl-C or SIGTERM.
+    async fn wait(&mut self) {
+        #[cfg(unix)]
+        if let Some((int, term)) = &mut self.signals {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

@@ -21,9 +21,34 @@ use voxpool_proto::{
 use super::{Jobs, MAX_INLINE_ITEMS, view};
 use crate::{
     format::Format,
-    manifest::{Manifest, Voice},
+    manifest::{Manifest, Problem, Voice},
     ops::OpError,
 };
+
+/// Longest text of one item a job takes, in characters (the jobs service's limit; `voxctl
+/// batch` splits longer texts itself, a job does not).
+pub const MAX_TEXT_CHARS: usize = 20_000;
+
+/// Every line of `manifest` a job would refuse, in line order: its invalid lines and, checked
+/// here rather than by the server (which would name them only once the others are fixed), the
+/// items whose text is over [`MAX_TEXT_CHARS`].
+pub fn problems(manifest: &Manifest) -> Vec<Problem> {
+    let mut all = manifest.problems.clone();
+    for item in &manifest.items {
+        let chars = item.chars();
+        if chars > MAX_TEXT_CHARS {
+            all.push(Problem {
+                line: item.line,
+                id: Some(item.id.clone()),
+                message: format!(
+                    "text: {chars} characters: at most {MAX_TEXT_CHARS} per item in a job; split it into several items"
+                ),
+            });
+        }
+    }
+    all.sort_by_key(|p| p.line);
+    all
+}
 
 /// What `voxctl job submit` sends besides the items.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,18 +67,19 @@ pub struct JobOptions {
     pub request_id: Option<String>,
 }
 
-/// The `CreateJob` request for `manifest`. Errors (exit 2, nothing sent): invalid lines (each
-/// printed first by the caller), no item, more than [`MAX_INLINE_ITEMS`].
+/// The `CreateJob` request for `manifest`. Errors (exit 2, nothing sent): invalid lines and
+/// over-long texts ([`problems`], each printed first by the caller), no item, more than
+/// [`MAX_INLINE_ITEMS`].
 pub fn build_request(
     manifest: &Manifest,
     path: &Path,
     options: &JobOptions,
 ) -> Result<CreateJobRequest, OpError> {
-    if !manifest.problems.is_empty() {
+    let bad = problems(manifest).len();
+    if bad > 0 {
         return Err(OpError::usage(format!(
-            "{}: {} invalid manifest line(s); nothing was submitted (fix them and submit again)",
+            "{}: {bad} invalid manifest line(s); nothing was submitted (fix them and submit again)",
             path.display(),
-            manifest.problems.len()
         )));
     }
     if manifest.items.is_empty() {
@@ -143,7 +169,7 @@ pub async fn submit(
     budget: Duration,
 ) -> Result<Submitted, OpError> {
     let manifest = Manifest::load(path).map_err(|e| OpError::usage(e.to_string()))?;
-    for problem in &manifest.problems {
+    for problem in problems(&manifest) {
         crate::say!("voxctl: {}: {problem}", path.display());
     }
     let request = build_request(&manifest, path, options)?;

@@ -183,6 +183,31 @@ fn the_same_submit_has_the_same_request_id_and_a_changed_one_another() {
 }
 
 #[test]
+fn an_over_long_text_is_reported_with_the_other_bad_lines_at_once() {
+    let long = "a".repeat(super::submit::MAX_TEXT_CHARS + 1);
+    let text = format!(
+        "{{\"id\":\"long\",\"text\":\"{long}\",\"packId\":\"p\"}}\nnot json\n{{\"id\":\"ok\",\"text\":\"t\",\"packId\":\"p\"}}\n"
+    );
+    let manifest = parse(&text);
+    let all = super::submit::problems(&manifest);
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!((all[0].line, all[1].line), (1, 2), "in line order");
+    assert!(
+        all[0].to_string().contains("20001 characters")
+            && all[0].to_string().contains("at most 20000"),
+        "{}",
+        all[0]
+    );
+    let err = build_request(&manifest, Path::new("m.jsonl"), &options()).expect_err("refused");
+    assert_eq!(err.exit_code, 2);
+    assert!(
+        err.message.contains("2 invalid manifest line(s)"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
 fn a_manifest_with_bad_lines_none_or_too_many_items_is_refused_with_exit_2() {
     let bad = parse(&format!("{TWO}{{\"id\":\"c\"}}\nnot json\n"));
     let err = build_request(&bad, Path::new("m.jsonl"), &options()).expect_err("refused");
