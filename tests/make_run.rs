@@ -12,7 +12,6 @@ use std::{
     io::{BufRead as _, BufReader},
     net::TcpListener,
     os::unix::process::CommandExt as _,
-    path::Path,
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -202,10 +201,83 @@ fn ctrl_c_lets_a_long_http_answer_finish_and_every_service_drain() {
     assert!(took < Duration::from_secs(70), "stopped in {took:?}");
     for (name, pid) in pids {
         assert!(
-            !Path::new(&format!("/proc/{pid}")).exists(),
+            !alive(pid),
             "{name} (pid {pid}) still runs after make run exited"
         );
     }
+}
+
+#[test]
+fn a_service_that_dies_stops_the_others_and_is_named() {
+    let mut stack = Stack::start();
+    let pids = stack.service_pids();
+    let synthesis = pids
+        .iter()
+        .find(|(name, _)| name.starts_with("voxpool-synthes"))
+        .expect("synthesis runs")
+        .1;
+    let killed = Command::new("kill")
+        .args(["-KILL", &synthesis.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let status = stack.wait(Duration::from_secs(60));
+    let stderr = stack.stderr_text();
+    assert_ne!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("make run: synthesis stopped unexpectedly"),
+        "the dead service is named: {stderr}"
+    );
+    assert!(
+        !stderr.contains("the job store does not answer") && !stderr.contains("second shutdown"),
+        "jobs stopped before its Redis, each service once: {stderr}"
+    );
+    for (name, pid) in pids {
+        assert!(
+            !alive(pid),
+            "{name} (pid {pid}) still runs after make run exited"
+        );
+    }
+}
+
+#[test]
+fn the_fake_gpu_server_is_stopped_and_started_by_pid_and_stops_with_the_stack() {
+    let mut stack = Stack::start();
+    let gpu = stack.port("VOXPOOL_PORT_GPU_SERVER");
+    let script = |what: &str| {
+        let out = Command::new(workspace_root().join("deploy/local/gpu-server.sh"))
+            .arg(what)
+            .env("VOXPOOL_RUN_DIR", stack.dir.path().join("run"))
+            .env("CARGO_TARGET_DIR", bin_dir().parent().expect("target dir"))
+            .envs(stack.ports.iter().map(|(k, v)| (*k, v.to_string())))
+            .output()
+            .expect("gpu-server.sh");
+        assert!(out.status.success(), "gpu-server.sh {what}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let listening = || std::net::TcpStream::connect(("127.0.0.1", gpu)).is_ok();
+    assert!(listening());
+    script("stop");
+    assert!(!listening(), "stopped");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        stack.child.try_wait().expect("run.sh").is_none(),
+        "the stack stays up without its GPU server"
+    );
+    let started = script("start");
+    assert!(listening(), "started again: {started}");
+    let pid: u32 = std::fs::read_to_string(stack.dir.path().join("run/fake-gpu-server.pid"))
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("a pid");
+    stack.ctrl_c();
+    stack.wait(Duration::from_secs(60));
+    assert!(
+        !alive(pid) && !listening(),
+        "the GPU server started by hand stopped with the stack:\n{}",
+        stack.stderr_text()
+    );
 }
 
 /// The `VOXPOOL_PORT_*` variables of deploy/local/ports.sh.
@@ -373,6 +445,15 @@ impl Stack {
         let _ = self.child.kill();
         self.child.wait().ok()
     }
+}
+
+/// Whether process `pid` runs (a zombie, dead but not yet reaped, does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // `pid (comm) state …`: the state follows the last ')'.
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
 }
 
 /// Reads `from` line by line on a thread into the returned buffer.
