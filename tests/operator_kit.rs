@@ -787,15 +787,17 @@ async fn every_metric_the_dashboard_and_rules_use_is_exported() {
     };
 
     // 1. Both keys answer 429 (Retry-After 1 s): a refusal on each, a failover, both keys
-    //    cooled, and the request exhausted.
+    //    cooled, and the request exhausted: its 600 ms deadline cannot wait out a cooldown.
     let refused = || {
         Step::Fail(Fault::RateLimited {
             retry_after_secs: Some(1),
         })
     };
     fake.script([refused(), refused()]);
+    let mut twice = tonic::Request::new(request("Refused twice."));
+    twice.set_timeout(Duration::from_millis(600));
     let err = client
-        .synthesize(request("Refused twice."))
+        .synthesize(twice)
         .await
         .expect_err("both keys refused");
     assert!(
