@@ -22,7 +22,7 @@ use crate::{
     model::{ItemState, JobState, new_job_id, parse_job_name},
     results::{BlobError, Results},
     status::{blob_status, job_not_found, reason, store_status},
-    store::{Created, JobStore, NewJob},
+    store::{Created, JobStore, NewJob, NotDeletable},
     validate,
     worker::Workers,
 };
@@ -293,7 +293,7 @@ impl Jobs for JobsService {
         }
         match self.store.delete(id).await.map_err(store_status)? {
             Ok(false) => return Err(job_not_found(id)),
-            Err(state) => {
+            Err(NotDeletable::Running(state)) => {
                 let hint = if state == JobState::Cancelled {
                     "wait for its items in flight to end"
                 } else {
@@ -307,6 +307,16 @@ impl Jobs for JobsService {
                         state.as_str()
                     ),
                     None,
+                ));
+            }
+            Err(NotDeletable::Finishing) => {
+                return Err(reason(
+                    Code::FailedPrecondition,
+                    JobsReason::JobNotFinished,
+                    format!(
+                        "jobs/{id} has ended and its summary is still being written: retry in a moment"
+                    ),
+                    Some(std::time::Duration::from_secs(1)),
                 ));
             }
             Ok(true) => {}

@@ -34,6 +34,15 @@ pub struct NewJob {
     pub items: Vec<(String, Vec<u8>)>,
 }
 
+/// Why a job cannot be deleted yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotDeletable {
+    /// Items are queued or running (the job's state).
+    Running(JobState),
+    /// Every item ended; the summary is not written yet.
+    Finishing,
+}
+
 /// What [`JobStore::create`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Created {
@@ -330,15 +339,16 @@ impl JobStore {
     }
 
     /// Deletes ended job `id`'s keys and index entries (`delete.lua`); its blobs are the
-    /// caller's. `Ok(Err(state))` while it has items queued or running; `Ok(Ok(false))` when
-    /// there is no such job.
-    pub async fn delete(&self, id: &str) -> StoreResult<Result<bool, JobState>> {
+    /// caller's. `Ok(Err(_))` while it has items queued or running, or its summary is not
+    /// written yet; `Ok(Ok(false))` when there is no such job.
+    pub async fn delete(&self, id: &str) -> StoreResult<Result<bool, NotDeletable>> {
         let reply = self.run(&self.scripts.delete, id, &[]).await?;
         match text(reply.first())?.as_str() {
             "gone" => Ok(Ok(false)),
-            "busy" => Ok(Err(
-                JobState::parse(&text(reply.get(1))?).unwrap_or(JobState::Running)
-            )),
+            "busy" => Ok(Err(NotDeletable::Running(
+                JobState::parse(&text(reply.get(1))?).unwrap_or(JobState::Running),
+            ))),
+            "finishing" => Ok(Err(NotDeletable::Finishing)),
             "deleted" => {
                 let tenant_hex = text(reply.get(1))?;
                 let request_key = text(reply.get(2))?;

@@ -33,7 +33,7 @@ use redis::{Script, Value};
 use voxpool_redis::{Conn, Topology};
 
 pub use items::{Claimed, Taken};
-pub use jobs::{Created, ItemRow, NewJob};
+pub use jobs::{Created, ItemRow, NewJob, NotDeletable};
 pub use listing::Cursor;
 
 /// The consumer group of every item stream.
