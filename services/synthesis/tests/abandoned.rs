@@ -82,8 +82,13 @@ async fn callers_whose_deadline_ends_before_the_vendor_answers_never_push_a_key_
     let sent: u64 = stats.values().map(|k| k.total_requests).sum();
     let refused: u64 = stats.values().map(|k| k.rejected_over_cap).sum();
     println!("vendor requests: {sent}, vendor 429s: {refused}");
+    // Ended at its deadline: the server's DEADLINE_EXCEEDED (sent 50 ms early), or, when a
+    // busy machine delays that answer past the deadline itself, the client's own timer
+    // (CANCELLED "Timeout expired"). Never audio: the vendor answers after every deadline.
     assert!(
-        codes.iter().all(|c| *c == Code::DeadlineExceeded),
+        codes
+            .iter()
+            .all(|c| matches!(c, Code::DeadlineExceeded | Code::Cancelled)),
         "every call ends at its deadline, before the vendor answers: {codes:?}"
     );
 
