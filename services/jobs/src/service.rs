@@ -19,7 +19,7 @@ use voxpool_runtime::auth::{TenantBinding, resolve_tenant, tenant_binding};
 use crate::{
     convert,
     egress::Policy,
-    model::{ItemState, JobState, new_job_id, parse_job_name},
+    model::{ItemState, new_job_id, parse_job_name},
     results::{BlobError, Results},
     status::{blob_status, job_not_found, reason, store_status},
     store::{Created, JobStore, NewJob, NotDeletable},
@@ -27,6 +27,8 @@ use crate::{
     worker::Workers,
 };
 
+/// How long DeleteJob waits for a job that has just ended to be summarized.
+const SUMMARY_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 /// Fully-qualified service name (health, reflection).
 pub const SERVICE_NAME: &str = "voxpool.jobs.v1.Jobs";
 /// Largest message of ReadJobItemAudio.
@@ -291,35 +293,18 @@ impl Jobs for JobsService {
         if let Some(binding) = tenant_binding(&request) {
             self.record(&request.get_ref().name, Some(binding)).await?;
         }
-        match self.store.delete(id).await.map_err(store_status)? {
-            Ok(false) => return Err(job_not_found(id)),
-            Err(NotDeletable::Running(state)) => {
-                let hint = if state == JobState::Cancelled {
-                    "wait for its items in flight to end"
-                } else {
-                    "cancel it first"
-                };
-                return Err(reason(
-                    Code::FailedPrecondition,
-                    JobsReason::JobNotFinished,
-                    format!(
-                        "jobs/{id} is {} with items not ended: {hint}",
-                        state.as_str()
-                    ),
-                    None,
-                ));
+        // A job that has just ended is deletable once its summary is written (a moment): wait
+        // for that rather than hand the caller a retry.
+        let summarized_by = tokio::time::Instant::now() + SUMMARY_WAIT;
+        loop {
+            match self.store.delete(id).await.map_err(store_status)? {
+                Ok(true) => break,
+                Ok(false) => return Err(job_not_found(id)),
+                Err(NotDeletable::Finishing) if tokio::time::Instant::now() < summarized_by => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(why) => return Err(crate::status::not_deletable(id, why)),
             }
-            Err(NotDeletable::Finishing) => {
-                return Err(reason(
-                    Code::FailedPrecondition,
-                    JobsReason::JobNotFinished,
-                    format!(
-                        "jobs/{id} has ended and its summary is still being written: retry in a moment"
-                    ),
-                    Some(std::time::Duration::from_secs(1)),
-                ));
-            }
-            Ok(true) => {}
         }
         let removed = self
             .results

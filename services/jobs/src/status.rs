@@ -6,7 +6,11 @@ use std::{collections::HashMap, time::Duration};
 use tonic::{Code, Status};
 use voxpool_domain::{contract::JobsReason, status::with_info};
 
-use crate::{results::BlobError, store::StoreError};
+use crate::{
+    model::JobState,
+    results::BlobError,
+    store::{NotDeletable, StoreError},
+};
 
 /// `code` with `reason` (no metadata) and, when given, a `RetryInfo` of `retry`.
 pub fn reason(
@@ -16,6 +20,34 @@ pub fn reason(
     retry: Option<Duration>,
 ) -> Status {
     with_info(code, message, reason.as_str(), HashMap::new(), retry)
+}
+
+/// FAILED_PRECONDITION `JOB_NOT_FINISHED`: job `id` cannot be deleted yet (`why`).
+pub fn not_deletable(id: &str, why: NotDeletable) -> Status {
+    match why {
+        NotDeletable::Running(state) => {
+            let hint = if state == JobState::Cancelled {
+                "wait for its items in flight to end"
+            } else {
+                "cancel it first"
+            };
+            reason(
+                Code::FailedPrecondition,
+                JobsReason::JobNotFinished,
+                format!(
+                    "jobs/{id} is {} with items not ended: {hint}",
+                    state.as_str()
+                ),
+                None,
+            )
+        }
+        NotDeletable::Finishing => reason(
+            Code::FailedPrecondition,
+            JobsReason::JobNotFinished,
+            format!("jobs/{id} has ended and its summary is not written yet: retry in a moment"),
+            Some(Duration::from_secs(1)),
+        ),
+    }
 }
 
 /// NOT_FOUND `JOB_NOT_FOUND` for job `id`.
