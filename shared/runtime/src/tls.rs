@@ -64,6 +64,20 @@ impl std::fmt::Debug for Tls {
     }
 }
 
+/// The certificate chain of `--tls-cert` and the private key of `--tls-key`. Errors:
+/// unreadable or invalid PEM files (one line naming the flag).
+pub fn server_identity(
+    cert: &Path,
+    key: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(|e| format!("--tls-cert {}: {e}", cert.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| format!("--tls-key {}: {e}", key.display()))?;
+    Ok((certs, key))
+}
+
 /// The TLS of `--tls-cert` / `--tls-key` (and `--tls-client-ca`), or `None` without them.
 /// Errors: unreadable or invalid PEM files (one line naming the flag).
 pub fn acceptor(
@@ -74,11 +88,7 @@ pub fn acceptor(
     let (Some(cert), Some(key)) = (cert, key) else {
         return Ok(None);
     };
-    let certs = CertificateDer::pem_file_iter(cert)
-        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-        .map_err(|e| format!("--tls-cert {}: {e}", cert.display()))?;
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("--tls-key {}: {e}", key.display()))?;
+    let (certs, key) = server_identity(cert, key)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()

@@ -242,15 +242,10 @@ async fn limits(State(front): State<Arc<Front>>, request: Request, next: Next) -
 /// The TLS acceptor for `flags`' `--tls-cert`/`--tls-key`, or `None` without them. Errors:
 /// unreadable or invalid PEM files (one line).
 pub fn tls_acceptor(flags: &ServerFlags) -> Result<Option<TlsAcceptor>, String> {
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
     let (Some(cert), Some(key)) = (&flags.tls_cert, &flags.tls_key) else {
         return Ok(None);
     };
-    let certs = CertificateDer::pem_file_iter(cert)
-        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-        .map_err(|e| format!("--tls-cert {}: {e}", cert.display()))?;
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("--tls-key {}: {e}", key.display()))?;
+    let (certs, key) = voxpool_runtime::tls::server_identity(cert, key)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
