@@ -223,7 +223,12 @@ impl ApiError {
             Code::InvalidArgument => Some("invalid_value".to_owned()),
             _ => None,
         });
+        // A text too long for its own deadline is refused with no retry hint: waiting cannot
+        // help, and the SDKs retry a 429 that names a time.
+        let hopeless = SynthesisReason::of(status) == Some(SynthesisReason::DeadlineUnreachable)
+            && retry_after_s.is_none();
         let retry_after_s = match http {
+            StatusCode::TOO_MANY_REQUESTS if hopeless => None,
             // A client told "too many requests" needs a time: 1 s when the scheduler gave none.
             StatusCode::TOO_MANY_REQUESTS => Some(retry_after_s.unwrap_or(1).max(1)),
             StatusCode::SERVICE_UNAVAILABLE => retry_after_s.map(|s| s.max(1)),
@@ -375,5 +380,27 @@ mod tests {
             ApiError::from_status(&Status::deadline_exceeded("late")).status,
             StatusCode::GATEWAY_TIMEOUT
         );
+    }
+
+    #[test]
+    fn a_text_that_cannot_fit_its_own_deadline_is_a_429_without_retry_after() {
+        let hopeless = with_info(
+            Code::ResourceExhausted,
+            "too long for its deadline",
+            SynthesisReason::DeadlineUnreachable.as_str(),
+            HashMap::new(),
+            None,
+        );
+        let e = ApiError::from_status(&hopeless);
+        assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(e.retry_after_s, None, "waiting cannot help: no Retry-After");
+        let behind = with_info(
+            Code::ResourceExhausted,
+            "behind others",
+            SynthesisReason::DeadlineUnreachable.as_str(),
+            HashMap::new(),
+            Some(Duration::from_secs(4)),
+        );
+        assert_eq!(ApiError::from_status(&behind).retry_after_s, Some(4));
     }
 }
