@@ -185,3 +185,44 @@ async fn a_connection_over_the_cap_is_refused_naming_the_cap_on_grpc_and_http() 
         "{answer}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_body_trickled_past_the_body_timeout_is_answered_408() {
+    let scheduler = scheduler(&[]);
+    let mut cmd = Command::new(binary("voxpool-synthesis"));
+    cmd.current_dir(workspace_root()).args([
+        "--config",
+        CONFIG,
+        "--listen",
+        "127.0.0.1:0",
+        "--http-listen",
+        "127.0.0.1:0",
+        "--body-timeout",
+        "1s",
+        "--scheduler",
+        &format!("http://{}", scheduler.addr),
+        "--catalog",
+        "http://127.0.0.1:9",
+    ]);
+    cmd.env("VOXPOOL_HTTP_API_KEY", "sk-connections-test");
+    let (_synthesis, url) = start_http(cmd);
+    let host = url.trim_start_matches("http://").trim_end_matches("/v1");
+    let mut tcp = TcpStream::connect(host).await.expect("connect");
+    tcp.write_all(
+        b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-connections-test\r\n\
+          Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{",
+    )
+    .await
+    .expect("head");
+    // A byte every 200 ms: no pause reaches the limit, the whole body would take 40 s.
+    for _ in 0..20 {
+        if tcp.write_all(b" ").await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let answer = String::from_utf8_lossy(&until_closed(tcp).await).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"code\":\"body_timeout\""), "{answer}");
+    assert!(answer.contains("--body-timeout"), "{answer}");
+}

@@ -122,12 +122,12 @@ impl ApiError {
         response
     }
 
-    /// 408 for a request body that paused longer than `--body-timeout`.
+    /// 408 for a request body that did not arrive whole within `--body-timeout`.
     pub fn body_timeout(timeout: std::time::Duration) -> Self {
         Self {
             status: StatusCode::REQUEST_TIMEOUT,
             message: format!(
-                "the request body sent nothing for {} (--body-timeout): send the whole body at once",
+                "the request body did not arrive whole within {} (--body-timeout): send the whole body at once",
                 humantime::format_duration(timeout)
             ),
             kind: "invalid_request_error",

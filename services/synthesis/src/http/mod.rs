@@ -146,11 +146,11 @@ async fn speech_route(State(front): State<Arc<Front>>, headers: HeaderMap, body:
     speech::speech(&front, caller, &headers, bytes).await
 }
 
-/// Whether reading a body failed because it paused past `--body-timeout`.
+/// Whether reading a body failed because it did not arrive within `--body-timeout`.
 fn paused(e: &axum::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(cause) = source {
-        if cause.is::<tower_http::timeout::TimeoutError>() {
+        if cause.is::<voxpool_runtime::conn::BodyTimeout>() {
             return true;
         }
         source = cause.source();

@@ -13,8 +13,9 @@
 //!   the load balancers voxpool runs behind (60 s on AWS ALB, 75 s for nginx's
 //!   `keepalive_timeout`), so the balancer closes an idle connection first and never reuses one
 //!   this side is closing; clients reconnect transparently (gRPC channels, HTTP pools).
-//! - **Body timeout** (`--body-timeout`, 30 s): a request body that makes no progress for that
-//!   long fails its request.
+//! - **Body timeout** (`--body-timeout`, 30 s): a request body must arrive whole within it,
+//!   counted from the request's head; one trickled slower fails its request (a byte every 20 s
+//!   used to hold a connection for the whole request timeout).
 //! - **Connection cap** (`--max-connections`, default half the process's open-file limit, at
 //!   most 10,000): a connection beyond it is answered with one refusal (gRPC UNAVAILABLE, HTTP
 //!   503) and closed, so the process keeps descriptors for its own upstream connections and
@@ -45,7 +46,7 @@ use tokio::{
 pub use self::{
     io::{ConnState, Guarded},
     refuse::{grpc_refusal, serve_refusal},
-    track::{InFlight, TrackLayer, Tracked},
+    track::{BodyTimeout, InFlight, TrackLayer, Tracked},
 };
 
 /// Most connections one listener keeps open when `--max-connections` is not set.
@@ -64,7 +65,7 @@ pub struct ConnFlags {
     /// A connection with no request in flight for this long is closed.
     #[arg(long, env = "VOXPOOL_IDLE_TIMEOUT", default_value = "2m", value_parser = positive)]
     pub idle_timeout: Duration,
-    /// A request body that sends nothing for this long fails its request.
+    /// A request body must arrive whole within this, counted from the request's head.
     #[arg(long, env = "VOXPOOL_BODY_TIMEOUT", default_value = "30s", value_parser = positive)]
     pub body_timeout: Duration,
     /// Connections one listener keeps open; one more is refused (gRPC UNAVAILABLE, HTTP 503)

@@ -47,6 +47,22 @@ async fn server(flags: ConnFlags) -> std::net::SocketAddr {
                 }
             };
             let app = tower::service_fn(|req: http::Request<tonic::body::Body>| async move {
+                if req.uri().path() == "/read" {
+                    // Reads the whole body: 200, or 408 when it did not arrive in time.
+                    let status = match http_body_util::BodyExt::collect(req.into_body()).await {
+                        Ok(_) => 200,
+                        Err(e)
+                            if std::error::Error::source(&e)
+                                .is_some_and(<dyn std::error::Error>::is::<BodyTimeout>) =>
+                        {
+                            408
+                        }
+                        Err(_) => 400,
+                    };
+                    let mut answer = http::Response::new(tonic::body::Body::empty());
+                    *answer.status_mut() = http::StatusCode::from_u16(status).unwrap();
+                    return Ok::<_, std::convert::Infallible>(answer);
+                }
                 let body = if req.uri().path() == "/stream" {
                     let (tx, rx) = tokio::sync::mpsc::channel::<
                         Result<http_body::Frame<bytes::Bytes>, std::convert::Infallible>,
@@ -198,4 +214,29 @@ async fn a_connection_over_the_cap_is_refused_with_a_reason() {
     let n = first.read(&mut buf).await.unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).contains("200 OK"));
     drop(first);
+}
+
+#[tokio::test]
+async fn a_body_trickled_slower_than_the_body_timeout_fails_its_request() {
+    let mut short = flags(10_000, 60_000, 100);
+    short.body_timeout = Duration::from_millis(400);
+    let addr = server(short).await;
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(b"POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n\r\n")
+        .await
+        .unwrap();
+    // A byte every 100 ms: never a pause as long as the limit, but 4 s for the whole body.
+    let trickle = async {
+        for _ in 0..40 {
+            if tcp.write_all(b"x").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    trickle.await;
+    let mut buf = [0u8; 1024];
+    let n = tcp.read(&mut buf).await.unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
 }

@@ -1,5 +1,5 @@
 //! Which requests are in flight on which connection ([`InFlight`], held by the response body
-//! until its last byte), and the request-body pause limit, as a tower layer: [`TrackLayer`]
+//! until its last byte), and the request-body time limit, as a tower layer: [`TrackLayer`]
 //! for tonic (it finds a request's connection by its peer address) and
 //! [`Tracked::for_connection`] for a server that serves its own connections.
 
@@ -69,7 +69,7 @@ enum Source {
 }
 
 /// The service of [`TrackLayer`]: counts the request on its connection until the response body
-/// ends, and fails a request body that pauses longer than `--body-timeout`.
+/// ends, and fails a request body that has not arrived whole within `--body-timeout`.
 #[derive(Clone, Debug)]
 pub struct Tracked<S> {
     inner: S,
@@ -119,15 +119,75 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let in_flight = self.connection(&request).map(InFlight::begin);
-        let timeout = self.body_timeout;
+        let limit = self.body_timeout;
         let request = request.map(|body| {
-            tonic::body::Body::new(tower_http::timeout::TimeoutBody::new(timeout, body))
+            tonic::body::Body::new(DeadlineBody {
+                body: Box::pin(body),
+                deadline: Box::pin(tokio::time::sleep(limit)),
+                limit,
+            })
         });
         let answer = self.inner.call(request);
         Box::pin(async move {
             let response = answer.await?;
             Ok(response.map(|body| Held { body, in_flight }))
         })
+    }
+}
+
+/// A request body that did not arrive whole within `--body-timeout` (the error its reader
+/// gets; find it in an error's sources to answer it as such).
+#[derive(Debug)]
+pub struct BodyTimeout(pub Duration);
+
+impl std::fmt::Display for BodyTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the request body did not arrive whole within {} (--body-timeout)",
+            humantime::format_duration(self.0)
+        )
+    }
+}
+
+impl std::error::Error for BodyTimeout {}
+
+/// A request body that must arrive whole within its limit, counted from the request's head:
+/// a client that trickles it (a byte every few seconds) is cut off at the limit.
+struct DeadlineBody<B> {
+    body: Pin<Box<B>>,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    limit: Duration,
+}
+
+impl<B> http_body::Body for DeadlineBody<B>
+where
+    B: http_body::Body<Data = bytes::Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Data = bytes::Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        match this.body.as_mut().poll_frame(cx) {
+            Poll::Ready(frame) => Poll::Ready(frame.map(|f| f.map_err(Into::into))),
+            Poll::Pending if this.deadline.as_mut().poll(cx).is_ready() => {
+                Poll::Ready(Some(Err(Box::new(BodyTimeout(this.limit)))))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 
