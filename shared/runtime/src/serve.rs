@@ -134,7 +134,7 @@ where
             }
         })
     };
-    let gate = crate::conn::Gate::new("grpc", &flags.conn);
+    let gate = crate::conn::Gate::new("grpc", &flags.conn, flags.tls_cert.is_some());
     let router = flags
         .server(&gate)?
         .trace_fn(crate::telemetry::server_span)

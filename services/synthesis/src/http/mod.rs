@@ -270,7 +270,7 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     let app = router(front);
-    let gate = Gate::new("http", &flags.conn);
+    let gate = Gate::new("http", &flags.conn, tls.is_some());
     let conn = flags.conn.clone();
     let graceful = GracefulShutdown::new();
     let drain_delay = flags.drain_delay;
@@ -313,7 +313,14 @@ pub async fn serve(
         builder
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(conn.head_timeout)
+            // Plaintext: the gate bounds each head from its first byte, and an idle keep-alive
+            // connection lives for the idle timeout (above the load balancers' own). TLS: the
+            // gate cannot see heads, so hyper bounds the wait for each one.
+            .header_read_timeout(if tls.is_some() {
+                conn.head_timeout
+            } else {
+                conn.idle_timeout
+            })
             .max_buf_size(HTTP1_BUFFER_BYTES);
         builder
             .http2()

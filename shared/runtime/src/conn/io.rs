@@ -34,6 +34,9 @@ pub struct ConnState {
     in_flight: AtomicU32,
     /// When the connection last had no request in flight, in ms after `accepted`.
     idle_since_ms: AtomicU64,
+    /// An HTTP/1.1 connection whose next request head has begun to arrive: when its first
+    /// byte came, in ms after `accepted`, plus one (0: none pending).
+    head_since_ms: AtomicU64,
 }
 
 impl ConnState {
@@ -44,10 +47,12 @@ impl ConnState {
             requests: AtomicU64::new(0),
             in_flight: AtomicU32::new(0),
             idle_since_ms: AtomicU64::new(0),
+            head_since_ms: AtomicU64::new(0),
         })
     }
 
     pub(super) fn begin(&self) {
+        self.head_since_ms.store(0, Ordering::Relaxed);
         self.requests.fetch_add(1, Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::AcqRel);
     }
@@ -56,6 +61,16 @@ impl ConnState {
         let ms = u64::try_from(self.accepted.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.idle_since_ms.store(ms, Ordering::Relaxed);
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Bytes arrived on an HTTP/1.1 connection: with no request in flight, a head has begun.
+    fn head_started(&self) {
+        if self.in_flight.load(Ordering::Acquire) == 0
+            && self.head_since_ms.load(Ordering::Relaxed) == 0
+        {
+            let ms = u64::try_from(self.accepted.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+            self.head_since_ms.store(ms + 1, Ordering::Relaxed);
+        }
     }
 
     /// Requests begun on this connection so far.
@@ -73,6 +88,15 @@ impl ConnState {
         if never_started && now >= head_by {
             return Err(Closed::HeadTimeout);
         }
+        // An HTTP/1.1 head that began to arrive while the connection was idle must be whole
+        // within the head timeout of its first byte.
+        let pending = self.head_since_ms.load(Ordering::Relaxed);
+        let head_due = (pending > 0).then(|| {
+            self.accepted + std::time::Duration::from_millis(pending - 1) + flags.head_timeout
+        });
+        if head_due.is_some_and(|due| now >= due) {
+            return Err(Closed::HeadTimeout);
+        }
         let next = if self.in_flight.load(Ordering::Acquire) > 0 {
             now + flags.idle_timeout
         } else {
@@ -84,6 +108,7 @@ impl ConnState {
             }
             idle_by
         };
+        let next = head_due.map_or(next, |due| next.min(due));
         Ok(if never_started {
             next.min(head_by)
         } else {
@@ -101,6 +126,10 @@ pub struct Guarded<IO> {
     gate: Arc<Gate>,
     peer: Option<SocketAddr>,
     watchdog: Pin<Box<Sleep>>,
+    /// The first bytes the client sent (up to 3), until it is known whether it speaks HTTP/1.1
+    /// (`Some(true)`) or HTTP/2 (`Some(false)`: the preface begins `PRI`).
+    prefix: Vec<u8>,
+    http1: Option<bool>,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -121,12 +150,16 @@ impl<IO> Guarded<IO> {
         slot: OwnedSemaphorePermit,
     ) -> Self {
         let first = state.accepted + gate.flags().head_timeout.min(gate.flags().idle_timeout);
+        let http1 = gate.tls.then_some(false);
         Self {
             io,
             state,
             gate,
             peer,
             watchdog: Box::pin(tokio::time::sleep_until(first)),
+            prefix: Vec::new(),
+            // Encrypted bytes say nothing of the protocol: the HTTP/1.1 head rule is off.
+            http1,
             _slot: slot,
         }
     }
@@ -163,6 +196,17 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
             Poll::Ready(Ok(())) => {
                 let read = (buf.filled().len() - before) as u64;
                 this.state.bytes_read.fetch_add(read, Ordering::Relaxed);
+                if this.http1.is_none() {
+                    let got = &buf.filled()[before..];
+                    let want = 3 - this.prefix.len();
+                    this.prefix.extend_from_slice(&got[..got.len().min(want)]);
+                    if this.prefix.len() == 3 {
+                        this.http1 = Some(this.prefix != b"PRI");
+                    }
+                }
+                if read > 0 && this.http1 == Some(true) {
+                    this.state.head_started();
+                }
                 return Poll::Ready(Ok(()));
             }
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),

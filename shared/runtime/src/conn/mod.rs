@@ -3,10 +3,12 @@
 //! timeout, a per-pause request-body timeout and HTTP/2 keep-alive pings.
 //!
 //! - **Head timeout** (`--head-timeout`, 10 s): a new connection must deliver an HTTP/1.1
-//!   request head, or the HTTP/2 preface and its first SETTINGS frame, within it; an HTTP/1.1
-//!   connection waiting for its next request head gets the same bound (hyper's
-//!   `header_read_timeout`). A slowloris client that trickles a head is closed when it runs
-//!   out.
+//!   request head, or the HTTP/2 preface and its first SETTINGS frame, within it; on a
+//!   plaintext HTTP/1.1 connection every later head must be whole within it of its first byte
+//!   (an idle keep-alive connection waits for the idle timeout, not this). A slowloris client
+//!   that trickles a head is closed when it runs out. On a TLS listener the bytes are
+//!   encrypted, so a later head is bounded by hyper's `header_read_timeout` from the moment the
+//!   connection waits for it.
 //! - **Idle timeout** (`--idle-timeout`, 2 minutes): a connection with no request in flight for
 //!   that long is closed. A request is in flight from its head until its response body's last
 //!   byte went out, so a long stream is never idle. Two minutes is above the idle timeouts of
@@ -149,6 +151,7 @@ impl Closed {
 /// address (how [`TrackLayer`] finds a gRPC request's connection), the limits.
 pub struct Gate {
     listener: &'static str,
+    tls: bool,
     flags: ConnFlags,
     cap: usize,
     slots: Arc<Semaphore>,
@@ -167,11 +170,14 @@ impl std::fmt::Debug for Gate {
 }
 
 impl Gate {
-    /// The gate of listener `listener` (`grpc`, `http`: the metric attribute) under `flags`.
-    pub fn new(listener: &'static str, flags: &ConnFlags) -> Arc<Self> {
+    /// The gate of listener `listener` (`grpc`, `http`: the metric attribute) under `flags`;
+    /// `tls`: its connections are encrypted, so their requests' bytes cannot be told apart
+    /// from HTTP/2's own frames (the HTTP/1.1 head rule is left to hyper).
+    pub fn new(listener: &'static str, flags: &ConnFlags, tls: bool) -> Arc<Self> {
         let cap = flags.max_connections();
         Arc::new(Self {
             listener,
+            tls,
             flags: flags.clone(),
             cap,
             slots: Arc::new(Semaphore::new(cap)),

@@ -29,7 +29,7 @@ fn flags(head_ms: u64, idle_ms: u64, cap: usize) -> ConnFlags {
 async fn server(flags: ConnFlags) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let gate = Gate::new("test", &flags);
+    let gate = Gate::new("test", &flags, false);
     tokio::spawn(async move {
         loop {
             let (tcp, _) = listener.accept().await.unwrap();
@@ -96,7 +96,9 @@ async fn server(flags: ConnFlags) -> std::net::SocketAddr {
             builder
                 .http1()
                 .timer(TokioTimer::new())
-                .header_read_timeout(flags.head_timeout);
+                // As the HTTP front on plaintext: the gate bounds each head from its first
+                // byte; hyper only bounds an idle keep-alive connection.
+                .header_read_timeout(flags.idle_timeout);
             tokio::spawn(async move {
                 let _ = builder.serve_connection(TokioIo::new(conn), service).await;
             });
@@ -239,4 +241,47 @@ async fn a_body_trickled_slower_than_the_body_timeout_fails_its_request() {
     let n = tcp.read(&mut buf).await.unwrap();
     let answer = String::from_utf8_lossy(&buf[..n]);
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+}
+
+/// One `GET /` on `tcp`; its answer's first bytes.
+async fn get(tcp: &mut TcpStream) -> String {
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = tcp.read(&mut buf).await.unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_outlives_the_head_timeout_and_serves_its_next_request() {
+    let addr = server(flags(300, 10_000, 100)).await;
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    assert!(get(&mut tcp).await.contains("200 OK"));
+    // Idle for well past the head timeout, within the idle timeout (a load balancer's pool).
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let second = get(&mut tcp).await;
+    assert!(second.contains("200 OK"), "{second:?}");
+}
+
+#[tokio::test]
+async fn a_later_head_trickled_is_cut_off_at_the_head_timeout() {
+    let addr = server(flags(300, 10_000, 100)).await;
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    assert!(get(&mut tcp).await.contains("200 OK"));
+    let head = b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    let mut sent = 0;
+    for byte in head {
+        if tcp.write_all(&[*byte]).await.is_err() {
+            break;
+        }
+        sent += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (answer, _) = until_closed(&mut tcp).await;
+    assert!(sent < head.len(), "the whole trickled head got through");
+    assert!(
+        !answer.contains("200 OK"),
+        "a trickled head was served: {answer}"
+    );
 }
