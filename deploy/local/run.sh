@@ -261,7 +261,7 @@ if [ -n "$stopping" ] && [ -z "${dead:-}" ]; then
     asked=$EPOCHREALTIME
     trap - EXIT
     stop_all
-    echo "make run: stopped on $stopping; every process drained and exited in $(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $asked }") s" >&2
+    echo "make run: stopped on $stopping; every process exited in $(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $asked }") s" >&2
     exit 0
 fi
 name=${watched[$dead]}
