@@ -27,6 +27,35 @@ fn scheduler(extra: &[&str]) -> voxpool_e2e::Service {
     start(cmd)
 }
 
+/// A synthesis with its HTTP front (key `sk-connections-test`) beside `scheduler`, with `extra`
+/// flags: the process and the front's `host:port`.
+fn synthesis_http(scheduler: &str, extra: &[&str]) -> (voxpool_e2e::Service, String) {
+    let mut cmd = Command::new(binary("voxpool-synthesis"));
+    cmd.current_dir(workspace_root())
+        .args([
+            "--config",
+            CONFIG,
+            "--listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+        ])
+        .args(extra)
+        .args([
+            "--scheduler",
+            &format!("http://{scheduler}"),
+            "--catalog",
+            "http://127.0.0.1:9",
+        ])
+        .env("VOXPOOL_HTTP_API_KEY", "sk-connections-test");
+    let (synthesis, url) = start_http(cmd);
+    let host = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_owned();
+    (synthesis, host)
+}
+
 /// Reads until the server closes `tcp`; what it sent. Fails after 20 s.
 async fn until_closed(mut tcp: TcpStream) -> Vec<u8> {
     let mut got = Vec::new();
@@ -137,27 +166,7 @@ async fn a_connection_over_the_cap_is_refused_naming_the_cap_on_grpc_and_http() 
     assert!(err.message().contains("3 connections"), "{err:?}");
     drop(held);
 
-    let mut cmd = Command::new(binary("voxpool-synthesis"));
-    cmd.current_dir(workspace_root()).args([
-        "--config",
-        CONFIG,
-        "--listen",
-        "127.0.0.1:0",
-        "--http-listen",
-        "127.0.0.1:0",
-        "--max-connections",
-        "2",
-        "--scheduler",
-        &format!("http://{}", scheduler.addr),
-        "--catalog",
-        "http://127.0.0.1:9",
-    ]);
-    cmd.env("VOXPOOL_HTTP_API_KEY", "sk-connections-test");
-    let (_synthesis, url) = start_http(cmd);
-    let host = url
-        .trim_start_matches("http://")
-        .trim_end_matches("/v1")
-        .to_owned();
+    let (_synthesis, host) = synthesis_http(&scheduler.addr, &["--max-connections", "2"]);
     let mut held = Vec::new();
     for _ in 0..2 {
         let mut tcp = TcpStream::connect(&host).await.expect("connect");
@@ -189,25 +198,8 @@ async fn a_connection_over_the_cap_is_refused_naming_the_cap_on_grpc_and_http() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_body_trickled_past_the_body_timeout_is_answered_408() {
     let scheduler = scheduler(&[]);
-    let mut cmd = Command::new(binary("voxpool-synthesis"));
-    cmd.current_dir(workspace_root()).args([
-        "--config",
-        CONFIG,
-        "--listen",
-        "127.0.0.1:0",
-        "--http-listen",
-        "127.0.0.1:0",
-        "--body-timeout",
-        "1s",
-        "--scheduler",
-        &format!("http://{}", scheduler.addr),
-        "--catalog",
-        "http://127.0.0.1:9",
-    ]);
-    cmd.env("VOXPOOL_HTTP_API_KEY", "sk-connections-test");
-    let (_synthesis, url) = start_http(cmd);
-    let host = url.trim_start_matches("http://").trim_end_matches("/v1");
-    let mut tcp = TcpStream::connect(host).await.expect("connect");
+    let (_synthesis, host) = synthesis_http(&scheduler.addr, &["--body-timeout", "1s"]);
+    let mut tcp = TcpStream::connect(&host).await.expect("connect");
     tcp.write_all(
         b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-connections-test\r\n\
           Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{",
