@@ -3,7 +3,8 @@
 //! call, each with a 10 s deadline. The ones that can finish are admitted and every one of them
 //! completes whole; the rest are refused at once, RESOURCE_EXHAUSTED `DEADLINE_UNREACHABLE`,
 //! before any vendor call (the fake counts every call it gets); over HTTP, with the same deadline
-//! in `X-Voxpool-Timeout`, the refusal is a 429 `deadline_unreachable` with `Retry-After`.
+//! in `X-Voxpool-Timeout`, the refusal is a 429 `deadline_unreachable` with `Retry-After`. A
+//! deadline too short to even freeze the voice is a timeout (504), never a catalog outage.
 
 use std::time::Duration;
 
@@ -135,4 +136,40 @@ async fn http_probe(host: &str, voice: &str, text: &str) -> String {
     let mut answer = Vec::new();
     tcp.read_to_end(&mut answer).await.expect("answer");
     String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_too_short_to_freeze_the_voice_is_a_timeout_not_a_catalog_outage() {
+    let fake = FakeVendor::start(FakeConfig::new(VendorKind::OpenAi))
+        .await
+        .expect("fake vendor");
+    let stack = SpeechStack::start(&Options {
+        base_url: &fake.base_url(),
+        keys: 1,
+        capacity: 4,
+        synthesis: "default_deadline_ms = 60000",
+        synthesis_log: "error",
+    })
+    .await;
+    let body = serde_json::json!({"model": "tts-1", "voice": stack.pack, "input": "Too late.", "response_format": "pcm"})
+        .to_string();
+    let mut tcp = TcpStream::connect(stack.http_host())
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {HTTP_KEY}\r\n\
+         Content-Type: application/json\r\nX-Voxpool-Timeout: 0.01\r\nConnection: close\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.expect("request");
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).await.expect("answer");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
+    assert!(!answer.contains("catalog_unavailable"), "{answer}");
+    assert_eq!(
+        fake.stats().values().map(|k| k.total_requests).sum::<u64>(),
+        0
+    );
 }

@@ -318,7 +318,19 @@ async fn resolve_voice(
                     "empty: pass a voice pack id",
                 ));
             }
-            core.catalog.freeze(&id, deadline.remaining()).await
+            match core.catalog.freeze(&id, deadline.remaining()).await {
+                // The caller's own deadline ran out while the catalog froze the pack: that is
+                // the deadline, not a catalog outage (which callers retry and alerts count).
+                Err(SynthesisError::CatalogUnavailable { .. }) if deadline.passed() => {
+                    Err(SynthesisError::DeadlineExceeded {
+                        pool: None,
+                        budget_ms: deadline.budget_ms(),
+                        attempts: Vec::new(),
+                        in_call: false,
+                    })
+                }
+                frozen => frozen,
+            }
         }
     }
 }
