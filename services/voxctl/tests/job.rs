@@ -469,11 +469,22 @@ async fn an_interrupted_download_says_how_to_resume_and_leaves_no_partial_file()
         .kill_on_drop(true)
         .spawn()
         .expect("voxctl");
+    // Interrupt once the first item's file is complete (in place under its name) and the
+    // hanging one is being read: a download may start the next read before it has renamed the
+    // last file into place.
+    let complete = || {
+        std::fs::read_dir(&out).is_ok_and(|entries| {
+            entries.flatten().any(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                !name.contains(".part") && !name.starts_with(".voxctl-tmp-")
+            })
+        })
+    };
     let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !fake.reads().keys().any(|k| k.ends_with("/hang")) {
+    while !(fake.reads().keys().any(|k| k.ends_with("/hang")) && complete()) {
         assert!(
             std::time::Instant::now() < until,
-            "the hanging item was never read"
+            "the first item was never written, or the hanging one never read"
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
