@@ -30,14 +30,7 @@ async fn long_texts_over_capacity_are_admitted_while_they_can_finish_and_refused
     })
     .await
     .expect("fake vendor");
-    let stack = SpeechStack::start(&Options {
-        base_url: &fake.base_url(),
-        keys: 1,
-        capacity: 4,
-        synthesis: "default_deadline_ms = 60000",
-        synthesis_log: "error",
-    })
-    .await;
+    let stack = one_key_of_four_slots(&fake).await;
     let text = long_text(17_500);
     let calls = || -> u64 { fake.stats().values().map(|k| k.total_requests).sum() };
     // One request alone teaches synthesis the pool's pace (five calls).
@@ -93,7 +86,7 @@ async fn long_texts_over_capacity_are_admitted_while_they_can_finish_and_refused
                 // The backlog only grows until a chunk ends: the same request over HTTP, with
                 // the same deadline in X-Voxpool-Timeout, is refused the same way.
                 if probed.is_none() {
-                    probed = Some(http_probe(&stack.http_host(), &stack.pack, &text).await);
+                    probed = Some(http_probe(&stack.http_host(), &stack.pack, &text, "10").await);
                 }
             }
         }
@@ -121,14 +114,26 @@ async fn long_texts_over_capacity_are_admitted_while_they_can_finish_and_refused
     );
 }
 
-/// One speech request over HTTP for `text` with a 10 s `X-Voxpool-Timeout`; the whole answer.
-async fn http_probe(host: &str, voice: &str, text: &str) -> String {
+/// A speech stack over `fake` with one key of 4 slots.
+async fn one_key_of_four_slots(fake: &FakeVendor) -> SpeechStack {
+    SpeechStack::start(&Options {
+        base_url: &fake.base_url(),
+        keys: 1,
+        capacity: 4,
+        synthesis: "default_deadline_ms = 60000",
+        synthesis_log: "error",
+    })
+    .await
+}
+
+/// One speech request over HTTP for `text` with `X-Voxpool-Timeout: timeout`; the whole answer.
+async fn http_probe(host: &str, voice: &str, text: &str, timeout: &str) -> String {
     let body = serde_json::json!({"model": "tts-1", "voice": voice, "input": text, "response_format": "pcm"})
         .to_string();
     let mut tcp = TcpStream::connect(host).await.expect("connect");
     let head = format!(
         "POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {HTTP_KEY}\r\n\
-         Content-Type: application/json\r\nX-Voxpool-Timeout: 10\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nX-Voxpool-Timeout: {timeout}\r\nConnection: close\r\n\
          Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
@@ -143,29 +148,8 @@ async fn a_deadline_too_short_to_freeze_the_voice_is_a_timeout_not_a_catalog_out
     let fake = FakeVendor::start(FakeConfig::new(VendorKind::OpenAi))
         .await
         .expect("fake vendor");
-    let stack = SpeechStack::start(&Options {
-        base_url: &fake.base_url(),
-        keys: 1,
-        capacity: 4,
-        synthesis: "default_deadline_ms = 60000",
-        synthesis_log: "error",
-    })
-    .await;
-    let body = serde_json::json!({"model": "tts-1", "voice": stack.pack, "input": "Too late.", "response_format": "pcm"})
-        .to_string();
-    let mut tcp = TcpStream::connect(stack.http_host())
-        .await
-        .expect("connect");
-    let head = format!(
-        "POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {HTTP_KEY}\r\n\
-         Content-Type: application/json\r\nX-Voxpool-Timeout: 0.01\r\nConnection: close\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    tcp.write_all(head.as_bytes()).await.expect("request");
-    let mut answer = Vec::new();
-    tcp.read_to_end(&mut answer).await.expect("answer");
-    let answer = String::from_utf8_lossy(&answer);
+    let stack = one_key_of_four_slots(&fake).await;
+    let answer = http_probe(&stack.http_host(), &stack.pack, "Too late.", "0.01").await;
     assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
     assert!(!answer.contains("catalog_unavailable"), "{answer}");
     assert_eq!(
