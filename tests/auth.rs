@@ -7,12 +7,9 @@
 
 use std::process::Command;
 
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
 use tonic::{Code, transport::Channel};
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+use voxpool_e2e::certs::{ca, leaf};
 use voxpool_e2e::{
     BEARER, binary, connect, grpcurl_available, scheduler_client, start, start_with_stderr,
     synthesis_client, voice, workspace_root,
@@ -214,23 +211,6 @@ async fn synthesis_needs_a_known_client_token_and_presents_its_own_to_the_schedu
     assert!(err.message().contains("VOXPOOL_CLIENT_TOKEN"), "{err:?}");
 }
 
-/// A PEM certificate and key: for `cn`, signed by `issuer` (else self-signed).
-fn leaf(cn: &str, issuer: Option<&CertifiedIssuer<'_, KeyPair>>) -> (String, String) {
-    let mut params =
-        CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
-    params.distinguished_name.push(DnType::CommonName, cn);
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ClientAuth,
-        ExtendedKeyUsagePurpose::ServerAuth,
-    ];
-    let key = KeyPair::generate().unwrap();
-    let cert = match issuer {
-        Some(issuer) => params.signed_by(&key, issuer).unwrap(),
-        None => params.self_signed(&key).unwrap(),
-    };
-    (cert.pem(), key.serialize_pem())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduler_with_a_client_ca_serves_certificates_it_signed_only() {
     let dir = tempfile::tempdir().unwrap();
@@ -239,12 +219,7 @@ async fn a_scheduler_with_a_client_ca_serves_certificates_it_signed_only() {
         std::fs::write(&path, text).unwrap();
         path
     };
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    ca.distinguished_name
-        .push(DnType::CommonName, "voxpool e2e client CA");
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let ca = ca("voxpool e2e client CA");
     let ca_path = write("ca.pem", &ca.pem());
     let (server_cert, server_key) = leaf("scheduler", None);
     let (good_cert, good_key) = leaf("synthesis", Some(&ca));

@@ -4,16 +4,13 @@
 
 use std::{process::Command, time::Duration};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
 use tonic::{
     Code,
     transport::{Certificate, Channel, ClientTlsConfig, Identity},
 };
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 use voxpool_domain::contract::AuthReason;
+use voxpool_e2e::certs::{ca, leaf};
 
 use voxpool_e2e::{binary, start, voice, workspace_root};
 use voxpool_proto::synthesis::v1::{SynthesizeRequest, synthesize_request::Voice};
@@ -80,24 +77,6 @@ async fn synthesis_reaches_a_tls_scheduler_with_a_private_ca() {
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
 }
 
-/// A PEM certificate and key for `cn` (client and server use), signed by `issuer`, else
-/// self-signed.
-fn leaf(cn: &str, issuer: Option<&CertifiedIssuer<'_, KeyPair>>) -> (String, String) {
-    let mut params =
-        CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
-    params.distinguished_name.push(DnType::CommonName, cn);
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ClientAuth,
-        ExtendedKeyUsagePurpose::ServerAuth,
-    ];
-    let key = KeyPair::generate().unwrap();
-    let cert = match issuer {
-        Some(issuer) => params.signed_by(&key, issuer).unwrap(),
-        None => params.self_signed(&key).unwrap(),
-    };
-    (cert.pem(), key.serialize_pem())
-}
-
 /// A client certificate the server's `--tls-client-ca` did not sign gets its caller a prompt,
 /// typed refusal every time: UNAUTHENTICATED `CLIENT_CERTIFICATE_REJECTED` naming the
 /// certificate, from the server itself and, through a synthesis replica holding such a
@@ -113,12 +92,7 @@ async fn an_unsigned_client_certificate_is_refused_by_name_at_once() {
         std::fs::write(&path, text).unwrap();
         path
     };
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    ca.distinguished_name
-        .push(DnType::CommonName, "voxpool tls test client CA");
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let ca = ca("voxpool tls test client CA");
     let (server_cert, server_key) = leaf("scheduler", None);
     let (signed_cert, signed_key) = leaf("synthesis", Some(&ca));
     let (rogue_cert, rogue_key) = leaf("rogue", None);

@@ -9,6 +9,7 @@
 //! `cargo test --workspace` builds every package's binaries before any test runs, so the
 //! binaries sit next to the test executable's parent directory (`target/debug`).
 
+pub mod certs;
 pub mod otlp;
 pub mod speech;
 pub mod voice;
