@@ -77,7 +77,7 @@ impl Default for ServerFlags {
 
 /// Parses a duration such as `90s` or `15m` that must be above zero (a zero request timeout
 /// would stop every request that has to wait at all).
-fn positive_duration(raw: &str) -> Result<Duration, String> {
+pub(crate) fn positive_duration(raw: &str) -> Result<Duration, String> {
     match humantime::parse_duration(raw) {
         Ok(d) if d.is_zero() => Err("must be above zero, e.g. 90s or 15m".into()),
         Ok(d) => Ok(d),
