@@ -781,12 +781,12 @@ async fn a_job_no_replica_acknowledges_is_refused_naming_it_and_still_runs() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_on_another_blob_store_leaves_the_job_to_the_replicas_on_its_store() {
-    const N: usize = 30;
-    let stack = Stack::start(200).await;
-    let redis = RedisServer::start();
-    let a = stack.jobs(&redis.url(), 4, &[], None);
+/// A replica on its own blob store (another than the stack's), sharing `redis` and synthesis,
+/// ready: the process, its store's folder and its log file.
+async fn replica_elsewhere(
+    stack: &Stack,
+    redis: &RedisServer,
+) -> (voxpool_e2e::Service, tempfile::TempDir, std::path::PathBuf) {
     let elsewhere = tempfile::tempdir().expect("tempdir");
     let log = stack.dir.path().join("elsewhere.log");
     let b = stack.jobs_on(
@@ -798,6 +798,16 @@ async fn a_replica_on_another_blob_store_leaves_the_job_to_the_replicas_on_its_s
         &format!("http://{}", stack.synthesis.addr),
     );
     until_logged(&log, "workers ready").await;
+    (b, elsewhere, log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_on_another_blob_store_leaves_the_job_to_the_replicas_on_its_store() {
+    const N: usize = 30;
+    let stack = Stack::start(200).await;
+    let redis = RedisServer::start();
+    let a = stack.jobs(&redis.url(), 4, &[], None);
+    let (b, elsewhere, log) = replica_elsewhere(&stack, &redis).await;
     let mut c = client(&a).await;
     let job = create(&mut c, request("stores", N)).await;
     // A job created on B wakes B's workers at once: they look at every active job now.
@@ -849,17 +859,7 @@ async fn an_ended_job_is_summarized_only_by_a_replica_on_its_store() {
     );
     let job = create(&mut client(&a).await, request("summary-store", 3)).await;
     drop(a);
-    let elsewhere = tempfile::tempdir().expect("tempdir");
-    let log = stack.dir.path().join("elsewhere.log");
-    let b = stack.jobs_on(
-        &redis.url(),
-        4,
-        &[],
-        Some(&log),
-        elsewhere.path(),
-        &format!("http://{}", stack.synthesis.addr),
-    );
-    until_logged(&log, "workers ready").await;
+    let (b, elsewhere, log) = replica_elsewhere(&stack, &redis).await;
     let mut on_b = client(&b).await;
     on_b.cancel_job(jpb::CancelJobRequest {
         name: job.name.clone(),
