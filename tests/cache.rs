@@ -1,4 +1,4 @@
-//! The audio cache end to end (docs/SYNTHESIS.md, "Cache"), on real parts: one private Redis,
+//! The audio cache end to end (docs/SYNTHESIS.md, "Audio cache"), on real parts: one private Redis,
 //! two `voxpool-scheduler` processes on it (A, B), two `voxpool-synthesis` processes (X asks
 //! A, Y asks B) sharing one blob store, and an in-process fake OpenAI-compatible vendor that
 //! counts every request. The blob store is a local directory, or an S3 endpoint (`s3s-fs`,

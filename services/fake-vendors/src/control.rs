@@ -1,7 +1,7 @@
 //! The per-key bookkeeping shared by every fake vendor, applying the knobs of `knobs`
 //! (latency, streamed delivery ([`Streaming`]), injected faults, random or scripted): the
 //! concurrency cap, pausing, and the counters that measure the highest concurrency a key saw (the vendor-side
-//! check of invariant 1 of docs/ARCHITECTURE.md, "never oversell").
+//! check of never overselling: docs/ARCHITECTURE.md, "Invariant 1").
 //!
 //! # Counting
 //! A request is counted from the moment its key is known (after the auth header is read) until

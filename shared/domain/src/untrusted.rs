@@ -1,8 +1,8 @@
 //! Strings that come from callers, made safe for messages, logs and metric labels.
 //!
-//! Invariant guarded (invariant 10 of docs/ARCHITECTURE.md, "no single caller can keep the service from
-//! answering"): no caller-supplied string reaches an error message, a log line or a metric
-//! label unbounded or with control characters. [`quote`] shows at most [`QUOTE_CHARS`]
+//! Invariant guarded (docs/ARCHITECTURE.md, "Invariant 10": no one caller can keep the
+//! service from answering): no caller-supplied string reaches an error message, a log line or
+//! a metric label unbounded or with control characters. [`quote`] shows at most [`QUOTE_CHARS`]
 //! characters of a value, escaped; [`check_field`] refuses over-long values and control
 //! characters (a newline in a request id would forge a log line) so the handler can answer
 //! INVALID_ARGUMENT naming the field.

@@ -1,5 +1,5 @@
-//! Fake self-hosted zero-shot servers, one wire profile each (docs/VENDORS.md, "Self-hosted
-//! zero-shot servers"): vLLM-Omni `POST /v1/audio/speech` (`ref_audio` as a `data:` URI +
+//! Fake self-hosted zero-shot servers, one wire profile each (docs/VENDORS.md,
+//! "selfhosted"): vLLM-Omni `POST /v1/audio/speech` (`ref_audio` as a `data:` URI +
 //! `ref_text`, or a server-side `voice`), CosyVoice `POST /inference_zero_shot` (multipart
 //! `tts_text`, `prompt_text`, file `prompt_wav`; answers headerless 16-bit PCM at 22050 Hz),
 //! Fish Speech `POST /v1/tts` (JSON `references: [{audio: base64, text}]` or `reference_id`),
