@@ -1,5 +1,5 @@
-//! The truth test (issue 6): invariant 1 of docs/ARCHITECTURE.md checked where it matters, at the vendor, with several
-//! replicas and a replica dying mid-run.
+//! The truth test: invariant 1 of docs/ARCHITECTURE.md (never oversell) checked where it
+//! matters, at the vendor, with several replicas and a replica dying mid-run.
 //!
 //! One private Redis, two `voxpool-scheduler` processes on it (A, B), two `voxpool-synthesis`
 //! processes that both know both schedulers (`--scheduler http://A,http://B`; X lists A

@@ -1,7 +1,7 @@
 //! Request validation: turns a `voxpool.catalog.v1.VoicePack` message into a [`PackSpec`]
 //! or the complete list of field violations (INVALID_ARGUMENT with `google.rpc.BadRequest`).
 //!
-//! Rules (docs/API.md, issue 3): provider is a known adapter; `pitch_pct` -50..50, `rate`
+//! Rules (the names and ranges of docs/API.md): provider is a known adapter; `pitch_pct` -50..50, `rate`
 //! 0.25..4.0, `volume_pct` -100..100, all finite; `model`, `voice_id`, `tts_model_id`
 //! non-empty (the latter a pool id); a CLONED pack names its `upstream_ids`; `display_name`
 //! 1..200 characters; `tier` set; `extra` keys `[a-z0-9_]{1,64}` with values of at most 256

@@ -149,7 +149,8 @@ fn an_unsupported_database_scheme_is_refused() {
 }
 
 /// The server (not `migrate`): a database that cannot be opened yet is waited for, not a
-/// reason to exit (issue 25). Health is NOT_SERVING and calls are UNAVAILABLE meanwhile, then
+/// reason to exit (a database and the catalog restarting together must not crash-loop). Health
+/// is NOT_SERVING and calls are UNAVAILABLE meanwhile, then
 /// SERVING, migrated, once the database opens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_not_ready_yet_is_waited_for_not_serving_then_serving() {

@@ -1,4 +1,5 @@
-//! Traffic-class benchmark (`make bench`; not a test), issue #15. Two scheduler replicas (the
+//! Traffic-class benchmark (`make bench`; not a test): how traffic classes share a
+//! pool under load. Two scheduler replicas (the
 //! binary's `server::serve`, in this process, each with its own Redis store connection and
 //! wake-up subscriber) on one private redis-server. Pool `live`: one key of capacity 10,
 //! `batch_max_share = 0.8`; a lease is held for the service time (50 ms) and released.

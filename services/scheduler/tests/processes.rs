@@ -283,8 +283,8 @@ async fn listen_accepts_a_host_name() {
     assert_eq!(pools.len(), 1, "served on {}", r.addr);
 }
 
-/// A store that is not up yet is no start-up failure (issue 25: Redis and the schedulers
-/// restarting together must not crash-loop): the replica serves health NOT_SERVING and
+/// A store that is not up yet is no start-up failure (Redis and the schedulers restarting
+/// together must not crash-loop): the replica serves health NOT_SERVING and
 /// UNAVAILABLE, retries, and serves once the store answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_not_up_yet_is_waited_for_not_serving_then_serving() {

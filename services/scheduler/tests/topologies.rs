@@ -5,7 +5,7 @@
 //!   keeps serving (at most one UNAVAILABLE per caller, at the kill), the failed-over shard's
 //!   pool resumes, no key is ever held past its capacity;
 //! - five times over, on a fresh cluster each time, a primary is SIGKILLed under 150 callers:
-//!   both replicas serve every pool again within 10 s (issue 25: a wedged cluster connection is
+//!   both replicas serve every pool again within 10 s (a wedged cluster connection is
 //!   rebuilt), no key over its capacity;
 //! - a grant no replica acknowledges is withdrawn (UNAVAILABLE naming the setting), never
 //!   left counted;
@@ -331,7 +331,7 @@ async fn a_cluster_primary_killed_under_load_leaves_other_shards_untouched() {
     // that were in flight at the instant of the kill for up to the store timeout while it
     // notices the dead node (seen on a loaded 2-core CI machine: 4 of 16 workers, all within
     // 40 ms); those answer UNAVAILABLE, which callers retry by contract. Anything else, later,
-    // or more than one per worker would be the other shard being disturbed (issue 25: a
+    // or more than one per worker would be the other shard being disturbed (a
     // cluster connection wedged in the slot refresh after the promotion timed out the healthy
     // shard's calls too, until it was rebuilt on persistent failures).
     let other_errors = seen_other.errors.lock().expect("errors").clone();
