@@ -513,7 +513,7 @@ async fn failover_under_load(run: usize) -> Duration {
     recovered
 }
 
-/// Issue 25: a Cluster failover under load could leave a replica's cluster connection
+/// A Cluster failover under load could leave a replica's cluster connection
 /// answering "timed out" for good. Now the connection is rebuilt when calls keep failing, so
 /// in every run both replicas are SERVING and answering both pools within 10 s of the kill.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
