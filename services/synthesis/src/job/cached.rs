@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use super::{
     Core, Job,
-    attempt::{ChunkMsg, ChunkOut},
     failover::{self, ChunkDone},
+    spool::{ChunkMsg, ChunkOut},
 };
 use crate::{
     cache::{Cache, EntryKey, Header, Policy},

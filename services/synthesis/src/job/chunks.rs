@@ -27,10 +27,9 @@ use tracing::Instrument;
 use super::{
     Core, Job,
     admission::Ask,
-    attempt::{ChunkMsg, ChunkOut},
     cached,
     failover::ChunkDone,
-    spool::{PipeRx, PipeTx, pipe},
+    spool::{ChunkMsg, ChunkOut, PipeRx, PipeTx, pipe},
 };
 use crate::{
     audio::{AudioFormat, Joiner},

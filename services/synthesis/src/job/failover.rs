@@ -23,7 +23,8 @@ use voxpool_domain::contract::Outcome;
 
 use super::{
     Core, Job,
-    attempt::{self, AttemptEnd, CallInput, ChunkOut},
+    attempt::{self, AttemptEnd, CallInput},
+    spool::ChunkOut,
 };
 use crate::{
     error::SynthesisError,

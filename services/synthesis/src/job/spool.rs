@@ -18,10 +18,8 @@
 use std::{collections::VecDeque, fs::File, os::unix::fs::FileExt as _, sync::Arc};
 
 use bytes::Bytes;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
-
-use super::attempt::ChunkMsg;
 
 /// Audio one spool keeps in memory before it spills to its file.
 pub const MEMORY_BYTES: usize = 64 * 1024;
@@ -137,6 +135,37 @@ impl Spool {
     /// Bytes waiting in memory.
     pub fn in_memory(&self) -> usize {
         self.memory_bytes
+    }
+}
+
+/// What a chunk's receiver gets: audio in order, then how the chunk ended.
+#[derive(Debug)]
+pub enum ChunkMsg<T> {
+    /// The next bytes of the chunk's vendor audio (as the vendor sent them).
+    Audio(Bytes),
+    /// The chunk's audio comes from the audio cache (sent before its audio; see
+    /// `crate::job::cached`).
+    Cached,
+    /// The chunk is done; nothing follows.
+    Done(T),
+}
+
+/// Where an attempt hands its audio over (module doc): the chunk's channel and whether the
+/// chunk is live. Cloned into each attempt of the chunk.
+#[derive(Debug)]
+pub struct ChunkOut<T> {
+    /// The chunk's channel (its audio spools).
+    pub tx: PipeTx<T>,
+    /// True once the chunk's audio is forwarded as it arrives.
+    pub live: watch::Receiver<bool>,
+}
+
+impl<T> Clone for ChunkOut<T> {
+    fn clone(&self) -> Self {
+        Self {
+            tx: self.tx.clone(),
+            live: self.live.clone(),
+        }
     }
 }
 

@@ -43,8 +43,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use bytes::Bytes;
-use tokio::{sync::watch, time::Instant};
+use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use voxpool_domain::contract::Outcome;
@@ -61,6 +60,8 @@ use crate::{
     metrics,
     record::AttemptRecord,
 };
+
+use super::spool::{ChunkOut, Spool};
 
 mod call;
 mod relay;
@@ -103,37 +104,6 @@ pub struct CallInput {
     pub reference: Option<Arc<crate::adapters::ReferenceAudio>>,
     /// The request's seed.
     pub seed: Option<u64>,
-}
-
-/// What a chunk's receiver gets: audio in order, then how the chunk ended.
-#[derive(Debug)]
-pub enum ChunkMsg<T> {
-    /// The next bytes of the chunk's vendor audio (as the vendor sent them).
-    Audio(Bytes),
-    /// The chunk's audio comes from the audio cache (sent before its audio; see
-    /// `crate::job::cached`).
-    Cached,
-    /// The chunk is done; nothing follows.
-    Done(T),
-}
-
-/// Where an attempt hands its audio over (module doc): the chunk's channel and whether the
-/// chunk is live. Cloned into each attempt of the chunk.
-#[derive(Debug)]
-pub struct ChunkOut<T> {
-    /// The chunk's channel (its audio spools: `crate::job::spool`).
-    pub tx: super::spool::PipeTx<T>,
-    /// True once the chunk's audio is forwarded as it arrives.
-    pub live: watch::Receiver<bool>,
-}
-
-impl<T> Clone for ChunkOut<T> {
-    fn clone(&self) -> Self {
-        Self {
-            tx: self.tx.clone(),
-            live: self.live.clone(),
-        }
-    }
 }
 
 /// How an attempt ended.
@@ -222,7 +192,7 @@ async fn call_under_lease<T>(
         format: input.format,
         probe: Vec::new(),
         checked: false,
-        held: super::spool::Spool::default(),
+        held: Spool::default(),
         received: 0,
         delivered: 0,
     };

@@ -4,8 +4,7 @@
 
 use bytes::Bytes;
 
-use super::{ChunkMsg, ChunkOut};
-use crate::job::spool::Spool;
+use crate::job::spool::{ChunkMsg, ChunkOut, Spool};
 use crate::{adapters::AudioFormat, audio};
 
 /// The audio of one call on its way to the chunk: checked first, then held or handed over.

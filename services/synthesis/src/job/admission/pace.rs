@@ -1,0 +1,262 @@
+//! A pool's pace as a function of how many of its calls run at once on this replica.
+//!
+//! A vendor that serves each key's calls independently answers as fast with eight calls in
+//! flight as with one; an engine that shares a machine (espeak-ng on two cores, a GPU server)
+//! slows every call as more run at once. So each successful call is filed under the number of
+//! calls that ran beside it (its time-weighted average, itself included), and the pool's
+//! throughput at a concurrency `n` — characters per second over all its calls — is read from
+//! those observations:
+//! - at a concurrency that was observed: what was observed there;
+//! - above the highest one observed: extrapolated with the efficiency that added calls showed
+//!   so far (1 = each added call adds a whole call's throughput, 0 = none); with one level
+//!   observed only, linearly (the optimistic side, until the pool has run busier).
+
+use std::{collections::BTreeMap, time::Duration};
+
+use tokio::time::Instant;
+
+/// Weight of a new observation in a level's moving averages.
+const WEIGHT: f64 = 0.3;
+
+/// Successful calls observed at one concurrency level.
+#[derive(Debug, Clone, Copy)]
+struct Level {
+    /// Moving average of a call's duration, seconds.
+    call_secs: f64,
+    /// Moving average of a call's characters.
+    call_chars: f64,
+}
+
+impl Level {
+    /// Characters per second of one call at this level.
+    fn call_rate(self) -> f64 {
+        self.call_chars / self.call_secs
+    }
+}
+
+/// The pool's calls in flight and what their successes showed (module doc).
+#[derive(Debug)]
+pub(super) struct Pace {
+    /// Calls that can gain throughput at once, when known ahead (a local engine: this
+    /// machine's cores); levels observed above it still count.
+    cap: Option<u32>,
+    levels: BTreeMap<u32, Level>,
+    observed: u32,
+    in_flight: u32,
+    /// Calls in flight integrated over time (call-seconds) up to `at`.
+    integral: f64,
+    at: Instant,
+}
+
+impl Default for Pace {
+    fn default() -> Self {
+        Self {
+            cap: None,
+            levels: BTreeMap::new(),
+            observed: 0,
+            in_flight: 0,
+            integral: 0.0,
+            at: Instant::now(),
+        }
+    }
+}
+
+/// Where a call started: to compute the concurrency it ran at.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Start {
+    at: Instant,
+    integral: f64,
+}
+
+impl Pace {
+    /// A pool whose throughput stops growing past `cap` calls at once.
+    pub(super) fn capped(cap: u32) -> Self {
+        Self {
+            cap: Some(cap.max(1)),
+            ..Self::default()
+        }
+    }
+
+    fn advance(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.integral += f64::from(self.in_flight) * elapsed;
+        self.at = self.at.max(now);
+    }
+
+    /// Successful calls observed so far.
+    pub(super) fn observed(&self) -> u32 {
+        self.observed
+    }
+
+    /// A call starts at `now`.
+    pub(super) fn start(&mut self, now: Instant) -> Start {
+        self.advance(now);
+        self.in_flight = self.in_flight.saturating_add(1);
+        Start {
+            at: now,
+            integral: self.integral,
+        }
+    }
+
+    /// The call that started at `start` ends at `now`; `Some(chars)` when it succeeded with
+    /// that many characters.
+    pub(super) fn end(&mut self, start: Start, now: Instant, chars: Option<u64>) {
+        self.advance(now);
+        self.in_flight = self.in_flight.saturating_sub(1);
+        let secs = now.saturating_duration_since(start.at).as_secs_f64();
+        let Some(chars) = chars.filter(|&c| c > 0) else {
+            return;
+        };
+        if secs <= 0.0 {
+            return;
+        }
+        // Time-weighted calls in flight over this call's life, itself included.
+        let beside = (self.integral - start.integral) / secs;
+        let level = beside.round().max(1.0) as u32;
+        self.observe_at(level, chars, Duration::from_secs_f64(secs));
+    }
+
+    /// A call of `chars` characters at `level` calls in flight took `took`.
+    pub(super) fn observe_at(&mut self, level: u32, chars: u64, took: Duration) {
+        let (secs, chars) = (took.as_secs_f64(), chars as f64);
+        if secs <= 0.0 || chars <= 0.0 {
+            return;
+        }
+        self.levels
+            .entry(level.max(1))
+            .and_modify(|l| {
+                l.call_secs += WEIGHT * (secs - l.call_secs);
+                l.call_chars += WEIGHT * (chars - l.call_chars);
+            })
+            .or_insert(Level {
+                call_secs: secs,
+                call_chars: chars,
+            });
+        self.observed = self.observed.saturating_add(1);
+    }
+
+    /// Characters per second over all the pool's calls with `n` of them in flight (module
+    /// doc); `None` before any call succeeded.
+    pub(super) fn throughput(&self, n: u32) -> Option<f64> {
+        let n = n.max(1);
+        let throughput = |level: u32, l: Level| f64::from(level) * l.call_rate();
+        let (&low, &lowest) = self.levels.first_key_value()?;
+        let (&high, &highest) = self.levels.last_key_value()?;
+        // Past the cap, more calls add nothing, unless the pool was seen gaining there.
+        let n = self.cap.map_or(n, |cap| n.min(cap.max(high)));
+        if n < low {
+            // Fewer calls than ever observed run at most as slowly each as the fewest did.
+            return Some(f64::from(n) * lowest.call_rate());
+        }
+        let (&below, &at) = self.levels.range(..=n).next_back()?;
+        if below == n {
+            return Some(throughput(n, at));
+        }
+        // Between observed levels or above the highest: grow with the efficiency seen from
+        // the lowest level to the highest.
+        let efficiency = if high > low {
+            let gained = throughput(high, highest) / throughput(low, lowest) - 1.0;
+            let ideal = f64::from(high) / f64::from(low) - 1.0;
+            (gained / ideal).clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        let ratio = f64::from(n) / f64::from(below);
+        Some(throughput(below, at) * (1.0 + efficiency * (ratio - 1.0)))
+    }
+
+    /// Seconds one call of `chars` characters takes with `n` calls in flight.
+    pub(super) fn call_secs(&self, n: u32, chars: u64) -> Option<f64> {
+        let n = n.max(1);
+        self.throughput(n)
+            .map(|t| chars as f64 * f64::from(n) / t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A machine with `cores` cores, each call of 1,000 characters taking 1 s alone.
+    fn machine(cores: u32, levels: &[u32]) -> Pace {
+        let mut pace = Pace::default();
+        for &n in levels {
+            let slowdown = (f64::from(n) / f64::from(cores)).max(1.0);
+            for _ in 0..3 {
+                pace.observe_at(n, 1000, Duration::from_secs_f64(slowdown));
+            }
+        }
+        pace
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-6 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn an_independent_vendor_scales_with_its_slots() {
+        let pace = machine(u32::MAX, &[1, 4]);
+        assert!(close(pace.throughput(8).unwrap(), 8000.0));
+        assert!(close(pace.call_secs(8, 1000).unwrap(), 1.0));
+    }
+
+    #[test]
+    fn a_two_core_engine_seen_at_four_calls_is_not_credited_eight_slots() {
+        let pace = machine(2, &[1, 4]);
+        // Alone: 1,000 chars/s; at 4: 2,000 (each call takes 2 s). The added calls showed a
+        // third of the ideal gain, so eight are read as 2,000 × (1 + 1/3), not 8,000.
+        let eight = pace.throughput(8).unwrap();
+        assert!(close(eight, 2000.0 * (1.0 + 1.0 / 3.0)), "{eight}");
+        assert!(close(pace.throughput(4).unwrap(), 2000.0));
+        let pace = machine(2, &[1, 8]);
+        assert!(close(pace.throughput(8).unwrap(), 2000.0));
+        assert!(close(pace.call_secs(8, 1000).unwrap(), 4.0));
+    }
+
+    #[test]
+    fn with_one_level_seen_the_pool_is_read_as_linear() {
+        let pace = machine(2, &[1]);
+        assert!(close(pace.throughput(8).unwrap(), 8000.0));
+        assert!(close(pace.throughput(1).unwrap(), 1000.0));
+        assert_eq!(Pace::default().throughput(8), None);
+    }
+
+    #[test]
+    fn a_local_engine_gains_nothing_past_its_cores_until_seen_to() {
+        let mut pace = Pace::capped(2);
+        for _ in 0..3 {
+            pace.observe_at(1, 1000, Duration::from_secs(1));
+        }
+        assert!(close(pace.throughput(8).unwrap(), 2000.0));
+        for _ in 0..3 {
+            pace.observe_at(8, 1000, Duration::from_secs_f64(8.0 / 3.0));
+        }
+        assert!(close(pace.throughput(8).unwrap(), 3000.0));
+    }
+
+    #[test]
+    fn fewer_calls_than_ever_seen_are_no_faster_each() {
+        let pace = machine(2, &[4]);
+        assert!(close(pace.throughput(2).unwrap(), 1000.0));
+    }
+
+    #[test]
+    fn a_call_is_filed_under_the_calls_that_ran_beside_it() {
+        let mut pace = Pace::default();
+        let t0 = Instant::now();
+        // Four calls start together; each takes 2 s.
+        let starts: Vec<_> = (0..4).map(|_| pace.start(t0)).collect();
+        for start in starts {
+            pace.end(start, t0 + Duration::from_secs(2), Some(1000));
+        }
+        assert_eq!(pace.levels.keys().copied().collect::<Vec<_>>(), [4]);
+        // Then one alone, and one that failed (not filed).
+        let alone = pace.start(t0 + Duration::from_secs(3));
+        pace.end(alone, t0 + Duration::from_secs(4), Some(1000));
+        let failed = pace.start(t0 + Duration::from_secs(5));
+        pace.end(failed, t0 + Duration::from_secs(6), None);
+        assert_eq!(pace.levels.keys().copied().collect::<Vec<_>>(), [1, 4]);
+        assert_eq!(pace.observed(), 5);
+        assert_eq!(pace.in_flight, 0);
+    }
+}
