@@ -352,10 +352,10 @@ fn the_catalog_reads_the_pools_config_everywhere_it_is_deployed() {
         .iter()
         .map(s)
         .collect();
-    let at = command.iter().position(|a| *a == "--pools-config");
+    let at = command.iter().position(|a| *a == "--config");
     let path = at
         .and_then(|i| command.get(i + 1))
-        .expect("compose catalog gets --pools-config");
+        .expect("compose catalog gets --config");
     let local = path.replace("/etc/voxpool", &deploy.join("config").display().to_string());
     assert!(
         std::path::Path::new(&local).exists(),
@@ -374,7 +374,7 @@ fn the_catalog_reads_the_pools_config_everywhere_it_is_deployed() {
         .iter()
         .map(s)
         .collect();
-    assert_eq!(args, ["--pools-config", "/etc/voxpool/config.toml"]);
+    assert_eq!(args, ["--config", "/etc/voxpool/config.toml"]);
     let mounted = container["volumeMounts"]
         .as_sequence()
         .expect("volumeMounts")

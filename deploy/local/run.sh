@@ -192,7 +192,7 @@ start() {
 mkdir -p "$DATA/blobs"
 export VOXPOOL_BLOB_STORE="${VOXPOOL_BLOB_STORE:-file://$DATA/blobs}"
 "$BIN/voxpool-catalog" --database "$DB" migrate
-"$BIN/voxpool-catalog" --database "$DB" --pools-config "$CONFIG" seed deploy/config/packs.toml
+"$BIN/voxpool-catalog" --database "$DB" --config "$CONFIG" seed deploy/config/packs.toml
 # A fresh dev stack holds no leases that could re-register: no recovery window at start-up.
 export VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS=${VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS:-0}
 # The zero-shot pool's server: a fake speaking vLLM-Omni's wire format (it checks the reference
@@ -203,7 +203,7 @@ echo "${pid_of[fake-gpu-server]}" >"$DATA/fake-gpu-server.pid"
 start scheduler "$VOXPOOL_PORT_SCHEDULER" "$BIN/voxpool-scheduler" --config "$CONFIG" --store memory \
     --listen "127.0.0.1:$VOXPOOL_PORT_SCHEDULER"
 watched[${pid_of[scheduler]}]=scheduler
-start catalog "$VOXPOOL_PORT_CATALOG" "$BIN/voxpool-catalog" --database "$DB" --pools-config "$CONFIG" \
+start catalog "$VOXPOOL_PORT_CATALOG" "$BIN/voxpool-catalog" --database "$DB" --config "$CONFIG" \
     --listen "127.0.0.1:$VOXPOOL_PORT_CATALOG"
 watched[${pid_of[catalog]}]=catalog
 start synthesis "$VOXPOOL_PORT_SYNTHESIS" env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_TOKEN_SYNTHESIS" \

@@ -15,7 +15,7 @@
 //! - [`repo`]: the `PackRepository` trait and its sea-orm implementation (SQLite, PostgreSQL).
 //! - [`service`]: the `VoiceCatalog` and `VoiceCatalogAdmin` gRPC services.
 //! - [`db`]: connecting (pool settings, redacted DSNs) and migrating.
-//! - [`pools`]: the configured pools (`--pools-config`), so a pack no pool serves is refused.
+//! - [`pools`]: the configured pools (`--config`), so a pack no pool serves is refused.
 //! - [`seed`]: loading packs from a TOML/JSON seed file, idempotent by identity.
 //! - [`server`]: wiring for the binary and the tests (health, reflection, shutdown).
 //! - [`error`]: the error enum and its exhaustive mapping to `tonic::Status`.

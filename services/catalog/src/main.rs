@@ -46,8 +46,12 @@ struct Args {
     /// The pools config file the scheduler and synthesis read (only pool ids and providers
     /// are used). With it, creating or seeding a pack whose tts_model_id no pool serves, or
     /// whose provider differs from its pool's, is INVALID_ARGUMENT; without it any
-    /// well-formed tts_model_id is accepted.
-    #[arg(long, env = "VOXPOOL_POOLS_CONFIG", global = true)]
+    /// well-formed tts_model_id is accepted. (`--pools-config` / VOXPOOL_POOLS_CONFIG, the old
+    /// spelling, still works and warns.)
+    #[arg(long, env = "VOXPOOL_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    /// The old spelling of --config (and of VOXPOOL_CONFIG); still read, with a warning.
+    #[arg(long, env = "VOXPOOL_POOLS_CONFIG", global = true, hide = true)]
     pools_config: Option<PathBuf>,
     /// Where reference clips are kept (under `references/`), shared with synthesis (`seed`
     /// writes its packs' clips there too).
@@ -156,8 +160,27 @@ async fn serve(args: Args) -> Result<(), String> {
     server::serve_with(listener, repo, auth, pools, clips, &args.server, shutdown).await
 }
 
+/// The pools of `--config`, or of its deprecated spelling `--pools-config` (warned about once
+/// logging is up; both given must name the same file).
 fn served_pools(args: &Args) -> Result<ServedPools, String> {
-    args.pools_config
-        .as_deref()
-        .map_or_else(|| Ok(ServedPools::unknown()), ServedPools::load)
+    let path = match (&args.config, &args.pools_config) {
+        (Some(config), Some(old)) if config != old => {
+            return Err(format!(
+                "--config {} and --pools-config {} (its deprecated spelling) name different \
+                 files; give --config only",
+                config.display(),
+                old.display()
+            ));
+        }
+        (Some(config), _) => Some(config),
+        (None, Some(old)) => {
+            tracing::warn!(
+                "--pools-config (VOXPOOL_POOLS_CONFIG) is deprecated: use --config \
+                 (VOXPOOL_CONFIG), as the other services do"
+            );
+            Some(old)
+        }
+        (None, None) => None,
+    };
+    path.map_or_else(|| Ok(ServedPools::unknown()), |p| ServedPools::load(p))
 }

@@ -2,7 +2,7 @@
 //! at every synthesis of it.
 //!
 //! The catalog learns the pools from the same pools config file the scheduler and synthesis
-//! read (`--pools-config FILE` / `VOXPOOL_POOLS_CONFIG`; only `[[pools]]` `id` and `provider`
+//! read (`--config FILE` / `VOXPOOL_CONFIG`; only `[[pools]]` `id` and `provider`
 //! are used, credentials are not read). Without it the catalog does not know the pools and
 //! accepts any well-formed `tts_model_id` (the embedded default, and tests). Invariant: with
 //! the pools known, Create (and an Update that changes `tts_model_id` or `provider`) and
@@ -35,10 +35,10 @@ impl ServedPools {
     /// Errors: the file is missing or invalid (the message names the path and every problem).
     pub fn load(path: &Path) -> Result<Self, String> {
         let config = Config::load_validated(path, Credentials::Ignore)
-            .map_err(|e| format!("--pools-config {}: {e}", path.display()))?;
+            .map_err(|e| format!("--config {}: {e}", path.display()))?;
         Ok(Self::from_config(
             &config,
-            &format!("--pools-config {}", path.display()),
+            &format!("--config {}", path.display()),
         ))
     }
 

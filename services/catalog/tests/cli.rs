@@ -21,6 +21,8 @@ fn run(args: &[&str]) -> Output {
         .env_remove("VOXPOOL_DATABASE")
         .env_remove("VOXPOOL_ADMIN_TOKEN")
         .env_remove("VOXPOOL_LISTEN")
+        .env_remove("VOXPOOL_CONFIG")
+        .env_remove("VOXPOOL_POOLS_CONFIG")
         .env(
             "VOXPOOL_BLOB_STORE",
             format!("file://{}", blobs.path().display()),
@@ -102,6 +104,65 @@ fn an_unreachable_database_exits_non_zero_with_one_line_and_no_password() {
         "{err}"
     );
     assert!(!err.contains("hunter2"), "{err}");
+}
+
+/// `--config` names the pools file, as for the other services; `--pools-config`, its old
+/// spelling, still does, with a one-line deprecation warning. A pack no pool serves shows the
+/// file was read: refused with either spelling, created with neither.
+#[test]
+fn both_config_spellings_read_the_pools_file_the_old_one_with_a_warning() {
+    const CONFIG: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/config/example.toml"
+    );
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("packs.toml");
+    std::fs::write(
+        &file,
+        "[[packs]]\ndisplay_name = \"x\"\nprovider = \"espeak\"\nmodel = \"m\"\nvoice_id = \"v\"\n\
+         tts_model_id = \"no-such-pool\"\ntier = \"LITE\"\n",
+    )
+    .expect("write");
+    let file = file.to_str().expect("utf-8 path");
+    let seed = |db: &str, flags: &[&str]| {
+        let db = format!("sqlite://{}?mode=rwc", dir.path().join(db).display());
+        let mut args = vec!["seed", file, "--database", &db];
+        args.extend_from_slice(flags);
+        run(&args)
+    };
+
+    let new = seed("new.db", &["--config", CONFIG]);
+    assert!(!new.status.success(), "--config was not read: {new:?}");
+    let err = text(&new.stderr);
+    assert!(
+        err.contains("no configured pool serves tts model id \"no-such-pool\""),
+        "{err}"
+    );
+    assert!(!err.contains("deprecated"), "{err}");
+
+    let old = seed("old.db", &["--pools-config", CONFIG]);
+    assert!(
+        !old.status.success(),
+        "--pools-config was not read: {old:?}"
+    );
+    let err = text(&old.stderr);
+    assert!(
+        err.contains("no configured pool serves tts model id \"no-such-pool\""),
+        "{err}"
+    );
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("deprecated")).collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(warnings[0].contains("use --config"), "{err}");
+
+    let neither = seed("neither.db", &[]);
+    assert!(neither.status.success(), "{}", text(&neither.stderr));
+
+    let both = seed("both.db", &["--config", CONFIG, "--pools-config", file]);
+    assert!(!both.status.success(), "{both:?}");
+    assert!(
+        text(&both.stderr).contains("give --config only"),
+        "{both:?}"
+    );
 }
 
 #[test]

@@ -50,6 +50,7 @@ fn start() -> Catalog {
         .arg(format!("file://{}", dir.path().join("blobs").display()))
         .env("VOXPOOL_ADMIN_TOKEN", TOKEN)
         .env_remove("VOXPOOL_DATABASE")
+        .env_remove("VOXPOOL_CONFIG")
         .env_remove("VOXPOOL_POOLS_CONFIG")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

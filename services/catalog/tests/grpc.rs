@@ -148,7 +148,7 @@ async fn each_invalid_field_is_invalid_argument_naming_it(backend: Backend) {
 }
 db_test!(each_invalid_field_is_invalid_argument_naming_it);
 
-/// The catalog started with `--pools-config deploy/config/example.toml`.
+/// The catalog started with `--config deploy/config/example.toml`.
 async fn with_example_pools(backend: Backend) -> TestServer {
     let config =
         voxpool_config::Config::from_toml_str(include_str!("../../../deploy/config/example.toml"))

@@ -133,7 +133,7 @@ impl TestServer {
         Self::start_on(repo, db, auth).await
     }
 
-    /// Starts a server on a new database that knows the pools of `pools` (`--pools-config`).
+    /// Starts a server on a new database that knows the pools of `pools` (`--config`).
     #[allow(dead_code, reason = "used by some test binaries only")]
     pub async fn start_with_pools(backend: Backend, pools: ServedPools) -> Self {
         let (repo, db) = repo(backend).await;
