@@ -29,9 +29,9 @@ use axum::{
 use serde_json::json;
 
 use super::{
-    Fault,
     audio::Encoding,
     control::{Admission, Mode, Shared},
+    knobs::Fault,
     stream::{self, Framed},
     xml,
 };

@@ -42,9 +42,9 @@ use axum::{
 use serde_json::{Value, json};
 
 use super::{
-    Fault,
     audio::Encoding,
     control::{Admission, Mode, Shared},
+    knobs::Fault,
     stream::{self, Failure, Framed},
 };
 

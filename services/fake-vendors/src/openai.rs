@@ -27,9 +27,9 @@ use axum::{
 use serde_json::{Value, json};
 
 use super::{
-    Fault,
     audio::Encoding,
     control::{Admission, Mode, Shared},
+    knobs::Fault,
     stream::{self, Framed},
 };
 

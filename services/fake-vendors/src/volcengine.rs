@@ -29,9 +29,9 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use super::{
-    Fault,
     audio::Encoding,
     control::{Admission, Mode, Shared},
+    knobs::Fault,
     stream::{self, Framed},
 };
 

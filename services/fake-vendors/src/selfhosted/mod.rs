@@ -40,9 +40,9 @@ use voxpool_domain::{
 };
 
 use crate::{
-    Fault,
     audio::Encoding,
     control::{Admission, Mode, Shared},
+    knobs::Fault,
 };
 
 /// The recorded header that carries the digest of the clip a request brought.
