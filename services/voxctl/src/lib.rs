@@ -25,6 +25,7 @@ pub mod ops;
 pub mod output;
 pub mod progress;
 pub mod report;
+pub mod request;
 pub mod retry;
 pub mod shutdown;
 pub mod stats;

@@ -7,16 +7,14 @@
 
 use std::{path::PathBuf, sync::Arc};
 
-use voxpool_proto::synthesis::v1::SynthesizeRequest;
-
 use super::plan::Todo;
 use crate::{
     call::{Caller, PartLimit},
     checkpoint::{DoneRecord, FailedRecord, Journal, Record},
-    format::Format,
     join::join,
     output,
     report::{ItemReport, Status},
+    request::CallSettings,
     retry::CallError,
     stats::Stats,
 };
@@ -29,18 +27,10 @@ pub struct ItemContext {
     pub journal: Arc<Journal>,
     /// Output directory.
     pub out: PathBuf,
-    /// Output format.
-    pub format: Format,
-    /// Requested sample rate (0 = vendor default).
-    pub sample_rate_hz: i32,
+    /// What every call sends (format, sample rate, class, tenant, cache policy).
+    pub request: CallSettings,
     /// Longest text per request (`--max-chars`, shrunk when a part's audio is too large).
     pub max_chars: PartLimit,
-    /// Traffic class of every call.
-    pub priority: voxpool_proto::scheduler::v1::Priority,
-    /// Tenant of every call.
-    pub tenant: String,
-    /// How every call uses the audio cache.
-    pub cache_policy: voxpool_proto::synthesis::v1::CachePolicy,
     /// Counters.
     pub stats: Arc<Stats>,
 }
@@ -60,21 +50,9 @@ pub use voxpool_domain::item::item_seed;
 pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
     let _in_flight = ctx.stats.in_flight_guard();
     let Todo { item, fp } = todo;
-    let template = SynthesizeRequest {
-        voice: Some(item.voice.to_pb()),
-        text: String::new(),
-        format: ctx.format.to_pb() as i32,
-        sample_rate_hz: ctx.sample_rate_hz,
-        request_id: String::new(),
-        priority: ctx.priority as i32,
-        tenant: ctx.tenant.clone(),
-        // voxctl writes files whole: exact WAV sizes.
-        wav_streaming_header: false,
-        cache_policy: ctx.cache_policy as i32,
-        emotion: item.emotion.clone(),
-        // Every part of the item, on every run of the batch, picks the same reference clip.
-        seed: Some(item.seed.unwrap_or_else(|| item_seed(&item.id))),
-    };
+    // Every part of the item, on every run of the batch, picks the same reference clip.
+    let seed = item.seed.unwrap_or_else(|| item_seed(&item.id));
+    let template = ctx.request.template(&item.voice, &item.emotion, seed);
     let spoken = ctx
         .caller
         .speak(&template, &item.text, &ctx.max_chars, &item.id)
@@ -90,7 +68,7 @@ pub async fn process(todo: Todo, ctx: Arc<ItemContext>) -> Processed {
         .error
         .map(|(error, part, parts)| describe(&error, part, parts));
     let audio = spoken.audio;
-    let file = output::file_name(&item.id, ctx.format);
+    let file = output::file_name(&item.id, ctx.request.format);
     let written = match failure {
         Some(f) => Err(f),
         None => write(&ctx, &file, audio).await,
@@ -186,7 +164,7 @@ async fn write(
     audio: Vec<Vec<u8>>,
 ) -> Result<u64, (String, String)> {
     let local = |e: String| ("LOCAL".to_owned(), e);
-    let bytes = join(ctx.format, audio).map_err(|e| local(e.to_string()))?;
+    let bytes = join(ctx.request.format, audio).map_err(|e| local(e.to_string()))?;
     if bytes.is_empty() {
         return Err(local("the server returned no audio".into()));
     }

@@ -126,12 +126,14 @@ pub async fn run(config: BatchConfig, shutdown: Shutdown) -> Result<BatchOutcome
         caller: caller(&config, &breaker, &stats)?,
         journal: Arc::clone(&journal),
         out: config.out.clone(),
-        format: config.format,
-        sample_rate_hz: config.sample_rate_hz,
+        request: crate::request::CallSettings {
+            format: config.format,
+            sample_rate_hz: config.sample_rate_hz,
+            priority: config.priority,
+            tenant: config.tenant.clone(),
+            cache_policy: config.cache_policy,
+        },
         max_chars: crate::call::PartLimit::new(config.max_chars),
-        priority: config.priority,
-        tenant: config.tenant.clone(),
-        cache_policy: config.cache_policy,
         stats: Arc::clone(&stats),
     });
     let run_started = Instant::now();

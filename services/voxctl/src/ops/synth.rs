@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use voxpool_proto::synthesis::v1::{SynthesizeRequest, synthesis_client::SynthesisClient};
+use voxpool_proto::synthesis::v1::synthesis_client::SynthesisClient;
 
 use super::OpError;
 use crate::{
@@ -24,6 +24,7 @@ use crate::{
     manifest::Voice,
     output,
     progress::{Progress, ProgressMode},
+    request::CallSettings,
     retry::RetryPolicy,
     stats::Stats,
 };
@@ -123,20 +124,14 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
         )
     });
     let _in_flight = caller.stats.in_flight_guard();
-    let template = SynthesizeRequest {
-        voice: Some(job.voice.to_pb()),
-        text: String::new(),
-        format: job.format.to_pb() as i32,
+    let settings = CallSettings {
+        format: job.format,
         sample_rate_hz: job.sample_rate_hz,
-        request_id: String::new(),
-        priority: job.priority as i32,
+        priority: job.priority,
         tenant: job.tenant.clone(),
-        // voxctl writes files whole: exact WAV sizes.
-        wav_streaming_header: false,
-        cache_policy: job.cache_policy as i32,
-        emotion: job.emotion.clone(),
-        seed: Some(job.seed),
+        cache_policy: job.cache_policy,
     };
+    let template = settings.template(&job.voice, &job.emotion, job.seed);
     let spoken = caller
         .speak(
             &template,
