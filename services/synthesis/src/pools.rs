@@ -119,7 +119,15 @@ impl Pool {
             // A validated config has a readable TTL; an unreadable one keeps the pool out.
             cache_ttl: p.cache.enabled.then(|| p.cache.ttl().ok()).flatten(),
             slots,
-            load: crate::job::admission::Load::default(),
+            // A local engine shares this machine's cores among its calls.
+            load: if provider.is_local() {
+                crate::job::admission::Load::local(
+                    std::thread::available_parallelism()
+                        .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+                )
+            } else {
+                crate::job::admission::Load::default()
+            },
         })
     }
 

@@ -3,16 +3,17 @@
 //! at its deadline (docs/SYNTHESIS.md, "Admission").
 //!
 //! Each pool keeps, on this replica ([`Load`]):
-//! - its **pace**: seconds of vendor time per character over the calls that succeeded here
-//!   (the moving average of their durations over that of their characters, so a short last
-//!   chunk at a vendor with a fixed cost per call does not swing it);
+//! - its **pace** ([`pace`]): how many characters per second its calls deliver with a given
+//!   number of them in flight, learned from the calls that succeeded here, each filed under
+//!   the calls that ran beside it — so an engine that shares a machine's cores is not credited
+//!   with slots it cannot run at once;
 //! - its **backlog**: characters of the requests admitted here and not yet synthesized, by
 //!   traffic class.
 //!
 //! A request of `c` characters in class `k` is estimated to end after
-//! `max((backlog of k and the classes served before it + c) × pace / slots, its own chain)`,
-//! where `slots` is the capacity of the pool's usable keys and its own chain is its chunks run
-//! `max_parallel_chunks` at a time. When that is later than its deadline it is refused with
+//! `max((backlog of k and the classes served before it + c) / throughput at slots, its own
+//! chain)`, where `slots` is the capacity of the pool's usable keys and its own chain is its
+//! chunks run `max_parallel_chunks` at a time, each at the pace of the calls in flight then. When that is later than its deadline it is refused with
 //! RESOURCE_EXHAUSTED `DEADLINE_UNREACHABLE`, naming the estimate; when other work is what
 //! stands in the way, `RetryInfo` says when that work should be done.
 //!
@@ -25,14 +26,17 @@
 //! admitted. The backlog is this replica's own: replicas do not see each other's, so each
 //! admits as if it had the pool to itself (an estimate on the optimistic side).
 
+mod pace;
+
 use std::{sync::Mutex, time::Duration};
+
+use pace::{Pace, Start};
+use tokio::time::Instant;
 
 use crate::{deadline::Deadline, error::SynthesisError, lease::Priority};
 
 /// Successful calls seen before the pace is trusted.
 pub const MIN_OBSERVED: u32 = 3;
-/// Weight of a new observation in the moving average.
-const WEIGHT: f64 = 0.3;
 
 /// One pool's pace and backlog on this replica (module doc).
 #[derive(Debug, Default)]
@@ -42,11 +46,7 @@ pub struct Load {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Moving average of a successful call's duration, seconds.
-    call_secs: f64,
-    /// Moving average of a successful call's characters.
-    call_chars: f64,
-    observed: u32,
+    pace: Pace,
     /// Characters admitted and not yet done, by class (INTERACTIVE, STANDARD, BATCH).
     backlog: [u64; 3],
     /// The requests admitted and not yet done: id, class, deadline.
@@ -80,26 +80,32 @@ pub struct Ask<'a> {
 }
 
 impl Load {
+    /// The load of a pool whose calls share this machine's `cores` (a local engine): its
+    /// throughput is not expected to grow past that many calls at once until it is seen to.
+    #[must_use]
+    pub fn local(cores: u32) -> Self {
+        Self {
+            state: Mutex::new(State {
+                pace: Pace::capped(cores),
+                ..State::default()
+            }),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A call of `chars` characters succeeded after `latency`.
-    pub fn observe(&self, chars: u64, latency: Duration) {
-        if chars == 0 {
-            return;
+    /// A vendor call starts now; tell the returned [`Call`] when it succeeds.
+    pub fn call(&self) -> Call<'_> {
+        let start = self.lock().pace.start(Instant::now());
+        Call {
+            load: self,
+            start,
+            chars: None,
         }
-        let (secs, chars) = (latency.as_secs_f64(), chars as f64);
-        let mut state = self.lock();
-        if state.observed == 0 {
-            (state.call_secs, state.call_chars) = (secs, chars);
-        } else {
-            state.call_secs += WEIGHT * (secs - state.call_secs);
-            state.call_chars += WEIGHT * (chars - state.call_chars);
-        }
-        state.observed = state.observed.saturating_add(1);
     }
 
     /// Admits `ask` (module doc) and counts its characters in the backlog until the returned
@@ -108,24 +114,31 @@ impl Load {
         let total: u64 = ask.chunks.iter().sum();
         let class = class(ask.priority);
         let mut state = self.lock();
-        if state.observed >= MIN_OBSERVED && ask.slots > 0 {
-            let pace = state.call_secs / state.call_chars;
+        let full = state.pace.throughput(ask.slots);
+        if let Some(full) = full.filter(|_| state.pace.observed() >= MIN_OBSERVED && ask.slots > 0) {
             let ahead: u64 = state.backlog[..=class].iter().sum();
-            let shared = (ahead + total) as f64 * pace / f64::from(ask.slots);
+            let shared = (ahead + total) as f64 / full;
             let waves = ask.chunks.len().div_ceil(ask.parallel.max(1) as usize);
             let longest = ask.chunks.iter().copied().max().unwrap_or(0);
-            let own = waves as f64 * longest as f64 * pace;
+            // Its own chunks run beside what runs already, or in a full pool behind others.
+            let beside = if ahead > 0 {
+                ask.slots
+            } else {
+                let own = u32::try_from(ask.chunks.len()).unwrap_or(u32::MAX).min(ask.parallel);
+                state.pace.in_flight().saturating_add(own).min(ask.slots)
+            };
+            let own = waves as f64 * state.pace.call_secs(beside, longest).unwrap_or(0.0);
             let estimate = Duration::from_secs_f64(shared.max(own));
             let left = ask.deadline.remaining();
             // The first request admitted before it that it would push past its deadline.
-            let now = tokio::time::Instant::now();
+            let now = Instant::now();
             let endangered = state
                 .admitted
                 .iter()
                 .filter(|(_, their_class, _)| class <= *their_class)
                 .map(|(_, their_class, due)| {
                     let theirs: u64 = state.backlog[..=*their_class].iter().sum();
-                    let end = (theirs + total) as f64 * pace / f64::from(ask.slots);
+                    let end = (theirs + total) as f64 / full;
                     (
                         Duration::from_secs_f64(end),
                         due.saturating_duration_since(now),
@@ -140,7 +153,7 @@ impl Load {
                     deadline_ms: millis(their_left),
                     backlog_characters: ahead,
                     retry_after: Some(
-                        Duration::from_secs_f64(ahead as f64 * pace / f64::from(ask.slots))
+                        Duration::from_secs_f64(ahead as f64 / full)
                             .max(Duration::from_secs(1)),
                     ),
                     endangers_admitted: true,
@@ -175,6 +188,28 @@ impl Load {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A vendor call in flight on its pool (counted in the pool's concurrency until dropped).
+#[derive(Debug)]
+pub struct Call<'a> {
+    load: &'a Load,
+    start: Start,
+    chars: Option<u64>,
+}
+
+impl Call<'_> {
+    /// The call delivered `chars` characters' audio: its pace counts.
+    pub fn succeeded(mut self, chars: u64) {
+        self.chars = Some(chars);
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        self.load.lock().pace.end(self.start, now, self.chars);
+    }
 }
 
 /// An admitted request's characters still counted in its pool's backlog.
@@ -223,10 +258,18 @@ mod tests {
         }
     }
 
+    /// A pool whose calls each take `secs_per_char` whatever runs beside them, seen at 1 and
+    /// at its 4 slots.
     fn paced(secs_per_char: f64) -> Load {
         let load = Load::default();
-        for _ in 0..MIN_OBSERVED {
-            load.observe(1000, Duration::from_secs_f64(1000.0 * secs_per_char));
+        for level in [1, 4] {
+            for _ in 0..MIN_OBSERVED {
+                load.lock().pace.observe_at(
+                    level,
+                    1000,
+                    Duration::from_secs_f64(1000.0 * secs_per_char),
+                );
+            }
         }
         load
     }

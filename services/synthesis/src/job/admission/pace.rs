@@ -88,6 +88,11 @@ impl Pace {
         self.observed
     }
 
+    /// Calls in flight now.
+    pub(super) fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
     /// A call starts at `now`.
     pub(super) fn start(&mut self, now: Instant) -> Start {
         self.advance(now);
