@@ -1,15 +1,82 @@
-//! The store's records as the API's messages, and as the JSON of the summary and the webhook
-//! (the proto's JSON names, camelCase; times as RFC 3339).
+//! Conversions between the jobs domain ([`crate::model`]) and its protobuf forms, in one
+//! place: a checked CreateJob into a [`NewJob`], the class and format enums both ways, the
+//! store's records as the API's messages, and as the JSON of the summary and the webhook (the
+//! proto's JSON names, camelCase; times as RFC 3339). Nothing else in the crate below the edge
+//! builds or reads a `pb` message, except the synthesis client (`crate::synth`).
 
+use prost::Message as _;
 use prost_types::Timestamp;
 use serde_json::{Value, json};
-use voxpool_proto::jobs::v1 as pb;
+use voxpool_proto::{
+    jobs::v1 as pb, scheduler::v1::Priority as PbPriority, synthesis::v1::AudioFormat,
+};
 
 use crate::{
-    model::{ItemResult, ItemState, JobRecord, JobState},
+    domain::NewJob,
+    model::{Format, ItemResult, ItemState, JobRecord, JobSpec, JobState, Priority},
     results::Results,
+    service::validate::Checked,
     store::ItemRow,
 };
+
+/// The class of a checked request (`validate::check` leaves STANDARD or BATCH only).
+pub fn priority(p: PbPriority) -> Priority {
+    match p {
+        PbPriority::Standard => Priority::Standard,
+        PbPriority::Batch | PbPriority::Interactive | PbPriority::Unspecified => Priority::Batch,
+    }
+}
+
+/// The wire's class.
+pub fn priority_pb(p: Priority) -> PbPriority {
+    match p {
+        Priority::Standard => PbPriority::Standard,
+        Priority::Batch => PbPriority::Batch,
+    }
+}
+
+/// The format of a request's number (unspecified and unknown numbers: WAV, the default;
+/// `validate::check` refuses unknown ones first).
+pub fn format(n: i32) -> Format {
+    match AudioFormat::try_from(n).unwrap_or(AudioFormat::Wav) {
+        AudioFormat::Mp3 => Format::Mp3,
+        AudioFormat::OggOpus => Format::OggOpus,
+        AudioFormat::Pcm => Format::Pcm,
+        AudioFormat::Wav | AudioFormat::Unspecified => Format::Wav,
+    }
+}
+
+/// The wire's format.
+pub fn format_pb(f: Format) -> AudioFormat {
+    match f {
+        Format::Wav => AudioFormat::Wav,
+        Format::Mp3 => AudioFormat::Mp3,
+        Format::OggOpus => AudioFormat::OggOpus,
+        Format::Pcm => AudioFormat::Pcm,
+    }
+}
+
+/// A checked CreateJob (its tenant resolved) as the job to create; each item's spec encoded as
+/// the store keeps it.
+pub fn new_job(req: &pb::CreateJobRequest, checked: Checked) -> NewJob {
+    NewJob {
+        spec: JobSpec {
+            tenant: req.tenant.clone(),
+            priority: priority(checked.priority),
+            format: format(req.format),
+            sample_rate_hz: req.sample_rate_hz,
+            request_id: req.request_id.clone(),
+            webhook_url: req.webhook_url.clone(),
+            blob_store: String::new(),
+            characters: checked.characters,
+        },
+        items: checked
+            .items
+            .into_iter()
+            .map(|(id, spec)| (id, spec.encode_to_vec()))
+            .collect(),
+    }
+}
 
 fn timestamp(ms: i64) -> Timestamp {
     Timestamp {
@@ -58,18 +125,18 @@ pub fn job(r: &JobRecord, results: &Results) -> pb::Job {
             failed: r.failed,
             cancelled: r.cancelled,
         }),
-        characters: r.characters,
+        characters: r.spec.characters,
         characters_succeeded: r.characters_succeeded,
         create_time: Some(timestamp(r.create_ms)),
         start_time: r.start_ms.map(timestamp),
         end_time: r.end_ms.map(timestamp),
         expire_time: r.expire_ms.map(timestamp),
-        tenant: r.tenant.clone(),
-        priority: r.priority,
-        format: r.format,
-        sample_rate_hz: r.sample_rate_hz,
-        request_id: r.request_id.clone(),
-        webhook_host: crate::webhook::host_of(&r.webhook_url),
+        tenant: r.spec.tenant.clone(),
+        priority: priority_pb(r.spec.priority) as i32,
+        format: format_pb(r.spec.format) as i32,
+        sample_rate_hz: r.spec.sample_rate_hz,
+        request_id: r.spec.request_id.clone(),
+        webhook_host: crate::webhook::host_of(&r.spec.webhook_url),
         summary_uri: results.uri(&format!("{}/summary.json", r.id)),
         total_items: r.total,
         cached_items: r.cached_items,
@@ -79,10 +146,9 @@ pub fn job(r: &JobRecord, results: &Results) -> pb::Job {
 /// An item row as the API's JobItem.
 pub fn item(row: &ItemRow, results: &Results) -> pb::JobItem {
     let result = row.result.clone().unwrap_or_default();
-    let characters = <pb::JobItemSpec as prost::Message>::decode(row.spec.as_slice())
-        .map_or(0, |s| {
-            i64::try_from(s.text.chars().count()).unwrap_or(i64::MAX)
-        });
+    let characters = pb::JobItemSpec::decode(row.spec.as_slice()).map_or(0, |s| {
+        i64::try_from(s.text.chars().count()).unwrap_or(i64::MAX)
+    });
     pb::JobItem {
         id: row.id.clone(),
         state: item_state(row.state) as i32,
@@ -115,8 +181,18 @@ fn state_name(s: i32) -> &'static str {
     pb::job::State::try_from(s).map_or("STATE_UNSPECIFIED", |s| s.as_str_name())
 }
 
+/// Job `r` as JSON (webhook body, summary header).
+pub fn job_value(r: &JobRecord, results: &Results) -> Value {
+    job_json(&job(r, results))
+}
+
+/// An item row as JSON (summary lines).
+pub fn item_value(row: &ItemRow, results: &Results) -> Value {
+    item_json(&item(row, results))
+}
+
 /// The Job as JSON (webhook body, summary header).
-pub fn job_json(j: &pb::Job) -> Value {
+fn job_json(j: &pb::Job) -> Value {
     let counts = j.item_counts.unwrap_or_default();
     let time = |t: &Option<Timestamp>| {
         t.as_ref().map_or(Value::Null, |t| {
@@ -140,9 +216,9 @@ pub fn job_json(j: &pb::Job) -> Value {
         "endTime": time(&j.end_time),
         "expireTime": time(&j.expire_time),
         "tenant": j.tenant,
-        "priority": voxpool_proto::scheduler::v1::Priority::try_from(j.priority)
+        "priority": PbPriority::try_from(j.priority)
             .map_or("PRIORITY_UNSPECIFIED", |p| p.as_str_name()),
-        "format": voxpool_proto::synthesis::v1::AudioFormat::try_from(j.format)
+        "format": AudioFormat::try_from(j.format)
             .map_or("AUDIO_FORMAT_UNSPECIFIED", |f| f.as_str_name()),
         "sampleRateHz": j.sample_rate_hz,
         "webhookHost": j.webhook_host,
@@ -154,7 +230,7 @@ pub fn job_json(j: &pb::Job) -> Value {
 }
 
 /// A JobItem as JSON (summary lines).
-pub fn item_json(i: &pb::JobItem) -> Value {
+fn item_json(i: &pb::JobItem) -> Value {
     let state =
         pb::job_item::State::try_from(i.state).map_or("STATE_UNSPECIFIED", |s| s.as_str_name());
     let mut v = json!({
@@ -174,4 +250,23 @@ pub fn item_json(i: &pb::JobItem) -> Value {
         v["error"] = json!({ "code": e.code, "reason": e.reason, "message": e.message, "metadata": e.metadata });
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stored_numbers_of_class_and_format_are_the_wires() {
+        for p in [Priority::Standard, Priority::Batch] {
+            assert_eq!(p.code(), priority_pb(p) as i32);
+            assert_eq!(priority(priority_pb(p)), p);
+            assert_eq!(p.as_str(), priority_pb(p).as_str_name());
+        }
+        for f in [Format::Wav, Format::Mp3, Format::OggOpus, Format::Pcm] {
+            assert_eq!(f.code(), format_pb(f) as i32);
+            assert_eq!(format(format_pb(f) as i32), f);
+        }
+        assert_eq!(format(0), Format::Wav, "unspecified is WAV");
+    }
 }

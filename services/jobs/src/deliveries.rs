@@ -173,7 +173,7 @@ impl Deliveries {
     async fn deliver(&self, job: &str) -> Result<(), String> {
         let store_err = |e: crate::store::StoreError| e.to_string();
         let record = match self.store.record(job).await.map_err(store_err)? {
-            Some(r) if !r.webhook_url.is_empty() => r,
+            Some(r) if !r.spec.webhook_url.is_empty() => r,
             // Deleted, expired, or no webhook: nothing to deliver.
             _ => return self.store.webhook_done(job).await.map_err(store_err),
         };
@@ -187,7 +187,7 @@ impl Deliveries {
             // Delivered or abandoned by an earlier try whose entry outlived it.
             return self.store.webhook_done(job).await.map_err(store_err);
         }
-        let destination = webhook::host_of(&record.webhook_url);
+        let destination = webhook::host_of(&record.spec.webhook_url);
         let Some(_held) = self.destination_slot(&destination) else {
             return self
                 .store
@@ -195,8 +195,7 @@ impl Deliveries {
                 .await
                 .map_err(store_err);
         };
-        let pb = convert::job(&record, &self.results);
-        let json = convert::job_json(&pb);
+        let json = convert::job_value(&record, &self.results);
         let state = json["state"].as_str().unwrap_or_default().to_owned();
         let delivery = format!("{}/{state}", record.name());
         let body = serde_json::to_vec(&json).map_err(|e| e.to_string())?;
@@ -204,7 +203,13 @@ impl Deliveries {
         let unix = u64::try_from(now / 1000).unwrap_or(0);
         let sent = self
             .sender
-            .deliver(&self.secret, &record.webhook_url, &delivery, unix, body)
+            .deliver(
+                &self.secret,
+                &record.spec.webhook_url,
+                &delivery,
+                unix,
+                body,
+            )
             .await;
         let Err(why) = sent else {
             self.store

@@ -17,7 +17,7 @@ use std::{sync::Arc, time::Duration};
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
-use crate::{convert, metrics, results::Results, store::JobStore};
+use crate::{convert, metrics, model::JobRecord, results::Results, store::JobStore};
 
 /// How long one replica holds a due entry before another may take it.
 const LEASE: Duration = Duration::from_secs(60);
@@ -117,8 +117,8 @@ impl Finalizer {
         if !record.has_ended() {
             return Err("not ended yet".into());
         }
-        if self.other_store(&record.blob_store) {
-            return Ok(Finalized::OtherStore(record.blob_store));
+        if self.other_store(&record.spec.blob_store) {
+            return Ok(Finalized::OtherStore(record.spec.blob_store));
         }
         if self
             .store
@@ -127,8 +127,7 @@ impl Finalizer {
             .map_err(|e| e.to_string())?
             != "1"
         {
-            let pb = convert::job(&record, &self.results);
-            self.write_summary(job, &pb).await?;
+            self.write_summary(&record).await?;
             self.store
                 .mark(job, "summary", "1")
                 .await
@@ -136,7 +135,7 @@ impl Finalizer {
             metrics::finalized(record.state.as_str());
         }
         // Queued before the job leaves this queue: a replica dying in between loses nothing.
-        if !record.webhook_url.is_empty()
+        if !record.spec.webhook_url.is_empty()
             && self
                 .store
                 .field(job, "webhook")
@@ -167,11 +166,9 @@ impl Finalizer {
         !blob_store.is_empty() && blob_store != self.results.location()
     }
 
-    async fn write_summary(
-        &self,
-        job: &str,
-        pb: &voxpool_proto::jobs::v1::Job,
-    ) -> Result<(), String> {
+    /// Writes `record`'s summary: the Job and every item, as the API's JSON.
+    async fn write_summary(&self, record: &JobRecord) -> Result<(), String> {
+        let job = record.id.as_str();
         let mut items = Vec::new();
         let mut offset = 0;
         loop {
@@ -180,16 +177,16 @@ impl Finalizer {
                 .list_items(job, offset, 1000, None)
                 .await
                 .map_err(|e| e.to_string())?;
-            items.extend(
-                rows.iter()
-                    .map(|r| convert::item_json(&convert::item(r, &self.results))),
-            );
+            items.extend(rows.iter().map(|r| convert::item_value(r, &self.results)));
             match next {
                 Some(n) => offset = n,
                 None => break,
             }
         }
-        let summary = serde_json::json!({ "job": convert::job_json(pb), "items": items });
+        let summary = serde_json::json!({
+            "job": convert::job_value(record, &self.results),
+            "items": items,
+        });
         let bytes = serde_json::to_vec_pretty(&summary).map_err(|e| e.to_string())?;
         self.results
             .put(&format!("{job}/summary.json"), Bytes::from(bytes))
@@ -209,7 +206,7 @@ impl Finalizer {
             // A job of another store whose record is still there: its results are not in this
             // replica's store; the lease runs out and a replica on its store takes it.
             if let Ok(Some(record)) = self.store.record(&job).await
-                && self.other_store(&record.blob_store)
+                && self.other_store(&record.spec.blob_store)
             {
                 continue;
             }

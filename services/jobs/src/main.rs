@@ -6,26 +6,13 @@
 //! port is bound and the server waits for it with capped back-off before it serves. `--help`
 //! documents every flag; each also reads its `VOXPOOL_…` variable.
 
-use std::{path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
+use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Parser;
 use voxpool_config::{Credentials, DataPlane};
 use voxpool_domain::secret::Secret;
-use voxpool_jobs::{
-    deliveries::{Deliveries, DeliveryOptions},
-    egress::Policy,
-    finalize::Finalizer,
-    results::Results,
-    service::{JobsService, SERVICE_NAME},
-    store::JobStore,
-    synth::Synthesizer,
-    webhook::Sender,
-    worker::{WorkerOptions, Workers},
-};
-use voxpool_runtime::{
-    auth::{Authenticated, ClientAuth, ClientToken},
-    startup::NotReady,
-};
+use voxpool_jobs::server::{self, Settings};
+use voxpool_runtime::auth::{ClientAuth, ClientToken};
 
 /// Durable batch synthesis jobs: submit many items and walk away. Items wait on Redis
 /// Streams; every replica serves the API (voxpool.jobs.v1.Jobs, health, reflection) and runs
@@ -138,11 +125,9 @@ fn webhook_secret(args: &Args) -> Result<Option<Secret>, String> {
     Ok(Some(secret))
 }
 
+/// The flags as the server's settings: the files they name read, the tokens loaded.
 async fn serve(args: Args) -> Result<(), String> {
-    JobStore::check_url(&args.store).map_err(|e| format!("--store: {e}"))?;
-    if args.visibility_timeout < Duration::from_millis(300) {
-        return Err("--visibility-timeout: at least 300ms".into());
-    }
+    server::precheck(&args.store, args.visibility_timeout)?;
     let tokens = match &args.config {
         Some(path) => {
             voxpool_config::Config::load_validated(path, Credentials::Ignore)
@@ -156,135 +141,33 @@ async fn serve(args: Args) -> Result<(), String> {
         DataPlane::Jobs,
         args.server.tls_client_ca.is_some(),
     )?;
-    let token = ClientToken::load(
+    let client_token = ClientToken::load(
         args.client_token_file.as_deref(),
         "VOXPOOL_CLIENT_TOKEN",
         std::env::var("VOXPOOL_CLIENT_TOKEN").ok().as_deref(),
     )?;
-    if !token.is_set() {
-        tracing::warn!(
-            "no client token for synthesis (VOXPOOL_CLIENT_TOKEN or --client-token-file): a synthesis that checks tokens refuses this replica, which then pauses its workers and reports NOT_SERVING (its items go to other replicas)"
-        );
-    }
-    let secret = webhook_secret(&args)?;
-    let webhooks = Arc::new(Policy::parse(&args.webhook_allow)?);
-    let results = Results::new(voxpool_runtime::blob::BlobStore::open(
-        args.blobs.blob_store.as_deref(),
-    )?);
-    let synth = Synthesizer::new(
-        &args.synthesis,
-        token,
-        args.item_timeout,
-        args.server.max_message_bytes,
-    )?;
-    let (listener, bound) = voxpool_runtime::serve::bind(&args.listen).await?;
-    let shutdown = voxpool_runtime::serve::shutdown_token();
-    let connect = || async {
-        JobStore::connect(
-            &args.store,
-            &args.key_prefix,
-            args.replica_acks,
-            args.retention,
-            Duration::from_secs(2),
-        )
-        .await
-        .map_err(NotReady::Unreachable)
-    };
-    let Some(store) = voxpool_runtime::startup::wait_for("job store", connect, &shutdown).await?
-    else {
-        return Ok(());
-    };
-    let consumer = format!(
-        "{}-{}-{}",
-        std::env::var("HOSTNAME").unwrap_or_else(|_| "replica".into()),
-        std::process::id(),
-        hex::encode(rand::random::<[u8; 4]>())
-    );
-    let options = WorkerOptions {
+    let webhook_secret = webhook_secret(&args)?;
+    // Boxed: the server's future is deep enough to overflow the layout query's depth limit.
+    Box::pin(server::serve(Settings {
+        listen: args.listen,
+        store: args.store,
+        key_prefix: args.key_prefix,
+        replica_acks: args.replica_acks,
+        synthesis: args.synthesis,
+        client_token,
+        callers,
         concurrency: args.concurrency as usize,
         visibility_timeout: args.visibility_timeout,
-        max_attempts: args.max_attempts.max(1),
-        max_deliveries: args.max_deliveries.max(1),
-        poll: Duration::from_millis(200),
-    };
-    let workers = Workers::new(
-        store.clone(),
-        synth,
-        results.clone(),
-        consumer.clone(),
-        options,
-    );
-    let finalizer = Arc::new(Finalizer::new(store.clone(), results.clone()));
-    if let Some(secret) = secret.clone() {
-        let options = DeliveryOptions {
-            concurrency: args.webhook_concurrency as usize,
-            per_destination: args.webhook_host_concurrency as usize,
-            poll: Duration::from_millis(100),
-        };
-        let deliveries = Deliveries::new(
-            store.clone(),
-            results.clone(),
-            secret,
-            Sender::new(webhooks.clone())?,
-            options,
-        );
-        tokio::spawn(Arc::new(deliveries).run(shutdown.clone()));
-    }
-    let work = tokio::spawn(workers.clone().run(shutdown.clone(), args.item_timeout));
-    let workers_health = workers.clone();
-    tokio::spawn(finalizer.run(Duration::from_millis(250), shutdown.clone()));
-    let service = JobsService::new(
-        store.clone(),
-        results.clone(),
-        workers,
-        secret.as_ref(),
-        webhooks,
-    )
-    .into_server(args.server.max_message_bytes);
-    let service = Authenticated::new(service, callers, &[]);
-    tracing::info!(
-        listen = %bound,
-        store = %voxpool_redis::redact(&args.store),
-        synthesis = %args.synthesis,
-        blob_store = %results.location(),
-        consumer = %consumer,
-        concurrency = args.concurrency,
-        webhooks = secret.is_some(),
-        webhook_allow = %args.webhook_allow,
-        "voxpool-jobs serving"
-    );
-    if secret.is_none() {
-        tracing::warn!(
-            "no webhook secret (VOXPOOL_JOBS_WEBHOOK_SECRET or --webhook-secret-file): this replica refuses CreateJob with a webhook_url and delivers no webhook (the replicas that have the secret deliver them)"
-        );
-    }
-    voxpool_runtime::serve::announce("voxpool-jobs", bound)?;
-    // NOT_SERVING also while the workers are paused by a fault of this replica.
-    let probe = move |_: bool| {
-        let (store, workers) = (store.clone(), workers_health.clone());
-        async move {
-            store.ping().await.map_err(|e| e.to_string())?;
-            workers
-                .fault()
-                .filter(|f| f.not_serving)
-                .map_or(Ok(()), |f| Err(format!("workers paused: {}", f.why)))
-        }
-    };
-    let health = voxpool_runtime::serve::Health {
-        dependency: "job store and workers",
-        interval: Duration::from_secs(1),
-        probe,
-    };
-    let served = voxpool_runtime::serve::serve_grpc(
-        listener,
-        &args.server,
-        &[SERVICE_NAME],
-        health,
-        |router| router.add_service(service),
-        shutdown.clone(),
-    )
-    .await;
-    shutdown.cancel();
-    let _ = work.await;
-    served
+        max_attempts: args.max_attempts,
+        max_deliveries: args.max_deliveries,
+        item_timeout: args.item_timeout,
+        retention: args.retention,
+        webhook_secret,
+        webhook_allow: args.webhook_allow,
+        webhook_concurrency: args.webhook_concurrency as usize,
+        webhook_host_concurrency: args.webhook_host_concurrency as usize,
+        blob_store: args.blobs.blob_store,
+        server: args.server,
+    }))
+    .await
 }

@@ -4,7 +4,7 @@
 //! there should it grow), a line over [`MAX_LINE_BYTES`] is skipped without being kept, and
 //! reading stops past [`MAX_ITEMS`] items. Memory stays within one line and the items kept.
 //!
-//! Every bad line is reported at once, as [`crate::validate::check`] does for the items:
+//! Every bad line is reported at once, as [`crate::service::validate::check`] does for the items:
 //! the problems found here go with the items to it.
 
 use bytes::BytesMut;
@@ -15,7 +15,7 @@ use voxpool_proto::jobs::v1::{JobItemSpec, job_item_spec::Voice};
 
 use crate::{
     results::{BlobError, Results},
-    validate::{MAX_ITEMS, Problems, Source},
+    service::validate::{MAX_ITEMS, Problems, Source},
 };
 
 /// Longest line of a manifest, in bytes: an item's text is at most 20,000 characters, which
@@ -24,7 +24,7 @@ pub const MAX_LINE_BYTES: usize = 1024 * 1024;
 /// Largest manifest, in bytes.
 pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024 * 1024;
 
-/// What a manifest read gives [`crate::validate::check`]: its items, where each came from,
+/// What a manifest read gives [`crate::service::validate::check`]: its items, where each came from,
 /// and the problems of the lines that could not be read.
 pub type Read = (Vec<JobItemSpec>, Source, Problems);
 
@@ -157,7 +157,7 @@ impl Reader {
             format!("manifest_uri line {}", self.line),
             format!(
                 "longer than {MAX_LINE_BYTES} bytes (1 MiB): an item's text is at most {} characters; split it into several items",
-                crate::validate::MAX_TEXT_CHARS
+                crate::service::validate::MAX_TEXT_CHARS
             ),
         );
     }
@@ -231,14 +231,15 @@ mod tests {
     /// The (field, description) pairs `read` is refused with.
     fn violations(read: Read) -> Vec<(String, String)> {
         let (items, source, problems) = read;
-        let e = crate::validate::check(
+        let e: tonic::Status = crate::service::validate::check(
             &CreateJobRequest::default(),
             items,
             &source,
             problems,
             &crate::egress::Policy::default(),
         )
-        .expect_err("refused");
+        .expect_err("refused")
+        .into();
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
         tonic_types::StatusExt::get_error_details(&e)
             .bad_request()
@@ -361,14 +362,15 @@ mod tests {
         let read = reader.finish();
         assert_eq!(read.2.kept().len(), 50);
         let (items, source, problems) = read;
-        let e = crate::validate::check(
+        let e: tonic::Status = crate::service::validate::check(
             &CreateJobRequest::default(),
             items,
             &source,
             problems,
             &crate::egress::Policy::default(),
         )
-        .expect_err("refused");
+        .expect_err("refused")
+        .into();
         assert!(
             e.message()
                 .contains("the BadRequest details list the first 50"),

@@ -1,5 +1,7 @@
 //! What a job and its items are, apart from where they are kept: job and item states, the
-//! record of a job as its Redis hash holds it, an item's result document, and job names.
+//! class and audio format a job runs with, the one record of a job (what its creator chose,
+//! [`JobSpec`], with the counts and times the store keeps), an item's result document, and job
+//! names. No protobuf here: the edge (`crate::convert`) maps these to and from the wire.
 //!
 //! Invariant: the five item counts of a [`JobRecord`] always add up to its `total` (the
 //! store's scripts move an item between counts in the same step that changes its state).
@@ -156,33 +158,130 @@ pub struct ItemResult {
     pub audio_bytes: i64,
 }
 
-/// A job as its Redis hash holds it (field names are the hash's).
+/// The class a job's items run in (`voxpool.scheduler.v1.Priority`, of which jobs take two).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Priority {
+    /// Live-like traffic: not held to the pool's batch share.
+    Standard,
+    /// Bulk work (the default): never more than the pool's `batch_max_share`.
+    Batch,
+}
+
+impl Priority {
+    /// The number the store keeps: the wire enum's (STANDARD 2, BATCH 3), so records written
+    /// before this type existed read back.
+    pub fn code(self) -> i32 {
+        match self {
+            Priority::Standard => 2,
+            Priority::Batch => 3,
+        }
+    }
+
+    /// The class a stored number means.
+    pub fn from_code(code: i32) -> Option<Self> {
+        [Priority::Standard, Priority::Batch]
+            .into_iter()
+            .find(|p| p.code() == code)
+    }
+
+    /// The name the wire spells (`BATCH`), as metrics label it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Standard => "STANDARD",
+            Priority::Batch => "BATCH",
+        }
+    }
+}
+
+/// The audio format of a job's items (`voxpool.synthesis.v1.AudioFormat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// RIFF/WAVE, 16-bit PCM (the default).
+    Wav,
+    /// MP3.
+    Mp3,
+    /// Ogg Opus.
+    OggOpus,
+    /// Raw signed 16-bit little-endian mono.
+    Pcm,
+}
+
+impl Format {
+    /// The number the store keeps: the wire enum's (WAV 1, MP3 2, OGG_OPUS 3, PCM 4), so
+    /// records written before this type existed read back.
+    pub fn code(self) -> i32 {
+        match self {
+            Format::Wav => 1,
+            Format::Mp3 => 2,
+            Format::OggOpus => 3,
+            Format::Pcm => 4,
+        }
+    }
+
+    /// The format a stored number means.
+    pub fn from_code(code: i32) -> Option<Self> {
+        [Format::Wav, Format::Mp3, Format::OggOpus, Format::Pcm]
+            .into_iter()
+            .find(|f| f.code() == code)
+    }
+
+    /// The file extension of its objects (`voxctl batch`'s).
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Wav => "wav",
+            Format::Mp3 => "mp3",
+            Format::OggOpus => "ogg",
+            Format::Pcm => "pcm",
+        }
+    }
+
+    /// The audio format the shared joiner speaks.
+    pub fn audio(self) -> voxpool_domain::audio::AudioFormat {
+        use voxpool_domain::audio::AudioFormat;
+        match self {
+            Format::Wav => AudioFormat::Wav,
+            Format::Mp3 => AudioFormat::Mp3,
+            Format::OggOpus => AudioFormat::OggOpus,
+            Format::Pcm => AudioFormat::Pcm,
+        }
+    }
+}
+
+/// What a job's creator chose: kept in the job's record as it was created.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobSpec {
+    /// Tenant.
+    pub tenant: String,
+    /// The class its items run in.
+    pub priority: Priority,
+    /// The audio format of its items.
+    pub format: Format,
+    /// Sample rate, Hz (0 = the vendor's).
+    pub sample_rate_hz: i32,
+    /// The caller's idempotency key (empty: none).
+    pub request_id: String,
+    /// Webhook URL (empty: none; never shown whole: it may hold a token).
+    pub webhook_url: String,
+    /// The blob store its results go to (the creating replica's; empty for jobs created
+    /// before it was recorded): only replicas on that store run it.
+    pub blob_store: String,
+    /// Characters of text (Unicode scalar values).
+    pub characters: i64,
+}
+
+/// A job as its Redis hash holds it (field names are the hash's): what its creator chose,
+/// then the counts and times the store's scripts keep.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobRecord {
     /// The job id (`{job}` of `jobs/{job}`).
     pub id: String,
     /// Current state.
     pub state: JobState,
-    /// Tenant.
-    pub tenant: String,
-    /// `voxpool.scheduler.v1.Priority` number.
-    pub priority: i32,
-    /// `voxpool.synthesis.v1.AudioFormat` number.
-    pub format: i32,
-    /// Sample rate, Hz (0 = the vendor's).
-    pub sample_rate_hz: i32,
-    /// The caller's idempotency key.
-    pub request_id: String,
-    /// Webhook URL (never shown whole: it may hold a token).
-    pub webhook_url: String,
-    /// The blob store its results go to (the creating replica's; empty for jobs created
-    /// before it was recorded): only replicas on that store run it.
-    pub blob_store: String,
-    /// Items and characters of the job.
+    /// What its creator chose.
+    pub spec: JobSpec,
+    /// Items of the job.
     pub total: i32,
-    /// Characters of text (Unicode scalar values).
-    pub characters: i64,
-    /// Counts per item state.
+    /// Items waiting.
     pub queued: i32,
     /// Items in flight.
     pub running: i32,
@@ -192,7 +291,7 @@ pub struct JobRecord {
     pub failed: i32,
     /// Items cancelled.
     pub cancelled: i32,
-    /// Characters of the items that succeeded; items served wholly from the cache.
+    /// Characters of the items that succeeded.
     pub characters_succeeded: i64,
     /// Items served wholly from the audio cache.
     pub cached_items: i32,
@@ -216,15 +315,17 @@ impl JobRecord {
         Some(Self {
             id: id.to_owned(),
             state: JobState::parse(h.get("state")?)?,
-            tenant: text("tenant"),
-            priority: count("priority")?,
-            format: count("format")?,
-            sample_rate_hz: count("sample_rate_hz")?,
-            request_id: text("request_id"),
-            webhook_url: text("webhook_url"),
-            blob_store: text("blob_store"),
+            spec: JobSpec {
+                tenant: text("tenant"),
+                priority: Priority::from_code(count("priority")?)?,
+                format: Format::from_code(count("format")?)?,
+                sample_rate_hz: count("sample_rate_hz")?,
+                request_id: text("request_id"),
+                webhook_url: text("webhook_url"),
+                blob_store: text("blob_store"),
+                characters: int("characters")?,
+            },
             total: count("total")?,
-            characters: int("characters")?,
             queued: count("queued")?,
             running: count("running")?,
             succeeded: count("succeeded")?,
@@ -309,5 +410,17 @@ mod tests {
         assert_eq!(ItemState::parse_name("failed"), Some(ItemState::Failed));
         assert_eq!(JobState::parse("CANCELLED"), Some(JobState::Cancelled));
         assert_eq!(JobState::parse("cancelled"), None);
+        for p in [Priority::Standard, Priority::Batch] {
+            assert_eq!(Priority::from_code(p.code()), Some(p));
+        }
+        for f in [Format::Wav, Format::Mp3, Format::OggOpus, Format::Pcm] {
+            assert_eq!(Format::from_code(f.code()), Some(f));
+        }
+        assert_eq!(
+            Priority::from_code(1),
+            None,
+            "INTERACTIVE is no job's class"
+        );
+        assert_eq!(Format::from_code(0), None);
     }
 }

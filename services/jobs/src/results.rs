@@ -11,8 +11,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::{StreamExt as _, TryStreamExt as _, stream::BoxStream};
 use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload, path::Path};
-use voxpool_proto::synthesis::v1::AudioFormat;
 use voxpool_runtime::blob::BlobStore;
+
+use crate::model::Format;
 
 /// The folder of the blob store jobs write under.
 pub const FOLDER: &str = "jobs";
@@ -45,16 +46,6 @@ pub struct Results {
     jobs: Arc<dyn ObjectStore>,
 }
 
-/// The file extension of a format (`voxctl batch`'s).
-pub fn extension(format: i32) -> &'static str {
-    match AudioFormat::try_from(format).unwrap_or(AudioFormat::Wav) {
-        AudioFormat::Mp3 => "mp3",
-        AudioFormat::OggOpus => "ogg",
-        AudioFormat::Pcm => "pcm",
-        AudioFormat::Wav | AudioFormat::Unspecified => "wav",
-    }
-}
-
 impl Results {
     /// The jobs folder of `root`.
     pub fn new(root: BlobStore) -> Self {
@@ -68,8 +59,8 @@ impl Results {
     }
 
     /// Item `id`'s object path inside the jobs folder.
-    pub fn item_path(job: &str, id: &str, format: i32) -> String {
-        format!("{job}/{id}.{}", extension(format))
+    pub fn item_path(job: &str, id: &str, format: Format) -> String {
+        format!("{job}/{id}.{}", format.extension())
     }
 
     /// The URI shown for a path inside the jobs folder.

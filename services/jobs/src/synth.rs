@@ -4,11 +4,13 @@
 
 use std::{collections::HashMap, time::Duration};
 
+use prost::Message as _;
 use tonic::{Code, Status, service::interceptor::InterceptedService, transport::Channel};
 use tonic_types::StatusExt as _;
 use voxpool_domain::contract::{AuthReason, Retry, SynthesisReason, retry_of};
 use voxpool_proto::{
     jobs::v1::{JobItemSpec, job_item_spec},
+    scheduler::v1::Outcome,
     synthesis::v1::{
         ListPoolsRequest, SynthesizeRequest, SynthesizeResponse, synthesis_client::SynthesisClient,
         synthesize_request,
@@ -16,21 +18,188 @@ use voxpool_proto::{
 };
 use voxpool_runtime::{auth::ClientToken, endpoints::Endpoints};
 
-use crate::model::ItemError;
+use crate::{
+    convert,
+    model::{Format, ItemError, Priority},
+};
 
 /// What every item of one job is synthesized with.
 #[derive(Clone, Debug)]
 pub struct JobParams {
     /// Job id (the request ids are `<job>/<item>`).
     pub job: String,
-    /// `voxpool.synthesis.v1.AudioFormat` number.
-    pub format: i32,
+    /// The audio format.
+    pub format: Format,
     /// Sample rate, Hz (0 = the vendor's).
     pub sample_rate_hz: i32,
-    /// `voxpool.scheduler.v1.Priority` number.
-    pub priority: i32,
+    /// The class its calls run in.
+    pub priority: Priority,
     /// Tenant.
     pub tenant: String,
+}
+
+/// An item's spec as the store keeps it (encoded at the edge): read only here, so the workers
+/// see its text and nothing of the wire.
+#[derive(Clone, Debug)]
+pub struct ItemSpec(JobItemSpec);
+
+impl ItemSpec {
+    /// The spec of the stored bytes. Errors: why they cannot be read.
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        JobItemSpec::decode(bytes)
+            .map(Self)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The text to speak.
+    pub fn text(&self) -> &str {
+        &self.0.text
+    }
+
+    /// The same item with `text` instead (one part of a split item).
+    pub fn with_text(&self, text: &str) -> Self {
+        Self(JobItemSpec {
+            text: text.to_owned(),
+            ..self.0.clone()
+        })
+    }
+}
+
+/// What one Synthesize call (or the joined calls of a split item) answered.
+#[derive(Clone, Debug, Default)]
+pub struct Spoken {
+    /// The audio.
+    pub audio: Vec<u8>,
+    /// Chunks served from the audio cache.
+    pub cached: u64,
+    /// Chunks a vendor spoke (successful attempts).
+    pub spoken: u64,
+    /// The key that produced the audio (the last part's).
+    pub key_id: String,
+    /// The reference clip spoken with (the first part's).
+    pub reference_digest: String,
+}
+
+impl Spoken {
+    /// Chunks in all (at least one), as `voxpool_domain::contract::chunks_of` counts them.
+    pub fn chunks(&self) -> u64 {
+        (self.cached + self.spoken).max(1)
+    }
+
+    fn of(response: SynthesizeResponse) -> Self {
+        let spoken = response
+            .attempts
+            .iter()
+            .filter(|a| a.outcome == Outcome::Success as i32)
+            .count() as u64;
+        Self {
+            cached: u64::try_from(response.cached_chunks).unwrap_or(0),
+            spoken,
+            audio: response.audio,
+            key_id: response.key_id,
+            reference_digest: response.reference_digest,
+        }
+    }
+}
+
+/// A call's failure that is this replica's, not the item's: no item can succeed here until it
+/// clears, so none is failed for it.
+#[derive(Clone, Debug)]
+pub enum ReplicaFault {
+    /// Synthesis was not reached at all (UNAVAILABLE without the `ErrorInfo` every synthesis
+    /// answer carries: a refused connection, no endpoint up). The item goes back to the queue
+    /// and the replica's workers pause until synthesis answers again (`crate::worker`), so an
+    /// outage stalls jobs instead of failing them and a replica that alone cannot reach
+    /// synthesis leaves its items to the others.
+    Unreachable(String),
+    /// Synthesis refuses this replica's worker token (missing, unknown, or not for
+    /// synthesis): an operator must fix it. A worker token bound to tenants
+    /// (`TENANT_NOT_ALLOWED`) refuses only the items of other tenants: those fail with that
+    /// reason and the replica keeps working.
+    TokenRefused {
+        /// UNAUTHENTICATED or PERMISSION_DENIED.
+        code: Code,
+        /// Synthesis's message.
+        message: String,
+    },
+}
+
+/// Why a Synthesize call gave no audio, as the workers act on it.
+#[derive(Clone, Debug)]
+pub enum SynthError {
+    /// This replica's fault, not the item's.
+    Replica(ReplicaFault),
+    /// The item's own failure, as synthesis answered it (or as this worker found it).
+    Failed {
+        /// The gRPC code (metrics).
+        code: Code,
+        /// Code, typed reason, message and metadata, as the item records them.
+        error: ItemError,
+        /// Whether another try may succeed (the one rule every synthesis client applies).
+        transient: bool,
+        /// The server's `RetryInfo` delay, if it sent one.
+        retry_after: Option<Duration>,
+        /// `RESPONSE_TOO_LARGE`'s audio size and synthesis's limit (its metadata `bytes`,
+        /// `limit`): the item may be spoken in parts.
+        too_large: Option<(usize, usize)>,
+    },
+}
+
+impl SynthError {
+    /// A failure of this worker's own making (the parts of an item that cannot be joined):
+    /// the item fails INTERNAL with `message`, no reason, not retried.
+    pub fn internal(message: String) -> Self {
+        Self::Failed {
+            code: Code::Internal,
+            error: ItemError {
+                code: voxpool_domain::status::code_name(Code::Internal).to_owned(),
+                message,
+                ..ItemError::default()
+            },
+            transient: false,
+            retry_after: None,
+            too_large: None,
+        }
+    }
+
+    /// The gRPC code of the answer (metrics).
+    pub fn code(&self) -> Code {
+        match self {
+            Self::Replica(ReplicaFault::Unreachable(_)) => Code::Unavailable,
+            Self::Replica(ReplicaFault::TokenRefused { code, .. }) | Self::Failed { code, .. } => {
+                *code
+            }
+        }
+    }
+
+    fn of(status: &Status) -> Self {
+        if let Some(fault) = ReplicaFault::of(status) {
+            return Self::Replica(fault);
+        }
+        Self::Failed {
+            code: status.code(),
+            error: item_error(status),
+            transient: retry_of::<SynthesisReason>(status) == Retry::Again,
+            retry_after: status.get_details_retry_info().and_then(|r| r.retry_delay),
+            too_large: too_large(status),
+        }
+    }
+}
+
+impl ReplicaFault {
+    /// The fault `status` shows, if it is this replica's.
+    fn of(status: &Status) -> Option<Self> {
+        if unreachable(status) {
+            Some(Self::Unreachable(status.message().to_owned()))
+        } else if refuses_replica(status) {
+            Some(Self::TokenRefused {
+                code: status.code(),
+                message: status.message().to_owned(),
+            })
+        } else {
+            None
+        }
+    }
 }
 
 /// The synthesis client (module doc). Cheap to clone.
@@ -61,28 +230,33 @@ impl Synthesizer {
         })
     }
 
-    /// Synthesizes one item.
+    /// Synthesizes one item (or one part of it) under request id `<job>/<id>`.
     pub async fn speak(
         &self,
         job: &JobParams,
         id: &str,
-        spec: &JobItemSpec,
-    ) -> Result<SynthesizeResponse, Status> {
+        spec: &ItemSpec,
+    ) -> Result<Spoken, SynthError> {
+        let spec = &spec.0;
         let voice = match spec.voice.clone() {
             Some(job_item_spec::Voice::PackId(p)) => synthesize_request::Voice::PackId(p),
             Some(job_item_spec::Voice::Snapshot(s)) => synthesize_request::Voice::Snapshot(s),
             Some(job_item_spec::Voice::SnapshotJson(j)) => {
                 synthesize_request::Voice::SnapshotJson(j)
             }
-            None => return Err(Status::invalid_argument("the item has no voice")),
+            None => {
+                return Err(SynthError::of(&Status::invalid_argument(
+                    "the item has no voice",
+                )));
+            }
         };
         let mut request = tonic::Request::new(SynthesizeRequest {
             voice: Some(voice),
             text: spec.text.clone(),
-            format: job.format,
+            format: convert::format_pb(job.format) as i32,
             sample_rate_hz: job.sample_rate_hz,
             request_id: format!("{}/{id}", job.job),
-            priority: job.priority,
+            priority: convert::priority_pb(job.priority) as i32,
             tenant: job.tenant.clone(),
             emotion: spec.emotion.clone(),
             seed: Some(
@@ -92,66 +266,63 @@ impl Synthesizer {
             ..Default::default()
         });
         request.set_timeout(self.timeout);
-        let answer = self.client.clone().synthesize(request).await;
-        if let Err(status) = &answer
-            && status.code() == Code::Unavailable
-        {
-            self.endpoints.kick();
+        match self.client.clone().synthesize(request).await {
+            Ok(response) => Ok(Spoken::of(response.into_inner())),
+            Err(status) => {
+                if status.code() == Code::Unavailable {
+                    self.endpoints.kick();
+                }
+                Err(SynthError::of(&status))
+            }
         }
-        answer.map(tonic::Response::into_inner)
     }
 
     /// Whether synthesis answers and accepts this replica's worker token: one `ListPools`
-    /// call. Errors: its status when synthesis is [`unreachable`] or [`refuses_replica`]
-    /// (any other answer means both are fine).
-    pub async fn check_access(&self) -> Result<(), Status> {
+    /// call. Errors: the replica's fault (any other answer means both are fine).
+    pub async fn check_access(&self) -> Result<(), ReplicaFault> {
         let mut request = tonic::Request::new(ListPoolsRequest::default());
         request.set_timeout(Duration::from_secs(5));
-        match self.client.clone().list_pools(request).await {
-            Err(status) if unreachable(&status) => {
+        let Err(status) = self.client.clone().list_pools(request).await else {
+            return Ok(());
+        };
+        match ReplicaFault::of(&status) {
+            Some(fault @ ReplicaFault::Unreachable(_)) => {
                 self.endpoints.kick();
-                Err(status)
+                Err(fault)
             }
-            Err(status) if refuses_replica(&status) => Err(status),
-            _ => Ok(()),
+            Some(fault) => Err(fault),
+            None => Ok(()),
         }
     }
 }
 
-/// Whether `status` refuses this replica itself (its worker token: missing, unknown, or not
-/// for synthesis), not the item: no item can succeed here until an operator fixes it. A worker
-/// token bound to tenants (`TENANT_NOT_ALLOWED`) refuses only the items of other tenants: those
-/// fail with that reason, naming the token and the tenant, and the replica keeps working.
-pub fn refuses_replica(status: &Status) -> bool {
+/// Whether `status` refuses this replica itself ([`ReplicaFault::TokenRefused`]).
+fn refuses_replica(status: &Status) -> bool {
     matches!(
         status.code(),
         Code::Unauthenticated | Code::PermissionDenied
     ) && AuthReason::of(status) != Some(AuthReason::TenantNotAllowed)
 }
 
-/// Whether another try of a call that failed with `status` may succeed (the one rule every
-/// synthesis client applies: `voxpool_domain::contract::retry_of`).
-pub fn is_transient(status: &Status) -> bool {
-    retry_of::<SynthesisReason>(status) == Retry::Again
-}
-
-/// Whether `status` says synthesis was not reached at all (UNAVAILABLE without the
-/// `ErrorInfo` every synthesis answer carries: a refused connection, no endpoint up). Such a
-/// call fails no item: the item goes back to the queue and the replica's workers pause until
-/// synthesis answers again (`crate::worker`), so an outage stalls jobs instead of failing them
-/// and a replica that alone cannot reach synthesis leaves its items to the others.
-pub fn unreachable(status: &Status) -> bool {
+/// Whether `status` says synthesis was not reached at all ([`ReplicaFault::Unreachable`]).
+fn unreachable(status: &Status) -> bool {
     status.code() == Code::Unavailable && status.get_details_error_info().is_none()
 }
 
-/// The server's `RetryInfo` delay, if it sent one.
-pub fn retry_after(status: &Status) -> Option<Duration> {
-    status.get_details_retry_info().and_then(|r| r.retry_delay)
+/// The audio size and the limit of a `RESPONSE_TOO_LARGE` answer.
+fn too_large(status: &Status) -> Option<(usize, usize)> {
+    if SynthesisReason::of(status) != Some(SynthesisReason::ResponseTooLarge) {
+        return None;
+    }
+    let details = status.get_error_details();
+    let info = details.error_info()?;
+    let number = |k: &str| info.metadata.get(k).and_then(|v| v.parse::<usize>().ok());
+    Some((number("bytes")?, number("limit")?))
 }
 
 /// `status` as an item's failure: code, typed reason and metadata as Synthesize answered
 /// (NOT_FOUND's name what is missing as metadata `resource_type`, `resource_name`).
-pub fn item_error(status: &Status) -> ItemError {
+fn item_error(status: &Status) -> ItemError {
     let (reason, metadata) = status.get_details_error_info().map_or_else(
         || (String::new(), HashMap::new()),
         |info| (info.reason, info.metadata),

@@ -7,32 +7,7 @@ use redis::Value;
 use sha2::{Digest as _, Sha256};
 
 use super::{JobStore, StoreError, StoreResult, int, text};
-use crate::model::{ItemResult, ItemState, JobRecord, JobState};
-
-/// A job to create.
-#[derive(Clone, Debug)]
-pub struct NewJob {
-    /// Its id (made by the caller: `model::new_job_id`).
-    pub id: String,
-    /// Record fields besides the counts and times the script sets.
-    pub tenant: String,
-    /// `voxpool.scheduler.v1.Priority` number.
-    pub priority: i32,
-    /// `voxpool.synthesis.v1.AudioFormat` number.
-    pub format: i32,
-    /// Sample rate, Hz (0 = the vendor's).
-    pub sample_rate_hz: i32,
-    /// The caller's idempotency key (empty: none).
-    pub request_id: String,
-    /// Webhook URL (empty: none).
-    pub webhook_url: String,
-    /// The blob store its results go to (its location, as `Results::location` gives it).
-    pub blob_store: String,
-    /// Characters of text (Unicode scalar values).
-    pub characters: i64,
-    /// Items in submission order: id and `JobItemSpec` bytes.
-    pub items: Vec<(String, Vec<u8>)>,
-}
+use crate::model::{ItemResult, ItemState, JobRecord, JobSpec, JobState};
 
 /// Why a job cannot be deleted yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,16 +46,22 @@ pub struct ItemRow {
 }
 
 impl JobStore {
-    /// Creates `job` unless the tenant's `request_id` (when not empty) already names one;
-    /// indexes it for the workers and ListJobs. Errors: `Unavailable` also when fewer replicas
-    /// than configured acknowledged it in time (a retry with the same request id answers it).
-    pub async fn create(&self, job: NewJob) -> StoreResult<Created> {
+    /// Creates job `id` as `job` with `items` (in submission order: id and encoded spec)
+    /// unless the tenant's `request_id` (when not empty) already names one; indexes it for the
+    /// workers and ListJobs. Errors: `NotReplicated` when fewer replicas than configured
+    /// acknowledged it in time (a retry with the same request id answers it).
+    pub async fn create(
+        &self,
+        id: &str,
+        job: &JobSpec,
+        items: &[(String, Vec<u8>)],
+    ) -> StoreResult<Created> {
         let request_key = (!job.request_id.is_empty()).then(|| {
             let digest = Sha256::digest(format!("{}\n{}", job.tenant, job.request_id));
             self.global(&format!("req:{}", hex::encode(digest)))
         });
-        let mut id = job.id.clone();
-        let fingerprint = fingerprint(&job);
+        let mut id = id.to_owned();
+        let fingerprint = fingerprint(job, items);
         if let Some(key) = &request_key {
             // Claims the request id for this job; a concurrent or earlier call's job wins.
             let set = self
@@ -119,8 +100,8 @@ impl JobStore {
         }
         let fields: Vec<(&str, String)> = vec![
             ("tenant", job.tenant.clone()),
-            ("priority", job.priority.to_string()),
-            ("format", job.format.to_string()),
+            ("priority", job.priority.code().to_string()),
+            ("format", job.format.code().to_string()),
             ("sample_rate_hz", job.sample_rate_hz.to_string()),
             ("request_id", job.request_id.clone()),
             ("request_key", request_key.clone().unwrap_or_default()),
@@ -135,7 +116,7 @@ impl JobStore {
             args.push(k.as_bytes());
             args.push(v.as_bytes());
         }
-        for (item, spec) in &job.items {
+        for (item, spec) in items {
             args.push(item.as_bytes());
             args.push(spec);
         }
@@ -172,10 +153,12 @@ impl JobStore {
                 .await
                 .map_err(super::map_err)?;
             if acked < i64::from(self.replica_acks) {
-                return Err(StoreError::Unavailable(format!(
-                    "job jobs/{id} written but {acked} of {} replicas acknowledged it within {wait:?}",
-                    self.replica_acks
-                )));
+                return Err(StoreError::NotReplicated {
+                    job: id,
+                    acked,
+                    wanted: self.replica_acks,
+                    waited: wait,
+                });
             }
         }
         Ok(created)
@@ -376,15 +359,15 @@ impl JobStore {
 /// What makes two creates the same request: the items (ids and specs, in order), the format
 /// and the sample rate: hex SHA-256, each part length-prefixed. The priority and webhook
 /// change no audio and are left out (as in voxctl's default request id).
-fn fingerprint(job: &NewJob) -> String {
+fn fingerprint(job: &JobSpec, items: &[(String, Vec<u8>)]) -> String {
     let mut hash = Sha256::new();
     let mut part = |bytes: &[u8]| {
         hash.update((bytes.len() as u64).to_be_bytes());
         hash.update(bytes);
     };
-    part(&job.format.to_be_bytes());
+    part(&job.format.code().to_be_bytes());
     part(&job.sample_rate_hz.to_be_bytes());
-    for (id, spec) in &job.items {
+    for (id, spec) in items {
         part(id.as_bytes());
         part(spec);
     }

@@ -4,7 +4,8 @@
 //!
 //! Keys (prefix `P`, `--key-prefix`, default `vj`). One job's seven keys share the hash tag
 //! `{job}`, so each script ([`lua`](self) `*.lua`, with `prelude.lua`) runs on one slot:
-//! - `P:{J}` hash: the record ([`crate::model::JobRecord`]'s fields, counts, times);
+//! - `P:{J}` hash: the record ([`crate::model::JobRecord`]: its [`crate::model::JobSpec`],
+//!   counts, times; priority and format as their wire numbers);
 //! - `P:{J}:spec` hash: item id → `JobItemSpec` (protobuf bytes);
 //! - `P:{J}:state` hash: item id → `Q R S F C`;
 //! - `P:{J}:result` hash: item id → [`crate::model::ItemResult`] JSON;
@@ -33,7 +34,7 @@ use redis::{Script, Value};
 use voxpool_redis::{Conn, Topology};
 
 pub use items::{Claimed, Taken};
-pub use jobs::{Created, ItemRow, NewJob, NotDeletable};
+pub use jobs::{Created, ItemRow, NotDeletable};
 pub use listing::Cursor;
 
 /// The consumer group of every item stream.
@@ -45,6 +46,21 @@ pub enum StoreError {
     /// Redis did not answer (down, failing over, timed out): retry.
     #[error("the job store does not answer ({0}); retry")]
     Unavailable(String),
+    /// A job was written but fewer replicas than configured acknowledged it in time: it
+    /// runs, but a failover now could lose it.
+    #[error(
+        "job jobs/{job} written but {acked} of {wanted} replicas acknowledged it within {waited:?}"
+    )]
+    NotReplicated {
+        /// The job written.
+        job: String,
+        /// Replicas that acknowledged it.
+        acked: i64,
+        /// Replicas that must (`--replica-acks`).
+        wanted: u32,
+        /// How long the acknowledgement was awaited.
+        waited: Duration,
+    },
     /// Redis answered something the scripts never reply (a bug or a foreign key).
     #[error("the job store answered unexpectedly: {0}")]
     Protocol(String),

@@ -5,6 +5,7 @@
 use std::{sync::PoisonError, time::Duration};
 
 use super::Workers;
+use crate::synth::ReplicaFault;
 
 /// How often a faulty replica checks whether its fault cleared.
 pub const FAULT_RECHECK: Duration = Duration::from_secs(5);
@@ -36,24 +37,22 @@ impl Workers {
         }
     }
 
-    /// The fault of a synthesis call that failed with `status`: not reached at all, or this
-    /// replica's worker token refused.
-    pub(super) fn synthesis_fault(status: &tonic::Status) -> Fault {
-        if crate::synth::unreachable(status) {
-            return Fault {
+    /// The fault of a synthesis call: not reached at all, or this replica's worker token
+    /// refused.
+    pub(super) fn synthesis_fault(fault: &ReplicaFault) -> Fault {
+        match fault {
+            ReplicaFault::Unreachable(message) => Fault {
                 why: format!(
-                    "synthesis cannot be reached (check --synthesis and that synthesis runs): {}",
-                    status.message()
+                    "synthesis cannot be reached (check --synthesis and that synthesis runs): {message}"
                 ),
                 not_serving: false,
-            };
-        }
-        Fault {
-            why: format!(
-                "synthesis refuses this replica's worker token (VOXPOOL_CLIENT_TOKEN or --client-token-file: one of synthesis's [[client_tokens]] with \"synthesis\" in its services): {}",
-                status.message()
-            ),
-            not_serving: true,
+            },
+            ReplicaFault::TokenRefused { message, .. } => Fault {
+                why: format!(
+                    "synthesis refuses this replica's worker token (VOXPOOL_CLIENT_TOKEN or --client-token-file: one of synthesis's [[client_tokens]] with \"synthesis\" in its services): {message}"
+                ),
+                not_serving: true,
+            },
         }
     }
 
@@ -72,7 +71,7 @@ impl Workers {
     /// outcome (module doc).
     pub(super) async fn check(&self) {
         let outcome = match self.synth.check_access().await {
-            Err(status) => Err(Self::synthesis_fault(&status)),
+            Err(error) => Err(Self::synthesis_fault(&error)),
             Ok(()) => self
                 .results
                 .probe_write(&self.consumer)

@@ -19,9 +19,7 @@
 use std::time::Duration;
 
 use backon::{BackoffBuilder as _, ExponentialBuilder};
-use prost::Message as _;
 use voxpool_domain::contract::JobsReason;
-use voxpool_proto::jobs::v1::JobItemSpec;
 
 use super::Workers;
 use crate::{
@@ -29,7 +27,7 @@ use crate::{
     model::{ItemError, ItemResult, ItemState, JobState},
     results::Results,
     store::{Claimed, StoreError},
-    synth::{JobParams, is_transient, item_error, refuses_replica, retry_after, unreachable},
+    synth::{ItemSpec, JobParams, SynthError},
 };
 
 /// Why an item goes back to the queue unended (module doc).
@@ -105,7 +103,7 @@ impl Workers {
         claimed: &Claimed,
         params: &JobParams,
     ) -> Result<(ItemState, ItemResult, i64, bool), HandBack> {
-        let spec = match JobItemSpec::decode(claimed.spec.as_slice()) {
+        let spec = match ItemSpec::decode(&claimed.spec) {
             Ok(spec) => spec,
             Err(e) => {
                 let error = ItemError {
@@ -116,7 +114,7 @@ impl Workers {
                 return Ok(failed(error));
             }
         };
-        let characters = i64::try_from(spec.text.chars().count()).unwrap_or(i64::MAX);
+        let characters = i64::try_from(spec.text().chars().count()).unwrap_or(i64::MAX);
         let path = Results::item_path(&params.job, &claimed.id, params.format);
         if claimed.deliveries > 1
             && let Ok(Some(size)) = self.results.size(&path).await
@@ -153,11 +151,11 @@ impl Workers {
             metrics::attempt(
                 answer
                     .as_ref()
-                    .map_or_else(tonic::Status::code, |_| tonic::Code::Ok),
+                    .map_or_else(SynthError::code, |_| tonic::Code::Ok),
             );
             match answer {
                 Ok(response) => {
-                    let (cached, chunks) = voxpool_domain::contract::chunks_of(&response);
+                    let (cached, chunks) = (response.cached, response.chunks());
                     let audio_bytes = i64::try_from(response.audio.len()).unwrap_or(i64::MAX);
                     let all_cached = cached == chunks;
                     if let Err(e) = self.write(&path, bytes::Bytes::from(response.audio)).await {
@@ -183,17 +181,22 @@ impl Workers {
                     };
                     return Ok((ItemState::Succeeded, result, characters, all_cached));
                 }
-                Err(status) if refuses_replica(&status) || unreachable(&status) => {
-                    return Err(HandBack::Fault(Self::synthesis_fault(&status)));
+                Err(SynthError::Replica(fault)) => {
+                    return Err(HandBack::Fault(Self::synthesis_fault(&fault)));
                 }
-                Err(status) => {
-                    let again = is_transient(&status).then(|| backoff.next()).flatten();
+                Err(SynthError::Failed {
+                    error,
+                    transient,
+                    retry_after,
+                    ..
+                }) => {
+                    let again = transient.then(|| backoff.next()).flatten();
                     match again {
                         Some(delay) => {
-                            let delay = retry_after(&status).map_or(delay, |d| d.max(delay));
+                            let delay = retry_after.map_or(delay, |d| d.max(delay));
                             tokio::time::sleep(delay).await;
                         }
-                        None => return Ok(failed(item_error(&status))),
+                        None => return Ok(failed(error)),
                     }
                 }
             }

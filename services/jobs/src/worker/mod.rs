@@ -253,10 +253,13 @@ impl Workers {
                 continue;
             }
             match self.store.record(&job).await? {
-                Some(r) if !r.blob_store.is_empty() && r.blob_store != self.results.location() => {
+                Some(r)
+                    if !r.spec.blob_store.is_empty()
+                        && r.spec.blob_store != self.results.location() =>
+                {
                     tracing::warn!(
                         job,
-                        job_blob_store = %r.blob_store,
+                        job_blob_store = %r.spec.blob_store,
                         blob_store = %self.results.location(),
                         "a job whose results go to another blob store: left to the replicas on it (give every replica the same --blob-store)"
                     );
@@ -266,10 +269,10 @@ impl Workers {
                     job.clone(),
                     JobParams {
                         job,
-                        format: r.format,
-                        sample_rate_hz: r.sample_rate_hz,
-                        priority: r.priority,
-                        tenant: r.tenant,
+                        format: r.spec.format,
+                        sample_rate_hz: r.spec.sample_rate_hz,
+                        priority: r.spec.priority,
+                        tenant: r.spec.tenant,
                     },
                 ),
                 None => self.store.deactivate(&job).await?,

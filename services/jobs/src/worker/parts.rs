@@ -9,30 +9,12 @@
 //! A part's request id is the item's with `/pN` appended, so a retried item reuses its parts'
 //! idempotency keys; a part that is still too large fails the item with the server's reason.
 
-use tonic::Status;
-use tonic_types::StatusExt as _;
 use voxpool_domain::{
-    audio::{Audio, AudioFormat, Joiner},
-    contract::SynthesisReason,
+    audio::{Audio, Joiner},
     text::{TextLimit, split},
 };
-use voxpool_proto::{
-    jobs::v1::JobItemSpec,
-    synthesis::v1::{AudioFormat as PbFormat, SynthesizeResponse},
-};
 
-use crate::synth::{JobParams, Synthesizer};
-
-/// The audio size and the limit of a `RESPONSE_TOO_LARGE` answer.
-fn too_large(status: &Status) -> Option<(usize, usize)> {
-    if SynthesisReason::of(status) != Some(SynthesisReason::ResponseTooLarge) {
-        return None;
-    }
-    let details = status.get_error_details();
-    let info = details.error_info()?;
-    let number = |k: &str| info.metadata.get(k).and_then(|v| v.parse::<usize>().ok());
-    Some((number("bytes")?, number("limit")?))
-}
+use crate::synth::{ItemSpec, JobParams, Spoken, SynthError, Synthesizer};
 
 /// How many parts of at most how many characters `chars` of text are split into so that
 /// audio of `bytes` fits `limit` with a 10 % margin.
@@ -42,50 +24,39 @@ fn part_chars(chars: usize, bytes: usize, limit: usize) -> usize {
     chars.div_ceil(parts).max(1)
 }
 
-fn audio_format(format: i32) -> AudioFormat {
-    match PbFormat::try_from(format).unwrap_or(PbFormat::Wav) {
-        PbFormat::Mp3 => AudioFormat::Mp3,
-        PbFormat::OggOpus => AudioFormat::OggOpus,
-        PbFormat::Pcm => AudioFormat::Pcm,
-        PbFormat::Wav | PbFormat::Unspecified => AudioFormat::Wav,
-    }
-}
-
 /// Speaks `spec` in one call or, when its audio is over the message limit, in parts (module
-/// doc). The answer of a split item joins the parts' audio, lists every part's attempts,
-/// sums their cached chunks and carries the last part's key.
+/// doc). The answer of a split item joins the parts' audio, counts every part's chunks and
+/// carries the last part's key.
 pub(super) async fn speak(
     synth: &Synthesizer,
     params: &JobParams,
     id: &str,
-    spec: &JobItemSpec,
-) -> Result<SynthesizeResponse, Status> {
-    let status = match synth.speak(params, id, spec).await {
-        Ok(response) => return Ok(response),
-        Err(status) => status,
+    spec: &ItemSpec,
+) -> Result<Spoken, SynthError> {
+    let error = match synth.speak(params, id, spec).await {
+        Ok(spoken) => return Ok(spoken),
+        Err(error) => error,
     };
-    let Some((bytes, limit)) = too_large(&status) else {
-        return Err(status);
+    let SynthError::Failed {
+        too_large: Some((bytes, limit)),
+        ..
+    } = error
+    else {
+        return Err(error);
     };
-    let max = part_chars(spec.text.chars().count(), bytes, limit);
-    let texts: Vec<&str> = split(&spec.text, TextLimit::Chars(max))
+    let max = part_chars(spec.text().chars().count(), bytes, limit);
+    let texts: Vec<&str> = split(spec.text(), TextLimit::Chars(max))
         .into_iter()
         .filter(|t| !t.trim().is_empty())
         .collect();
     if texts.len() < 2 {
-        return Err(status);
+        return Err(error);
     }
-    let format = audio_format(params.format);
+    let format = params.format.audio();
     let mut joiner = Joiner::chaining_ogg(format);
-    let mut joined = SynthesizeResponse {
-        format: params.format,
-        ..Default::default()
-    };
+    let mut joined = Spoken::default();
     for (i, text) in texts.iter().enumerate() {
-        let part = JobItemSpec {
-            text: (*text).to_owned(),
-            ..spec.clone()
-        };
+        let part = spec.with_text(text);
         let answer = synth
             .speak(params, &format!("{id}/p{}", i + 1), &part)
             .await?;
@@ -95,24 +66,23 @@ pub(super) async fn speak(
             sample_rate_hz: None,
         };
         let audio = joiner.push(&piece).map_err(|e| {
-            Status::internal(format!(
+            SynthError::internal(format!(
                 "part {} of {} of the item's text came back as audio that cannot be joined: {e}",
                 i + 1,
                 texts.len()
             ))
         })?;
         joined.audio.extend(audio);
-        joined.attempts.extend(answer.attempts);
-        joined.cached_chunks += answer.cached_chunks;
+        joined.spoken += answer.spoken;
+        joined.cached += answer.cached;
         joined.key_id = answer.key_id;
-        joined.sample_rate_hz = answer.sample_rate_hz;
         if joined.reference_digest.is_empty() {
             joined.reference_digest = answer.reference_digest;
         }
     }
     let tail = joiner
         .finish()
-        .map_err(|e| Status::internal(format!("joining the item's parts failed: {e}")))?;
+        .map_err(|e| SynthError::internal(format!("joining the item's parts failed: {e}")))?;
     joined.audio.extend(tail);
     tracing::info!(
         job = %params.job,

@@ -1,11 +1,10 @@
-//! CreateJob's input checked before anything is queued: every problem is collected (field path
-//! and what to change) and answered at once as INVALID_ARGUMENT with a `BadRequest`; a job is
-//! queued whole or not at all (a `manifest_uri`'s lines are read by [`crate::manifest`]).
+//! Requests checked at the edge before the domain sees them. CreateJob's input: every problem
+//! is collected (field path and what to change) and answered at once as INVALID_ARGUMENT with
+//! a `BadRequest`; a job is queued whole or not at all (a `manifest_uri`'s lines are read by
+//! [`crate::manifest`]). Also job and item names, pages, page tokens and item filters.
 
 use std::collections::HashMap;
 
-use tonic::Status;
-use tonic_types::{ErrorDetails, StatusExt as _};
 use voxpool_domain::{
     contract::check_tenant, reference::is_tag, snapshot::Snapshot, untrusted::check_field,
 };
@@ -13,6 +12,12 @@ use voxpool_proto::{
     jobs::v1::{CreateJobRequest, JobItemSpec, job_item_spec::Voice},
     scheduler::v1::Priority,
     synthesis::v1::AudioFormat,
+};
+
+use crate::{
+    error::JobsError,
+    model::{ItemState, parse_job_name},
+    store::Cursor,
 };
 
 /// Most items of one job (inline or from a manifest).
@@ -58,14 +63,10 @@ impl Problems {
         &self.kept
     }
 
-    fn into_status(self) -> Result<(), Status> {
+    fn into_result(self) -> Result<(), JobsError> {
         let Some((field, why)) = self.kept.first() else {
             return Ok(());
         };
-        let mut details = ErrorDetails::new();
-        for (field, why) in &self.kept {
-            details.add_bad_request_violation(field.clone(), why.clone());
-        }
         let more = match (self.kept.len() - 1, self.dropped) {
             (0, _) => String::new(),
             (n, 0) => format!(" (and {n} more problems, listed in the BadRequest details)"),
@@ -74,11 +75,10 @@ impl Problems {
                 n + d
             ),
         };
-        Err(Status::with_error_details(
-            tonic::Code::InvalidArgument,
-            format!("invalid {field}: {why}{more}; nothing was queued"),
-            details,
-        ))
+        Err(JobsError::BadRequest {
+            message: format!("invalid {field}: {why}{more}; nothing was queued"),
+            violations: self.kept,
+        })
     }
 }
 
@@ -138,7 +138,7 @@ pub fn check(
     source: &Source,
     mut p: Problems,
     webhooks: &crate::egress::Policy,
-) -> Result<Checked, Status> {
+) -> Result<Checked, JobsError> {
     let field = source.field();
     if let Err(e) = check_field(&req.request_id, MAX_REQUEST_ID_CHARS) {
         p.add("request_id", e.to_string());
@@ -259,7 +259,7 @@ pub fn check(
             add("emotion", "not a clip tag: use [a-z0-9_-]{1,32}".into());
         }
     }
-    p.into_status()?;
+    p.into_result()?;
     Ok(Checked {
         items: items.into_iter().map(|i| (i.id.clone(), i)).collect(),
         characters,
@@ -267,29 +267,143 @@ pub fn check(
     })
 }
 
-/// ALREADY_EXISTS for a `request_id` that names job `id`, created from another request.
-pub fn request_id_reused(request_id: &str, id: &str) -> Status {
-    voxpool_domain::status::with_info(
-        tonic::Code::AlreadyExists,
-        format!(
-            "request_id {} already created jobs/{id} with other items, format or sample rate: give this request a new request_id, or GetJob jobs/{id}",
-            voxpool_domain::untrusted::quote(request_id)
-        ),
-        voxpool_domain::contract::JobsReason::RequestIdReused.as_str(),
-        HashMap::from([("job".to_owned(), format!("jobs/{id}"))]),
-        None,
-    )
-}
-
 /// ListJobs' `page_token`: empty for the first page, else a cursor this service gave.
-pub fn jobs_page_token(token: &str) -> Result<Option<crate::store::Cursor>, Status> {
+pub fn jobs_page_token(token: &str) -> Result<Option<Cursor>, JobsError> {
     if token.is_empty() {
         return Ok(None);
     }
-    crate::store::Cursor::parse(token).map(Some).ok_or_else(|| {
-        voxpool_domain::status::invalid_argument(
-            "page_token",
-            "not a token this service gave: pass next_page_token as it came",
+    Cursor::parse(token)
+        .map(Some)
+        .ok_or_else(|| JobsError::invalid("page_token", NOT_OUR_TOKEN))
+}
+
+const NOT_OUR_TOKEN: &str = "not a token this service gave: pass next_page_token as it came";
+
+/// A page's offset (from `token`, empty for the first page) and size (`size`, 0 for 100).
+pub fn page(size: i32, token: &str) -> Result<(usize, usize), JobsError> {
+    let size = match size {
+        0 => 100,
+        1..=1000 => usize::try_from(size).unwrap_or(100),
+        _ => {
+            return Err(JobsError::invalid(
+                "page_size",
+                format!("{size}: use 1..=1000, or 0 for 100"),
+            ));
+        }
+    };
+    let offset = if token.is_empty() {
+        0
+    } else {
+        token
+            .parse()
+            .map_err(|_| JobsError::invalid("page_token", NOT_OUR_TOKEN))?
+    };
+    Ok((offset, size))
+}
+
+/// The job id of `jobs/{job}`.
+pub fn job_id(name: &str) -> Result<&str, JobsError> {
+    parse_job_name(name).map_err(|e| JobsError::invalid("name", e))
+}
+
+/// The job and item ids of `jobs/{job}/items/{item}`.
+pub fn item_name(name: &str) -> Result<(&str, &str), JobsError> {
+    let bad = || {
+        JobsError::invalid(
+            "name",
+            format!(
+                "expected jobs/{{job}}/items/{{item}}, got {}",
+                voxpool_domain::untrusted::quote(name)
+            ),
         )
-    })
+    };
+    let (job, item) = name
+        .strip_prefix("jobs/")
+        .and_then(|rest| rest.split_once("/items/"))
+        .ok_or_else(bad)?;
+    // The job part is checked as a whole name would be (a slash in it is no job).
+    let job_name = &name[..5 + job.len()];
+    let job = parse_job_name(job_name).map_err(|_| bad())?;
+    voxpool_domain::item::check_item_id(item).map_err(|e| JobsError::invalid("name", e))?;
+    Ok((job, item))
+}
+
+/// `""` or `state = <STATE>` (spaces optional).
+pub fn item_filter(filter: &str) -> Result<Option<ItemState>, JobsError> {
+    let filter = filter.trim();
+    if filter.is_empty() {
+        return Ok(None);
+    }
+    filter
+        .split_once('=')
+        .filter(|(k, _)| k.trim() == "state")
+        .and_then(|(_, v)| ItemState::parse_name(v.trim()))
+        .map(Some)
+        .ok_or_else(|| {
+            JobsError::invalid(
+                "filter",
+                format!(
+                    "{}: use state = QUEUED, RUNNING, SUCCEEDED, FAILED or CANCELLED",
+                    voxpool_domain::untrusted::quote(filter)
+                ),
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::{Code, Status};
+
+    use super::*;
+
+    #[test]
+    fn filters_name_one_state_or_none() {
+        assert_eq!(item_filter("").ok(), Some(None));
+        assert_eq!(
+            item_filter("state = FAILED").ok(),
+            Some(Some(ItemState::Failed))
+        );
+        assert_eq!(
+            item_filter("state=succeeded").ok(),
+            Some(Some(ItemState::Succeeded))
+        );
+        for bad in ["state", "id = x", "state = DONE"] {
+            let e = Status::from(item_filter(bad).expect_err(bad));
+            assert_eq!(e.code(), Code::InvalidArgument);
+            assert!(e.message().contains("filter"), "{}", e.message());
+        }
+    }
+
+    #[test]
+    fn pages_are_bounded_and_tokens_are_ours() {
+        assert_eq!(page(0, "").ok(), Some((0, 100)));
+        assert_eq!(page(5, "10").ok(), Some((10, 5)));
+        assert!(page(1001, "").is_err());
+        assert!(page(-1, "").is_err());
+        assert!(page(5, "abc").is_err());
+        assert!(jobs_page_token("abc").is_err());
+        assert_eq!(jobs_page_token("").ok(), Some(None));
+    }
+
+    #[test]
+    fn item_names_parse_into_job_and_item() {
+        assert_eq!(item_name("jobs/j1/items/a-1").ok(), Some(("j1", "a-1")));
+        for bad in [
+            "jobs/j1",
+            "jobs/J1/items/a",
+            "other/j1/items/a",
+            "jobs//items/a",
+        ] {
+            let e = Status::from(item_name(bad).expect_err(bad));
+            assert_eq!(e.code(), Code::InvalidArgument, "{bad}");
+            assert!(
+                e.message()
+                    .starts_with("invalid name: expected jobs/{job}/items/{item}"),
+                "{bad}: {}",
+                e.message()
+            );
+        }
+        let e = Status::from(item_name("jobs/j1/items/").expect_err("empty item"));
+        assert_eq!(e.code(), Code::InvalidArgument);
+    }
 }
