@@ -15,8 +15,8 @@
 use std::{process::ExitCode, time::Duration};
 
 use voxpool_loadsim::{
-    config::SimConfig,
-    run::{self, Load},
+    config::{Load, SimConfig},
+    run,
     strategy::Strategy,
 };
 use voxpool_testkit::RedisServer;

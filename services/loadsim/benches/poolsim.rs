@@ -10,9 +10,8 @@
 use std::process::ExitCode;
 
 use voxpool_loadsim::{
-    config::SimConfig,
-    report,
-    run::{self, Load},
+    config::{Load, SimConfig},
+    report, run,
     strategy::Strategy,
 };
 use voxpool_testkit::RedisServer;

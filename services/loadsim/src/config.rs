@@ -55,6 +55,15 @@ pub struct SimConfig {
     pub adaptive: bool,
 }
 
+/// A load level of one run: how many clients.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Load {
+    /// Name in the report (`saturation`, `50%`).
+    pub label: String,
+    /// Closed-loop clients (M).
+    pub clients: usize,
+}
+
 impl Default for SimConfig {
     fn default() -> Self {
         let (keys, cap) = (10, 10);

@@ -1,12 +1,15 @@
-//! Figures of a run and the markdown table of the side-by-side report, with the floors the
-//! issue sets for voxpool: 0 vendor 429s, ≥ 0.95 of theoretical throughput at saturation,
+//! Figures of a run and the markdown table of the side-by-side report, with the floors voxpool
+//! must meet: 0 vendor 429s, ≥ 0.95 of theoretical throughput at saturation,
 //! spread max/mean ≤ 1.2 at 50% load.
 
 use std::{collections::BTreeMap, fmt::Write as _, time::Duration};
 
 use voxpool_fake_vendors::KeyStats;
 
-use crate::{config::SimConfig, run::Load, strategy::Strategy};
+use crate::{
+    config::{Load, SimConfig},
+    strategy::Strategy,
+};
 
 /// Floor: completed requests/s over theoretical at saturation.
 pub const FLOOR_THROUGHPUT_RATIO: f64 = 0.95;

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, KeyStats, VendorKind};
 
 use crate::{
-    config::SimConfig,
+    config::{Load, SimConfig},
     report::{self, RunResult},
     strategy::{Deployment, RequestOutcome, Strategy},
     vendor::VendorClient,
@@ -21,15 +21,6 @@ use crate::{
 
 /// Longest the run waits for clients to finish their last request after the window.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(60);
-
-/// A load level: how many clients.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Load {
-    /// Name in the report (`saturation`, `50%`).
-    pub label: String,
-    /// Closed-loop clients (M).
-    pub clients: usize,
-}
 
 /// What one client saw: (end of request, latency, outcome) per request.
 type ClientLog = Vec<(Instant, Duration, RequestOutcome)>;
