@@ -92,6 +92,8 @@ pub(crate) struct Shared {
     pub(crate) total: watch::Sender<u64>,
     /// A self-hosted fake playing a server that is down.
     pub(crate) down: std::sync::atomic::AtomicBool,
+    /// The processors [`Latency::Shared`] calls share.
+    engine: crate::engine::Engine,
 }
 
 /// Locks, recovering from poisoning (a panicked test thread must not wedge the fake).
@@ -170,6 +172,7 @@ impl Shared {
             paused: watch::channel(false).0,
             total: watch::channel(0).0,
             down: std::sync::atomic::AtomicBool::new(false),
+            engine: crate::engine::Engine::default(),
         })
     }
 
@@ -246,7 +249,13 @@ impl Shared {
             None => false,
         };
         let (delay, pacing) = match (settings.streaming, mode) {
-            (None, _) => (settings.latency.sample(), None),
+            (None, _) => match settings.latency {
+                Latency::Shared { alone, cores } => {
+                    self.engine.run(alone, cores).await;
+                    (std::time::Duration::ZERO, None)
+                }
+                latency => (latency.sample(), None),
+            },
             (Some(s), Mode::Stream) => (s.first_byte, Some(s)),
             (Some(s), Mode::Document) => (s.first_byte.saturating_add(s.rest), None),
         };

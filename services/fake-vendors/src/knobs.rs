@@ -33,6 +33,16 @@ pub enum Latency {
         /// Shape: standard deviation of the log (0 = always `median`).
         sigma: f64,
     },
+    /// An engine that shares `cores` processors among its calls (a local or GPU engine, not a
+    /// cloud of independent keys): a call needs `alone` of one processor, and calls in flight
+    /// (on every key of the fake) share the processors equally, so its throughput stops
+    /// growing at `cores` calls.
+    Shared {
+        /// A call's time with a processor to itself.
+        alone: Duration,
+        /// Processors shared by all calls.
+        cores: u32,
+    },
 }
 
 impl Default for Latency {
@@ -42,10 +52,10 @@ impl Default for Latency {
 }
 
 impl Latency {
-    /// One draw.
+    /// One draw (a [`Latency::Shared`] call as if it ran alone).
     pub fn sample(&self) -> Duration {
         match *self {
-            Latency::Fixed(d) => d,
+            Latency::Fixed(d) | Latency::Shared { alone: d, .. } => d,
             Latency::Uniform { min, max } if max > min => rand::rng().random_range(min..=max),
             Latency::Uniform { min, .. } => min,
             Latency::Normal { mean, stddev } => {

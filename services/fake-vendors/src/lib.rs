@@ -30,6 +30,7 @@ mod azure;
 mod control;
 mod dashscope;
 mod elevenlabs;
+mod engine;
 mod knobs;
 mod minimax;
 mod openai;
