@@ -16,6 +16,7 @@
 pub mod auth;
 pub mod blob;
 pub mod conn;
+mod duration;
 pub mod endpoints;
 pub mod limits;
 pub mod serve;

@@ -62,23 +62,23 @@ pub struct ConnFlags {
     /// How long a new connection may take to deliver its first request head (HTTP/1.1) or the
     /// HTTP/2 preface and first SETTINGS, and an HTTP/1.1 connection its next request head;
     /// then it is closed.
-    #[arg(long, env = "VOXPOOL_HEAD_TIMEOUT", default_value = "10s", value_parser = crate::limits::positive_duration)]
+    #[arg(long, env = "VOXPOOL_HEAD_TIMEOUT", default_value = "10s", value_parser = crate::duration::positive_duration)]
     pub head_timeout: Duration,
     /// A connection with no request in flight for this long is closed.
-    #[arg(long, env = "VOXPOOL_IDLE_TIMEOUT", default_value = "2m", value_parser = crate::limits::positive_duration)]
+    #[arg(long, env = "VOXPOOL_IDLE_TIMEOUT", default_value = "2m", value_parser = crate::duration::positive_duration)]
     pub idle_timeout: Duration,
     /// A request body must arrive whole within this, counted from the request's head.
-    #[arg(long, env = "VOXPOOL_BODY_TIMEOUT", default_value = "30s", value_parser = crate::limits::positive_duration)]
+    #[arg(long, env = "VOXPOOL_BODY_TIMEOUT", default_value = "30s", value_parser = crate::duration::positive_duration)]
     pub body_timeout: Duration,
     /// Connections one listener keeps open; one more is refused (gRPC UNAVAILABLE, HTTP 503)
     /// and closed. Default: half the process's open-file limit, at most 10000.
     #[arg(long, env = "VOXPOOL_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
     /// Time between HTTP/2 PINGs the server sends on a connection.
-    #[arg(long, env = "VOXPOOL_HTTP2_KEEPALIVE_INTERVAL", default_value = "30s", value_parser = crate::limits::positive_duration)]
+    #[arg(long, env = "VOXPOOL_HTTP2_KEEPALIVE_INTERVAL", default_value = "30s", value_parser = crate::duration::positive_duration)]
     pub http2_keepalive_interval: Duration,
     /// How long a PING may go unanswered before the connection is closed.
-    #[arg(long, env = "VOXPOOL_HTTP2_KEEPALIVE_TIMEOUT", default_value = "10s", value_parser = crate::limits::positive_duration)]
+    #[arg(long, env = "VOXPOOL_HTTP2_KEEPALIVE_TIMEOUT", default_value = "10s", value_parser = crate::duration::positive_duration)]
     pub http2_keepalive_timeout: Duration,
 }
 
