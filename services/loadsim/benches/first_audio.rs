@@ -30,7 +30,7 @@ use voxpool_domain::secret::Secret;
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, Streaming, VendorKind};
 use voxpool_proto::synthesis::v1::{self as pb, synthesis_client::SynthesisClient};
 use voxpool_synthesis::adapters::{
-    AudioFormat, AudioSink, KeyCredential, UpstreamTarget, VendorAdapter, VendorRequest,
+    AudioFormat, AudioSink, KeyCredential, UpstreamTarget, Utterance, VendorAdapter, VendorRequest,
     http::shared_client, openai::OpenAi,
 };
 use voxpool_testkit::RedisServer;
@@ -155,25 +155,28 @@ fn main() {
                 let mut out = Vec::new();
                 for _ in 0..n {
                     let (sink, mut rx) = AudioSink::new();
+                    let utterance = Utterance {
+                        text: "Hello there, this is a live character speaking.".to_owned(),
+                        voice: voice.clone(),
+                        pool_model: "tts-1".to_owned(),
+                        format: AudioFormat::Pcm,
+                        sample_rate_hz: None,
+                        reference: None,
+                        seed: None,
+                    };
                     let t = Instant::now();
                     let call = {
-                        let (adapter, voice, key, upstream) =
-                            (adapter.clone(), voice.clone(), key.clone(), upstream.clone());
+                        let (adapter, key, upstream) =
+                            (adapter.clone(), key.clone(), upstream.clone());
                         tokio::spawn(async move {
                             adapter
                                 .stream(
                                     VendorRequest {
-                                        text: "Hello there, this is a live character speaking.",
-                                        voice: &voice,
-                                        pool_model: "tts-1",
-                                        format: AudioFormat::Pcm,
-                                        sample_rate_hz: None,
+                                        utterance: &utterance,
                                         key: &key,
                                         upstream: &upstream,
                                         timeout: Duration::from_secs(10),
                                         attempt_id: "bench",
-                                        reference: None,
-                                        seed: None,
                                     },
                                     &sink,
                                 )

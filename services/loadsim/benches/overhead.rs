@@ -16,7 +16,10 @@ mod common;
 #[allow(dead_code, reason = "this bench builds its own config")]
 mod stack;
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use common::{env_or, pct};
 use tokio_util::sync::CancellationToken;
@@ -28,8 +31,8 @@ use voxpool_proto::{
     synthesis::v1::{self as pb, synthesis_client::SynthesisClient},
 };
 use voxpool_synthesis::adapters::{
-    AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorRequest, http::shared_client,
-    openai::OpenAi,
+    AudioFormat, KeyCredential, UpstreamTarget, Utterance, VendorAdapter, VendorRequest,
+    http::shared_client, openai::OpenAi,
 };
 use voxpool_testkit::RedisServer;
 
@@ -94,18 +97,21 @@ fn main() {
             base_url: Some(fake.base_url()),
             ..Default::default()
         };
-        let direct_call = || VendorRequest {
-            text: "Hello there.",
-            voice: &voice,
-            pool_model: "tts-1",
+        let utterance = Utterance {
+            text: "Hello there.".to_owned(),
+            voice: Arc::new(voice.clone()),
+            pool_model: "tts-1".to_owned(),
             format: AudioFormat::Wav,
             sample_rate_hz: None,
+            reference: None,
+            seed: None,
+        };
+        let direct_call = || VendorRequest {
+            utterance: &utterance,
             key: &key,
             upstream: &upstream,
             timeout: Duration::from_secs(10),
             attempt_id: "bench",
-            reference: None,
-            seed: None,
         };
 
         // Warm-up: connections, scripts, caches.

@@ -9,7 +9,7 @@ use std::{sync::Arc, time::Duration};
 use voxpool_domain::{secret::Secret, snapshot::Snapshot};
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, Step, Streaming, VendorKind};
 use voxpool_synthesis::adapters::{
-    AudioFormat, AudioSink, KeyCredential, UpstreamTarget, VendorAdapter, VendorRequest,
+    AudioFormat, AudioSink, KeyCredential, UpstreamTarget, Utterance, VendorAdapter, VendorRequest,
     azure::Azure, dashscope::DashScope, elevenlabs::ElevenLabs, http, minimax::MiniMax,
     openai::OpenAi, volcengine::Volcengine,
 };
@@ -119,17 +119,19 @@ impl Harness {
         let me = self.clone();
         let task = tokio::spawn(async move {
             let request = VendorRequest {
-                text: TEXT,
-                voice: &me.voice,
-                pool_model: "pool-model",
-                format: AudioFormat::Pcm,
-                sample_rate_hz: None,
+                utterance: &Utterance {
+                    text: TEXT.to_owned(),
+                    voice: Arc::new(me.voice.clone()),
+                    pool_model: "pool-model".to_owned(),
+                    format: AudioFormat::Pcm,
+                    sample_rate_hz: None,
+                    reference: None,
+                    seed: None,
+                },
                 key: &me.key,
                 upstream: &me.upstream,
                 timeout: Duration::from_secs(20),
                 attempt_id: "stream-test",
-                reference: None,
-                seed: None,
             };
             let result = me.adapter.stream(request, &sink).await;
             (result.map(|_| ()).map_err(|f| f.message), sink.written())

@@ -9,8 +9,8 @@ use voxpool_domain::contract::Outcome;
 use voxpool_domain::{secret::Secret, snapshot::Snapshot};
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, Fault, Step, VendorKind};
 use voxpool_synthesis::adapters::{
-    AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorAudio, VendorFailure,
-    VendorRequest, azure::Azure, dashscope::DashScope, elevenlabs::ElevenLabs, http,
+    AudioFormat, KeyCredential, UpstreamTarget, Utterance, VendorAdapter, VendorAudio,
+    VendorFailure, VendorRequest, azure::Azure, dashscope::DashScope, elevenlabs::ElevenLabs, http,
     minimax::MiniMax, openai::OpenAi, volcengine::Volcengine,
 };
 
@@ -151,17 +151,19 @@ impl Harness {
         let credential = self.credential(key);
         let attempt_id = format!("attempt-{}", rand::random::<u64>());
         let request = VendorRequest {
-            text: TEXT,
-            voice: &self.voice,
-            pool_model: "pool-model",
-            format,
-            sample_rate_hz: None,
+            utterance: &Utterance {
+                text: TEXT.to_owned(),
+                voice: Arc::new(self.voice.clone()),
+                pool_model: "pool-model".to_owned(),
+                format,
+                sample_rate_hz: None,
+                reference: None,
+                seed: None,
+            },
             key: &credential,
             upstream: &self.upstream,
             timeout,
             attempt_id: &attempt_id,
-            reference: None,
-            seed: None,
         };
         self.adapter.synthesize(request).await
     }
@@ -338,17 +340,19 @@ async fn a_refused_connection_is_timeout(kind: VendorKind) {
         ..UpstreamTarget::default()
     };
     let request = VendorRequest {
-        text: TEXT,
-        voice: &h.voice,
-        pool_model: "pool-model",
-        format: AudioFormat::Wav,
-        sample_rate_hz: None,
+        utterance: &Utterance {
+            text: TEXT.to_owned(),
+            voice: Arc::new(h.voice.clone()),
+            pool_model: "pool-model".to_owned(),
+            format: AudioFormat::Wav,
+            sample_rate_hz: None,
+            reference: None,
+            seed: None,
+        },
         key: &credential,
         upstream: &upstream,
         timeout: Duration::from_secs(5),
         attempt_id: "refused",
-        reference: None,
-        seed: None,
     };
     let failure = h
         .adapter

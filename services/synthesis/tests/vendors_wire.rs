@@ -2,15 +2,15 @@
 //! converted params, auth placement, paths, formats. Also: a param the vendor cannot apply is
 //! refused before anything is sent (invariant 8 of docs/ARCHITECTURE.md), and credentials are never logged by the fake.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use serde_json::{Value, json};
 use voxpool_domain::contract::Outcome;
 use voxpool_domain::{secret::Secret, snapshot::Snapshot};
 use voxpool_fake_vendors::{FakeConfig, FakeVendor, RecordedRequest, VendorKind};
 use voxpool_synthesis::adapters::{
-    AudioFormat, KeyCredential, UpstreamTarget, VendorAdapter, VendorAudio, VendorFailure,
-    VendorRequest, azure::Azure, dashscope::DashScope, elevenlabs::ElevenLabs, http,
+    AudioFormat, KeyCredential, UpstreamTarget, Utterance, VendorAdapter, VendorAudio,
+    VendorFailure, VendorRequest, azure::Azure, dashscope::DashScope, elevenlabs::ElevenLabs, http,
     minimax::MiniMax, openai::OpenAi, volcengine::Volcengine,
 };
 
@@ -40,17 +40,19 @@ async fn call(
     let key = credential();
     adapter
         .synthesize(VendorRequest {
-            text: "hello world",
-            voice,
-            pool_model: "pool-model",
-            format,
-            sample_rate_hz,
+            utterance: &Utterance {
+                text: "hello world".to_owned(),
+                voice: Arc::new(voice.clone()),
+                pool_model: "pool-model".to_owned(),
+                format,
+                sample_rate_hz,
+                reference: None,
+                seed: None,
+            },
             key: &key,
             upstream: &upstream,
             timeout: Duration::from_secs(10),
             attempt_id,
-            reference: None,
-            seed: None,
         })
         .await
 }

@@ -311,7 +311,11 @@ impl CloudVendor for Azure {
             .header("Ocp-Apim-Subscription-Key", secret.expose())
             .header(reqwest::header::CONTENT_TYPE, "application/ssml+xml")
             .header("X-Microsoft-OutputFormat", wire.output_format)
-            .body(ssml(request.text, &request.voice.voice_id, &wire));
+            .body(ssml(
+                &request.utterance.text,
+                &request.utterance.voice.voice_id,
+                &wire,
+            ));
         let opened = http::open(PROVIDER, builder, request.timeout, Some(secret)).await?;
         http::stream_raw_audio(PROVIDER, opened, sink, Some(secret), |reply| {
             if reply.status.is_success() {

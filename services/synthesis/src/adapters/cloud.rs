@@ -107,10 +107,10 @@ impl<V: CloudVendor> VendorAdapter for V {
     ) -> Result<StreamEnd, VendorFailure> {
         let provider = V::PROVIDER.as_str();
         let wire = V::wire_in_call(
-            request.voice,
-            request.pool_model,
-            request.format,
-            request.sample_rate_hz,
+            &request.utterance.voice,
+            &request.utterance.pool_model,
+            request.utterance.format,
+            request.utterance.sample_rate_hz,
         )
         .map_err(|e| http::param_failure(provider, &e))?;
         let secret = http::require_secret(provider, request.key)?;

@@ -164,8 +164,8 @@ fn wire(
 
 fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
     let mut input = json!({
-        "text": request.text,
-        "voice": request.voice.voice_id,
+        "text": request.utterance.text,
+        "voice": request.utterance.voice.voice_id,
         "format": wire.format,
         "sample_rate": wire.sample_rate,
     });
@@ -178,7 +178,7 @@ fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
     if let Some(volume) = wire.volume {
         input["volume"] = json!(volume);
     }
-    json!({"model": http::model_of(request.voice, request.pool_model), "input": input})
+    json!({"model": http::model_of(&request.utterance.voice, &request.utterance.pool_model), "input": input})
 }
 
 /// The outcome for a DashScope error code, when known.

@@ -166,8 +166,8 @@ fn wire(
 
 fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
     let mut body = json!({
-        "text": request.text,
-        "model_id": http::model_of(request.voice, request.pool_model),
+        "text": request.utterance.text,
+        "model_id": http::model_of(&request.utterance.voice, &request.utterance.pool_model),
     });
     if !wire.voice_settings.is_empty() {
         body["voice_settings"] = Value::Object(wire.voice_settings.clone());
@@ -238,7 +238,7 @@ impl CloudVendor for ElevenLabs {
         let (request, wire, secret, sink) = call.parts();
         let url = endpoint(
             request.upstream.base_url.as_deref(),
-            &request.voice.voice_id,
+            &request.utterance.voice.voice_id,
             &wire.output_format,
         )
         .map_err(|m| http::upstream_config_failure(PROVIDER, m))?;

@@ -339,10 +339,17 @@ impl VendorAdapter for EspeakAdapter {
         request: VendorRequest<'_>,
         sink: &AudioSink,
     ) -> Result<StreamEnd, VendorFailure> {
-        let args = map_voice(request.voice)
-            .and_then(|a| check_output(request.format, request.sample_rate_hz).map(|()| a))
+        let args = map_voice(&request.utterance.voice)
+            .and_then(|a| {
+                check_output(request.utterance.format, request.utterance.sample_rate_hz).map(|()| a)
+            })
             .map_err(|e| Self::failure(Outcome::ClientError, e.to_string()))?;
-        let run = self.run(&args, request.text, request.format, sink);
+        let run = self.run(
+            &args,
+            &request.utterance.text,
+            request.utterance.format,
+            sink,
+        );
         tokio::time::timeout(request.timeout, run)
             .await
             .map_err(|_| {
@@ -354,7 +361,7 @@ impl VendorAdapter for EspeakAdapter {
                     ),
                 )
             })??;
-        if sink.written() == 0 && request.format == AudioFormat::Wav {
+        if sink.written() == 0 && request.utterance.format == AudioFormat::Wav {
             // Nothing to say (e.g. punctuation only): an empty WAV, not an error.
             let spec = wav::WavSpec {
                 channels: 1,

@@ -1,11 +1,11 @@
 //! Tests of the espeak-ng adapter: the param mapping table, refusals, and real processes.
 
-use std::{os::unix::fs::PermissionsExt, time::Duration};
+use std::{os::unix::fs::PermissionsExt, sync::Arc, time::Duration};
 
 use voxpool_domain::snapshot::{Params, Snapshot};
 
 use super::*;
-use crate::adapters::{KeyCredential, UpstreamTarget, VendorAudio};
+use crate::adapters::{KeyCredential, UpstreamTarget, Utterance, VendorAudio};
 
 fn voice(params: Params) -> Snapshot {
     let mut s = Snapshot::from_json(
@@ -120,17 +120,19 @@ async fn call(
     };
     adapter
         .synthesize(VendorRequest {
-            text,
-            voice: v,
-            pool_model: "espeak-ng",
-            format,
-            sample_rate_hz: None,
+            utterance: &Utterance {
+                text: text.to_owned(),
+                voice: Arc::new(v.clone()),
+                pool_model: "espeak-ng".to_owned(),
+                format,
+                sample_rate_hz: None,
+                reference: None,
+                seed: None,
+            },
             key: &key,
             upstream: &upstream,
             timeout,
             attempt_id: "t-1",
-            reference: None,
-            seed: None,
         })
         .await
 }

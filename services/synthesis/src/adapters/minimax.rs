@@ -182,7 +182,7 @@ fn wire(
 }
 
 fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
-    let mut voice_setting = json!({"voice_id": request.voice.voice_id});
+    let mut voice_setting = json!({"voice_id": request.utterance.voice.voice_id});
     if let Some(speed) = wire.speed {
         voice_setting["speed"] = json!(speed);
     }
@@ -193,8 +193,8 @@ fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
         voice_setting["pitch"] = json!(pitch);
     }
     json!({
-        "model": http::model_of(request.voice, request.pool_model),
-        "text": request.text,
+        "model": http::model_of(&request.utterance.voice, &request.utterance.pool_model),
+        "text": request.utterance.text,
         "stream": true,
         "voice_setting": voice_setting,
         "audio_setting": {"sample_rate": wire.sample_rate, "bitrate": 128_000, "format": wire.format, "channel": 1},

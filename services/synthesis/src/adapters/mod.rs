@@ -35,7 +35,7 @@ pub mod openai;
 pub mod selfhosted;
 pub mod volcengine;
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -112,19 +112,34 @@ impl std::fmt::Debug for ReferenceAudio {
     }
 }
 
-/// One vendor call.
+/// What one vendor call says and how it must sound: one chunk's text in the request's frozen
+/// voice, output format, sample rate, reference clip and seed. Declared once: the job builds
+/// one per chunk (`crate::job::Job::utterance`), an attempt sends it ([`VendorRequest`]), and
+/// the audio cache keys an entry by it (`crate::cache::key`), so what is asked of the vendor
+/// and what names its audio cannot drift apart.
 #[derive(Clone, Debug)]
-pub struct VendorRequest<'a> {
+pub struct Utterance {
     /// Text of this chunk (already within [`VendorAdapter::text_limit`]).
-    pub text: &'a str,
+    pub text: String,
     /// The frozen voice.
-    pub voice: &'a Snapshot,
+    pub voice: Arc<Snapshot>,
     /// The pool's vendor model id (the config's `model`); the snapshot's `model` wins when set.
-    pub pool_model: &'a str,
+    pub pool_model: String,
     /// Requested output.
     pub format: AudioFormat,
     /// Requested sample rate (Hz); `None` = vendor default.
     pub sample_rate_hz: Option<u32>,
+    /// The reference clip to speak with (adapters whose [`VendorAdapter::takes_references`]).
+    pub reference: Option<Arc<ReferenceAudio>>,
+    /// The request's seed, for servers that take one.
+    pub seed: Option<u64>,
+}
+
+/// One vendor call: an [`Utterance`] under one key.
+#[derive(Clone, Debug)]
+pub struct VendorRequest<'a> {
+    /// What to say and how.
+    pub utterance: &'a Utterance,
     /// The key and its credential.
     pub key: &'a KeyCredential,
     /// The key's upstream.
@@ -133,10 +148,6 @@ pub struct VendorRequest<'a> {
     pub timeout: Duration,
     /// Unique id for this attempt (vendors such as Volcengine want a fresh reqid).
     pub attempt_id: &'a str,
-    /// The reference clip to speak with (adapters whose [`VendorAdapter::takes_references`]).
-    pub reference: Option<&'a ReferenceAudio>,
-    /// The request's seed, for servers that take one.
-    pub seed: Option<u64>,
 }
 
 /// How a vendor call failed, classified for the scheduler (docs/VENDORS.md error table).
@@ -246,7 +257,7 @@ pub trait VendorAdapter: Send + Sync + 'static {
 
     /// The same call, its audio collected into one piece.
     async fn synthesize(&self, request: VendorRequest<'_>) -> Result<VendorAudio, VendorFailure> {
-        let format = request.format;
+        let format = request.utterance.format;
         let (sink, mut rx) = AudioSink::new();
         let end = self.stream(request, &sink).await?;
         drop(sink);

@@ -111,9 +111,9 @@ fn wire(
 
 fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
     let mut body = json!({
-        "model": http::model_of(request.voice, request.pool_model),
-        "input": request.text,
-        "voice": request.voice.voice_id,
+        "model": http::model_of(&request.utterance.voice, &request.utterance.pool_model),
+        "input": request.utterance.text,
+        "voice": request.utterance.voice.voice_id,
         "response_format": wire.response_format,
     });
     if let Some(speed) = wire.speed {
@@ -187,12 +187,12 @@ impl CloudVendor for OpenAi {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::{sync::Arc, time::Duration};
 
     use voxpool_domain::snapshot::Params;
 
     use super::*;
-    use crate::adapters::{KeyCredential, UpstreamTarget, VendorAdapter};
+    use crate::adapters::{KeyCredential, UpstreamTarget, Utterance, VendorAdapter};
 
     fn snapshot(params: Params, extra: &[(&str, &str)]) -> Snapshot {
         let mut s = voxpool_fake_vendors::snapshot(PROVIDER, "tts-1", "alloy");
@@ -339,17 +339,19 @@ mod tests {
         };
         let upstream = UpstreamTarget::default();
         let request = VendorRequest {
-            text: "hello",
-            voice: &voice,
-            pool_model: "pool-model",
-            format: AudioFormat::Wav,
-            sample_rate_hz: None,
+            utterance: &Utterance {
+                text: "hello".to_owned(),
+                voice: Arc::new(voice.clone()),
+                pool_model: "pool-model".to_owned(),
+                format: AudioFormat::Wav,
+                sample_rate_hz: None,
+                reference: None,
+                seed: None,
+            },
             key: &key,
             upstream: &upstream,
             timeout: Duration::from_secs(1),
             attempt_id: "a1",
-            reference: None,
-            seed: None,
         };
         let w = wire(&voice, AudioFormat::Wav, None).unwrap();
         assert_eq!(

@@ -20,7 +20,7 @@
 use object_store::path::Path;
 use sha2::{Digest as _, Sha256};
 
-use crate::{adapters::AudioFormat, job::Job};
+use crate::adapters::{AudioFormat, Utterance};
 
 /// A chunk's cache identity and where its entry lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,53 +31,10 @@ pub struct EntryKey {
     pub path: Path,
 }
 
-/// Everything that shapes a chunk's audio (module doc), borrowed from a job.
-#[derive(Clone, Copy, Debug)]
-pub struct Identity<'a> {
-    /// `synthesis.cache_version`.
-    pub cache_version: u32,
-    /// The pack the snapshot was frozen from (the entry's folder; sealed by the digest).
-    pub pack_id: &'a str,
-    /// The snapshot's `sha256:<hex>` digest.
-    pub snapshot_digest: &'a str,
-    /// The pool's provider.
-    pub provider: &'a str,
-    /// The pool's vendor model.
-    pub model: &'a str,
-    /// The chunk's text, as the splitter produced it.
-    pub text: &'a str,
-    /// Output format asked of the vendor.
-    pub format: AudioFormat,
-    /// Sample rate asked of the vendor; `None` = its default.
-    pub sample_rate_hz: Option<u32>,
-    /// The reference clip's digest; empty for voices without clips.
-    pub reference_digest: &'a str,
-    /// The request's seed, part of the identity only with a reference clip.
-    pub seed: Option<u64>,
-}
-
 impl EntryKey {
-    /// The key of chunk `index` of `job` under `cache_version`.
-    pub fn of(job: &Job, index: usize, cache_version: u32) -> Self {
-        Self::from_identity(&Identity {
-            cache_version,
-            pack_id: &job.voice.pack_id,
-            snapshot_digest: &job.voice.digest,
-            provider: job.pool.provider.as_str(),
-            model: &job.pool.model,
-            text: &job.chunks[index],
-            format: job.format,
-            sample_rate_hz: job.sample_rate_hz,
-            reference_digest: job
-                .reference
-                .as_ref()
-                .map_or("", |r| r.reference.digest.as_str()),
-            seed: job.seed,
-        })
-    }
-
-    /// The key of `id`.
-    pub fn from_identity(id: &Identity<'_>) -> Self {
+    /// The key of the audio `utterance` gets from a pool of `provider`, under
+    /// `cache_version` (module doc: what is part of the identity and what is not).
+    pub fn of(utterance: &Utterance, provider: &str, cache_version: u32) -> Self {
         // A struct serializes its fields in declaration order whatever serde_json's features:
         // the same identity always hashes the same.
         #[derive(serde::Serialize)]
@@ -95,21 +52,34 @@ impl EntryKey {
             #[serde(skip_serializing_if = "Option::is_none")]
             seed: Option<u64>,
         }
-        let text = id.text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let text = utterance
+            .text
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let reference_digest = utterance
+            .reference
+            .as_ref()
+            .map_or("", |r| r.reference.digest.as_str());
+        let snapshot_digest = utterance.voice.digest.as_str();
         let identity = serde_json::to_string(&Canonical {
-            cache_version: id.cache_version,
-            snapshot_digest: id.snapshot_digest,
-            provider: id.provider,
-            model: id.model,
+            cache_version,
+            snapshot_digest,
+            provider,
+            model: &utterance.pool_model,
             text: &text,
-            format: format_name(id.format),
-            sample_rate_hz: id.sample_rate_hz,
-            reference_digest: id.reference_digest,
-            seed: id.seed.filter(|_| !id.reference_digest.is_empty()),
+            format: format_name(utterance.format),
+            sample_rate_hz: utterance.sample_rate_hz,
+            reference_digest,
+            seed: utterance.seed.filter(|_| !reference_digest.is_empty()),
         })
         .unwrap_or_default();
         let hex = hex::encode(Sha256::digest(identity.as_bytes()));
-        let path = Path::from_iter([id.pack_id, digest_hex(id.snapshot_digest), hex.as_str()]);
+        let path = Path::from_iter([
+            utterance.voice.pack_id.as_str(),
+            digest_hex(snapshot_digest),
+            hex.as_str(),
+        ]);
         Self { hex, path }
     }
 

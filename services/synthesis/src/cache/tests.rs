@@ -2,34 +2,64 @@
 //! corruption, the size bound, purges. The S3 store and the call path (single-flight, hits
 //! without a lease) are tested end to end in `tests/cache.rs`.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use object_store::{ObjectStoreExt as _, PutPayload};
+use voxpool_domain::{audio::clip::ClipFormat, reference::Reference, snapshot::Snapshot};
 use voxpool_runtime::blob::BlobStore;
 
-use super::{
-    Cache, Header,
-    key::{EntryKey, Identity},
-};
-use crate::adapters::AudioFormat;
+use super::{Cache, Header, key::EntryKey};
+use crate::adapters::{AudioFormat, ReferenceAudio, Utterance};
 
 const DIGEST_A: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const DIGEST_B: &str = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 const DAY: Duration = Duration::from_secs(86_400);
 
-fn identity(text: &str) -> Identity<'_> {
-    Identity {
-        cache_version: 1,
-        pack_id: "pack-1",
-        snapshot_digest: DIGEST_A,
-        provider: "openai",
-        model: "tts-1",
-        text,
+/// Pack `pack-1`'s voice, frozen as `digest`.
+fn voice(pack_id: &str, digest: &str) -> Arc<Snapshot> {
+    let mut voice = voxpool_fake_vendors::snapshot("openai", "tts-1", "alloy");
+    voice.pack_id = pack_id.to_owned();
+    voice.digest = digest.to_owned();
+    Arc::new(voice)
+}
+
+/// `text` in pack-1's voice (snapshot A) on tts-1, as MP3 at the vendor's rate.
+fn utterance(text: &str) -> Utterance {
+    Utterance {
+        text: text.to_owned(),
+        voice: voice("pack-1", DIGEST_A),
+        pool_model: "tts-1".to_owned(),
         format: AudioFormat::Mp3,
         sample_rate_hz: None,
-        reference_digest: "",
+        reference: None,
         seed: None,
     }
+}
+
+/// A clip whose digest is `digest`.
+fn clip(digest: &str) -> Option<Arc<ReferenceAudio>> {
+    Some(Arc::new(ReferenceAudio {
+        reference: Reference {
+            digest: digest.to_owned(),
+            transcript: "hello".to_owned(),
+            language: "en".to_owned(),
+            emotion: String::new(),
+            weight: 1,
+            duration_ms: 1_000,
+        },
+        bytes: bytes::Bytes::from_static(b"clip"),
+        format: ClipFormat::Wav,
+    }))
+}
+
+/// The key of `u` from an openai pool under cache version 1.
+fn key_of(u: &Utterance) -> EntryKey {
+    EntryKey::of(u, "openai", 1)
+}
+
+/// The key of `text` as [`utterance`] says it.
+fn key(text: &str) -> EntryKey {
+    key_of(&utterance(text))
 }
 
 fn header(pool: &str) -> Header {
@@ -53,52 +83,57 @@ fn local(max_bytes: u64) -> (tempfile::TempDir, BlobStore, Cache) {
 
 #[test]
 fn every_part_of_the_identity_changes_the_key_and_nothing_else_does() {
-    let base = EntryKey::from_identity(&identity("Hello."));
-    assert_eq!(base, EntryKey::from_identity(&identity("Hello.")));
+    let base = key("Hello.");
+    assert_eq!(base, key("Hello."));
     let variants = [
-        Identity {
-            cache_version: 2,
-            ..identity("Hello.")
-        },
-        Identity {
-            snapshot_digest: DIGEST_B,
-            ..identity("Hello.")
-        },
-        Identity {
-            provider: "azure",
-            ..identity("Hello.")
-        },
-        Identity {
-            model: "tts-1-hd",
-            ..identity("Hello.")
-        },
-        identity("Hello!"),
-        Identity {
+        EntryKey::of(&utterance("Hello."), "openai", 2),
+        key_of(&Utterance {
+            voice: voice("pack-1", DIGEST_B),
+            ..utterance("Hello.")
+        }),
+        EntryKey::of(&utterance("Hello."), "azure", 1),
+        key_of(&Utterance {
+            pool_model: "tts-1-hd".to_owned(),
+            ..utterance("Hello.")
+        }),
+        key("Hello!"),
+        key_of(&Utterance {
             format: AudioFormat::Wav,
-            ..identity("Hello.")
-        },
-        Identity {
+            ..utterance("Hello.")
+        }),
+        key_of(&Utterance {
             sample_rate_hz: Some(16_000),
-            ..identity("Hello.")
-        },
-        Identity {
-            reference_digest: DIGEST_B,
-            ..identity("Hello.")
-        },
-        Identity {
-            reference_digest: DIGEST_B,
+            ..utterance("Hello.")
+        }),
+        key_of(&Utterance {
+            reference: clip(DIGEST_B),
+            ..utterance("Hello.")
+        }),
+        key_of(&Utterance {
+            reference: clip(DIGEST_B),
             seed: Some(7),
-            ..identity("Hello.")
-        },
+            ..utterance("Hello.")
+        }),
     ];
-    for v in &variants {
-        assert_ne!(EntryKey::from_identity(v).hex, base.hex, "{v:?}");
+    for (i, v) in variants.iter().enumerate() {
+        assert_ne!(v.hex, base.hex, "variant {i}");
     }
-    // Whitespace is not part of the identity: engines read these alike.
+    for (i, v) in variants.iter().enumerate() {
+        for w in &variants[i + 1..] {
+            assert_ne!(v.hex, w.hex, "variant {i} shares a key with a later one");
+        }
+    }
+    // A seed is no part of the identity of a voice without clips: its audio does not change.
     assert_eq!(
-        EntryKey::from_identity(&identity("  Hello.\n")).hex,
+        key_of(&Utterance {
+            seed: Some(7),
+            ..utterance("Hello.")
+        })
+        .hex,
         base.hex
     );
+    // Whitespace is not part of the identity: engines read these alike.
+    assert_eq!(key("  Hello.\n").hex, base.hex);
     // The pack id only names the folder: the digest already seals it.
     assert!(
         base.path.as_ref().starts_with("pack-1/aaaa"),
@@ -110,7 +145,7 @@ fn every_part_of_the_identity_changes_the_key_and_nothing_else_does() {
 #[tokio::test]
 async fn an_entry_written_is_read_back_whole() {
     let (_dir, _blobs, cache) = local(1 << 30);
-    let key = EntryKey::from_identity(&identity("Hello."));
+    let key = key("Hello.");
     assert!(cache.get(&key, DAY).await.unwrap().is_none());
     cache.put(&key, header("p"), b"mp3 bytes").await.unwrap();
     let entry = cache.get(&key, DAY).await.unwrap().expect("a hit");
@@ -124,7 +159,7 @@ async fn an_entry_written_is_read_back_whole() {
 #[tokio::test]
 async fn an_entry_older_than_its_ttl_is_a_miss() {
     let (_dir, _blobs, cache) = local(1 << 30);
-    let key = EntryKey::from_identity(&identity("Hello."));
+    let key = key("Hello.");
     cache.put(&key, header("p"), b"audio").await.unwrap();
     assert!(cache.get(&key, DAY).await.unwrap().is_some());
     // Written at least zero seconds ago: a TTL of zero has passed.
@@ -134,7 +169,7 @@ async fn an_entry_older_than_its_ttl_is_a_miss() {
 #[tokio::test]
 async fn a_corrupt_or_truncated_entry_is_deleted_never_served() {
     let (dir, blobs, cache) = local(1 << 30);
-    let key = EntryKey::from_identity(&identity("Hello."));
+    let key = key("Hello.");
     cache.put(&key, header("p"), b"0123456789").await.unwrap();
     let file = dir.path().join("cache").join(key.path.as_ref());
     let whole = std::fs::read(&file).unwrap();
@@ -155,8 +190,8 @@ async fn a_corrupt_or_truncated_entry_is_deleted_never_served() {
 #[tokio::test]
 async fn an_entry_copied_over_another_keys_path_is_never_served_for_it() {
     let (dir, _blobs, cache) = local(1 << 30);
-    let alpha = EntryKey::from_identity(&identity("Alpha one."));
-    let bravo = EntryKey::from_identity(&identity("Bravo two."));
+    let alpha = key("Alpha one.");
+    let bravo = key("Bravo two.");
     cache
         .put(&alpha, header("p"), b"alpha audio")
         .await
@@ -178,10 +213,7 @@ async fn a_local_store_over_its_bound_evicts_the_oldest_written() {
     let (dir, _blobs, cache) = local(bound);
     let audio = vec![7u8; 3_000];
     let texts = ["one", "two", "three", "four"];
-    let keys: Vec<EntryKey> = texts
-        .iter()
-        .map(|t| EntryKey::from_identity(&identity(t)))
-        .collect();
+    let keys: Vec<EntryKey> = texts.iter().map(|t| key(t)).collect();
     for (i, key) in keys.iter().enumerate() {
         cache.put(key, header("p"), &audio).await.unwrap();
         // Written minutes apart, as far as the store can tell (file clocks are coarse).
@@ -210,14 +242,14 @@ async fn a_local_store_over_its_bound_evicts_the_oldest_written() {
 #[tokio::test]
 async fn purge_takes_a_pack_or_one_snapshot_and_nothing_else() {
     let (_dir, _blobs, cache) = local(1 << 30);
-    let a = EntryKey::from_identity(&identity("a"));
-    let b = EntryKey::from_identity(&Identity {
-        snapshot_digest: DIGEST_B,
-        ..identity("b")
+    let a = key("a");
+    let b = key_of(&Utterance {
+        voice: voice("pack-1", DIGEST_B),
+        ..utterance("b")
     });
-    let other = EntryKey::from_identity(&Identity {
-        pack_id: "pack-2",
-        ..identity("c")
+    let other = key_of(&Utterance {
+        voice: voice("pack-2", DIGEST_A),
+        ..utterance("c")
     });
     for key in [&a, &b, &other] {
         cache.put(key, header("p"), b"audio").await.unwrap();
@@ -248,7 +280,7 @@ async fn parallel_fills_leave_a_local_store_within_its_bound_at_rest() {
             tokio::spawn(async move {
                 for i in 0..8 {
                     let text = format!("filler {f} entry {i}");
-                    let key = EntryKey::from_identity(&identity(&text));
+                    let key = key(&text);
                     cache.put(&key, header("p"), &audio).await.unwrap();
                 }
             })
@@ -288,7 +320,7 @@ fn forge(object: &[u8], audio: &[u8]) -> Vec<u8> {
 #[tokio::test]
 async fn an_entry_whose_audio_was_swapped_with_its_digest_recomputed_is_never_served() {
     let (dir, _blobs, cache) = local(1 << 30);
-    let key = EntryKey::from_identity(&identity("Hello."));
+    let key = key("Hello.");
     cache
         .put(&key, header("p"), b"the vendor's audio")
         .await
@@ -312,7 +344,7 @@ async fn an_entry_whose_audio_was_swapped_with_its_digest_recomputed_is_never_se
 #[tokio::test]
 async fn an_unsealed_entry_of_the_previous_format_is_a_miss() {
     let (_dir, blobs, cache) = local(1 << 30);
-    let key = EntryKey::from_identity(&identity("Hello."));
+    let key = key("Hello.");
     let audio = b"audio from before entries were sealed";
     let header = serde_json::json!({
         "key": key.hex, "sha256": hex::encode(<sha2::Sha256 as sha2::Digest>::digest(audio)),

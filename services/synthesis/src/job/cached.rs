@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use super::{
     Core, Job,
-    failover::{self, ChunkDone},
+    failover::{self, Chunk, ChunkDone},
     spool::{ChunkMsg, ChunkOut},
 };
 use crate::{
@@ -38,25 +38,30 @@ use crate::{
 /// past it, it synthesizes without the lock.
 const MAX_FILL_ROUNDS: usize = 8;
 
-/// Chunk `index` of `job` through the cache (module doc), its audio handed to `out`.
-pub(super) async fn synthesize_chunk<T: Send + 'static>(
+/// Serves chunk `index` of `job` through the cache (module doc), its audio handed to `out`:
+/// a hit, or the vendor's audio through [`failover::call_chunk`], stored.
+pub(super) async fn serve_chunk<T: Send + 'static>(
     core: &Core,
     job: &Job,
     index: usize,
     out: &ChunkOut<T>,
     attempts: &mut Vec<AttemptRecord>,
 ) -> Result<ChunkDone, SynthesisError> {
+    let chunk = Chunk {
+        index,
+        utterance: job.utterance(index),
+    };
     let Some((cache, ttl)) = core
         .cache
         .clone()
         .zip(job.pool.cache_ttl)
         .filter(|_| job.cache_policy != Policy::Bypass)
     else {
-        return failover::synthesize_chunk(core, job, index, out, attempts).await;
+        return failover::call_chunk(core, job, &chunk, out, attempts).await;
     };
-    let key = EntryKey::of(job, index, cache.version);
+    let key = EntryKey::of(&chunk.utterance, job.pool.provider.as_str(), cache.version);
     if job.cache_policy == Policy::Refresh {
-        return fill(core, &cache, &key, None, job, index, out, attempts).await;
+        return fill(core, &cache, &key, None, job, &chunk, out, attempts).await;
     }
     let pool = job.pool.id.as_str();
     let mut waited = false;
@@ -78,7 +83,7 @@ pub(super) async fn synthesize_chunk<T: Send + 'static>(
                     lock.release().await;
                     return Ok(done);
                 }
-                return fill(core, &cache, &key, Some(lock), job, index, out, attempts).await;
+                return fill(core, &cache, &key, Some(lock), job, &chunk, out, attempts).await;
             }
             Ok(FillOutcome::Released) => waited = true,
             Ok(FillOutcome::Held { .. }) => {
@@ -95,7 +100,7 @@ pub(super) async fn synthesize_chunk<T: Send + 'static>(
             }
         }
     }
-    fill(core, &cache, &key, None, job, index, out, attempts).await
+    fill(core, &cache, &key, None, job, &chunk, out, attempts).await
 }
 
 /// Serves the entry at `key` if the cache holds it whole and fresh.
@@ -134,7 +139,7 @@ async fn fill<T: Send + 'static>(
     key: &EntryKey,
     lock: Option<FillLock>,
     job: &Job,
-    index: usize,
+    chunk: &Chunk,
     out: &ChunkOut<T>,
     attempts: &mut Vec<AttemptRecord>,
 ) -> Result<ChunkDone, SynthesisError> {
@@ -151,7 +156,7 @@ async fn fill<T: Send + 'static>(
         out.tx.send(msg);
     };
     let result = {
-        let call = failover::synthesize_chunk(core, job, index, &kept_out, attempts);
+        let call = failover::call_chunk(core, job, chunk, &kept_out, attempts);
         tokio::pin!(call);
         loop {
             tokio::select! {
@@ -175,7 +180,7 @@ async fn fill<T: Send + 'static>(
                 sample_rate_hz: done.sample_rate_hz,
                 key_id: done.key_id,
                 pool: job.pool.id.clone(),
-                characters: job.chunks[index].chars().count() as u64,
+                characters: chunk.utterance.text.chars().count() as u64,
             };
             // Stored before the chunk ends (its audio is already on its way to the caller),
             // then the lock released: a follower woken by the release finds the entry, and

@@ -250,6 +250,6 @@ async fn produce(
     _permit: OwnedSemaphorePermit,
 ) {
     let mut attempts = Vec::new();
-    let result = cached::synthesize_chunk(&core, &job, index, &out, &mut attempts).await;
+    let result = cached::serve_chunk(&core, &job, index, &out, &mut attempts).await;
     out.tx.send(ChunkMsg::Done((result, attempts)));
 }

@@ -17,7 +17,7 @@
 //! of one key and a 429 waits as a full pool does); an unreachable scheduler is UNAVAILABLE
 //! naming its URL.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use voxpool_domain::contract::Outcome;
 
@@ -27,11 +27,21 @@ use super::{
     spool::ChunkOut,
 };
 use crate::{
+    adapters::{KeyCredential, UpstreamTarget, Utterance},
     error::SynthesisError,
-    lease::{Acquire, AcquireError, LeaseGuard},
+    lease::{Acquire, AcquireError, Lease, LeaseGuard},
     metrics,
     record::AttemptRecord,
 };
+
+/// One chunk of a job: its place in the text and what it asks of the vendor.
+#[derive(Clone, Debug)]
+pub struct Chunk {
+    /// 0-based position in the job's chunks.
+    pub index: usize,
+    /// Its text in the job's voice, format, rate, clip and seed.
+    pub utterance: Utterance,
+}
 
 /// A chunk whose audio has all been handed over.
 #[derive(Clone, Debug)]
@@ -50,176 +60,35 @@ fn jittered(base: Duration) -> Duration {
     base.mul_f64(factor).max(Duration::from_millis(5))
 }
 
-/// Synthesizes chunk `index` of `job` with failover (module doc), its audio handed to `out`
+/// Synthesizes `chunk` of `job` with failover (module doc), its audio handed to `out`
 /// ([`attempt`]), appending every attempt to `attempts`.
-pub(super) async fn synthesize_chunk<T: Send + 'static>(
+pub(super) async fn call_chunk<T: Send + 'static>(
     core: &Core,
     job: &Job,
-    index: usize,
+    chunk: &Chunk,
     out: &ChunkOut<T>,
     attempts: &mut Vec<AttemptRecord>,
 ) -> Result<ChunkDone, SynthesisError> {
     let pool = &job.pool;
-    let unusable = pool.unusable_keys();
-    let max_attempts = usize::try_from(core.settings.max_attempts)
-        .unwrap_or(usize::MAX)
-        .max(1);
-    let chunk = if job.chunks.len() > 1 {
-        format!("chunk {} of {}: ", index + 1, job.chunks.len())
-    } else {
-        String::new()
-    };
-    // Keys excluded from further attempts, and the vendor calls made.
-    let mut tried: Vec<String> = Vec::new();
-    let mut calls = 0usize;
-    // Of `tried`, the keys refused RATE_LIMITED. Once no other key is left they are asked for
-    // again (`waiting_out`): the scheduler then holds the Acquire until the first one's
-    // cooldown ends within the deadline, as it does for a full pool, so a pool whose keys are
-    // only paused (one key and a 429) waits instead of failing at once.
-    let mut rate_limited: Vec<String> = Vec::new();
-    let mut waiting_out = false;
-    let input = |key, upstream| CallInput {
-        pool_id: pool.id.clone(),
-        provider: pool.provider.to_string(),
-        adapter: job.adapter.clone(),
-        voice: job.voice.clone(),
-        text: job.chunks[index].clone(),
-        pool_model: pool.model.clone(),
-        format: job.format,
-        sample_rate_hz: job.sample_rate_hz,
-        key,
-        upstream,
-        attempt_timeout: Duration::from_millis(core.settings.attempt_timeout_ms),
-        cancel_grace: pool.cancel_grace,
-        reference: job.reference.clone(),
-        seed: job.seed,
-    };
-    let exhausted = |why: String, attempts: &[AttemptRecord], retry_after| {
-        metrics::exhausted(&pool.id);
-        SynthesisError::Exhausted {
-            pool: pool.id.clone(),
-            why: format!("{chunk}{why}"),
-            attempts: attempts.to_vec(),
-            retry_after,
-        }
-    };
-    let deadline_in = |attempts: &[AttemptRecord], in_call| SynthesisError::DeadlineExceeded {
-        pool: Some(pool.id.clone()),
-        budget_ms: job.deadline.budget_ms(),
-        attempts: attempts.to_vec(),
-        in_call,
-    };
-    let deadline_exceeded = |attempts: &[AttemptRecord]| deadline_in(attempts, false);
-    let all_failed = |tried: &[String]| {
-        let mut why = format!("all {} keys failed", tried.len());
-        if !unusable.is_empty() {
-            why.push_str(&format!(" ({} more have no credential)", unusable.len()));
-        }
-        why
-    };
+    let mut state = Failover::new(core, job, chunk);
     loop {
-        if calls >= max_attempts {
-            let why = format!("{calls} attempts failed (synthesis.max_attempts = {max_attempts})");
-            return Err(exhausted(why, attempts, None));
+        if state.calls >= state.max_attempts {
+            let why = format!(
+                "{} attempts failed (synthesis.max_attempts = {})",
+                state.calls, state.max_attempts
+            );
+            return Err(state.exhausted(why, attempts, None));
         }
         let remaining = job.deadline.remaining();
         if remaining.is_zero() {
-            return Err(deadline_exceeded(attempts));
+            return Err(state.deadline_exceeded(attempts, false));
         }
-        let excluded = tried
-            .iter()
-            .filter(|k| !(waiting_out && rate_limited.contains(k)));
-        let request = Acquire {
-            pool: pool.id.clone(),
-            exclude_keys: unusable.iter().chain(excluded).cloned().collect(),
-            upstream_ids: job.voice.upstream_ids.clone(),
-            lease_ttl: core.lease_ttl,
-            wait: remaining,
-            request_id: job.request_id.clone(),
-            // Fresh per lease attempt; kept on the client's retries of this Acquire.
-            idempotency_key: attempt::attempt_id(),
-            priority: job.priority,
-            tenant: job.tenant.clone(),
-            // Reserved against the key's character quota while the call runs.
-            characters: job.chunks[index].chars().count() as u64,
-        };
-        let lease = match core.scheduler.acquire(&request, remaining).await {
-            Ok(lease) => lease,
-            Err(AcquireError::PoolFull {
-                message,
-                retry_after,
-            }) => {
-                let delay = jittered(retry_after.unwrap_or(DEFAULT_BACKOFF));
-                if delay >= job.deadline.remaining() {
-                    return Err(SynthesisError::PoolFull {
-                        pool: pool.id.clone(),
-                        message,
-                        retry_after,
-                        attempts: attempts.clone(),
-                    });
-                }
-                tokio::time::sleep(delay).await;
-                continue;
-            }
-            Err(AcquireError::NoEligibleKey { .. }) if tried.is_empty() && !unusable.is_empty() => {
-                return Err(SynthesisError::NoCredentials {
-                    pool: pool.id.clone(),
-                    problems: pool.credential_problems(),
-                });
-            }
-            Err(AcquireError::NoEligibleKey { message }) if tried.is_empty() => {
-                return Err(exhausted(
-                    format!("no key is eligible ({message})"),
-                    attempts,
-                    None,
-                ));
-            }
-            Err(AcquireError::NoEligibleKey { .. }) if !waiting_out && !rate_limited.is_empty() => {
-                waiting_out = true;
-                continue;
-            }
-            Err(AcquireError::NoEligibleKey { .. }) => {
-                return Err(exhausted(all_failed(&tried), attempts, None));
-            }
-            Err(AcquireError::KeysUnavailable { retry_after, .. }) if waiting_out => {
-                // The rate-limited keys return only after the deadline.
-                return Err(exhausted(all_failed(&tried), attempts, retry_after));
-            }
-            Err(AcquireError::KeysUnavailable {
-                message,
-                retry_after,
-            }) => {
-                let why = if tried.is_empty() {
-                    format!("no key is available: {message}")
-                } else {
-                    format!(
-                        "{} keys failed and the others are cooling or disabled: {message}",
-                        tried.len()
-                    )
-                };
-                return Err(exhausted(why, attempts, retry_after));
-            }
-            Err(AcquireError::Deadline { .. }) => return Err(deadline_exceeded(attempts)),
-            Err(AcquireError::Unreachable { message }) => {
-                return Err(SynthesisError::SchedulerUnavailable {
-                    url: core.scheduler.url().to_owned(),
-                    message,
-                });
-            }
-            Err(AcquireError::Mismatch { message }) => {
-                return Err(SynthesisError::SchedulerMismatch {
-                    url: core.scheduler.url().to_owned(),
-                    message,
-                });
-            }
+        let Some(lease) = state.lease(remaining, attempts).await? else {
+            continue;
         };
         let key_id = lease.key_id.clone();
         let guard = LeaseGuard::new(core.scheduler.clone(), lease);
-        let Some((Ok(key), upstream)) = pool
-            .keys
-            .get(&key_id)
-            .map(|k| (k.credential.clone(), k.upstream.clone()))
-        else {
+        let Some((key, upstream)) = state.credential(&key_id) else {
             guard.release().await;
             return Err(SynthesisError::SchedulerMismatch {
                 url: core.scheduler.url().to_owned(),
@@ -229,10 +98,21 @@ pub(super) async fn synthesize_chunk<T: Send + 'static>(
                 ),
             });
         };
-        tracing::debug!(pool = %pool.id, key = %key_id, chunk = index, request_id = %job.request_id, "vendor call");
+        tracing::debug!(pool = %pool.id, key = %key_id, chunk = chunk.index, request_id = %job.request_id, "vendor call");
+        let call = pool.load.call();
+        let input = CallInput {
+            pool_id: pool.id.clone(),
+            provider: pool.provider.to_string(),
+            adapter: job.adapter.clone(),
+            utterance: chunk.utterance.clone(),
+            key,
+            upstream,
+            attempt_timeout: Duration::from_millis(core.settings.attempt_timeout_ms),
+            cancel_grace: pool.cancel_grace,
+        };
         let (end, record) = attempt::run(
             guard,
-            &input(key, upstream),
+            &input,
             out.clone(),
             job.deadline,
             core.lease_ttl,
@@ -251,12 +131,9 @@ pub(super) async fn synthesize_chunk<T: Send + 'static>(
         }
         match end {
             AttemptEnd::Audio(end) => {
-                let chars = job.chunks[index].chars().count();
+                let chars = chunk.utterance.text.chars().count();
                 metrics::characters(&pool.id, chars);
-                if let Some(success) = attempts.last() {
-                    pool.load
-                        .observe(chars as u64, Duration::from_millis(success.latency_ms));
-                }
+                call.succeeded(chars as u64);
                 return Ok(ChunkDone {
                     key_id,
                     sample_rate_hz: end.sample_rate_hz,
@@ -264,13 +141,13 @@ pub(super) async fn synthesize_chunk<T: Send + 'static>(
             }
             AttemptEnd::Failed { .. } if out.tx.is_closed() => {
                 // Cut off: nobody wants this chunk any more.
-                return Err(deadline_exceeded(attempts));
+                return Err(state.deadline_exceeded(attempts, false));
             }
             AttemptEnd::Failed { delivered } if delivered > 0 => {
                 let attempt = attempts.last().cloned();
                 return Err(SynthesisError::StreamBroken {
                     pool: pool.id.clone(),
-                    chunk: index + 1,
+                    chunk: chunk.index + 1,
                     chunks: job.chunks.len(),
                     delivered,
                     attempt: attempt.map(Box::new),
@@ -283,27 +160,220 @@ pub(super) async fn synthesize_chunk<T: Send + 'static>(
                         attempt: Box::new(attempt),
                     });
                 }
-                calls += 1;
-                let last = attempts.last().map(|a| a.outcome);
-                if let Some(outcome) = last {
-                    metrics::failover(&pool.id, outcome.wire_name());
-                }
-                // A concurrency refusal says the key is full, not bad: its effective
-                // capacity was just lowered, so it may take the retry once a slot frees
-                // (a pool of one key still serves). Every other failure excludes the key.
-                if last != Some(Outcome::ConcurrencyLimited) && !tried.contains(&key_id) {
-                    if last == Some(Outcome::RateLimited) {
-                        rate_limited.push(key_id.clone());
-                    }
-                    tried.push(key_id);
-                }
+                state.failed_over(key_id, attempts.last().map(|a| a.outcome));
             }
-            AttemptEnd::Deadline => return Err(deadline_in(attempts, true)),
+            AttemptEnd::Deadline => return Err(state.deadline_exceeded(attempts, true)),
             AttemptEnd::Panicked => {
                 return Err(SynthesisError::AdapterPanicked {
                     provider: job.adapter.provider().to_string(),
                 });
             }
+        }
+    }
+}
+
+/// One chunk's failover so far: the keys tried, the calls made, and what ends it.
+struct Failover<'a> {
+    core: &'a Core,
+    job: &'a Job,
+    chunk: &'a Chunk,
+    /// Keys of the pool without a usable credential here: never asked for.
+    unusable: Vec<String>,
+    /// `synthesis.max_attempts`, at least 1.
+    max_attempts: usize,
+    /// `chunk 2 of 5: ` for a text of several chunks, else empty (error messages).
+    label: String,
+    /// Keys excluded from further attempts.
+    tried: Vec<String>,
+    /// Vendor calls made that failed over.
+    calls: usize,
+    /// Of `tried`, the keys refused RATE_LIMITED. Once no other key is left they are asked
+    /// for again (`waiting_out`): the scheduler then holds the Acquire until the first one's
+    /// cooldown ends within the deadline, as it does for a full pool, so a pool whose keys are
+    /// only paused (one key and a 429) waits instead of failing at once.
+    rate_limited: Vec<String>,
+    waiting_out: bool,
+}
+
+impl<'a> Failover<'a> {
+    fn new(core: &'a Core, job: &'a Job, chunk: &'a Chunk) -> Self {
+        let label = if job.chunks.len() > 1 {
+            format!("chunk {} of {}: ", chunk.index + 1, job.chunks.len())
+        } else {
+            String::new()
+        };
+        Self {
+            core,
+            job,
+            chunk,
+            unusable: job.pool.unusable_keys(),
+            max_attempts: usize::try_from(core.settings.max_attempts)
+                .unwrap_or(usize::MAX)
+                .max(1),
+            label,
+            tried: Vec::new(),
+            calls: 0,
+            rate_limited: Vec::new(),
+            waiting_out: false,
+        }
+    }
+
+    /// Asks the scheduler for a key not yet tried, waiting up to `remaining` (module doc: how
+    /// each refusal ends the chunk or waits). `Ok(None)`: ask again.
+    async fn lease(
+        &mut self,
+        remaining: Duration,
+        attempts: &[AttemptRecord],
+    ) -> Result<Option<Lease>, SynthesisError> {
+        let (core, job, pool) = (self.core, self.job, &self.job.pool);
+        let excluded = self
+            .tried
+            .iter()
+            .filter(|k| !(self.waiting_out && self.rate_limited.contains(k)));
+        let request = Acquire {
+            pool: pool.id.clone(),
+            exclude_keys: self.unusable.iter().chain(excluded).cloned().collect(),
+            upstream_ids: job.voice.upstream_ids.clone(),
+            lease_ttl: core.lease_ttl,
+            wait: remaining,
+            request_id: job.request_id.clone(),
+            // Fresh per lease attempt; kept on the client's retries of this Acquire.
+            idempotency_key: attempt::attempt_id(),
+            priority: job.priority,
+            tenant: job.tenant.clone(),
+            // Reserved against the key's character quota while the call runs.
+            characters: self.chunk.utterance.text.chars().count() as u64,
+        };
+        let refusal = match core.scheduler.acquire(&request, remaining).await {
+            Ok(lease) => return Ok(Some(lease)),
+            Err(refusal) => refusal,
+        };
+        match refusal {
+            AcquireError::PoolFull {
+                message,
+                retry_after,
+            } => {
+                let delay = jittered(retry_after.unwrap_or(DEFAULT_BACKOFF));
+                if delay >= job.deadline.remaining() {
+                    return Err(SynthesisError::PoolFull {
+                        pool: pool.id.clone(),
+                        message,
+                        retry_after,
+                        attempts: attempts.to_vec(),
+                    });
+                }
+                tokio::time::sleep(delay).await;
+                Ok(None)
+            }
+            AcquireError::NoEligibleKey { .. }
+                if self.tried.is_empty() && !self.unusable.is_empty() =>
+            {
+                Err(SynthesisError::NoCredentials {
+                    pool: pool.id.clone(),
+                    problems: pool.credential_problems(),
+                })
+            }
+            AcquireError::NoEligibleKey { message } if self.tried.is_empty() => {
+                Err(self.exhausted(format!("no key is eligible ({message})"), attempts, None))
+            }
+            AcquireError::NoEligibleKey { .. }
+                if !self.waiting_out && !self.rate_limited.is_empty() =>
+            {
+                self.waiting_out = true;
+                Ok(None)
+            }
+            AcquireError::NoEligibleKey { .. } => {
+                Err(self.exhausted(self.all_failed(), attempts, None))
+            }
+            AcquireError::KeysUnavailable { retry_after, .. } if self.waiting_out => {
+                // The rate-limited keys return only after the deadline.
+                Err(self.exhausted(self.all_failed(), attempts, retry_after))
+            }
+            AcquireError::KeysUnavailable {
+                message,
+                retry_after,
+            } => {
+                let why = if self.tried.is_empty() {
+                    format!("no key is available: {message}")
+                } else {
+                    format!(
+                        "{} keys failed and the others are cooling or disabled: {message}",
+                        self.tried.len()
+                    )
+                };
+                Err(self.exhausted(why, attempts, retry_after))
+            }
+            AcquireError::Deadline { .. } => Err(self.deadline_exceeded(attempts, false)),
+            AcquireError::Unreachable { message } => Err(SynthesisError::SchedulerUnavailable {
+                url: core.scheduler.url().to_owned(),
+                message,
+            }),
+            AcquireError::Mismatch { message } => Err(SynthesisError::SchedulerMismatch {
+                url: core.scheduler.url().to_owned(),
+                message,
+            }),
+        }
+    }
+
+    /// The credential and upstream of the leased `key_id`, if this replica has it usable.
+    fn credential(&self, key_id: &str) -> Option<(Arc<KeyCredential>, Arc<UpstreamTarget>)> {
+        let key = self.job.pool.keys.get(key_id)?;
+        Some((key.credential.clone().ok()?, key.upstream.clone()))
+    }
+
+    /// Counts a failed call on `key_id` (ending `outcome`) and excludes the key from the
+    /// next attempts, unless it was only full.
+    fn failed_over(&mut self, key_id: String, outcome: Option<Outcome>) {
+        self.calls += 1;
+        if let Some(outcome) = outcome {
+            metrics::failover(&self.job.pool.id, outcome.wire_name());
+        }
+        // A concurrency refusal says the key is full, not bad: its effective capacity was
+        // just lowered, so it may take the retry once a slot frees (a pool of one key still
+        // serves). Every other failure excludes the key.
+        if outcome != Some(Outcome::ConcurrencyLimited) && !self.tried.contains(&key_id) {
+            if outcome == Some(Outcome::RateLimited) {
+                self.rate_limited.push(key_id.clone());
+            }
+            self.tried.push(key_id);
+        }
+    }
+
+    /// `all 3 keys failed`, naming the keys without a credential too.
+    fn all_failed(&self) -> String {
+        let mut why = format!("all {} keys failed", self.tried.len());
+        if !self.unusable.is_empty() {
+            why.push_str(&format!(
+                " ({} more have no credential)",
+                self.unusable.len()
+            ));
+        }
+        why
+    }
+
+    fn exhausted(
+        &self,
+        why: String,
+        attempts: &[AttemptRecord],
+        retry_after: Option<Duration>,
+    ) -> SynthesisError {
+        let pool = &self.job.pool.id;
+        metrics::exhausted(pool);
+        SynthesisError::Exhausted {
+            pool: pool.clone(),
+            why: format!("{}{why}", self.label),
+            attempts: attempts.to_vec(),
+            retry_after,
+        }
+    }
+
+    /// The deadline passed: during vendor calls (`in_call`) or before one could start.
+    fn deadline_exceeded(&self, attempts: &[AttemptRecord], in_call: bool) -> SynthesisError {
+        SynthesisError::DeadlineExceeded {
+            pool: Some(self.job.pool.id.clone()),
+            budget_ms: self.job.deadline.budget_ms(),
+            attempts: attempts.to_vec(),
+            in_call,
         }
     }
 }

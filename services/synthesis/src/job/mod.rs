@@ -26,7 +26,7 @@ use voxpool_config::SynthesisSettings;
 use voxpool_domain::snapshot::{Snapshot, SnapshotError};
 
 use crate::{
-    adapters::{AudioFormat, VendorAdapter, registry::Registry},
+    adapters::{AudioFormat, Utterance, VendorAdapter, registry::Registry},
     cache::{Cache, Policy},
     catalog::Catalog,
     deadline::Deadline,
@@ -115,6 +115,21 @@ pub struct Job {
 }
 
 impl Job {
+    /// What chunk `index` asks of the vendor: its text in the job's voice, format, sample
+    /// rate, clip and seed. The same for every attempt of the chunk, and the chunk's cache
+    /// identity ([`crate::cache::EntryKey::of`]).
+    pub fn utterance(&self, index: usize) -> Utterance {
+        Utterance {
+            text: self.chunks[index].clone(),
+            voice: self.voice.clone(),
+            pool_model: self.pool.model.clone(),
+            format: self.format,
+            sample_rate_hz: self.sample_rate_hz,
+            reference: self.reference.clone(),
+            seed: self.seed,
+        }
+    }
+
     /// The digest of the clip the job speaks with; empty for voices without clips.
     pub fn reference_digest(&self) -> String {
         self.reference

@@ -183,10 +183,10 @@ impl VendorAdapter for Scripted {
             key_id: request.key.key_id.clone(),
             secret: request.key.secret.as_ref().map(|s| s.expose().to_owned()),
             upstream: request.upstream.id.clone(),
-            text: request.text.to_owned(),
-            voice_id: request.voice.voice_id.clone(),
-            params: request.voice.params,
-            sample_rate_hz: request.sample_rate_hz,
+            text: request.utterance.text.to_owned(),
+            voice_id: request.utterance.voice.voice_id.clone(),
+            params: request.utterance.voice.params,
+            sample_rate_hz: request.utterance.sample_rate_hz,
         });
         let step = self
             .steps
@@ -208,8 +208,8 @@ impl VendorAdapter for Scripted {
             let _permit = self.gate.acquire().await.expect("gate open");
         }
         let audio = || {
-            let data = samples_for(request.text);
-            match request.format {
+            let data = samples_for(&request.utterance.text);
+            match request.utterance.format {
                 AudioFormat::Pcm => data,
                 _ => wav::write(
                     WavSpec {

@@ -26,7 +26,7 @@ pub(super) async fn exchange(
     if profile.answers_raw_pcm() {
         let rate = http::upstream_u32(&request.upstream.params, "sample_rate_hz")
             .unwrap_or(COSYVOICE_DEFAULT_RATE);
-        if request.format == AudioFormat::Wav {
+        if request.utterance.format == AudioFormat::Wav {
             sink.write(http::pcm16_wav_header(PROVIDER, rate)?);
         }
         let mut any = false;
@@ -61,7 +61,7 @@ pub(super) async fn exchange(
             )
         })?;
         let Some(found) = parsed else { continue };
-        if request.format == AudioFormat::Pcm {
+        if request.utterance.format == AudioFormat::Pcm {
             if found.spec.channels != 1 || found.spec.bits_per_sample != 16 {
                 return Err(http::failure(
                     PROVIDER,

@@ -159,11 +159,12 @@ impl SelfHosted {
             })?;
         let target = Target {
             profile,
-            speed: speed_for(profile, request.voice)
+            speed: speed_for(profile, &request.utterance.voice)
                 .map_err(|e| http::param_failure(PROVIDER, &e))?,
         };
-        let clip = request.reference;
-        check_clip(profile, clip, request.voice).map_err(|e| http::param_failure(PROVIDER, &e))?;
+        let clip = request.utterance.reference.as_deref();
+        check_clip(profile, clip, &request.utterance.voice)
+            .map_err(|e| http::param_failure(PROVIDER, &e))?;
         if self.suspects().contains(&request.key.key_id) {
             self.probe(request, &base, profile).await?;
         }

@@ -138,6 +138,7 @@ fn data_uri(clip: &ReferenceAudio) -> String {
 /// The language of the text to speak: the voice's first locale, else the clip's.
 fn text_language<'a>(request: &'a VendorRequest<'_>, clip: Option<&'a ReferenceAudio>) -> &'a str {
     request
+        .utterance
         .voice
         .locales
         .first()
@@ -155,11 +156,11 @@ pub fn json_body(
     clip: Option<&ReferenceAudio>,
     clip_path: Option<&str>,
 ) -> Value {
-    let text = request.text;
+    let text = &request.utterance.text;
     match profile {
         Profile::VllmOmni => {
             let mut body = json!({
-                "model": http::model_of(request.voice, request.pool_model),
+                "model": http::model_of(&request.utterance.voice, &request.utterance.pool_model),
                 "input": text,
                 "response_format": "wav",
             });
@@ -168,7 +169,7 @@ pub fn json_body(
                 body["ref_audio"] = json!(data_uri(clip));
                 body["ref_text"] = json!(clip.reference.transcript);
             } else {
-                body["voice"] = json!(request.voice.voice_id);
+                body["voice"] = json!(request.utterance.voice.voice_id);
             }
             let language = text_language(request, clip);
             if !language.is_empty() {
@@ -177,7 +178,7 @@ pub fn json_body(
             if let Some(speed) = target.speed {
                 body["speed"] = json!(speed);
             }
-            if let Some(seed) = request.seed {
+            if let Some(seed) = request.utterance.seed {
                 body["seed"] = json!(seed);
             }
             body
@@ -191,9 +192,9 @@ pub fn json_body(
                         "text": clip.reference.transcript,
                     }]);
                 }
-                None => body["reference_id"] = json!(request.voice.voice_id),
+                None => body["reference_id"] = json!(request.utterance.voice.voice_id),
             }
-            if let Some(seed) = request.seed {
+            if let Some(seed) = request.utterance.seed {
                 body["seed"] = json!(seed);
             }
             body
@@ -221,7 +222,7 @@ pub fn json_body(
             if let Some(speed) = target.speed {
                 body["speed_factor"] = json!(speed);
             }
-            if let Some(seed) = request.seed {
+            if let Some(seed) = request.utterance.seed {
                 body["seed"] = json!(seed);
             }
             body
@@ -251,7 +252,7 @@ pub fn cosyvoice_form(
         .mime_str("audio/wav")
         .map_err(|e| http::upstream_config_failure(PROVIDER, e.to_string()))?;
     Ok(reqwest::multipart::Form::new()
-        .text("tts_text", request.text.to_owned())
+        .text("tts_text", request.utterance.text.to_owned())
         .text("prompt_text", clip.reference.transcript.clone())
         .part("prompt_wav", part))
 }

@@ -250,7 +250,7 @@ fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
     let cluster =
         http::upstream_str(&request.upstream.params, "cluster").unwrap_or(DEFAULT_CLUSTER);
     let mut audio = json!({
-        "voice_type": request.voice.voice_id,
+        "voice_type": request.utterance.voice.voice_id,
         "encoding": wire.encoding,
         "rate": wire.rate,
     });
@@ -270,7 +270,7 @@ fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
         "audio": audio,
         "request": {
             "reqid": request.attempt_id,
-            "text": request.text,
+            "text": request.utterance.text,
             "text_type": "plain",
             "operation": "query",
         },
@@ -370,7 +370,7 @@ impl CloudVendor for Volcengine {
             .json(&body(request, &wire));
         let reply = http::send(PROVIDER, builder, request.timeout, Some(secret)).await?;
         let bytes = classify(&reply, secret)?;
-        if crate::audio::sniff(request.format, &bytes).is_err() {
+        if crate::audio::sniff(request.utterance.format, &bytes).is_err() {
             return Err(http::failure(
                 PROVIDER,
                 Outcome::UpstreamError,
@@ -378,7 +378,7 @@ impl CloudVendor for Volcengine {
                 None,
                 format!(
                     "code 3000 but data is not {} audio",
-                    http::format_name(request.format)
+                    http::format_name(request.utterance.format)
                 ),
                 Some(secret),
             ));
@@ -392,13 +392,13 @@ impl CloudVendor for Volcengine {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::{sync::Arc, time::Duration};
 
     use voxpool_domain::snapshot::Params;
 
     use super::*;
     use crate::adapters::VendorAdapter as _;
-    use crate::adapters::{KeyCredential, UpstreamTarget};
+    use crate::adapters::{KeyCredential, UpstreamTarget, Utterance};
 
     fn snapshot(model: &str, voice_id: &str, params: Params, extra: &[(&str, &str)]) -> Snapshot {
         let mut s = voxpool_fake_vendors::snapshot(PROVIDER, model, voice_id);
@@ -612,17 +612,19 @@ mod tests {
             ..UpstreamTarget::default()
         };
         let request = VendorRequest {
-            text: "你好",
-            voice: &voice,
-            pool_model: "m",
-            format: AudioFormat::Pcm,
-            sample_rate_hz: Some(16_000),
+            utterance: &Utterance {
+                text: "你好".to_owned(),
+                voice: Arc::new(voice.clone()),
+                pool_model: "m".to_owned(),
+                format: AudioFormat::Pcm,
+                sample_rate_hz: Some(16_000),
+                reference: None,
+                seed: None,
+            },
             key: &key,
             upstream: &upstream,
             timeout: Duration::from_secs(1),
             attempt_id: "att-7",
-            reference: None,
-            seed: None,
         };
         let w = wire(&voice, "m", AudioFormat::Pcm, Some(16_000)).unwrap();
         assert_eq!(

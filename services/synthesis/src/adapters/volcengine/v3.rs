@@ -28,7 +28,7 @@ fn v3_body(request: &VendorRequest<'_>, wire: &Wire) -> Result<Value, ParamError
         return Err(http::refuse(
             PROVIDER,
             "params.pitchPct",
-            http::num(request.voice.params.pitch_pct.unwrap_or_default()),
+            http::num(request.utterance.voice.params.pitch_pct.unwrap_or_default()),
             "the V3 API (upstream params.api = \"v3\") has no pitch ratio; serve this voice from a V1 upstream",
         ));
     }
@@ -39,20 +39,24 @@ fn v3_body(request: &VendorRequest<'_>, wire: &Wire) -> Result<Value, ParamError
     };
     let mut audio = json!({"format": format, "sample_rate": wire.rate});
     if let Some(r) = wire.speed_ratio {
-        audio["speech_rate"] = json!(percent(r, "params.rate", request.voice.params.rate)?);
+        audio["speech_rate"] = json!(percent(
+            r,
+            "params.rate",
+            request.utterance.voice.params.rate
+        )?);
     }
     if let Some(v) = wire.volume_ratio.or(wire.loudness_ratio) {
         audio["loudness_rate"] = json!(percent(
             v,
             "params.volumePct",
-            request.voice.params.volume_pct
+            request.utterance.voice.params.volume_pct
         )?);
     }
     Ok(json!({
         "user": {"uid": "voxpool"},
         "req_params": {
-            "text": request.text,
-            "speaker": request.voice.voice_id,
+            "text": request.utterance.text,
+            "speaker": request.utterance.voice.voice_id,
             "audio_params": audio,
         },
     }))

@@ -51,17 +51,11 @@ pub(super) fn spawn_call(
     AbortOnDrop(tokio::spawn(
         async move {
             let request = VendorRequest {
-                text: &input.text,
-                voice: &input.voice,
-                pool_model: &input.pool_model,
-                format: input.format,
-                sample_rate_hz: input.sample_rate_hz,
+                utterance: &input.utterance,
                 key: &input.key,
                 upstream: &input.upstream,
                 timeout,
                 attempt_id: &attempt_id,
-                reference: input.reference.as_deref(),
-                seed: input.seed,
             };
             input.adapter.stream(request, &sink).await
         }

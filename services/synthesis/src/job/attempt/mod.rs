@@ -47,11 +47,10 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use voxpool_domain::contract::Outcome;
-use voxpool_domain::snapshot::Snapshot;
 
 use crate::{
     adapters::{
-        AudioFormat, AudioSink, KeyCredential, StreamEnd, UpstreamTarget, VendorAdapter,
+        AudioSink, KeyCredential, StreamEnd, UpstreamTarget, Utterance, VendorAdapter,
         VendorFailure,
     },
     audio,
@@ -81,16 +80,8 @@ pub struct CallInput {
     pub provider: String,
     /// The adapter.
     pub adapter: Arc<dyn VendorAdapter>,
-    /// The frozen voice.
-    pub voice: Arc<Snapshot>,
-    /// This chunk's text.
-    pub text: String,
-    /// The pool's model id.
-    pub pool_model: String,
-    /// Requested format.
-    pub format: AudioFormat,
-    /// Requested sample rate.
-    pub sample_rate_hz: Option<u32>,
+    /// What to say and how (this chunk's).
+    pub utterance: Utterance,
     /// Key and credential.
     pub key: Arc<KeyCredential>,
     /// The key's upstream.
@@ -100,10 +91,6 @@ pub struct CallInput {
     /// The pool's `cancel_grace_ms`: how long a call cut off on cancel keeps its lease after
     /// its vendor connection was closed (module doc).
     pub cancel_grace: Duration,
-    /// The reference clip the voice speaks with, if it has clips.
-    pub reference: Option<Arc<crate::adapters::ReferenceAudio>>,
-    /// The request's seed.
-    pub seed: Option<u64>,
 }
 
 /// How an attempt ended.
@@ -189,7 +176,7 @@ async fn call_under_lease<T>(
     let mut call = spawn_call(input, timeout, attempt_id(), sink);
     let mut relay = Relay {
         out,
-        format: input.format,
+        format: input.utterance.format,
         probe: Vec::new(),
         checked: false,
         held: Spool::default(),
@@ -263,7 +250,7 @@ async fn call_under_lease<T>(
     let mut failure = match stop {
         Stop::Joined(Ok(Ok(end))) => match relay.close() {
             Ok(()) => {
-                let characters = input.text.chars().count() as u64;
+                let characters = input.utterance.text.chars().count() as u64;
                 // Audio that came back slower than the upstream's latency limit: the server
                 // queued the call, a concurrency signal (module doc).
                 let queued = input
