@@ -7,12 +7,13 @@
 //!   number of them in flight, learned from the calls that succeeded here, each filed under
 //!   the calls that ran beside it — so an engine that shares a machine's cores is not credited
 //!   with slots it cannot run at once;
-//! - its **backlog**: characters of the requests admitted here and not yet synthesized, by
-//!   traffic class.
+//! - its **backlog**: characters and calls (chunks) of the requests admitted here and not yet
+//!   synthesized, by traffic class.
 //!
 //! A request of `c` characters in class `k` is estimated to end after
 //! `max((backlog of k and the classes served before it + c) / throughput at slots, its own
-//! chain)`, where `slots` is the capacity of the pool's usable keys and its own chain is its
+//! chain)` — the backlog's characters at the pool's characters per second or its calls at its
+//! calls per second, whichever takes longer — where `slots` is the capacity of the pool's usable keys and its own chain is its
 //! chunks run `max_parallel_chunks` at a time, each at the pace of the calls in flight then. When that is later than its deadline it is refused with
 //! RESOURCE_EXHAUSTED `DEADLINE_UNREACHABLE`, naming the estimate; when other work is what
 //! stands in the way, `RetryInfo` says when that work should be done.
@@ -30,7 +31,7 @@ mod pace;
 
 use std::{sync::Mutex, time::Duration};
 
-use pace::{Pace, Start};
+use pace::{Pace, Rate, Start};
 use tokio::time::Instant;
 
 use crate::{deadline::Deadline, error::SynthesisError, lease::Priority};
@@ -47,8 +48,9 @@ pub struct Load {
 #[derive(Debug, Default)]
 struct State {
     pace: Pace,
-    /// Characters admitted and not yet done, by class (INTERACTIVE, STANDARD, BATCH).
-    backlog: [u64; 3],
+    /// Characters and calls admitted and not yet done, by class (INTERACTIVE, STANDARD,
+    /// BATCH).
+    backlog: [Work; 3],
     /// The requests admitted and not yet done: id, class, deadline.
     admitted: Vec<(u64, usize, tokio::time::Instant)>,
     next_id: u64,
@@ -112,23 +114,34 @@ impl Load {
     /// [`Admitted`] is done or dropped. Errors: DEADLINE_UNREACHABLE.
     pub fn admit<'a>(&'a self, ask: &Ask<'_>) -> Result<Admitted<'a>, SynthesisError> {
         let total: u64 = ask.chunks.iter().sum();
+        let own = Work {
+            chars: total,
+            calls: ask.chunks.len() as u64,
+        };
         let class = class(ask.priority);
         let mut state = self.lock();
         let full = state.pace.throughput(ask.slots);
-        if let Some(full) = full.filter(|_| state.pace.observed() >= MIN_OBSERVED && ask.slots > 0) {
-            let ahead: u64 = state.backlog[..=class].iter().sum();
-            let shared = (ahead + total) as f64 / full;
+        if let Some(full) = full.filter(|_| state.pace.observed() >= MIN_OBSERVED && ask.slots > 0)
+        {
+            let ahead = Work::sum(&state.backlog[..=class]);
+            let shared = ahead.plus(own).secs(full);
             let waves = ask.chunks.len().div_ceil(ask.parallel.max(1) as usize);
             let longest = ask.chunks.iter().copied().max().unwrap_or(0);
             // Its own chunks run beside what runs already, or in a full pool behind others.
-            let beside = if ahead > 0 {
+            let beside = if ahead.calls > 0 {
                 ask.slots
             } else {
-                let own = u32::try_from(ask.chunks.len()).unwrap_or(u32::MAX).min(ask.parallel);
-                state.pace.in_flight().saturating_add(own).min(ask.slots)
+                let parallel = u32::try_from(ask.chunks.len())
+                    .unwrap_or(u32::MAX)
+                    .min(ask.parallel);
+                state
+                    .pace
+                    .in_flight()
+                    .saturating_add(parallel)
+                    .min(ask.slots)
             };
-            let own = waves as f64 * state.pace.call_secs(beside, longest).unwrap_or(0.0);
-            let estimate = Duration::from_secs_f64(shared.max(own));
+            let chain = waves as f64 * state.pace.call_secs(beside, longest).unwrap_or(0.0);
+            let estimate = Duration::from_secs_f64(shared.max(chain));
             let left = ask.deadline.remaining();
             // The first request admitted before it that it would push past its deadline.
             let now = Instant::now();
@@ -137,10 +150,9 @@ impl Load {
                 .iter()
                 .filter(|(_, their_class, _)| class <= *their_class)
                 .map(|(_, their_class, due)| {
-                    let theirs: u64 = state.backlog[..=*their_class].iter().sum();
-                    let end = (theirs + total) as f64 / full;
+                    let theirs = Work::sum(&state.backlog[..=*their_class]);
                     (
-                        Duration::from_secs_f64(end),
+                        Duration::from_secs_f64(theirs.plus(own).secs(full)),
                         due.saturating_duration_since(now),
                     )
                 })
@@ -151,29 +163,28 @@ impl Load {
                     characters: total,
                     estimate_ms: millis(end),
                     deadline_ms: millis(their_left),
-                    backlog_characters: ahead,
+                    backlog_characters: ahead.chars,
                     retry_after: Some(
-                        Duration::from_secs_f64(ahead as f64 / full)
-                            .max(Duration::from_secs(1)),
+                        Duration::from_secs_f64(ahead.secs(full)).max(Duration::from_secs(1)),
                     ),
                     endangers_admitted: true,
                 });
             }
             if estimate > left {
-                let behind_others = ahead > 0 && own <= left.as_secs_f64();
+                let behind_others = ahead.calls > 0 && chain <= left.as_secs_f64();
                 return Err(SynthesisError::DeadlineUnreachable {
                     pool: ask.pool.to_owned(),
                     characters: total,
                     estimate_ms: millis(estimate),
                     deadline_ms: millis(left),
-                    backlog_characters: ahead,
+                    backlog_characters: ahead.chars,
                     retry_after: behind_others
                         .then(|| (estimate - left).max(Duration::from_secs(1))),
                     endangers_admitted: false,
                 });
             }
         }
-        state.backlog[class] += total;
+        state.backlog[class] = state.backlog[class].plus(own);
         let id = state.next_id;
         state.next_id += 1;
         state.admitted.push((id, class, ask.deadline.at()));
@@ -181,8 +192,39 @@ impl Load {
             load: self,
             id,
             class,
-            left: total,
+            left: own,
         })
+    }
+}
+
+/// Characters and calls still to synthesize.
+#[derive(Debug, Default, Clone, Copy)]
+struct Work {
+    chars: u64,
+    calls: u64,
+}
+
+impl Work {
+    fn sum(all: &[Work]) -> Work {
+        all.iter().fold(Work::default(), |a, &b| a.plus(b))
+    }
+
+    fn plus(self, other: Work) -> Work {
+        Work {
+            chars: self.chars + other.chars,
+            calls: self.calls + other.calls,
+        }
+    }
+
+    fn minus(self, other: Work) -> Work {
+        Work {
+            chars: self.chars.saturating_sub(other.chars),
+            calls: self.calls.saturating_sub(other.calls),
+        }
+    }
+
+    fn secs(self, rate: Rate) -> f64 {
+        rate.secs(self.chars, self.calls)
     }
 }
 
@@ -212,29 +254,37 @@ impl Drop for Call<'_> {
     }
 }
 
-/// An admitted request's characters still counted in its pool's backlog.
+/// An admitted request's characters and calls still counted in its pool's backlog.
 #[derive(Debug)]
 pub struct Admitted<'a> {
     load: &'a Load,
     id: u64,
     class: usize,
-    left: u64,
+    left: Work,
 }
 
 impl Admitted<'_> {
-    /// `chars` of the request are done (synthesized, served from the cache, or failed).
+    /// One chunk of `chars` characters of the request is done (synthesized, served from the
+    /// cache, or failed).
     pub fn done(&mut self, chars: u64) {
-        let chars = chars.min(self.left);
-        self.left -= chars;
+        self.take(Work { chars, calls: 1 });
+    }
+
+    fn take(&mut self, work: Work) {
+        let work = Work {
+            chars: work.chars.min(self.left.chars),
+            calls: work.calls.min(self.left.calls),
+        };
+        self.left = self.left.minus(work);
         let mut state = self.load.lock();
-        state.backlog[self.class] = state.backlog[self.class].saturating_sub(chars);
+        state.backlog[self.class] = state.backlog[self.class].minus(work);
     }
 }
 
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
         let left = self.left;
-        self.done(left);
+        self.take(left);
         let id = self.id;
         self.load
             .lock()
@@ -321,9 +371,11 @@ mod tests {
             .admit(&ask(&[4000; 5], Priority::Standard, &deadline))
             .unwrap();
         first.done(4000);
-        assert_eq!(load.lock().backlog[1], 16_000);
+        assert_eq!(load.lock().backlog[1].chars, 16_000);
+        assert_eq!(load.lock().backlog[1].calls, 4);
         drop(first);
-        assert_eq!(load.lock().backlog[1], 0);
+        assert_eq!(load.lock().backlog[1].chars, 0);
+        assert_eq!(load.lock().backlog[1].calls, 0);
     }
 
     #[test]

@@ -146,17 +146,25 @@ impl Pace {
         self.observed = self.observed.saturating_add(1);
     }
 
-    /// Characters per second over all the pool's calls with `n` of them in flight (module
-    /// doc); `None` before any call succeeded.
-    pub(super) fn throughput(&self, n: u32) -> Option<f64> {
-        let throughput = |level: u32, l: Level| f64::from(level) * l.call_rate();
+    /// What the pool's calls deliver per second with `n` of them in flight (module doc);
+    /// `None` before any call succeeded.
+    pub(super) fn throughput(&self, n: u32) -> Option<Rate> {
+        Some(Rate {
+            chars: self.throughput_by(n, Level::call_rate)?,
+            calls: self.throughput_by(n, |l| 1.0 / l.call_secs)?,
+        })
+    }
+
+    /// Throughput at `n` of what one call delivers `per_call` per second (module doc).
+    fn throughput_by(&self, n: u32, per_call: impl Fn(Level) -> f64) -> Option<f64> {
+        let throughput = |level: u32, l: Level| f64::from(level) * per_call(l);
         let (&low, &lowest) = self.levels.first_key_value()?;
         let (&high, &highest) = self.levels.last_key_value()?;
         // Past the cap, more calls add nothing, unless the pool was seen gaining there.
         let n = self.cap.map_or(n, |cap| n.min(cap.max(high))).max(1);
         if n <= low {
             // No more calls than the fewest observed: each no faster than those were.
-            return Some(f64::from(n) * lowest.call_rate());
+            return Some(f64::from(n) * per_call(lowest));
         }
         if n > high {
             let seen = throughput(high, highest);
@@ -179,9 +187,27 @@ impl Pace {
 
     /// Seconds one call of `chars` characters takes with `n` calls in flight.
     pub(super) fn call_secs(&self, n: u32, chars: u64) -> Option<f64> {
-        let n = n.max(1);
-        self.throughput(n)
-            .map(|t| chars as f64 * f64::from(n) / t)
+        let rate = self.throughput(n)?;
+        let n = f64::from(n.max(1));
+        Some((chars as f64 * n / rate.chars).max(n / rate.calls))
+    }
+}
+
+/// What a pool's calls deliver per second at some concurrency. Both count: a vendor with a
+/// cost per call (a short last chunk takes as long as a full one) is bound by calls, an engine
+/// whose time grows with the text by characters.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rate {
+    /// Characters per second.
+    pub chars: f64,
+    /// Calls per second.
+    pub calls: f64,
+}
+
+impl Rate {
+    /// Seconds to get through `chars` characters in `calls` calls at this rate.
+    pub(super) fn secs(self, chars: u64, calls: u64) -> f64 {
+        (chars as f64 / self.chars).max(calls as f64 / self.calls)
     }
 }
 
@@ -208,7 +234,7 @@ mod tests {
     #[test]
     fn an_independent_vendor_scales_with_its_slots() {
         let pace = machine(u32::MAX, &[1, 4]);
-        assert!(close(pace.throughput(8).unwrap(), 8000.0));
+        assert!(close(pace.throughput(8).unwrap().chars, 8000.0));
         assert!(close(pace.call_secs(8, 1000).unwrap(), 1.0));
     }
 
@@ -217,18 +243,21 @@ mod tests {
         let pace = machine(2, &[1, 4]);
         // Alone: 1,000 chars/s; at 4: 2,000 (each call takes 2 s); 2 and 3 on the line
         // between; 8 no more than 4.
-        assert!(close(pace.throughput(4).unwrap(), 2000.0));
-        assert!(close(pace.throughput(2).unwrap(), 1000.0 + 1000.0 / 3.0));
-        assert!(close(pace.throughput(8).unwrap(), 2000.0));
+        assert!(close(pace.throughput(4).unwrap().chars, 2000.0));
+        assert!(close(
+            pace.throughput(2).unwrap().chars,
+            1000.0 + 1000.0 / 3.0
+        ));
+        assert!(close(pace.throughput(8).unwrap().chars, 2000.0));
         assert!(close(pace.call_secs(8, 1000).unwrap(), 4.0));
     }
 
     #[test]
     fn with_one_level_seen_the_pool_is_read_as_linear() {
         let pace = machine(2, &[1]);
-        assert!(close(pace.throughput(8).unwrap(), 8000.0));
-        assert!(close(pace.throughput(1).unwrap(), 1000.0));
-        assert_eq!(Pace::default().throughput(8), None);
+        assert!(close(pace.throughput(8).unwrap().chars, 8000.0));
+        assert!(close(pace.throughput(1).unwrap().chars, 1000.0));
+        assert!(Pace::default().throughput(8).is_none());
     }
 
     #[test]
@@ -237,17 +266,33 @@ mod tests {
         for _ in 0..3 {
             pace.observe_at(1, 1000, Duration::from_secs(1));
         }
-        assert!(close(pace.throughput(8).unwrap(), 2000.0));
+        assert!(close(pace.throughput(8).unwrap().chars, 2000.0));
         for _ in 0..3 {
             pace.observe_at(8, 1000, Duration::from_secs_f64(8.0 / 3.0));
         }
-        assert!(close(pace.throughput(8).unwrap(), 3000.0));
+        assert!(close(pace.throughput(8).unwrap().chars, 3000.0));
+    }
+
+    #[test]
+    fn a_vendor_with_a_cost_per_call_is_bound_by_calls_not_characters() {
+        // Every call takes 1 s: four of 1,000 characters at once, then one of 100 alone.
+        let mut pace = Pace::default();
+        for _ in 0..3 {
+            pace.observe_at(4, 1000, Duration::from_secs(1));
+            pace.observe_at(1, 100, Duration::from_secs(1));
+        }
+        let four = pace.throughput(4).unwrap();
+        assert!(close(four.calls, 4.0));
+        // Five calls of 4,100 characters take 1.25 s at 4 calls a second, not the 1.025 s
+        // that 4,000 characters a second would say.
+        assert!(close(four.secs(4100, 5), 1.25));
+        assert!(close(pace.call_secs(4, 100).unwrap(), 1.0));
     }
 
     #[test]
     fn fewer_calls_than_ever_seen_are_no_faster_each() {
         let pace = machine(2, &[4]);
-        assert!(close(pace.throughput(2).unwrap(), 1000.0));
+        assert!(close(pace.throughput(2).unwrap().chars, 1000.0));
     }
 
     #[test]
