@@ -19,7 +19,6 @@ pub mod domain;
 pub mod egress;
 pub mod error;
 pub mod finalize;
-pub mod manifest;
 pub mod metrics;
 pub mod model;
 pub mod results;

@@ -6,6 +6,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use futures::future::BoxFuture;
 use voxpool_domain::secret::Secret;
 use voxpool_runtime::{
     auth::{Authenticated, ClientAuth, ClientToken},
@@ -93,6 +94,46 @@ pub fn precheck(store: &str, visibility_timeout: Duration) -> Result<(), String>
     Ok(())
 }
 
+/// This replica's webhook deliveries, signing with `secret`, to the targets `webhooks` allows.
+fn deliveries(
+    s: &Settings,
+    store: &JobStore,
+    results: &Results,
+    secret: Secret,
+    webhooks: Arc<Policy>,
+) -> Result<Deliveries, String> {
+    let options = DeliveryOptions {
+        concurrency: s.webhook_concurrency,
+        per_destination: s.webhook_host_concurrency,
+        poll: Duration::from_millis(100),
+    };
+    Ok(Deliveries::new(
+        store.clone(),
+        results.clone(),
+        secret,
+        Sender::new(webhooks)?,
+        options,
+    ))
+}
+
+/// Health: the store answers a PING, and the workers are not paused by a fault of this
+/// replica (an unreachable synthesis pauses them without NOT_SERVING: see `crate::worker`).
+fn health_probe(
+    store: JobStore,
+    workers: Arc<Workers>,
+) -> impl FnMut(bool) -> BoxFuture<'static, Result<(), String>> + Send + 'static {
+    move |_: bool| {
+        let (store, workers) = (store.clone(), workers.clone());
+        Box::pin(async move {
+            store.ping().await.map_err(|e| e.to_string())?;
+            workers
+                .fault()
+                .filter(|f| f.not_serving)
+                .map_or(Ok(()), |f| Err(format!("workers paused: {}", f.why)))
+        })
+    }
+}
+
 /// Runs one replica until shutdown (module doc). Errors: a one-line reason no retry can fix
 /// (a malformed `--store`, a bad setting, a port in use).
 pub async fn serve(s: Settings) -> Result<(), String> {
@@ -146,18 +187,7 @@ pub async fn serve(s: Settings) -> Result<(), String> {
     );
     let finalizer = Arc::new(Finalizer::new(store.clone(), results.clone()));
     if let Some(secret) = s.webhook_secret.clone() {
-        let options = DeliveryOptions {
-            concurrency: s.webhook_concurrency,
-            per_destination: s.webhook_host_concurrency,
-            poll: Duration::from_millis(100),
-        };
-        let deliveries = Deliveries::new(
-            store.clone(),
-            results.clone(),
-            secret,
-            Sender::new(webhooks.clone())?,
-            options,
-        );
+        let deliveries = deliveries(&s, &store, &results, secret, webhooks.clone())?;
         tokio::spawn(Arc::new(deliveries).run(shutdown.clone()));
     }
     let work = tokio::spawn(workers.clone().run(shutdown.clone(), s.item_timeout));
@@ -187,21 +217,10 @@ pub async fn serve(s: Settings) -> Result<(), String> {
         );
     }
     voxpool_runtime::serve::announce("voxpool-jobs", bound)?;
-    // NOT_SERVING also while the workers are paused by a fault of this replica.
-    let probe = move |_: bool| {
-        let (store, workers) = (store.clone(), workers.clone());
-        async move {
-            store.ping().await.map_err(|e| e.to_string())?;
-            workers
-                .fault()
-                .filter(|f| f.not_serving)
-                .map_or(Ok(()), |f| Err(format!("workers paused: {}", f.why)))
-        }
-    };
     let health = voxpool_runtime::serve::Health {
         dependency: "job store and workers",
         interval: Duration::from_secs(1),
-        probe,
+        probe: health_probe(store, workers),
     };
     let served = voxpool_runtime::serve::serve_grpc(
         listener,

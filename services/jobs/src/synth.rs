@@ -341,7 +341,7 @@ mod tests {
 
     use tonic::{Code, Status};
 
-    use super::{refuses_replica, unreachable};
+    use super::{ReplicaFault, SynthError, refuses_replica, unreachable};
 
     #[test]
     fn only_an_unavailable_without_error_info_is_synthesis_unreachable() {
@@ -376,5 +376,67 @@ mod tests {
             Code::PermissionDenied,
             "TENANT_NOT_ALLOWED"
         )));
+    }
+
+    #[test]
+    fn an_answer_is_the_replicas_fault_or_the_items_failure_with_its_retry_and_size() {
+        assert!(matches!(
+            SynthError::of(&Status::unavailable("tcp connect error")),
+            SynthError::Replica(ReplicaFault::Unreachable(_))
+        ));
+        assert!(matches!(
+            SynthError::of(&Status::unauthenticated("who are you")),
+            SynthError::Replica(ReplicaFault::TokenRefused {
+                code: Code::Unauthenticated,
+                ..
+            })
+        ));
+        let too_large = voxpool_domain::status::with_info(
+            Code::ResourceExhausted,
+            "audio over the limit",
+            "RESPONSE_TOO_LARGE",
+            HashMap::from([
+                ("bytes".into(), "300".into()),
+                ("limit".into(), "100".into()),
+            ]),
+            None,
+        );
+        let SynthError::Failed {
+            error,
+            transient,
+            too_large,
+            code,
+            ..
+        } = SynthError::of(&too_large)
+        else {
+            panic!("the item's failure");
+        };
+        assert_eq!(
+            (code, transient, too_large),
+            (Code::ResourceExhausted, false, Some((300, 100)))
+        );
+        assert_eq!(
+            (error.code.as_str(), error.reason.as_str()),
+            ("RESOURCE_EXHAUSTED", "RESPONSE_TOO_LARGE")
+        );
+        let busy = voxpool_domain::status::with_info(
+            Code::ResourceExhausted,
+            "pool full",
+            "POOL_FULL",
+            HashMap::new(),
+            Some(std::time::Duration::from_millis(250)),
+        );
+        let SynthError::Failed {
+            transient,
+            retry_after,
+            ..
+        } = SynthError::of(&busy)
+        else {
+            panic!("the item's failure");
+        };
+        assert_eq!(
+            (transient, retry_after),
+            (true, Some(std::time::Duration::from_millis(250)))
+        );
     }
 }

@@ -1,11 +1,12 @@
 //! The gRPC edge of `voxpool.jobs.v1.Jobs`: thin handlers that decode a request
-//! ([`validate`], [`crate::manifest`], [`crate::convert`]), call the domain
+//! ([`validate`], [`manifest`], [`crate::convert`]), call the domain
 //! ([`crate::domain::Jobs`], for every RPC), and encode the answer ([`crate::convert`]); every
 //! failure becomes the code and typed reason the proto documents through
 //! [`crate::error::JobsError`]. A caller whose token is bound to tenants
 //! (`voxpool_runtime::auth::TenantBinding`) creates and lists only for those and acts on their
 //! jobs only, on every RPC (PERMISSION_DENIED otherwise): checked here, before the domain acts.
 
+pub mod manifest;
 pub mod validate;
 
 use std::pin::Pin;
@@ -75,7 +76,7 @@ impl JobsService {
                     "give either items or manifest_uri, not both",
                 ));
             }
-            (true, false) => crate::manifest::read(self.jobs.results(), &req.manifest_uri)
+            (true, false) => manifest::read(self.jobs.results(), &req.manifest_uri)
                 .await
                 .map_err(|e| match e {
                     BlobError::NotFound => JobsError::ManifestNotFound {

@@ -1,7 +1,7 @@
 //! Requests checked at the edge before the domain sees them. CreateJob's input: every problem
 //! is collected (field path and what to change) and answered at once as INVALID_ARGUMENT with
 //! a `BadRequest`; a job is queued whole or not at all (a `manifest_uri`'s lines are read by
-//! [`crate::manifest`]). Also job and item names, pages, page tokens and item filters.
+//! [`super::manifest`]). Also job and item names, pages, page tokens and item filters.
 
 use std::collections::HashMap;
 
@@ -139,7 +139,55 @@ pub fn check(
     mut p: Problems,
     webhooks: &crate::egress::Policy,
 ) -> Result<Checked, JobsError> {
+    let priority = check_settings(req, &mut p, webhooks);
     let field = source.field();
+    if items.is_empty() {
+        p.add(
+            field,
+            "the job has no items: give items or a manifest_uri with at least one line",
+        );
+    }
+    if items.len() > MAX_ITEMS {
+        p.add(
+            field,
+            format!(
+                "{} items: at most {MAX_ITEMS} per job; split it into several jobs",
+                items.len()
+            ),
+        );
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut characters = 0i64;
+    for (i, item) in items.iter().enumerate().take(MAX_ITEMS) {
+        let mut add = |key: &str, description: String| {
+            let (field, description) = source.at(i, key, description);
+            p.add(field, description);
+        };
+        if let Err(e) = voxpool_domain::item::check_item_id(&item.id) {
+            add("id", e.clone());
+        } else if let Some(first) = seen.insert(&item.id, i) {
+            add(
+                "id",
+                format!("duplicate id (first at {})", source.name(first)),
+            );
+        }
+        characters += check_item(item, &mut add);
+    }
+    p.into_result()?;
+    Ok(Checked {
+        items: items.into_iter().map(|i| (i.id.clone(), i)).collect(),
+        characters,
+        priority,
+    })
+}
+
+/// Checks the job-wide fields of `req` (request id, tenant, format, sample rate, priority,
+/// webhook), adding each problem to `p`; returns the class its items run in.
+fn check_settings(
+    req: &CreateJobRequest,
+    p: &mut Problems,
+    webhooks: &crate::egress::Policy,
+) -> Priority {
     if let Err(e) = check_field(&req.request_id, MAX_REQUEST_ID_CHARS) {
         p.add("request_id", e.to_string());
     }
@@ -186,85 +234,54 @@ pub fn check(
     {
         p.add("webhook_url", e);
     }
-    if items.is_empty() {
-        p.add(
-            field,
-            "the job has no items: give items or a manifest_uri with at least one line",
+    priority
+}
+
+/// Checks one item's text, voice and emotion, adding each problem with `add` (its key and
+/// why); returns its characters.
+fn check_item(item: &JobItemSpec, add: &mut impl FnMut(&str, String)) -> i64 {
+    let chars = item.text.chars().count();
+    if item.text.trim().is_empty() {
+        add("text", "empty: give the text to speak".into());
+    } else if !voxpool_domain::text::has_speech(&item.text) {
+        add(
+            "text",
+            "has nothing to speak: it holds no letter or digit (only punctuation, symbols or spaces); give words".into(),
         );
-    }
-    if items.len() > MAX_ITEMS {
-        p.add(
-            field,
+    } else if chars > MAX_TEXT_CHARS {
+        add(
+            "text",
             format!(
-                "{} items: at most {MAX_ITEMS} per job; split it into several jobs",
-                items.len()
+                "{chars} characters: at most {MAX_TEXT_CHARS} per item; split it into several items"
             ),
         );
     }
-    let mut seen: HashMap<&str, usize> = HashMap::new();
-    let mut characters = 0i64;
-    for (i, item) in items.iter().enumerate().take(MAX_ITEMS) {
-        let mut add = |key: &str, description: String| {
-            let (field, description) = source.at(i, key, description);
-            p.add(field, description);
-        };
-        if let Err(e) = voxpool_domain::item::check_item_id(&item.id) {
-            add("id", e.clone());
-        } else if let Some(first) = seen.insert(&item.id, i) {
-            add(
-                "id",
-                format!("duplicate id (first at {})", source.name(first)),
-            );
+    match &item.voice {
+        None => add(
+            "voice",
+            "missing: give one of pack_id, snapshot, snapshot_json".into(),
+        ),
+        Some(Voice::PackId(id)) if id.trim().is_empty() => add("pack_id", "empty".into()),
+        Some(Voice::PackId(_)) => {}
+        Some(Voice::Snapshot(s)) if s.digest.is_empty() || s.pack_id.is_empty() => {
+            add("snapshot", "not a frozen snapshot (no pack_id or digest): send FreezeSnapshot's answer as it is".into());
         }
-        let chars = item.text.chars().count();
-        if item.text.trim().is_empty() {
-            add("text", "empty: give the text to speak".into());
-        } else if !voxpool_domain::text::has_speech(&item.text) {
-            add(
-                "text",
-                "has nothing to speak: it holds no letter or digit (only punctuation, symbols or spaces); give words".into(),
-            );
-        } else if chars > MAX_TEXT_CHARS {
-            add(
-                "text",
-                format!(
-                    "{chars} characters: at most {MAX_TEXT_CHARS} per item; split it into several items"
-                ),
-            );
-        }
-        characters += i64::try_from(chars).unwrap_or(i64::MAX);
-        match &item.voice {
-            None => add(
-                "voice",
-                "missing: give one of pack_id, snapshot, snapshot_json".into(),
-            ),
-            Some(Voice::PackId(id)) if id.trim().is_empty() => add("pack_id", "empty".into()),
-            Some(Voice::PackId(_)) => {}
-            Some(Voice::Snapshot(s)) if s.digest.is_empty() || s.pack_id.is_empty() => {
-                add("snapshot", "not a frozen snapshot (no pack_id or digest): send FreezeSnapshot's answer as it is".into());
-            }
-            Some(Voice::Snapshot(s)) => {
-                let sealed = Snapshot::from_pb(s).and_then(|s| s.verify_digest());
-                if let Err(e) = sealed {
-                    add("snapshot", e.to_string());
-                }
-            }
-            Some(Voice::SnapshotJson(json)) => {
-                if let Err(e) = Snapshot::from_json(json).and_then(|s| s.verify_digest()) {
-                    add("snapshot_json", e.to_string());
-                }
+        Some(Voice::Snapshot(s)) => {
+            let sealed = Snapshot::from_pb(s).and_then(|s| s.verify_digest());
+            if let Err(e) = sealed {
+                add("snapshot", e.to_string());
             }
         }
-        if !item.emotion.is_empty() && !is_tag(&item.emotion) {
-            add("emotion", "not a clip tag: use [a-z0-9_-]{1,32}".into());
+        Some(Voice::SnapshotJson(json)) => {
+            if let Err(e) = Snapshot::from_json(json).and_then(|s| s.verify_digest()) {
+                add("snapshot_json", e.to_string());
+            }
         }
     }
-    p.into_result()?;
-    Ok(Checked {
-        items: items.into_iter().map(|i| (i.id.clone(), i)).collect(),
-        characters,
-        priority,
-    })
+    if !item.emotion.is_empty() && !is_tag(&item.emotion) {
+        add("emotion", "not a clip tag: use [a-z0-9_-]{1,32}".into());
+    }
+    i64::try_from(chars).unwrap_or(i64::MAX)
 }
 
 /// ListJobs' `page_token`: empty for the first page, else a cursor this service gave.

@@ -30,6 +30,16 @@ pub enum Created {
     Reused(String),
 }
 
+/// What claiming a request id came to.
+enum Claim {
+    /// The id is this call's now.
+    Ours,
+    /// It names a job whose first call died before writing it: this call writes it.
+    Unwritten(String),
+    /// It names a written job: this is the answer.
+    Answered(Created),
+}
+
 /// An item row of ListJobItems.
 #[derive(Clone, Debug)]
 pub struct ItemRow {
@@ -63,39 +73,14 @@ impl JobStore {
         let mut id = id.to_owned();
         let fingerprint = fingerprint(job, items);
         if let Some(key) = &request_key {
-            // Claims the request id for this job; a concurrent or earlier call's job wins.
-            let set = self
-                .query(
-                    redis::cmd("SET")
-                        .arg(key)
-                        .arg(&id)
-                        .arg("NX")
-                        .arg("GET")
-                        .arg("PX")
-                        .arg(self.retention_ms().saturating_add(86_400_000)),
-                )
-                .await?;
-            if let Value::BulkString(existing) = set {
-                id = String::from_utf8_lossy(&existing).into_owned();
-                if let Some(existing) = self.record(&id).await? {
-                    let theirs = self.field(&id, "fingerprint").await?;
-                    if !theirs.is_empty() && theirs != fingerprint {
-                        return Ok(Created::Reused(id));
-                    }
-                    // The first call may have died between writing the job and indexing it.
-                    if !existing.has_ended() {
-                        self.activate(&id, existing.create_ms).await?;
-                    }
-                    self.query(
-                        redis::cmd("ZADD")
-                            .arg(self.tenant_key(&job.tenant))
-                            .arg(existing.create_ms)
-                            .arg(&id),
-                    )
-                    .await?;
-                    return Ok(Created::Existing(id));
-                }
+            match self
+                .claim_request(key, &id, &job.tenant, &fingerprint)
+                .await?
+            {
+                Claim::Ours => {}
                 // The first call died before writing its job: write it under that id now.
+                Claim::Unwritten(first) => id = first,
+                Claim::Answered(created) => return Ok(created),
             }
         }
         let fields: Vec<(&str, String)> = vec![
@@ -143,25 +128,79 @@ impl JobStore {
                 .arg(&id),
         )
         .await?;
-        if self.replica_acks > 0 {
-            let key = self.job_keys(&id)[0].clone();
-            // Half the store's response timeout: WAIT answers before the connection gives up.
-            let wait = self.timeout / 2;
-            let acked = self
-                .conn
-                .wait_replicas(&key, self.replica_acks, wait, generation)
-                .await
-                .map_err(super::map_err)?;
-            if acked < i64::from(self.replica_acks) {
-                return Err(StoreError::NotReplicated {
-                    job: id,
-                    acked,
-                    wanted: self.replica_acks,
-                    waited: wait,
-                });
-            }
-        }
+        self.await_replicas(&id, generation).await?;
         Ok(created)
+    }
+
+    /// Claims `tenant`'s request id (its key `key`) for job `id`, unless a concurrent or
+    /// earlier call's job holds it: that job answers (the same request, or another one under
+    /// the same id), or, when that call died before writing it, is written now under its id.
+    async fn claim_request(
+        &self,
+        key: &str,
+        id: &str,
+        tenant: &str,
+        fingerprint: &str,
+    ) -> StoreResult<Claim> {
+        let set = self
+            .query(
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(id)
+                    .arg("NX")
+                    .arg("GET")
+                    .arg("PX")
+                    .arg(self.retention_ms().saturating_add(86_400_000)),
+            )
+            .await?;
+        let Value::BulkString(first) = set else {
+            return Ok(Claim::Ours);
+        };
+        let first = String::from_utf8_lossy(&first).into_owned();
+        let Some(existing) = self.record(&first).await? else {
+            return Ok(Claim::Unwritten(first));
+        };
+        let theirs = self.field(&first, "fingerprint").await?;
+        if !theirs.is_empty() && theirs != fingerprint {
+            return Ok(Claim::Answered(Created::Reused(first)));
+        }
+        // The first call may have died between writing the job and indexing it.
+        if !existing.has_ended() {
+            self.activate(&first, existing.create_ms).await?;
+        }
+        self.query(
+            redis::cmd("ZADD")
+                .arg(self.tenant_key(tenant))
+                .arg(existing.create_ms)
+                .arg(&first),
+        )
+        .await?;
+        Ok(Claim::Answered(Created::Existing(first)))
+    }
+
+    /// Waits for the configured replicas to acknowledge job `id`'s record (written on
+    /// connection `generation`). Errors: `NotReplicated` when fewer did in time.
+    async fn await_replicas(&self, id: &str, generation: u64) -> StoreResult<()> {
+        if self.replica_acks == 0 {
+            return Ok(());
+        }
+        let key = self.job_keys(id)[0].clone();
+        // Half the store's response timeout: WAIT answers before the connection gives up.
+        let wait = self.timeout / 2;
+        let acked = self
+            .conn
+            .wait_replicas(&key, self.replica_acks, wait, generation)
+            .await
+            .map_err(super::map_err)?;
+        if acked < i64::from(self.replica_acks) {
+            return Err(StoreError::NotReplicated {
+                job: id.to_owned(),
+                acked,
+                wanted: self.replica_acks,
+                waited: wait,
+            });
+        }
+        Ok(())
     }
 
     pub(super) fn tenant_key(&self, tenant: &str) -> String {

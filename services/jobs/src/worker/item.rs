@@ -6,8 +6,9 @@
 //!   exponential back-off and jitter (at least the server's `RetryInfo`), at most
 //!   `--max-attempts` calls; any other failure ends the item FAILED with Synthesize's status
 //!   and typed reason, the job's other items unaffected.
-//! - Cancellation is looked at before every call: an item of a cancelled job ends CANCELLED
-//!   at its next boundary; audio that came back is kept.
+//! - Cancellation is looked at right before every call (each attempt, each part of a split
+//!   item): an item of a cancelled job ends CANCELLED instead of calling; audio that came back
+//!   whole is kept.
 //! - A fault of this replica rather than the item — synthesis cannot be reached or refuses
 //!   its worker token, the blob store refuses its writes — fails no item: the item is handed
 //!   back at once for another replica to reclaim, and the workers pause until the fault
@@ -24,10 +25,10 @@ use voxpool_domain::contract::JobsReason;
 use super::Workers;
 use crate::{
     metrics,
-    model::{ItemError, ItemResult, ItemState, JobState},
+    model::{ItemError, ItemResult, ItemState},
     results::Results,
     store::{Claimed, StoreError},
-    synth::{ItemSpec, JobParams, SynthError},
+    synth::{ItemSpec, JobParams, Spoken, SynthError},
 };
 
 /// Why an item goes back to the queue unended (module doc).
@@ -135,52 +136,26 @@ impl Workers {
             .with_max_times(self.options.max_attempts.saturating_sub(1) as usize)
             .build();
         loop {
-            if matches!(
-                self.store.job_state(&params.job).await,
-                Ok(Some(JobState::Cancelled))
-            ) {
-                return Ok((
-                    ItemState::Cancelled,
-                    ItemResult::default(),
-                    characters,
-                    false,
-                ));
+            let dropped = (
+                ItemState::Cancelled,
+                ItemResult::default(),
+                characters,
+                false,
+            );
+            if super::parts::cancelled(&self.store, &params.job).await {
+                return Ok(dropped);
             }
             self.count_attempt(&params.job, &claimed.id).await;
-            let answer = super::parts::speak(&self.synth, params, &claimed.id, &spec).await;
-            metrics::attempt(
-                answer
-                    .as_ref()
-                    .map_or_else(SynthError::code, |_| tonic::Code::Ok),
-            );
+            let answer =
+                super::parts::speak(&self.synth, &self.store, params, &claimed.id, &spec).await;
+            metrics::attempt(match &answer {
+                Ok(Some(_)) => tonic::Code::Ok,
+                Ok(None) => tonic::Code::Cancelled,
+                Err(e) => e.code(),
+            });
             match answer {
-                Ok(response) => {
-                    let (cached, chunks) = (response.cached, response.chunks());
-                    let audio_bytes = i64::try_from(response.audio.len()).unwrap_or(i64::MAX);
-                    let all_cached = cached == chunks;
-                    if let Err(e) = self.write(&path, bytes::Bytes::from(response.audio)).await {
-                        // The replica's store, or only this object? A store that takes the
-                        // probe pauses nobody: the item goes back, and a write that keeps
-                        // failing ends it at the delivery limit instead of flapping the fleet.
-                        if self.results.probe_write(&self.consumer).await.is_err() {
-                            return Err(HandBack::Fault(self.writes_refused(&e)));
-                        }
-                        return Err(HandBack::Item(format!(
-                            "the blob store {} refused this item's audio ({e}) but takes other writes",
-                            self.results.location()
-                        )));
-                    }
-                    let result = ItemResult {
-                        output: path,
-                        error: None,
-                        chunks: i32::try_from(chunks).unwrap_or(i32::MAX),
-                        cached_chunks: i32::try_from(cached).unwrap_or(i32::MAX),
-                        key_id: response.key_id,
-                        reference_digest: response.reference_digest,
-                        audio_bytes,
-                    };
-                    return Ok((ItemState::Succeeded, result, characters, all_cached));
-                }
+                Ok(Some(spoken)) => return self.keep(path, spoken, characters).await,
+                Ok(None) => return Ok(dropped),
                 Err(SynthError::Replica(fault)) => {
                     return Err(HandBack::Fault(Self::synthesis_fault(&fault)));
                 }
@@ -201,6 +176,41 @@ impl Workers {
                 }
             }
         }
+    }
+
+    /// Writes the audio of a spoken item at `path`; the item's end, or `Err` when the blob
+    /// store refused it (module doc).
+    async fn keep(
+        &self,
+        path: String,
+        spoken: Spoken,
+        characters: i64,
+    ) -> Result<(ItemState, ItemResult, i64, bool), HandBack> {
+        let (cached, chunks) = (spoken.cached, spoken.chunks());
+        let audio_bytes = i64::try_from(spoken.audio.len()).unwrap_or(i64::MAX);
+        let all_cached = cached == chunks;
+        if let Err(e) = self.write(&path, bytes::Bytes::from(spoken.audio)).await {
+            // The replica's store, or only this object? A store that takes the
+            // probe pauses nobody: the item goes back, and a write that keeps
+            // failing ends it at the delivery limit instead of flapping the fleet.
+            if self.results.probe_write(&self.consumer).await.is_err() {
+                return Err(HandBack::Fault(self.writes_refused(&e)));
+            }
+            return Err(HandBack::Item(format!(
+                "the blob store {} refused this item's audio ({e}) but takes other writes",
+                self.results.location()
+            )));
+        }
+        let result = ItemResult {
+            output: path,
+            error: None,
+            chunks: i32::try_from(chunks).unwrap_or(i32::MAX),
+            cached_chunks: i32::try_from(cached).unwrap_or(i32::MAX),
+            key_id: spoken.key_id,
+            reference_digest: spoken.reference_digest,
+            audio_bytes,
+        };
+        Ok((ItemState::Succeeded, result, characters, all_cached))
     }
 
     /// Counts a Synthesize call before it is made. While the store does not answer (a

@@ -8,13 +8,19 @@
 //!
 //! A part's request id is the item's with `/pN` appended, so a retried item reuses its parts'
 //! idempotency keys; a part that is still too large fails the item with the server's reason.
+//! The job's state is looked at right before each part's call: once it is cancelled no part
+//! is spoken any more, and the item ends CANCELLED (its parts' audio is not kept).
 
 use voxpool_domain::{
     audio::{Audio, Joiner},
     text::{TextLimit, split},
 };
 
-use crate::synth::{ItemSpec, JobParams, Spoken, SynthError, Synthesizer};
+use crate::{
+    model::JobState,
+    store::JobStore,
+    synth::{ItemSpec, JobParams, Spoken, SynthError, Synthesizer},
+};
 
 /// How many parts of at most how many characters `chars` of text are split into so that
 /// audio of `bytes` fits `limit` with a 10 % margin.
@@ -26,15 +32,16 @@ fn part_chars(chars: usize, bytes: usize, limit: usize) -> usize {
 
 /// Speaks `spec` in one call or, when its audio is over the message limit, in parts (module
 /// doc). The answer of a split item joins the parts' audio, counts every part's chunks and
-/// carries the last part's key.
+/// carries the last part's key; `None` when the job was cancelled before a part's call.
 pub(super) async fn speak(
     synth: &Synthesizer,
+    store: &JobStore,
     params: &JobParams,
     id: &str,
     spec: &ItemSpec,
-) -> Result<Spoken, SynthError> {
+) -> Result<Option<Spoken>, SynthError> {
     let error = match synth.speak(params, id, spec).await {
-        Ok(spoken) => return Ok(spoken),
+        Ok(spoken) => return Ok(Some(spoken)),
         Err(error) => error,
     };
     let SynthError::Failed {
@@ -56,6 +63,9 @@ pub(super) async fn speak(
     let mut joiner = Joiner::chaining_ogg(format);
     let mut joined = Spoken::default();
     for (i, text) in texts.iter().enumerate() {
+        if cancelled(store, &params.job).await {
+            return Ok(None);
+        }
         let part = spec.with_text(text);
         let answer = synth
             .speak(params, &format!("{id}/p{}", i + 1), &part)
@@ -90,7 +100,13 @@ pub(super) async fn speak(
         bytes = joined.audio.len(),
         "an item over synthesis's message limit was spoken in parts"
     );
-    Ok(joined)
+    Ok(Some(joined))
+}
+
+/// Whether job `job` is cancelled now (a store that does not answer says no: the call goes
+/// ahead, as it would have a moment earlier).
+pub(super) async fn cancelled(store: &JobStore, job: &str) -> bool {
+    matches!(store.job_state(job).await, Ok(Some(JobState::Cancelled)))
 }
 
 #[cfg(test)]
