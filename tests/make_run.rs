@@ -6,7 +6,9 @@
 //!   with the same variables, works against a stack on other ports;
 //! - Ctrl-C (SIGINT to the script's process group, as a terminal sends it) while a long HTTP
 //!   answer streams: the answer arrives whole, every service drains and exits, and the last
-//!   line says the stack stopped on Ctrl-C.
+//!   line says the stack stopped on Ctrl-C;
+//! - started in the background by a script (SIGINT ignored on entry, as a non-interactive
+//!   shell leaves it for a background job), `kill -INT` on its pid stops it just the same.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -208,6 +210,34 @@ fn ctrl_c_lets_a_long_http_answer_finish_and_every_service_drain() {
 }
 
 #[test]
+fn sigint_stops_a_stack_started_in_the_background_by_a_script() {
+    let mut stack = Stack::start_with(SigInt::IgnoredOnEntry);
+    let pids = stack.service_pids();
+    let status = Command::new("kill")
+        .args(["-INT", &stack.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let status = stack.wait(Duration::from_secs(60));
+    let stderr = stack.stderr_text();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("make run: stopped on Ctrl-C"),
+        "SIGINT stopped it as Ctrl-C does: {stderr}"
+    );
+    assert!(
+        !stderr.contains("SIGINT is ignored here"),
+        "no fallback hint where SIGINT could be restored: {stderr}"
+    );
+    for (name, pid) in pids {
+        assert!(
+            !alive(pid),
+            "{name} (pid {pid}) still runs after make run exited"
+        );
+    }
+}
+
+#[test]
 fn a_service_that_dies_stops_the_others_and_is_named() {
     let mut stack = Stack::start();
     let pids = stack.service_pids();
@@ -302,8 +332,21 @@ struct Stack {
     stderr: Arc<Mutex<String>>,
 }
 
+/// How run.sh finds SIGINT when it starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SigInt {
+    /// At its default, as in a terminal.
+    Default,
+    /// Ignored, as a non-interactive shell leaves it for a job it starts with `&`.
+    IgnoredOnEntry,
+}
+
 impl Stack {
     fn start() -> Self {
+        Self::start_with(SigInt::Default)
+    }
+
+    fn start_with(sigint: SigInt) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         // Bound together so that no two are the same, then let go for run.sh.
         let held: Vec<TcpListener> = PORT_VARS
@@ -316,7 +359,16 @@ impl Stack {
             .map(|((var, _), l)| (*var, l.local_addr().expect("addr").port()))
             .collect();
         drop(held);
-        let mut command = Command::new(workspace_root().join("deploy/local/run.sh"));
+        let run_sh = workspace_root().join("deploy/local/run.sh");
+        let mut command = match sigint {
+            SigInt::Default => Command::new(run_sh),
+            // env execs run.sh in its own place: the child's pid is run.sh's.
+            SigInt::IgnoredOnEntry => {
+                let mut command = Command::new("env");
+                command.arg("--ignore-signal=INT").arg(run_sh);
+                command
+            }
+        };
         command
             .env("VOXPOOL_RUN_DIR", dir.path().join("run"))
             .env("CARGO_TARGET_DIR", bin_dir().parent().expect("target dir"))

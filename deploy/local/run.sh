@@ -16,6 +16,23 @@
 # Ports taken by another process (a second `make run`) are named before anything starts, and
 # the ready line is printed only once every service has said it listens, so it comes last.
 set -euo pipefail
+# Started in the background by a non-interactive shell (`make run &` in a script, a CI step),
+# this script inherits SIGINT ignored, as POSIX has it for such background jobs, and bash cannot
+# trap a signal that was ignored on entry: `kill -INT` would do nothing. So it runs itself again,
+# same pid, with SIGINT at its default (GNU env), and the trap below sees it as it sees Ctrl-C.
+sigint_ignored() {
+    local mask
+    mask=$(awk '/^SigIgn:/ { print $2 }' "/proc/$$/status" 2>/dev/null) || return 1
+    [ -n "$mask" ] && (((16#$mask >> 1) & 1))
+}
+if sigint_ignored; then
+    if [ -z "${VOXPOOL_RUN_SIGINT_RESET:-}" ] && env --default-signal=INT true 2>/dev/null; then
+        export VOXPOOL_RUN_SIGINT_RESET=1
+        exec env --default-signal=INT "$BASH" "$0" "$@"
+    fi
+    echo "make run: SIGINT is ignored here (started in the background by a script): stop the stack with SIGTERM (kill $$)" >&2
+fi
+unset VOXPOOL_RUN_SIGINT_RESET
 cd "$(dirname "$0")/../.."
 # shellcheck source=deploy/local/ports.sh
 . deploy/local/ports.sh
