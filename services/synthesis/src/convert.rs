@@ -1,7 +1,7 @@
 //! The edge's conversions, both ways: a `SynthesizeRequest` into the domain
 //! [`Request`](crate::job::Request) (infallible: what needs refusing is refused by
 //! `job::prepare`, in its order), and a job's results back into protobuf (the response, its
-//! attempts, the pools' readiness). With the scheduler and catalog clients, the only place
+//! attempts, a delivery's pieces as streamed messages, the pools' readiness). With the scheduler and catalog clients, the only place
 //! synthesis meets a prost type.
 
 use voxpool_domain::snapshot::Snapshot;
@@ -13,7 +13,7 @@ use voxpool_proto::{
 use crate::{
     adapters::AudioFormat,
     cache::Policy,
-    job::{Core, Overrides, Request, Synthesized, Unknown, VoiceSource},
+    job::{Core, Overrides, Request, Synthesized, Unknown, VoiceSource, delivery::Piece},
     lease::Priority,
     record::AttemptRecord,
 };
@@ -96,6 +96,17 @@ pub fn attempt(a: &AttemptRecord) -> pb::Attempt {
     }
 }
 
+/// One streamed message: a piece of a job's delivery.
+pub fn audio_chunk(piece: Piece) -> pb::AudioChunk {
+    pb::AudioChunk {
+        audio: piece.audio,
+        seq: i32::try_from(piece.seq).unwrap_or(i32::MAX),
+        r#final: piece.last,
+        cached_chunks: i32::try_from(piece.cached_chunks).unwrap_or(i32::MAX),
+        reference_digest: piece.reference_digest,
+    }
+}
+
 /// The unary answer: a whole job's audio in `format`.
 pub fn response(done: Synthesized, format: AudioFormat) -> pb::SynthesizeResponse {
     pb::SynthesizeResponse {
@@ -153,6 +164,21 @@ mod tests {
             pb::AudioFormat::OggOpus
         );
         assert_eq!(audio_format(99), Err(Unknown(99)));
+    }
+
+    #[test]
+    fn format_metric_labels_are_the_wire_enums_names() {
+        for format in [
+            AudioFormat::Wav,
+            AudioFormat::Mp3,
+            AudioFormat::OggOpus,
+            AudioFormat::Pcm,
+        ] {
+            assert_eq!(
+                crate::metrics::format_label(format),
+                audio_format_pb(format).as_str_name()
+            );
+        }
     }
 
     #[test]

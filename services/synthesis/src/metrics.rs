@@ -33,7 +33,7 @@ use opentelemetry::{
 use tonic::Code;
 use voxpool_domain::status::code_name;
 
-use crate::record::AttemptRecord;
+use crate::{adapters::AudioFormat, record::AttemptRecord};
 
 /// The synthesis instruments.
 struct Instruments {
@@ -183,8 +183,19 @@ pub fn failover(pool: &str, outcome: &'static str) {
     );
 }
 
+/// A format as its metric label spells it: the wire enum's name (`OGG_OPUS`).
+pub fn format_label(format: AudioFormat) -> &'static str {
+    match format {
+        AudioFormat::Wav => "WAV",
+        AudioFormat::Mp3 => "MP3",
+        AudioFormat::OggOpus => "OGG_OPUS",
+        AudioFormat::Pcm => "PCM",
+    }
+}
+
 /// Records the time from a stream's request to its first audio message.
-pub fn first_audio(pool: &str, format: &'static str, elapsed: Duration) {
+pub fn first_audio(pool: &str, format: AudioFormat, elapsed: Duration) {
+    let format = format_label(format);
     instruments().first_audio.record(
         elapsed.as_secs_f64(),
         &[

@@ -22,7 +22,13 @@ use voxpool_proto::synthesis::v1::{
 };
 use voxpool_runtime::auth::{resolve_tenant, tenant_binding};
 
-use crate::{convert, deadline::Deadline, error::SynthesisError, job::Core, metrics, stream};
+use crate::{
+    convert,
+    deadline::Deadline,
+    error::SynthesisError,
+    job::{Core, delivery},
+    metrics, stream,
+};
 
 /// Default largest gRPC message (bytes) accepted or sent, as the shared `--max-message-bytes`.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
@@ -153,17 +159,16 @@ impl Synthesis for SynthesisService {
         let deadline = self.deadline(&request);
         let request = convert::request(bound(request, metrics::Via::Stream, started)?);
         match self.core.prepare(request, deadline).await {
-            Ok(job) => Ok(Response::new(stream::start(
+            Ok(job) => Ok(Response::new(stream::AudioStream::from(delivery::start(
                 self.core.clone(),
                 job,
                 started,
                 metrics::Via::Stream,
-            ))),
+            )))),
             Err(e) => {
                 tracing::info!(error = %e, "synthesis stream refused");
-                let status = Status::from(e);
-                metrics::request(metrics::Via::Stream, "-", status.code(), started.elapsed());
-                Err(status)
+                metrics::request(metrics::Via::Stream, "-", e.code(), started.elapsed());
+                Err(Status::from(e))
             }
         }
     }

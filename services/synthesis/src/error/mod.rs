@@ -1,6 +1,7 @@
 //! The synthesis error enum: every way a request can fail, with messages that say what to do;
-//! its one exhaustive mapping to `tonic::Status` is in `status.rs` (reasons: the shared
-//! contract's `SynthesisReason`, never a string typed here).
+//! its classification (code, typed reason, field, retry time) in `class.rs`, read by both
+//! fronts, and its one exhaustive mapping to `tonic::Status` in `status.rs` (reasons: the
+//! shared contract's `SynthesisReason`, never a string typed here).
 //!
 //! No catch-all arm: a new variant must be classified. Messages are lowercase, name the field,
 //! pool, key or URL involved and never carry a credential or a panic payload. Failover errors
@@ -86,7 +87,14 @@ pub enum SynthesisError {
         known: String,
     },
     /// The catalog has no such pack.
-    #[error("{}", not_found_text(pack_id, message))]
+    #[error(
+        "{}",
+        not_found_text(
+            pack_id,
+            message,
+            "check the packId (ListVoicePacks lists the enabled packs)"
+        )
+    )]
     CatalogNotFound {
         /// Requested pack id.
         pack_id: String,
@@ -333,17 +341,16 @@ impl SynthesisError {
     }
 }
 
-/// "voice pack \"x\" not found in the catalog" once, with what to do; the catalog's own message
-/// only when it adds something (it usually says the same: "voice pack \"x\" not found").
-fn not_found_text(pack_id: &str, message: &str) -> String {
+/// "voice pack \"x\" not found in the catalog" once, then `what_to_do` (each front names its
+/// own listing); the catalog's own message only when it adds something (it usually says the
+/// same: "voice pack \"x\" not found").
+pub(crate) fn not_found_text(pack_id: &str, message: &str, what_to_do: &str) -> String {
     let extra = if message.contains(pack_id) || message.is_empty() {
         String::new()
     } else {
         format!(" ({message})")
     };
-    format!(
-        "voice pack {pack_id:?} not found in the catalog{extra}: check the packId (ListVoicePacks lists the enabled packs)"
-    )
+    format!("voice pack {pack_id:?} not found in the catalog{extra}: {what_to_do}")
 }
 
 /// What a deadline ran into: vendor calls under way, the attempts made, or (a known pool, none
@@ -369,8 +376,8 @@ fn attempts_suffix(attempts: &[AttemptRecord]) -> String {
     }
 }
 
+mod class;
 mod status;
-pub use status::WAITED_FOR_SLOT;
 
 #[cfg(test)]
 mod tests;

@@ -1,20 +1,18 @@
 //! The one exhaustive mapping of [`SynthesisError`] to `tonic::Status` (the parent module's
 //! doc): the code, the message, and an `ErrorInfo` whose reason is a typed
-//! [`SynthesisReason`] with metadata naming the pool, key, URL and every attempt.
+//! [`SynthesisReason`] with metadata naming the pool, key, URL and every attempt. Code,
+//! reason, field and retry time are the error's own classification (`class.rs`, which the
+//! HTTP front reads too); the unit tests hold the two together.
 
-use std::{collections::HashMap, time::Duration};
+use std::collections::HashMap;
 
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
-use voxpool_domain::contract::{Outcome, SynthesisReason};
+use voxpool_domain::contract::SynthesisReason;
 use voxpool_domain::status::{ERROR_DOMAIN, invalid_argument, not_found, with_info};
 
-use super::SynthesisError;
+use super::{SynthesisError, class::UNREACHABLE_RETRY};
 use crate::record::AttemptRecord;
-
-/// `ErrorInfo` metadata key of a DEADLINE_EXCEEDED spent entirely waiting for a key slot
-/// (value `"true"`): no vendor call was made because every eligible key stayed full.
-pub const WAITED_FOR_SLOT: &str = "waited_for_slot";
 
 /// `ErrorInfo` metadata listing every attempt (module doc).
 fn attempt_metadata(pool: &str, attempts: &[AttemptRecord]) -> HashMap<String, String> {
@@ -46,6 +44,7 @@ fn info(code: Code, message: String, reason: &str, md: HashMap<String, String>) 
 impl From<SynthesisError> for Status {
     fn from(e: SynthesisError) -> Self {
         let message = e.to_string();
+        let code = e.code();
         match e {
             SynthesisError::InvalidArgument { field, message } => invalid_argument(&field, message),
             SynthesisError::Param(p) => {
@@ -141,7 +140,7 @@ impl From<SynthesisError> for Status {
                 message,
                 SynthesisReason::CatalogUnavailable.as_str(),
                 HashMap::from([("catalog".into(), url)]),
-                Some(Duration::from_millis(500)),
+                Some(UNREACHABLE_RETRY),
             ),
             SynthesisError::CatalogFailed { url, .. } => info(
                 Code::Internal,
@@ -154,7 +153,7 @@ impl From<SynthesisError> for Status {
                 message,
                 SynthesisReason::SchedulerUnavailable.as_str(),
                 HashMap::from([("scheduler".into(), url)]),
-                Some(Duration::from_millis(500)),
+                Some(UNREACHABLE_RETRY),
             ),
             SynthesisError::SchedulerMismatch { url, .. } => info(
                 Code::FailedPrecondition,
@@ -180,20 +179,7 @@ impl From<SynthesisError> for Status {
                 retry_after,
                 ..
             } => {
-                let throttled = !attempts.is_empty()
-                    && attempts.iter().all(|a| {
-                        matches!(
-                            a.outcome,
-                            Outcome::RateLimited
-                                | Outcome::QuotaExhausted
-                                | Outcome::ConcurrencyLimited
-                        )
-                    });
-                let code = if throttled {
-                    Code::ResourceExhausted
-                } else {
-                    Code::Unavailable
-                };
+                // Every key throttled is RESOURCE_EXHAUSTED, anything else UNAVAILABLE.
                 with_info(
                     code,
                     message,
@@ -208,25 +194,12 @@ impl From<SynthesisError> for Status {
                 SynthesisReason::VendorRejected.as_str(),
                 attempt_metadata(&pool, std::slice::from_ref(attempt.as_ref())),
             ),
-            SynthesisError::DeadlineExceeded {
-                pool,
-                attempts,
-                in_call,
-                ..
-            } => {
-                let mut md = attempt_metadata(pool.as_deref().unwrap_or(""), &attempts);
-                if pool.is_some() && !in_call && attempts.is_empty() {
-                    // The whole budget went on waiting for a slot: the pool was full
-                    // throughout (the HTTP front answers 429 for it).
-                    md.insert(WAITED_FOR_SLOT.into(), "true".into());
-                }
-                info(
-                    Code::DeadlineExceeded,
-                    message,
-                    SynthesisReason::DeadlineExceeded.as_str(),
-                    md,
-                )
-            }
+            SynthesisError::DeadlineExceeded { pool, attempts, .. } => info(
+                Code::DeadlineExceeded,
+                message,
+                SynthesisReason::DeadlineExceeded.as_str(),
+                attempt_metadata(pool.as_deref().unwrap_or(""), &attempts),
+            ),
             SynthesisError::Audio { pool, .. } => info(
                 Code::Internal,
                 message,

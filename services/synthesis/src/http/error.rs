@@ -1,8 +1,8 @@
 //! The HTTP front's errors in OpenAI's shape, `{"error": {"message", "type", "param",
 //! "code"}}`, with the HTTP status an OpenAI client expects. A synthesis failure is mapped from
-//! the same `tonic::Status` the gRPC side answers (its code, its `ErrorInfo` reason, its
-//! `BadRequest` field, its `RetryInfo`), so both fronts classify a failure once
-//! (`crate::error::status`):
+//! the domain error's own classification (`SynthesisError::code`, `reason`, `field`,
+//! `retry_after`: `crate::error`), the one the gRPC status is built from, so both fronts
+//! classify a failure once:
 //!
 //! | gRPC code | HTTP | `type` |
 //! |---|---|---|
@@ -12,13 +12,14 @@
 //! | NOT_FOUND, FAILED_PRECONDITION `PACK_UNUSABLE` | 404 | `invalid_request_error` (`param` = `voice`) |
 //! | RESOURCE_EXHAUSTED | 429 + `Retry-After` | `rate_limit_error` |
 //! | FAILED_PRECONDITION (other), UNAVAILABLE, ABORTED | 503 (+ `Retry-After` when known) | `service_unavailable` |
-//! | DEADLINE_EXCEEDED spent waiting for a slot (`waited_for_slot`) | 429 + `Retry-After`, `code` `pool_full` | `rate_limit_error` |
+//! | DEADLINE_EXCEEDED spent waiting for a slot (`SynthesisError::waited_for_slot`) | 429 + `Retry-After`, `code` `pool_full` | `rate_limit_error` |
 //! | DEADLINE_EXCEEDED (other) | 504 | `timeout` |
 //! | INTERNAL and the rest | 500 | `server_error` |
 //!
-//! `code` is the typed reason in lowercase (`pool_full`, `keys_exhausted`, …) when the status
-//! carries one. Messages are the gRPC messages with the field renamed to the body's
-//! (`text` → `input`), and never carry a key or a credential.
+//! `code` is the typed reason in lowercase (`pool_full`, `keys_exhausted`, …) when the error
+//! has one. Messages are the gRPC messages with the field named as the body names it
+//! (`text` → `input`) and an unknown pack pointing to this front's listing, and never carry a
+//! key or a credential.
 
 use axum::{
     Json,
@@ -26,11 +27,10 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde_json::json;
-use tonic::{Code, Status};
-use tonic_types::StatusExt;
+use tonic::Code;
 use voxpool_domain::contract::SynthesisReason;
 
-use crate::error::WAITED_FOR_SLOT;
+use crate::error::{SynthesisError, not_found_text};
 
 /// One error answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -137,26 +137,18 @@ impl ApiError {
         }
     }
 
-    /// The answer to a synthesis (or catalog) failure, from its gRPC status (module doc).
-    pub fn from_status(status: &Status) -> Self {
-        let details = status.get_error_details();
-        let reason = details.error_info().map(|i| i.reason.clone());
+    /// The answer to a synthesis (or catalog) failure (module doc).
+    pub fn of(error: &SynthesisError) -> Self {
+        let code = error.code();
+        let reason = error.reason();
         // An HTTP caller sends no deadline: a wait for a slot that used all of ours is the
         // pool being full, which an OpenAI client retries after Retry-After.
-        let pool_full = status.code() == Code::DeadlineExceeded
-            && details
-                .error_info()
-                .is_some_and(|i| i.metadata.get(WAITED_FOR_SLOT).is_some_and(|v| v == "true"));
-        let field = details
-            .bad_request()
-            .and_then(|b| b.field_violations.first())
-            .map(|v| v.field.clone());
-        let retry_after_s = details
-            .retry_info()
-            .and_then(|r| r.retry_delay)
+        let pool_full = code == Code::DeadlineExceeded && error.waited_for_slot();
+        let retry_after_s = error
+            .retry_after()
             .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
-        let pack_unusable = SynthesisReason::of(status) == Some(SynthesisReason::PackUnusable);
-        let (http, kind) = match status.code() {
+        let pack_unusable = reason == Some(SynthesisReason::PackUnusable);
+        let (http, kind) = match code {
             Code::InvalidArgument | Code::OutOfRange => {
                 (StatusCode::BAD_REQUEST, "invalid_request_error")
             }
@@ -182,51 +174,28 @@ impl ApiError {
             | Code::Internal
             | Code::DataLoss => (StatusCode::INTERNAL_SERVER_ERROR, "server_error"),
         };
-        let param = match (status.code(), field) {
-            (_, Some(field)) => Some(body_field(&field).to_owned()),
+        let param = match (code, error.field()) {
+            (_, Some(field)) => Some(body_field(field).to_owned()),
             (Code::NotFound, None) => Some("voice".to_owned()),
             (Code::FailedPrecondition, None) if pack_unusable => Some("voice".to_owned()),
             _ => None,
         };
-        let mut message = status.message().to_owned();
-        if let Some(param) = &param {
-            // "invalid text: …" says what the gRPC field is; an HTTP caller sent `input`.
-            if let Some(field) = details
-                .bad_request()
-                .and_then(|b| b.field_violations.first())
-                .map(|v| v.field.as_str())
-                && let Some(rest) = message.strip_prefix(&format!("invalid {field}:"))
-            {
-                message = format!("invalid {param}:{rest}");
-                if param == "speed" {
-                    message.push_str(" (speed multiplies the voice pack's rate)");
-                }
-            }
-        }
-        if status.code() == Code::NotFound || pack_unusable {
-            // The gRPC message names gRPC's own listing; an HTTP caller has its own (and a
-            // `voice` such as "alloy" is an OpenAI voice name, not a pack id).
-            message = message.replace(
-                "check the packId (ListVoicePacks lists the enabled packs)",
-                "voice is a voice pack id: GET /v1/audio/voices lists them",
-            );
-        }
-        let code = if pool_full {
+        let code_name = if pool_full {
             Some(SynthesisReason::PoolFull.as_str().to_ascii_lowercase())
-        } else if status.code() == Code::NotFound {
+        } else if code == Code::NotFound {
             // The voice named no pack (or a pool this replica lacks): one code for HTTP.
             Some("voice_not_found".to_owned())
         } else {
-            reason.map(|r| r.to_ascii_lowercase())
+            reason.map(|r| r.as_str().to_ascii_lowercase())
         };
-        let code = code.or_else(|| match status.code() {
+        let code_name = code_name.or_else(|| match code {
             Code::InvalidArgument => Some("invalid_value".to_owned()),
             _ => None,
         });
         // A text too long for its own deadline is refused with no retry hint: waiting cannot
         // help, and the SDKs retry a 429 that names a time.
-        let hopeless = SynthesisReason::of(status) == Some(SynthesisReason::DeadlineUnreachable)
-            && retry_after_s.is_none();
+        let hopeless =
+            reason == Some(SynthesisReason::DeadlineUnreachable) && retry_after_s.is_none();
         let retry_after_s = match http {
             StatusCode::TOO_MANY_REQUESTS if hopeless => None,
             // A client told "too many requests" needs a time: 1 s when the scheduler gave none.
@@ -236,10 +205,10 @@ impl ApiError {
         };
         Self {
             status: http,
-            message,
+            message: message(error),
             kind,
             param,
-            code,
+            code: code_name,
             retry_after_s,
         }
     }
@@ -253,6 +222,37 @@ impl ApiError {
             "code": self.code,
         }})
     }
+}
+
+/// `error`'s message for an HTTP caller: a field named as the body names it (an adapter's
+/// refusal of the rate says that `speed` multiplies the pack's), an unknown pack pointing to
+/// `GET /v1/audio/voices`; otherwise the gRPC message.
+fn message(error: &SynthesisError) -> String {
+    match error {
+        SynthesisError::InvalidArgument { field, message } => {
+            field_message(body_field(field), message)
+        }
+        SynthesisError::Param(p) => field_message(body_field(&p.param), &p.to_string()),
+        SynthesisError::CatalogInvalid { message } => {
+            format!("invalid {}: {message}", body_field("pack_id"))
+        }
+        // A `voice` such as "alloy" is an OpenAI voice name, not a pack id.
+        SynthesisError::CatalogNotFound { pack_id, message } => not_found_text(
+            pack_id,
+            message,
+            "voice is a voice pack id: GET /v1/audio/voices lists them",
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// `invalid <param>: <description>`, saying what `speed` is when it is at fault.
+fn field_message(param: &str, description: &str) -> String {
+    let mut message = format!("invalid {param}: {description}");
+    if param == "speed" {
+        message.push_str(" (speed multiplies the voice pack's rate)");
+    }
+    message
 }
 
 /// The body field an HTTP caller sent for a gRPC request field or adapter param.
@@ -283,52 +283,77 @@ impl IntoResponse for ApiError {
 
 #[cfg(test)]
 mod tests {
-    use std::{collections::HashMap, time::Duration};
-
-    use voxpool_domain::status::{invalid_argument, not_found, with_info};
+    use std::time::Duration;
 
     use super::*;
+    use crate::adapters::ParamError;
+
+    fn pool_full(retry_after: Option<Duration>) -> SynthesisError {
+        SynthesisError::PoolFull {
+            pool: "p".into(),
+            message: "pool \"p\" is full".into(),
+            retry_after,
+            attempts: Vec::new(),
+        }
+    }
+
+    fn deadline(pool: Option<&str>, in_call: bool) -> SynthesisError {
+        SynthesisError::DeadlineExceeded {
+            pool: pool.map(str::to_owned),
+            budget_ms: 1_000,
+            attempts: Vec::new(),
+            in_call,
+        }
+    }
+
+    fn unreachable(retry_after: Option<Duration>) -> SynthesisError {
+        SynthesisError::DeadlineUnreachable {
+            pool: "p".into(),
+            characters: 9_000,
+            estimate_ms: 60_000,
+            deadline_ms: 10_000,
+            backlog_characters: 0,
+            retry_after,
+            endangers_admitted: false,
+        }
+    }
 
     #[test]
     fn bad_input_is_400_naming_the_body_field() {
-        let e = ApiError::from_status(&invalid_argument("text", "must contain something"));
+        let e = ApiError::of(&SynthesisError::invalid("text", "must contain something"));
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert_eq!(e.param.as_deref(), Some("input"));
         assert_eq!(e.message, "invalid input: must contain something");
-        let e = ApiError::from_status(&invalid_argument(
-            "params.rate",
-            "minimax cannot apply params.rate = 3.6: above 2",
-        ));
+        assert_eq!(e.code.as_deref(), Some("invalid_value"));
+        let e = ApiError::of(&SynthesisError::Param(ParamError {
+            param: "params.rate".into(),
+            value: "3.6".into(),
+            provider: "minimax".into(),
+            reason: "above 2".into(),
+        }));
         assert_eq!(e.param.as_deref(), Some("speed"));
         assert_eq!(
             e.message,
             "invalid speed: minimax cannot apply params.rate = 3.6: above 2 (speed multiplies the voice pack's rate)"
         );
+        let e = ApiError::of(&SynthesisError::CatalogInvalid {
+            message: "must not be empty".into(),
+        });
+        assert_eq!(
+            (e.param.as_deref(), e.message.as_str()),
+            (Some("voice"), "invalid voice: must not be empty")
+        );
     }
 
     #[test]
     fn a_full_pool_is_429_with_a_retry_time() {
-        let full = with_info(
-            Code::ResourceExhausted,
-            "pool \"p\" is full",
-            SynthesisReason::PoolFull.as_str(),
-            HashMap::new(),
-            Some(Duration::from_millis(2_300)),
-        );
-        let e = ApiError::from_status(&full);
+        let e = ApiError::of(&pool_full(Some(Duration::from_millis(2_300))));
         assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(e.code.as_deref(), Some("pool_full"));
         assert_eq!(e.retry_after_s, Some(3));
-        let e = ApiError::from_status(&Status::resource_exhausted("busy"));
+        let e = ApiError::of(&pool_full(None));
         assert_eq!(e.retry_after_s, Some(1), "a 429 always says when");
-        let waited = with_info(
-            Code::DeadlineExceeded,
-            "deadline exceeded while waiting for a free key slot",
-            SynthesisReason::DeadlineExceeded.as_str(),
-            HashMap::from([(WAITED_FOR_SLOT.to_owned(), "true".to_owned())]),
-            None,
-        );
-        let e = ApiError::from_status(&waited);
+        let e = ApiError::of(&deadline(Some("p"), false));
         assert_eq!(
             (e.status, e.code.as_deref(), e.retry_after_s),
             (StatusCode::TOO_MANY_REQUESTS, Some("pool_full"), Some(1)),
@@ -338,13 +363,18 @@ mod tests {
 
     #[test]
     fn unknown_or_disabled_voices_are_404_no_key_503_deadline_504() {
-        for reason in [SynthesisReason::PackNotFound, SynthesisReason::PoolNotFound] {
-            let e = ApiError::from_status(&not_found(
-                "voxpool.dev/VoicePack",
-                "x",
-                reason.as_str(),
-                "no pack x",
-            ));
+        let unknown = [
+            SynthesisError::CatalogNotFound {
+                pack_id: "alloy".into(),
+                message: "voice pack \"alloy\" not found".into(),
+            },
+            SynthesisError::UnknownPool {
+                tts_model_id: "x".into(),
+                known: "p".into(),
+            },
+        ];
+        for error in &unknown {
+            let e = ApiError::of(error);
             assert_eq!(
                 (e.status, e.param.as_deref(), e.code.as_deref()),
                 (
@@ -354,53 +384,58 @@ mod tests {
                 )
             );
         }
-        let disabled = with_info(
-            Code::FailedPrecondition,
-            "disabled",
-            SynthesisReason::PackUnusable.as_str(),
-            HashMap::new(),
-            None,
-        );
         assert_eq!(
-            ApiError::from_status(&disabled).status,
-            StatusCode::NOT_FOUND
+            ApiError::of(&unknown[0]).message,
+            "voice pack \"alloy\" not found in the catalog: voice is a voice pack id: GET /v1/audio/voices lists them"
         );
-        let no_key = with_info(
-            Code::FailedPrecondition,
-            "no key",
-            SynthesisReason::CredentialsMissing.as_str(),
-            HashMap::new(),
-            None,
-        );
+        let disabled = ApiError::of(&SynthesisError::CatalogRefused {
+            pack_id: "vp".into(),
+            message: "disabled".into(),
+        });
         assert_eq!(
-            ApiError::from_status(&no_key).status,
+            (disabled.status, disabled.param.as_deref()),
+            (StatusCode::NOT_FOUND, Some("voice"))
+        );
+        let no_key = SynthesisError::NoCredentials {
+            pool: "p".into(),
+            problems: vec!["a/k: environment variable X is not set".into()],
+        };
+        assert_eq!(
+            ApiError::of(&no_key).status,
             StatusCode::SERVICE_UNAVAILABLE
         );
-        assert_eq!(
-            ApiError::from_status(&Status::deadline_exceeded("late")).status,
-            StatusCode::GATEWAY_TIMEOUT
-        );
+        for late in [deadline(None, false), deadline(Some("p"), true)] {
+            assert_eq!(ApiError::of(&late).status, StatusCode::GATEWAY_TIMEOUT);
+        }
     }
 
     #[test]
     fn a_text_that_cannot_fit_its_own_deadline_is_a_429_without_retry_after() {
-        let hopeless = with_info(
-            Code::ResourceExhausted,
-            "too long for its deadline",
-            SynthesisReason::DeadlineUnreachable.as_str(),
-            HashMap::new(),
-            None,
-        );
-        let e = ApiError::from_status(&hopeless);
+        let e = ApiError::of(&unreachable(None));
         assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(e.retry_after_s, None, "waiting cannot help: no Retry-After");
-        let behind = with_info(
-            Code::ResourceExhausted,
-            "behind others",
-            SynthesisReason::DeadlineUnreachable.as_str(),
-            HashMap::new(),
-            Some(Duration::from_secs(4)),
+        let behind = unreachable(Some(Duration::from_secs(4)));
+        assert_eq!(ApiError::of(&behind).retry_after_s, Some(4));
+    }
+
+    #[test]
+    fn a_stream_interrupted_keeps_its_causes_class_and_says_what_was_delivered() {
+        let interrupted = SynthesisError::Interrupted {
+            delivered_bytes: 10,
+            delivered_messages: 1,
+            complete_chunks: 0,
+            chunks: 2,
+            cause: Box::new(deadline(Some("p"), false)),
+        };
+        let e = ApiError::of(&interrupted);
+        assert_eq!(
+            (e.status, e.code.as_deref()),
+            (StatusCode::TOO_MANY_REQUESTS, Some("pool_full"))
         );
-        assert_eq!(ApiError::from_status(&behind).retry_after_s, Some(4));
+        assert!(
+            e.message.starts_with("stream interrupted after 10 bytes"),
+            "{}",
+            e.message
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! `POST /v1/audio/speech`: OpenAI's speech request in, audio out, through the same job path
-//! as `SynthesizeStream` ([`crate::stream`]: prepare, chunks side by side, leases held to the
-//! vendor's end, failover before the first byte only).
+//! as `SynthesizeStream` (prepare, then the job's delivery, [`crate::job::delivery`]: chunks
+//! side by side, leases held to the vendor's end, failover before the first byte only), its
+//! pieces and errors mapped here and in [`super::error`], never through the gRPC edge.
 //!
 //! Body (JSON sent as `application/json`, at most [`super::Front::body_limit`] bytes, read by
 //! [`super::body`]: a key sent twice or an unknown field, also inside an object `voice`, is
@@ -34,8 +35,6 @@ use base64::Engine as _;
 use futures::{Stream, StreamExt};
 use serde_json::json;
 use tokio::time::Instant;
-use tonic::Status;
-use voxpool_proto::synthesis::v1::AudioChunk;
 
 use super::{
     Front,
@@ -47,9 +46,11 @@ use super::{
 use crate::{
     adapters::AudioFormat,
     cache::Policy,
-    job::{Request, VoiceSource},
+    job::{
+        Request, VoiceSource,
+        delivery::{self, Delivery, Piece},
+    },
     metrics::{self, Via},
-    stream::{self, AudioStream},
 };
 
 /// The route, as metrics and spans name it.
@@ -120,9 +121,8 @@ pub async fn speech(
         Ok(job) => job,
         Err(e) => {
             tracing::info!(error = %e, "http speech refused");
-            let status = Status::from(e);
-            metrics::request(Via::Http(ROUTE), "-", status.code(), started.elapsed());
-            let mut error = ApiError::from_status(&status);
+            metrics::request(Via::Http(ROUTE), "-", e.code(), started.elapsed());
+            let mut error = ApiError::of(&e);
             if format_defaulted && error.param.as_deref() == Some("response_format") {
                 error.message.push_str(
                     " (response_format was not sent and defaults to mp3, as in OpenAI's API: send one this voice's vendor gives, such as \"wav\")",
@@ -133,20 +133,20 @@ pub async fn speech(
     };
     tracing::Span::current().record("pool", job.pool.id.as_str());
     let (format, request_id, pool) = (job.format, job.request_id.clone(), job.pool.id.clone());
-    let mut audio = stream::start(core, job, started, Via::Http(ROUTE));
+    let mut audio = delivery::start(core, job, started, Via::Http(ROUTE));
     // Nothing is answered before the first audio: until then a failure is still an HTTP error.
     let first = match audio.next().await {
-        Some(Ok(chunk)) => chunk,
-        Some(Err(status)) => return ApiError::from_status(&status).into_response(),
-        None => AudioChunk::default(),
+        Some(Ok(piece)) => piece,
+        Some(Err(e)) => return ApiError::of(&e).into_response(),
+        None => Piece::default(),
     };
     let mut response = match body.stream_format {
         StreamFormat::Audio => {
             let bytes = futures::stream::once(async move { Ok(first) })
                 .chain(audio)
                 .map(|item| match item {
-                    Ok(chunk) => Ok(Bytes::from(chunk.audio)),
-                    Err(status) => Err(std::io::Error::other(status.message().to_owned())),
+                    Ok(piece) => Ok(Bytes::from(piece.audio)),
+                    Err(e) => Err(std::io::Error::other(e.to_string())),
                 });
             let mut r = Response::new(Body::from_stream(bytes));
             r.headers_mut().insert(
@@ -169,20 +169,20 @@ pub async fn speech(
 /// OpenAI's speech events: a delta per piece of audio, `done` after the last, `error` if the
 /// stream fails after it began.
 fn sse_events(
-    first: AudioChunk,
-    rest: AudioStream,
+    first: Piece,
+    rest: Delivery,
 ) -> impl Stream<Item = Result<Event, std::convert::Infallible>> {
-    let delta = |chunk: AudioChunk| {
-        let audio = base64::engine::general_purpose::STANDARD.encode(chunk.audio);
+    let delta = |piece: Piece| {
+        let audio = base64::engine::general_purpose::STANDARD.encode(piece.audio);
         Event::default().data(json!({"type": "speech.audio.delta", "audio": audio}).to_string())
     };
     let pieces = futures::stream::once(async move { Ok(first) }).chain(rest);
     futures::stream::unfold(Some(Box::pin(pieces)), move |state| async move {
         let mut pieces = state?;
         match pieces.next().await {
-            Some(Ok(chunk)) => Some((Ok(delta(chunk)), Some(pieces))),
-            Some(Err(status)) => {
-                let error = ApiError::from_status(&status).body();
+            Some(Ok(piece)) => Some((Ok(delta(piece)), Some(pieces))),
+            Some(Err(e)) => {
+                let error = ApiError::of(&e).body();
                 let event = Event::default()
                     .data(json!({"type": "error", "error": error["error"]}).to_string());
                 Some((Ok(event), None))

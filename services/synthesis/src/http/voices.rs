@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use axum::{Json, response::IntoResponse, response::Response};
 use serde_json::json;
-use tonic::Status;
 
 use super::{Front, error::ApiError};
 use crate::catalog::MarketPack;
@@ -30,7 +29,7 @@ async fn served_packs(front: &Front) -> Result<Vec<MarketPack>, ApiError> {
         .catalog
         .market(LIST_TIMEOUT)
         .await
-        .map_err(|e| ApiError::from_status(&Status::from(e)))?;
+        .map_err(|e| ApiError::of(&e))?;
     Ok(packs
         .into_iter()
         .filter(|p| {

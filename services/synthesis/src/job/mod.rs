@@ -14,6 +14,7 @@ pub mod admission;
 pub mod attempt;
 pub mod cached;
 pub mod chunks;
+pub mod delivery;
 pub mod failover;
 pub mod prepare;
 pub mod spool;
