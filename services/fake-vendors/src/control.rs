@@ -22,14 +22,17 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{Arc, Mutex},
 };
 
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::knobs::{Fault, FaultRates, Latency, Pick, Step, Streaming};
 pub(crate) use crate::stream::Delivery;
+use crate::{
+    knobs::{Fault, FaultRates, Latency, Pick, Step, Streaming},
+    lock::lock,
+};
 
 /// Counters of one key (the credential or appid presented).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -94,11 +97,6 @@ pub(crate) struct Shared {
     pub(crate) down: std::sync::atomic::AtomicBool,
     /// The processors [`Latency::Shared`] calls share.
     engine: crate::engine::Engine,
-}
-
-/// Locks, recovering from poisoning (a panicked test thread must not wedge the fake).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A counted request; uncounted when dropped, or — when dropped while the vendor is still

@@ -10,7 +10,7 @@ use std::{sync::Mutex, time::Duration};
 
 use tokio::{sync::watch, time::Instant};
 
-use crate::control::lock;
+use crate::lock::lock;
 
 /// The engine's clock (module doc).
 #[derive(Debug)]
@@ -85,7 +85,10 @@ impl Engine {
     pub(crate) async fn run(&self, alone: Duration, cores: u32) {
         let mut changed = self.changed.subscribe();
         let done = self.shift(1, cores) + alone.as_secs_f64();
-        let _running = Running { engine: self, cores };
+        let _running = Running {
+            engine: self,
+            cores,
+        };
         loop {
             let until = {
                 let mut state = lock(&self.state);
@@ -145,6 +148,10 @@ mod tests {
         });
         engine.run(Duration::from_secs(3), 1).await;
         short.await.unwrap();
-        assert!((started.elapsed().as_secs_f64() - 4.0).abs() < 0.01, "{:?}", started.elapsed());
+        assert!(
+            (started.elapsed().as_secs_f64() - 4.0).abs() < 0.01,
+            "{:?}",
+            started.elapsed()
+        );
     }
 }

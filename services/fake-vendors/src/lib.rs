@@ -32,6 +32,7 @@ mod dashscope;
 mod elevenlabs;
 mod engine;
 mod knobs;
+mod lock;
 mod minimax;
 mod openai;
 pub mod selfhosted;
@@ -327,28 +328,28 @@ impl FakeVendor {
 
     /// Changes the per-key cap from now on.
     pub fn set_cap(&self, cap: u32) {
-        control::lock(&self.shared.settings).cap = cap;
+        lock::lock(&self.shared.settings).cap = cap;
     }
 
     /// Changes the latency from now on.
     pub fn set_latency(&self, latency: Latency) {
-        control::lock(&self.shared.settings).latency = latency;
+        lock::lock(&self.shared.settings).latency = latency;
     }
 
     /// Changes streamed delivery for requests admitted from now on (`None`: the latency, then
     /// the whole answer). Streams already under way keep their timeline.
     pub fn set_streaming(&self, streaming: Option<Streaming>) {
-        control::lock(&self.shared.settings).streaming = streaming;
+        lock::lock(&self.shared.settings).streaming = streaming;
     }
 
     /// Turns the text markers in the audio on or off from now on ([`audio::marker`]).
     pub fn set_markers(&self, on: bool) {
-        control::lock(&self.shared.settings).markers = on;
+        lock::lock(&self.shared.settings).markers = on;
     }
 
     /// Changes the random fault rates from now on.
     pub fn set_faults(&self, faults: FaultRates) {
-        control::lock(&self.shared.settings).faults = faults;
+        lock::lock(&self.shared.settings).faults = faults;
     }
 
     /// Holds every admitted request (after its latency) until [`FakeVendor::resume`]: a test
