@@ -15,15 +15,19 @@
 //! Modules, from the edge in:
 //! - [`service`] / [`stream`]: the gRPC service (unary and streaming), and [`convert`]: the
 //!   one place a request's protobuf becomes the domain [`job::Request`] and results go back.
-//! - [`http`]: the OpenAI-compatible HTTP front (`--http-listen`): the same job path as
-//!   `SynthesizeStream`, OpenAI's body and error shapes, callers known by API key.
+//! - [`front`]: the OpenAI-compatible HTTP front (`--http-listen`), beside the gRPC edge: the
+//!   same job path as `SynthesizeStream` ([`job::delivery`]), OpenAI's body and error shapes
+//!   (mapped from the domain error, [`error`]), callers known by API key.
 //! - [`job`]: a job's life, owned by [`job::Core`] and its methods: [`job::prepare`]
 //!   (validation into a [`job::Job`]), [`job::chunks`] (chunks side by side, emitted in order),
 //!   [`job::failover`] / [`job::attempt`] (per-chunk failover and one leased vendor call, its
-//!   audio streamed on as the vendor sends it). No prost type below the edge.
+//!   audio streamed on as the vendor sends it), [`job::delivery`] (a job's audio to a caller
+//!   as it is produced, in pieces, with the stalled-reader cut-off; both fronts read it). No
+//!   prost type below the edge.
 //! - [`lease`] / [`catalog`]: the scheduler and catalog clients, each converting to and from
 //!   protobuf at its own edge; the lease client decides "retry or not" from typed reasons.
-//! - [`adapters`]: the `VendorAdapter` trait, the cloud adapters' one skeleton
+//! - [`adapters`]: the `VendorAdapter` trait and the [`adapters::Utterance`] one vendor call
+//!   speaks (also the cache's identity of its audio), the cloud adapters' one skeleton
 //!   ([`adapters::cloud`]), the espeak-ng adapter and the registry.
 //! - [`cache`]: the audio cache (entries by content in the blob store); its call path is
 //!   [`job::cached`] (hits without a lease, single-flight fills across replicas).
@@ -31,7 +35,8 @@
 //! - [`pools`]: the config's pools with resolved credentials (and the credential policy).
 //! - [`text`] / [`audio`]: text splitting and audio validation / joining.
 //! - [`record`] / [`deadline`]: one attempt's record, a request's time budget.
-//! - [`error`]: the error enum and its one mapping to `tonic::Status`.
+//! - [`error`]: the error enum, its classification (read by both fronts) and its one mapping
+//!   to `tonic::Status`.
 //! - [`metrics`]: OpenTelemetry instruments (requests, vendor attempts).
 //! - [`admin`]: `SynthesisAdmin` (cache purge and stats, behind the admin token).
 //! - [`server`]: wiring for the binary and the tests.
@@ -43,7 +48,7 @@ pub mod catalog;
 pub mod convert;
 pub mod deadline;
 pub mod error;
-pub mod http;
+pub mod front;
 pub mod job;
 pub mod lease;
 pub mod metrics;

@@ -17,7 +17,7 @@ use voxpool_runtime::{
 use voxpool_synthesis::{
     adapters::registry::{self, AdapterOptions},
     cache::{Cache, Seal, seal::Origin},
-    http::auth::ApiKeys,
+    front::auth::ApiKeys,
     pools::Pools,
     server::{self, Options},
 };
@@ -157,7 +157,7 @@ async fn serve(args: Args, config: Config, seal: Seal) -> Result<(), String> {
         None => None,
         Some(addr) => {
             let keys = ApiKeys::load(&config.http.api_keys, args.http_allow_anonymous)?;
-            voxpool_synthesis::http::tls_acceptor(&args.server)?;
+            voxpool_synthesis::front::tls_acceptor(&args.server)?;
             let (listener, bound) = voxpool_runtime::serve::bind(addr)
                 .await
                 .map_err(|e| format!("--http-listen: {e}"))?;

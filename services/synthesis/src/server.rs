@@ -21,7 +21,7 @@ use voxpool_runtime::{
 
 use crate::{
     adapters::registry::Registry, admin::SynthesisAdminService, cache::Cache, catalog::Catalog,
-    http::auth::ApiKeys, job::Core, lease::Scheduler, pools::Pools, service::SynthesisService,
+    front::auth::ApiKeys, job::Core, lease::Scheduler, pools::Pools, service::SynthesisService,
 };
 
 /// The gRPC service name health reports under (besides `""` for the whole process).
@@ -155,7 +155,7 @@ pub struct HttpListener {
 }
 
 /// [`serve_with`], plus the OpenAI-compatible HTTP front on `http` when given
-/// ([`crate::http`]), with the same TLS, limits and shutdown. Errors: as [`serve_with`], and
+/// ([`crate::front`]), with the same TLS, limits and shutdown. Errors: as [`serve_with`], and
 /// invalid TLS files.
 pub async fn serve_with_http(
     listener: TcpListener,
@@ -198,11 +198,11 @@ pub async fn serve_with_http(
     let http_task = match http {
         None => None,
         Some(HttpListener { listener, keys }) => {
-            let tls = crate::http::tls_acceptor(flags)?;
-            let front = Arc::new(crate::http::Front::new(core.clone(), keys, flags));
+            let tls = crate::front::tls_acceptor(flags)?;
+            let front = Arc::new(crate::front::Front::new(core.clone(), keys, flags));
             let finish_within =
                 Duration::from_millis(core.settings.attempt_timeout_ms) + Duration::from_secs(1);
-            Some(tokio::spawn(crate::http::serve(
+            Some(tokio::spawn(crate::front::serve(
                 listener,
                 front,
                 tls,

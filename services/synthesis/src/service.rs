@@ -6,7 +6,7 @@
 //! [`crate::job::chunks`]) with failover ([`crate::job::failover`]) and joins them in text order ([`crate::audio::Joiner`]); audio
 //! larger than one message may be (`--max-message-bytes`) is RESOURCE_EXHAUSTED pointing to
 //! the stream. `SynthesizeStream` does the same and sends audio as it is produced (see
-//! [`crate::stream`]); the concatenation of its chunks equals the `Synthesize` audio for the
+//! [`crate::job::delivery`], its pieces sent as messages by [`crate::stream`]); the concatenation of its chunks equals the `Synthesize` audio for the
 //! same request. Dropping a call (the caller cancels or its deadline passes) stops waiting at
 //! once; a vendor call already sent is cut off at its first audio byte (a streaming vendor
 //! stops when its connection closes) or, if its vendor never streams, runs on to the answer,

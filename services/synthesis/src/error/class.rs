@@ -1,7 +1,7 @@
 //! How a [`SynthesisError`] is classified, read by both fronts: its gRPC code, its typed
 //! [`SynthesisReason`], the request field at fault, when a retry may succeed, and whether the
 //! whole deadline went on waiting for a key slot. The gRPC status is built from these
-//! (`status.rs`), and the HTTP front maps them to OpenAI's shape (`crate::http::error`)
+//! (`status.rs`), and the HTTP front maps them to OpenAI's shape (`crate::front::error`)
 //! without reading a status back.
 
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! A job's audio delivered to a caller as the vendor produces it: in pieces of at most
 //! [`MAX_PIECE_BYTES`], `seq` 0, 1, 2, … and `last` on the final one, or the job's
 //! [`SynthesisError`] after the pieces already queued. Both fronts read it: the gRPC edge's
-//! `SynthesizeStream` (`crate::stream`) and the HTTP front's speech route (`crate::http`),
+//! `SynthesizeStream` (`crate::stream`) and the HTTP front's speech route (`crate::front`),
 //! each mapping pieces and errors to its own wire.
 //!
 //! PCM, MP3 and OGG_OPUS audio goes out as the vendor streams it: the first chunk's first

@@ -6,9 +6,11 @@
 //! refused before a lease; invariant 8 of docs/ARCHITECTURE.md) → [`Core::run`] / [`Core::run_into`] ([`chunks`]: the
 //! chunks side by side, emitted in text order) → [`failover`] (per chunk: lease, call, report,
 //! fail over to other keys of the pool with the same snapshot; invariant 9) → [`attempt`] (one
-//! leased vendor call that outlives its caller; invariant 1 at the vendor). Nothing here sees a
-//! protobuf type: the edge converts (`crate::convert`), and so does the scheduler client
-//! (`crate::lease`).
+//! leased vendor call that outlives its caller; invariant 1 at the vendor). A streaming caller
+//! (gRPC or HTTP) reads the audio from [`delivery`], in pieces as it is produced. Each chunk's
+//! vendor call is one [`Utterance`] ([`Job::utterance`]), also its cache identity. Nothing
+//! here sees a protobuf type: each front converts (`crate::convert`, `crate::front`), and so
+//! does the scheduler client (`crate::lease`).
 
 pub mod admission;
 pub mod attempt;

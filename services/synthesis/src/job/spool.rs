@@ -12,7 +12,7 @@
 //! that time, so a handful of stalled readers would take a pool's capacity from everyone. A
 //! spilled call ends at the vendor's pace and releases its key; the reader's backlog costs
 //! disk, bounded by the request's audio (`synthesis.max_text_chars`) and by
-//! `synthesis.stalled_reader_timeout_ms`, after which the request is cut off (`crate::stream`).
+//! `synthesis.stalled_reader_timeout_ms`, after which the request is cut off (`super::delivery`).
 //! When the temp dir cannot be written, audio stays in memory and a warning says so.
 
 use std::{collections::VecDeque, fs::File, os::unix::fs::FileExt as _, sync::Arc};

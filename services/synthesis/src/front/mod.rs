@@ -2,11 +2,12 @@
 //! ([`speech`]), `GET /v1/audio/voices` and `GET /v1/models` ([`voices`]), on axum over
 //! hyper, beside the gRPC server and over the same [`Core`].
 //!
-//! It owns the HTTP edge only: every speech request becomes the domain request `Synthesize`
-//! makes and runs through the same job path ([`crate::stream`]), so every guarantee of the
-//! gRPC side holds (leases held to the vendor's end, failover before the first byte only,
-//! parallel chunks, a caller gone = the job cancelled). Errors are OpenAI's shape, mapped
-//! from the gRPC status ([`error`]); callers are known by API key ([`auth`]).
+//! It owns the HTTP edge only, beside the gRPC edge (never through it): every speech request
+//! becomes the domain request `Synthesize` makes and runs through the same job path
+//! ([`crate::job::delivery`]), so every guarantee of the gRPC side holds (leases held to the
+//! vendor's end, failover before the first byte only, parallel chunks, a caller gone = the
+//! job cancelled). Errors are OpenAI's shape, mapped from the domain error's classification,
+//! the one the gRPC status is built from ([`error`]); callers are known by API key ([`auth`]).
 //!
 //! Shared with the gRPC side (`voxpool_runtime::limits::ServerFlags`): TLS (`--tls-cert`,
 //! `--tls-key`; HTTP/1.1 and HTTP/2 by ALPN), load shedding (`--max-concurrent-requests`
@@ -53,7 +54,7 @@ use self::{auth::ApiKeys, canned::JsonErrors, error::ApiError};
 use crate::job::Core;
 
 /// hyper's HTTP/1.1 buffer per connection (its default is about 400 KiB): what an answer may
-/// queue in the process for a caller that stopped reading (`crate::stream`), and the largest
+/// queue in the process for a caller that stopped reading (`crate::job::delivery`), and the largest
 /// request head accepted.
 const HTTP1_BUFFER_BYTES: usize = 64 * 1024;
 
