@@ -10,7 +10,7 @@
 //! | `voxpool.jobs.items.in_flight` | up-down counter | `{item}` | none (items this replica holds) |
 //! | `voxpool.jobs.items.reclaimed` | counter | `{item}` | none (taken over from a worker that went silent) |
 //! | `voxpool.jobs.items.already_written` | counter | `{item}` | none (reclaimed items whose audio was written: ended without a call) |
-//! | `voxpool.jobs.attempts` | counter | `{attempt}` | `code` (`OK` or Synthesize's gRPC code) |
+//! | `voxpool.jobs.attempts` | counter | `{attempt}` | `code` (`OK`, Synthesize's gRPC code, or `CANCELLED` when a cancel stopped an item's parts) |
 //! | `voxpool.jobs.characters` | counter | `{character}` | `cached` (`true` when every chunk came from the audio cache) |
 //! | `voxpool.jobs.webhook.deliveries` | counter | `{delivery}` | `outcome` (`delivered`, `retry`, `abandoned`) |
 //! | `voxpool.jobs.expired` | counter | `{job}` | none (jobs whose results the retention sweep deleted) |
