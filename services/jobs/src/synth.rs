@@ -19,7 +19,7 @@ use voxpool_proto::{
 use voxpool_runtime::{auth::ClientToken, endpoints::Endpoints};
 
 use crate::{
-    convert,
+    convert::enums,
     model::{Format, ItemError, Priority},
 };
 
@@ -253,10 +253,10 @@ impl Synthesizer {
         let mut request = tonic::Request::new(SynthesizeRequest {
             voice: Some(voice),
             text: spec.text.clone(),
-            format: convert::format_pb(job.format) as i32,
+            format: enums::format_pb(job.format) as i32,
             sample_rate_hz: job.sample_rate_hz,
             request_id: format!("{}/{id}", job.job),
-            priority: convert::priority_pb(job.priority) as i32,
+            priority: enums::priority_pb(job.priority) as i32,
             tenant: job.tenant.clone(),
             emotion: spec.emotion.clone(),
             seed: Some(

@@ -4,6 +4,8 @@
 //! proto's JSON names, camelCase; times as RFC 3339). Nothing else in the crate below the edge
 //! builds or reads a `pb` message, except the synthesis client (`crate::synth`).
 
+pub mod enums;
+
 use prost::Message as _;
 use prost_types::Timestamp;
 use serde_json::{Value, json};
@@ -11,50 +13,15 @@ use voxpool_proto::{
     jobs::v1 as pb, scheduler::v1::Priority as PbPriority, synthesis::v1::AudioFormat,
 };
 
+pub use enums::{format, format_pb, priority, priority_pb};
+
 use crate::{
     domain::NewJob,
-    model::{Format, ItemResult, ItemState, JobRecord, JobSpec, JobState, Priority},
+    model::{ItemResult, ItemState, JobRecord, JobSpec, JobState},
     results::Results,
     service::validate::Checked,
     store::ItemRow,
 };
-
-/// The class of a checked request (`validate::check` leaves STANDARD or BATCH only).
-pub fn priority(p: PbPriority) -> Priority {
-    match p {
-        PbPriority::Standard => Priority::Standard,
-        PbPriority::Batch | PbPriority::Interactive | PbPriority::Unspecified => Priority::Batch,
-    }
-}
-
-/// The wire's class.
-pub fn priority_pb(p: Priority) -> PbPriority {
-    match p {
-        Priority::Standard => PbPriority::Standard,
-        Priority::Batch => PbPriority::Batch,
-    }
-}
-
-/// The format of a request's number (unspecified and unknown numbers: WAV, the default;
-/// `validate::check` refuses unknown ones first).
-pub fn format(n: i32) -> Format {
-    match AudioFormat::try_from(n).unwrap_or(AudioFormat::Wav) {
-        AudioFormat::Mp3 => Format::Mp3,
-        AudioFormat::OggOpus => Format::OggOpus,
-        AudioFormat::Pcm => Format::Pcm,
-        AudioFormat::Wav | AudioFormat::Unspecified => Format::Wav,
-    }
-}
-
-/// The wire's format.
-pub fn format_pb(f: Format) -> AudioFormat {
-    match f {
-        Format::Wav => AudioFormat::Wav,
-        Format::Mp3 => AudioFormat::Mp3,
-        Format::OggOpus => AudioFormat::OggOpus,
-        Format::Pcm => AudioFormat::Pcm,
-    }
-}
 
 /// A checked CreateJob (its tenant resolved) as the job to create; each item's spec encoded as
 /// the store keeps it.
@@ -250,23 +217,4 @@ fn item_json(i: &pb::JobItem) -> Value {
         v["error"] = json!({ "code": e.code, "reason": e.reason, "message": e.message, "metadata": e.metadata });
     }
     v
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_stored_numbers_of_class_and_format_are_the_wires() {
-        for p in [Priority::Standard, Priority::Batch] {
-            assert_eq!(p.code(), priority_pb(p) as i32);
-            assert_eq!(priority(priority_pb(p)), p);
-            assert_eq!(p.as_str(), priority_pb(p).as_str_name());
-        }
-        for f in [Format::Wav, Format::Mp3, Format::OggOpus, Format::Pcm] {
-            assert_eq!(f.code(), format_pb(f) as i32);
-            assert_eq!(format(format_pb(f) as i32), f);
-        }
-        assert_eq!(format(0), Format::Wav, "unspecified is WAV");
-    }
 }
