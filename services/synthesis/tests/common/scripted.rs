@@ -183,7 +183,7 @@ impl VendorAdapter for Scripted {
             key_id: request.key.key_id.clone(),
             secret: request.key.secret.as_ref().map(|s| s.expose().to_owned()),
             upstream: request.upstream.id.clone(),
-            text: request.utterance.text.to_owned(),
+            text: request.utterance.text.clone(),
             voice_id: request.utterance.voice.voice_id.clone(),
             params: request.utterance.voice.params,
             sample_rate_hz: request.utterance.sample_rate_hz,

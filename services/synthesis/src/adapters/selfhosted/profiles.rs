@@ -252,7 +252,7 @@ pub fn cosyvoice_form(
         .mime_str("audio/wav")
         .map_err(|e| http::upstream_config_failure(PROVIDER, e.to_string()))?;
     Ok(reqwest::multipart::Form::new()
-        .text("tts_text", request.utterance.text.to_owned())
+        .text("tts_text", request.utterance.text.clone())
         .text("prompt_text", clip.reference.transcript.clone())
         .part("prompt_wav", part))
 }

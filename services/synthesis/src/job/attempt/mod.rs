@@ -43,7 +43,8 @@
 
 use std::{sync::Arc, time::Duration};
 
-use tokio::time::Instant;
+use bytes::Bytes;
+use tokio::{sync::mpsc, time::Instant};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use voxpool_domain::contract::Outcome;
@@ -66,7 +67,10 @@ mod call;
 mod relay;
 
 pub use self::call::attempt_id;
-use self::{call::spawn_call, relay::Relay};
+use self::{
+    call::{AbortOnDrop, spawn_call},
+    relay::Relay,
+};
 
 /// Extra time an adapter gets past its own timeout before the attempt is cut off.
 const GRACE: Duration = Duration::from_secs(1);
@@ -162,8 +166,8 @@ enum Stop {
 }
 
 /// The attempt itself: the vendor call bounded by the attempt timeout, fenced by the lease's
-/// renewals, its audio relayed; then the report (or a release when the call said nothing
-/// about the key).
+/// renewals, its audio relayed ([`drive`]); then the report (or a release when the call said
+/// nothing about the key).
 async fn call_under_lease<T>(
     guard: LeaseGuard,
     input: &CallInput,
@@ -172,7 +176,7 @@ async fn call_under_lease<T>(
 ) -> (AttemptEnd, Option<AttemptRecord>) {
     let started = Instant::now();
     let timeout = input.attempt_timeout;
-    let (sink, mut audio_rx) = AudioSink::new();
+    let (sink, audio_rx) = AudioSink::new();
     let mut call = spawn_call(input, timeout, attempt_id(), sink);
     let mut relay = Relay {
         out,
@@ -183,58 +187,15 @@ async fn call_under_lease<T>(
         received: 0,
         delivered: 0,
     };
-    let mut live = relay.out.live.clone();
-    let mut live_open = true;
-    let mut audio_open = true;
-    let mut wanted = true;
-    let stop = {
-        let keep_alive = guard.keep_alive(lease_ttl);
-        tokio::pin!(keep_alive);
-        let give_up = tokio::time::sleep_until(started + timeout + GRACE);
-        tokio::pin!(give_up);
-        loop {
-            let out_tx = relay.out.tx.clone();
-            tokio::select! {
-                biased;
-                piece = audio_rx.recv(), if audio_open => {
-                    let Some(bytes) = piece else {
-                        audio_open = false;
-                        continue;
-                    };
-                    if let Err(e) = relay.take(bytes) {
-                        break Stop::NotAudio(e);
-                    }
-                    if !wanted && relay.received > 0 {
-                        break Stop::CutOff;
-                    }
-                }
-                joined = &mut call => break Stop::Joined(joined),
-                why = &mut keep_alive => break Stop::Lost(why.to_string()),
-                () = &mut give_up => break Stop::TimedOut,
-                changed = live.changed(), if live_open => match changed {
-                    Ok(()) if *live.borrow() => relay.hand_over(),
-                    Ok(()) => {}
-                    Err(_) => live_open = false,
-                },
-                () = out_tx.closed(), if wanted => {
-                    wanted = false;
-                    if relay.received > 0 {
-                        break Stop::CutOff;
-                    }
-                }
-            }
-        }
-    };
-    // Everything the adapter wrote before it returned is in the channel.
-    let mut stop = stop;
-    if matches!(stop, Stop::Joined(Ok(Ok(_)))) {
-        while let Ok(bytes) = audio_rx.try_recv() {
-            if let Err(e) = relay.take(bytes) {
-                stop = Stop::NotAudio(e);
-                break;
-            }
-        }
-    }
+    let stop = drive(
+        &guard,
+        &mut call,
+        audio_rx,
+        &mut relay,
+        started + timeout + GRACE,
+        lease_ttl,
+    )
+    .await;
     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let lease = guard.lease().clone();
     let record = |outcome: Outcome, failure: Option<&VendorFailure>| AttemptRecord {
@@ -247,26 +208,10 @@ async fn call_under_lease<T>(
         retry_after_ms: failure.and_then(|f| f.retry_after_ms),
     };
     let delivered = relay.delivered;
-    let mut failure = match stop {
+    let failure = match stop {
         Stop::Joined(Ok(Ok(end))) => match relay.close() {
             Ok(()) => {
-                let characters = input.utterance.text.chars().count() as u64;
-                // Audio that came back slower than the upstream's latency limit: the server
-                // queued the call, a concurrency signal (module doc).
-                let queued = input
-                    .upstream
-                    .latency_limit
-                    .is_some_and(|limit| Duration::from_millis(latency_ms) > limit);
-                if queued {
-                    tracing::debug!(key = %lease.key_id, latency_ms, "slower than the upstream's latency_limit_ms: reported as a concurrency signal");
-                    guard
-                        .finish(Outcome::ConcurrencyLimited, None, latency_ms, 0)
-                        .await;
-                } else {
-                    guard
-                        .finish(Outcome::Success, None, latency_ms, characters)
-                        .await;
-                }
+                succeeded(guard, input, latency_ms).await;
                 return (AttemptEnd::Audio(end), Some(record(Outcome::Success, None)));
             }
             Err(e) => not_audio(&e),
@@ -316,12 +261,111 @@ async fn call_under_lease<T>(
             }
         }
     };
+    let (outcome, failure) = failed(guard, input, failure, latency_ms).await;
+    (
+        AttemptEnd::Failed { delivered },
+        Some(record(outcome, Some(&failure))),
+    )
+}
+
+/// Runs the call until it stops (see [`Stop`]): its audio relayed to the chunk as it
+/// arrives, the lease renewed, the chunk's liveness and its receiver watched, cut off at
+/// `give_up`. On a successful return, everything the adapter wrote is taken too.
+async fn drive<T>(
+    guard: &LeaseGuard,
+    call: &mut AbortOnDrop<Result<StreamEnd, VendorFailure>>,
+    mut audio_rx: mpsc::UnboundedReceiver<Bytes>,
+    relay: &mut Relay<T>,
+    give_up: Instant,
+    lease_ttl: Duration,
+) -> Stop {
+    let mut live = relay.out.live.clone();
+    let mut live_open = true;
+    let mut audio_open = true;
+    let mut wanted = true;
+    let stop = {
+        let keep_alive = guard.keep_alive(lease_ttl);
+        tokio::pin!(keep_alive);
+        let give_up = tokio::time::sleep_until(give_up);
+        tokio::pin!(give_up);
+        loop {
+            let out_tx = relay.out.tx.clone();
+            tokio::select! {
+                biased;
+                piece = audio_rx.recv(), if audio_open => {
+                    let Some(bytes) = piece else {
+                        audio_open = false;
+                        continue;
+                    };
+                    if let Err(e) = relay.take(bytes) {
+                        break Stop::NotAudio(e);
+                    }
+                    if !wanted && relay.received > 0 {
+                        break Stop::CutOff;
+                    }
+                }
+                joined = &mut *call => break Stop::Joined(joined),
+                why = &mut keep_alive => break Stop::Lost(why.to_string()),
+                () = &mut give_up => break Stop::TimedOut,
+                changed = live.changed(), if live_open => match changed {
+                    Ok(()) if *live.borrow() => relay.hand_over(),
+                    Ok(()) => {}
+                    Err(_) => live_open = false,
+                },
+                () = out_tx.closed(), if wanted => {
+                    wanted = false;
+                    if relay.received > 0 {
+                        break Stop::CutOff;
+                    }
+                }
+            }
+        }
+    };
+    // Everything the adapter wrote before it returned is in the channel.
+    if matches!(stop, Stop::Joined(Ok(Ok(_)))) {
+        while let Ok(bytes) = audio_rx.try_recv() {
+            if let Err(e) = relay.take(bytes) {
+                return Stop::NotAudio(e);
+            }
+        }
+    }
+    stop
+}
+
+/// Reports a call whose audio all went out: SUCCESS with its characters, or, slower than
+/// the upstream's latency limit, CONCURRENCY_LIMITED (the server queued it: module doc).
+async fn succeeded(guard: LeaseGuard, input: &CallInput, latency_ms: u64) {
+    let queued = input
+        .upstream
+        .latency_limit
+        .is_some_and(|limit| Duration::from_millis(latency_ms) > limit);
+    if queued {
+        tracing::debug!(key = %guard.lease().key_id, latency_ms, "slower than the upstream's latency_limit_ms: reported as a concurrency signal");
+        guard
+            .finish(Outcome::ConcurrencyLimited, None, latency_ms, 0)
+            .await;
+    } else {
+        let characters = input.utterance.text.chars().count() as u64;
+        guard
+            .finish(Outcome::Success, None, latency_ms, characters)
+            .await;
+    }
+}
+
+/// Reports a failed call and returns the outcome reported with the failure as recorded: a
+/// queueing upstream that held the call for the whole attempt timeout is overloaded, not
+/// broken (module doc), an overload signal like a 429.
+async fn failed(
+    guard: LeaseGuard,
+    input: &CallInput,
+    mut failure: VendorFailure,
+    latency_ms: u64,
+) -> (Outcome, VendorFailure) {
     let outcome = match failure.outcome {
         Outcome::Success => Outcome::UpstreamError,
-        // A queueing upstream that held the call for its whole attempt timeout is overloaded,
-        // not broken (module doc): an overload signal, like a 429.
         Outcome::Timeout
-            if input.upstream.queueing && Duration::from_millis(latency_ms) >= timeout =>
+            if input.upstream.queueing
+                && Duration::from_millis(latency_ms) >= input.attempt_timeout =>
         {
             failure
                 .message
@@ -333,10 +377,7 @@ async fn call_under_lease<T>(
     guard
         .finish(outcome, failure.retry_after_ms, latency_ms, 0)
         .await;
-    (
-        AttemptEnd::Failed { delivered },
-        Some(record(outcome, Some(&failure))),
-    )
+    (outcome, failure)
 }
 
 fn not_audio(e: &audio::AudioError) -> VendorFailure {
