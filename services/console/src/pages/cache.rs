@@ -1,0 +1,7 @@
+//! cache (to come).
+
+use super::Shared;
+
+pub fn routes() -> axum::Router<Shared> {
+    axum::Router::new()
+}
