@@ -90,3 +90,193 @@ async fn a_keys_bar_rises_while_leases_are_held_and_falls_after_without_a_reload
         .expect("read marker");
     assert_eq!(kept, serde_json::Value::Bool(true), "the page was reloaded");
 }
+
+/// The id of the seeded pack named `name`.
+async fn pack_id(stack: &Stack, name: &str) -> String {
+    let mut catalog = voxpool_proto::catalog::v1::voice_catalog_client::VoiceCatalogClient::new(
+        voxpool_e2e::connect(&stack.catalog.addr).await,
+    );
+    catalog
+        .list_voice_packs(voxpool_proto::catalog::v1::ListVoicePacksRequest::default())
+        .await
+        .expect("list packs")
+        .into_inner()
+        .voice_packs
+        .into_iter()
+        .find(|p| p.display_name == name)
+        .unwrap_or_else(|| panic!("no seeded pack {name:?}"))
+        .id
+}
+
+/// The tiers of the market's cards now shown.
+async fn card_tiers(b: &Browser) -> Vec<String> {
+    let tiers = b
+        .client
+        .execute(
+            "return [...document.querySelectorAll('li.card')].map(c => c.dataset.tier);",
+            vec![],
+        )
+        .await
+        .expect("cards");
+    serde_json::from_value(tiers).expect("a list of tiers")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_market_filters_to_one_tier() {
+    let stack = Stack::start(false);
+    let b = Browser::start().await;
+    b.sign_in(&stack.url(""), VIEWER).await;
+    b.goto(&stack.url("/market")).await;
+    let all = card_tiers(&b).await;
+    assert!(
+        all.iter().any(|t| t == "PRO") && all.iter().any(|t| t != "PRO"),
+        "{all:?}"
+    );
+    b.find("#tier")
+        .await
+        .select_by_value("PRO")
+        .await
+        .expect("pick PRO");
+    b.find("form.filters button")
+        .await
+        .click()
+        .await
+        .expect("filter");
+    b.until("the market filtered to PRO", || async {
+        b.client
+            .current_url()
+            .await
+            .is_ok_and(|u| u.query() == Some("tier=PRO&locale=&provider="))
+    })
+    .await;
+    let pro = card_tiers(&b).await;
+    assert!(!pro.is_empty(), "no PRO card");
+    assert!(pro.iter().all(|t| t == "PRO"), "{pro:?}");
+    assert_eq!(pro.len(), all.iter().filter(|t| *t == "PRO").count());
+    b.screenshot("market").await;
+}
+
+/// Audition hits counted by synthesis's cache for `pool`.
+async fn cache_hits(stack: &Stack, pool: &str) -> i64 {
+    let mut admin = voxpool_proto::synthesis::v1::synthesis_admin_client::SynthesisAdminClient::new(
+        voxpool_e2e::connect(&stack.synthesis.addr).await,
+    );
+    let mut request = tonic::Request::new(voxpool_proto::synthesis::v1::GetCacheStatsRequest {});
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {ADMIN}").parse().expect("header"),
+    );
+    admin
+        .get_cache_stats(request)
+        .await
+        .expect("cache stats")
+        .into_inner()
+        .pools
+        .into_iter()
+        .find(|p| p.pool == pool)
+        .map_or(0, |p| p.hits)
+}
+
+/// Plays the `<audio>` of the card of `pack` and answers whether it played, then the bytes
+/// its source serves (fetched by the page, base64).
+async fn play_audition(b: &Browser, pack: &str) -> (bool, Vec<u8>) {
+    let played = b
+        .client
+        .execute_async(
+            r#"const [pack, done] = arguments;
+            const audio = document.querySelector(`li[data-pack="${pack}"] audio`);
+            audio.addEventListener("playing", () => done(true), { once: true });
+            audio.addEventListener("error", () => done(false), { once: true });
+            audio.play().catch(() => done(false));"#,
+            vec![serde_json::Value::String(pack.to_owned())],
+        )
+        .await
+        .expect("play");
+    let bytes = b
+        .client
+        .execute_async(
+            r#"const [pack, done] = arguments;
+            const src = document.querySelector(`li[data-pack="${pack}"] audio`).src;
+            fetch(src).then(r => r.arrayBuffer()).then(buf => {
+                let s = ""; new Uint8Array(buf).forEach(x => s += String.fromCharCode(x));
+                done(btoa(s));
+            });"#,
+            vec![serde_json::Value::String(pack.to_owned())],
+        )
+        .await
+        .expect("fetch");
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(bytes.as_str().expect("base64 text"))
+        .expect("base64");
+    (played == serde_json::Value::Bool(true), bytes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_audition_plays_a_wav_that_decodes_and_then_comes_from_the_audio_cache() {
+    let stack = Stack::start(false);
+    let pack = pack_id(&stack, "English (US), espeak-ng").await;
+    let b = Browser::start().await;
+    b.sign_in(&stack.url(""), VIEWER).await;
+    b.goto(&stack.url("/market?provider=espeak")).await;
+    let before = cache_hits(&stack, "espeak-local").await;
+    let (played, wav) = play_audition(&b, &pack).await;
+    assert!(played, "the audition's <audio> did not play");
+    let reader = hound::WavReader::new(std::io::Cursor::new(&wav)).expect("a WAV header");
+    let samples = reader
+        .into_samples::<i16>()
+        .collect::<Result<Vec<_>, _>>()
+        .expect("WAV samples");
+    assert!(
+        samples.len() > 1000,
+        "a short sample is more than {} samples",
+        samples.len()
+    );
+    assert!(
+        cache_hits(&stack, "espeak-local").await > before,
+        "the second audition (the page's fetch after the play) did not come from the cache"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binding_a_card_downloads_it_with_the_snapshot_at_the_card_path() {
+    let stack = Stack::start(false);
+    let pack = pack_id(&stack, "English (US), espeak-ng").await;
+    let card = stack.file("ada.json");
+    std::fs::write(
+        &card,
+        r#"{"spec":"chara_card_v2","spec_version":"2.0","data":{"name":"Ada","description":"a test card","extensions":{"other":{"kept":true}}}}"#,
+    )
+    .expect("card");
+    let b = Browser::start().await;
+    b.sign_in(&stack.url(""), VIEWER).await;
+    b.goto(&stack.url(&format!("/packs/{pack}"))).await;
+    assert!(
+        b.text().await.contains("\"packId\""),
+        "the page shows the frozen snapshot"
+    );
+    b.screenshot("pack").await;
+    b.find("#card")
+        .await
+        .send_keys(card.to_str().expect("utf-8 path"))
+        .await
+        .expect("choose the card");
+    b.find("form[enctype] button")
+        .await
+        .click()
+        .await
+        .expect("bind");
+    let downloaded = b.downloaded(".json").await;
+    let bound: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&downloaded).expect("read"))
+            .expect("the download is JSON");
+    assert_eq!(bound["data"]["name"], "Ada");
+    assert_eq!(bound["data"]["extensions"]["other"]["kept"], true);
+    let snapshot = &bound["data"]["extensions"]["airi"]["modules"]["speech"]["voicePack"];
+    assert_eq!(snapshot["packId"], pack.as_str(), "{bound}");
+    assert!(
+        snapshot["digest"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("sha256:"))
+    );
+}
