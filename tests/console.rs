@@ -280,3 +280,106 @@ async fn binding_a_card_downloads_it_with_the_snapshot_at_the_card_path() {
             .is_some_and(|d| d.starts_with("sha256:"))
     );
 }
+
+/// Types `text` into the input `css`, replacing what it held.
+async fn fill(b: &Browser, css: &str, text: &str) {
+    let input = b.find(css).await;
+    input.clear().await.expect("clear");
+    input.send_keys(text).await.expect("type");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pack_form_shows_the_catalogs_message_by_the_field_until_fixed_and_takes_a_clip() {
+    let stack = Stack::start(false);
+    let b = Browser::start().await;
+    b.sign_in(&stack.url(""), ADMIN).await;
+    b.goto(&stack.url("/packs/new")).await;
+    fill(&b, "#display_name", "Console test voice").await;
+    b.find("#provider")
+        .await
+        .select_by_value("selfhosted")
+        .await
+        .expect("provider");
+    fill(&b, "#model", "cosyvoice3").await;
+    fill(&b, "#voice_id", "console-test").await;
+    fill(&b, "#tts_model_id", "no-such-pool").await;
+    fill(&b, "#locales", "en-US").await;
+    b.find("form.pack-form button[type=submit]")
+        .await
+        .click()
+        .await
+        .expect("create");
+    let message = b
+        .find("#tts_model_id-error")
+        .await
+        .text()
+        .await
+        .expect("message");
+    assert!(
+        message.contains("no configured pool serves tts model id \"no-such-pool\""),
+        "the catalog's own message by the field: {message}"
+    );
+    let invalid = b
+        .find("#tts_model_id")
+        .await
+        .attr("aria-invalid")
+        .await
+        .expect("attr");
+    assert_eq!(invalid.as_deref(), Some("true"));
+    assert!(
+        b.client
+            .find(fantoccini::Locator::Css("#display_name-error"))
+            .await
+            .is_err(),
+        "a good field shows no message"
+    );
+    b.screenshot("packs-admin-error").await;
+    // What was typed is kept; fix the one bad field.
+    let kept = b
+        .find("#voice_id")
+        .await
+        .prop("value")
+        .await
+        .expect("value");
+    assert_eq!(kept.as_deref(), Some("console-test"));
+    fill(&b, "#tts_model_id", "gpu-zero-shot").await;
+    b.find("form.pack-form button[type=submit]")
+        .await
+        .click()
+        .await
+        .expect("create");
+    b.until("the new pack's edit page", || async {
+        b.client
+            .current_url()
+            .await
+            .is_ok_and(|u| u.path().starts_with("/packs/") && u.path().ends_with("/edit"))
+    })
+    .await;
+    let clip = voxpool_e2e::workspace_root().join("deploy/config/clips/ada.wav");
+    b.find("#audio")
+        .await
+        .send_keys(clip.to_str().expect("utf-8 path"))
+        .await
+        .expect("choose the clip");
+    fill(
+        &b,
+        "#transcript",
+        "Hello, I am Ada. This short clip is the voice a zero shot model imitates.",
+    )
+    .await;
+    fill(&b, "#emotion", "calm").await;
+    b.find("form.clip-form button")
+        .await
+        .click()
+        .await
+        .expect("upload");
+    let row = b.find("tr[data-digest]").await;
+    let digest = row
+        .attr("data-digest")
+        .await
+        .expect("attr")
+        .unwrap_or_default();
+    assert!(digest.starts_with("sha256:"), "{digest}");
+    assert!(row.text().await.expect("row").contains("calm"));
+    b.screenshot("packs-admin").await;
+}

@@ -147,12 +147,18 @@ impl BackendError {
         }
     }
 
-    /// The message of field `name`, if the service named it.
-    pub fn field(&self, name: &str) -> Option<&str> {
+    /// The messages the service gave for form field `name` (`voice_pack.locales[1]` and
+    /// `voice_pack.params.rate` are the form's `locales` and `rate`), joined; empty when none.
+    pub fn field(&self, name: &str) -> String {
         self.fields
             .iter()
-            .find(|(f, _)| f == name || f.ends_with(&format!(".{name}")))
+            .filter(|(f, _)| {
+                let base = f.split('[').next().unwrap_or(f);
+                base == name || base.ends_with(&format!(".{name}"))
+            })
             .map(|(_, d)| d.as_str())
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 }
 

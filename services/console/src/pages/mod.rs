@@ -13,6 +13,7 @@ mod jobs;
 mod login;
 mod market;
 mod pack;
+mod packform;
 mod pools;
 
 use std::sync::Arc;
