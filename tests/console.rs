@@ -383,3 +383,177 @@ async fn a_pack_form_shows_the_catalogs_message_by_the_field_until_fixed_and_tak
     assert!(row.text().await.expect("row").contains("calm"));
     b.screenshot("packs-admin").await;
 }
+
+/// A jobs client that authenticates as voxctl.
+async fn jobs_client(
+    stack: &Stack,
+) -> voxpool_proto::jobs::v1::jobs_client::JobsClient<voxpool_e2e::Authed> {
+    let (jobs, _) = stack.jobs.as_ref().expect("a stack with jobs");
+    voxpool_proto::jobs::v1::jobs_client::JobsClient::with_interceptor(
+        voxpool_e2e::connect(&jobs.addr).await,
+        voxpool_e2e::voxctl_token(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_job_is_cancelled_from_the_jobs_page_and_the_cache_is_purged() {
+    use voxpool_proto::jobs::v1 as jpb;
+    let stack = Stack::start(true);
+    let pack = pack_id(&stack, "English (US), espeak-ng").await;
+    let mut jobs = jobs_client(&stack).await;
+    let items = (0..200)
+        .map(|i| jpb::JobItemSpec {
+            id: format!("line-{i:03}"),
+            text: format!("This is line number {i} of a long job."),
+            voice: Some(jpb::job_item_spec::Voice::PackId(pack.clone())),
+            ..Default::default()
+        })
+        .collect();
+    let job = jobs
+        .create_job(jpb::CreateJobRequest {
+            items,
+            ..Default::default()
+        })
+        .await
+        .expect("create job")
+        .into_inner();
+    let id = job.name.trim_start_matches("jobs/").to_owned();
+    let b = Browser::start().await;
+    b.sign_in(&stack.url(""), ADMIN).await;
+    // Running, with at least one item done: the progress bar has moved.
+    b.until("the job running with an item done", || async {
+        let job = jobs
+            .clone()
+            .get_job(jpb::GetJobRequest {
+                name: job.name.clone(),
+            })
+            .await
+            .expect("get job")
+            .into_inner();
+        job.state == jpb::job::State::Running as i32
+            && job.item_counts.is_some_and(|c| c.succeeded > 0)
+    })
+    .await;
+    b.goto(&stack.url("/jobs")).await;
+    let section = format!("section[data-job=\"{id}\"]");
+    let progress = b.find(&format!("{section} progress")).await;
+    assert_eq!(
+        progress.attr("max").await.expect("max").as_deref(),
+        Some("200")
+    );
+    b.screenshot("jobs").await;
+    b.find(&format!("{section} form[action$=\"/cancel\"] button"))
+        .await
+        .click()
+        .await
+        .expect("cancel");
+    b.client.accept_alert().await.expect("confirm the cancel");
+    let done = b.find("p.done").await.text().await.expect("message");
+    assert!(done.contains("CANCELLED"), "{done}");
+    b.until("the job cancelled", || async {
+        jobs.clone()
+            .get_job(jpb::GetJobRequest {
+                name: job.name.clone(),
+            })
+            .await
+            .is_ok_and(|j| j.into_inner().state == jpb::job::State::Cancelled as i32)
+    })
+    .await;
+    // The items that ran filled the audio cache; purge the pack's entries.
+    b.goto(&stack.url("/cache")).await;
+    let entries: i64 = b
+        .find("#cache-entries")
+        .await
+        .text()
+        .await
+        .expect("entries")
+        .parse()
+        .expect("a number");
+    assert!(entries > 0, "the job's items are cached");
+    b.screenshot("cache").await;
+    fill(&b, "#pack_id", &pack).await;
+    b.find("form.purge-form button")
+        .await
+        .click()
+        .await
+        .expect("purge");
+    b.client.accept_alert().await.expect("confirm the purge");
+    let done = b.find("p.done").await.text().await.expect("message");
+    // Items in flight at the cancel may have added entries since the page was read.
+    let purged: i64 = done
+        .strip_prefix("Purged ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no purge count in {done:?}"));
+    assert!(purged >= entries, "{done} (the page showed {entries})");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_session_sees_no_admin_action_and_a_forged_post_is_refused() {
+    let stack = Stack::start(false);
+    let b = Browser::start().await;
+    b.sign_in(&stack.url(""), VIEWER).await;
+    for page in ["/pools", "/market", "/cache", "/jobs"] {
+        b.goto(&stack.url(page)).await;
+        let forms = b
+            .client
+            .execute(
+                "return [...document.querySelectorAll('form[method=post]')].map(f => f.getAttribute('action'));",
+                vec![],
+            )
+            .await
+            .expect("forms");
+        assert_eq!(
+            forms,
+            serde_json::json!(["/logout"]),
+            "{page} offers a viewer an action"
+        );
+        assert!(!b.text().await.contains("Manage"), "{page}");
+    }
+    b.goto(&stack.url("/packs")).await;
+    assert!(b.text().await.contains("needs an admin session"));
+    // A forged post with the viewer's own valid CSRF token, from the console's own origin.
+    b.goto(&stack.url("/pools")).await;
+    let answer = b
+        .client
+        .execute_async(
+            r#"const done = arguments[0];
+            const csrf = document.querySelector('input[name=csrf]').value;
+            const body = new URLSearchParams({ csrf, pool: "console-watch", key: "watch/key-1", action: "disable" });
+            fetch("/pools/key", { method: "POST", body }).then(r => r.text().then(t => done([r.status, t])));"#,
+            vec![],
+        )
+        .await
+        .expect("forged post");
+    assert_eq!(answer[0], 403, "{answer}");
+    assert!(
+        answer[1]
+            .as_str()
+            .is_some_and(|t| t.contains("needs an admin session"))
+    );
+    // And without the token.
+    let answer = b
+        .client
+        .execute_async(
+            r#"const done = arguments[0];
+            const body = new URLSearchParams({ pool: "console-watch", key: "watch/key-1", action: "disable" });
+            fetch("/pools/key", { method: "POST", body }).then(r => done(r.status));"#,
+            vec![],
+        )
+        .await
+        .expect("post without a token");
+    assert_eq!(answer, 403);
+    let mut scheduler = voxpool_e2e::scheduler_client(&stack.scheduler.addr).await;
+    let status = scheduler
+        .get_pool_status(spb::GetPoolStatusRequest {
+            pool: WATCH_POOL.into(),
+        })
+        .await
+        .expect("status")
+        .into_inner();
+    assert_eq!(
+        status.keys[0].state,
+        spb::KeyState::Available as i32,
+        "the key is untouched"
+    );
+}
