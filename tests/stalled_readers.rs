@@ -71,7 +71,7 @@ async fn stalled_readers_hold_little_memory_release_their_leases_and_are_cut_off
         keys: 10,
         capacity: 40,
         synthesis: "default_deadline_ms = 120000\nattempt_timeout_ms = 120000\nstalled_reader_timeout_ms = 3000",
-        synthesis_log: "error,voxpool_synthesis::stream=info",
+        synthesis_log: "error,voxpool_synthesis::job::delivery=info",
     })
     .await;
     let pid = stack.synthesis.child.id();
