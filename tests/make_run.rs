@@ -195,8 +195,8 @@ fn ctrl_c_lets_a_long_http_answer_finish_and_every_service_drain() {
     );
     assert_eq!(
         stderr.matches("shutdown signal received").count(),
-        4,
-        "scheduler, catalog, synthesis and jobs each drained once: {stderr}"
+        5,
+        "scheduler, catalog, synthesis, jobs and the console each drained once: {stderr}"
     );
     // Synthesis's drain bound is attempt_timeout_ms (30 s) + 1 s for its answers plus the
     // same for its vendor calls; the others' is their 1 s drain delay and their calls.
@@ -311,7 +311,7 @@ fn the_fake_gpu_server_is_stopped_and_started_by_pid_and_stops_with_the_stack() 
 }
 
 /// The `VOXPOOL_PORT_*` variables of deploy/local/ports.sh.
-const PORT_VARS: [(&str, &str); 7] = [
+const PORT_VARS: [(&str, &str); 8] = [
     ("VOXPOOL_PORT_SCHEDULER", "scheduler"),
     ("VOXPOOL_PORT_CATALOG", "catalog"),
     ("VOXPOOL_PORT_SYNTHESIS", "synthesis"),
@@ -319,6 +319,7 @@ const PORT_VARS: [(&str, &str); 7] = [
     ("VOXPOOL_PORT_JOBS", "jobs"),
     ("VOXPOOL_PORT_JOBS_REDIS", "jobs-redis"),
     ("VOXPOOL_PORT_GPU_SERVER", "fake-gpu-server"),
+    ("VOXPOOL_PORT_CONSOLE", "console"),
 ];
 
 /// `deploy/local/run.sh` in a process group of its own (as a shell starts a foreground job),

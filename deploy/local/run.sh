@@ -2,11 +2,12 @@
 # `make run`: scheduler (in-process store), catalog (SQLite, seeded with deploy/config/packs.toml),
 # synthesis (local espeak-ng engine, with its OpenAI-compatible HTTP front) and jobs (with its own
 # redis-server for the queue, when redis-server is installed), with the example config, plus a
-# fake GPU server for the zero-shot pool. Ports and the run directory: deploy/local/ports.sh
+# fake GPU server for the zero-shot pool, and the browser console over them (docs/CONSOLE.md). Ports and the run directory: deploy/local/ports.sh
 # (VOXPOOL_PORT_*, VOXPOOL_RUN_DIR).
 #
 # Stopping. Every process runs in a session of its own (setsid), so a terminal's Ctrl-C reaches
-# this script only, which then sends each process one SIGTERM, in dependency order: jobs, then
+# this script only, which then sends each process one SIGTERM, in dependency order: the console,
+# then jobs, then
 # synthesis, then catalog and scheduler, then the jobs Redis and the fake GPU server, each
 # group once the one before has exited, so every service drains (calls in flight finish) while
 # what it depends on still answers. A second Ctrl-C kills what is left at once (SIGKILL). If one
@@ -57,6 +58,8 @@ export VOXPOOL_CLIENT_TOKEN_VOXCTL=${VOXPOOL_CLIENT_TOKEN_VOXCTL:-dev-client-tok
 export VOXPOOL_HTTP_API_KEY=${VOXPOOL_HTTP_API_KEY:-dev-http-key-local}
 # The secret jobs sign their webhooks with (voxctl job submit --webhook-url).
 export VOXPOOL_JOBS_WEBHOOK_SECRET=${VOXPOOL_JOBS_WEBHOOK_SECRET:-dev-webhook-secret-local}
+# The console's read-only sign-in token (the admin token signs admins in).
+export VOXPOOL_CONSOLE_TOKEN=${VOXPOOL_CONSOLE_TOKEN:-dev-console-token-local}
 DB="sqlite://$DATA/voxpool.db?mode=rwc"
 
 # The example config names the fake GPU server's default URL: on another port, a copy in the
@@ -86,7 +89,7 @@ elif [ ! -x "$BIN/voxpool-jobs" ]; then
     jobs_skipped="$BIN/voxpool-jobs not built (make build): the jobs service is not started; the rest of the stack runs"
 fi
 ports="scheduler:$VOXPOOL_PORT_SCHEDULER catalog:$VOXPOOL_PORT_CATALOG synthesis:$VOXPOOL_PORT_SYNTHESIS"
-ports="$ports synthesis-http:$VOXPOOL_PORT_HTTP fake-gpu-server:$VOXPOOL_PORT_GPU_SERVER"
+ports="$ports synthesis-http:$VOXPOOL_PORT_HTTP fake-gpu-server:$VOXPOOL_PORT_GPU_SERVER console:$VOXPOOL_PORT_CONSOLE"
 [ -z "$jobs_skipped" ] && ports="$ports jobs:$VOXPOOL_PORT_JOBS jobs-redis:$VOXPOOL_PORT_JOBS_REDIS"
 
 taken=()
@@ -121,7 +124,7 @@ gpu_server_pid() {
 # (each group once the one before has exited); a group still running after 120 s is killed.
 stop_all() {
     local group name pid pids waited
-    for group in "jobs" "synthesis" "catalog scheduler" "jobs-redis fake-gpu-server"; do
+    for group in "console" "jobs" "synthesis" "catalog scheduler" "jobs-redis fake-gpu-server"; do
         pids=()
         for name in $group; do
             pid=${pid_of[$name]:-}
@@ -258,7 +261,17 @@ if [ -z "$jobs_skipped" ]; then
     watched[${pid_of[jobs]}]=jobs
     jobs_ready="jobs 127.0.0.1:$VOXPOOL_PORT_JOBS (queue: redis-server 127.0.0.1:$VOXPOOL_PORT_JOBS_REDIS)"
 fi
+# The browser console, in front of the four services (their public APIs only); the client
+# token of voxctl, which every data-plane service accepts.
+console_jobs=()
+[ -z "$jobs_skipped" ] && console_jobs=(--jobs "http://127.0.0.1:$VOXPOOL_PORT_JOBS")
+start console "$VOXPOOL_PORT_CONSOLE" env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_TOKEN_VOXCTL" \
+    "$BIN/voxpool-console" --listen "127.0.0.1:$VOXPOOL_PORT_CONSOLE" \
+    --scheduler "http://127.0.0.1:$VOXPOOL_PORT_SCHEDULER" --catalog "http://127.0.0.1:$VOXPOOL_PORT_CATALOG" \
+    --synthesis "http://127.0.0.1:$VOXPOOL_PORT_SYNTHESIS" "${console_jobs[@]}"
+watched[${pid_of[console]}]=console
 echo "voxpool running: scheduler 127.0.0.1:$VOXPOOL_PORT_SCHEDULER, catalog 127.0.0.1:$VOXPOOL_PORT_CATALOG, synthesis 127.0.0.1:$VOXPOOL_PORT_SYNTHESIS (OpenAI-compatible HTTP: http://127.0.0.1:$VOXPOOL_PORT_HTTP/v1), $jobs_ready, fake GPU server 127.0.0.1:$VOXPOOL_PORT_GPU_SERVER (pid ${pid_of[fake-gpu-server]}: make gpu-server-stop stops it)"
+echo "console: http://127.0.0.1:$VOXPOOL_PORT_CONSOLE/login (sign in with \$VOXPOOL_ADMIN_TOKEN to act, or \$VOXPOOL_CONSOLE_TOKEN, default dev-console-token-local, to look)"
 echo "run dir: $DATA (the catalog's SQLite file, the blob store, the jobs Redis, each process's stdout)"
 echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token-local). Ctrl-C stops everything: calls in flight finish first; Ctrl-C again kills at once."
 echo "client token: \$VOXPOOL_CLIENT_TOKEN_VOXCTL (default dev-client-token-voxctl): export VOXPOOL_CLIENT_TOKEN=\$VOXPOOL_CLIENT_TOKEN_VOXCTL for voxctl"
@@ -274,7 +287,7 @@ while [ -z "$stopping" ]; do
     [ -n "${dead:-}" ] && break
 done
 if [ -n "$stopping" ] && [ -z "${dead:-}" ]; then
-    echo "make run: $stopping: stopping the stack (jobs, synthesis, catalog and scheduler, then Redis and the GPU server); calls in flight finish first, $stopping again kills at once" >&2
+    echo "make run: $stopping: stopping the stack (console, jobs, synthesis, catalog and scheduler, then Redis and the GPU server); calls in flight finish first, $stopping again kills at once" >&2
     asked=$EPOCHREALTIME
     trap - EXIT
     stop_all

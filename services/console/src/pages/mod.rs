@@ -60,6 +60,8 @@ media-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'
 pub fn router(app: Shared) -> Router {
     Router::new()
         .route("/", get(|| async { Redirect::to("/pools") }))
+        // Liveness for probes: the process serves (each page says which service is down).
+        .route("/healthz", get(|| async { "ok" }))
         .merge(login::routes())
         .merge(pools::routes())
         .merge(market::routes())
