@@ -1,7 +1,7 @@
 //! ElevenLabs text to speech, streaming: `POST
 //! {base}/v1/text-to-speech/{voice_id}/stream?output_format=…` (ElevenLabs API reference
 //! "Stream speech", <https://elevenlabs.io/docs/api-reference/text-to-speech/stream>; docs/VENDORS.md
-//! "ElevenLabs" for the error codes and concurrency limits). Default base
+//! "elevenlabs" for the error codes and concurrency limits). Default base
 //! `https://api.elevenlabs.io`; auth header `xi-api-key`. Body `text`, `model_id`,
 //! `voice_settings` (the same as the non-streaming "Create speech"). The answer is raw audio,
 //! sent as it is produced; each piece goes to the sink as it arrives (a WAV request: a header

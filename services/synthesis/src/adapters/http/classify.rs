@@ -1,5 +1,5 @@
-//! How vendor answers become outcomes: the error classification of docs/VENDORS.md ("How errors
-//! must be classified"), `Retry-After` parsing, secret scrubbing, and [`ErrorAnswer`], the one
+//! How vendor answers become outcomes: the error classification of docs/VENDORS.md ("Outcome
+//! classification"), `Retry-After` parsing, secret scrubbing, and [`ErrorAnswer`], the one
 //! path from a vendor's error document to a [`VendorFailure`] that every adapter takes.
 //!
 //! Guards invariant 8 of docs/ARCHITECTURE.md (params are applied or refused: [`require_range`], [`refuse_unknown_extra`]

@@ -1,6 +1,6 @@
 //! The wire profiles of the self-hosted zero-shot servers: which route, which fields, how the
 //! reference clip travels, what comes back. Facts from each project's server code and docs
-//! (docs/VENDORS.md, "Self-hosted zero-shot servers", lists the sources and what a failure
+//! (docs/VENDORS.md, "selfhosted", lists the sources and what a failure
 //! looks like).
 //!
 //! | profile | route | the clip travels | answer |
