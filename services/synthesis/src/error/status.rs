@@ -2,16 +2,16 @@
 //! doc): the code, the message, and an `ErrorInfo` whose reason is a typed
 //! [`SynthesisReason`] with metadata naming the pool, key, URL and every attempt. Code,
 //! reason, field and retry time are the error's own classification (`class.rs`, which the
-//! HTTP front reads too); the unit tests hold the two together.
+//! HTTP front reads too); this file adds only what each failure names.
 
 use std::collections::HashMap;
 
-use tonic::{Code, Status};
+use tonic::Status;
 use tonic_types::{ErrorDetails, StatusExt};
 use voxpool_domain::contract::SynthesisReason;
 use voxpool_domain::status::{ERROR_DOMAIN, invalid_argument, not_found, with_info};
 
-use super::{SynthesisError, class::UNREACHABLE_RETRY};
+use super::SynthesisError;
 use crate::record::AttemptRecord;
 
 /// `ErrorInfo` metadata listing every attempt (module doc).
@@ -37,202 +37,42 @@ fn attempt_metadata(pool: &str, attempts: &[AttemptRecord]) -> HashMap<String, S
     md
 }
 
-fn info(code: Code, message: String, reason: &str, md: HashMap<String, String>) -> Status {
-    with_info(code, message, reason, md, None)
-}
-
 impl From<SynthesisError> for Status {
     fn from(e: SynthesisError) -> Self {
+        log_answered(&e);
         let message = e.to_string();
         let code = e.code();
-        match e {
-            SynthesisError::InvalidArgument { field, message } => invalid_argument(&field, message),
-            SynthesisError::Param(p) => {
-                let description = format!(
-                    "{} cannot apply {} = {}: {}",
-                    p.provider, p.param, p.value, p.reason
-                );
-                invalid_argument(&p.param, description)
-            }
-            SynthesisError::UnknownPool { tts_model_id, .. } => not_found(
-                "voxpool.dev/Pool",
-                &tts_model_id,
-                SynthesisReason::PoolNotFound.as_str(),
-                message,
-            ),
-            SynthesisError::UnknownProvider { .. } => Status::with_error_details(
-                Code::InvalidArgument,
-                message.clone(),
-                ErrorDetails::with_bad_request_violation("snapshot.provider", message),
-            ),
-            SynthesisError::ProviderMismatch {
-                pool,
-                pool_provider,
-                provider,
-            } => info(
-                Code::FailedPrecondition,
-                message,
-                SynthesisReason::ProviderMismatch.as_str(),
-                HashMap::from([
-                    ("pool".into(), pool),
-                    ("pool_provider".into(), pool_provider),
-                    ("provider".into(), provider),
-                ]),
-            ),
-            SynthesisError::NoAdapter { pool, provider } => info(
-                Code::FailedPrecondition,
-                message,
-                SynthesisReason::NoAdapter.as_str(),
-                HashMap::from([("pool".into(), pool), ("provider".into(), provider)]),
-            ),
-            SynthesisError::NoCredentials { pool, .. } => info(
-                Code::FailedPrecondition,
-                message,
-                SynthesisReason::CredentialsMissing.as_str(),
-                HashMap::from([("pool".into(), pool)]),
-            ),
-            SynthesisError::UnknownUpstream { pool, upstream, .. } => info(
-                Code::FailedPrecondition,
-                message,
-                SynthesisReason::UnknownUpstream.as_str(),
-                HashMap::from([("pool".into(), pool), ("upstream".into(), upstream)]),
-            ),
-            SynthesisError::CatalogNotFound { pack_id, .. } => not_found(
-                "voxpool.dev/VoicePack",
-                &pack_id,
-                SynthesisReason::PackNotFound.as_str(),
-                message,
-            ),
-            SynthesisError::CatalogRefused { pack_id, .. } => info(
-                Code::FailedPrecondition,
-                message,
-                SynthesisReason::PackUnusable.as_str(),
-                HashMap::from([("pack_id".into(), pack_id)]),
-            ),
-            SynthesisError::CatalogInvalid { message } => invalid_argument("pack_id", message),
-            SynthesisError::ReferenceMissing { digest, location } => info(
-                Code::FailedPrecondition,
-                message,
-                SynthesisReason::ReferenceMissing.as_str(),
-                HashMap::from([("digest".into(), digest), ("blob_store".into(), location)]),
-            ),
-            SynthesisError::ReferenceCorrupt { digest, location } => {
-                tracing::error!(%digest, blob_store = %location, "a reference clip's bytes do not match its digest");
-                info(
-                    Code::FailedPrecondition,
-                    message,
-                    SynthesisReason::ReferenceCorrupt.as_str(),
-                    HashMap::from([("digest".into(), digest), ("blob_store".into(), location)]),
-                )
-            }
-            SynthesisError::BlobUnavailable { location, cause } => {
-                tracing::warn!(blob_store = %location, error = %voxpool_domain::untrusted::quote(&cause), "reference clips: the blob store failed");
-                info(
-                    Code::Unavailable,
-                    message,
-                    SynthesisReason::BlobStoreUnavailable.as_str(),
-                    HashMap::from([("blob_store".into(), location)]),
-                )
-            }
-            // The same pause as the scheduler's: long enough for a restarted catalog to listen.
-            SynthesisError::CatalogUnavailable { url, .. } => with_info(
-                Code::Unavailable,
-                message,
-                SynthesisReason::CatalogUnavailable.as_str(),
-                HashMap::from([("catalog".into(), url)]),
-                Some(UNREACHABLE_RETRY),
-            ),
-            SynthesisError::CatalogFailed { url, .. } => info(
-                Code::Internal,
-                message,
-                SynthesisReason::CatalogFailed.as_str(),
-                HashMap::from([("catalog".into(), url)]),
-            ),
-            SynthesisError::SchedulerUnavailable { url, .. } => with_info(
-                Code::Unavailable,
-                message,
-                SynthesisReason::SchedulerUnavailable.as_str(),
-                HashMap::from([("scheduler".into(), url)]),
-                Some(UNREACHABLE_RETRY),
-            ),
-            SynthesisError::SchedulerMismatch { url, .. } => info(
-                Code::FailedPrecondition,
-                message,
-                SynthesisReason::SchedulerConfigMismatch.as_str(),
-                HashMap::from([("scheduler".into(), url)]),
-            ),
-            SynthesisError::PoolFull {
-                pool,
-                retry_after,
-                attempts,
-                ..
-            } => with_info(
-                Code::ResourceExhausted,
-                message,
-                SynthesisReason::PoolFull.as_str(),
-                attempt_metadata(&pool, &attempts),
-                retry_after,
-            ),
-            SynthesisError::Exhausted {
-                pool,
-                attempts,
-                retry_after,
-                ..
-            } => {
-                // Every key throttled is RESOURCE_EXHAUSTED, anything else UNAVAILABLE.
-                with_info(
+        let retry_after = e.retry_after();
+        let Some(reason) = e.reason() else {
+            // A malformed request field: `BadRequest` names it.
+            return match e {
+                SynthesisError::InvalidArgument { field, message } => {
+                    invalid_argument(&field, message)
+                }
+                SynthesisError::Param(p) => invalid_argument(
+                    &p.param,
+                    format!(
+                        "{} cannot apply {} = {}: {}",
+                        p.provider, p.param, p.value, p.reason
+                    ),
+                ),
+                SynthesisError::CatalogInvalid { message } => invalid_argument("pack_id", message),
+                e => Status::with_error_details(
                     code,
-                    message,
-                    SynthesisReason::KeysExhausted.as_str(),
-                    attempt_metadata(&pool, &attempts),
-                    retry_after,
-                )
+                    message.clone(),
+                    ErrorDetails::with_bad_request_violation(
+                        e.field().unwrap_or("request"),
+                        message,
+                    ),
+                ),
+            };
+        };
+        match e {
+            SynthesisError::UnknownPool { tts_model_id, .. } => {
+                not_found("voxpool.dev/Pool", &tts_model_id, reason.as_str(), message)
             }
-            SynthesisError::VendorRejected { pool, attempt } => info(
-                Code::InvalidArgument,
-                message,
-                SynthesisReason::VendorRejected.as_str(),
-                attempt_metadata(&pool, std::slice::from_ref(attempt.as_ref())),
-            ),
-            SynthesisError::DeadlineExceeded { pool, attempts, .. } => info(
-                Code::DeadlineExceeded,
-                message,
-                SynthesisReason::DeadlineExceeded.as_str(),
-                attempt_metadata(pool.as_deref().unwrap_or(""), &attempts),
-            ),
-            SynthesisError::Audio { pool, .. } => info(
-                Code::Internal,
-                message,
-                SynthesisReason::AudioJoinFailed.as_str(),
-                HashMap::from([("pool".into(), pool)]),
-            ),
-            SynthesisError::ResponseTooLarge { bytes, limit } => info(
-                Code::ResourceExhausted,
-                message,
-                SynthesisReason::ResponseTooLarge.as_str(),
-                HashMap::from([
-                    ("bytes".into(), bytes.to_string()),
-                    ("limit".into(), limit.to_string()),
-                ]),
-            ),
-            SynthesisError::StreamBroken {
-                pool,
-                chunk,
-                chunks,
-                delivered,
-                attempt,
-            } => {
-                let mut md =
-                    attempt_metadata(&pool, attempt.as_deref().map_or(&[], std::slice::from_ref));
-                md.insert("failed_chunk".into(), chunk.to_string());
-                md.insert("chunks".into(), chunks.to_string());
-                md.insert("chunk_bytes_delivered".into(), delivered.to_string());
-                info(
-                    Code::Aborted,
-                    message,
-                    SynthesisReason::VendorStreamBroken.as_str(),
-                    md,
-                )
+            SynthesisError::CatalogNotFound { pack_id, .. } => {
+                not_found("voxpool.dev/VoicePack", &pack_id, reason.as_str(), message)
             }
             SynthesisError::Interrupted {
                 delivered_bytes,
@@ -266,54 +106,120 @@ impl From<SynthesisError> for Status {
                 details.set_error_info(info.reason, info.domain, info.metadata);
                 Status::with_error_details(inner.code(), message, details)
             }
-            SynthesisError::DeadlineUnreachable {
-                pool,
-                characters,
-                estimate_ms,
-                deadline_ms,
-                backlog_characters,
-                retry_after,
-                endangers_admitted,
-            } => with_info(
-                Code::ResourceExhausted,
-                message,
-                SynthesisReason::DeadlineUnreachable.as_str(),
-                HashMap::from([
-                    ("pool".into(), pool),
-                    ("characters".into(), characters.to_string()),
-                    ("estimate_ms".into(), estimate_ms.to_string()),
-                    ("deadline_ms".into(), deadline_ms.to_string()),
-                    ("backlog_characters".into(), backlog_characters.to_string()),
-                    ("endangers_admitted".into(), endangers_admitted.to_string()),
-                ]),
-                retry_after,
-            ),
-            SynthesisError::ReaderStalled {
-                pool,
-                stalled_ms,
-                delivered_bytes,
-            } => {
-                let mut details = ErrorDetails::new();
-                details.set_error_info(
-                    SynthesisReason::ReaderStalled.as_str(),
-                    ERROR_DOMAIN,
-                    HashMap::from([
-                        ("pool".into(), pool),
-                        ("stalled_ms".into(), stalled_ms.to_string()),
-                        ("delivered_bytes".into(), delivered_bytes.to_string()),
-                    ]),
-                );
-                Status::with_error_details(Code::Aborted, message, details)
-            }
-            SynthesisError::AdapterPanicked { provider } => {
-                let mut details = ErrorDetails::new();
-                details.set_error_info(
-                    SynthesisReason::AdapterFailed.as_str(),
-                    ERROR_DOMAIN,
-                    HashMap::from([("provider".into(), provider)]),
-                );
-                Status::with_error_details(Code::Internal, message, details)
-            }
+            e => with_info(code, message, reason.as_str(), metadata(e), retry_after),
         }
+    }
+}
+
+/// What an operator must see of a failure that is the service's, not the caller's.
+fn log_answered(e: &SynthesisError) {
+    match e {
+        SynthesisError::ReferenceCorrupt { digest, location } => {
+            tracing::error!(%digest, blob_store = %location, "a reference clip's bytes do not match its digest");
+        }
+        SynthesisError::BlobUnavailable { location, cause } => {
+            tracing::warn!(blob_store = %location, error = %voxpool_domain::untrusted::quote(cause), "reference clips: the blob store failed");
+        }
+        _ => {}
+    }
+}
+
+/// The `ErrorInfo` metadata of a failure with a reason: what it names (pool, key, URL,
+/// attempts, figures).
+fn metadata(e: SynthesisError) -> HashMap<String, String> {
+    let pairs = |pairs: &[(&str, String)]| -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect()
+    };
+    match e {
+        SynthesisError::ProviderMismatch {
+            pool,
+            pool_provider,
+            provider,
+        } => pairs(&[
+            ("pool", pool),
+            ("pool_provider", pool_provider),
+            ("provider", provider),
+        ]),
+        SynthesisError::NoAdapter { pool, provider } => {
+            pairs(&[("pool", pool), ("provider", provider)])
+        }
+        SynthesisError::NoCredentials { pool, .. } | SynthesisError::Audio { pool, .. } => {
+            pairs(&[("pool", pool)])
+        }
+        SynthesisError::UnknownUpstream { pool, upstream, .. } => {
+            pairs(&[("pool", pool), ("upstream", upstream)])
+        }
+        SynthesisError::CatalogRefused { pack_id, .. } => pairs(&[("pack_id", pack_id)]),
+        SynthesisError::ReferenceMissing { digest, location }
+        | SynthesisError::ReferenceCorrupt { digest, location } => {
+            pairs(&[("digest", digest), ("blob_store", location)])
+        }
+        SynthesisError::BlobUnavailable { location, .. } => pairs(&[("blob_store", location)]),
+        SynthesisError::CatalogUnavailable { url, .. }
+        | SynthesisError::CatalogFailed { url, .. } => pairs(&[("catalog", url)]),
+        SynthesisError::SchedulerUnavailable { url, .. }
+        | SynthesisError::SchedulerMismatch { url, .. } => pairs(&[("scheduler", url)]),
+        SynthesisError::PoolFull { pool, attempts, .. }
+        | SynthesisError::Exhausted { pool, attempts, .. } => attempt_metadata(&pool, &attempts),
+        SynthesisError::VendorRejected { pool, attempt } => {
+            attempt_metadata(&pool, std::slice::from_ref(attempt.as_ref()))
+        }
+        SynthesisError::DeadlineExceeded { pool, attempts, .. } => {
+            attempt_metadata(pool.as_deref().unwrap_or(""), &attempts)
+        }
+        SynthesisError::ResponseTooLarge { bytes, limit } => {
+            pairs(&[("bytes", bytes.to_string()), ("limit", limit.to_string())])
+        }
+        SynthesisError::StreamBroken {
+            pool,
+            chunk,
+            chunks,
+            delivered,
+            attempt,
+        } => {
+            let mut md =
+                attempt_metadata(&pool, attempt.as_deref().map_or(&[], std::slice::from_ref));
+            md.insert("failed_chunk".into(), chunk.to_string());
+            md.insert("chunks".into(), chunks.to_string());
+            md.insert("chunk_bytes_delivered".into(), delivered.to_string());
+            md
+        }
+        SynthesisError::DeadlineUnreachable {
+            pool,
+            characters,
+            estimate_ms,
+            deadline_ms,
+            backlog_characters,
+            endangers_admitted,
+            ..
+        } => pairs(&[
+            ("pool", pool),
+            ("characters", characters.to_string()),
+            ("estimate_ms", estimate_ms.to_string()),
+            ("deadline_ms", deadline_ms.to_string()),
+            ("backlog_characters", backlog_characters.to_string()),
+            ("endangers_admitted", endangers_admitted.to_string()),
+        ]),
+        SynthesisError::ReaderStalled {
+            pool,
+            stalled_ms,
+            delivered_bytes,
+        } => pairs(&[
+            ("pool", pool),
+            ("stalled_ms", stalled_ms.to_string()),
+            ("delivered_bytes", delivered_bytes.to_string()),
+        ]),
+        SynthesisError::AdapterPanicked { provider } => pairs(&[("provider", provider)]),
+        // Answered above (no reason, a resource, or the cause's own metadata).
+        SynthesisError::InvalidArgument { .. }
+        | SynthesisError::Param(_)
+        | SynthesisError::UnknownProvider { .. }
+        | SynthesisError::CatalogInvalid { .. }
+        | SynthesisError::UnknownPool { .. }
+        | SynthesisError::CatalogNotFound { .. }
+        | SynthesisError::Interrupted { .. } => HashMap::new(),
     }
 }
