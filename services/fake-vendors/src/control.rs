@@ -66,6 +66,7 @@ pub(crate) struct Settings {
     pub(crate) tone_ms: u32,
     pub(crate) streaming: Option<Streaming>,
     pub(crate) markers: bool,
+    pub(crate) per_char: std::time::Duration,
 }
 
 /// One request as the fake received it (credentials left out).

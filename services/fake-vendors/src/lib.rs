@@ -158,6 +158,9 @@ pub struct FakeConfig {
     pub streaming: Option<Streaming>,
     /// Start each audio payload with [`audio::marker`] of the request's input text.
     pub markers: bool,
+    /// Generation time per character of text, waited before a self-hosted fake's whole
+    /// (unstreamed) answer on top of its latency: a GPU server's time grows with its text.
+    pub per_char: std::time::Duration,
 }
 
 impl FakeConfig {
@@ -174,7 +177,14 @@ impl FakeConfig {
             tone_ms: 200,
             streaming: None,
             markers: false,
+            per_char: std::time::Duration::ZERO,
         }
+    }
+
+    /// Sets the generation time per character of a self-hosted fake's unstreamed answer.
+    pub fn per_char(mut self, per_char: std::time::Duration) -> Self {
+        self.per_char = per_char;
+        self
     }
 
     /// Sets the length of the returned audio, in ms.
@@ -238,6 +248,7 @@ impl FakeConfig {
             tone_ms: self.tone_ms,
             streaming: self.streaming,
             markers: self.markers,
+            per_char: self.per_char,
         }
     }
 }

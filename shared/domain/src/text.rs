@@ -18,6 +18,11 @@
 //! longer than the limit. Concatenating the chunks gives back the input
 //! exactly; every chunk is non-empty and within the limit (a chunk holds at least one
 //! character even when a single character is over a tiny byte limit).
+//!
+//! [`split_short_first`] cuts the first chunk short instead: it ends at the text's first
+//! sentence (or paragraph) end within a bound, with the whitespace after it, so a vendor that
+//! answers whole gives the first audio after one short sentence's time; the rest is split as
+//! [`split`] does.
 
 /// Whether `text` holds something to speak: a letter or digit. Punctuation, symbols, emoji and
 /// spaces (zero-width ones included) alone are read as silence by every engine, so every
@@ -88,6 +93,35 @@ pub fn split(text: &str, limit: TextLimit) -> Vec<&str> {
         chunks.push(&text[offset(start)..offset(end)]);
         start = end;
     }
+    chunks
+}
+
+/// [`split`], except that the first chunk ends at the first sentence or paragraph end within
+/// `first` (and within `limit`), taking the whitespace after it; without one there, it ends at
+/// the best boundary within that bound, or holds the whole text when it fits. The concatenation
+/// is still the input, every chunk non-empty and within `limit`.
+pub fn split_short_first(text: &str, first: TextLimit, limit: TextLimit) -> Vec<&str> {
+    let chars = Chars::of(text);
+    let n = chars.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let bound = max_end(&chars, 0, first).min(max_end(&chars, 0, limit));
+    let levels = boundary_levels(&chars);
+    let sentence_end = (1..=bound).find(|&p| levels[p].is_some_and(|l| l <= Level::Sentence));
+    let end = match sentence_end {
+        Some(mut p) => {
+            while p < bound && chars[p].1.is_whitespace() {
+                p += 1;
+            }
+            p
+        }
+        None if bound == n => n,
+        None => best_cut(&chars, &levels, 0, bound),
+    };
+    let cut = chars.get(end).map_or(text.len(), |&(o, _)| o);
+    let mut chunks = vec![&text[..cut]];
+    chunks.extend(split(&text[cut..], limit));
     chunks
 }
 

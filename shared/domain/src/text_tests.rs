@@ -3,7 +3,7 @@
 use proptest::prelude::*;
 
 use super::TextLimit::{self, Chars, Utf8Bytes};
-use super::{has_speech, split};
+use super::{has_speech, split, split_short_first};
 
 #[track_caller]
 fn check(text: &str, limit: TextLimit, expected: &[&str]) {
@@ -314,5 +314,46 @@ fn speech_needs_a_letter_or_digit() {
     }
     for spoken in ["a", "7", "你好", "¡Hola!", "\u{200b}x"] {
         assert!(has_speech(spoken), "{spoken:?}");
+    }
+}
+
+#[test]
+fn a_short_first_chunk_ends_at_the_first_sentence_and_the_rest_splits_as_usual() {
+    let text = "Hi there. This is the second sentence. And a third one here.";
+    let chunks = split_short_first(text, Chars(100), Chars(30));
+    assert_eq!(chunks[0], "Hi there. ");
+    assert_eq!(chunks.concat(), text);
+    assert_eq!(chunks[1..], split(&text[10..], Chars(30))[..]);
+    assert_eq!(
+        split_short_first("你好。今天天气很好。", Chars(100), Chars(300)),
+        ["你好。", "今天天气很好。"]
+    );
+}
+
+#[test]
+fn a_short_first_chunk_is_bounded_and_a_text_without_a_sentence_end_stays_whole() {
+    let long = "one two three four five six seven eight nine ten. Next.";
+    let chunks = split_short_first(long, Chars(20), Chars(300));
+    assert_eq!(chunks[0], "one two three four ");
+    assert_eq!(chunks.concat(), long);
+    assert_eq!(
+        split_short_first("just one sentence", Chars(100), Chars(300)),
+        ["just one sentence"]
+    );
+    assert!(split_short_first("", Chars(100), Chars(300)).is_empty());
+    let bytes = split_short_first("Été. Encore.", Utf8Bytes(4), Chars(300));
+    assert!(bytes[0].len() <= 4, "{bytes:?}");
+    assert_eq!(bytes.concat(), "Été. Encore.");
+}
+
+proptest! {
+    #[test]
+    fn short_first_chunks_rebuild_the_text_and_respect_the_limit(text in "[a-z .!?,\n]{0,200}", limit in 5usize..60) {
+        let chunks = split_short_first(&text, Chars(40), Chars(limit));
+        prop_assert_eq!(chunks.concat(), text.clone());
+        for c in &chunks {
+            prop_assert!(!c.is_empty());
+            prop_assert!(c.chars().count() <= limit);
+        }
     }
 }

@@ -17,9 +17,18 @@ use voxpool_domain::audio::clip;
 use super::{ServerProfile, admit, answer, bad, checked_clip, decode_base64, json_body};
 use crate::{audio::Encoding, control::Shared, wire as fields};
 
-/// What a JSON request parsed to: the text to speak and the digest of the clip it carried
-/// (empty for a server-side voice).
-type Parsed = Result<(String, String), String>;
+/// What a request asked for.
+pub(crate) struct Ask {
+    /// The text to speak.
+    pub(crate) text: String,
+    /// The digest of the clip it carried (empty for a server-side voice).
+    pub(crate) sha: String,
+    /// It asked for a streamed answer (vLLM-Omni `stream_format: "audio"`, Fish Speech
+    /// `streaming`, GPT-SoVITS `streaming_mode`).
+    pub(crate) stream: bool,
+}
+
+type Parsed = Result<Ask, String>;
 
 /// The one path of the JSON profiles: admitted under the cap, parsed by `parse`, answered as
 /// WAV at `rate`, or refused with the profile's 400.
@@ -35,18 +44,9 @@ async fn json_route(
         Err(r) => return r,
     };
     match json_body(&body).and_then(|v| parse(&v)) {
-        Ok((text, sha)) => {
+        Ok(ask) => {
             let request = (&uri, &headers, &body[..]);
-            answer(
-                &shared,
-                profile,
-                slot,
-                request,
-                &sha,
-                &text,
-                (Encoding::Wav, rate),
-            )
-            .await
+            answer(&shared, profile, slot, request, &ask, (Encoding::Wav, rate)).await
         }
         Err(m) => bad(profile, &m),
     }
@@ -56,6 +56,23 @@ pub(super) fn vllm_omni_request(v: &Value) -> Parsed {
     let input = fields::required_str(v, "input")?.to_owned();
     if v["response_format"].as_str().unwrap_or("wav") != "wav" {
         return Err("this fake answers response_format wav only".to_owned());
+    }
+    let stream = v["stream_format"].as_str() == Some("audio");
+    if !stream && (v["stream"].as_bool() == Some(true) || v.get("stream_format").is_some()) {
+        return Err(
+            "this fake streams with stream_format \"audio\" only (the SSE form is not served)"
+                .to_owned(),
+        );
+    }
+    if stream
+        && v["speed"]
+            .as_f64()
+            .is_some_and(|s| (s - 1.0).abs() > f64::EPSILON)
+    {
+        return Err(
+            "Speed adjustment is not supported when streaming. Set speed=1.0 or omit it."
+                .to_owned(),
+        );
     }
     let sha = match v.get("ref_audio").and_then(Value::as_str) {
         Some(uri) => {
@@ -75,11 +92,19 @@ pub(super) fn vllm_omni_request(v: &Value) -> Parsed {
             String::new()
         }
     };
-    Ok((input, sha))
+    Ok(Ask {
+        text: input,
+        sha,
+        stream,
+    })
 }
 
 pub(super) fn fish_request(v: &Value) -> Parsed {
     let text = fields::required_str(v, "text")?.to_owned();
+    let stream = v["streaming"].as_bool().unwrap_or(false);
+    if stream && v["format"].as_str().unwrap_or("wav") != "wav" {
+        return Err("Streaming only supports WAV format".to_owned());
+    }
     let sha = match v.get("references").and_then(Value::as_array) {
         Some(refs) if !refs.is_empty() => {
             let first = &refs[0];
@@ -95,7 +120,7 @@ pub(super) fn fish_request(v: &Value) -> Parsed {
             String::new()
         }
     };
-    Ok((text, sha))
+    Ok(Ask { text, sha, stream })
 }
 
 /// A clip named by a path on this machine (the path profiles).
@@ -111,7 +136,11 @@ fn clip_at(path: &str, window_ms: (u32, u32)) -> Result<String, String> {
 pub(super) fn index_tts_request(v: &Value) -> Parsed {
     let text = fields::required_str(v, "text")?.to_owned();
     let sha = clip_at(fields::required_str(v, "spk_audio_path")?, (1_000, 15_000))?;
-    Ok((text, sha))
+    Ok(Ask {
+        text,
+        sha,
+        stream: false,
+    })
 }
 
 pub(super) fn gpt_sovits_request(v: &Value) -> Parsed {
@@ -122,10 +151,21 @@ pub(super) fn gpt_sovits_request(v: &Value) -> Parsed {
     if v["media_type"].as_str() != Some("wav") {
         return Err("this fake answers media_type wav only".to_owned());
     }
+    let stream = match &v["streaming_mode"] {
+        Value::Null | Value::Bool(false) => false,
+        Value::Bool(true) => true,
+        Value::Number(n) if n.as_u64().is_some_and(|m| m <= 3) => n.as_u64() != Some(0),
+        _ => {
+            return Err(
+                "the value of streaming_mode must be 0, 1, 2, 3(int) or true/false(bool)"
+                    .to_owned(),
+            );
+        }
+    };
     let sha = clip_at(fields::required_str(v, "ref_audio_path")?, (3_000, 10_000)).map_err(|e| {
         format!("Reference audio is outside the 3~10 seconds range, please choose another one! ({e})")
     })?;
-    Ok((text, sha))
+    Ok(Ask { text, sha, stream })
 }
 
 /// The route of a JSON profile: [`json_route`] with that profile's parser and answer rate.
@@ -191,13 +231,17 @@ pub(super) async fn cosyvoice(
         Ok(sha) => sha,
         Err(m) => return bad(profile, &m),
     };
+    let ask = Ask {
+        text,
+        sha,
+        stream: false,
+    };
     answer(
         &shared,
         profile,
         slot,
         (&uri, &headers, &[]),
-        &sha,
-        &text,
+        &ask,
         (Encoding::Pcm, 22_050),
     )
     .await

@@ -20,6 +20,14 @@
 //! health included, answer 503 (a model reloading); [`crate::FakeVendor::pause`] stalls
 //! admitted requests (a backed-up queue). Health: `/health` (vLLM-Omni, index-tts-vllm),
 //! `/v1/health` (Fish Speech); CosyVoice and GPT-SoVITS have none (their `/` answers 404).
+//!
+//! Streaming, as each server does it when asked: vLLM-Omni `stream_format: "audio"` (a WAV
+//! header with `0xFFFFFFFF` sizes), Fish Speech `streaming: true` and GPT-SoVITS
+//! `streaming_mode` true or 1..3 (a WAV header whose sizes are 0, as Python's `wave` writes
+//! it), then the 16-bit samples, paced on the [`crate::Streaming`] timeline (first piece after
+//! `first_byte`). An unstreamed answer is whole: it waits [`crate::FakeConfig::per_char`] per
+//! character of its text on top of its latency (or of `first_byte + rest`), as a GPU server's
+//! generation time grows with its text. CosyVoice and index-tts-vllm never stream.
 
 mod handlers;
 
@@ -35,7 +43,10 @@ use axum::{
 use base64::Engine as _;
 use serde_json::{Value, json};
 use voxpool_domain::{
-    audio::clip::{self, ClipLimits},
+    audio::{
+        clip::{self, ClipLimits},
+        wav,
+    },
     reference::clip_digest,
 };
 
@@ -206,27 +217,38 @@ pub(super) async fn admit(
 }
 
 /// Records the request (with the clip's digest as `x-fake-reference-sha256`), waits its
-/// latency or fault, and answers audio in `encoding` at `rate` Hz.
+/// latency or fault, and answers audio in `encoding` at `rate` Hz, streamed when asked.
 pub(super) async fn answer(
     shared: &Arc<Shared>,
     profile: ServerProfile,
     slot: super::control::Slot,
     request: (&Uri, &HeaderMap, &[u8]),
-    clip_sha: &str,
-    text: &str,
+    ask: &handlers::Ask,
     (encoding, rate): (Encoding, u32),
 ) -> Response {
     let (uri, headers, body) = request;
+    let text = ask.text.as_str();
     let mut recorded = headers.clone();
-    if let Ok(value) = clip_sha.parse() {
+    if let Ok(value) = ask.sha.parse() {
         recorded.insert(REFERENCE_HEADER, value);
     }
     crate::wire::record(shared, SERVER_KEY, uri, &recorded, body);
-    if let Err(fault) = shared.proceed(&slot, Mode::Document).await {
-        return fault_answer(profile, &fault);
-    }
+    let mode = if ask.stream {
+        Mode::Stream
+    } else {
+        let chars = u32::try_from(text.chars().count()).unwrap_or(u32::MAX);
+        tokio::time::sleep(shared.settings().per_char.saturating_mul(chars)).await;
+        Mode::Document
+    };
+    let delivery = match shared.proceed(&slot, mode).await {
+        Ok(delivery) => delivery,
+        Err(fault) => return fault_answer(profile, &fault),
+    };
     if shared.is_down() {
         return down_answer();
+    }
+    if ask.stream {
+        return streamed(shared, profile, slot, delivery, (rate, text));
     }
     match crate::wire::render(shared, encoding, rate, text) {
         Ok(bytes) => {
@@ -239,6 +261,35 @@ pub(super) async fn answer(
             (StatusCode::OK, [("content-type", content_type)], bytes).into_response()
         }
         Err(e) => crate::wire::internal(e),
+    }
+}
+
+/// A streamed answer (module doc): the profile's WAV header, then the samples in paced pieces.
+fn streamed(
+    shared: &Arc<Shared>,
+    profile: ServerProfile,
+    slot: super::control::Slot,
+    delivery: crate::stream::Delivery,
+    (rate, text): (u32, &str),
+) -> Response {
+    let spec = wav::WavSpec {
+        channels: 1,
+        sample_rate: rate,
+        bits_per_sample: 16,
+    };
+    let header = match profile {
+        ServerProfile::VllmOmni => wav::streaming_header(spec),
+        _ => wav::write(spec, &[]),
+    };
+    let samples = crate::wire::render(shared, Encoding::Pcm, rate, text);
+    match (header, samples) {
+        (Ok(mut bytes), Ok(samples)) => {
+            bytes.extend_from_slice(&samples);
+            let framed = crate::stream::Framed::raw(&delivery.cut(&bytes, 1));
+            crate::stream::respond(Arc::clone(shared), slot, delivery, "audio/wav", framed)
+        }
+        (Err(e), _) => crate::wire::internal(e.to_string()),
+        (_, Err(e)) => crate::wire::internal(e),
     }
 }
 

@@ -231,6 +231,14 @@ pub trait VendorAdapter: Send + Sync + 'static {
         false
     }
 
+    /// Whether a call of `voice` on `upstream` gets its audio as the vendor generates it; when
+    /// it arrives whole instead, `crate::job` gives the request a short first chunk. Default:
+    /// yes.
+    fn streams(&self, upstream: &UpstreamTarget, voice: &Snapshot) -> bool {
+        let _ = (upstream, voice);
+        true
+    }
+
     /// Refuses params, extra options, formats or sample rates the vendor cannot apply.
     /// Called once per request before any lease is taken.
     fn check(

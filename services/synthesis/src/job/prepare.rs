@@ -7,6 +7,13 @@
 //! digest, the request's overrides (sealed anew), its provider, its pool (`ttsModelId`), provider = pool provider, the adapter and the
 //! credentials, the snapshot's upstreams, the adapter's `check`, then the split of the text
 //! (and, for text of several chunks without a rate, the adapter's default rate asked of all).
+//!
+//! Short first chunk: when a key the request may use answers whole
+//! ([`crate::adapters::VendorAdapter::streams`] false: a self-hosted server that cannot stream,
+//! Volcengine V1), the first chunk ends at the text's first sentence, at most
+//! [`FIRST_CHUNK_CHARS`] ([`text::split_short_first`]), so the first audio comes after one
+//! short sentence's time while the rest runs beside it as usual. BATCH requests, which nobody
+//! listens to as they play, keep the usual split.
 
 use std::sync::Arc;
 
@@ -21,6 +28,8 @@ pub const MAX_REQUEST_ID_CHARS: usize = 128;
 pub const MAX_SNAPSHOT_JSON_BYTES: usize = 64 * 1024;
 /// Highest accepted `sample_rate_hz`.
 pub const MAX_SAMPLE_RATE_HZ: i32 = 384_000;
+/// Longest short first chunk (module doc), in characters.
+pub const FIRST_CHUNK_CHARS: usize = 160;
 
 /// The format asked for, or the refusal of a number that names none.
 fn check_format(format: Result<AudioFormat, Unknown>) -> Result<AudioFormat, SynthesisError> {
@@ -171,7 +180,24 @@ pub(super) async fn prepare(
         .check(&voice, format, sample_rate_hz)
         .map_err(SynthesisError::Param)?;
     let reference = pick_reference(core, &voice, &r.emotion, r.seed, adapter.as_ref()).await?;
-    let chunks: Vec<String> = text::split(&r.text, adapter.text_limit())
+    let answers_whole = priority != crate::lease::Priority::Batch
+        && pool
+            .keys
+            .values()
+            .filter(|k| {
+                voice.upstream_ids.is_empty() || voice.upstream_ids.contains(&k.upstream.id)
+            })
+            .any(|k| !adapter.streams(&k.upstream, &voice));
+    let split = if answers_whole {
+        text::split_short_first(
+            &r.text,
+            text::TextLimit::Chars(FIRST_CHUNK_CHARS),
+            adapter.text_limit(),
+        )
+    } else {
+        text::split(&r.text, adapter.text_limit())
+    };
+    let chunks: Vec<String> = split
         .into_iter()
         .filter(|c| !c.trim().is_empty())
         .map(str::to_owned)

@@ -31,6 +31,14 @@
 //! asks the server's health route ([`profiles::Profile::health_path`], else any HTTP answer
 //! at `/`) before it sends the key the next request (half-open): a server still down is
 //! reported `UPSTREAM_ERROR` again, without a synthesis sent to it.
+//!
+//! # Streaming
+//! A profile whose server can send audio as it generates it ([`Profile::can_stream`]) is asked
+//! to, unless the upstream sets `params.stream = false` or (vLLM-Omni, which streams only at
+//! speed 1) the voice sets a rate ([`streams`]). The streamed answer is relayed piece by piece
+//! ([`answer`]); the call, and so its lease, lasts until the server's last byte (invariant 1).
+//! A profile that does not stream answers whole, and `crate::job` gives such pools a short
+//! first chunk instead.
 
 mod answer;
 pub mod profiles;
@@ -52,8 +60,6 @@ use super::{
 };
 
 const PROVIDER: &str = Provider::SelfHosted.as_str();
-/// CosyVoice's answer rate when the upstream does not say (v1 models; v2 answer 24000).
-const COSYVOICE_DEFAULT_RATE: u32 = 22_050;
 /// How long a half-open health probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -64,6 +70,37 @@ pub struct Target {
     pub profile: Profile,
     /// `speed`, when the voice sets a rate and the profile takes one.
     pub speed: Option<f64>,
+    /// The server is asked to stream its answer ([`streams`]).
+    pub stream: bool,
+}
+
+/// Whether a call of `voice` to `upstream` asks the server to stream (module doc).
+pub fn streams(upstream: &super::UpstreamTarget, voice: &Snapshot) -> bool {
+    let Some(profile) = http::upstream_str(&upstream.params, "profile").and_then(Profile::parse)
+    else {
+        return false;
+    };
+    let turned_off = upstream
+        .params
+        .get("stream")
+        .and_then(serde_json::Value::as_bool)
+        == Some(false);
+    let speed_set = profile == Profile::VllmOmni && voice.params.rate.is_some();
+    profile.can_stream() && !turned_off && !speed_set
+}
+
+/// `params.stream`, when set, must be a boolean. Errors: anything else (`UPSTREAM_ERROR`).
+fn check_stream_param(upstream: &super::UpstreamTarget) -> Result<(), VendorFailure> {
+    match upstream.params.get("stream") {
+        None | Some(serde_json::Value::Bool(_)) => Ok(()),
+        Some(other) => Err(http::upstream_config_failure(
+            PROVIDER,
+            format!(
+                "upstream {} has params.stream = {other}: use true (stream where the server can) or false",
+                upstream.id
+            ),
+        )),
+    }
 }
 
 /// The self-hosted adapter (module doc).
@@ -157,10 +194,12 @@ impl SelfHosted {
                     ),
                 )
             })?;
+        check_stream_param(upstream)?;
         let target = Target {
             profile,
             speed: speed_for(profile, &request.utterance.voice)
                 .map_err(|e| http::param_failure(PROVIDER, &e))?,
+            stream: streams(upstream, &request.utterance.voice),
         };
         let clip = request.utterance.reference.as_deref();
         check_clip(profile, clip, &request.utterance.voice)
@@ -192,7 +231,7 @@ impl SelfHosted {
                 clip_path.as_deref(),
             )),
         };
-        let result = answer::exchange(builder, request, profile, sink, secret).await;
+        let result = answer::exchange(builder, request, &target, sink, secret).await;
         match &result {
             Err(f) if matches!(f.outcome, Outcome::UpstreamError | Outcome::Timeout) => {
                 self.suspects().insert(request.key.key_id.clone());
@@ -302,6 +341,10 @@ impl VendorAdapter for SelfHosted {
 
     fn takes_references(&self) -> bool {
         true
+    }
+
+    fn streams(&self, upstream: &super::UpstreamTarget, voice: &Snapshot) -> bool {
+        streams(upstream, voice)
     }
 
     fn check(

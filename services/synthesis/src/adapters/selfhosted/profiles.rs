@@ -10,6 +10,11 @@
 //! | `fish-speech` | `POST /v1/tts` JSON `text`, `references: [{audio, text}]` (audio base64), `format`, `seed` | inline | WAV |
 //! | `index-tts-vllm` | `POST /tts_url` JSON `text`, `spk_audio_path` | a path on the server: the adapter writes the clip into `clip_dir` (shared with the server), named by digest, and sends `server_clip_dir/<hex>.wav` | WAV |
 //! | `gpt-sovits` | `POST /tts` JSON `text`, `text_lang`, `ref_audio_path`, `prompt_text`, `prompt_lang`, `media_type`, `streaming_mode` | a server path, as for index-tts-vllm; the clip must last 3..10 s | WAV |
+//!
+//! Streaming ([`Profile::can_stream`]): vLLM-Omni `stream: true` + `stream_format: "audio"`
+//! (raw WAV bytes as decoded; only without `speed`), Fish Speech `streaming: true`, GPT-SoVITS
+//! `streaming_mode: true`: each answers a WAV header (sizes 0 or placeholders) and then 16-bit
+//! PCM as it is generated. CosyVoice's server and index-tts-vllm have no such switch.
 
 use std::path::PathBuf;
 
@@ -91,6 +96,25 @@ impl Profile {
     /// Whether the answer is headerless PCM (else WAV).
     pub fn answers_raw_pcm(self) -> bool {
         self == Profile::CosyVoice
+    }
+
+    /// Whether the server can be asked to send its audio as it generates it (module doc).
+    pub fn can_stream(self) -> bool {
+        matches!(
+            self,
+            Profile::VllmOmni | Profile::FishSpeech | Profile::GptSovits
+        )
+    }
+
+    /// The rate (Hz) of a streamed answer that comes without a WAV header, unless the upstream
+    /// sets `params.sample_rate_hz`: the model's usual rate.
+    pub fn default_rate(self) -> u32 {
+        match self {
+            Profile::FishSpeech => 44_100,
+            Profile::GptSovits => 32_000,
+            Profile::CosyVoice => 22_050,
+            Profile::VllmOmni | Profile::IndexTtsVllm => 24_000,
+        }
     }
 }
 
@@ -178,13 +202,17 @@ pub fn json_body(
             if let Some(speed) = target.speed {
                 body["speed"] = json!(speed);
             }
+            if target.stream {
+                body["stream"] = json!(true);
+                body["stream_format"] = json!("audio");
+            }
             if let Some(seed) = request.utterance.seed {
                 body["seed"] = json!(seed);
             }
             body
         }
         Profile::FishSpeech => {
-            let mut body = json!({ "text": text, "format": "wav", "streaming": false });
+            let mut body = json!({ "text": text, "format": "wav", "streaming": target.stream });
             match clip {
                 Some(clip) => {
                     body["references"] = json!([{
@@ -217,7 +245,7 @@ pub fn json_body(
                 "prompt_text": prompt_text,
                 "prompt_lang": prompt_lang,
                 "media_type": "wav",
-                "streaming_mode": false,
+                "streaming_mode": target.stream,
             });
             if let Some(speed) = target.speed {
                 body["speed_factor"] = json!(speed);
