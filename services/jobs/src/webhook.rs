@@ -113,7 +113,7 @@ impl Sender {
             .await
             .map_err(|e| match refusal_in(&e) {
                 Some(why) => format!("{host}: {why}"),
-                None => format!("{host}: {}", e.without_url()),
+                None => format!("{host}: {}", causes(&e.without_url())),
             })?;
         if answer.status().is_success() {
             Ok(())
@@ -123,9 +123,40 @@ impl Sender {
     }
 }
 
+/// An error with every cause under it (`error sending request: dns error: failed to lookup
+/// address information: …`): reqwest's own message alone says nothing of why.
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut at = e.source();
+    while let Some(cause) = at {
+        let text = cause.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        at = cause.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_says_every_cause_under_it() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("error sending request")]
+        struct Outer(#[source] std::io::Error);
+        let lookup = std::io::Error::other(
+            "failed to lookup address information: Name or service not known",
+        );
+        let said = causes(&Outer(lookup));
+        assert_eq!(
+            said,
+            "error sending request: failed to lookup address information: Name or service not known"
+        );
+    }
 
     #[test]
     fn the_signature_is_hmac_sha256_over_time_dot_body() {
