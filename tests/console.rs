@@ -459,6 +459,38 @@ async fn a_running_job_is_cancelled_from_the_jobs_page_and_the_cache_is_purged()
             .is_ok_and(|j| j.into_inner().state == jpb::job::State::Cancelled as i32)
     })
     .await;
+    // The items that succeeded, in one archive.
+    b.goto(&stack.url("/jobs")).await;
+    b.find(&format!("{section} a[href$=\"/archive.tar\"]"))
+        .await
+        .click()
+        .await
+        .expect("download");
+    let archive = b.downloaded(".tar").await;
+    let listing = std::process::Command::new("tar")
+        .arg("-tf")
+        .arg(&archive)
+        .output()
+        .expect("tar");
+    let names = String::from_utf8_lossy(&listing.stdout).into_owned();
+    let succeeded = jobs
+        .get_job(jpb::GetJobRequest {
+            name: job.name.clone(),
+        })
+        .await
+        .expect("get job")
+        .into_inner()
+        .item_counts
+        .expect("counts")
+        .succeeded;
+    assert!(listing.status.success(), "{listing:?}");
+    assert_eq!(names.lines().count(), succeeded as usize, "{names}");
+    assert!(
+        names
+            .lines()
+            .all(|n| n.starts_with("line-") && n.ends_with(".wav")),
+        "{names}"
+    );
     // The items that ran filled the audio cache; purge the pack's entries.
     b.goto(&stack.url("/cache")).await;
     let entries: i64 = b

@@ -118,7 +118,7 @@ async fn new_form(Signed(session): Signed) -> Response {
 async fn create(State(app): State<Shared>, signed: Signed, Form(form): Form<PackForm>) -> Response {
     let session = match signed.admin_with(&form.csrf) {
         Ok(s) => s.clone(),
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let messages = match form.pack("") {
         Err(own) => FieldMessages::own(own),
@@ -183,7 +183,7 @@ async fn update(
 ) -> Response {
     let session = match signed.admin_with(&form.csrf) {
         Ok(s) => s.clone(),
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let before = match app.backend.pack(&id).await {
         Ok(p) => PackForm::of(&p),
@@ -222,7 +222,7 @@ async fn set_enabled(
 ) -> Response {
     let session = match signed.admin_with(&form.csrf) {
         Ok(s) => s.clone(),
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let done = match app.backend.set_pack_enabled(&id, form.enable).await {
         Ok(p) if p.enabled => format!("{} is enabled: the market shows it again.", p.name),
@@ -291,7 +291,7 @@ async fn add_clip(
     };
     let session = match signed.admin_with(&clip.csrf) {
         Ok(s) => s.clone(),
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let weight = clip.weight.trim();
     let request = cpb::AddReferenceRequest {
@@ -341,7 +341,7 @@ async fn remove_clip(
 ) -> Response {
     let session = match signed.admin_with(&form.csrf) {
         Ok(s) => s.clone(),
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     match app.backend.remove_clip(&id, &form.digest).await {
         Ok(_) => see_other(&format!("/packs/{id}/edit")),

@@ -51,7 +51,7 @@ struct Purge {
 async fn purge(State(app): State<Shared>, signed: Signed, Form(form): Form<Purge>) -> Response {
     let session = match signed.admin_with(&form.csrf) {
         Ok(s) => s.clone(),
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let (status, done, error) = match app
         .backend

@@ -65,7 +65,7 @@ struct Action {
 async fn act(app: Shared, signed: Signed, id: String, form: Action, cancel: bool) -> Response {
     let session = match signed.admin_with(&form.csrf) {
         Ok(s) => s.clone(),
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let outcome = if cancel {
         app.backend

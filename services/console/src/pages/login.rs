@@ -109,7 +109,7 @@ async fn sign_out(
     Form(form): Form<SignOut>,
 ) -> Response {
     if let Err(refused) = signed.with(&form.csrf) {
-        return refused;
+        return refused.into_response();
     }
     let Some(id) = jar.get(COOKIE).map(|c| c.value().to_owned()) else {
         return see_other("/login");

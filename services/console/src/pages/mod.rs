@@ -143,27 +143,37 @@ impl FromRequestParts<Shared> for Signed {
 }
 
 impl Signed {
-    /// The session if it may take admin actions and `csrf` is its token; else the answer.
-    pub fn admin_with(&self, csrf: &str) -> Result<&Session, Response> {
+    /// The session if it may take admin actions and `csrf` is its token; else why not.
+    pub fn admin_with(&self, csrf: &str) -> Result<&Session, Refused> {
         self.with(csrf)?;
         if self.0.is_admin() {
             Ok(&self.0)
         } else {
-            Err(forbidden(
+            Err(Refused(
                 "this action needs an admin session: sign in with the admin token (VOXPOOL_ADMIN_TOKEN)",
             ))
         }
     }
 
-    /// The session if `csrf` is its token; else 403.
-    pub fn with(&self, csrf: &str) -> Result<&Session, Response> {
+    /// The session if `csrf` is its token; else why not.
+    pub fn with(&self, csrf: &str) -> Result<&Session, Refused> {
         if self.0.check_csrf(csrf) {
             Ok(&self.0)
         } else {
-            Err(forbidden(
+            Err(Refused(
                 "the form's security token is missing or stale: reload the page and submit it again",
             ))
         }
+    }
+}
+
+/// A post refused before it reached a service: answered 403 with the reason.
+#[derive(Debug)]
+pub struct Refused(&'static str);
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        forbidden(self.0)
     }
 }
 

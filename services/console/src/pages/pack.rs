@@ -130,7 +130,7 @@ async fn bind(
         Err(message) => return problem(StatusCode::BAD_REQUEST, "Card not bound", &message),
     };
     if let Err(refused) = signed.with(&csrf) {
-        return refused;
+        return refused.into_response();
     }
     match app.backend.bind(&id, card).await {
         Ok(bound) => {

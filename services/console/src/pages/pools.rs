@@ -134,7 +134,7 @@ async fn key_action(
 ) -> Response {
     let session = match signed.admin_with(&form.csrf) {
         Ok(s) => s.clone(),
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let action = match form.action.as_str() {
         "disable" => KeyAction::Disable,
