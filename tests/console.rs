@@ -589,3 +589,25 @@ async fn a_read_only_session_sees_no_admin_action_and_a_forged_post_is_refused()
         "the key is untouched"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_is_down_is_named_and_the_rest_of_the_console_works() {
+    let mut stack = Stack::start(false);
+    let b = Browser::start().await;
+    b.sign_in(&stack.url(""), VIEWER).await;
+    stack.catalog.child.kill().expect("stop the catalog");
+    stack.catalog.child.wait().expect("reap the catalog");
+    b.goto(&stack.url("/market")).await;
+    let alert = b.find("[role=alert]").await.text().await.expect("alert");
+    assert!(
+        alert.contains("the catalog service does not answer") && alert.contains("--catalog"),
+        "{alert}"
+    );
+    // The navigation still leads to pages the catalog does not feed.
+    b.find("nav a[href=\"/pools\"]")
+        .await
+        .click()
+        .await
+        .expect("to pools");
+    assert_eq!(meter(&b, WATCH_POOL, WATCH_KEY).await, "0");
+}
