@@ -611,3 +611,84 @@ async fn a_service_that_is_down_is_named_and_the_rest_of_the_console_works() {
         .expect("to pools");
     assert_eq!(meter(&b, WATCH_POOL, WATCH_KEY).await, "0");
 }
+
+/// The status of the watched key, as the scheduler answers it.
+async fn watch_key(stack: &Stack) -> spb::KeyStatus {
+    voxpool_e2e::scheduler_client(&stack.scheduler.addr)
+        .await
+        .get_pool_status(spb::GetPoolStatusRequest {
+            pool: WATCH_POOL.into(),
+        })
+        .await
+        .expect("status")
+        .into_inner()
+        .keys
+        .remove(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_disables_a_key_sets_its_capacity_and_enables_it_each_confirmed() {
+    let stack = Stack::start(false);
+    let b = Browser::start().await;
+    b.sign_in(&stack.url(""), ADMIN).await;
+    b.find(&format!("tr[data-key=\"{WATCH_POOL}|{WATCH_KEY}\"] a"))
+        .await
+        .click()
+        .await
+        .expect("manage");
+    // The key's page is the confirmation: opening it changes nothing.
+    b.find("input[value=disable] ~ button").await;
+    assert_eq!(
+        watch_key(&stack).await.state,
+        spb::KeyState::Available as i32
+    );
+    b.find("input[value=disable] ~ button")
+        .await
+        .click()
+        .await
+        .expect("disable");
+    assert!(
+        b.find("p.done")
+            .await
+            .text()
+            .await
+            .expect("done")
+            .starts_with("The key is disabled")
+    );
+    assert_eq!(
+        watch_key(&stack).await.state,
+        spb::KeyState::Disabled as i32
+    );
+    b.find("input[value=enable] ~ button")
+        .await
+        .click()
+        .await
+        .expect("enable");
+    assert!(
+        b.find("p.done")
+            .await
+            .text()
+            .await
+            .expect("done")
+            .starts_with("The key is enabled")
+    );
+    assert_eq!(
+        watch_key(&stack).await.state,
+        spb::KeyState::Available as i32
+    );
+    fill(&b, "#capacity", "2").await;
+    b.find("input[value=capacity] ~ button")
+        .await
+        .click()
+        .await
+        .expect("set capacity");
+    assert!(
+        b.find("p.done")
+            .await
+            .text()
+            .await
+            .expect("done")
+            .starts_with("The key's capacity is set")
+    );
+    assert_eq!(watch_key(&stack).await.capacity, 2);
+}

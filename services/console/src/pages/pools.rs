@@ -170,10 +170,11 @@ async fn key_action(
         Ok(k) => (Some(k), None, done),
         Err(e) => (None, Some(e.summary()), ""),
     };
-    let status = if answer.is_ok() {
-        StatusCode::OK
-    } else {
-        StatusCode::BAD_GATEWAY
+    let status = match &answer {
+        Ok(_) => StatusCode::OK,
+        Err(e) if e.code == tonic::Code::NotFound => StatusCode::NOT_FOUND,
+        Err(e) if e.code == tonic::Code::InvalidArgument => StatusCode::BAD_REQUEST,
+        Err(_) => StatusCode::BAD_GATEWAY,
     };
     (
         status,
