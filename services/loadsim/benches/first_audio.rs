@@ -9,10 +9,23 @@
 //!    first byte + 400 ms): end-to-end `Synthesize` time with `max_parallel_chunks` at its
 //!    default (4) and at 10, against 1 (one chunk after another); floor ≤ 0.35×.
 //!
+//! 3. **Self-hosted servers that stream** (vLLM-Omni, Fish Speech, GPT-SoVITS fakes: first bytes
+//!    after 200 ms, the rest over 0.3 s, each in its server's framing, a reference clip per
+//!    call): the first audio directly (the `selfhosted` adapter's first byte in its sink),
+//!    through `SynthesizeStream` and through the HTTP front (`POST /v1/audio/speech`, first
+//!    body bytes), alternating; floor: p50 ≤ the direct first byte + 5 ms on both fronts.
+//! 4. **Short first chunk** on a server that answers whole (index-tts-vllm fake: 50 ms plus
+//!    4 ms per character): the first audio of a 13-character sentence alone, of that sentence
+//!    followed by about 230 characters (first chunk cut at the sentence), and of the same text
+//!    as BATCH (the usual split: the whole text in one call), alternating; floor: the long
+//!    text's first audio ≤ 1.2 × the sentence alone.
+//!
 //! Knobs: `FIRST_AUDIO_REQUESTS` per side (default 48), `FIRST_AUDIO_CONCURRENCY` (default 8),
-//! `LONG_TEXT_RUNS` per setting (default 3).
+//! `LONG_TEXT_RUNS` per setting (default 3), `SELFHOSTED_ROUNDS` per path (default 24).
 
 mod common;
+#[path = "first_audio/selfhosted.rs"]
+mod selfhosted;
 #[path = "common/stack.rs"]
 #[allow(dead_code, reason = "this bench builds its own config")]
 mod stack;
@@ -37,15 +50,21 @@ use voxpool_testkit::RedisServer;
 
 const FLOOR_ADDED_MS: f64 = 20.0;
 const FLOOR_RATIO: f64 = 0.35;
+const FLOOR_SELFHOSTED_ADDED_MS: f64 = 5.0;
+const FLOOR_SHORT_FIRST: f64 = 1.2;
 
 /// A scheduler (Redis store) and one synthesis server per `max_parallel_chunks` value, in
-/// process; returns a client per synthesis server.
+/// process; returns a client per synthesis server, the config and the scheduler's address.
 async fn stack(
     toml: &str,
     redis: &RedisServer,
     parallel: &[u32],
     shutdown: &CancellationToken,
-) -> Vec<SynthesisClient<tonic::transport::Channel>> {
+) -> (
+    Vec<SynthesisClient<tonic::transport::Channel>>,
+    Config,
+    std::net::SocketAddr,
+) {
     let config = Config::from_toml_str(toml).expect("config");
     let scheduler = stack::scheduler(&config, &redis.url(), shutdown).await;
     let mut clients = Vec::new();
@@ -59,7 +78,7 @@ async fn stack(
                 .expect("synthesis"),
         );
     }
-    clients
+    (clients, config, scheduler)
 }
 
 fn pool_toml(
@@ -84,6 +103,7 @@ fn main() {
     let per_side = env_or("FIRST_AUDIO_REQUESTS", 48).max(1);
     let concurrency = env_or("FIRST_AUDIO_CONCURRENCY", 8).max(1);
     let runs = env_or("LONG_TEXT_RUNS", 3).max(1);
+    let rounds_selfhosted = env_or("SELFHOSTED_ROUNDS", 24).max(1);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -114,8 +134,10 @@ fn main() {
         )
         .await
         .expect("fake vendor");
+        let servers = selfhosted::fakes().await;
         let toml = format!(
-            "{}{}",
+            "{}{}{}",
+            selfhosted::pools_toml(&servers, dir.path()),
             pool_toml("openai-fake", "openai", "tts-1", &live.base_url(), "", dir.path()),
             pool_toml(
                 "volcengine-fake",
@@ -126,7 +148,7 @@ fn main() {
                 dir.path()
             )
         );
-        let clients = stack(&toml, &redis, &[4, 1, 10], &shutdown).await;
+        let (clients, config, scheduler) = stack(&toml, &redis, &[4, 1, 10], &shutdown).await;
         let (default4, one, ten) = (clients[0].clone(), clients[1].clone(), clients[2].clone());
 
         // 1. Time to first audio.
@@ -290,6 +312,152 @@ fn main() {
             m4 / m1,
             if m4 / m1 <= FLOOR_RATIO { "meets floor" } else { "BELOW FLOOR" }
         );
+        self_hosted(&servers, &config, scheduler, dir.path(), rounds_selfhosted, &shutdown).await;
         shutdown.cancel();
     });
+}
+
+/// Parts 3 and 4 (module doc).
+async fn self_hosted(
+    servers: &[(voxpool_fake_vendors::ServerProfile, FakeVendor)],
+    config: &Config,
+    scheduler: std::net::SocketAddr,
+    dir: &std::path::Path,
+    rounds: usize,
+    shutdown: &CancellationToken,
+) {
+    use voxpool_proto::scheduler::v1::Priority;
+    let clip = selfhosted::clip(dir);
+    let voices: Vec<_> = servers
+        .iter()
+        .map(|(profile, _)| selfhosted::voice(*profile, &clip.0))
+        .collect();
+    let (grpc_addr, http_addr) =
+        selfhosted::synthesis(config, scheduler, dir, voices.clone(), shutdown).await;
+    let client = SynthesisClient::connect(format!("http://{grpc_addr}"))
+        .await
+        .expect("synthesis");
+    let http = reqwest::Client::new();
+    let text = "Hello there, this is a live character speaking.";
+    println!(
+        "## First audio from self-hosted servers that stream
+"
+    );
+    println!(
+        "Fake servers in each one's streaming framing (a WAV header, then 16-bit samples): first \
+         bytes after {} ms, the rest over {} ms in 8 pieces; a 4 s reference clip per call. \
+         {rounds} sequential calls per path and server, alternating.\n",
+        selfhosted::FIRST_BYTE.as_millis(),
+        selfhosted::STREAM_REST.as_millis()
+    );
+    println!(
+        "| server | direct p50 ms | SynthesizeStream p50 / p99 ms | HTTP front p50 / p99 ms | added p50 gRPC / HTTP ms |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    let mut worst: f64 = 0.0;
+    for ((profile, fake), voice) in servers.iter().zip(&voices) {
+        if !selfhosted::STREAMING.contains(profile) {
+            continue;
+        }
+        let shared = Arc::new(voice.clone());
+        let (mut d, mut g, mut h) = (Vec::new(), Vec::new(), Vec::new());
+        // Warm-up: connections, the clip placed and cached.
+        selfhosted::direct(*profile, fake, &shared, &clip, dir).await;
+        selfhosted::grpc(&client, voice, text, Priority::Interactive).await;
+        selfhosted::http(&http, http_addr, voice).await;
+        for _ in 0..rounds {
+            d.push(selfhosted::direct(*profile, fake, &shared, &clip, dir).await);
+            g.push(selfhosted::grpc(&client, voice, text, Priority::Interactive).await);
+            h.push(selfhosted::http(&http, http_addr, voice).await);
+        }
+        for v in [&mut d, &mut g, &mut h] {
+            v.sort_unstable();
+        }
+        let (d50, g50, h50) = (pct(&d, 0.5), pct(&g, 0.5), pct(&h, 0.5));
+        worst = worst.max(g50 - d50).max(h50 - d50);
+        println!(
+            "| {} | {d50:.1} | {g50:.1} / {:.1} | {h50:.1} / {:.1} | {:.1} / {:.1} |",
+            profile.as_str(),
+            pct(&g, 0.99),
+            pct(&h, 0.99),
+            g50 - d50,
+            h50 - d50
+        );
+    }
+    println!();
+    println!(
+        "- worst p50 added over the direct first byte: {worst:.1} ms (floor ≤ {FLOOR_SELFHOSTED_ADDED_MS} ms): {}\n",
+        if worst <= FLOOR_SELFHOSTED_ADDED_MS {
+            "meets floor"
+        } else {
+            "BELOW FLOOR"
+        }
+    );
+
+    let Some(whole) = servers
+        .iter()
+        .zip(&voices)
+        .find(|((p, _), _)| !selfhosted::STREAMING.contains(p))
+        .map(|(_, v)| v)
+    else {
+        return;
+    };
+    let long = format!("{}{}", selfhosted::FIRST_SENTENCE, selfhosted::REST);
+    let (mut alone, mut short, mut batch) = (Vec::new(), Vec::new(), Vec::new());
+    selfhosted::grpc(&client, whole, &long, Priority::Interactive).await;
+    for _ in 0..rounds {
+        alone.push(
+            selfhosted::grpc(
+                &client,
+                whole,
+                selfhosted::FIRST_SENTENCE,
+                Priority::Interactive,
+            )
+            .await,
+        );
+        short.push(selfhosted::grpc(&client, whole, &long, Priority::Interactive).await);
+        batch.push(selfhosted::grpc(&client, whole, &long, Priority::Batch).await);
+    }
+    for v in [&mut alone, &mut short, &mut batch] {
+        v.sort_unstable();
+    }
+    let (a50, s50, b50) = (pct(&alone, 0.5), pct(&short, 0.5), pct(&batch, 0.5));
+    println!(
+        "## Short first chunk on a server that answers whole
+"
+    );
+    println!(
+        "Fake index-tts-vllm server (whole WAV after {} ms + {} ms per character); \
+         `SynthesizeStream`, {rounds} calls per row, alternating.\n",
+        selfhosted::WHOLE_START.as_millis(),
+        selfhosted::PER_CHAR.as_millis()
+    );
+    println!("| request | first audio p50 ms | p99 ms | vs sentence alone |");
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| the first sentence alone ({} characters) | {a50:.1} | {:.1} | 1.00 |",
+        selfhosted::FIRST_SENTENCE.chars().count(),
+        pct(&alone, 0.99)
+    );
+    println!(
+        "| that sentence + {} characters (short first chunk) | {s50:.1} | {:.1} | {:.2} |",
+        selfhosted::REST.chars().count(),
+        pct(&short, 0.99),
+        s50 / a50
+    );
+    println!(
+        "| the same text as BATCH (usual split: one call) | {b50:.1} | {:.1} | {:.2} |",
+        pct(&batch, 0.99),
+        b50 / a50
+    );
+    println!();
+    println!(
+        "- short first chunk vs the sentence alone: {:.2}× (floor ≤ {FLOOR_SHORT_FIRST}×): {}\n",
+        s50 / a50,
+        if s50 / a50 <= FLOOR_SHORT_FIRST {
+            "meets floor"
+        } else {
+            "BELOW FLOOR"
+        }
+    );
 }

@@ -9,8 +9,8 @@
 //! (and, for text of several chunks without a rate, the adapter's default rate asked of all).
 //!
 //! Short first chunk: when a key the request may use answers whole
-//! ([`crate::adapters::VendorAdapter::streams`] false: a self-hosted server that cannot stream,
-//! Volcengine V1), the first chunk ends at the text's first sentence, at most
+//! ([`crate::adapters::VendorAdapter::streams`] false: a self-hosted server that cannot
+//! stream, or told not to), the first chunk ends at the text's first sentence, at most
 //! [`FIRST_CHUNK_CHARS`] ([`text::split_short_first`]), so the first audio comes after one
 //! short sentence's time while the rest runs beside it as usual. BATCH requests, which nobody
 //! listens to as they play, keep the usual split.
