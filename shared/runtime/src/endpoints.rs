@@ -134,6 +134,12 @@ impl Endpoints {
         self.heard.start.elapsed().saturating_sub(last)
     }
 
+    /// An endpoint answered a call: the service is up, whatever the last probe said (a probe
+    /// can time out on a busy client's own runtime while its calls are answered).
+    pub fn answered(&self) {
+        self.heard.mark();
+    }
+
     /// Asks the prober to check every endpoint now (a call just failed with UNAVAILABLE).
     pub fn kick(&self) {
         self.kick.notify_one();
@@ -284,6 +290,16 @@ impl Prober {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answered_call_counts_as_hearing_from_the_service() {
+        // Nothing listens on port 9 of localhost: no probe is ever answered.
+        let endpoints = Endpoints::start("--scheduler", "http://127.0.0.1:9").unwrap();
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(endpoints.silent_for() >= Duration::from_secs(10));
+        endpoints.answered();
+        assert!(endpoints.silent_for() < Duration::from_secs(1));
+    }
 
     #[tokio::test]
     async fn every_entry_must_be_an_http_or_https_url_without_a_path() {

@@ -29,7 +29,7 @@ mod model;
 use std::time::Duration;
 
 use tonic::{Status, service::interceptor::InterceptedService, transport::Channel};
-use voxpool_domain::contract::Retry;
+use voxpool_domain::contract::{Retry, is_transport};
 use voxpool_proto::scheduler::v1::{self as pb, pool_scheduler_client::PoolSchedulerClient};
 use voxpool_runtime::auth::ClientToken;
 
@@ -159,9 +159,18 @@ impl Scheduler {
                 ))),
             };
             let status = match result {
-                Ok(value) => return Ok(value),
+                Ok(value) => {
+                    self.endpoints.answered();
+                    return Ok(value);
+                }
                 Err(status) if retry(&status) == Retry::Again => status,
-                Err(status) => return Err(status),
+                Err(status) => {
+                    // A refusal is an answer too: the scheduler is up.
+                    if !is_transport(&status) {
+                        self.endpoints.answered();
+                    }
+                    return Err(status);
+                }
             };
             self.endpoints.kick();
             match backoff.next() {
