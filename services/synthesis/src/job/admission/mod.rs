@@ -142,6 +142,16 @@ impl Load {
             };
             let chain = waves as f64 * state.pace.call_secs(beside, longest).unwrap_or(0.0);
             let estimate = Duration::from_secs_f64(shared.max(chain));
+            tracing::debug!(
+                pool = ask.pool,
+                chars_per_s = full.chars,
+                calls_per_s = full.calls,
+                ahead_chars = ahead.chars,
+                ahead_calls = ahead.calls,
+                levels = ?state.pace,
+                estimate_ms = millis(estimate),
+                "admission estimate"
+            );
             let left = ask.deadline.remaining();
             // The first request admitted before it that it would push past its deadline.
             let now = Instant::now();
