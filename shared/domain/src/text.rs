@@ -108,7 +108,11 @@ pub fn split_short_first(text: &str, first: TextLimit, limit: TextLimit) -> Vec<
     }
     let bound = max_end(&chars, 0, first).min(max_end(&chars, 0, limit));
     let levels = boundary_levels(&chars);
-    let sentence_end = (1..=bound).find(|&p| levels[p].is_some_and(|l| l <= Level::Sentence));
+    // The first sentence end after something to speak (a leading blank line is no sentence).
+    let spoken_from = chars.iter().position(|&(_, c)| c.is_alphanumeric());
+    let sentence_end = (1..=bound).find(|&p| {
+        levels[p].is_some_and(|l| l <= Level::Sentence) && spoken_from.is_some_and(|s| s < p)
+    });
     let end = match sentence_end {
         Some(mut p) => {
             while p < bound && chars[p].1.is_whitespace() {

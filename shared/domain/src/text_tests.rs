@@ -341,6 +341,11 @@ fn a_short_first_chunk_is_bounded_and_a_text_without_a_sentence_end_stays_whole(
         ["just one sentence"]
     );
     assert!(split_short_first("", Chars(100), Chars(300)).is_empty());
+    assert_eq!(
+        split_short_first("\n\nHi. More here.", Chars(100), Chars(300)),
+        ["\n\nHi. ", "More here."],
+        "a leading blank line is not the first sentence"
+    );
     let bytes = split_short_first("Été. Encore.", Utf8Bytes(4), Chars(300));
     assert!(bytes[0].len() <= 4, "{bytes:?}");
     assert_eq!(bytes.concat(), "Été. Encore.");
