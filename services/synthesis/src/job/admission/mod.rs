@@ -54,50 +54,6 @@ struct State {
     /// The requests admitted and not yet done: id, class, deadline.
     admitted: Vec<(u64, usize, tokio::time::Instant)>,
     next_id: u64,
-    /// How the requests admitted here actually fared against their estimates.
-    calibration: Calibration,
-}
-
-/// Moving averages of admitted requests' estimated and actual (or, for one cut at its
-/// deadline, projected) times: their ratio scales every estimate, so a pool whose whole
-/// path is slower than its vendor calls alone show (the caller's reads, this machine's own
-/// work beside a local engine, other replicas' load) is not promised what it cannot do.
-#[derive(Debug, Default)]
-struct Calibration {
-    estimated: f64,
-    actual: f64,
-}
-
-impl Calibration {
-    /// Weight of a new request in the averages.
-    const WEIGHT: f64 = 0.3;
-    /// Estimates shorter than this say little of the model (fixed costs dominate).
-    const MIN_ESTIMATE: f64 = 0.2;
-    /// The most the estimates are ever scaled by.
-    const MAX_FACTOR: f64 = 8.0;
-
-    /// What estimates are multiplied by: never below 1 (a request served from the cache ends
-    /// early without the model having been pessimistic).
-    fn factor(&self) -> f64 {
-        if self.estimated > 0.0 {
-            (self.actual / self.estimated).clamp(1.0, Self::MAX_FACTOR)
-        } else {
-            1.0
-        }
-    }
-
-    fn record(&mut self, estimated: f64, actual: f64) {
-        if estimated < Self::MIN_ESTIMATE || !actual.is_finite() {
-            return;
-        }
-        let actual = actual.min(estimated * Self::MAX_FACTOR);
-        if self.estimated == 0.0 {
-            (self.estimated, self.actual) = (estimated, actual);
-        } else {
-            self.estimated += Self::WEIGHT * (estimated - self.estimated);
-            self.actual += Self::WEIGHT * (actual - self.actual);
-        }
-    }
 }
 
 fn class(priority: Priority) -> usize {
@@ -165,11 +121,8 @@ impl Load {
         let class = class(ask.priority);
         let mut state = self.lock();
         let full = state.pace.throughput(ask.slots);
-        let factor = state.calibration.factor();
-        let mut model_estimate = None;
         if let Some(full) = full.filter(|_| state.pace.observed() >= MIN_OBSERVED && ask.slots > 0)
         {
-            let full = full.slower(factor);
             let ahead = Work::sum(&state.backlog[..=class]);
             let shared = ahead.plus(own).secs(full);
             let waves = ask.chunks.len().div_ceil(ask.parallel.max(1) as usize);
@@ -187,17 +140,14 @@ impl Load {
                     .saturating_add(parallel)
                     .min(ask.slots)
             };
-            let chain =
-                waves as f64 * state.pace.call_secs(beside, longest).unwrap_or(0.0) * factor;
+            let chain = waves as f64 * state.pace.call_secs(beside, longest).unwrap_or(0.0);
             let estimate = Duration::from_secs_f64(shared.max(chain));
-            model_estimate = Some(shared.max(chain) / factor);
             tracing::debug!(
                 pool = ask.pool,
                 chars_per_s = full.chars,
                 calls_per_s = full.calls,
                 ahead_chars = ahead.chars,
                 ahead_calls = ahead.calls,
-                factor,
                 levels = ?state.pace,
                 estimate_ms = millis(estimate),
                 "admission estimate"
@@ -253,10 +203,6 @@ impl Load {
             id,
             class,
             left: own,
-            total: own,
-            at: Instant::now(),
-            due: ask.deadline.at(),
-            model_estimate,
         })
     }
 }
@@ -325,12 +271,6 @@ pub struct Admitted<'a> {
     id: u64,
     class: usize,
     left: Work,
-    total: Work,
-    /// When it was admitted, and when it is due.
-    at: Instant,
-    due: Instant,
-    /// What the pace alone estimated (seconds), when there was a pace.
-    model_estimate: Option<f64>,
 }
 
 impl Admitted<'_> {
@@ -353,21 +293,6 @@ impl Admitted<'_> {
 
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
-        let now = Instant::now();
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        let done = self.total.chars.saturating_sub(self.left.chars);
-        // Done: its time. Cut at its deadline: the time it was heading for. Its caller gone
-        // before either: nothing learned.
-        let actual = if self.left.calls == 0 {
-            Some(elapsed)
-        } else if now >= self.due {
-            Some(elapsed * self.total.chars as f64 / done.max(1) as f64)
-        } else {
-            None
-        };
-        if let (Some(estimated), Some(actual)) = (self.model_estimate, actual) {
-            self.load.lock().calibration.record(estimated, actual);
-        }
         let left = self.left;
         self.take(left);
         let id = self.id;
@@ -512,55 +437,6 @@ mod tests {
             load.admit(&ask(&[4000; 5], Priority::Standard, &later))
                 .is_ok()
         );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_request_that_took_twice_its_estimate_doubles_the_next_estimates() {
-        let load = paced(0.001);
-        let deadline = Deadline::after(Duration::from_secs(60));
-        // Five 4,000-character chunks, four at a time, at 1 ms a character: two waves of 4 s,
-        // estimated at 8 s; it takes 16.
-        let mut first = load
-            .admit(&ask(&[4000; 5], Priority::Standard, &deadline))
-            .unwrap();
-        tokio::time::advance(Duration::from_secs(16)).await;
-        for _ in 0..5 {
-            first.done(4000);
-        }
-        drop(first);
-        let Err(SynthesisError::DeadlineUnreachable { estimate_ms, .. }) = load.admit(&ask(
-            &[4000; 5],
-            Priority::Standard,
-            &Deadline::after(Duration::from_secs(15)),
-        )) else {
-            panic!("a 15 s deadline holds what is now estimated at 16 s");
-        };
-        assert_eq!(estimate_ms, 16_000);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_request_cut_at_its_deadline_teaches_the_time_it_was_heading_for() {
-        let load = paced(0.001);
-        // Estimated at 8 s, due in 9 s, half done when cut: it was heading for 18 s.
-        let deadline = Deadline::after(Duration::from_secs(9));
-        let mut cut = load
-            .admit(&ask(&[4000; 5], Priority::Standard, &deadline))
-            .unwrap();
-        cut.done(4000);
-        tokio::time::advance(Duration::from_secs(9)).await;
-        cut.done(6000);
-        drop(cut);
-        assert!((load.lock().calibration.factor() - 2.25).abs() < 1e-6);
-        // A request whose caller left early teaches nothing.
-        let gone = load
-            .admit(&ask(
-                &[4000; 5],
-                Priority::Batch,
-                &Deadline::after(Duration::from_secs(600)),
-            ))
-            .unwrap();
-        drop(gone);
-        assert!((load.lock().calibration.factor() - 2.25).abs() < 1e-6);
     }
 
     #[test]

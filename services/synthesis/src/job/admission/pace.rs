@@ -205,14 +205,6 @@ pub(super) struct Rate {
 }
 
 impl Rate {
-    /// This rate divided by `factor`.
-    pub(super) fn slower(self, factor: f64) -> Self {
-        Self {
-            chars: self.chars / factor,
-            calls: self.calls / factor,
-        }
-    }
-
     /// Seconds to get through `chars` characters in `calls` calls at this rate.
     pub(super) fn secs(self, chars: u64, calls: u64) -> f64 {
         (chars as f64 / self.chars).max(calls as f64 / self.calls)
