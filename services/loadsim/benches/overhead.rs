@@ -11,6 +11,11 @@
 //! Knobs: `OVERHEAD_REQUESTS` per side (default 2000), `OVERHEAD_ROUNDS` (default 10),
 //! `OVERHEAD_MAX_SECONDS` (default 60: later rounds are skipped past it).
 
+/// The allocator the `voxpool-synthesis` and `voxpool-scheduler` binaries use (their
+/// `main.rs`): both servers run in this process.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod common;
 #[path = "common/stack.rs"]
 #[allow(dead_code, reason = "this bench builds its own config")]
