@@ -277,7 +277,22 @@ impl IntoResponse for ApiError {
         {
             response.headers_mut().insert(header::RETRY_AFTER, v);
         }
+        if self.hopeless() {
+            // OpenAI's SDKs obey this header before their own retry rules (a 429 would
+            // otherwise be retried twice, each time refused the same way).
+            response
+                .headers_mut()
+                .insert("x-should-retry", HeaderValue::from_static("false"));
+        }
         response
+    }
+}
+
+impl ApiError {
+    /// A refusal no retry of the same request can turn: a text too long for its own
+    /// deadline (no retry time, as nothing ahead of it is in the way).
+    fn hopeless(&self) -> bool {
+        self.code.as_deref() == Some("deadline_unreachable") && self.retry_after_s.is_none()
     }
 }
 
@@ -414,8 +429,12 @@ mod tests {
         let e = ApiError::of(&unreachable(None));
         assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(e.retry_after_s, None, "waiting cannot help: no Retry-After");
+        let response = e.into_response();
+        assert_eq!(response.headers()["x-should-retry"], "false");
         let behind = unreachable(Some(Duration::from_secs(4)));
         assert_eq!(ApiError::of(&behind).retry_after_s, Some(4));
+        let response = ApiError::of(&behind).into_response();
+        assert!(response.headers().get("x-should-retry").is_none());
     }
 
     #[test]
