@@ -60,8 +60,7 @@ for crate in "${crates[@]}"; do
     while read -r name ir; do
         was=$(sed -n "s/^\"$name\" = \([0-9]*\)$/\1/p" "$committed" 2>/dev/null)
         if [ -z "$was" ]; then
-            printf '| %s | (none) | %s | new: commit it with --update |\n' "$name" "$ir"
-            status=1
+            printf '| %s | (none) | %s | no committed figure yet: commit one with --update |\n' "$name" "$ir"
             continue
         fi
         verdict=$(awk -v now="$ir" -v was="$was" -v limit="$limit_pct" 'BEGIN {
@@ -72,6 +71,6 @@ for crate in "${crates[@]}"; do
     done <<< "$now"
 done
 if [ "$status" != 0 ]; then
-    echo "instructions: a hot path costs more than its committed figure allows (or has none); see above" >&2
+    echo "instructions: a hot path costs more than LIMIT_PCT ($limit_pct) % over its committed figure; see above" >&2
 fi
 exit "$status"
