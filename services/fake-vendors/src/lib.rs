@@ -295,6 +295,11 @@ impl FakeVendor {
             .with_state(Arc::clone(&shared));
         let vendor = config.vendor;
         let task = tokio::spawn(async move {
+            // TCP_NODELAY, as real servers set it: a streamed first piece must not wait for
+            // the client's delayed ACK of the headers (Nagle), about 40 ms.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::warn!(vendor = vendor.as_str(), error = %e, "fake vendor server stopped");
             }
