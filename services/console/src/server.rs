@@ -76,19 +76,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<(), 
 
 /// The TLS acceptor for `--tls-cert`/`--tls-key`, or `None` without them.
 fn tls_acceptor(flags: &ServerFlags) -> Result<Option<TlsAcceptor>, String> {
-    let (Some(cert), Some(key)) = (&flags.tls_cert, &flags.tls_key) else {
-        return Ok(None);
-    };
-    let (certs, key) = voxpool_runtime::tls::server_identity(cert, key)?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("invalid TLS certificate or key for the console: {e}"))?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Some(TlsAcceptor::from(Arc::new(config))))
+    voxpool_runtime::tls::http_acceptor(flags, "the console")
 }
 
 async fn serve(

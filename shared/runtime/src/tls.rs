@@ -302,3 +302,24 @@ async fn linger<IO: AsyncRead + AsyncWrite + Unpin>(mut io: IO) {
     })
     .await;
 }
+/// The TLS acceptor of an HTTP listener (`--tls-cert`/`--tls-key` of `flags`), offering
+/// HTTP/2 and HTTP/1.1 by ALPN, or `None` without them. `listener` names it in errors
+/// ("the console", "the HTTP listener"). Errors: unreadable or invalid PEM files (one line).
+pub fn http_acceptor(
+    flags: &crate::limits::ServerFlags,
+    listener: &str,
+) -> Result<Option<TlsAcceptor>, String> {
+    let (Some(cert), Some(key)) = (&flags.tls_cert, &flags.tls_key) else {
+        return Ok(None);
+    };
+    let (certs, key) = server_identity(cert, key)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("invalid TLS certificate or key for {listener}: {e}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Some(TlsAcceptor::from(Arc::new(config))))
+}

@@ -243,19 +243,7 @@ async fn limits(State(front): State<Arc<Front>>, request: Request, next: Next) -
 /// The TLS acceptor for `flags`' `--tls-cert`/`--tls-key`, or `None` without them. Errors:
 /// unreadable or invalid PEM files (one line).
 pub fn tls_acceptor(flags: &ServerFlags) -> Result<Option<TlsAcceptor>, String> {
-    let (Some(cert), Some(key)) = (&flags.tls_cert, &flags.tls_key) else {
-        return Ok(None);
-    };
-    let (certs, key) = voxpool_runtime::tls::server_identity(cert, key)?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("invalid TLS certificate or key for the HTTP listener: {e}"))?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Some(TlsAcceptor::from(Arc::new(config))))
+    voxpool_runtime::tls::http_acceptor(flags, "the HTTP listener")
 }
 
 /// Serves [`router`] on `listener` until `shutdown` is cancelled and `drain_delay` has passed,
