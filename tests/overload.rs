@@ -133,7 +133,10 @@ async fn on_an_engine_that_shares_its_processors_admitted_long_texts_still_compl
     }
     eprintln!("{admitted} admitted, {refused} refused");
     assert!(admitted >= 1, "nothing was admitted");
-    assert!(refused >= 1, "every request was admitted: the engine's two processors were read as eight slots");
+    assert!(
+        refused >= 1,
+        "every request was admitted: the engine's two processors were read as eight slots"
+    );
 }
 
 /// `requests` copies of `text` sent at once, each with `deadline`; their answers as they come.
