@@ -76,7 +76,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<(), 
 
 /// The TLS acceptor for `--tls-cert`/`--tls-key`, or `None` without them.
 fn tls_acceptor(flags: &ServerFlags) -> Result<Option<TlsAcceptor>, String> {
-    voxpool_runtime::tls::http_acceptor(flags, "the console")
+    voxpool_runtime::tls::http_acceptor(
+        flags.tls_cert.as_deref(),
+        flags.tls_key.as_deref(),
+        "the console",
+    )
 }
 
 async fn serve(

@@ -302,14 +302,15 @@ async fn linger<IO: AsyncRead + AsyncWrite + Unpin>(mut io: IO) {
     })
     .await;
 }
-/// The TLS acceptor of an HTTP listener (`--tls-cert`/`--tls-key` of `flags`), offering
+/// The TLS acceptor of an HTTP listener from its `--tls-cert` and `--tls-key`, offering
 /// HTTP/2 and HTTP/1.1 by ALPN, or `None` without them. `listener` names it in errors
 /// ("the console", "the HTTP listener"). Errors: unreadable or invalid PEM files (one line).
 pub fn http_acceptor(
-    flags: &crate::limits::ServerFlags,
+    cert: Option<&Path>,
+    key: Option<&Path>,
     listener: &str,
 ) -> Result<Option<TlsAcceptor>, String> {
-    let (Some(cert), Some(key)) = (&flags.tls_cert, &flags.tls_key) else {
+    let (Some(cert), Some(key)) = (cert, key) else {
         return Ok(None);
     };
     let (certs, key) = server_identity(cert, key)?;

@@ -243,7 +243,11 @@ async fn limits(State(front): State<Arc<Front>>, request: Request, next: Next) -
 /// The TLS acceptor for `flags`' `--tls-cert`/`--tls-key`, or `None` without them. Errors:
 /// unreadable or invalid PEM files (one line).
 pub fn tls_acceptor(flags: &ServerFlags) -> Result<Option<TlsAcceptor>, String> {
-    voxpool_runtime::tls::http_acceptor(flags, "the HTTP listener")
+    voxpool_runtime::tls::http_acceptor(
+        flags.tls_cert.as_deref(),
+        flags.tls_key.as_deref(),
+        "the HTTP listener",
+    )
 }
 
 /// Serves [`router`] on `listener` until `shutdown` is cancelled and `drain_delay` has passed,
