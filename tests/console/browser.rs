@@ -3,6 +3,7 @@
 
 use std::{
     io::{BufRead, BufReader},
+    os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -37,6 +38,11 @@ pub struct Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        // chromedriver leads a process group of its own, which holds the Chromium it started:
+        // killing the group leaves no browser behind (killing chromedriver alone orphaned it).
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.driver.id())])
+            .status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
@@ -47,6 +53,7 @@ impl Browser {
     pub async fn start() -> Self {
         let mut driver = Command::new("chromedriver")
             .arg("--port=0")
+            .process_group(0)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
