@@ -103,6 +103,7 @@ impl PoolScheduler for FakeScheduler {
         let tick = self.pool_answers.fetch_add(POOLS as u64, Ordering::Relaxed);
         Ok(Response::new(spb::ListPoolsResponse {
             pools: (0..POOLS).map(|i| pool(i, tick)).collect(),
+            budgets: Vec::new(),
         }))
     }
     async fn set_key_capacity(

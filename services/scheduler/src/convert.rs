@@ -72,6 +72,7 @@ impl From<&PoolStatus> for pb::PoolStatus {
             class_waiters: Vec::new(),
             batch_in_flight: i32::try_from(s.batch_in_flight).unwrap_or(i32::MAX),
             batch_limit: i32::try_from(s.batch_limit()).unwrap_or(i32::MAX),
+            budgets: Vec::new(),
         }
     }
 }

@@ -104,6 +104,7 @@ pub fn audio_chunk(piece: Piece) -> pb::AudioChunk {
         r#final: piece.last,
         cached_chunks: i32::try_from(piece.cached_chunks).unwrap_or(i32::MAX),
         reference_digest: piece.reference_digest,
+        usage: None,
     }
 }
 
@@ -120,6 +121,7 @@ pub fn response(done: Synthesized, format: AudioFormat) -> pb::SynthesizeRespons
         attempts: done.attempts.iter().map(attempt).collect(),
         cached_chunks: i32::try_from(done.cached_chunks).unwrap_or(i32::MAX),
         reference_digest: done.reference_digest,
+        usage: None,
     }
 }
 

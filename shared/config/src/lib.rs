@@ -47,6 +47,7 @@ mod credential;
 mod http;
 mod load_error;
 mod settings;
+mod usage;
 mod validate;
 
 pub use self::{
@@ -54,6 +55,7 @@ pub use self::{
     credential::CredentialRef,
     http::{HttpApiKey, HttpPriority, HttpSettings},
     settings::{SchedulerSettings, SynthesisSettings},
+    usage::{BudgetConfig, MAX_COST_MICROS, PriceConfig, UsageSettings},
     validate::{ConfigError, ConfigProblem, Credentials, is_valid_id},
 };
 
@@ -87,6 +89,12 @@ pub struct Config {
     /// Synthesis's OpenAI-compatible HTTP front (`[http]`, see [`HttpSettings`]).
     #[serde(default)]
     pub http: HttpSettings,
+    /// Currency, what cache hits cost, how long raw usage records stay (`[usage]`).
+    #[serde(default)]
+    pub usage: UsageSettings,
+    /// Spending limits per tenant or caller (`[[budgets]]`, see [`BudgetConfig`]).
+    #[serde(default)]
+    pub budgets: Vec<BudgetConfig>,
 }
 
 /// One pool: the keys that serve one tts model id.
@@ -126,6 +134,10 @@ pub struct PoolConfig {
     /// storing their audio: `enabled = false` then keeps every request of the pool out of it.
     #[serde(default)]
     pub cache: PoolCache,
+    /// What the pool's vendor charges (`price = { per_million_characters = 15.0 }`, see
+    /// [`PriceConfig`]); default free.
+    #[serde(default)]
+    pub price: PriceConfig,
 }
 
 /// A pool's `cache` table: see [`PoolConfig::cache`].

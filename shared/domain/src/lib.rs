@@ -11,6 +11,8 @@
 //! - [`audio`]: audio formats, the one sniffer, WAV reader/writer and joiner, reference-clip
 //!   inspection.
 //! - [`text`]: the one sentence splitter (synthesis chunks, voxctl parts).
+//! - [`usage`]: usage records as synthesis writes them and the catalog's ledger reads them,
+//!   and each provider's character billing rule.
 
 pub mod audio;
 pub mod contract;
@@ -22,3 +24,4 @@ pub mod snapshot;
 pub mod status;
 pub mod text;
 pub mod untrusted;
+pub mod usage;

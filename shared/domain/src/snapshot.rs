@@ -45,7 +45,7 @@ use voxpool_proto::catalog::v1 as pb;
 use crate::reference::Reference;
 
 /// Price / quality tier.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Tier {
     /// `LITE`

@@ -107,6 +107,7 @@ pub fn job(r: &JobRecord, results: &Results) -> pb::Job {
         summary_uri: results.uri(&format!("{}/summary.json", r.id)),
         total_items: r.total,
         cached_items: r.cached_items,
+        usage: None,
     }
 }
 
@@ -133,6 +134,7 @@ pub fn item(row: &ItemRow, results: &Results) -> pb::JobItem {
         key_id: result.key_id,
         reference_digest: result.reference_digest,
         audio_bytes: result.audio_bytes,
+        usage: None,
     }
 }
 

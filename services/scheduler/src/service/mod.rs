@@ -349,7 +349,10 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         {
             return Err(SchedulerError::Store(e).into());
         }
-        Ok(Response::new(pb::ListPoolsResponse { pools }))
+        Ok(Response::new(pb::ListPoolsResponse {
+            pools,
+            budgets: Vec::new(),
+        }))
     }
 
     async fn set_key_capacity(

@@ -58,6 +58,7 @@ impl LeaseGuard {
             release: true,
             key_id: self.lease.key_id.clone(),
             characters: i64::try_from(characters).unwrap_or(i64::MAX),
+            cost_micros: 0,
         };
         match self.scheduler.report(request).await {
             Ok(_) => self.armed = false,

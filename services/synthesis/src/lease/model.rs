@@ -108,6 +108,9 @@ impl Acquire {
             priority: priority as i32,
             tenant: self.tenant.clone(),
             characters: i64::try_from(self.characters).unwrap_or(i64::MAX),
+            tier: 0,
+            caller: String::new(),
+            cost_micros: 0,
         }
     }
 }

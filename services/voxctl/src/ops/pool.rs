@@ -214,6 +214,7 @@ mod tests {
             waiters: 2,
             recovering_until_ms: 0,
             store_error: String::new(),
+            budgets: Vec::new(),
             keys: vec![
                 KeyStatus {
                     key_id: "u/a".into(),

@@ -328,6 +328,7 @@ impl Synthesis for Service {
                 spoken
             ],
             cached_chunks: reply.cached,
+            usage: None,
             reference_digest: String::new(),
         }))
     }

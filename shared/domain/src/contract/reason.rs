@@ -167,6 +167,10 @@ reasons! {
         /// NOT_FOUND: RenewFill of a fill lock the caller no longer holds (it expired, was
         /// released, or another caller took it over): stop relying on the lock.
         FillNotHeld = "FILL_NOT_HELD", Never;
+        /// RESOURCE_EXHAUSTED: a budget covering the request (`[[budgets]]`) cannot hold its
+        /// characters or cost this period; metadata `budget`, `subject`, `used`, `limit`,
+        /// `resets_at_ms`, and `RetryInfo` until the reset. Not worth a retry before then.
+        BudgetExhausted = "BUDGET_EXHAUSTED", Never;
     }
 }
 
@@ -230,6 +234,10 @@ reasons! {
         /// `synthesis.stalled_reader_timeout_ms` (metadata `stalled_ms`, `delivered_bytes`); the
         /// stream was cut off and its leases released.
         ReaderStalled = "READER_STALLED", Never;
+        /// RESOURCE_EXHAUSTED: a budget covering the request is spent for its period (the
+        /// scheduler's refusal passed on, metadata `budget`, `subject`, `used`, `limit`,
+        /// `resets_at_ms`, `RetryInfo` until the reset). Not worth a retry before then.
+        BudgetExhausted = "BUDGET_EXHAUSTED", Never;
     }
 }
 
@@ -261,6 +269,9 @@ reasons! {
         BlobStoreUnavailable = "BLOB_STORE_UNAVAILABLE", Again;
         /// RESOURCE_EXHAUSTED: the most clips decoded at once are in progress; retry after `RetryInfo`.
         ClipUploadsBusy = "CLIP_UPLOADS_BUSY", Again;
+        /// UNAVAILABLE: the usage ledger is not served here (no `--usage-store`) or its
+        /// store does not answer.
+        UsageUnavailable = "USAGE_UNAVAILABLE", Again;
     }
 }
 
