@@ -334,7 +334,20 @@ async fn a_cluster_primary_killed_under_load_leaves_other_shards_untouched() {
     // or more than one per worker would be the other shard being disturbed (a
     // cluster connection wedged in the slot refresh after the promotion timed out the healthy
     // shard's calls too, until it was rebuilt on persistent failures).
-    let other_errors = seen_other.errors.lock().expect("errors").clone();
+    // A refusal because the healthy shard's own replica acknowledged a grant too late
+    // (`store_replica_acks`: WAIT ran out) is replication lag on a starved host, not the
+    // failover reaching that shard: it is counted and shown, and judged by the rule of the
+    // replica-acks tests instead (UNAVAILABLE, retryable, nothing granted).
+    let (lagged, other_errors): (Vec<_>, Vec<_>) = seen_other
+        .errors
+        .lock()
+        .expect("errors")
+        .iter()
+        .cloned()
+        .partition(|(_, _, message)| message.contains("(scheduler.store_replica_acks)"));
+    for (_, code, message) in &lagged {
+        assert_eq!(*code, Code::Unavailable, "healthy shard: {message}");
+    }
     for (at, code, message) in other_errors.iter() {
         assert_eq!(*code, Code::Unavailable, "healthy shard: {message}");
         // The topology changes twice: at the kill, and at the promotion (the slot map moves,
@@ -395,7 +408,7 @@ async fn a_cluster_primary_killed_under_load_leaves_other_shards_untouched() {
     }
     eprintln!(
         "cluster failover: primary :{doomed_port} killed, replica :{promoted} promoted after {} ms; \
-         doomed pool {} errors (all UNAVAILABLE), other pool {} errors (the last {:?} after the kill) and {} grants meanwhile",
+         doomed pool {} errors (all UNAVAILABLE), other pool {} errors (the last {:?} after the kill), {} refused for replica lag, and {} grants meanwhile",
         promoted_at.duration_since(killed_at).as_millis(),
         doomed_errors.len(),
         other_errors.len(),
@@ -403,6 +416,7 @@ async fn a_cluster_primary_killed_under_load_leaves_other_shards_untouched() {
             .iter()
             .map(|(at, _, _)| at.saturating_duration_since(killed_at))
             .max(),
+        lagged.len(),
         seen_other.granted.load(Ordering::SeqCst) - other_before,
     );
 }
