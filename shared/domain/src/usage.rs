@@ -150,8 +150,101 @@ impl UsageEvent {
 
 /// Characters `text` bills at `provider`, by that vendor's published rule
 /// (docs/VENDORS.md#billing). Whitespace and punctuation count everywhere; what differs is
-/// how CJK ideographs count and whether SSML markup does.
+/// how CJK ideographs count and whether SSML markup does:
+/// - `azure`: every Unicode code point, a Han ideograph (Chinese hanzi, Japanese kanji,
+///   Korean hanja) counted twice; markup counts except the `<speak>` and `<voice>` tags
+///   (<https://learn.microsoft.com/azure/ai-services/speech-service/text-to-speech#pricing-note>);
+/// - `dashscope` (CosyVoice): a Han ideograph counts 2, every other character 1, SSML tags
+///   not at all (<https://help.aliyun.com/zh/model-studio/cosyvoice-java-api>, 字符计算规则);
+/// - every other provider: Unicode scalar values (ElevenLabs: one credit per character of
+///   input text, <https://elevenlabs.io/docs/overview/intro>; OpenAI `tts-1`: per character;
+///   Volcengine, MiniMax, self-hosted servers and espeak-ng publish no finer rule we could
+///   source, so scalars), markup included.
+///
+/// An emoji is its scalars: U+1F600 is 1 (2 UTF-16 units, 1 scalar), a ZWJ family of three
+/// people is 5 (three emoji and two joiners).
 pub fn billable_characters(provider: Provider, text: &str) -> u64 {
-    let _ = provider;
-    text.chars().count() as u64
+    match provider {
+        Provider::Azure => count(text, true, |tag| is_tag(tag, &["speak", "voice"])),
+        Provider::DashScope => count(text, true, |_| true),
+        Provider::OpenAi
+        | Provider::Volcengine
+        | Provider::ElevenLabs
+        | Provider::MiniMax
+        | Provider::SelfHosted
+        | Provider::Espeak => text.chars().count() as u64,
+    }
 }
+
+/// Counts `text`'s scalars, Han ideographs twice when `han_twice`, leaving out each markup
+/// tag (`<…>`) `free` says is not billed.
+fn count(text: &str, han_twice: bool, free: impl Fn(&str) -> bool) -> u64 {
+    let mut total = 0u64;
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if c == '<'
+            && let Some(len) = tag_len(rest)
+        {
+            let tag = &rest[..len];
+            if !free(tag) {
+                total += tag.chars().count() as u64;
+            }
+            rest = &rest[len..];
+            continue;
+        }
+        total += if han_twice && is_han(c) { 2 } else { 1 };
+        rest = &rest[c.len_utf8()..];
+    }
+    total
+}
+
+/// The byte length of the markup tag `s` starts with (`<name …>`, `</name>`, `<name/>`,
+/// `<!-- … -->`, `<?…?>`), or `None` when its `<` is text (`a < b`).
+fn tag_len(s: &str) -> Option<usize> {
+    let after = s[1..].chars().next()?;
+    if s.starts_with("<!--") {
+        return s.find("-->").map(|i| i + 3);
+    }
+    if !(after.is_alphabetic() || matches!(after, '/' | '?' | '!')) {
+        return None;
+    }
+    let mut quote = None;
+    for (i, c) in s.char_indices().skip(1) {
+        match (quote, c) {
+            (None, '"' | '\'') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            (None, '>') => return Some(i + 1),
+            (None, '<') => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether `tag` opens or closes one of the elements `names`.
+fn is_tag(tag: &str, names: &[&str]) -> bool {
+    let name: String = tag
+        .trim_start_matches('<')
+        .trim_start_matches('/')
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || matches!(c, ':' | '-' | '_'))
+        .collect();
+    names.iter().any(|n| name.eq_ignore_ascii_case(n))
+}
+
+/// A Han ideograph: the CJK Unified Ideographs blocks and extensions, and the compatibility
+/// ideographs (hanzi, kanji and hanja alike).
+fn is_han(c: char) -> bool {
+    matches!(u32::from(c),
+        0x3400..=0x4DBF
+        | 0x4E00..=0x9FFF
+        | 0xF900..=0xFAFF
+        | 0x20000..=0x2A6DF
+        | 0x2A700..=0x2EBEF
+        | 0x2F800..=0x2FA1F
+        | 0x30000..=0x323AF)
+}
+
+#[cfg(test)]
+#[path = "usage_tests.rs"]
+mod tests;
