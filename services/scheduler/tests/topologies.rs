@@ -272,9 +272,16 @@ async fn a_cluster_primary_killed_under_load_leaves_other_shards_untouched() {
     let stop = Arc::new(AtomicBool::new(false));
     let (seen_doomed, seen_other) = (Arc::new(Seen::default()), Arc::new(Seen::default()));
     let mut tasks = Vec::new();
+    const PER_POOL_PER_REPLICA: usize = 8;
     for c in &clients {
-        tasks.extend(workers(c, &doomed, 8, &seen_doomed, &stop));
-        tasks.extend(workers(c, &other, 8, &seen_other, &stop));
+        tasks.extend(workers(
+            c,
+            &doomed,
+            PER_POOL_PER_REPLICA,
+            &seen_doomed,
+            &stop,
+        ));
+        tasks.extend(workers(c, &other, PER_POOL_PER_REPLICA, &seen_other, &stop));
     }
     until_granted(&seen_doomed, 0, 200, "load on the doomed shard").await;
     until_granted(&seen_other, 0, 200, "load on the other shard").await;
@@ -330,8 +337,11 @@ async fn a_cluster_primary_killed_under_load_leaves_other_shards_untouched() {
     // The healthy shard keeps serving (checked above). The cluster client can hold calls
     // that were in flight at the instant of the kill for up to the store timeout while it
     // notices the dead node (seen on a loaded 2-core CI machine: 4 of 16 workers, all within
-    // 40 ms); those answer UNAVAILABLE, which callers retry by contract. Anything else, later,
-    // or more than one per worker would be the other shard being disturbed (a
+    // 40 ms); those answer UNAVAILABLE, which callers retry by contract. The topology changes
+    // twice (the kill, then the promotion moving the slot map), and each change can catch one
+    // call per worker (seen: 7 "connection was rebuilt" answers ~0.1 s after the kill, or 13
+    // store timeouts around the promotion). Anything else, later, or more than one per worker
+    // per change would be the other shard being disturbed (a
     // cluster connection wedged in the slot refresh after the promotion timed out the healthy
     // shard's calls too, until it was rebuilt on persistent failures).
     // A refusal because the healthy shard's own replica acknowledged a grant too late
@@ -361,8 +371,9 @@ async fn a_cluster_primary_killed_under_load_leaves_other_shards_untouched() {
             promoted_at.saturating_duration_since(killed_at)
         );
     }
+    let other_workers = PER_POOL_PER_REPLICA * clients.len();
     assert!(
-        other_errors.len() <= 16,
+        other_errors.len() <= 2 * other_workers,
         "the pool on the healthy shard saw {} errors: {:?}",
         other_errors.len(),
         other_errors.iter().take(5).collect::<Vec<_>>()
