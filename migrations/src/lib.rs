@@ -12,6 +12,8 @@
 //!   version can only be written once), holding the full pack as JSON.
 //! - `voice_pack_references`: a pack's reference clips (primary key `(pack_id, digest)`,
 //!   soft removal), their bytes in the blob store by digest.
+//! - `usage_events`, `usage_counted`, `usage_daily`: the usage ledger (raw records for audit,
+//!   which attempts the totals hold, the totals per tenant × tier × pack × pool × day).
 
 #![warn(missing_docs)]
 
@@ -21,10 +23,12 @@ use sea_orm_migration::prelude::*;
 mod m20261130_000001_create_voice_packs;
 mod m20261130_000002_create_voice_pack_revisions;
 mod m20261203_000003_create_voice_pack_references;
+mod m20261215_000004_create_usage;
 
 pub use m20261130_000001_create_voice_packs::VoicePacks;
 pub use m20261130_000002_create_voice_pack_revisions::VoicePackRevisions;
 pub use m20261203_000003_create_voice_pack_references::VoicePackReferences;
+pub use m20261215_000004_create_usage::{UsageCounted, UsageDaily, UsageEvents};
 
 /// Every catalog migration, oldest first. Run with [`MigratorTrait::up`] (the catalog does at
 /// start and in `voxpool-catalog migrate`).
@@ -37,6 +41,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000001_create_voice_packs::Migration),
             Box::new(m20261130_000002_create_voice_pack_revisions::Migration),
             Box::new(m20261203_000003_create_voice_pack_references::Migration),
+            Box::new(m20261215_000004_create_usage::Migration),
         ]
     }
 }

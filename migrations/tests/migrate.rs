@@ -82,7 +82,10 @@ async fn up_down_up_and_constraints(db: &DatabaseConnection) {
         "clips belong to a pack"
     );
 
+    usage_keys_are_unique(db).await;
+
     Migrator::down(db, None).await.expect("down");
+    assert!(!manager.has_table("usage_daily").await.expect("has table"));
     assert!(!manager.has_table("voice_packs").await.expect("has table"));
     assert!(
         !manager
@@ -96,6 +99,47 @@ async fn up_down_up_and_constraints(db: &DatabaseConnection) {
             .has_table("voice_pack_revisions")
             .await
             .expect("has table")
+    );
+}
+
+/// A usage record is stored once per (record, attempt, kind), an attempt counted once, and a
+/// daily total is one row per tenant, tier, pack, pool and day.
+async fn usage_keys_are_unique(db: &DatabaseConnection) {
+    let event = |kind: &str| {
+        format!(
+            "INSERT INTO usage_events (record_id, attempt, kind, tenant, caller, request_id, path, \
+             pack_id, snapshot_digest, tier, pool, provider, key_id, upstream_id, characters, \
+             billed_characters, cached_characters, audio_ms, gpu_ms, cost_micros, currency, \
+             outcome, failed_attempts, at_ms, day, received_at_ms, open) VALUES ('r1', 0, \
+             '{kind}', 't', '', '', 'grpc', '', '', 'PRO', 'p', 'openai', 'u/k', 'u', 5, 0, 0, \
+             0, 0, 10, 'USD', '', 0, 0, '2026-12-01', 0, 1)"
+        )
+    };
+    db.execute_unprepared(&event("charge"))
+        .await
+        .expect("charge");
+    db.execute_unprepared(&event("settle"))
+        .await
+        .expect("settle");
+    assert!(
+        db.execute_unprepared(&event("charge")).await.is_err(),
+        "a record is stored once"
+    );
+    let counted = "INSERT INTO usage_counted (record_id, attempt, counted_by, counted_at_ms) \
+                   VALUES ('r1', 0, 'settle', 0)";
+    db.execute_unprepared(counted).await.expect("counted");
+    assert!(
+        db.execute_unprepared(counted).await.is_err(),
+        "an attempt is counted once"
+    );
+    let daily = "INSERT INTO usage_daily (tenant, tier, pack_id, pool, day, requests, characters, \
+                 billed_characters, cached_characters, audio_ms, gpu_ms, cost_micros, \
+                 failed_attempts, currency) VALUES ('t', 'PRO', '', 'p', '2026-12-01', 1, 5, 0, \
+                 0, 0, 0, 10, 0, 'USD')";
+    db.execute_unprepared(daily).await.expect("daily");
+    assert!(
+        db.execute_unprepared(daily).await.is_err(),
+        "one total per tenant, tier, pack, pool and day"
     );
 }
 
