@@ -26,5 +26,6 @@ pub mod server;
 pub mod service;
 pub mod store;
 pub mod synth;
+pub mod usage;
 pub mod webhook;
 pub mod worker;

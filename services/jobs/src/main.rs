@@ -67,6 +67,11 @@ struct Args {
     /// Workers that may take an item (and die) before it ends FAILED (DELIVERY_LIMIT).
     #[arg(long, env = "VOXPOOL_JOBS_MAX_DELIVERIES", default_value_t = 5)]
     max_deliveries: u32,
+    /// Longest pause of a tenant's items after synthesis answered BUDGET_EXHAUSTED: they are
+    /// tried again at the budget's reset or after this, whichever comes first (so a raised
+    /// budget is noticed).
+    #[arg(long, env = "VOXPOOL_JOBS_BUDGET_RECHECK", default_value = "60s", value_parser = humantime::parse_duration)]
+    budget_recheck: Duration,
     /// Deadline of one Synthesize call.
     #[arg(long, env = "VOXPOOL_JOBS_ITEM_TIMEOUT", default_value = "120s", value_parser = humantime::parse_duration)]
     item_timeout: Duration,
@@ -160,6 +165,7 @@ async fn serve(args: Args) -> Result<(), String> {
         visibility_timeout: args.visibility_timeout,
         max_attempts: args.max_attempts,
         max_deliveries: args.max_deliveries,
+        budget_recheck: args.budget_recheck,
         item_timeout: args.item_timeout,
         retention: args.retention,
         webhook_secret,

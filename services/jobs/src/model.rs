@@ -10,6 +10,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::usage::{BUDGET_WAIT_FIELD, BudgetWait, Usage};
+
 /// Longest job id (the `{job}` of `jobs/{job}`).
 pub const MAX_JOB_ID_CHARS: usize = 63;
 
@@ -156,6 +158,10 @@ pub struct ItemResult {
     /// Size of the audio, bytes.
     #[serde(default)]
     pub audio_bytes: i64,
+    /// What its Synthesize calls spent, added up (absent in results written before usage
+    /// was kept, and when no call reported any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 /// The class a job's items run in (`voxpool.scheduler.v1.Priority`, of which jobs take two).
@@ -295,6 +301,10 @@ pub struct JobRecord {
     pub characters_succeeded: i64,
     /// Items served wholly from the audio cache.
     pub cached_items: i32,
+    /// What the ended items spent, added up.
+    pub usage: Usage,
+    /// Set while the job's items wait for a spent budget (cleared when an item ends).
+    pub budget_wait: Option<BudgetWait>,
     /// Times, Unix ms (Redis `TIME`).
     pub create_ms: i64,
     /// When the first item started.
@@ -333,6 +343,10 @@ impl JobRecord {
             cancelled: count("cancelled")?,
             characters_succeeded: int("characters_succeeded")?,
             cached_items: count("cached_items")?,
+            usage: Usage::from_hash(h),
+            budget_wait: h
+                .get(BUDGET_WAIT_FIELD)
+                .and_then(|w| serde_json::from_str(w).ok()),
             create_ms: int("create_ms")?,
             start_ms: int("start_ms"),
             end_ms: int("end_ms"),

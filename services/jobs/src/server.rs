@@ -56,6 +56,8 @@ pub struct Settings {
     pub max_attempts: u32,
     /// Workers that may take an item before it fails.
     pub max_deliveries: u32,
+    /// Longest pause of a tenant's items on a spent budget.
+    pub budget_recheck: Duration,
     /// Deadline of one Synthesize call.
     pub item_timeout: Duration,
     /// How long an ended job is kept.
@@ -176,6 +178,7 @@ pub async fn serve(s: Settings) -> Result<(), String> {
         visibility_timeout: s.visibility_timeout,
         max_attempts: s.max_attempts.max(1),
         max_deliveries: s.max_deliveries.max(1),
+        budget_recheck: s.budget_recheck.max(Duration::from_millis(100)),
         poll: Duration::from_millis(200),
     };
     let workers = Workers::new(

@@ -21,7 +21,12 @@ use voxpool_runtime::{auth::ClientToken, endpoints::Endpoints};
 use crate::{
     convert::enums,
     model::{Format, ItemError, Priority},
+    usage::{BudgetWait, Usage},
 };
+
+/// The gRPC metadata that tells synthesis a call speaks a job's item (its usage records
+/// such calls with path `job`).
+const ORIGIN: (&str, &str) = ("voxpool-origin", "job");
 
 /// What every item of one job is synthesized with.
 #[derive(Clone, Debug)]
@@ -78,6 +83,8 @@ pub struct Spoken {
     pub key_id: String,
     /// The reference clip spoken with (the first part's).
     pub reference_digest: String,
+    /// What the call spent (the parts' added up); `None` when synthesis reported none.
+    pub usage: Option<Usage>,
 }
 
 impl Spoken {
@@ -98,6 +105,7 @@ impl Spoken {
             audio: response.audio,
             key_id: response.key_id,
             reference_digest: response.reference_digest,
+            usage: response.usage.as_ref().map(crate::convert::usage),
         }
     }
 }
@@ -129,6 +137,10 @@ pub enum ReplicaFault {
 pub enum SynthError {
     /// This replica's fault, not the item's.
     Replica(ReplicaFault),
+    /// A budget covering the job's tenant is spent (`BUDGET_EXHAUSTED`): not the item's
+    /// failure either; it waits until the budget resets or is raised (`crate::worker`). The
+    /// wait as synthesis named it (its `next_try_ms` is left to the worker).
+    Budget(BudgetWait),
     /// The item's own failure, as synthesis answered it (or as this worker found it).
     Failed {
         /// The gRPC code (metrics).
@@ -166,6 +178,7 @@ impl SynthError {
     pub fn code(&self) -> Code {
         match self {
             Self::Replica(ReplicaFault::Unreachable(_)) => Code::Unavailable,
+            Self::Budget(_) => Code::ResourceExhausted,
             Self::Replica(ReplicaFault::TokenRefused { code, .. }) | Self::Failed { code, .. } => {
                 *code
             }
@@ -175,6 +188,9 @@ impl SynthError {
     fn of(status: &Status) -> Self {
         if let Some(fault) = ReplicaFault::of(status) {
             return Self::Replica(fault);
+        }
+        if let Some(wait) = budget_wait(status) {
+            return Self::Budget(wait);
         }
         Self::Failed {
             code: status.code(),
@@ -266,6 +282,10 @@ impl Synthesizer {
             ..Default::default()
         });
         request.set_timeout(self.timeout);
+        request.metadata_mut().insert(
+            ORIGIN.0,
+            tonic::metadata::MetadataValue::from_static(ORIGIN.1),
+        );
         match self.client.clone().synthesize(request).await {
             Ok(response) => Ok(Spoken::of(response.into_inner())),
             Err(status) => {
@@ -307,6 +327,23 @@ fn refuses_replica(status: &Status) -> bool {
 /// Whether `status` says synthesis was not reached at all ([`ReplicaFault::Unreachable`]).
 fn unreachable(status: &Status) -> bool {
     status.code() == Code::Unavailable && status.get_details_error_info().is_none()
+}
+
+/// The wait a `BUDGET_EXHAUSTED` answer names (its `ErrorInfo` metadata `budget`, `subject`,
+/// `resets_at_ms`), read from the typed reason, never from the message.
+fn budget_wait(status: &Status) -> Option<BudgetWait> {
+    if SynthesisReason::of(status) != Some(SynthesisReason::BudgetExhausted) {
+        return None;
+    }
+    let info = status.get_details_error_info()?;
+    let text = |k: &str| info.metadata.get(k).cloned().unwrap_or_default();
+    Some(BudgetWait {
+        budget: text("budget"),
+        subject: text("subject"),
+        resets_at_ms: text("resets_at_ms").parse().unwrap_or(0),
+        next_try_ms: 0,
+        message: status.message().to_owned(),
+    })
 }
 
 /// The audio size and the limit of a `RESPONSE_TOO_LARGE` answer.
@@ -418,6 +455,30 @@ mod tests {
         assert_eq!(
             (error.code.as_str(), error.reason.as_str()),
             ("RESOURCE_EXHAUSTED", "RESPONSE_TOO_LARGE")
+        );
+        let spent = voxpool_domain::status::with_info(
+            Code::ResourceExhausted,
+            "budget team-a-daily is spent",
+            "BUDGET_EXHAUSTED",
+            HashMap::from([
+                ("budget".into(), "team-a-daily".into()),
+                ("subject".into(), "tenant:team-a".into()),
+                ("used".into(), "1000".into()),
+                ("limit".into(), "1000".into()),
+                ("resets_at_ms".into(), "1700000000000".into()),
+            ]),
+            Some(std::time::Duration::from_secs(60)),
+        );
+        let SynthError::Budget(wait) = SynthError::of(&spent) else {
+            panic!("a spent budget is no failure of the item");
+        };
+        assert_eq!(
+            (
+                wait.budget.as_str(),
+                wait.subject.as_str(),
+                wait.resets_at_ms
+            ),
+            ("team-a-daily", "tenant:team-a", 1_700_000_000_000)
         );
         let busy = voxpool_domain::status::with_info(
             Code::ResourceExhausted,

@@ -180,6 +180,7 @@ async fn a_cancel_during_an_items_parts_stops_its_next_part_and_ends_it_cancelle
         visibility_timeout: Duration::from_secs(30),
         max_attempts: 1,
         max_deliveries: 5,
+        budget_recheck: Duration::from_secs(60),
         poll: Duration::from_millis(20),
     };
     let workers = Workers::new(store.clone(), synth, results, "c1".into(), options);

@@ -5,6 +5,7 @@
 //! builds or reads a `pb` message, except the synthesis client (`crate::synth`).
 
 pub mod enums;
+mod metering;
 
 use prost::Message as _;
 use prost_types::Timestamp;
@@ -14,6 +15,7 @@ use voxpool_proto::{
 };
 
 pub use enums::{format, format_pb, priority, priority_pb};
+pub use metering::{budget_wait_pb, usage, usage_pb};
 
 use crate::{
     domain::NewJob,
@@ -107,7 +109,8 @@ pub fn job(r: &JobRecord, results: &Results) -> pb::Job {
         summary_uri: results.uri(&format!("{}/summary.json", r.id)),
         total_items: r.total,
         cached_items: r.cached_items,
-        usage: None,
+        usage: Some(usage_pb(&r.usage)),
+        budget_wait: r.budget_wait.as_ref().map(budget_wait_pb),
     }
 }
 
@@ -134,7 +137,7 @@ pub fn item(row: &ItemRow, results: &Results) -> pb::JobItem {
         key_id: result.key_id,
         reference_digest: result.reference_digest,
         audio_bytes: result.audio_bytes,
-        usage: None,
+        usage: result.usage.as_ref().map(usage_pb),
     }
 }
 
@@ -195,6 +198,8 @@ fn job_json(j: &pb::Job) -> Value {
         "summaryUri": j.summary_uri,
         "totalItems": j.total_items,
         "cachedItems": j.cached_items,
+        "usage": j.usage.as_ref().map(metering::usage_json),
+        "budgetWait": j.budget_wait.as_ref().map(metering::budget_wait_json),
     })
 }
 
@@ -214,6 +219,9 @@ fn item_json(i: &pb::JobItem) -> Value {
         v["chunks"] = json!(i.chunks);
         v["cachedChunks"] = json!(i.cached_chunks);
         v["keyId"] = json!(i.key_id);
+    }
+    if let Some(u) = &i.usage {
+        v["usage"] = metering::usage_json(u);
     }
     if let Some(e) = &i.error {
         v["error"] = json!({ "code": e.code, "reason": e.reason, "message": e.message, "metadata": e.metadata });

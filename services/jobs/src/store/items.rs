@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use super::{JobStore, StoreError, StoreResult, bytes, int, text};
-use crate::model::{ItemResult, ItemState, JobState};
+use crate::{
+    model::{ItemResult, ItemState, JobState},
+    usage::{BudgetWait, Usage},
+};
 
 /// An item a worker holds.
 #[derive(Clone, Debug)]
@@ -191,9 +194,10 @@ impl JobStore {
         Ok(JobState::parse(&text(Some(&v))?))
     }
 
-    /// Ends `claimed` with `outcome` (`finish.lua`); when that ended the job, queues it for
-    /// finalizing. Returns the job's terminal state if this ended it. A second end of the
-    /// same item (another worker ended it) changes nothing.
+    /// Ends `claimed` with `outcome` (`finish.lua`), adding its result's usage to the job's
+    /// in the same step; when that ended the job, queues it for finalizing. Returns the job's
+    /// terminal state if this ended it. A second end of the same item (another worker ended
+    /// it) changes nothing.
     pub async fn finish(
         &self,
         claimed: &Claimed,
@@ -202,26 +206,27 @@ impl JobStore {
         characters: i64,
         all_cached: bool,
     ) -> StoreResult<Option<JobState>> {
-        let result =
+        let result_json =
             serde_json::to_string(result).map_err(|e| StoreError::Protocol(e.to_string()))?;
+        let usage = result
+            .usage
+            .as_ref()
+            .map(Usage::increments)
+            .unwrap_or_default();
         let characters = characters.to_string();
         let retention = self.retention_ms().to_string();
-        let reply = self
-            .run(
-                &self.scripts.finish,
-                &claimed.job,
-                &[
-                    super::GROUP.as_bytes(),
-                    claimed.entry.as_bytes(),
-                    claimed.id.as_bytes(),
-                    outcome.code().as_bytes(),
-                    result.as_bytes(),
-                    characters.as_bytes(),
-                    if all_cached { b"1" } else { b"0" },
-                    retention.as_bytes(),
-                ],
-            )
-            .await?;
+        let mut args: Vec<&[u8]> = vec![
+            super::GROUP.as_bytes(),
+            claimed.entry.as_bytes(),
+            claimed.id.as_bytes(),
+            outcome.code().as_bytes(),
+            result_json.as_bytes(),
+            characters.as_bytes(),
+            if all_cached { b"1" } else { b"0" },
+            retention.as_bytes(),
+        ];
+        args.extend(usage.iter().map(String::as_bytes));
+        let reply = self.run(&self.scripts.finish, &claimed.job, &args).await?;
         match text(reply.first())?.as_str() {
             "dup" => Ok(None),
             "ended" => {
@@ -233,5 +238,21 @@ impl JobStore {
             }
             other => Err(StoreError::Protocol(format!("finish answered {other:?}"))),
         }
+    }
+
+    /// Sends `claimed` back to wait for a spent budget (`wait.lua`): queued again, still in
+    /// the stream's pending list (a reclaim after the pause runs it), the refused call
+    /// spending neither an attempt nor a delivery; `wait` shown on the job until an item
+    /// succeeds. `false` when the item was not running any more (ended or gone).
+    pub async fn wait_for_budget(&self, claimed: &Claimed, wait: &BudgetWait) -> StoreResult<bool> {
+        let json = serde_json::to_string(wait).map_err(|e| StoreError::Protocol(e.to_string()))?;
+        let reply = self
+            .run(
+                &self.scripts.wait,
+                &claimed.job,
+                &[claimed.id.as_bytes(), json.as_bytes()],
+            )
+            .await?;
+        Ok(text(reply.first())? == "ok")
     }
 }

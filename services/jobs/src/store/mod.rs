@@ -16,7 +16,8 @@
 //! Fleet-wide: `P:active` zset (jobs with work: the workers' round), `P:tenant:<t>` zset
 //! (ListJobs), `P:req:<sha256(tenant, request_id)>` (idempotency), `P:finalize` zset (ended
 //! jobs whose summary is due, scored by when), `P:webhooks` zset (finalized jobs whose webhook
-//! is due, scored by when), `P:ended` zset (ended jobs by expiry, for their blobs).
+//! is due, scored by when), `P:ended` zset (ended jobs by expiry, for their blobs),
+//! `P:pause:<t>` string (tenant `t`'s items wait for a spent budget until it expires).
 //!
 //! Invariants: an item's state and the job's counts change in one script, so they never
 //! disagree; an item is taken from the stream (`XREADGROUP`) or reclaimed (`XAUTOCLAIM`) only
@@ -26,6 +27,7 @@
 mod items;
 mod jobs;
 mod listing;
+mod pause;
 mod queues;
 
 use std::{collections::HashMap, time::Duration};
@@ -76,6 +78,7 @@ struct Scripts {
     finish: Script,
     cancel: Script,
     delete: Script,
+    wait: Script,
 }
 
 impl Scripts {
@@ -88,6 +91,7 @@ impl Scripts {
             finish: s(include_str!("lua/finish.lua")),
             cancel: s(include_str!("lua/cancel.lua")),
             delete: s(include_str!("lua/delete.lua")),
+            wait: s(include_str!("lua/wait.lua")),
         }
     }
 }

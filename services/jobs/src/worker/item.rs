@@ -13,6 +13,9 @@
 //!   its worker token, the blob store refuses its writes — fails no item: the item is handed
 //!   back at once for another replica to reclaim, and the workers pause until the fault
 //!   clears ([`super::Workers::fault`]).
+//! - A spent budget (`BUDGET_EXHAUSTED`) fails no item either and spends none of its attempts
+//!   or deliveries: the item is queued again and its tenant's items pause
+//!   ([`super::budget`]).
 //! - Ending it in the store is retried while the store does not answer (a failover), up to
 //!   twice the visibility timeout; past that another replica reclaims the item, finds its
 //!   object and ends it.
@@ -35,6 +38,9 @@ use crate::{
 enum HandBack {
     /// This replica cannot run items: its workers pause.
     Fault(super::Fault),
+    /// A budget covering the job's tenant is spent: the item waits, and the tenant's items
+    /// pause ([`super::budget`]).
+    Budget(crate::usage::BudgetWait),
     /// Only this item could not be finished here (its object refused a write the store's
     /// probe did not): another replica tries it; one that keeps failing meets the delivery
     /// limit.
@@ -79,6 +85,7 @@ impl Workers {
             Err(handed_back) => {
                 match handed_back {
                     HandBack::Fault(fault) => self.found_fault(fault),
+                    HandBack::Budget(wait) => self.budget_refused(&claimed, &params, wait).await,
                     HandBack::Item(why) => {
                         tracing::warn!(job = %claimed.job, reason = %why, "item handed back to the queue");
                     }
@@ -159,6 +166,7 @@ impl Workers {
                 Err(SynthError::Replica(fault)) => {
                     return Err(HandBack::Fault(Self::synthesis_fault(&fault)));
                 }
+                Err(SynthError::Budget(wait)) => return Err(HandBack::Budget(wait)),
                 Err(SynthError::Failed {
                     error,
                     transient,
@@ -209,6 +217,7 @@ impl Workers {
             key_id: spoken.key_id,
             reference_digest: spoken.reference_digest,
             audio_bytes,
+            usage: spoken.usage,
         };
         Ok((ItemState::Succeeded, result, characters, all_cached))
     }

@@ -20,6 +20,7 @@
 //! is this replica's own misconfiguration and turns its health NOT_SERVING; an unreachable
 //! synthesis does not (in an outage every replica pauses, and jobs can still be submitted).
 
+mod budget;
 mod fault;
 mod item;
 mod parts;
@@ -52,6 +53,9 @@ pub struct WorkerOptions {
     pub max_attempts: u32,
     /// Deliveries (workers taking the item) before it fails.
     pub max_deliveries: u32,
+    /// Longest pause of a tenant's items on a spent budget (they are tried again at the
+    /// budget's reset or after this, whichever comes first).
+    pub budget_recheck: Duration,
     /// Time between looks at a job with nothing new.
     pub poll: Duration,
 }
@@ -71,6 +75,8 @@ pub struct Workers {
     woken: std::sync::atomic::AtomicBool,
     /// Why this replica cannot run items now (module doc); `None` while it can.
     fault: Mutex<Option<Fault>>,
+    /// Tenants whose items wait for a spent budget, until when ([`budget`]).
+    paused: Mutex<HashMap<String, Instant>>,
 }
 
 /// A job in the dispatcher's round.
@@ -150,6 +156,7 @@ impl Workers {
             wake: tokio::sync::Notify::new(),
             woken: std::sync::atomic::AtomicBool::new(false),
             fault: Mutex::new(None),
+            paused: Mutex::new(HashMap::new()),
         })
     }
 
@@ -248,6 +255,8 @@ impl Workers {
             round.remove(&job);
         }
         round.foreign.retain(|j| active.contains(j));
+        self.refresh_pauses(round.tenants.iter().map(|(t, _)| t.as_str()))
+            .await?;
         for job in active {
             if round.slots.contains_key(&job) || round.foreign.contains(&job) {
                 continue;
@@ -295,6 +304,12 @@ impl Workers {
             let Some(slot) = round.slots.get_mut(&job) else {
                 continue;
             };
+            if self.tenant_paused(&slot.params.tenant) {
+                // Its items wait for a budget; once the pause is over, its items sent back
+                // to wait are reclaimed at the first look.
+                slot.next_claim = now;
+                continue;
+            }
             if slot.next_claim <= now {
                 slot.next_claim = now + self.options.visibility_timeout / 2;
                 let failed = item::delivery_limit(self.options.max_deliveries);

@@ -31,8 +31,9 @@ fn part_chars(chars: usize, bytes: usize, limit: usize) -> usize {
 }
 
 /// Speaks `spec` in one call or, when its audio is over the message limit, in parts (module
-/// doc). The answer of a split item joins the parts' audio, counts every part's chunks and
-/// carries the last part's key; `None` when the job was cancelled before a part's call.
+/// doc). The answer of a split item joins the parts' audio, counts every part's chunks, adds
+/// up their usage and carries the last part's key; `None` when the job was cancelled before a
+/// part's call.
 pub(super) async fn speak(
     synth: &Synthesizer,
     store: &JobStore,
@@ -86,6 +87,9 @@ pub(super) async fn speak(
         joined.spoken += answer.spoken;
         joined.cached += answer.cached;
         joined.key_id = answer.key_id;
+        if let Some(usage) = &answer.usage {
+            joined.usage.get_or_insert_default().add(usage);
+        }
         if joined.reference_digest.is_empty() {
             joined.reference_digest = answer.reference_digest;
         }

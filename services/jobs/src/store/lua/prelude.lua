@@ -10,7 +10,8 @@ end
 
 -- Ends the job when no item is queued or running (once): SUCCEEDED, FAILED when any item
 -- failed, CANCELLED when it was cancelled; every key of the job then expires `retention` ms
--- after the end. Returns the terminal state, or '' when the job goes on (or ended before).
+-- after the end (and it waits on no budget any more). Returns the terminal state, or '' when
+-- the job goes on (or ended before).
 local function settle(now, retention)
   local h = redis.call('HMGET', KEYS[1], 'state', 'queued', 'running', 'failed', 'end_ms')
   if h[5] or tonumber(h[2]) > 0 or tonumber(h[3]) > 0 then
@@ -21,6 +22,7 @@ local function settle(now, retention)
     if tonumber(h[4]) > 0 then state = 'FAILED' else state = 'SUCCEEDED' end
   end
   redis.call('HSET', KEYS[1], 'state', state, 'end_ms', now, 'expire_ms', now + retention)
+  redis.call('HDEL', KEYS[1], 'budget_wait')
   for i = 1, 7 do
     redis.call('PEXPIRE', KEYS[i], retention)
   end
