@@ -142,6 +142,21 @@ pub enum CatalogError {
         /// What could not be decoded.
         message: String,
     },
+    /// The usage ledger is not served here (no `--usage-store`) or not open yet.
+    #[error("{why}")]
+    UsageUnavailable {
+        /// What is missing and what to do.
+        why: String,
+    },
+    /// GetUsage matched more rows than it answers.
+    #[error(
+        "the query matches more than {limit} usage rows; page through them with ListUsage, or \
+         narrow the days or group by fewer dimensions"
+    )]
+    UsageTooManyRows {
+        /// The most rows GetUsage answers.
+        limit: u64,
+    },
     /// The database cannot be reached (connection refused, pool timeout, I/O).
     #[error("the catalog database is unreachable; retry later")]
     Unavailable {
@@ -331,6 +346,22 @@ impl From<CatalogError> for Status {
             CatalogError::CorruptRow { id, message: cause } => {
                 tracing::error!(pack_id = %id, cause = %cause, "stored voice pack is unreadable");
                 Status::internal(message)
+            }
+            CatalogError::UsageUnavailable { .. } => with_info(
+                Code::Unavailable,
+                message,
+                CatalogReason::UsageUnavailable.as_str(),
+                HashMap::new(),
+                Some(std::time::Duration::from_secs(1)),
+            ),
+            CatalogError::UsageTooManyRows { limit } => {
+                // No typed reason of its own: the PreconditionFailure names the limit.
+                let details = ErrorDetails::with_precondition_failure_violation(
+                    "USAGE_TOO_MANY_ROWS",
+                    "voxpool.catalog.v1.Usage/GetUsage",
+                    format!("GetUsage answers at most {limit} rows; use ListUsage"),
+                );
+                Status::with_error_details(Code::FailedPrecondition, message, details)
             }
             CatalogError::Unavailable { source } => {
                 tracing::warn!(error = %source, "catalog database unreachable");

@@ -18,6 +18,7 @@
 //! - [`pools`]: the configured pools (`--config`), so a pack no pool serves is refused.
 //! - [`seed`]: loading packs from a TOML/JSON seed file, idempotent by identity.
 //! - [`server`]: wiring for the binary and the tests (health, reflection, shutdown).
+//! - [`usage`]: the usage ledger (stream consumer, daily totals, the `Usage` service's reads).
 //! - [`error`]: the error enum and its exhaustive mapping to `tonic::Status`.
 
 #![warn(missing_docs)]
@@ -38,5 +39,6 @@ pub mod reference;
 pub mod repo;
 pub mod seed;
 pub mod server;
+pub mod usage;
 pub mod service;
 pub mod validate;

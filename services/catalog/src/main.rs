@@ -10,7 +10,7 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use voxpool_catalog::{db, pools::ServedPools, seed, server};
+use voxpool_catalog::{db, pools::ServedPools, seed, server, usage::consumer};
 use voxpool_runtime::auth::AdminAuth;
 
 /// Voice packs (provider + model + voice + prosody params + tier, pinned to a tts model id),
@@ -57,6 +57,23 @@ struct Args {
     /// writes its packs' clips there too).
     #[command(flatten)]
     blobs: voxpool_runtime::blob::BlobFlags,
+    /// The Redis synthesis writes usage records to (the scheduler's `--store` URL forms:
+    /// redis://, rediss://, redis-sentinel://…#master, redis-cluster://…). With it this
+    /// replica consumes the usage stream into the ledger (in this database) and serves
+    /// `voxpool.catalog.v1.Usage`; without it Usage answers UNAVAILABLE (USAGE_UNAVAILABLE).
+    #[arg(long, env = "VOXPOOL_USAGE_STORE", hide_env_values = true)]
+    usage_store: Option<String>,
+    /// A usage Charge no Settle follows within this many ms is counted as charged (the
+    /// synthesis replica died mid-call and the vendor did the work).
+    #[arg(long, env = "VOXPOOL_USAGE_GRACE_MS", default_value_t = 120_000)]
+    usage_grace_ms: u64,
+    /// How long one read of the usage stream waits for new records, ms.
+    #[arg(long, env = "VOXPOOL_USAGE_POLL_MS", default_value_t = 1_000)]
+    usage_poll_ms: u64,
+    /// Usage records another consumer (a dead replica) left unacknowledged this long, ms,
+    /// are taken over.
+    #[arg(long, env = "VOXPOOL_USAGE_CLAIM_IDLE_MS", default_value_t = 30_000)]
+    usage_claim_idle_ms: u64,
     #[command(flatten)]
     server: voxpool_runtime::limits::ServerFlags,
     #[command(subcommand)]
@@ -148,6 +165,15 @@ async fn serve(args: Args) -> Result<(), String> {
     let shutdown = voxpool_runtime::serve::shutdown_token();
     let repo =
         server::open_repository_waiting(&args.database, args.db_pool_size, &shutdown).await?;
+    let ledger = match &args.usage_store {
+        None => voxpool_catalog::usage::Ledger::not_served(),
+        Some(url) => {
+            voxpool_redis::Conn::check_url(url)
+                .map_err(|e| format!("--usage-store {}: {e}", voxpool_redis::redact(url)))?;
+            let config = consumer_config(&args, &pools);
+            server::start_ledger(&repo, url.clone(), config, &shutdown)
+        }
+    };
     voxpool_runtime::serve::announce("voxpool-catalog", bound)?;
     tracing::info!(
         listen = %bound,
@@ -157,7 +183,26 @@ async fn serve(args: Args) -> Result<(), String> {
         blob_store = %blobs.location(),
         "voxpool-catalog serving"
     );
-    server::serve_with(listener, repo, auth, pools, clips, &args.server, shutdown).await
+    let parts = server::Parts {
+        repo,
+        auth,
+        pools,
+        clips,
+        ledger,
+    };
+    server::serve_parts(listener, parts, &args.server, shutdown).await
+}
+
+/// The usage consumer's timings from the flags and `[usage] retention_days`.
+fn consumer_config(args: &Args, pools: &ServedPools) -> consumer::ConsumerConfig {
+    use std::time::Duration;
+    consumer::ConsumerConfig {
+        poll: Duration::from_millis(args.usage_poll_ms.max(1)),
+        claim_idle: Duration::from_millis(args.usage_claim_idle_ms.max(1)),
+        grace: Duration::from_millis(args.usage_grace_ms),
+        retention: Duration::from_secs(u64::from(pools.usage().retention_days) * 86_400),
+        ..consumer::ConsumerConfig::default()
+    }
 }
 
 /// The pools of `--config`, or of its deprecated spelling `--pools-config` (warned about once

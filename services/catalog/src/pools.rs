@@ -22,6 +22,8 @@ pub struct ServedPools {
     pools: Option<BTreeMap<String, String>>,
     /// Where they came from, for messages.
     source: String,
+    /// The config's `[usage]` table (defaults without a config).
+    usage: voxpool_config::UsageSettings,
 }
 
 impl ServedPools {
@@ -53,7 +55,13 @@ impl ServedPools {
                     .collect(),
             ),
             source: source.to_owned(),
+            usage: config.usage.clone(),
         }
+    }
+
+    /// The config's `[usage]` table (retention of raw usage records).
+    pub fn usage(&self) -> &voxpool_config::UsageSettings {
+        &self.usage
     }
 
     /// Whether the pools are known.

@@ -86,6 +86,22 @@ impl ClipStore {
                 cause: e.to_string(),
             })
     }
+
+    /// The bytes stored under `digest` (`None`: no such blob, or not a clip digest). Errors:
+    /// [`CatalogError::BlobUnavailable`].
+    pub async fn get(&self, digest: &str) -> Result<Option<Vec<u8>>, CatalogError> {
+        let Some(hex) = digest_hex(digest) else {
+            return Ok(None);
+        };
+        let unavailable = |e: object_store::Error| CatalogError::BlobUnavailable {
+            cause: e.to_string(),
+        };
+        match self.store.get(&Path::from(hex)).await {
+            Ok(found) => Ok(Some(found.bytes().await.map_err(unavailable)?.to_vec())),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(unavailable(e)),
+        }
+    }
 }
 
 /// An AddReference request that passed the field checks (the language may still default to

@@ -16,13 +16,17 @@ use crate::{
     pools::ServedPools,
     reference::ClipStore,
     repo::{PackRepository, connecting::Connecting, sea::SeaRepository},
-    service::{AdminService, CatalogService},
+    service::{AdminService, CatalogService, UsageService},
+    usage::{Ledger, UsageStore, consumer},
 };
 
 /// The read service's name, reported by health (besides `""` for the whole process).
 pub const SERVICE_NAME: &str = "voxpool.catalog.v1.VoiceCatalog";
 /// The admin service's name, reported by health.
 pub const ADMIN_SERVICE_NAME: &str = "voxpool.catalog.v1.VoiceCatalogAdmin";
+
+/// The usage ledger's service name, reported by health.
+pub const USAGE_SERVICE_NAME: &str = "voxpool.catalog.v1.Usage";
 
 /// How often the health task pings the database.
 const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
@@ -73,6 +77,37 @@ pub async fn open_repository_waiting(
     Ok(connecting)
 }
 
+/// A ledger over `repo`'s database once it is open, and its stream consumer on the Redis of
+/// `usage_store` (until `shutdown`).
+pub fn start_ledger(
+    repo: &Arc<dyn PackRepository>,
+    usage_store: String,
+    config: consumer::ConsumerConfig,
+    shutdown: &CancellationToken,
+) -> Ledger {
+    let ledger = Ledger::pending();
+    let (target, repo, stop) = (ledger.clone(), repo.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        loop {
+            if let Some(db) = repo.database() {
+                target.ready(UsageStore::new(db));
+                return;
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        }
+    });
+    tokio::spawn(consumer::run(
+        usage_store,
+        ledger.clone(),
+        config,
+        shutdown.clone(),
+    ));
+    ledger
+}
+
 /// Serves VoiceCatalog, VoiceCatalogAdmin, health and reflection (v1 + v1alpha) on
 /// `listener` until `shutdown` is cancelled, then drains in-flight RPCs. Health turns
 /// NOT_SERVING while the database does not answer a ping. Reference clips go to an in-memory
@@ -107,7 +142,49 @@ pub async fn serve_with(
     flags: &ServerFlags,
     shutdown: CancellationToken,
 ) -> Result<(), String> {
+    let parts = Parts {
+        repo,
+        auth,
+        pools,
+        clips,
+        ledger: Ledger::not_served(),
+    };
+    serve_parts(listener, parts, flags, shutdown).await
+}
+
+/// What [`serve_parts`] serves.
+pub struct Parts {
+    /// The packs.
+    pub repo: Arc<dyn PackRepository>,
+    /// The admin token (VoiceCatalogAdmin and Usage).
+    pub auth: AdminAuth,
+    /// The configured pools.
+    pub pools: ServedPools,
+    /// The reference clips' folder.
+    pub clips: ClipStore,
+    /// The usage ledger ([`Ledger::not_served`] without `--usage-store`).
+    pub ledger: Ledger,
+}
+
+/// [`serve_with`] plus the usage ledger's `Usage` service over `parts.ledger`.
+pub async fn serve_parts(
+    listener: TcpListener,
+    parts: Parts,
+    flags: &ServerFlags,
+    shutdown: CancellationToken,
+) -> Result<(), String> {
+    let Parts {
+        repo,
+        auth,
+        pools,
+        clips,
+        ledger,
+    } = parts;
     let max = flags.max_message_bytes;
+    let usage = UsageService::new(ledger, auth.clone())
+        .into_server()
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
     let catalog = CatalogService::new(repo.clone())
         .into_server()
         .max_decoding_message_size(max)
@@ -130,9 +207,14 @@ pub async fn serve_with(
     voxpool_runtime::serve::serve_grpc(
         listener,
         flags,
-        &[SERVICE_NAME, ADMIN_SERVICE_NAME],
+        &[SERVICE_NAME, ADMIN_SERVICE_NAME, USAGE_SERVICE_NAME],
         health,
-        |router| router.add_service(catalog).add_service(admin),
+        |router| {
+            router
+                .add_service(catalog)
+                .add_service(admin)
+                .add_service(usage)
+        },
         shutdown,
     )
     .await

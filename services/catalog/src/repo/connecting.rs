@@ -100,4 +100,8 @@ impl PackRepository for Connecting {
     async fn ping(&self) -> Result<(), CatalogError> {
         self.open()?.ping().await
     }
+
+    fn database(&self) -> Option<sea_orm::DatabaseConnection> {
+        self.repo.get().and_then(|r| r.database())
+    }
 }

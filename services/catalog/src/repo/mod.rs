@@ -106,4 +106,10 @@ pub trait PackRepository: Send + Sync {
 
     /// Checks the database answers. Errors: [`CatalogError::Unavailable`] and friends.
     async fn ping(&self) -> Result<(), CatalogError>;
+
+    /// The open, migrated database connection (the usage ledger lives in the same database);
+    /// `None` while it is still being opened.
+    fn database(&self) -> Option<sea_orm::DatabaseConnection> {
+        None
+    }
 }

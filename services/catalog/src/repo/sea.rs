@@ -386,4 +386,8 @@ impl PackRepository for SeaRepository {
     async fn ping(&self) -> Result<(), CatalogError> {
         Ok(self.db.ping().await?)
     }
+
+    fn database(&self) -> Option<DatabaseConnection> {
+        Some(self.db.clone())
+    }
 }

@@ -51,6 +51,21 @@ impl AdminService {
         }
     }
 
+    /// Checks the request's bearer token (every admin RPC).
+    pub(super) fn authorize(&self, metadata: &tonic::metadata::MetadataMap) -> Result<(), Status> {
+        self.auth.authorize(metadata)
+    }
+
+    /// The packs.
+    pub(super) fn repo(&self) -> &Repo {
+        &self.repo
+    }
+
+    /// The reference clips' bytes.
+    pub(super) fn clips(&self) -> &ClipStore {
+        &self.clips
+    }
+
     /// The tonic server wrapping this service.
     pub fn into_server(self) -> pb::voice_catalog_admin_server::VoiceCatalogAdminServer<Self> {
         pb::voice_catalog_admin_server::VoiceCatalogAdminServer::new(self)
@@ -248,6 +263,13 @@ impl VoiceCatalogAdmin for AdminService {
                 digest: req.digest.clone(),
             })?;
         Ok(Response::new(listed_reference_to_pb(removed)))
+    }
+
+    async fn get_reference_audio(
+        &self,
+        request: Request<pb::GetReferenceAudioRequest>,
+    ) -> Result<Response<pb::GetReferenceAudioResponse>, Status> {
+        self.reference_audio(request).await
     }
 
     async fn list_voice_pack_revisions(

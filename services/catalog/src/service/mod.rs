@@ -1,17 +1,21 @@
-//! The gRPC services: `voxpool.catalog.v1.VoiceCatalog` (read side, no auth) and
-//! `voxpool.catalog.v1.VoiceCatalogAdmin` (write side, bearer token). Both are thin: decode
+//! The gRPC services: `voxpool.catalog.v1.VoiceCatalog` (read side, no auth),
+//! `voxpool.catalog.v1.VoiceCatalogAdmin` (write side, bearer token) and
+//! `voxpool.catalog.v1.Usage` (the usage ledger, bearer token). All three are thin: decode
 //! and validate the request, call the repository, encode the answer; every error goes
 //! through the one `From<CatalogError> for Status`.
 
 mod admin;
 mod catalog;
 mod list;
+mod reference_audio;
+mod usage;
 
 use std::sync::Arc;
 
 pub use admin::AdminService;
 pub use catalog::CatalogService;
 pub use list::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+pub use usage::{DEFAULT_USAGE_PAGE, MAX_USAGE_PAGE, UsageService, filter_of, row_to_pb};
 
 use crate::repo::PackRepository;
 
