@@ -233,6 +233,7 @@ fn stack(cache: bool) -> Stack {
             cache,
             references: None,
             admin: AdminAuth::disabled(),
+            usage_store: None,
         };
         let core = server::build(&config, adapters, &options).expect("synthesis core");
         let keys = ApiKeys::load(&[], true).expect("anonymous callers");

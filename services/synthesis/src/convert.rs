@@ -16,11 +16,14 @@ use crate::{
     job::{Core, Overrides, Request, Synthesized, Unknown, VoiceSource, delivery::Piece},
     lease::Priority,
     record::AttemptRecord,
+    usage::{Path, Totals},
 };
 
-/// The domain request of `r`.
-pub fn request(r: pb::SynthesizeRequest) -> Request {
+/// The domain request of `r`, from `caller` (its authenticated name) through `path`.
+pub fn request(r: pb::SynthesizeRequest, caller: String, path: Path) -> Request {
     Request {
+        caller,
+        path,
         request_id: r.request_id,
         priority: priority(r.priority),
         tenant: r.tenant,
@@ -104,7 +107,7 @@ pub fn audio_chunk(piece: Piece) -> pb::AudioChunk {
         r#final: piece.last,
         cached_chunks: i32::try_from(piece.cached_chunks).unwrap_or(i32::MAX),
         reference_digest: piece.reference_digest,
-        usage: None,
+        usage: piece.usage.as_ref().map(usage),
     }
 }
 
@@ -121,7 +124,22 @@ pub fn response(done: Synthesized, format: AudioFormat) -> pb::SynthesizeRespons
         attempts: done.attempts.iter().map(attempt).collect(),
         cached_chunks: i32::try_from(done.cached_chunks).unwrap_or(i32::MAX),
         reference_digest: done.reference_digest,
-        usage: None,
+        usage: Some(usage(&done.usage)),
+    }
+}
+
+/// A request's usage, its cost in units of its currency.
+pub fn usage(t: &Totals) -> pb::Usage {
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    pb::Usage {
+        characters: n(t.characters),
+        billed_characters: n(t.billed_characters),
+        cached_characters: n(t.cached_characters),
+        audio_ms: n(t.audio_ms),
+        cost: t.cost_micros as f64 / 1_000_000.0,
+        currency: t.currency.clone(),
+        gpu_ms: n(t.gpu_ms),
+        failed_attempts: i32::try_from(t.failed_attempts).unwrap_or(i32::MAX),
     }
 }
 

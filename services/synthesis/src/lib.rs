@@ -58,5 +58,6 @@ pub mod references;
 pub mod server;
 pub mod service;
 pub mod stream;
+pub mod usage;
 
 pub use voxpool_domain::{audio, text};

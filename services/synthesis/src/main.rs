@@ -89,6 +89,11 @@ struct Args {
     /// start keyless).
     #[arg(long, env = "VOXPOOL_HTTP_ALLOW_ANONYMOUS", requires = "http_listen")]
     http_allow_anonymous: bool,
+    /// Write a usage record of every request to this Redis (the scheduler's `--store` URL
+    /// forms: redis://, rediss://, redis-sentinel://…#master, redis-cluster://…), for the
+    /// catalog's ledger; off unless set. Synthesis serves whether or not it answers.
+    #[arg(long, env = "VOXPOOL_USAGE_STORE")]
+    usage_store: Option<String>,
     #[command(flatten)]
     server: voxpool_runtime::limits::ServerFlags,
 }
@@ -239,7 +244,21 @@ async fn serve(args: Args, config: Config, seal: Seal) -> Result<(), String> {
             Some(cache)
         }
     };
+    let usage_store = args
+        .usage_store
+        .as_deref()
+        .map(|url| {
+            voxpool_synthesis::usage::Writer::start(
+                url,
+                voxpool_synthesis::usage::writer::DEFAULT_CAPACITY,
+            )
+        })
+        .transpose()?;
+    if let Some(writer) = &usage_store {
+        tracing::info!(store = %writer.shown(), "usage records go to the usage store");
+    }
     let options = Options {
+        usage_store,
         cache,
         references,
         admin,

@@ -311,3 +311,83 @@ pub fn cache_stored(pool: &str, bytes: u64) {
 pub fn cache_evictions(n: u64) {
     cache_instruments().evictions.add(n, &[]);
 }
+
+/// The four usage meters by tier (`crate::usage`): never a tenant attribute.
+struct UsageInstruments {
+    characters: Counter<u64>,
+    audio_seconds: Counter<f64>,
+    cost: Counter<f64>,
+    requests: Counter<u64>,
+    dropped: Counter<u64>,
+}
+
+fn usage_instruments() -> &'static UsageInstruments {
+    static INSTRUMENTS: OnceLock<UsageInstruments> = OnceLock::new();
+    INSTRUMENTS.get_or_init(|| {
+        let meter = global::meter("voxpool-synthesis");
+        UsageInstruments {
+            characters: meter
+                .u64_counter("voxpool.usage.characters")
+                .with_unit("{character}")
+                .with_description("characters vendors charge for (cached = true: served from the audio cache), by each provider's billing rule")
+                .build(),
+            audio_seconds: meter
+                .f64_counter("voxpool.usage.audio_seconds")
+                .with_unit("s")
+                .with_description("audio produced (cached = true: served from the audio cache)")
+                .build(),
+            cost: meter
+                .f64_counter("voxpool.usage.cost")
+                .with_unit("{currency}")
+                .with_description("cost at the pools' prices, in [usage] currency")
+                .build(),
+            requests: meter
+                .u64_counter("voxpool.usage.requests")
+                .with_unit("{request}")
+                .with_description("metered requests (cached = true: every chunk from the audio cache)")
+                .build(),
+            dropped: meter
+                .u64_counter("voxpool.usage.records_dropped")
+                .with_unit("{record}")
+                .with_description("usage records dropped: the usage store did not answer and the queue was full")
+                .build(),
+        }
+    })
+}
+
+fn usage_attributes(meter: &crate::usage::Meter, cached: bool) -> [KeyValue; 4] {
+    let context = meter.context();
+    [
+        KeyValue::new("tier", meter.tier_label()),
+        KeyValue::new("pool", context.pool.clone()),
+        KeyValue::new("provider", context.provider.as_str()),
+        KeyValue::new("cached", cached),
+    ]
+}
+
+/// Characters, audio and cost one attempt or cache hit of `meter`'s request used.
+pub fn usage(
+    meter: &crate::usage::Meter,
+    characters: u64,
+    audio_ms: u64,
+    cost_micros: i64,
+    cached: bool,
+) {
+    let i = usage_instruments();
+    let attributes = usage_attributes(meter, cached);
+    i.characters.add(characters, &attributes);
+    i.audio_seconds.add(audio_ms as f64 / 1000.0, &attributes);
+    i.cost.add(cost_micros as f64 / 1_000_000.0, &attributes);
+}
+
+/// One metered request ended (`cached`: all of it from the audio cache).
+pub fn usage_request(meter: &crate::usage::Meter, cached: bool) {
+    usage_instruments()
+        .requests
+        .add(1, &usage_attributes(meter, cached));
+}
+
+/// A usage record dropped (`crate::usage::writer`).
+pub fn usage_dropped() {
+    usage_instruments().dropped.add(1, &[]);
+}

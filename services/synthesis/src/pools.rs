@@ -55,6 +55,8 @@ pub struct Pool {
     pub slots: u32,
     /// Its pace and backlog on this replica (`crate::job::admission`).
     pub load: crate::job::admission::Load,
+    /// What the pool's vendor charges (`price`).
+    pub price: voxpool_config::PriceConfig,
 }
 
 impl Pool {
@@ -119,6 +121,7 @@ impl Pool {
             // A validated config has a readable TTL; an unreadable one keeps the pool out.
             cache_ttl: p.cache.enabled.then(|| p.cache.ttl().ok()).flatten(),
             slots,
+            price: p.price.clone(),
             // A local engine shares this machine's cores among its calls.
             load: if provider.is_local() {
                 crate::job::admission::Load::local(

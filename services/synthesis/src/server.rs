@@ -55,6 +55,8 @@ pub struct Options {
     pub references: Option<Arc<crate::references::ReferenceClips>>,
     /// The token `SynthesisAdmin` RPCs need (`VOXPOOL_ADMIN_TOKEN`, `--admin-token-file`).
     pub admin: AdminAuth,
+    /// The usage stream (`--usage-store`); `None` = no records written.
+    pub usage_store: Option<crate::usage::Writer>,
 }
 
 /// Builds the shared state from a validated config and `adapters`. Errors are one-line reasons
@@ -84,6 +86,11 @@ pub fn build(config: &Config, adapters: Registry, options: &Options) -> Result<A
         client_tokens: config.client_tokens.clone(),
         lease_ttl: options.lease_ttl,
         background: tokio_util::task::TaskTracker::new(),
+        usage: crate::usage::Usage {
+            currency: config.usage.currency.clone(),
+            cache_hit_factor: config.usage.cache_hit_factor,
+            writer: options.usage_store.clone(),
+        },
     }))
 }
 
@@ -237,6 +244,9 @@ pub async fn serve_with_http(
             calls = core.background.len(),
             "vendor calls still running at shutdown; their leases expire at their TTL"
         );
+    }
+    if let Some(writer) = &core.usage.writer {
+        writer.drain(Duration::from_secs(5)).await;
     }
     result
 }

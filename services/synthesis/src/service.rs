@@ -20,7 +20,7 @@ use voxpool_proto::synthesis::v1::{
     self as pb,
     synthesis_server::{Synthesis, SynthesisServer},
 };
-use voxpool_runtime::auth::{resolve_tenant, tenant_binding};
+use voxpool_runtime::auth::{caller_identity, resolve_tenant, tenant_binding};
 
 use crate::{
     convert,
@@ -28,6 +28,7 @@ use crate::{
     error::SynthesisError,
     job::{Core, delivery},
     metrics, stream,
+    usage::Path,
 };
 
 /// Default largest gRPC message (bytes) accepted or sent, as the shared `--max-message-bytes`.
@@ -69,12 +70,14 @@ impl SynthesisService {
     async fn unary(
         &self,
         request: pb::SynthesizeRequest,
+        (caller, path): (String, Path),
         deadline: Deadline,
     ) -> (
         Option<String>,
         Result<pb::SynthesizeResponse, SynthesisError>,
     ) {
-        let job = match self.core.prepare(convert::request(request), deadline).await {
+        let request = convert::request(request, caller, path);
+        let job = match self.core.prepare(request, deadline).await {
             Ok(job) => job,
             Err(e) => return (None, Err(e)),
         };
@@ -110,6 +113,27 @@ impl SynthesisService {
     }
 }
 
+/// Metadata a jobs worker sets on the calls it makes for job items.
+pub const ORIGIN_HEADER: &str = "voxpool-origin";
+
+/// Who made `request` (its authenticated name: a client token's name or a certificate's
+/// subject, empty when callers are not authenticated) and through which path: `job` when the
+/// jobs service made it for an item (`voxpool-origin: job`), else `unary`'s or the stream's.
+fn origin<T>(request: &Request<T>, path: Path) -> (String, Path) {
+    let caller = caller_identity(request).map_or_else(String::new, |c| {
+        let name = c.as_str();
+        name.strip_prefix("token:")
+            .or_else(|| name.strip_prefix("mtls:"))
+            .unwrap_or(name)
+            .to_owned()
+    });
+    let job = request
+        .metadata()
+        .get(ORIGIN_HEADER)
+        .is_some_and(|v| v.as_bytes() == b"job");
+    (caller, if job { Path::Job } else { path })
+}
+
 /// `request`'s message with its `tenant` resolved through the caller's tenant binding, if it
 /// has one (`voxpool_runtime::auth::TenantBinding`: an empty tenant is a caller's only one).
 /// Errors: PERMISSION_DENIED `TENANT_NOT_ALLOWED` for a tenant outside the binding (counted).
@@ -133,8 +157,9 @@ impl Synthesis for SynthesisService {
     ) -> Result<Response<pb::SynthesizeResponse>, Status> {
         let started = Instant::now();
         let deadline = self.deadline(&request);
+        let origin = origin(&request, Path::Grpc);
         let message = bound(request, metrics::Via::Unary, started)?;
-        let (pool, result) = self.unary(message, deadline).await;
+        let (pool, result) = self.unary(message, origin, deadline).await;
         let result = result.map_err(|e| {
             tracing::info!(pool = pool.as_deref().unwrap_or("-"), error = %e, "synthesis failed");
             Status::from(e)
@@ -157,7 +182,9 @@ impl Synthesis for SynthesisService {
     ) -> Result<Response<Self::SynthesizeStreamStream>, Status> {
         let started = Instant::now();
         let deadline = self.deadline(&request);
-        let request = convert::request(bound(request, metrics::Via::Stream, started)?);
+        let (caller, path) = origin(&request, Path::GrpcStream);
+        let request =
+            convert::request(bound(request, metrics::Via::Stream, started)?, caller, path);
         match self.core.prepare(request, deadline).await {
             Ok(job) => Ok(Response::new(stream::AudioStream::from(delivery::start(
                 self.core.clone(),

@@ -44,6 +44,10 @@ pub struct HttpApiKey {
     pub key: Option<CredentialRef>,
     /// The tenant its calls run as: 1-64 printable characters.
     pub tenant: String,
+    /// The key's name in usage records and `[[budgets]] callers`; empty = `key-` and the
+    /// first 8 hex digits of its SHA-256.
+    #[serde(default)]
+    pub name: String,
     /// The traffic class of its calls (default STANDARD).
     #[serde(default)]
     pub priority: HttpPriority,

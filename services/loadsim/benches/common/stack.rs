@@ -93,6 +93,7 @@ pub async fn synthesis(
         cache,
         references: None,
         admin: AdminAuth::disabled(),
+        usage_store: None,
     };
     let core = server::build(
         config,

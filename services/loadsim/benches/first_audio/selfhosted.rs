@@ -200,6 +200,7 @@ pub async fn synthesis(
         cache: None,
         references: Some(references),
         admin: voxpool_runtime::auth::AdminAuth::disabled(),
+        usage_store: None,
     };
     let core = voxpool_synthesis::server::build(
         config,

@@ -248,6 +248,15 @@ impl CloudVendor for ElevenLabs {
             .header("xi-api-key", secret.expose())
             .json(&body(request, &wire));
         let opened = http::open(PROVIDER, builder, request.timeout, Some(secret)).await?;
+        // What ElevenLabs billed the call, in characters (its `character-cost` header).
+        if let Some(cost) = opened
+            .headers
+            .get("character-cost")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            sink.billed(cost);
+        }
         if wire.wrap_wav && opened.status.is_success() {
             sink.write(http::pcm16_wav_header(PROVIDER, wire.sample_rate_hz)?);
         }

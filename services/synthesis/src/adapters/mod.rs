@@ -173,6 +173,7 @@ pub struct VendorFailure {
 pub struct AudioSink {
     tx: mpsc::UnboundedSender<Bytes>,
     written: std::sync::atomic::AtomicU64,
+    billed: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl AudioSink {
@@ -183,6 +184,7 @@ impl AudioSink {
             Self {
                 tx,
                 written: std::sync::atomic::AtomicU64::new(0),
+                billed: std::sync::Arc::default(),
             },
             rx,
         )
@@ -205,6 +207,17 @@ impl AudioSink {
     /// Bytes written so far.
     pub fn written(&self) -> u64 {
         self.written.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records what the vendor says it billed for the call (ElevenLabs' `character-cost`).
+    pub fn billed(&self, characters: u64) {
+        self.billed
+            .store(characters, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Where [`AudioSink::billed`] lands (0 = the vendor said nothing), kept by the attempt.
+    pub fn billed_counter(&self) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+        self.billed.clone()
     }
 }
 

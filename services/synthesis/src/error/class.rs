@@ -41,6 +41,7 @@ impl SynthesisError {
                 Code::Internal
             }
             Self::PoolFull { .. }
+            | Self::BudgetExhausted { .. }
             | Self::ResponseTooLarge { .. }
             | Self::DeadlineUnreachable { .. } => Code::ResourceExhausted,
             // Every key throttled: a full pool by another name; anything else: unavailable.
@@ -75,6 +76,7 @@ impl SynthesisError {
             Self::SchedulerUnavailable { .. } => SynthesisReason::SchedulerUnavailable,
             Self::SchedulerMismatch { .. } => SynthesisReason::SchedulerConfigMismatch,
             Self::PoolFull { .. } => SynthesisReason::PoolFull,
+            Self::BudgetExhausted { .. } => SynthesisReason::BudgetExhausted,
             Self::Exhausted { .. } => SynthesisReason::KeysExhausted,
             Self::VendorRejected { .. } => SynthesisReason::VendorRejected,
             Self::DeadlineExceeded { .. } => SynthesisReason::DeadlineExceeded,
@@ -110,6 +112,7 @@ impl SynthesisError {
                 Some(UNREACHABLE_RETRY)
             }
             Self::PoolFull { retry_after, .. }
+            | Self::BudgetExhausted { retry_after, .. }
             | Self::Exhausted { retry_after, .. }
             | Self::DeadlineUnreachable { retry_after, .. } => *retry_after,
             Self::Interrupted { cause, .. } => cause.retry_after(),

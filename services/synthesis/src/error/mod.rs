@@ -19,6 +19,20 @@ use crate::{
 /// Every way a synthesis RPC can fail.
 #[derive(Debug, thiserror::Error)]
 pub enum SynthesisError {
+    /// A budget covering the request (`[[budgets]]`) cannot hold it until its period resets:
+    /// never failed over to another key or pool.
+    #[error("{}", budget_text(message, details))]
+    BudgetExhausted {
+        /// Pool id.
+        pool: String,
+        /// The scheduler's message.
+        message: String,
+        /// The scheduler's `ErrorInfo` metadata: `budget`, `subject`, `used`, `limit`,
+        /// `resets_at_ms`.
+        details: std::collections::HashMap<String, String>,
+        /// Until the reset.
+        retry_after: Option<Duration>,
+    },
     /// A request field is missing, malformed or out of range.
     #[error("invalid {field}: {message}")]
     InvalidArgument {
@@ -381,3 +395,28 @@ mod status;
 
 #[cfg(test)]
 mod tests;
+
+/// `budget "acme-daily" for tenant acme is used up (10000 of 10000 characters); it resets at
+/// 2026-12-08T00:00:00Z: wait for the reset or raise the budget`: from the scheduler's
+/// figures when it sent them, else its message.
+fn budget_text(message: &str, details: &std::collections::HashMap<String, String>) -> String {
+    let get = |k: &str| details.get(k).map(String::as_str).unwrap_or("");
+    let (budget, subject, used, limit) = (get("budget"), get("subject"), get("used"), get("limit"));
+    if budget.is_empty() {
+        return format!("budget exhausted: {message}");
+    }
+    let resets = get("resets_at_ms")
+        .parse::<i64>()
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map_or_else(|| "the end of its period".to_owned(), |t| t.to_rfc3339());
+    let subject = if subject.is_empty() {
+        String::new()
+    } else {
+        format!(" for {}", voxpool_domain::untrusted::quote(subject))
+    };
+    format!(
+        "budget {}{subject} is used up ({used} of {limit}); it resets at {resets}: wait for the reset or raise the budget in [[budgets]]",
+        voxpool_domain::untrusted::quote(budget)
+    )
+}

@@ -162,6 +162,19 @@ fn metadata(e: SynthesisError) -> HashMap<String, String> {
         | SynthesisError::CatalogFailed { url, .. } => pairs(&[("catalog", url)]),
         SynthesisError::SchedulerUnavailable { url, .. }
         | SynthesisError::SchedulerMismatch { url, .. } => pairs(&[("scheduler", url)]),
+        SynthesisError::BudgetExhausted { pool, details, .. } => {
+            let mut md: HashMap<String, String> = details
+                .into_iter()
+                .filter(|(k, _)| {
+                    matches!(
+                        k.as_str(),
+                        "budget" | "subject" | "used" | "limit" | "resets_at_ms" | "unit"
+                    )
+                })
+                .collect();
+            md.insert("pool".into(), pool);
+            md
+        }
         SynthesisError::PoolFull { pool, attempts, .. }
         | SynthesisError::Exhausted { pool, attempts, .. } => attempt_metadata(&pool, &attempts),
         SynthesisError::VendorRejected { pool, attempt } => {

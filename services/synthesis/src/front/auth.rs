@@ -19,6 +19,9 @@ pub struct Caller {
     pub tenant: String,
     /// The traffic class of its leases.
     pub priority: Priority,
+    /// The key's name (`name` in its entry, else `key-` and the first 8 hex digits of its
+    /// SHA-256); empty for anonymous calls. Usage records and budgets name the caller by it.
+    pub name: String,
 }
 
 /// The accepted keys, as digests.
@@ -79,6 +82,11 @@ impl ApiKeys {
                 Caller {
                     tenant: entry.tenant.clone(),
                     priority: priority(entry.priority),
+                    name: if entry.name.is_empty() {
+                        format!("key-{}", &hex::encode(digest)[..8])
+                    } else {
+                        entry.name.clone()
+                    },
                 },
             ));
         }
@@ -90,6 +98,7 @@ impl ApiKeys {
             anonymous: allow_anonymous.then(|| Caller {
                 tenant: ANONYMOUS_TENANT.to_owned(),
                 priority: Priority::Standard,
+                name: String::new(),
             }),
         })
     }
@@ -145,6 +154,7 @@ mod tests {
             key: env.map(|e| voxpool_config::CredentialRef::Env(e.to_owned())),
             tenant: tenant.to_owned(),
             priority: HttpPriority::Batch,
+            name: String::new(),
         }
     }
 

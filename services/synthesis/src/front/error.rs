@@ -10,6 +10,7 @@
 //! | UNAUTHENTICATED | 401 | `authentication_error` |
 //! | PERMISSION_DENIED | 403 | `permission_error` |
 //! | NOT_FOUND, FAILED_PRECONDITION `PACK_UNUSABLE` | 404 | `invalid_request_error` (`param` = `voice`) |
+//! | RESOURCE_EXHAUSTED `BUDGET_EXHAUSTED` | 429 + `Retry-After` (until the reset), `code` `insufficient_quota` | `insufficient_quota` |
 //! | RESOURCE_EXHAUSTED | 429 + `Retry-After` | `rate_limit_error` |
 //! | FAILED_PRECONDITION (other), UNAVAILABLE, ABORTED | 503 (+ `Retry-After` when known) | `service_unavailable` |
 //! | DEADLINE_EXCEEDED spent waiting for a slot (`SynthesisError::waited_for_slot`) | 429 + `Retry-After`, `code` `pool_full` | `rate_limit_error` |
@@ -148,7 +149,11 @@ impl ApiError {
             .retry_after()
             .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
         let pack_unusable = reason == Some(SynthesisReason::PackUnusable);
+        let budget = reason == Some(SynthesisReason::BudgetExhausted);
         let (http, kind) = match code {
+            Code::ResourceExhausted if budget => {
+                (StatusCode::TOO_MANY_REQUESTS, "insufficient_quota")
+            }
             Code::InvalidArgument | Code::OutOfRange => {
                 (StatusCode::BAD_REQUEST, "invalid_request_error")
             }
@@ -180,7 +185,9 @@ impl ApiError {
             (Code::FailedPrecondition, None) if pack_unusable => Some("voice".to_owned()),
             _ => None,
         };
-        let code_name = if pool_full {
+        let code_name = if budget {
+            Some("insufficient_quota".to_owned())
+        } else if pool_full {
             Some(SynthesisReason::PoolFull.as_str().to_ascii_lowercase())
         } else if code == Code::NotFound {
             // The voice named no pack (or a pool this replica lacks): one code for HTTP.

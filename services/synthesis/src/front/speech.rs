@@ -116,6 +116,8 @@ pub async fn speech(
         // OpenAI's speech API has neither: a voice with several clips rolls per request.
         emotion: String::new(),
         seed: None,
+        caller: caller.name,
+        path: crate::usage::Path::Http,
     };
     let job = match core.prepare(request, deadline).await {
         Ok(job) => job,

@@ -66,7 +66,8 @@ pub(super) async fn serve_chunk<T: Send + 'static>(
     let pool = job.pool.id.as_str();
     let mut waited = false;
     for round in 0..MAX_FILL_ROUNDS {
-        if let Some(done) = serve(&cache, &key, ttl, job, out, waited).await {
+        if let Some(done) = serve(&cache, &key, ttl, job, out, waited, &chunk.utterance.text).await
+        {
             return Ok(done);
         }
         if round == 0 {
@@ -79,7 +80,9 @@ pub(super) async fn serve_chunk<T: Send + 'static>(
             .await
         {
             Ok(FillOutcome::Granted(lock)) => {
-                if let Some(done) = serve(&cache, &key, ttl, job, out, waited).await {
+                if let Some(done) =
+                    serve(&cache, &key, ttl, job, out, waited, &chunk.utterance.text).await
+                {
                     lock.release().await;
                     return Ok(done);
                 }
@@ -111,6 +114,7 @@ async fn serve<T: Send + 'static>(
     job: &Job,
     out: &ChunkOut<T>,
     coalesced: bool,
+    text: &str,
 ) -> Option<ChunkDone> {
     let entry = match cache.get(key, ttl).await {
         Ok(entry) => entry?,
@@ -120,6 +124,15 @@ async fn serve<T: Send + 'static>(
         }
     };
     cache.hit(&job.pool.id, entry.header.characters, coalesced);
+    let tail = &entry.audio[entry.audio.len().saturating_sub(16 * 1024)..];
+    let audio_ms = crate::usage::duration::audio_ms(
+        job.format,
+        entry.header.sample_rate_hz,
+        entry.audio.len() as u64,
+        &entry.audio,
+        tail,
+    );
+    job.meter.cached(text, audio_ms);
     out.tx.send(ChunkMsg::Cached);
     if !entry.audio.is_empty() {
         out.tx.send(ChunkMsg::Audio(entry.audio));

@@ -87,6 +87,9 @@ pub async fn run(
 ) -> Result<Option<Finished>, SynthesisError> {
     let mut complete = 0;
     let result = emit(core, job, out, &mut complete).await;
+    if matches!(result, Ok(Some(_))) {
+        job.meter.succeeded();
+    }
     result.map_err(|cause| {
         let (delivered_bytes, delivered_messages) = out.delivered();
         if delivered_bytes == 0 {

@@ -55,6 +55,8 @@ pub struct Piece {
     pub cached_chunks: u32,
     /// The clip the voice speaks with; empty for none.
     pub reference_digest: String,
+    /// On the final piece: what the request used.
+    pub usage: Option<crate::usage::Totals>,
 }
 
 /// The pieces of one job's audio; dropping it cancels the work behind it.
@@ -140,6 +142,8 @@ struct Sender<'a> {
     stall_limit: std::time::Duration,
     /// The caller took nothing for `stall_limit`.
     stalled: bool,
+    /// The request's meter: its totals go with the final piece.
+    meter: Arc<crate::usage::Meter>,
 }
 
 impl Sender<'_> {
@@ -159,6 +163,7 @@ impl Sender<'_> {
                 last: last && i + 1 == count,
                 cached_chunks: self.cached_chunks,
                 reference_digest: self.reference_digest.clone(),
+                usage: (last && i + 1 == count).then(|| self.meter.totals()),
             };
             match tokio::time::timeout(self.stall_limit, self.tx.send(piece)).await {
                 Ok(Ok(())) => {}
@@ -225,6 +230,7 @@ async fn produce(
         reference_digest: job.reference_digest(),
         stall_limit: std::time::Duration::from_millis(core.settings.stalled_reader_timeout_ms),
         stalled: false,
+        meter: job.meter.clone(),
     };
     let finished = core.run_into(&job, &mut sender).await;
     if sender.stalled {

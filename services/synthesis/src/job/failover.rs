@@ -32,6 +32,7 @@ use crate::{
     lease::{Acquire, AcquireError, Lease, LeaseGuard},
     metrics,
     record::AttemptRecord,
+    usage::Charge,
 };
 
 /// One chunk of a job: its place in the text and what it asks of the vendor.
@@ -71,6 +72,9 @@ pub(super) async fn call_chunk<T: Send + 'static>(
 ) -> Result<ChunkDone, SynthesisError> {
     let pool = &job.pool;
     let mut state = Failover::new(core, job, chunk);
+    // The attempt's Charge, written beside its first Acquire and kept while the scheduler
+    // makes it wait; voided when no call follows.
+    let mut pending: Option<Charge> = None;
     loop {
         if state.calls >= state.max_attempts {
             let why = format!(
@@ -81,14 +85,40 @@ pub(super) async fn call_chunk<T: Send + 'static>(
         }
         let remaining = job.deadline.remaining();
         if remaining.is_zero() {
+            if let Some(charge) = pending.take() {
+                job.meter.void(&charge);
+            }
             return Err(state.deadline_exceeded(attempts, false));
         }
-        let Some(lease) = state.lease(remaining, attempts).await? else {
-            continue;
+        let (charge, leased) = match pending.take() {
+            Some(charge) => {
+                let leased = state.lease(remaining, attempts, &charge).await;
+                (charge, leased)
+            }
+            None => {
+                let charge = job.meter.next(&chunk.utterance.text);
+                let (leased, ()) = tokio::join!(
+                    state.lease(remaining, attempts, &charge),
+                    job.meter.charge(&charge)
+                );
+                (charge, leased)
+            }
+        };
+        let lease = match leased {
+            Ok(Some(lease)) => lease,
+            Ok(None) => {
+                pending = Some(charge);
+                continue;
+            }
+            Err(e) => {
+                job.meter.void(&charge);
+                return Err(e);
+            }
         };
         let key_id = lease.key_id.clone();
         let guard = LeaseGuard::new(core.scheduler.clone(), lease);
         let Some((key, upstream)) = state.credential(&key_id) else {
+            job.meter.void(&charge);
             guard.release().await;
             return Err(SynthesisError::SchedulerMismatch {
                 url: core.scheduler.url().to_owned(),
@@ -109,6 +139,8 @@ pub(super) async fn call_chunk<T: Send + 'static>(
             upstream,
             attempt_timeout: Duration::from_millis(core.settings.attempt_timeout_ms),
             cancel_grace: pool.cancel_grace,
+            meter: job.meter.clone(),
+            charge,
         };
         let (end, record) = attempt::run(
             guard,
@@ -176,7 +208,6 @@ pub(super) async fn call_chunk<T: Send + 'static>(
 struct Failover<'a> {
     core: &'a Core,
     job: &'a Job,
-    chunk: &'a Chunk,
     /// Keys of the pool without a usable credential here: never asked for.
     unusable: Vec<String>,
     /// `synthesis.max_attempts`, at least 1.
@@ -205,7 +236,6 @@ impl<'a> Failover<'a> {
         Self {
             core,
             job,
-            chunk,
             unusable: job.pool.unusable_keys(),
             max_attempts: usize::try_from(core.settings.max_attempts)
                 .unwrap_or(usize::MAX)
@@ -224,6 +254,7 @@ impl<'a> Failover<'a> {
         &mut self,
         remaining: Duration,
         attempts: &[AttemptRecord],
+        charge: &Charge,
     ) -> Result<Option<Lease>, SynthesisError> {
         let (core, job, pool) = (self.core, self.job, &self.job.pool);
         let excluded = self
@@ -241,8 +272,12 @@ impl<'a> Failover<'a> {
             idempotency_key: attempt::attempt_id(),
             priority: job.priority,
             tenant: job.tenant.clone(),
-            // Reserved against the key's character quota while the call runs.
-            characters: self.chunk.utterance.text.chars().count() as u64,
+            // Reserved against the key's character quota and the budgets covering the
+            // request while the call runs; settled by its Report.
+            characters: charge.characters,
+            tier: Some(job.voice.tier),
+            caller: job.meter.context().caller.clone(),
+            cost_micros: charge.cost_micros,
         };
         let refusal = match core.scheduler.acquire(&request, remaining).await {
             Ok(lease) => return Ok(Some(lease)),
@@ -307,6 +342,16 @@ impl<'a> Failover<'a> {
             AcquireError::Unreachable { message } => Err(SynthesisError::SchedulerUnavailable {
                 url: core.scheduler.url().to_owned(),
                 message,
+            }),
+            AcquireError::BudgetExhausted {
+                message,
+                details,
+                retry_after,
+            } => Err(SynthesisError::BudgetExhausted {
+                pool: pool.id.clone(),
+                message,
+                details,
+                retry_after,
             }),
             AcquireError::Mismatch { message } => Err(SynthesisError::SchedulerMismatch {
                 url: core.scheduler.url().to_owned(),

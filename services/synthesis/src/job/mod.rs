@@ -67,6 +67,8 @@ pub struct Core {
     /// Every vendor call under way, including those whose caller has gone: each holds its
     /// lease until the vendor answers (see [`attempt`]); shutdown waits for them.
     pub background: TaskTracker,
+    /// `[usage]` and the usage stream (`crate::usage`).
+    pub usage: crate::usage::Usage,
 }
 
 impl std::fmt::Debug for Core {
@@ -115,6 +117,8 @@ pub struct Job {
     pub reference: Option<Arc<crate::adapters::ReferenceAudio>>,
     /// The request's seed (the pick among clips, and the server's sampling where it takes one).
     pub seed: Option<u64>,
+    /// What the request is metered for (`crate::usage`).
+    pub meter: Arc<crate::usage::Meter>,
 }
 
 impl Job {
@@ -199,6 +203,11 @@ pub struct Request {
     pub emotion: String,
     /// Seeds the roll among clips and the server's sampling; `None` = random.
     pub seed: Option<u64>,
+    /// The authenticated caller's name (client token name, mTLS subject, HTTP key name);
+    /// empty = anonymous.
+    pub caller: String,
+    /// The front the request came through.
+    pub path: crate::usage::Path,
 }
 
 /// Per-request changes to the resolved voice: the HTTP front's `speed` and `instructions`.
@@ -229,6 +238,8 @@ pub struct Synthesized {
     pub cached_chunks: u32,
     /// The clip the voice spoke with; empty for voices without clips.
     pub reference_digest: String,
+    /// What the request used.
+    pub usage: crate::usage::Totals,
 }
 
 /// A unary call's output: everything collected, nothing delivered before the end.
@@ -285,6 +296,7 @@ impl Core {
             attempts: done.attempts,
             cached_chunks: done.cached_chunks,
             reference_digest: job.reference_digest(),
+            usage: job.meter.totals(),
         })
     }
 

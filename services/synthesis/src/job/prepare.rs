@@ -20,7 +20,8 @@ use std::sync::Arc;
 use voxpool_domain::{provider::Provider, snapshot::Snapshot};
 
 use super::{Core, Job, Overrides, Request, Unknown, VoiceSource};
-use crate::{adapters::AudioFormat, deadline::Deadline, error::SynthesisError, text};
+use crate::{adapters::AudioFormat, deadline::Deadline, error::SynthesisError, text, usage::Meter};
+use voxpool_domain::usage::UsageContext;
 
 /// Longest accepted `request_id`.
 pub const MAX_REQUEST_ID_CHARS: usize = 128;
@@ -225,6 +226,21 @@ pub(super) async fn prepare(
     } else {
         r.request_id
     };
+    let context = UsageContext {
+        record_id: crate::usage::record_id(),
+        request_id: request_id.clone(),
+        tenant: r.tenant.clone(),
+        caller: r.caller,
+        path: r.path.as_str().to_owned(),
+        pack_id: voice.pack_id.clone(),
+        snapshot_digest: voice.digest.clone(),
+        tier: Some(voice.tier),
+        pool: pool.id.clone(),
+        provider: pool.provider,
+        currency: core.usage.currency.clone(),
+        at_ms: crate::usage::now_ms(),
+    };
+    let meter = Arc::new(Meter::new(context, pool.price.clone(), &core.usage));
     Ok(Job {
         pool,
         adapter,
@@ -240,6 +256,7 @@ pub(super) async fn prepare(
         cache_policy,
         reference,
         seed: r.seed,
+        meter,
     })
 }
 

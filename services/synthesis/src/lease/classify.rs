@@ -93,6 +93,16 @@ pub enum AcquireError {
         /// Transport / status message.
         message: String,
     },
+    /// RESOURCE_EXHAUSTED `BUDGET_EXHAUSTED`: a budget covering the request cannot hold its
+    /// reservation until the budget's period resets. Never failed over.
+    BudgetExhausted {
+        /// The scheduler's message.
+        message: String,
+        /// Its `ErrorInfo` metadata (`budget`, `subject`, `used`, `limit`, `resets_at_ms`).
+        details: std::collections::HashMap<String, String>,
+        /// Until the reset.
+        retry_after: Option<Duration>,
+    },
     /// The scheduler does not know the pool or refuses the request's fields.
     Mismatch {
         /// The scheduler's message.
@@ -108,6 +118,18 @@ pub(super) fn classify(status: &Status) -> AcquireError {
         .and_then(|r| r.retry_delay);
     let message = status.message().to_owned();
     match (status.code(), reason) {
+        (Code::ResourceExhausted, Some(SchedulerReason::BudgetExhausted)) => {
+            let details = status
+                .get_error_details()
+                .error_info()
+                .map(|info| info.metadata.clone())
+                .unwrap_or_default();
+            AcquireError::BudgetExhausted {
+                message,
+                details,
+                retry_after,
+            }
+        }
         (Code::ResourceExhausted, Some(SchedulerReason::NoEligibleKey)) => {
             AcquireError::NoEligibleKey { message }
         }

@@ -41,13 +41,16 @@ impl LeaseGuard {
     /// Reports the vendor call's outcome and releases in one call; falls back to Release. The
     /// guard stays armed until the scheduler confirms, so a caller that goes away during the
     /// report still gets its lease released by `Drop`.
-    /// `characters`: what the call synthesized, counted against the key's quota on SUCCESS.
+    /// `characters`: what the vendor charged for (counted against the key's quota on
+    /// SUCCESS), and `cost_micros` its cost: on any outcome they settle the lease's budget
+    /// reservations (0 after a refusal before any audio).
     pub async fn finish(
         mut self,
         outcome: voxpool_domain::contract::Outcome,
         retry_after_ms: Option<u64>,
         latency_ms: u64,
         characters: u64,
+        cost_micros: i64,
     ) {
         let request = pb::ReportRequest {
             lease_id: self.lease.lease_id.clone(),
@@ -58,7 +61,7 @@ impl LeaseGuard {
             release: true,
             key_id: self.lease.key_id.clone(),
             characters: i64::try_from(characters).unwrap_or(i64::MAX),
-            cost_micros: 0,
+            cost_micros: cost_micros.clamp(0, voxpool_config::MAX_COST_MICROS),
         };
         match self.scheduler.report(request).await {
             Ok(_) => self.armed = false,

@@ -43,8 +43,15 @@ pub struct Acquire {
     pub priority: Priority,
     /// Tenant (fairness inside its class).
     pub tenant: String,
-    /// Characters reserved against the key's quota while the call runs.
+    /// Characters reserved against the key's quota and the request's budgets while the call
+    /// runs (by the provider's billing rule).
     pub characters: u64,
+    /// The pack's tier (budgets limited to tiers).
+    pub tier: Option<voxpool_domain::snapshot::Tier>,
+    /// The caller's name (budgets covering callers).
+    pub caller: String,
+    /// What the call may cost, millionths of the currency, reserved against cost budgets.
+    pub cost_micros: i64,
 }
 
 /// A lease the scheduler granted.
@@ -108,9 +115,9 @@ impl Acquire {
             priority: priority as i32,
             tenant: self.tenant.clone(),
             characters: i64::try_from(self.characters).unwrap_or(i64::MAX),
-            tier: 0,
-            caller: String::new(),
-            cost_micros: 0,
+            tier: self.tier.map_or(0, |t| t.to_pb() as i32),
+            caller: self.caller.clone(),
+            cost_micros: self.cost_micros.clamp(0, voxpool_config::MAX_COST_MICROS),
         }
     }
 }
@@ -146,12 +153,18 @@ mod tests {
             priority: Priority::Batch,
             tenant: "t".into(),
             characters: 12,
+            tier: Some(voxpool_domain::snapshot::Tier::Pro),
+            caller: "c".into(),
+            cost_micros: 34,
         };
         let pb = acquire.to_pb();
         assert_eq!(pb.lease_ttl_ms, 30_000);
         assert_eq!(pb.wait_timeout_ms, 600_000);
         assert_eq!(pb.priority, pb::Priority::Batch as i32);
         assert_eq!(pb.characters, 12);
+        assert_eq!(pb.caller, "c");
+        assert_eq!(pb.cost_micros, 34);
+        assert_ne!(pb.tier, 0);
         let lease = Lease::from(pb::Lease {
             lease_id: "l".into(),
             key_id: "u/k2".into(),

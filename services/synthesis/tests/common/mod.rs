@@ -241,6 +241,7 @@ impl Stack {
             cache: None,
             references,
             admin: voxpool_runtime::auth::AdminAuth::disabled(),
+            usage_store: None,
         };
         let core = server::build(&config, registry, &options).expect("build synthesis");
         let listener = TcpListener::bind("127.0.0.1:0")

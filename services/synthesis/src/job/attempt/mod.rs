@@ -59,6 +59,7 @@ use crate::{
     lease::LeaseGuard,
     metrics,
     record::AttemptRecord,
+    usage::{Charge, Meter, Settled, duration},
 };
 
 use super::spool::{ChunkOut, Spool};
@@ -95,6 +96,10 @@ pub struct CallInput {
     /// The pool's `cancel_grace_ms`: how long a call cut off on cancel keeps its lease after
     /// its vendor connection was closed (module doc).
     pub cancel_grace: Duration,
+    /// The request's meter: the attempt is settled there as it ends (`crate::usage`).
+    pub meter: Arc<Meter>,
+    /// The attempt's Charge, written before the call.
+    pub charge: Charge,
 }
 
 /// How an attempt ended.
@@ -177,6 +182,7 @@ async fn call_under_lease<T>(
     let started = Instant::now();
     let timeout = input.attempt_timeout;
     let (sink, audio_rx) = AudioSink::new();
+    let billed = sink.billed_counter();
     let mut call = spawn_call(input, timeout, attempt_id(), sink);
     let mut relay = Relay {
         out,
@@ -186,6 +192,8 @@ async fn call_under_lease<T>(
         held: Spool::default(),
         received: 0,
         delivered: 0,
+        head: Vec::new(),
+        tail: Vec::new(),
     };
     let stop = drive(
         &guard,
@@ -208,10 +216,38 @@ async fn call_under_lease<T>(
         retry_after_ms: failure.and_then(|f| f.retry_after_ms),
     };
     let delivered = relay.delivered;
+    // What the vendor charged for: a call that produced audio, whatever came after.
+    let settle = |relay: &Relay<T>, outcome: Option<Outcome>, rate: Option<u32>| {
+        let audio_ms = if relay.checked {
+            duration::audio_ms(
+                input.utterance.format,
+                rate.or(input.utterance.sample_rate_hz),
+                relay.received,
+                &relay.head,
+                &relay.tail,
+            )
+        } else {
+            0
+        };
+        input.meter.settle(
+            &input.charge,
+            &Settled {
+                key_id: lease.key_id.clone(),
+                upstream_id: lease.upstream_id.clone(),
+                charged: relay.checked && relay.received > 0,
+                billed_characters: Some(billed.load(std::sync::atomic::Ordering::Relaxed))
+                    .filter(|n| *n > 0),
+                audio_ms,
+                call_ms: latency_ms,
+                outcome,
+            },
+        )
+    };
     let failure = match stop {
         Stop::Joined(Ok(Ok(end))) => match relay.close() {
             Ok(()) => {
-                succeeded(guard, input, latency_ms).await;
+                let charged = settle(&relay, Some(Outcome::Success), end.sample_rate_hz);
+                succeeded(guard, input, latency_ms, charged).await;
                 return (AttemptEnd::Audio(end), Some(record(Outcome::Success, None)));
             }
             Err(e) => not_audio(&e),
@@ -223,6 +259,7 @@ async fn call_under_lease<T>(
         Stop::Joined(Ok(Err(failure))) => failure,
         Stop::Joined(Err(join_error)) => {
             tracing::error!(provider = input.adapter.provider().as_str(), key = %lease.key_id, panic = join_error.is_panic(), "adapter task failed");
+            settle(&relay, Some(Outcome::UpstreamError), None);
             guard.release().await;
             return (AttemptEnd::Panicked, None);
         }
@@ -232,6 +269,7 @@ async fn call_under_lease<T>(
             call.close().await;
             tokio::time::sleep(input.cancel_grace).await;
             tracing::debug!(key = %lease.key_id, received = relay.received, "call cut off: nobody wants its audio");
+            settle(&relay, None, None);
             guard.release().await;
             return (AttemptEnd::Failed { delivered }, None);
         }
@@ -239,6 +277,7 @@ async fn call_under_lease<T>(
             // Fenced: the slot may already belong to another caller, so the call was aborted
             // to keep the vendor within the key's capacity. Not the key's fault: no report.
             call.close().await;
+            settle(&relay, Some(Outcome::Timeout), None);
             guard.release().await;
             let failure = VendorFailure {
                 outcome: Outcome::Timeout,
@@ -261,7 +300,10 @@ async fn call_under_lease<T>(
             }
         }
     };
-    let (outcome, failure) = failed(guard, input, failure, latency_ms).await;
+    let (outcome, failure) = failed(guard, input, failure, latency_ms, |outcome| {
+        settle(&relay, Some(outcome), None)
+    })
+    .await;
     (
         AttemptEnd::Failed { delivered },
         Some(record(outcome, Some(&failure))),
@@ -334,7 +376,10 @@ async fn drive<T>(
 
 /// Reports a call whose audio all went out: SUCCESS with its characters, or, slower than
 /// the upstream's latency limit, CONCURRENCY_LIMITED (the server queued it: module doc).
-async fn succeeded(guard: LeaseGuard, input: &CallInput, latency_ms: u64) {
+/// `charged`: the characters and cost the vendor charged, which settle the lease's budget
+/// reservations.
+async fn succeeded(guard: LeaseGuard, input: &CallInput, latency_ms: u64, charged: (u64, i64)) {
+    let (characters, cost_micros) = charged;
     let queued = input
         .upstream
         .latency_limit
@@ -342,12 +387,17 @@ async fn succeeded(guard: LeaseGuard, input: &CallInput, latency_ms: u64) {
     if queued {
         tracing::debug!(key = %guard.lease().key_id, latency_ms, "slower than the upstream's latency_limit_ms: reported as a concurrency signal");
         guard
-            .finish(Outcome::ConcurrencyLimited, None, latency_ms, 0)
+            .finish(
+                Outcome::ConcurrencyLimited,
+                None,
+                latency_ms,
+                characters,
+                cost_micros,
+            )
             .await;
     } else {
-        let characters = input.utterance.text.chars().count() as u64;
         guard
-            .finish(Outcome::Success, None, latency_ms, characters)
+            .finish(Outcome::Success, None, latency_ms, characters, cost_micros)
             .await;
     }
 }
@@ -355,11 +405,14 @@ async fn succeeded(guard: LeaseGuard, input: &CallInput, latency_ms: u64) {
 /// Reports a failed call and returns the outcome reported with the failure as recorded: a
 /// queueing upstream that held the call for the whole attempt timeout is overloaded, not
 /// broken (module doc), an overload signal like a 429.
+/// `settle` meters the attempt as ended with the outcome and gives what the vendor charged
+/// (reported, so the budget reservations settle at that).
 async fn failed(
     guard: LeaseGuard,
     input: &CallInput,
     mut failure: VendorFailure,
     latency_ms: u64,
+    settle: impl FnOnce(Outcome) -> (u64, i64),
 ) -> (Outcome, VendorFailure) {
     let outcome = match failure.outcome {
         Outcome::Success => Outcome::UpstreamError,
@@ -374,8 +427,15 @@ async fn failed(
         }
         other => other,
     };
+    let (characters, cost_micros) = settle(outcome);
     guard
-        .finish(outcome, failure.retry_after_ms, latency_ms, 0)
+        .finish(
+            outcome,
+            failure.retry_after_ms,
+            latency_ms,
+            characters,
+            cost_micros,
+        )
         .await;
     (outcome, failure)
 }

@@ -21,12 +21,29 @@ pub(super) struct Relay<T> {
     pub(super) received: u64,
     /// Bytes handed over.
     pub(super) delivered: u64,
+    /// The first bytes (a header: how long the audio is, `crate::usage::duration`).
+    pub(super) head: Vec<u8>,
+    /// The last bytes (an Ogg stream's last page).
+    pub(super) tail: Vec<u8>,
 }
+
+/// Bytes kept at each end for [`crate::usage::duration`].
+const KEPT: usize = 8 * 1024;
 
 impl<T> Relay<T> {
     /// Takes the vendor's next bytes. Errors: the first bytes are not `format` audio.
     pub(super) fn take(&mut self, bytes: Bytes) -> Result<(), audio::AudioError> {
         self.received += bytes.len() as u64;
+        if self.head.len() < KEPT {
+            let n = (KEPT - self.head.len()).min(bytes.len());
+            self.head.extend_from_slice(&bytes[..n]);
+        }
+        if self.format == AudioFormat::OggOpus {
+            self.tail.extend_from_slice(&bytes);
+            if self.tail.len() > 2 * KEPT {
+                self.tail.drain(..self.tail.len() - KEPT);
+            }
+        }
         if self.checked {
             self.held.push(bytes);
         } else {

@@ -1,0 +1,264 @@
+//! The usage stream writer (`--usage-store`): usage records as entries of
+//! [`USAGE_STREAM`] (field [`USAGE_FIELD`], JSON), on any of the three Redis topologies
+//! (`voxpool_redis`).
+//!
+//! - A Charge is written at once and awaited ([`Writer::write_now`]; the caller issues it
+//!   beside its Acquire, so it costs no round trip of its own), bounded by the store timeout.
+//! - Settles and Dones are queued ([`Writer::queue`]) to one background task that sends them
+//!   in batches (one script call of up to [`BATCH`] XADDs) in the order they were queued.
+//! - Metering never takes synthesis down: while Redis does not answer, a Charge is queued
+//!   instead (behind whatever is already waiting, so its Settle never precedes it), the
+//!   queue is retried with back-off, and past [`Writer::capacity`] entries new ones are
+//!   dropped, counted (`voxpool.usage.records_dropped`) and logged at most once per 10 s.
+//! - [`Writer::drain`] sends what is queued at shutdown, within a bound.
+//!
+//! The stream is never trimmed here: the catalog's consumer trims what it has committed.
+//! A batch whose answer was lost may be sent again; records are idempotent by
+//! `(record_id, attempt, kind)`, so the ledger counts them once.
+
+use std::{
+    collections::VecDeque,
+    sync::{
+        Arc, Mutex, OnceLock,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use tokio::sync::Notify;
+use voxpool_domain::usage::{USAGE_FIELD, USAGE_STREAM, UsageEvent};
+use voxpool_redis::{
+    Conn,
+    log_limit::{Admit, Limiter},
+    redact,
+};
+
+/// Most records sent in one call.
+pub const BATCH: usize = 256;
+/// Records kept while Redis does not answer, by default.
+pub const DEFAULT_CAPACITY: usize = 100_000;
+/// How long one write may take before it counts as failed.
+const STORE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Appends every record it is given (ARGV) to the stream (KEYS[1]), in order.
+const APPEND: &str = r"
+for i = 1, #ARGV do
+  redis.call('XADD', KEYS[1], '*', 'r', ARGV[i])
+end
+return #ARGV
+";
+
+/// The writer (module doc). Cheap to clone.
+#[derive(Clone)]
+pub struct Writer {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("store", &self.inner.shown)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    url: String,
+    shown: String,
+    conn: OnceLock<Conn>,
+    queue: Mutex<VecDeque<String>>,
+    capacity: usize,
+    notify: Notify,
+    healthy: AtomicBool,
+    dropped: AtomicU64,
+    errors: Limiter,
+    script: redis::Script,
+}
+
+impl Writer {
+    /// A writer to the Redis at `url` (the scheduler's `--store` forms), connecting in the
+    /// background: synthesis serves whether or not it is up. Errors: a URL no retry can fix.
+    pub fn start(url: &str, capacity: usize) -> Result<Self, String> {
+        Conn::check_url(url).map_err(|e| format!("--usage-store {}: {e}", redact(url)))?;
+        let writer = Self {
+            inner: Arc::new(Inner {
+                url: url.to_owned(),
+                shown: redact(url),
+                conn: OnceLock::new(),
+                queue: Mutex::new(VecDeque::new()),
+                capacity: capacity.max(1),
+                notify: Notify::new(),
+                healthy: AtomicBool::new(false),
+                dropped: AtomicU64::new(0),
+                errors: Limiter::new(Duration::from_secs(10)),
+                script: redis::Script::new(APPEND),
+            }),
+        };
+        tokio::spawn(run(writer.inner.clone()));
+        Ok(writer)
+    }
+
+    /// The store, as logs show it.
+    pub fn shown(&self) -> &str {
+        &self.inner.shown
+    }
+
+    /// Records kept while the store does not answer.
+    pub fn capacity(&self) -> usize {
+        self.inner.capacity
+    }
+
+    /// Records waiting to be sent.
+    pub fn pending(&self) -> usize {
+        self.inner.queue.lock().map_or(0, |q| q.len())
+    }
+
+    /// Records dropped because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.inner.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Writes `event` now and waits for Redis (at most the store timeout); queued instead
+    /// when Redis is not answering or records are already waiting (module doc).
+    pub async fn write_now(&self, event: &UsageEvent) {
+        let Some(json) = encode(event) else { return };
+        let inner = &self.inner;
+        let ready = inner.healthy.load(Ordering::Relaxed) && self.pending() == 0;
+        let Some(conn) = inner.conn.get().filter(|_| ready) else {
+            inner.push(json);
+            return;
+        };
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(USAGE_STREAM).arg("*").arg(USAGE_FIELD).arg(&json);
+        match tokio::time::timeout(STORE_TIMEOUT, conn.query(&cmd)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                inner.failed(&e.to_string());
+                inner.push(json);
+            }
+            Err(_) => {
+                inner.failed("no answer in time");
+                inner.push(json);
+            }
+        }
+    }
+
+    /// Queues `event` for the background task.
+    pub fn queue(&self, event: &UsageEvent) {
+        if let Some(json) = encode(event) {
+            self.inner.push(json);
+        }
+    }
+
+    /// Sends what is queued, waiting at most `bound`; returns the records left unsent.
+    pub async fn drain(&self, bound: Duration) -> usize {
+        let until = tokio::time::Instant::now() + bound;
+        while self.pending() > 0 && tokio::time::Instant::now() < until {
+            self.inner.notify.notify_one();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let left = self.pending();
+        if left > 0 {
+            tracing::error!(store = %self.inner.shown, records = left, "usage records not written at shutdown: the usage store did not answer");
+        }
+        left
+    }
+}
+
+fn encode(event: &UsageEvent) -> Option<String> {
+    serde_json::to_string(event)
+        .inspect_err(|e| tracing::error!(error = %e, "usage record not encodable"))
+        .ok()
+}
+
+impl Inner {
+    fn push(&self, json: String) {
+        let full = match self.queue.lock() {
+            Ok(mut q) if q.len() < self.capacity => {
+                q.push_back(json);
+                false
+            }
+            _ => true,
+        };
+        if full {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::usage_dropped();
+            if matches!(self.errors.admit(std::time::Instant::now()), Admit::Pass) {
+                tracing::error!(store = %self.shown, capacity = self.capacity, dropped = self.dropped.load(Ordering::Relaxed), held = self.errors.take_held(), "usage records dropped: the usage store has not answered and the queue is full");
+            }
+        }
+        self.notify.notify_one();
+    }
+
+    fn failed(&self, why: &str) {
+        self.healthy.store(false, Ordering::Relaxed);
+        if matches!(self.errors.admit(std::time::Instant::now()), Admit::Pass) {
+            tracing::error!(store = %self.shown, error = %why, pending = self.queue.lock().map_or(0, |q| q.len()), "usage store write failed; records are kept and retried");
+        }
+    }
+
+    /// The first `BATCH` records waiting, without taking them.
+    fn peek(&self) -> Vec<String> {
+        self.queue
+            .lock()
+            .map(|q| q.iter().take(BATCH).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn sent(&self, n: usize) {
+        if let Ok(mut q) = self.queue.lock() {
+            let n = n.min(q.len());
+            q.drain(..n);
+        }
+    }
+}
+
+/// The background task: connects, then sends the queue in batches, backing off while the
+/// store does not answer.
+async fn run(inner: Arc<Inner>) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let conn = match inner.conn.get() {
+            Some(conn) => conn.clone(),
+            None => match Conn::connect(&inner.url, STORE_TIMEOUT).await {
+                Ok(conn) => {
+                    tracing::info!(store = %inner.shown, "usage store connected");
+                    inner.healthy.store(true, Ordering::Relaxed);
+                    inner.conn.get_or_init(|| conn).clone()
+                }
+                Err(e) => {
+                    inner.failed(&e);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    continue;
+                }
+            },
+        };
+        let batch = inner.peek();
+        if batch.is_empty() {
+            let _ = tokio::time::timeout(Duration::from_secs(1), inner.notify.notified()).await;
+            continue;
+        }
+        let mut invocation = inner.script.key(USAGE_STREAM);
+        for record in &batch {
+            invocation.arg(record);
+        }
+        match tokio::time::timeout(STORE_TIMEOUT * 2, conn.invoke(&invocation)).await {
+            Ok(Ok(_)) => {
+                inner.sent(batch.len());
+                inner.healthy.store(true, Ordering::Relaxed);
+                backoff = Duration::from_millis(50);
+            }
+            Ok(Err(e)) => {
+                inner.failed(&e.to_string());
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+            Err(_) => {
+                inner.failed("no answer in time");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
