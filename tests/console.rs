@@ -692,3 +692,80 @@ async fn an_admin_disables_a_key_sets_its_capacity_and_enables_it_each_confirmed
     );
     assert_eq!(watch_key(&stack).await.capacity, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_packs_reference_clip_plays_on_its_page_as_the_wav_it_was_added_as() {
+    let stack = Stack::start(false);
+    let pack = pack_id(&stack, "Ada, zero-shot").await;
+    let b = Browser::start().await;
+    b.sign_in(&stack.url(""), VIEWER).await;
+    b.goto(&stack.url(&format!("/packs/{pack}"))).await;
+    b.find("audio[src*=\"/clips/\"]").await;
+    // Loaded and decoded by the browser: its duration is known once its metadata is.
+    let loaded = b
+        .client
+        .execute_async(
+            r#"const [done] = arguments;
+            const audio = document.querySelector('audio[src*="/clips/"]');
+            audio.addEventListener("loadedmetadata", () => done(audio.duration), { once: true });
+            audio.addEventListener("error", () => done(-1), { once: true });
+            audio.preload = "auto";
+            audio.load();"#,
+            vec![],
+        )
+        .await
+        .expect("load the clip");
+    let seconds = loaded.as_f64().unwrap_or(-1.0);
+    assert!(seconds > 0.5, "the clip's <audio> did not load ({loaded})");
+    let fetched = b
+        .client
+        .execute_async(
+            r#"const [done] = arguments;
+            const src = document.querySelector('audio[src*="/clips/"]').src;
+            fetch(src).then(async r => {
+                const buf = await r.arrayBuffer();
+                let s = ""; new Uint8Array(buf).forEach(x => s += String.fromCharCode(x));
+                done([r.status, r.headers.get("content-type"), r.headers.get("cache-control"), btoa(s)]);
+            });"#,
+            vec![],
+        )
+        .await
+        .expect("fetch the clip");
+    let [status, content_type, cache, body] = fetched.as_array().expect("four values").as_slice()
+    else {
+        panic!("four values: {fetched}");
+    };
+    assert_eq!(
+        (status, content_type.as_str(), cache.as_str()),
+        (&serde_json::json!(200), Some("audio/wav"), Some("no-store"))
+    );
+    use base64::Engine as _;
+    let wav = base64::engine::general_purpose::STANDARD
+        .decode(body.as_str().expect("base64 text"))
+        .expect("base64");
+    let added = std::fs::read(voxpool_e2e::workspace_root().join("deploy/config/clips/ada.wav"))
+        .expect("the seeded clip");
+    assert!(wav == added, "the clip served is not the one added");
+    let samples = hound::WavReader::new(std::io::Cursor::new(&wav))
+        .expect("a WAV header")
+        .into_samples::<i16>()
+        .collect::<Result<Vec<_>, _>>()
+        .expect("WAV samples");
+    assert!(samples.len() > 1000, "{} samples", samples.len());
+    // Without the session's cookie the clip is not served.
+    let anonymous = b
+        .client
+        .execute_async(
+            r#"const [done] = arguments;
+            const src = document.querySelector('audio[src*="/clips/"]').src;
+            fetch(src, { credentials: "omit", redirect: "manual" }).then(r => done(r.status));"#,
+            vec![],
+        )
+        .await
+        .expect("fetch without the session");
+    assert_ne!(
+        anonymous,
+        serde_json::json!(200),
+        "served without a session"
+    );
+}

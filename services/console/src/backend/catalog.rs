@@ -251,6 +251,26 @@ impl Backend {
         Ok(convert::clip(clip))
     }
 
+    /// A reference clip's bytes and media type (admin token: the catalog's
+    /// `GetReferenceAudio`).
+    pub async fn clip_audio(
+        &self,
+        id: &str,
+        digest: &str,
+    ) -> Result<(Vec<u8>, String), BackendError> {
+        let clip = self
+            .catalog_admin
+            .clone()
+            .get_reference_audio(self.admin_request(cpb::GetReferenceAudioRequest {
+                pack_id: id.to_owned(),
+                digest: digest.to_owned(),
+            }))
+            .await
+            .map_err(failed(Service::Catalog))?
+            .into_inner();
+        Ok((clip.audio, clip.content_type))
+    }
+
     /// Removes a reference clip (admin).
     pub async fn remove_clip(&self, id: &str, digest: &str) -> Result<ClipView, BackendError> {
         let clip = self

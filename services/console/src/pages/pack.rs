@@ -1,6 +1,8 @@
 //! `/packs/{id}`: one pack with its revisions, reference clips, frozen snapshot (the JSON a
 //! card keeps) and the card binding form; `/packs/{id}/audition.wav`: a short sample spoken
 //! by the pack through synthesis (its audio cache serves every audition after the first);
+//! `/packs/{id}/clips/{digest}`: one of its reference clips as the catalog keeps it (played on
+//! the page);
 //! `POST /packs/{id}/bind`: an uploaded character card, answered as a download with the
 //! pack's snapshot at `data.extensions.airi.modules.speech.voicePack`.
 
@@ -26,6 +28,7 @@ pub fn routes() -> axum::Router<Shared> {
     Router::new()
         .route("/packs/{id}", get(page))
         .route("/packs/{id}/audition.wav", get(audition))
+        .route("/packs/{id}/clips/{digest}", get(clip))
         .route("/packs/{id}/bind", post(bind))
 }
 
@@ -80,6 +83,35 @@ async fn audition(
         Ok(wav) => (
             [(header::CONTENT_TYPE, HeaderValue::from_static("audio/wav"))],
             wav,
+        )
+            .into_response(),
+        Err(e) => (failure_status(&e), e.summary()).into_response(),
+    }
+}
+
+/// The media types a clip is served as (what the catalog accepts); anything else goes out as
+/// bytes the browser does not play.
+fn clip_type(content_type: &str) -> HeaderValue {
+    match content_type {
+        "audio/wav" => HeaderValue::from_static("audio/wav"),
+        "audio/mpeg" => HeaderValue::from_static("audio/mpeg"),
+        "audio/flac" => HeaderValue::from_static("audio/flac"),
+        _ => HeaderValue::from_static("application/octet-stream"),
+    }
+}
+
+async fn clip(
+    State(app): State<Shared>,
+    Signed(_): Signed,
+    Path((id, digest)): Path<(String, String)>,
+) -> Response {
+    match app.backend.clip_audio(&id, &digest).await {
+        Ok((audio, content_type)) => (
+            [
+                (header::CONTENT_TYPE, clip_type(&content_type)),
+                (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+            ],
+            audio,
         )
             .into_response(),
         Err(e) => (failure_status(&e), e.summary()).into_response(),
