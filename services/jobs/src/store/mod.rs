@@ -17,7 +17,7 @@
 //! (ListJobs), `P:req:<sha256(tenant, request_id)>` (idempotency), `P:finalize` zset (ended
 //! jobs whose summary is due, scored by when), `P:webhooks` zset (finalized jobs whose webhook
 //! is due, scored by when), `P:ended` zset (ended jobs by expiry, for their blobs),
-//! `P:pause:<t>` string (tenant `t`'s items wait for a spent budget until it expires).
+//! `P:pause:<hex t>` string (tenant `t`'s items wait for a spent budget until it expires).
 //!
 //! Invariants: an item's state and the job's counts change in one script, so they never
 //! disagree; an item is taken from the stream (`XREADGROUP`) or reclaimed (`XAUTOCLAIM`) only

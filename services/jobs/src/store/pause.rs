@@ -1,4 +1,4 @@
-//! Tenants whose items wait for a spent budget, fleet-wide: `P:pause:<tenant>` holds the
+//! Tenants whose items wait for a spent budget, fleet-wide: `P:pause:<hex of the tenant>` holds the
 //! budget wait's JSON and expires when the workers may try that tenant again. Every replica's
 //! dispatcher reads it, so no replica calls synthesis for a paused tenant before then.
 
@@ -8,7 +8,7 @@ use super::{JobStore, StoreResult};
 
 impl JobStore {
     fn pause_key(&self, tenant: &str) -> String {
-        self.global(&format!("pause:{tenant}"))
+        self.global(&format!("pause:{}", hex::encode(tenant.as_bytes())))
     }
 
     /// Pauses `tenant`'s items for `pause` fleet-wide (`why`: what the key keeps, for an
