@@ -76,3 +76,27 @@ impl From<&PoolStatus> for pb::PoolStatus {
         }
     }
 }
+
+impl From<&crate::domain::BudgetStatusRow> for pb::BudgetStatus {
+    fn from(b: &crate::domain::BudgetStatusRow) -> Self {
+        let money = |micros: u64| micros as f64 / 1e6;
+        let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let tier = |t: voxpool_domain::snapshot::Tier| {
+            voxpool_proto::catalog::v1::Tier::from_str_name(t.as_str()).map_or(0, |t| t as i32)
+        };
+        Self {
+            id: b.row.budget.clone(),
+            subject: b.row.subject.clone(),
+            per: b.row.per.as_str().to_owned(),
+            characters_used: ms(b.usage.used.characters),
+            characters_reserved: ms(b.usage.reserved.characters),
+            characters_limit: ms(b.row.characters),
+            cost_used: money(b.usage.used.cost_micros),
+            cost_reserved: money(b.usage.reserved.cost_micros),
+            cost_limit: money(b.row.cost_micros),
+            currency: b.currency.clone(),
+            resets_at_ms: b.usage.resets_at_ms,
+            tiers: b.tiers.iter().map(|t| tier(*t)).collect(),
+        }
+    }
+}

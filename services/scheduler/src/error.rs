@@ -13,7 +13,8 @@ use voxpool_domain::{
     untrusted::{QUOTE_CHARS, quote},
 };
 
-use crate::store::StoreError;
+pub use crate::domain::refused::{BudgetRefused, QuotaNote};
+use crate::{domain::refused::quota_suffix, store::StoreError};
 
 /// Every way a scheduler RPC can fail.
 #[derive(Debug, thiserror::Error)]
@@ -45,7 +46,9 @@ pub enum SchedulerError {
     /// Every eligible available key is at capacity.
     #[error(
         "pool {pool:?} is full ({in_flight}/{capacity} in flight on eligible keys){}{}; retry in {retry_after_ms}ms",
-        if *quota_short > 0 {
+        if !quota_keys.is_empty() {
+            quota_suffix(quota_keys, *characters, "calls in flight hold reservations on the rest; they free as those calls end")
+        } else if *quota_short > 0 {
             format!(", {quota_short} key(s) with free slots have no character quota left for this request while calls in flight hold their reservations")
         } else {
             String::new()
@@ -65,6 +68,10 @@ pub enum SchedulerError {
         waited_ms: u64,
         /// Keys with a free slot whose character quota is held by reservations.
         quota_short: u64,
+        /// Those keys, named with their quota (filled by the domain).
+        quota_keys: Vec<QuotaNote>,
+        /// The characters the request asked to reserve.
+        characters: u64,
     },
     /// A BATCH Acquire while BATCH leases hold the pool's batch share.
     #[error(
@@ -94,7 +101,7 @@ pub enum SchedulerError {
         keys: usize,
     },
     /// Every eligible key is cooling or disabled.
-    #[error("{}{}", unavailable_message(pool, *next_available_ms, *now_ms), over_quota_suffix(over_quota))]
+    #[error("{}{}", unavailable_message(pool, *next_available_ms, *now_ms), quota_suffix(over_quota, *characters, "over quota: only the next period can serve it"))]
     KeysUnavailable {
         /// Pool id.
         pool: String,
@@ -102,9 +109,11 @@ pub enum SchedulerError {
         next_available_ms: Option<i64>,
         /// Store clock at the attempt (ms).
         now_ms: i64,
-        /// Keys out because their character quota is spent, with when their period resets
-        /// (store clock, ms).
-        over_quota: Vec<(String, i64)>,
+        /// Keys out because their character quota is spent or cannot hold the request this
+        /// period, with their use and reset (store clock, ms).
+        over_quota: Vec<QuotaNote>,
+        /// The characters the request asked to reserve.
+        characters: u64,
     },
     /// The store lost the pool's state and its recovery window runs (`store` module doc).
     #[error(
@@ -184,6 +193,9 @@ pub enum SchedulerError {
         /// The fill key (checked).
         key: String,
     },
+    /// A budget covering the request (`[[budgets]]`) cannot hold it this period.
+    #[error("{0}")]
+    BudgetExhausted(Box<BudgetRefused>),
     /// The lease store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -207,26 +219,6 @@ fn unavailable_message(pool: &str, next: Option<i64>, now: i64) -> String {
             "every eligible key of pool {pool:?} is disabled; an admin must EnableKey or raise its capacity"
         ),
     }
-}
-
-/// `; over quota: u0/k1 until 1798761600000 (2027-01-01T00:00:00Z), …` when keys are.
-fn over_quota_suffix(keys: &[(String, i64)]) -> String {
-    if keys.is_empty() {
-        return String::new();
-    }
-    let listed: Vec<String> = keys
-        .iter()
-        .map(|(k, t)| {
-            let at = chrono::DateTime::from_timestamp_millis(*t)
-                .map(|d| d.format("%Y-%m-%dT%H:%M:%SZ").to_string())
-                .unwrap_or_default();
-            format!("{k} until {t} ({at})")
-        })
-        .collect();
-    format!(
-        "; over quota (their period's characters are spent): {}",
-        listed.join(", ")
-    )
 }
 
 impl From<SchedulerError> for Status {
@@ -253,6 +245,7 @@ impl From<SchedulerError> for Status {
                 retry_after_ms,
                 waited_ms,
                 quota_short,
+                ..
             } => with_info(
                 Code::ResourceExhausted,
                 message,
@@ -322,13 +315,17 @@ impl From<SchedulerError> for Status {
                 next_available_ms,
                 now_ms,
                 over_quota,
+                ..
             } => {
                 let mut md = HashMap::from([("pool".to_owned(), pool)]);
                 if !over_quota.is_empty() {
-                    let keys: Vec<&str> = over_quota.iter().map(|(k, _)| k.as_str()).collect();
+                    let keys: Vec<&str> = over_quota.iter().map(|n| n.key.as_str()).collect();
                     md.insert("over_quota_keys".to_owned(), keys.join(","));
-                    for (k, t) in &over_quota {
-                        md.insert(format!("quota_resets_at_ms:{k}"), t.to_string());
+                    for n in &over_quota {
+                        md.insert(
+                            format!("quota_resets_at_ms:{}", n.key),
+                            n.resets_at_ms.to_string(),
+                        );
                     }
                 }
                 let retry = next_available_ms.map(|t| {
@@ -394,6 +391,7 @@ impl From<SchedulerError> for Status {
                 HashMap::from([("key".to_owned(), key)]),
                 Some(Duration::from_millis(100)),
             ),
+            SchedulerError::BudgetExhausted(refused) => refused.status(message),
             SchedulerError::Store(StoreError::Unavailable(_)) => with_info(
                 Code::Unavailable,
                 message,

@@ -14,16 +14,19 @@
 //! | `voxpool.scheduler.acquire.duration` | histogram | `s` | `pool`, `priority`, `result` (the wait time per class) |
 //! | `voxpool.scheduler.grants` | counter | `{lease}` | `pool`, `priority`, `tenant` |
 //! | `voxpool.scheduler.cooldowns` | counter | `{cooldown}` | `pool`, `upstream`, `key`, `reason` |
+//! | `voxpool.budget.used_ratio` | gauge | `1` (0..1+) | `budget` (its most used row: settled / limit, characters or cost, whichever is higher) |
+//! | `voxpool.scheduler.budget.refusals` | counter | `{acquire}` | `budget` (Acquires refused BUDGET_EXHAUSTED) |
 //!
 //! Gauges read a per-replica snapshot of every pool's status, refreshed each second by the
 //! health task, so exporting never touches the store. Attribute values come from the config
-//! (pool, upstream and key ids), so cardinality is bounded by it; credentials never appear.
+//! (pool, upstream, key and budget ids), so cardinality is bounded by it; credentials never appear.
+//! Budget subjects (tenants, callers) are not attributes: a budget's gauge is its most used row.
 //! `tenant` comes from callers (validated: at most 64 characters, no control characters): the
 //! first [`MAX_TENANT_SERIES`] tenants a replica sees get their own series, later ones count
 //! as `other`, so a caller cannot grow the series without bound.
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     sync::{Arc, Mutex, PoisonError, RwLock},
 };
 
@@ -40,6 +43,9 @@ pub const MAX_TENANT_SERIES: usize = 100;
 /// Latest status of every pool, as seen by this replica.
 pub type StatusCache = Arc<RwLock<Vec<PoolStatus>>>;
 
+/// Used fraction of every budget (its most used row), as last read.
+pub type BudgetCache = Arc<RwLock<HashMap<String, f64>>>;
+
 /// Appends `(value, attributes)` points of one pool to a gauge's observation list.
 type PointsOf = fn(&PoolStatus, &mut Vec<(f64, Vec<KeyValue>)>);
 
@@ -50,7 +56,9 @@ pub struct SchedulerMetrics {
     grants: Counter<u64>,
     tenants: Mutex<HashSet<String>>,
     cooldowns: Counter<u64>,
+    budget_refusals: Counter<u64>,
     cache: StatusCache,
+    budgets: BudgetCache,
     _gauges: Vec<ObservableGauge<f64>>,
 }
 
@@ -101,7 +109,22 @@ impl SchedulerMetrics {
                     })
                     .build()
             };
-        let gauges = vec![
+        let budgets: BudgetCache = Arc::default();
+        let read = budgets.clone();
+        let budget_gauge = meter
+            .f64_observable_gauge("voxpool.budget.used_ratio")
+            .with_unit("1")
+            .with_description(
+                "settled share of the budget's limit in its period (its most used row)",
+            )
+            .with_callback(move |obs| {
+                let Ok(all) = read.read() else { return };
+                for (id, v) in all.iter() {
+                    obs.observe(*v, &[KeyValue::new("budget", id.clone())]);
+                }
+            })
+            .build();
+        let mut gauges = vec![
             gauge(
                 "voxpool.key.in_flight",
                 "{lease}",
@@ -227,7 +250,14 @@ impl SchedulerMetrics {
                 },
             ),
         ];
+        gauges.push(budget_gauge);
         Self {
+            budget_refusals: meter
+                .u64_counter("voxpool.scheduler.budget.refusals")
+                .with_unit("{acquire}")
+                .with_description("Acquires refused BUDGET_EXHAUSTED, by budget")
+                .build(),
+            budgets,
             acquires: meter
                 .u64_counter("voxpool.scheduler.acquires")
                 .with_unit("{acquire}")
@@ -252,6 +282,22 @@ impl SchedulerMetrics {
             cache,
             _gauges: gauges,
         }
+    }
+
+    /// The budget gauge's values; the health task and status reads refresh them.
+    pub fn budget_cache(&self) -> BudgetCache {
+        self.budgets.clone()
+    }
+
+    /// Records every budget's used fraction from its rows (module doc).
+    pub fn budgets(&self, rows: &[crate::domain::BudgetStatusRow]) {
+        record_budgets(&self.budgets, rows.iter().map(|r| (&r.row, &r.usage)));
+    }
+
+    /// Counts an Acquire refused by `budget`.
+    pub fn budget_refused(&self, budget: &str) {
+        self.budget_refusals
+            .add(1, &[KeyValue::new("budget", budget.to_owned())]);
     }
 
     /// The cache the gauges read; the health task refreshes it.
@@ -299,6 +345,30 @@ impl SchedulerMetrics {
         let mut attrs = key_attrs(pool, key);
         attrs.push(KeyValue::new("reason", reason));
         self.cooldowns.add(1, &attrs);
+    }
+}
+
+/// Puts each budget's most used row's fraction into `cache`.
+pub fn record_budgets<'a>(
+    cache: &BudgetCache,
+    rows: impl Iterator<Item = (&'a crate::model::BudgetRow, &'a crate::model::BudgetUse)>,
+) {
+    let mut out: HashMap<String, f64> = HashMap::new();
+    for (row, usage) in rows {
+        let share = |used: u64, limit: u64| {
+            if limit == 0 {
+                0.0
+            } else {
+                used as f64 / limit as f64
+            }
+        };
+        let v = share(usage.used.characters, row.characters)
+            .max(share(usage.used.cost_micros, row.cost_micros));
+        let e = out.entry(row.budget.clone()).or_insert(0.0);
+        *e = e.max(v);
+    }
+    if let Ok(mut c) = cache.write() {
+        *c = out;
     }
 }
 

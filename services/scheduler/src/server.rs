@@ -200,6 +200,8 @@ pub async fn serve_with(
     )?;
     let metrics = Arc::new(SchedulerMetrics::new());
     let cache = metrics.cache();
+    let budget_cache = metrics.budget_cache();
+    let budget_rows = crate::domain::budget::rows_of(config);
     let signer = Arc::new(LeaseSigner::from_settings(&config.scheduler)?);
     if let Err(e) = signer.refresh(store.as_ref()).await {
         tracing::warn!(error = %e, "lease secret not read yet; health retries it");
@@ -222,7 +224,8 @@ pub async fn serve_with(
     // restarted empty) before the replica reports SERVING.
     let probe = move |was_serving: bool| {
         let (store, specs, cache) = (store.clone(), specs.clone(), cache.clone());
-        let signer = signer.clone();
+        let (signer, budget_rows, budget_cache) =
+            (signer.clone(), budget_rows.clone(), budget_cache.clone());
         async move {
             store.ping().await.map_err(|e| e.to_string())?;
             if !signer.is_ready() {
@@ -247,6 +250,7 @@ pub async fn serve_with(
                 );
             }
             refresh_cache(store.as_ref(), &specs, &cache).await;
+            refresh_budgets(store.as_ref(), &budget_rows, &budget_cache).await;
             Ok(())
         }
     };
@@ -279,6 +283,22 @@ async fn refresh_cache(store: &dyn LeaseStore, specs: &[PoolSpec], cache: &Statu
     if let Ok(mut c) = cache.write() {
         *c = pools;
     }
+}
+
+/// Reads every budget row into the budget gauge (best effort, like [`refresh_cache`]).
+async fn refresh_budgets(
+    store: &dyn LeaseStore,
+    rows: &[crate::model::BudgetRow],
+    cache: &crate::metrics::BudgetCache,
+) {
+    let mut read = Vec::with_capacity(rows.len());
+    for row in rows {
+        match store.budget_use(row).await {
+            Ok(u) => read.push((row, u)),
+            Err(_) => return,
+        }
+    }
+    crate::metrics::record_budgets(cache, read.iter().map(|(r, u)| (*r, u)));
 }
 
 #[cfg(test)]

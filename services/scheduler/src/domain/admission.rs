@@ -22,9 +22,7 @@ use tokio::time::Instant;
 use super::Scheduler;
 use crate::{
     error::SchedulerError,
-    model::{
-        AcquireParams, AcquireResult, KeyState, Lease, LeaseId, LeaseToken, Refusal, TicketState,
-    },
+    model::{AcquireParams, AcquireResult, Lease, LeaseId, LeaseToken, Refusal, TicketState},
     store::{LeaseStore, StoreError},
     waiters::{Event, WaitQueue},
 };
@@ -38,6 +36,13 @@ pub struct AcquireRequest {
     pub wait: Duration,
     /// The caller's own deadline, if it sent one (already shortened by a safety margin).
     pub deadline: Option<Instant>,
+    /// Who the request speaks for, besides `params.tenant` (a client token, mTLS subject or
+    /// HTTP key name; empty = none): budgets may cover callers (`budget` module).
+    pub caller: String,
+    /// The pack's tier: budgets limited to tiers cover only those (`None`: no tier list).
+    pub tier: Option<voxpool_domain::snapshot::Tier>,
+    /// The cost the call may reach (millionths), reserved against budgets with a cost.
+    pub cost_micros: u64,
 }
 
 /// How an Acquire got its lease.
@@ -145,6 +150,8 @@ impl Scheduler {
                 retry_after_ms,
                 waited_ms: millis(waited),
                 quota_short,
+                quota_keys: Vec::new(),
+                characters: 0,
             },
             Refusal::Unavailable {
                 next_available_ms,
@@ -154,6 +161,7 @@ impl Scheduler {
                 next_available_ms,
                 now_ms,
                 over_quota: Vec::new(),
+                characters: 0,
             },
             Refusal::NoEligibleKey => SchedulerError::NoEligibleKey {
                 pool: pool.to_owned(),
@@ -177,49 +185,14 @@ impl Scheduler {
         }
     }
 
-    /// Admits `request` (module doc). `on_wait` runs once, when the request joins the pool's
-    /// line (the gRPC edge uses it to stop counting the request against
+    /// Admits `request` (module doc) under its token. `on_wait` runs once, when the request
+    /// joins the pool's line (the gRPC edge uses it to stop counting the request against
     /// `--max-concurrent-requests`).
     ///
     /// Errors: every refusal as its [`SchedulerError`] (`PoolFull` with the pool's real
-    /// counts, `BatchShareFull`, `KeysUnavailable` naming the keys out for their quota and
-    /// until when, `NoEligibleKey`, `TooManyWaiters`, `WaitDeadline`, `ShuttingDown`,
-    /// `Store`, `UnknownPool`).
-    pub async fn acquire(
-        &self,
-        request: AcquireRequest,
-        on_wait: impl FnOnce(),
-    ) -> Result<(Lease, Granted), SchedulerError> {
-        match self.admit(request, on_wait).await {
-            Err(SchedulerError::KeysUnavailable {
-                pool,
-                next_available_ms,
-                now_ms,
-                ..
-            }) => {
-                // Which keys are out for their quota, and until when: read only on this path.
-                let over_quota = match self.store.status(&pool).await {
-                    Ok(Some(status)) => status
-                        .keys
-                        .iter()
-                        .filter(|k| k.state == KeyState::OverQuota)
-                        .map(|k| (k.key_id.clone(), k.quota_resets_at_ms))
-                        .collect(),
-                    _ => Vec::new(),
-                };
-                Err(SchedulerError::KeysUnavailable {
-                    pool,
-                    next_available_ms,
-                    now_ms,
-                    over_quota,
-                })
-            }
-            other => other,
-        }
-    }
-
-    /// [`Scheduler::acquire`] but for the keys out for their quota.
-    async fn admit(
+    /// counts, `BatchShareFull`, `KeysUnavailable`, `NoEligibleKey`, `TooManyWaiters`,
+    /// `WaitDeadline`, `ShuttingDown`, `Store`, `UnknownPool`).
+    pub(super) async fn admit(
         &self,
         request: AcquireRequest,
         on_wait: impl FnOnce(),
@@ -228,6 +201,7 @@ impl Scheduler {
             mut params,
             wait,
             deadline,
+            ..
         } = request;
         let pool = params.pool.clone();
         let queue = self
@@ -244,9 +218,6 @@ impl Scheduler {
             Some(d) if d < wait_end => (d, true),
             _ => (wait_end, false),
         };
-        if !params.idempotent {
-            params.token = LeaseToken::random();
-        }
         // Room on this replica to wait, taken before the store may queue the request. Without
         // it (`max_waiters` already wait here) the request may still take a free slot.
         let mut waiting = if wait.is_zero() {

@@ -13,9 +13,12 @@
 //! is retried once; the re-seed opens the pool's recovery window (`store` module doc).
 
 pub mod admission;
+pub mod budget;
 pub mod fill;
 mod poll;
 pub mod pools;
+mod quota;
+pub mod refused;
 
 use std::{sync::Arc, time::Duration};
 
@@ -24,12 +27,16 @@ use voxpool_config::Config;
 
 pub use self::{
     admission::{AcquireRequest, Granted},
+    budget::{BudgetBook, BudgetStatusRow},
     fill::FillAnswer,
     pools::{PoolEntry, PoolTable},
 };
 use crate::{
     error::SchedulerError,
-    model::{HealthPolicy, KeyStatus, Lease, LeaseId, PoolStatus, ReportParams, ReportResult},
+    model::{
+        BudgetAmount, HealthPolicy, KeyStatus, Lease, LeaseId, PoolStatus, ReportParams,
+        ReportResult, Settle,
+    },
     signing::LeaseSigner,
     store::{LeaseStore, StoreError},
     waiters::{Event, WaitQueues},
@@ -48,6 +55,8 @@ pub struct Scheduler {
     shutdown: CancellationToken,
     /// This replica's fill-lock waiters, woken by releases on any replica.
     fills: fill::FillWakers,
+    /// `[[budgets]]` (`budget` module).
+    budgets: BudgetBook,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -109,6 +118,7 @@ impl Scheduler {
             });
         }
         Self {
+            budgets: BudgetBook::from_config(config),
             fills,
             queues,
             pools,
@@ -189,21 +199,35 @@ impl Scheduler {
 
     /// Frees the lease `id` granted at `granted_at_ms` (`LeaseStore::release_granted`):
     /// `true` if this call freed it.
+    /// A lease released without a Report counts its whole budget reservation: what the vendor
+    /// charged is unknown.
     pub async fn release(
         &self,
         id: &LeaseId,
         granted_at_ms: Option<i64>,
     ) -> Result<bool, SchedulerError> {
-        Ok(self.store.release_granted(id, granted_at_ms).await?)
+        let released = self.store.release_granted(id, granted_at_ms).await?;
+        self.settle_budgets(id, Settle::Reserved).await;
+        Ok(released)
     }
 
     /// Applies a reported outcome with the configured health policy (`LeaseStore::report`);
-    /// `None` when neither the lease nor the named key is known.
+    /// `None` when neither the lease nor the named key is known. Whatever the outcome, the
+    /// lease's budget reservations settle at `params.characters` and `cost_micros` (at most
+    /// what each reserved; 0 after a failure: nothing charged).
     pub async fn report(
         &self,
         params: &ReportParams,
+        cost_micros: u64,
     ) -> Result<Option<ReportResult>, SchedulerError> {
-        Ok(self.store.report(params, &self.policy).await?)
+        let result = self.store.report(params, &self.policy).await?;
+        let charged = BudgetAmount {
+            characters: params.characters,
+            cost_micros,
+        };
+        self.settle_budgets(&params.id, Settle::Charged(charged))
+            .await;
+        Ok(result)
     }
 
     /// Admin: applies `change` to `key` of `pool` and answers the key's status; UnknownKey

@@ -8,10 +8,11 @@ use std::fmt;
 use voxpool_config::Config;
 pub use voxpool_config::{QuotaConfig, QuotaPeriod};
 
+mod budget;
 mod fill;
 mod health;
 
-pub use self::{fill::*, health::*};
+pub use self::{budget::*, fill::*, health::*};
 
 /// One key of a pool as the store knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -142,6 +142,21 @@ impl SchedulerService {
 }
 
 impl SchedulerService {
+    /// Every budget row (`Scheduler::budget_status`), also into the budget gauges; empty
+    /// (logged) when the store cannot answer: the pools' status still does.
+    async fn budgets_pb(&self) -> Vec<pb::BudgetStatus> {
+        match self.scheduler.budget_status().await {
+            Ok(rows) => {
+                self.metrics.budgets(&rows);
+                rows.iter().map(pb::BudgetStatus::from).collect()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the budgets");
+                Vec::new()
+            }
+        }
+    }
+
     /// An admin RPC (already authorized) on `key` of `pool`: the target is checked first, then
     /// the change (`change`) is decoded and applied.
     async fn change_key(
@@ -193,6 +208,7 @@ fn acquire_label(result: &Result<(crate::model::Lease, Granted), SchedulerError>
             | SchedulerError::ShuttingDown { .. },
         ) => "unavailable",
         Err(SchedulerError::WaitDeadline { .. }) => "deadline",
+        Err(SchedulerError::BudgetExhausted(_)) => "budget_exhausted",
         Err(_) => "invalid",
     }
 }
@@ -237,6 +253,9 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
             acquire_label(&result),
             started.elapsed().as_secs_f64(),
         );
+        if let Err(SchedulerError::BudgetExhausted(refused)) = &result {
+            self.metrics.budget_refused(&refused.row.budget);
+        }
         let (lease, _) = result?;
         self.metrics.grant(pool, priority, &r.tenant);
         span.record("key", lease.key_id.as_str());
@@ -263,7 +282,8 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         let r = request.into_inner();
         self.ensure_signer().await?;
         let params = self.report_params(&r)?;
-        let result = self.scheduler.report(&params).await?.ok_or_else(|| {
+        let cost = validate::cost_micros(r.cost_micros)?;
+        let result = self.scheduler.report(&params, cost).await?.ok_or_else(|| {
             SchedulerError::ReportKeyUnknown {
                 lease_id: r.lease_id.clone(),
             }
@@ -319,7 +339,9 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         let pool = &request.get_ref().pool;
         self.pool("pool", pool)?;
         let status = self.scheduler.status(pool).await?;
-        Ok(Response::new(self.status_pb(&status)))
+        let mut out = self.status_pb(&status);
+        out.budgets = self.budgets_pb().await;
+        Ok(Response::new(out))
     }
 
     async fn list_pools(
@@ -351,7 +373,7 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         }
         Ok(Response::new(pb::ListPoolsResponse {
             pools,
-            budgets: Vec::new(),
+            budgets: self.budgets_pb().await,
         }))
     }
 

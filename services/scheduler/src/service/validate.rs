@@ -219,7 +219,23 @@ impl SchedulerService {
         voxpool_domain::contract::check_tenant(&r.tenant)
             .map_err(|p| invalid("tenant", p.to_string()))?;
         let characters = characters(r.characters)?;
+        check_field(&r.caller, 64).map_err(|p| invalid("caller", p.to_string()))?;
+        let tier = match voxpool_proto::catalog::v1::Tier::try_from(r.tier) {
+            Ok(_) => voxpool_domain::snapshot::Tier::from_pb(r.tier),
+            Err(_) => {
+                return Err(invalid(
+                    "tier",
+                    format!(
+                        "unknown tier {}: send a voxpool.catalog.v1.Tier value",
+                        r.tier
+                    ),
+                ));
+            }
+        };
         Ok(AcquireRequest {
+            caller: r.caller.clone(),
+            tier,
+            cost_micros: cost_micros(r.cost_micros)?,
             params: AcquireParams {
                 pool: r.pool.clone(),
                 token: if idempotent {
@@ -360,6 +376,19 @@ impl SchedulerService {
         }
         Ok(())
     }
+}
+
+/// `cost_micros` of an Acquire or Report: 0..=10^15 (`voxpool_config::MAX_COST_MICROS`).
+pub(super) fn cost_micros(raw: i64) -> Result<u64, SchedulerError> {
+    u64::try_from(raw)
+        .ok()
+        .filter(|_| raw <= voxpool_config::MAX_COST_MICROS)
+        .ok_or_else(|| {
+            invalid(
+                "cost_micros",
+                format!("must be 0..=10^15 (millionths of the configured currency), got {raw}"),
+            )
+        })
 }
 
 /// `characters` of an Acquire or Report: 0..=[`MAX_REPORT_CHARACTERS`].

@@ -9,10 +9,11 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use super::{FillLocks, Handover, LeaseStore, StoreError, StoreResult};
+use super::{Budgets, FillLocks, Handover, LeaseStore, StoreError, StoreResult};
 use crate::model::{
-    AcquireParams, AcquireResult, FillHolder, FillId, FillKey, FillState, HealthPolicy, KeyStatus,
-    Lease, LeaseId, LeaseToken, PoolSpec, PoolStatus, ReportParams, ReportResult, TicketState,
+    AcquireParams, AcquireResult, BudgetAmount, BudgetAnswer, BudgetRow, BudgetUse, FillHolder,
+    FillId, FillKey, FillState, HealthPolicy, KeyStatus, Lease, LeaseId, LeaseToken, PoolSpec,
+    PoolStatus, ReportParams, ReportResult, Settle, TicketState,
 };
 
 /// The store being connected (module doc).
@@ -207,5 +208,43 @@ impl FillLocks for Connecting {
 
     async fn advance_fill_clock(&self, key: &FillKey, ms: u64) -> StoreResult<()> {
         self.get()?.advance_fill_clock(key, ms).await
+    }
+}
+
+#[async_trait]
+impl Budgets for Connecting {
+    async fn reserve_budget(
+        &self,
+        row: &BudgetRow,
+        token: &LeaseToken,
+        amount: BudgetAmount,
+        ttl_ms: u64,
+    ) -> StoreResult<BudgetAnswer> {
+        self.get()?.reserve_budget(row, token, amount, ttl_ms).await
+    }
+    async fn settle_budget(
+        &self,
+        row: &BudgetRow,
+        token: &LeaseToken,
+        settle: Settle,
+    ) -> StoreResult<()> {
+        self.get()?.settle_budget(row, token, settle).await
+    }
+    async fn budget_use(&self, row: &BudgetRow) -> StoreResult<BudgetUse> {
+        self.get()?.budget_use(row).await
+    }
+    async fn note_budget_rows(
+        &self,
+        token: &LeaseToken,
+        rows: &[(String, String)],
+        ttl_ms: u64,
+    ) -> StoreResult<()> {
+        self.get()?.note_budget_rows(token, rows, ttl_ms).await
+    }
+    async fn take_budget_rows(&self, token: &LeaseToken) -> StoreResult<Vec<(String, String)>> {
+        self.get()?.take_budget_rows(token).await
+    }
+    async fn advance_budget_clock(&self, row: &BudgetRow, ms: u64) -> StoreResult<()> {
+        self.get()?.advance_budget_clock(row, ms).await
     }
 }

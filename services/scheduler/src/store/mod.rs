@@ -33,9 +33,13 @@
 //! ([`LeaseStore::claim`]). Tickets and unclaimed hand-overs live `scheduler.line_ticket_ttl_ms`
 //! ([`AcquireParams::ticket_ttl_ms`]) unless their replica renews them, so a dead replica's waiters leave the line by themselves.
 //!
+//! **Budgets** ([`budget::Budgets`], a part of every `LeaseStore`): rows of `[[budgets]]`
+//! outside every pool, reserved at Acquire and settled at Report; see [`budget`].
+//!
 //! **Fill locks** ([`fill::FillLocks`], a part of every `LeaseStore`): single-flight locks on
 //! content keys, outside every pool; see [`fill`].
 
+pub mod budget;
 pub mod connecting;
 pub mod fill;
 pub mod memory;
@@ -43,7 +47,7 @@ pub mod redis;
 
 use async_trait::async_trait;
 
-pub use self::fill::FillLocks;
+pub use self::{budget::Budgets, fill::FillLocks};
 
 use crate::model::{
     AcquireParams, AcquireResult, HealthPolicy, KeyStatus, Lease, LeaseId, LeaseToken, PoolSpec,
@@ -94,7 +98,7 @@ pub type StoreResult<T> = Result<T, StoreError>;
 
 /// Backend of the scheduler. All times are the store's clock in ms since the epoch.
 #[async_trait]
-pub trait LeaseStore: FillLocks + Send + Sync + 'static {
+pub trait LeaseStore: FillLocks + Budgets + Send + Sync + 'static {
     /// Registers pools and their keys. A key new to the store gets the configured capacity;
     /// an existing key keeps its live in-flight count, and keeps an admin-set capacity unless
     /// the configured capacity changed since the last seed. Keys no longer configured stop

@@ -8,11 +8,11 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use voxpool_scheduler::{
     model::{
-        AcquireParams, AcquireResult, FillHolder, FillId, FillKey, FillState, HealthPolicy,
-        KeyStatus, Lease, LeaseId, LeaseToken, PoolSpec, PoolStatus, ReportParams, ReportResult,
-        TicketState,
+        AcquireParams, AcquireResult, BudgetAmount, BudgetAnswer, BudgetRow, BudgetUse, FillHolder,
+        FillId, FillKey, FillState, HealthPolicy, KeyStatus, Lease, LeaseId, LeaseToken, PoolSpec,
+        PoolStatus, ReportParams, ReportResult, Settle, TicketState,
     },
-    store::{FillLocks, Handover, LeaseStore, StoreResult},
+    store::{Budgets, FillLocks, Handover, LeaseStore, StoreResult},
 };
 
 use super::common::{open_store, start_on, start_wrapped};
@@ -67,6 +67,44 @@ impl FillLocks for Probe {
     }
     async fn advance_fill_clock(&self, k: &FillKey, ms: u64) -> StoreResult<()> {
         self.inner.advance_fill_clock(k, ms).await
+    }
+}
+
+#[async_trait]
+impl Budgets for Probe {
+    async fn reserve_budget(
+        &self,
+        row: &BudgetRow,
+        token: &LeaseToken,
+        amount: BudgetAmount,
+        ttl_ms: u64,
+    ) -> StoreResult<BudgetAnswer> {
+        self.inner.reserve_budget(row, token, amount, ttl_ms).await
+    }
+    async fn settle_budget(
+        &self,
+        row: &BudgetRow,
+        token: &LeaseToken,
+        settle: Settle,
+    ) -> StoreResult<()> {
+        self.inner.settle_budget(row, token, settle).await
+    }
+    async fn budget_use(&self, row: &BudgetRow) -> StoreResult<BudgetUse> {
+        self.inner.budget_use(row).await
+    }
+    async fn note_budget_rows(
+        &self,
+        token: &LeaseToken,
+        rows: &[(String, String)],
+        ttl_ms: u64,
+    ) -> StoreResult<()> {
+        self.inner.note_budget_rows(token, rows, ttl_ms).await
+    }
+    async fn take_budget_rows(&self, token: &LeaseToken) -> StoreResult<Vec<(String, String)>> {
+        self.inner.take_budget_rows(token).await
+    }
+    async fn advance_budget_clock(&self, row: &BudgetRow, ms: u64) -> StoreResult<()> {
+        self.inner.advance_budget_clock(row, ms).await
     }
 }
 

@@ -5,7 +5,7 @@
 //! it checks; together they try to break invariants 1-6 and 12 of docs/ARCHITECTURE.md.
 //!
 //! One file per area (`leases`, `waiting`, `classes`, `cooldown`, `adaptive`, `quota`,
-//! `recovery`, `ids`, `input`, `fill`); each lists its tests in [`conformance!`], which runs every one
+//! `recovery`, `ids`, `input`, `fill`, `budgets`); each lists its tests in [`conformance!`], which runs every one
 //! on every backend (`<area>::<backend>::<test>`). Requests are built with [`req`].
 
 #[path = "../common/mod.rs"]
@@ -54,6 +54,7 @@ macro_rules! conformance {
 }
 
 mod adaptive;
+mod budgets;
 mod classes;
 mod cooldown;
 mod fill;

@@ -40,7 +40,7 @@ pub(super) struct Fills {
     grants_since_sweep: u32,
 }
 
-fn wall_ms() -> i64 {
+pub(super) fn wall_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

@@ -10,9 +10,10 @@
 //! By concern: [`pool`] (a pool's state and lease bookkeeping), [`key`] (one key's record),
 //! `grant` (Acquire, Release), `line` and `waiting` (the line's order; hand-overs, claims),
 //! `health` (cooldowns and adaptive capacity from reports), `quota` (character budgets),
-//! `recovery` (seeding, renewal, re-registration), `fill` (fill locks, with their own clock per
+//! `recovery` (seeding, renewal, re-registration), `budget` (budget rows), `fill` (fill locks, with their own clock per
 //! key; a release is announced on an in-process channel that wakes the domain's waiters).
 
+mod budget;
 mod fill;
 mod grant;
 mod health;
@@ -47,6 +48,7 @@ pub struct MemoryStore {
     handovers: mpsc::UnboundedSender<Handover>,
     handovers_rx: Mutex<Option<mpsc::UnboundedReceiver<Handover>>>,
     fills: Mutex<fill::Fills>,
+    budgets: Mutex<budget::BudgetRows>,
     fill_released: mpsc::UnboundedSender<FillKey>,
     fill_released_rx: Mutex<Option<mpsc::UnboundedReceiver<FillKey>>>,
 }
@@ -76,6 +78,7 @@ impl MemoryStore {
         let (fill_released, fill_rx) = mpsc::unbounded_channel();
         Self {
             fills: Mutex::default(),
+            budgets: Mutex::default(),
             fill_released,
             fill_released_rx: Mutex::new(Some(fill_rx)),
             pools: Mutex::default(),

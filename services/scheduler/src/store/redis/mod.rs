@@ -45,6 +45,7 @@
 //! locks (one key per content key, `<prefix>:fill:{<key>}`, `lua/fill.lua`) in `fill`.
 
 mod acks;
+mod budget;
 mod calls;
 /// The connection every topology is reached through (the `voxpool-redis` crate).
 pub use voxpool_redis as conn;
@@ -232,18 +233,30 @@ impl RedisStore {
     /// writes so far (module doc; one WAIT serves every grant written before it, see
     /// [`acks`]). Errors: [`StoreError::Unavailable`] saying how many did.
     async fn replicated(&self, pool: &str, what: &str, online: i64) -> StoreResult<()> {
+        let [first, ..] = self.keys(pool);
+        self.replicated_at(pool, &first, what, online).await
+    }
+
+    /// [`RedisStore::replicated`] for the writes to `key`'s node, group-committed under
+    /// `pool` (a pool id, or a budget row's tag: `budget`).
+    async fn replicated_at(
+        &self,
+        pool: &str,
+        first: &str,
+        what: &str,
+        online: i64,
+    ) -> StoreResult<()> {
         let want = self
             .replica_acks
             .min(u32::try_from(online.max(0)).unwrap_or(0));
         if want == 0 {
             return Ok(());
         }
-        let [first, ..] = self.keys(pool);
         let timeout = self.options.replica_ack_timeout;
         let waited = self
             .in_time(
                 "WAIT",
-                self.acks.wait(&self.conn, pool, &first, want, timeout),
+                self.acks.wait(&self.conn, pool, first, want, timeout),
             )
             .await?;
         match waited {
