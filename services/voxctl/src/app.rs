@@ -58,6 +58,7 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Synth(args) => run_synth(args, token).await,
         Command::Cache(args) => run_cache(args).await,
         Command::Job(args) => return exit(run_job(args, &token).await),
+        Command::Usage(args) => run_usage(args).await,
     };
     exit(result.map(|()| 0))
 }
@@ -326,6 +327,22 @@ async fn run_packs(args: PacksArgs) -> Result<(), OpError> {
             let gone = catalog.remove_reference(&pack, &digest).await?;
             crate::say!("voxctl: removed clip {} from pack {pack}", gone.digest);
         }
+    }
+    Ok(())
+}
+
+async fn run_usage(args: crate::cli::UsageArgs) -> Result<(), OpError> {
+    use crate::ops::usage::{Ask, fetch, render_json, render_table};
+    let ask = Ask {
+        tenant: args.tenant,
+        by: args.by,
+        month: args.month,
+    };
+    let rows = fetch(&args.catalog, args.admin.admin_token.as_deref(), &ask).await?;
+    if args.json {
+        crate::show!("{}", render_json(&rows));
+    } else {
+        crate::show!("{}", render_table(&rows, args.by));
     }
     Ok(())
 }

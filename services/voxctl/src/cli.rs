@@ -11,10 +11,12 @@ use crate::format::Format;
 
 mod job;
 mod ops;
+mod usage;
 pub use job::{ItemStateArg, JobArgs, JobCommand, JobPriorityArg, SubmitArgs};
 pub use ops::{
     AdminToken, CacheArgs, CacheCommand, CreatePackArgs, PacksArgs, PacksCommand, PoolCommand,
 };
+pub use usage::{UsageArgs, UsageByArg};
 
 /// Default Synthesis address.
 pub const DEFAULT_SYNTHESIS: &str = "http://127.0.0.1:50053";
@@ -71,6 +73,9 @@ pub enum Command {
     Cache(CacheArgs),
     /// Durable batch jobs on voxpool-jobs: submit a manifest, watch it, download the audio.
     Job(JobArgs),
+    /// The usage ledger (admin): requests, characters, cached characters, audio and cost per
+    /// tenant, optionally split by tier, pack, pool or day.
+    Usage(UsageArgs),
 }
 
 /// How progress is shown.

@@ -1,5 +1,5 @@
 //! Operator commands: pool status, voice packs and their reference clips, one-off synthesis,
-//! the audio cache, durable batch jobs.
+//! the audio cache, durable batch jobs, the usage ledger.
 
 pub mod cache;
 pub mod job;
@@ -7,6 +7,7 @@ pub mod packs;
 pub mod pool;
 pub mod references;
 pub mod synth;
+pub mod usage;
 
 use voxpool_domain::contract::AuthReason;
 

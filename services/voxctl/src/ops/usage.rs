@@ -1,0 +1,216 @@
+//! `voxctl usage`: the usage ledger (`voxpool.catalog.v1.Usage/ListUsage`, every page) as a
+//! table with aligned columns, or `--json`.
+
+use serde::Serialize;
+use tonic::{codegen::InterceptedService, transport::Channel};
+use voxpool_proto::catalog::v1::{
+    Tier, UsageGroup, UsageQuery, UsageRow, usage_client::UsageClient,
+};
+
+use super::OpError;
+use crate::{
+    cli::UsageByArg,
+    connect::{self, AdminToken},
+};
+
+/// What to ask the ledger for.
+#[derive(Clone, Debug, Default)]
+pub struct Ask {
+    /// `Some("")` = requests without a tenant.
+    pub tenant: Option<String>,
+    /// The second dimension after the tenant.
+    pub by: Option<UsageByArg>,
+    /// `YYYY-MM`.
+    pub month: Option<String>,
+}
+
+/// Every row of `ask`, all pages, from the catalog at `url`.
+pub async fn fetch(url: &str, token: Option<&str>, ask: &Ask) -> Result<Vec<UsageRow>, OpError> {
+    let channel = connect::channel(url)?;
+    let token = AdminToken::new(token).map_err(OpError::usage)?;
+    let mut client: UsageClient<InterceptedService<Channel, AdminToken>> =
+        UsageClient::with_interceptor(channel, token);
+    let service = format!("catalog at {url}");
+    let mut group_by = vec![UsageGroup::Tenant as i32];
+    group_by.extend(ask.by.map(|b| {
+        (match b {
+            UsageByArg::Tier => UsageGroup::Tier,
+            UsageByArg::Pack => UsageGroup::Pack,
+            UsageByArg::Pool => UsageGroup::Pool,
+            UsageByArg::Day => UsageGroup::Day,
+        }) as i32
+    }));
+    let mut rows = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let query = UsageQuery {
+            tenant: ask.tenant.clone().unwrap_or_default(),
+            tenant_is_empty: ask.tenant.as_deref() == Some(""),
+            group_by: group_by.clone(),
+            month: ask.month.clone().unwrap_or_default(),
+            page_size: 1000,
+            page_token: page_token.clone(),
+            ..UsageQuery::default()
+        };
+        let page = client
+            .list_usage(query)
+            .await
+            .map_err(|s| OpError::status("ListUsage", &service, &s))?
+            .into_inner();
+        rows.extend(page.rows);
+        if page.next_page_token.is_empty() {
+            return Ok(rows);
+        }
+        page_token = page.next_page_token;
+    }
+}
+
+fn tier_name(t: i32) -> &'static str {
+    match Tier::try_from(t) {
+        Ok(Tier::Lite) => "LITE",
+        Ok(Tier::Standard) => "STANDARD",
+        Ok(Tier::Pro) => "PRO",
+        Ok(Tier::Premium) => "PREMIUM",
+        _ => "",
+    }
+}
+
+/// The rows as a table: TENANT, the `--by` column when given, then the figures.
+pub fn render_table(rows: &[UsageRow], by: Option<UsageByArg>) -> String {
+    let by_header = by.map(|b| match b {
+        UsageByArg::Tier => "TIER",
+        UsageByArg::Pack => "PACK",
+        UsageByArg::Pool => "POOL",
+        UsageByArg::Day => "DAY",
+    });
+    let mut header = vec!["TENANT"];
+    header.extend(by_header);
+    header.extend([
+        "REQUESTS",
+        "CHARACTERS",
+        "CACHED",
+        "AUDIO S",
+        "FAILED",
+        "COST",
+    ]);
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut row = vec![if r.tenant.is_empty() {
+                "(none)".to_owned()
+            } else {
+                r.tenant.clone()
+            }];
+            row.extend(by.map(|b| match b {
+                UsageByArg::Tier => tier_name(r.tier).to_owned(),
+                UsageByArg::Pack => r.pack_id.clone(),
+                UsageByArg::Pool => r.pool.clone(),
+                UsageByArg::Day => r.day.clone(),
+            }));
+            row.extend([
+                r.requests.to_string(),
+                r.characters.to_string(),
+                r.cached_characters.to_string(),
+                format!("{:.1}", r.audio_ms as f64 / 1000.0),
+                r.failed_attempts.to_string(),
+                format!("{:.6} {}", r.cost, r.currency).trim().to_owned(),
+            ]);
+            row
+        })
+        .collect();
+    crate::console::table(&header, &cells)
+}
+
+/// One row as `--json` prints it.
+#[derive(Serialize)]
+struct JsonRow<'a> {
+    tenant: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    tier: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pack_id: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pool: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    day: &'a str,
+    requests: i64,
+    characters: i64,
+    billed_characters: i64,
+    cached_characters: i64,
+    audio_ms: i64,
+    gpu_ms: i64,
+    failed_attempts: i64,
+    cost: f64,
+    currency: &'a str,
+}
+
+/// The rows as one JSON array.
+pub fn render_json(rows: &[UsageRow]) -> String {
+    let rows: Vec<JsonRow<'_>> = rows
+        .iter()
+        .map(|r| JsonRow {
+            tenant: &r.tenant,
+            tier: tier_name(r.tier),
+            pack_id: &r.pack_id,
+            pool: &r.pool,
+            day: &r.day,
+            requests: r.requests,
+            characters: r.characters,
+            billed_characters: r.billed_characters,
+            cached_characters: r.cached_characters,
+            audio_ms: r.audio_ms,
+            gpu_ms: r.gpu_ms,
+            failed_attempts: r.failed_attempts,
+            cost: r.cost,
+            currency: &r.currency,
+        })
+        .collect();
+    serde_json::to_string_pretty(&rows).unwrap_or_else(|_| "[]".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(tenant: &str, pool: &str, characters: i64) -> UsageRow {
+        UsageRow {
+            tenant: tenant.to_owned(),
+            pool: pool.to_owned(),
+            requests: 2,
+            characters,
+            audio_ms: 1500,
+            cost: 0.25,
+            currency: "USD".to_owned(),
+            ..UsageRow::default()
+        }
+    }
+
+    #[test]
+    fn the_table_aligns_its_columns_and_names_the_by_dimension() {
+        let rows = [row("acme", "openai-tts", 12345), row("", "volc", 7)];
+        let table = render_table(&rows, Some(UsageByArg::Pool));
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].starts_with("TENANT"), "{table}");
+        assert!(lines[0].contains("POOL"), "{table}");
+        assert!(
+            lines[1].contains("openai-tts") && lines[1].contains("12345"),
+            "{table}"
+        );
+        assert!(lines[2].contains("(none)"), "{table}");
+        let column = |l: &str| l.find("CHARACTERS").or_else(|| l.find("12345"));
+        assert_eq!(column(lines[0]), column(lines[1]), "{table}");
+    }
+
+    #[test]
+    fn json_lists_every_row_with_its_figures() {
+        let json = render_json(&[row("acme", "p", 10)]);
+        let parsed: serde_json::Value = serde_json::from_str(&json).expect("json");
+        assert_eq!(parsed[0]["tenant"], "acme");
+        assert_eq!(parsed[0]["characters"], 10);
+        assert_eq!(parsed[0]["currency"], "USD");
+        assert!(
+            parsed[0].get("tier").is_none(),
+            "ungrouped dimensions are left out"
+        );
+    }
+}
