@@ -155,6 +155,7 @@ async fn synthesize(
         Encoding::Mp3 => "audio/mpeg",
         Encoding::OggOpus => "audio/ogg",
     };
+    slot.bill(&crate::billing::azure_voice(&body), &text);
     match super::render(&shared, encoding, rate, &text) {
         Ok(bytes) => {
             let framed = Framed::raw(&delivery.cut(&bytes, 1));

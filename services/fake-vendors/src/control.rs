@@ -53,6 +53,9 @@ pub struct KeyStats {
     pub faults_injected: u64,
     /// Requests answered with audio.
     pub successes: u64,
+    /// Characters of the text it produced audio for (Unicode scalars): an answer that began
+    /// counts its whole text, even when it broke midway; a refusal or fault counts nothing.
+    pub characters: u64,
 }
 
 /// Behaviour that can change while the fake runs.
@@ -89,6 +92,7 @@ const RECORD_LIMIT: usize = 1000;
 pub(crate) struct Shared {
     pub(crate) settings: Mutex<Settings>,
     keys: Mutex<HashMap<String, KeyStats>>,
+    voices: Mutex<HashMap<String, u64>>,
     script: Mutex<VecDeque<Step>>,
     recorded: Mutex<VecDeque<RecordedRequest>>,
     ids: Mutex<HashSet<String>>,
@@ -108,9 +112,17 @@ pub(crate) struct Slot {
     admitted: bool,
     /// When the work started by [`Shared::proceed`] ends (`None`: no work under way).
     busy_until: Mutex<Option<tokio::time::Instant>>,
+    /// The voice and characters its audio is for, once known ([`Slot::bill`]).
+    billing: Mutex<Option<(String, u64)>>,
 }
 
 impl Slot {
+    /// Says what the request's audio is for: `voice` and `text` (counted in Unicode scalars
+    /// once its audio begins to go out: [`Shared::synthesized`]).
+    pub(crate) fn bill(&self, voice: &str, text: &str) {
+        *lock(&self.billing) = Some((voice.to_owned(), text.chars().count() as u64));
+    }
+
     fn uncount(shared: &Shared, key: &str, admitted: bool) {
         let mut keys = lock(&shared.keys);
         if let Some(k) = keys.get_mut(key) {
@@ -165,6 +177,7 @@ impl Shared {
         Arc::new(Self {
             settings: Mutex::new(settings),
             keys: Mutex::new(HashMap::new()),
+            voices: Mutex::new(HashMap::new()),
             script: Mutex::new(VecDeque::new()),
             recorded: Mutex::new(VecDeque::new()),
             ids: Mutex::new(HashSet::new()),
@@ -219,6 +232,7 @@ impl Shared {
             key: key.to_owned(),
             admitted,
             busy_until: Mutex::new(None),
+            billing: Mutex::new(None),
         };
         if admitted {
             Admission::Admitted(slot)
@@ -273,6 +287,24 @@ impl Shared {
     /// Counters of one key now (zeros if never seen).
     pub(crate) fn key_stats(&self, key: &str) -> KeyStats {
         lock(&self.keys).get(key).copied().unwrap_or_default()
+    }
+
+    /// Counts the characters `slot` was billed for ([`Slot::bill`]), per key and per voice,
+    /// once: its audio has begun to go out.
+    pub(crate) fn synthesized(&self, slot: &Slot) {
+        let Some((voice, characters)) = lock(&slot.billing).take() else {
+            return;
+        };
+        self.bump(&slot.key, |k| k.characters += characters);
+        *lock(&self.voices).entry(voice).or_default() += characters;
+    }
+
+    /// Characters produced per voice (the vendor's voice id; empty for self-hosted servers).
+    pub(crate) fn voice_characters(&self) -> BTreeMap<String, u64> {
+        lock(&self.voices)
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
     }
 
     /// Marks a request of `slot` as answered with audio.

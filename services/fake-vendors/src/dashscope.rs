@@ -196,6 +196,7 @@ async fn synthesize(
         Ok(d) => d,
         Err(fault) => return fault_response(&fault, streaming),
     };
+    slot.bill(&crate::billing::voice_in(&body, &["input", "voice"]), &text);
     let bytes = match super::render(&shared, encoding, rate, &text) {
         Ok(b) => b,
         Err(e) => return super::internal(e),

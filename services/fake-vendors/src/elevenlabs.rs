@@ -247,6 +247,7 @@ async fn speech(
         Err(fault) => return fault_response(&fault, cap),
     };
     let current = shared.key_stats(&key).admitted_in_flight;
+    slot.bill(&crate::billing::elevenlabs_voice(uri.path()), &text);
     match super::render(&shared, encoding, rate, &text) {
         Ok(bytes) => {
             let framed = Framed::raw(&delivery.cut(&bytes, 1));
@@ -254,6 +255,11 @@ async fn speech(
                 stream::respond(Arc::clone(&shared), slot, delivery, content_type, framed);
             let h = response.headers_mut();
             h.insert("current-concurrent-requests", HeaderValue::from(current));
+            // What ElevenLabs bills the call: one credit per character of its text.
+            h.insert(
+                "character-cost",
+                HeaderValue::from(text.chars().count() as u64),
+            );
             if cap > 0 {
                 h.insert("maximum-concurrent-requests", HeaderValue::from(cap));
             }

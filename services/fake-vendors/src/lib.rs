@@ -27,6 +27,7 @@
 
 pub mod audio;
 mod azure;
+mod billing;
 mod control;
 mod dashscope;
 mod elevenlabs;
@@ -44,7 +45,7 @@ mod xml;
 
 use std::{collections::BTreeMap, fmt, io, net::SocketAddr, str::FromStr, sync::Arc};
 
-use axum::{Json, extract::State, routing::get};
+use axum::routing::get;
 pub use control::{KeyStats, RecordedRequest};
 use control::{Settings, Shared};
 pub use knobs::{Fault, FaultRates, Latency, Step, Streaming};
@@ -291,7 +292,8 @@ impl FakeVendor {
             VendorKind::SelfHosted(profile) => selfhosted::routes(profile),
         };
         let app = routes
-            .route("/_fake/stats", get(stats_handler))
+            .route("/_fake/stats", get(billing::stats_handler))
+            .route("/_fake/stats/voices", get(billing::voices_handler))
             .with_state(Arc::clone(&shared));
         let vendor = config.vendor;
         let task = tokio::spawn(async move {
@@ -330,6 +332,11 @@ impl FakeVendor {
     /// Counters per key.
     pub fn stats(&self) -> BTreeMap<String, KeyStats> {
         self.shared.stats()
+    }
+
+    /// Characters produced per voice id (empty: a self-hosted server's).
+    pub fn voice_characters(&self) -> BTreeMap<String, u64> {
+        self.shared.voice_characters()
     }
 
     /// Counters of one key (zeros if never seen).
@@ -419,10 +426,6 @@ impl Drop for FakeVendor {
         self.resume();
         self.task.abort();
     }
-}
-
-async fn stats_handler(State(shared): State<Arc<Shared>>) -> Json<BTreeMap<String, KeyStats>> {
-    Json(shared.stats())
 }
 
 /// A sealed snapshot of `provider` / `model` / `voice_id` with no params, no extra and the

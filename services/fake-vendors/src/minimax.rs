@@ -269,6 +269,10 @@ async fn t2a(
         Err(fault) => return fault_response(&fault),
     };
     let tone_ms = shared.settings().tone_ms;
+    slot.bill(
+        &crate::billing::voice_in(&body, &["voice_setting", "voice_id"]),
+        &parsed.text,
+    );
     let bytes = match super::render(&shared, parsed.encoding, parsed.rate, &parsed.text) {
         Ok(b) => b,
         Err(e) => return super::internal(e),

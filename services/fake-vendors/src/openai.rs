@@ -171,6 +171,7 @@ async fn speech(
         Encoding::Mp3 => "audio/mpeg",
         Encoding::OggOpus => "audio/ogg",
     };
+    slot.bill(&crate::billing::voice_in(&body, &["voice"]), &input);
     match super::render(&shared, encoding, 24_000, &input) {
         Ok(bytes) => {
             let framed = Framed::raw(&delivery.cut(&bytes, 1));

@@ -107,6 +107,8 @@ pub(crate) fn respond(
         end,
         failure,
     } = framed;
+    // The answer begins: the vendor bills its text, whether or not it breaks midway.
+    shared.synthesized(&slot);
     if delivery.pacing.is_none() && !delivery.broken {
         let mut whole =
             Vec::with_capacity(pieces.iter().map(Bytes::len).sum::<usize>() + end.len());

@@ -234,6 +234,10 @@ async fn tts(
         Err(fault) => return fault_response(&fault, &reqid, &appid, &token),
     };
     let tone_ms = shared.settings().tone_ms;
+    slot.bill(
+        &crate::billing::voice_in(&body, &["audio", "voice_type"]),
+        &parsed.text,
+    );
     match super::render(&shared, parsed.encoding, parsed.rate, &parsed.text) {
         Ok(bytes) => {
             let document = json!({

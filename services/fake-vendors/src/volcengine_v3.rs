@@ -332,6 +332,10 @@ async fn unidirectional(
         Ok(d) => d,
         Err(fault) => return fault_response(&fault, &app_id, &access_key),
     };
+    slot.bill(
+        &crate::billing::voice_in(&body, &["req_params", "speaker"]),
+        &parsed.text,
+    );
     let bytes = match super::render(&shared, parsed.encoding, parsed.rate, &parsed.text) {
         Ok(b) => b,
         Err(e) => return super::internal(e),

@@ -247,11 +247,13 @@ pub(super) async fn answer(
     if shared.is_down() {
         return down_answer();
     }
+    slot.bill("", text);
     if ask.stream {
         return streamed(shared, profile, slot, delivery, (rate, text));
     }
     match crate::wire::render(shared, encoding, rate, text) {
         Ok(bytes) => {
+            shared.synthesized(&slot);
             shared.served(&slot);
             let content_type = if encoding == Encoding::Pcm {
                 "application/octet-stream"

@@ -51,6 +51,7 @@ use crate::{
         delivery::{self, Delivery, Piece},
     },
     metrics::{self, Via},
+    usage::Totals,
 };
 
 /// The route, as metrics and spans name it.
@@ -135,6 +136,7 @@ pub async fn speech(
     };
     tracing::Span::current().record("pool", job.pool.id.as_str());
     let (format, request_id, pool) = (job.format, job.request_id.clone(), job.pool.id.clone());
+    let (characters, cost_micros) = job.meter.up_front(&job.chunks);
     let mut audio = delivery::start(core, job, started, Via::Http(ROUTE));
     // Nothing is answered before the first audio: until then a failure is still an HTTP error.
     let first = match audio.next().await {
@@ -160,7 +162,15 @@ pub async fn speech(
         StreamFormat::Sse => Sse::new(sse_events(first, audio)).into_response(),
     };
     *response.status_mut() = StatusCode::OK;
-    for (name, value) in [("x-request-id", request_id), ("x-voxpool-pool", pool)] {
+    // Sent before the audio exists: what the text bills as counted up front, at the pool's
+    // character price (the final figures are in the SSE `done` event's `usage`).
+    let cost = format!("{:.6}", cost_micros as f64 / 1_000_000.0);
+    for (name, value) in [
+        ("x-request-id", request_id),
+        ("x-voxpool-pool", pool),
+        ("x-voxpool-characters", characters.to_string()),
+        ("x-voxpool-cost", cost),
+    ] {
         if let Ok(v) = HeaderValue::from_str(&value) {
             response.headers_mut().insert(name, v);
         }
@@ -179,10 +189,16 @@ fn sse_events(
         Event::default().data(json!({"type": "speech.audio.delta", "audio": audio}).to_string())
     };
     let pieces = futures::stream::once(async move { Ok(first) }).chain(rest);
-    futures::stream::unfold(Some(Box::pin(pieces)), move |state| async move {
-        let mut pieces = state?;
+    let state = (Box::pin(pieces), None::<Totals>);
+    futures::stream::unfold(Some(state), move |state| async move {
+        let (mut pieces, mut usage) = state?;
         match pieces.next().await {
-            Some(Ok(piece)) => Some((Ok(delta(piece)), Some(pieces))),
+            Some(Ok(mut piece)) => {
+                if let Some(totals) = piece.usage.take() {
+                    usage = Some(totals);
+                }
+                Some((Ok(delta(piece)), Some((pieces, usage))))
+            }
             Some(Err(e)) => {
                 let error = ApiError::of(&e).body();
                 let event = Event::default()
@@ -190,7 +206,18 @@ fn sse_events(
                 Some((Ok(event), None))
             }
             None => {
-                let done = Event::default().data(json!({"type": "speech.audio.done"}).to_string());
+                let mut done = json!({"type": "speech.audio.done"});
+                if let Some(t) = usage {
+                    done["usage"] = json!({
+                        "characters": t.characters,
+                        "billed_characters": t.billed_characters,
+                        "cached_characters": t.cached_characters,
+                        "audio_ms": t.audio_ms,
+                        "cost": t.cost_micros as f64 / 1_000_000.0,
+                        "currency": t.currency,
+                    });
+                }
+                let done = Event::default().data(done.to_string());
                 Some((Ok(done), None))
             }
         }

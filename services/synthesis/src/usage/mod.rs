@@ -177,6 +177,20 @@ impl Meter {
         }
     }
 
+    /// What `texts` bill as counted up front (every chunk from a vendor, no failover), and
+    /// their cost at the pool's character price: the HTTP front's headers, which go out
+    /// before the audio is made.
+    pub fn up_front(&self, texts: &[String]) -> (u64, i64) {
+        let characters = texts
+            .iter()
+            .map(|t| billable_characters(self.provider(), t))
+            .sum();
+        (
+            characters,
+            self.price.cost_micros(self.tier, characters, 0, 0),
+        )
+    }
+
     /// Writes `charge` to the usage stream (awaited: before the vendor is sent the text);
     /// nothing without a writer.
     pub async fn charge(&self, charge: &Charge) {
