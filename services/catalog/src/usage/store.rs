@@ -188,6 +188,9 @@ impl UsageStore {
             if !inserted.contains(&(record.clone(), *attempt, (*kind).to_owned())) {
                 continue;
             }
+            if matches!(e, UsageEvent::Charge { .. }) {
+                continue; // counted by its Settle, or by the sweep
+            }
             let delta = totals.entry(day_key(e.context())).or_default();
             delta.currency.clone_from(&e.context().currency);
             match e {
