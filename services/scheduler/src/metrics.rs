@@ -14,7 +14,7 @@
 //! | `voxpool.scheduler.acquire.duration` | histogram | `s` | `pool`, `priority`, `result` (the wait time per class) |
 //! | `voxpool.scheduler.grants` | counter | `{lease}` | `pool`, `priority`, `tenant` |
 //! | `voxpool.scheduler.cooldowns` | counter | `{cooldown}` | `pool`, `upstream`, `key`, `reason` |
-//! | `voxpool.budget.used_ratio` | gauge | `1` (0..1+) | `budget` (its most used row: settled / limit, characters or cost, whichever is higher) |
+//! | `voxpool.budget.used` | gauge | `1` (0..1+) | `budget` (its most used row: settled / limit, characters or cost, whichever is higher) |
 //! | `voxpool.scheduler.budget.refusals` | counter | `{acquire}` | `budget` (Acquires refused BUDGET_EXHAUSTED) |
 //!
 //! Gauges read a per-replica snapshot of every pool's status, refreshed each second by the
@@ -112,7 +112,7 @@ impl SchedulerMetrics {
         let budgets: BudgetCache = Arc::default();
         let read = budgets.clone();
         let budget_gauge = meter
-            .f64_observable_gauge("voxpool.budget.used_ratio")
+            .f64_observable_gauge("voxpool.budget.used")
             .with_unit("1")
             .with_description(
                 "settled share of the budget's limit in its period (its most used row)",
