@@ -1,7 +1,8 @@
 //! `voxctl pool status [POOL] [--watch]`: per-key in-flight/capacity as bars, state and
 //! cooldowns, from the scheduler's `GetPoolStatus` / `ListPools`, joined with synthesis's
 //! `ListPools`: the scheduler never sees credentials, so a key synthesis cannot use (no
-//! credential there) shows `NO_CREDENTIAL` and a pool synthesis cannot serve says so.
+//! credential there) shows `NO_CREDENTIAL` and a pool synthesis cannot serve says so. Then
+//! the budgets (`[[budgets]]`): one line per row with its period, used/reserved/limit and reset.
 
 use std::{
     fmt::Write as _,
@@ -11,7 +12,7 @@ use std::{
 
 use voxpool_proto::{
     scheduler::v1::{
-        GetPoolStatusRequest, KeyState, KeyStatus, ListPoolsRequest, PoolStatus,
+        BudgetStatus, GetPoolStatusRequest, KeyState, KeyStatus, ListPoolsRequest, PoolStatus,
         pool_scheduler_client::PoolSchedulerClient,
     },
     synthesis::v1::{self as synthesis_pb, PoolReadiness, synthesis_client::SynthesisClient},
@@ -35,7 +36,8 @@ pub async fn status(
     let mut synthesis_client = SynthesisClient::new(connect::authed(synthesis, token)?);
     let tty = std::io::stdout().is_terminal();
     loop {
-        let pools = fetch(&mut client, &format!("scheduler at {scheduler}"), pool).await?;
+        let (pools, budgets) =
+            fetch(&mut client, &format!("scheduler at {scheduler}"), pool).await?;
         let readiness = match readiness(&mut synthesis_client).await {
             Ok(r) => r,
             Err(why) => {
@@ -49,7 +51,8 @@ pub async fn status(
             .iter()
             .map(|p| render(p, readiness.iter().find(|r| r.pool == p.pool)))
             .collect::<Vec<_>>()
-            .join("\n");
+            .join("\n")
+            + &render_budgets(&budgets);
         let frame = match watch {
             Some(_) if tty => format!("\x1b[2J\x1b[H{text}"),
             Some(_) => format!("{text}\n"),
@@ -79,19 +82,62 @@ async fn fetch(
     client: &mut PoolSchedulerClient<connect::Authed>,
     service: &str,
     pool: Option<&str>,
-) -> Result<Vec<PoolStatus>, OpError> {
+) -> Result<(Vec<PoolStatus>, Vec<BudgetStatus>), OpError> {
     match pool {
         Some(pool) => client
             .get_pool_status(GetPoolStatusRequest { pool: pool.into() })
             .await
-            .map(|r| vec![r.into_inner()])
+            .map(|r| {
+                let mut p = r.into_inner();
+                let budgets = std::mem::take(&mut p.budgets);
+                (vec![p], budgets)
+            })
             .map_err(|s| OpError::status("GetPoolStatus", service, &s)),
         None => client
             .list_pools(ListPoolsRequest {})
             .await
-            .map(|r| r.into_inner().pools)
+            .map(|r| {
+                let r = r.into_inner();
+                (r.pools, r.budgets)
+            })
             .map_err(|s| OpError::status("ListPools", service, &s)),
     }
+}
+
+/// The budget table: `budget SUBJECT PER used/reserved/limit reset`, one line per row
+/// (characters and cost where the budget limits them); empty without budgets.
+pub fn render_budgets(budgets: &[BudgetStatus]) -> String {
+    if budgets.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nbudgets\n");
+    for b in budgets {
+        let mut limits = Vec::new();
+        if b.characters_limit > 0 {
+            limits.push(format!(
+                "characters {}/{}/{}",
+                b.characters_used, b.characters_reserved, b.characters_limit
+            ));
+        }
+        if b.cost_limit > 0.0 {
+            limits.push(format!(
+                "cost {:.2}/{:.2}/{:.2} {}",
+                b.cost_used, b.cost_reserved, b.cost_limit, b.currency
+            ));
+        }
+        let reset = chrono::DateTime::from_timestamp_millis(b.resets_at_ms)
+            .map(|d| d.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  {:<20} {:<20} per {:<5}  {} (used/reserved/limit)  resets {reset}",
+            b.id,
+            voxpool_domain::untrusted::quote(&b.subject),
+            b.per,
+            limits.join("  "),
+        );
+    }
+    out
 }
 
 /// Synthesis's view of every pool, or why it did not answer.
@@ -202,6 +248,26 @@ fn key_line(key: &KeyStatus, width: usize, now_ms: i64, no_credential: bool) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn budgets_render_one_line_per_row_with_use_limit_and_reset() {
+        let text = render_budgets(&[BudgetStatus {
+            id: "acme-daily".into(),
+            subject: "acme".into(),
+            per: "day".into(),
+            characters_used: 9960,
+            characters_reserved: 0,
+            characters_limit: 10000,
+            resets_at_ms: 1_798_761_600_000,
+            currency: "USD".into(),
+            ..Default::default()
+        }]);
+        assert!(text.contains("acme-daily"), "{text}");
+        assert!(text.contains("characters 9960/0/10000"), "{text}");
+        assert!(text.contains("resets 2027-01-01T00:00:00Z"), "{text}");
+        assert!(!text.contains("cost"), "no cost limit: {text}");
+        assert!(render_budgets(&[]).is_empty());
+    }
 
     #[test]
     fn keys_render_as_bars_with_state_cooldown_and_failures() {
