@@ -65,6 +65,8 @@ pub struct Opts {
     pub scheduler_gate: Option<tokio::sync::watch::Receiver<bool>>,
     /// Reference clips (default none: voices with clips are refused).
     pub references: Option<Arc<voxpool_synthesis::references::ReferenceClips>>,
+    /// `--usage-store` (default none: no usage records written).
+    pub usage_store: Option<String>,
 }
 
 impl Default for Opts {
@@ -76,6 +78,7 @@ impl Default for Opts {
             recovery_window_ms: 0,
             scheduler_gate: None,
             references: None,
+            usage_store: None,
         }
     }
 }
@@ -215,6 +218,7 @@ impl Stack {
             recovery_window_ms,
             scheduler_gate,
             references,
+            usage_store,
         } = opts;
         let dir = tempfile::tempdir().expect("tempdir");
         let text = format!(
@@ -241,7 +245,9 @@ impl Stack {
             cache: None,
             references,
             admin: voxpool_runtime::auth::AdminAuth::disabled(),
-            usage_store: None,
+            usage_store: usage_store.map(|url| {
+                voxpool_synthesis::usage::Writer::start(&url, 1000).expect("usage store url")
+            }),
         };
         let core = server::build(&config, registry, &options).expect("build synthesis");
         let listener = TcpListener::bind("127.0.0.1:0")
