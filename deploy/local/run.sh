@@ -220,23 +220,10 @@ export VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS=${VOXPOOL_SCHEDULER__RECOVERY_WINDO
 start fake-gpu-server "$VOXPOOL_PORT_GPU_SERVER" "$BIN/voxpool-fake-vendor" --vendor selfhosted-vllm-omni \
     --listen "127.0.0.1:$VOXPOOL_PORT_GPU_SERVER" --cap 4 --latency-ms 300
 echo "${pid_of[fake-gpu-server]}" >"$DATA/fake-gpu-server.pid"
-start scheduler "$VOXPOOL_PORT_SCHEDULER" "$BIN/voxpool-scheduler" --config "$CONFIG" --store memory \
-    --listen "127.0.0.1:$VOXPOOL_PORT_SCHEDULER"
-watched[${pid_of[scheduler]}]=scheduler
-start catalog "$VOXPOOL_PORT_CATALOG" "$BIN/voxpool-catalog" --database "$DB" --config "$CONFIG" \
-    --listen "127.0.0.1:$VOXPOOL_PORT_CATALOG"
-watched[${pid_of[catalog]}]=catalog
-start synthesis "$VOXPOOL_PORT_SYNTHESIS" env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_TOKEN_SYNTHESIS" \
-    "$BIN/voxpool-synthesis" --config "$CONFIG" --listen "127.0.0.1:$VOXPOOL_PORT_SYNTHESIS" \
-    --scheduler "http://127.0.0.1:$VOXPOOL_PORT_SCHEDULER" --catalog "http://127.0.0.1:$VOXPOOL_PORT_CATALOG" \
-    --http-listen "127.0.0.1:$VOXPOOL_PORT_HTTP"
-watched[${pid_of[synthesis]}]=synthesis
-# Its last start-up line is the HTTP front's URL, printed right after the gRPC address.
-for _ in $(seq 1 50); do
-    grep -q "http front on http://127.0.0.1:$VOXPOOL_PORT_HTTP" "$DATA/synthesis.stdout" && break
-    sleep 0.1
-done
-jobs_ready="jobs not started (see the warning above)"
+# The jobs queue and the usage stream: one redis-server of the stack's own, started before the
+# catalog and synthesis (synthesis writes usage records to it, the catalog consumes them into
+# its ledger: `voxctl usage`). Without redis-server neither jobs nor the ledger run.
+usage_store=()
 if [ -z "$jobs_skipped" ]; then
     # The jobs queue: its own redis-server, persistent (append-only file under $DATA/redis) so
     # queued jobs survive a restart of the stack. Redis prints no address line, so it is ready
@@ -255,6 +242,26 @@ if [ -z "$jobs_skipped" ]; then
         if [ "$i" = 300 ]; then echo "make run: jobs-redis did not listen on 127.0.0.1:$VOXPOOL_PORT_JOBS_REDIS within 30 s" >&2; exit 1; fi
         sleep 0.1
     done
+    usage_store=(--usage-store "redis://127.0.0.1:$VOXPOOL_PORT_JOBS_REDIS")
+fi
+start scheduler "$VOXPOOL_PORT_SCHEDULER" "$BIN/voxpool-scheduler" --config "$CONFIG" --store memory \
+    --listen "127.0.0.1:$VOXPOOL_PORT_SCHEDULER"
+watched[${pid_of[scheduler]}]=scheduler
+start catalog "$VOXPOOL_PORT_CATALOG" "$BIN/voxpool-catalog" --database "$DB" --config "$CONFIG" \
+    --listen "127.0.0.1:$VOXPOOL_PORT_CATALOG" "${usage_store[@]}"
+watched[${pid_of[catalog]}]=catalog
+start synthesis "$VOXPOOL_PORT_SYNTHESIS" env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_TOKEN_SYNTHESIS" \
+    "$BIN/voxpool-synthesis" --config "$CONFIG" --listen "127.0.0.1:$VOXPOOL_PORT_SYNTHESIS" \
+    --scheduler "http://127.0.0.1:$VOXPOOL_PORT_SCHEDULER" --catalog "http://127.0.0.1:$VOXPOOL_PORT_CATALOG" \
+    --http-listen "127.0.0.1:$VOXPOOL_PORT_HTTP" "${usage_store[@]}"
+watched[${pid_of[synthesis]}]=synthesis
+# Its last start-up line is the HTTP front's URL, printed right after the gRPC address.
+for _ in $(seq 1 50); do
+    grep -q "http front on http://127.0.0.1:$VOXPOOL_PORT_HTTP" "$DATA/synthesis.stdout" && break
+    sleep 0.1
+done
+jobs_ready="jobs not started (see the warning above)"
+if [ -z "$jobs_skipped" ]; then
     start jobs "$VOXPOOL_PORT_JOBS" env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_TOKEN_JOBS" \
         "$BIN/voxpool-jobs" --listen "127.0.0.1:$VOXPOOL_PORT_JOBS" --store "redis://127.0.0.1:$VOXPOOL_PORT_JOBS_REDIS" \
         --synthesis "http://127.0.0.1:$VOXPOOL_PORT_SYNTHESIS" --blob-store "$VOXPOOL_BLOB_STORE" --config "$CONFIG"
