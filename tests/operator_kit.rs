@@ -692,7 +692,9 @@ fn write_config(dir: &Path, base_url: &str) -> PathBuf {
         ));
     }
     // A budget, so the scheduler exports its budget gauge (voxpool.budget.used).
-    t.push_str("[[budgets]]\nid = \"kit\"\ntenants = [\"kit\"]\ncharacters = 1000000\nper = \"month\"\n");
+    t.push_str(
+        "[[budgets]]\nid = \"kit\"\ntenants = [\"kit\"]\ncharacters = 1000000\nper = \"month\"\n",
+    );
     t.push_str("[scheduler]\nrecovery_window_ms = 0\nwait_poll_ms = 10\n");
     t.push_str(voxpool_e2e::CLIENT_TOKENS_TOML);
     let path = dir.join("config.toml");
