@@ -118,7 +118,10 @@ fn event_values(e: &UsageEvent, received_at_ms: i64, out: &mut Vec<Value>) {
         c.path.clone().into(),
         c.pack_id.clone().into(),
         c.snapshot_digest.clone().into(),
-        c.tier.map(voxpool_domain::snapshot::Tier::as_str).unwrap_or_default().into(),
+        c.tier
+            .map(voxpool_domain::snapshot::Tier::as_str)
+            .unwrap_or_default()
+            .into(),
         c.pool.clone().into(),
         c.provider.as_str().into(),
         a.key_id.clone().into(),
