@@ -400,7 +400,7 @@ mod tests;
 /// 2026-12-08T00:00:00Z: wait for the reset or raise the budget`: from the scheduler's
 /// figures when it sent them, else its message.
 fn budget_text(message: &str, details: &std::collections::HashMap<String, String>) -> String {
-    let get = |k: &str| details.get(k).map(String::as_str).unwrap_or("");
+    let get = |k: &str| details.get(k).map_or("", String::as_str);
     let (budget, subject, used, limit) = (get("budget"), get("subject"), get("used"), get("limit"));
     if budget.is_empty() {
         return format!("budget exhausted: {message}");
