@@ -7,7 +7,12 @@
 //!   in-process scheduler (Redis store, private redis-server), calls the same adapter, then
 //!   Reports + releases.
 //!
-//! Prints p50/p99 of both and the p50 difference against the floor (≤ 1 ms added).
+//! - **through voxpool, metered**: the same on a second synthesis server writing usage records
+//!   (`--usage-store`, the scheduler's redis-server): a Charge awaited beside each Acquire, a
+//!   Settle and a Done queued to its background writer.
+//!
+//! Prints p50/p99 of each, the p50 difference against the floor (≤ 1 ms added), and what
+//! recording usage adds to the p50 (goal ≤ 0.05 ms).
 //! Knobs: `OVERHEAD_REQUESTS` per side (default 2000), `OVERHEAD_ROUNDS` (default 10),
 //! `OVERHEAD_MAX_SECONDS` (default 60: later rounds are skipped past it).
 
@@ -72,6 +77,14 @@ fn main() {
         // Scheduler (Redis store) and synthesis, in process on 127.0.0.1:0.
         let scheduler_addr = stack::scheduler(&config, &redis.url(), &shutdown).await;
         let synthesis_addr = stack::synthesis(&config, scheduler_addr, None, &shutdown).await;
+        let metered_addr = stack::synthesis_metered(
+            &config,
+            scheduler_addr,
+            None,
+            Some(&redis.url()),
+            &shutdown,
+        )
+        .await;
         // Both servers answer before measuring.
         let mut scheduler = PoolSchedulerClient::connect(format!("http://{scheduler_addr}"))
             .await
@@ -83,6 +96,9 @@ fn main() {
         let mut synthesis = SynthesisClient::connect(format!("http://{synthesis_addr}"))
             .await
             .expect("synthesis");
+        let mut metered = SynthesisClient::connect(format!("http://{metered_addr}"))
+            .await
+            .expect("metered synthesis");
 
         let voice = voxpool_fake_vendors::snapshot("openai", "tts-1", "alloy");
         let request = pb::SynthesizeRequest {
@@ -123,9 +139,10 @@ fn main() {
         for _ in 0..100 {
             adapter.synthesize(direct_call()).await.expect("direct call");
             synthesis.synthesize(request.clone()).await.expect("synthesize");
+            metered.synthesize(request.clone()).await.expect("synthesize");
         }
         let per_round = per_side / rounds;
-        let (mut direct, mut full) = (Vec::new(), Vec::new());
+        let (mut direct, mut full, mut with_usage) = (Vec::new(), Vec::new(), Vec::new());
         let measuring = Instant::now();
         for _ in 0..rounds {
             if measuring.elapsed() > budget {
@@ -141,10 +158,17 @@ fn main() {
                 synthesis.synthesize(request.clone()).await.expect("synthesize");
                 full.push(t.elapsed());
             }
+            for _ in 0..per_round {
+                let t = Instant::now();
+                metered.synthesize(request.clone()).await.expect("synthesize");
+                with_usage.push(t.elapsed());
+            }
         }
         shutdown.cancel();
         direct.sort_unstable();
         full.sort_unstable();
+        with_usage.sort_unstable();
+        let (u50, u99) = (pct(&with_usage, 0.5), pct(&with_usage, 0.99));
         let (d50, d99) = (pct(&direct, 0.5), pct(&direct, 0.99));
         let (f50, f99) = (pct(&full, 0.5), pct(&full, 0.99));
         let added = f50 - d50;
@@ -158,7 +182,12 @@ fn main() {
         println!("|---|---:|---:|");
         println!("| openai adapter → fake vendor (direct) | {d50:.3} | {d99:.3} |");
         println!("| Synthesize → scheduler Acquire → adapter → Report (voxpool) | {f50:.3} | {f99:.3} |");
+        println!("| the same with `--usage-store` (usage records) | {u50:.3} | {u99:.3} |");
         println!();
+        println!(
+            "- p50 added by recording usage: {:.3} ms (goal ≤ 0.05 ms)",
+            u50 - f50
+        );
         println!(
             "- p50 added by voxpool: {added:.3} ms (floor ≤ {FLOOR_MS} ms): {}\n",
             if added <= FLOOR_MS { "meets floor" } else { "BELOW FLOOR" }

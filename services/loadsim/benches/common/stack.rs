@@ -85,6 +85,24 @@ pub async fn synthesis(
     cache: Option<Arc<Cache>>,
     shutdown: &CancellationToken,
 ) -> SocketAddr {
+    synthesis_metered(config, scheduler, cache, None, shutdown).await
+}
+
+/// [`synthesis`] writing usage records to the Redis at `usage_store` (`--usage-store`).
+pub async fn synthesis_metered(
+    config: &Config,
+    scheduler: SocketAddr,
+    cache: Option<Arc<Cache>>,
+    usage_store: Option<&str>,
+    shutdown: &CancellationToken,
+) -> SocketAddr {
+    let usage_store = usage_store.map(|url| {
+        voxpool_synthesis::usage::Writer::start(
+            url,
+            voxpool_synthesis::usage::writer::DEFAULT_CAPACITY,
+        )
+        .expect("usage store")
+    });
     let options = Options {
         scheduler_url: format!("http://{scheduler}"),
         catalog_url: "http://127.0.0.1:1".into(),
@@ -93,7 +111,7 @@ pub async fn synthesis(
         cache,
         references: None,
         admin: AdminAuth::disabled(),
-        usage_store: None,
+        usage_store,
     };
     let core = server::build(
         config,
