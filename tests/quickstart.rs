@@ -5,6 +5,9 @@
 //! they write checked: 22050 Hz, more than half a second of audio that is not silence, and for
 //! the gRPC one RIFF sizes that match the bytes (the HTTP front streams WAV with its sizes
 //! unknown, as OpenAI's does). docs/SYNTHESIS.md's grpcurl walk-through runs on the same stack.
+//! As in `make run`, one redis-server carries the usage stream (synthesis and the catalog get
+//! `--usage-store`) and the jobs queue: the quick flow's `voxctl usage` shows the request it
+//! spoke, with its characters.
 
 use std::process::Command;
 
@@ -48,6 +51,9 @@ fn readme_quick_flow_produces_real_speech() {
     let config = dir.path().join("example.toml");
     std::fs::write(&config, example.replace("http://127.0.0.1:50071", &gpu_url)).unwrap();
     let config = config.to_str().unwrap().to_owned();
+    // make run's redis-server: the usage stream (synthesis writes, the catalog consumes) and,
+    // below, the jobs queue.
+    let redis = voxpool_testkit::RedisServer::start();
     let mut cmd = Command::new(binary("voxpool-scheduler"));
     cmd.current_dir(&root)
         .args(["--config", &config, "--listen", "127.0.0.1:0"]);
@@ -55,6 +61,7 @@ fn readme_quick_flow_produces_real_speech() {
     let mut cmd = Command::new(binary("voxpool-catalog"));
     cmd.current_dir(&root)
         .args(["--database", &db, "--listen", "127.0.0.1:0"])
+        .args(["--usage-store", &redis.url()])
         .env("VOXPOOL_ADMIN_TOKEN", "dev-admin-token-local");
     let catalog = start(cmd);
     let mut cmd = Command::new(binary("voxpool-synthesis"));
@@ -69,6 +76,8 @@ fn readme_quick_flow_produces_real_speech() {
         &format!("http://{}", catalog.addr),
         "--http-listen",
         "127.0.0.1:0",
+        "--usage-store",
+        &redis.url(),
     ]);
     cmd.env("VOXPOOL_HTTP_API_KEY", "dev-http-key-local");
     let (synthesis, http) = start_http(cmd);
@@ -98,6 +107,36 @@ fn readme_quick_flow_produces_real_speech() {
     );
 
     assert_speech(&dir.path().join("scratch/hello.wav"), true);
+
+    // The README's usage lines: the ledger has the request once the consumer has read
+    // synthesis's records (it blocks on the stream, so within moments of the answer); run again
+    // until its table has the request, `voxctl usage` shows one request of the text's
+    // characters.
+    let usage_script = walkthrough_script("README.md", "usage").replace(
+        "../target/debug/voxctl",
+        &binary("voxctl").display().to_string(),
+    );
+    let spoken = "Hello from voxpool.".chars().count().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let row = loop {
+        let out = run_script(dir.path(), "voxctl usage", &usage_script);
+        let table = String::from_utf8_lossy(&out.stdout).into_owned();
+        // TENANT PACK REQUESTS CHARACTERS CACHED AUDIO S FAILED COST
+        let row = table
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+            .find(|cells| cells.get(2).is_some_and(|r| r != "0"));
+        if let Some(row) = row {
+            break row;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "voxctl usage never showed the quick flow's request:\n{table}"
+        );
+    };
+    assert_eq!(row[2], "1", "one request: {row:?}");
+    assert_eq!(row[3], spoken, "the characters spoken: {row:?}");
 
     for name in ["http-curl", "http-python"] {
         run_script(dir.path(), name, &walkthrough_script("README.md", name));
@@ -141,9 +180,8 @@ fn readme_quick_flow_produces_real_speech() {
     let wav = std::fs::read(scratch.join("ada-angry.wav")).unwrap();
     assert_eq!(&wav[..4], b"RIFF");
 
-    // The README's jobs walk-through: a two-item job on a jobs replica with its own Redis, as
-    // make run starts it.
-    let redis = voxpool_testkit::RedisServer::start();
+    // The README's jobs walk-through: a two-item job on a jobs replica with the stack's Redis,
+    // as make run starts it.
     let mut cmd = Command::new(binary("voxpool-jobs"));
     cmd.current_dir(&root)
         .args(["--config", &config, "--listen", "127.0.0.1:0"])
