@@ -355,11 +355,16 @@ impl From<CatalogError> for Status {
                 Some(std::time::Duration::from_secs(1)),
             ),
             CatalogError::UsageTooManyRows { limit } => {
-                // No typed reason of its own: the PreconditionFailure names the limit.
-                let details = ErrorDetails::with_precondition_failure_violation(
-                    "USAGE_TOO_MANY_ROWS",
+                let reason = CatalogReason::UsageTooManyRows.as_str();
+                let mut details = ErrorDetails::with_precondition_failure_violation(
+                    reason,
                     "voxpool.catalog.v1.Usage/GetUsage",
                     format!("GetUsage answers at most {limit} rows; use ListUsage"),
+                );
+                details.set_error_info(
+                    reason,
+                    ERROR_DOMAIN,
+                    metadata(&[("limit", limit.to_string())]),
                 );
                 Status::with_error_details(Code::FailedPrecondition, message, details)
             }
@@ -446,5 +451,26 @@ mod tests {
             sea_orm::ConnAcquireErr::Timeout,
         )));
         assert_eq!(s.code(), Code::Unavailable);
+    }
+
+    #[test]
+    fn too_many_usage_rows_is_typed_and_says_to_page_or_narrow() {
+        let s = Status::from(CatalogError::UsageTooManyRows { limit: 10_000 });
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert!(
+            s.message().contains("ListUsage") && s.message().contains("narrow"),
+            "{}",
+            s.message()
+        );
+        let details = s.get_error_details();
+        let info = details.error_info().expect("error info");
+        assert_eq!(info.reason, CatalogReason::UsageTooManyRows.as_str());
+        assert_eq!(info.reason, "USAGE_TOO_MANY_ROWS");
+        assert_eq!(
+            info.metadata.get("limit").map(String::as_str),
+            Some("10000")
+        );
+        let retry = voxpool_domain::contract::retry_of::<CatalogReason>(&s);
+        assert_eq!(retry, voxpool_domain::contract::Retry::Never);
     }
 }

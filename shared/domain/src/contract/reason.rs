@@ -272,6 +272,9 @@ reasons! {
         /// UNAVAILABLE: the usage ledger is not served here (no `--usage-store`) or its
         /// store does not answer.
         UsageUnavailable = "USAGE_UNAVAILABLE", Again;
+        /// FAILED_PRECONDITION: GetUsage matched more rows than it answers (metadata
+        /// `limit`); page through them with ListUsage or narrow the query.
+        UsageTooManyRows = "USAGE_TOO_MANY_ROWS", Never;
     }
 }
 
