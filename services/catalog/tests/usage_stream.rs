@@ -88,6 +88,16 @@ async fn stream_records_reach_the_ledger_once_and_acknowledged_entries_are_trimm
     write(&mut conn, &events[..10]).await; // a producer retrying: the same records again
     xadd(&mut conn, USAGE_FIELD, "{\"kind\":\"nonsense\u{1b}[31m\"}").await;
     xadd(&mut conn, "other", "x").await;
+    // A field name that is not UTF-8: the redis client cannot type the read that holds it.
+    let _: String = redis::cmd("XADD")
+        .arg(USAGE_STREAM)
+        .arg("*")
+        .arg(&b"\xff\xfe"[..])
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .expect("xadd");
+    write(&mut conn, &request(&context("after", "acme", "p"), 10)).await;
     let stop = CancellationToken::new();
     tokio::spawn(consumer::run(
         redis.url(),
@@ -99,13 +109,13 @@ async fn stream_records_reach_the_ledger_once_and_acknowledged_entries_are_trimm
         async || {
             tenant_row(&store, "acme")
                 .await
-                .is_some_and(|r| r.requests == 40)
+                .is_some_and(|r| r.requests == 41)
         },
-        "40 requests",
+        "41 requests, the one after the unreadable entry too",
     )
     .await;
     let row = tenant_row(&store, "acme").await.expect("row");
-    assert_eq!((row.requests, row.characters), (40, 400));
+    assert_eq!((row.requests, row.characters), (41, 410));
     let pending = async |conn: &mut redis::aio::MultiplexedConnection| {
         let reply: redis::Value = redis::cmd("XPENDING")
             .arg(USAGE_STREAM)

@@ -14,17 +14,30 @@
 //! Redis down or failing over: the round fails, is counted and retried after the poll
 //! interval; the connection follows the new primary by itself (`voxpool_redis`), and a
 //! group lost with its data (Redis restarted empty) is created again.
+//!
+//! Replies are typed by the redis crate (`redis::streams`). A read it cannot type holds an
+//! entry with a field name that is not UTF-8 (no synthesis writes one); those entries are in
+//! this consumer's pending list by then, so they are read again one by one (`XPENDING`,
+//! `XRANGE`) and the one that cannot be typed is acknowledged as malformed, so it never stalls
+//! the ledger.
 
 use std::time::Duration;
 
-use redis::Value;
+use redis::{
+    Cmd, FromRedisValue, Value,
+    streams::{
+        StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamInfoGroupsReply,
+        StreamPendingCountReply, StreamPendingReply, StreamRangeReply, StreamReadOptions,
+        StreamReadReply, StreamTrimOptions, StreamTrimmingMode,
+    },
+};
 use tokio_util::sync::CancellationToken;
 use voxpool_domain::usage::USAGE_STREAM;
 use voxpool_redis::Conn;
 
 use super::{
     Ledger, UsageStore,
-    entry::{Entry, as_u64, entries_of, field_of, parse_id, read_reply, text},
+    entry::{Entry, parse_id},
     metrics,
 };
 
@@ -175,19 +188,69 @@ impl Consumer {
             self.last_expire = now;
         }
         let from = if self.own_pending { "0" } else { ">" };
-        let mut cmd = redis::cmd("XREADGROUP");
-        cmd.arg("GROUP").arg(GROUP).arg(&self.config.name);
-        cmd.arg("COUNT").arg(self.config.batch);
+        let mut options = StreamReadOptions::default()
+            .group(GROUP, &self.config.name)
+            .count(self.config.batch);
         if !self.own_pending {
-            cmd.arg("BLOCK").arg(millis(self.config.poll).max(1));
+            let poll = usize::try_from(millis(self.config.poll)).unwrap_or(usize::MAX);
+            options = options.block(poll.max(1));
         }
-        cmd.arg("STREAMS").arg(USAGE_STREAM).arg(from);
-        let reply = self.query(&cmd).await?;
-        let entries = read_reply(&reply);
+        let reply = self
+            .query(&Cmd::xread_options(&[USAGE_STREAM], &[from], &options))
+            .await?;
+        let entries: Vec<Entry> = match Option::<StreamReadReply>::from_redis_value(reply) {
+            Ok(read) => read
+                .into_iter()
+                .flat_map(|r| r.keys)
+                .flat_map(|k| k.ids)
+                .map(|s| Entry::of(&s))
+                .collect(),
+            Err(_) if self.own_pending => self.one_by_one().await?,
+            Err(_) => {
+                // Delivered, so pending with this consumer: read from there (module doc).
+                self.own_pending = true;
+                return Ok(());
+            }
+        };
         if self.own_pending && entries.is_empty() {
             self.own_pending = false;
         }
         self.apply(store, entries).await
+    }
+
+    /// This consumer's pending entries, each read on its own: one the redis crate cannot type
+    /// is malformed (module doc).
+    async fn one_by_one(&mut self) -> Result<Vec<Entry>, String> {
+        let pending: StreamPendingCountReply = self
+            .typed(&Cmd::xpending_consumer_count(
+                USAGE_STREAM,
+                GROUP,
+                "-",
+                "+",
+                self.config.batch,
+                &self.config.name,
+            ))
+            .await?;
+        let mut entries = Vec::with_capacity(pending.ids.len());
+        for p in pending.ids {
+            let reply = self.query(&Cmd::xrange(USAGE_STREAM, &p.id, &p.id)).await?;
+            entries.push(match StreamRangeReply::from_redis_value(reply) {
+                Ok(range) => Entry::of(&range.ids.into_iter().next().unwrap_or(StreamId {
+                    id: p.id,
+                    ..StreamId::default()
+                })),
+                Err(_) => Entry::untyped(p.id),
+            });
+        }
+        Ok(entries)
+    }
+
+    async fn typed<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, String> {
+        let reply = self.query(cmd).await?;
+        T::from_redis_value(reply).map_err(|e| {
+            metrics::error("redis");
+            format!("usage store: an unexpected reply: {e}")
+        })
     }
 
     async fn query(&mut self, cmd: &redis::Cmd) -> Result<Value, String> {
@@ -204,12 +267,7 @@ impl Consumer {
         if self.group_ready {
             return Ok(());
         }
-        let mut cmd = redis::cmd("XGROUP");
-        cmd.arg("CREATE")
-            .arg(USAGE_STREAM)
-            .arg(GROUP)
-            .arg("0")
-            .arg("MKSTREAM");
+        let cmd = Cmd::xgroup_create_mkstream(USAGE_STREAM, GROUP, "0");
         match self.conn.query(&cmd).await {
             Ok(_) => {}
             Err(e) if e.code() == Some("BUSYGROUP") => {}
@@ -225,14 +283,23 @@ impl Consumer {
 
     /// Entries other consumers left pending longer than the claim idle time.
     async fn claim(&mut self) -> Result<Vec<Entry>, String> {
-        let mut cmd = redis::cmd("XAUTOCLAIM");
-        cmd.arg(USAGE_STREAM).arg(GROUP).arg(&self.config.name);
-        cmd.arg(millis(self.config.claim_idle)).arg("0-0");
-        cmd.arg("COUNT").arg(self.config.batch);
+        let options = StreamAutoClaimOptions::default().count(self.config.batch);
+        let cmd = Cmd::xautoclaim_options(
+            USAGE_STREAM,
+            GROUP,
+            &self.config.name,
+            millis(self.config.claim_idle),
+            "0-0",
+            options,
+        );
         let reply = self.query(&cmd).await?;
-        let claimed = match &reply {
-            Value::Array(parts) => parts.get(1).map(entries_of).unwrap_or_default(),
-            _ => Vec::new(),
+        let claimed: Vec<Entry> = match StreamAutoClaimReply::from_redis_value(reply) {
+            Ok(reply) => reply.claimed.iter().map(Entry::of).collect(),
+            Err(_) => {
+                // Claimed, so pending with this consumer: read from there (module doc).
+                self.own_pending = true;
+                Vec::new()
+            }
         };
         if !claimed.is_empty() {
             tracing::info!(
@@ -267,40 +334,27 @@ impl Consumer {
                 return Err(db_failed(&e));
             }
         }
-        let mut ack = redis::cmd("XACK");
-        ack.arg(USAGE_STREAM).arg(GROUP);
-        for e in &entries {
-            ack.arg(&e.id);
-        }
-        self.query(&ack).await.map(drop)
+        let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
+        self.query(&Cmd::xack(USAGE_STREAM, GROUP, &ids))
+            .await
+            .map(drop)
     }
 
     /// Deletes the entries every group has acknowledged (below the oldest pending entry and
     /// the last delivered one), and records the lag.
     async fn trim(&mut self) -> Result<(), String> {
-        let reply = self
-            .query(redis::cmd("XINFO").arg("GROUPS").arg(USAGE_STREAM))
-            .await?;
-        let Value::Array(groups) = reply else {
-            return Ok(());
-        };
+        let groups: StreamInfoGroupsReply = self.typed(&Cmd::xinfo_groups(USAGE_STREAM)).await?;
         let mut floor: Option<(u64, u64)> = None;
         let mut lag = 0u64;
-        for g in &groups {
-            let field = |name: &str| field_of(g, name);
-            let pending = field("pending").and_then(|v| as_u64(&v)).unwrap_or(0);
-            lag += pending + field("lag").and_then(|v| as_u64(&v)).unwrap_or(0);
-            let delivered = field("last-delivered-id").and_then(|v| text(&v));
-            let mut lowest = delivered.as_deref().and_then(parse_id);
-            if pending > 0 {
-                let p = self
-                    .query(redis::cmd("XPENDING").arg(USAGE_STREAM).arg(group_name(g)))
-                    .await?;
-                let min = match &p {
-                    Value::Array(parts) => parts.get(1).and_then(text),
-                    _ => None,
-                };
-                lowest = lowest.min(min.as_deref().and_then(parse_id)).or(lowest);
+        for g in &groups.groups {
+            lag += (g.pending + g.lag.unwrap_or(0)) as u64;
+            let mut lowest = parse_id(&g.last_delivered_id);
+            if g.pending > 0 {
+                let p: StreamPendingReply =
+                    self.typed(&Cmd::xpending(USAGE_STREAM, &g.name)).await?;
+                if let StreamPendingReply::Data(p) = p {
+                    lowest = lowest.min(parse_id(&p.start_id)).or(lowest);
+                }
             }
             floor = match (floor, lowest) {
                 (Some(f), Some(l)) => Some(f.min(l)),
@@ -310,13 +364,10 @@ impl Consumer {
         }
         metrics::lag(lag);
         if let Some((ms, seq)) = floor {
-            self.query(
-                redis::cmd("XTRIM")
-                    .arg(USAGE_STREAM)
-                    .arg("MINID")
-                    .arg(format!("{ms}-{seq}")),
-            )
-            .await?;
+            let options =
+                StreamTrimOptions::minid(StreamTrimmingMode::Exact, format!("{ms}-{seq}"));
+            self.query(&Cmd::xtrim_options(USAGE_STREAM, &options))
+                .await?;
         }
         Ok(())
     }
@@ -325,10 +376,4 @@ impl Consumer {
 fn db_failed(e: &sea_orm::DbErr) -> String {
     metrics::error("database");
     format!("usage ledger database: {e}")
-}
-
-fn group_name(g: &Value) -> String {
-    field_of(g, "name")
-        .and_then(|v| text(&v))
-        .unwrap_or_default()
 }

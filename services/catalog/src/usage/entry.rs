@@ -1,8 +1,8 @@
-//! Reading the usage stream's replies: entries (`XREADGROUP`, `XAUTOCLAIM`), `XINFO`
-//! fields, and a record out of an entry, checked (a malformed one is logged escaped and
-//! skipped).
+//! A usage record out of a stream entry (`XREADGROUP`, `XAUTOCLAIM` and `XRANGE` replies as
+//! the redis crate's `streams` module types them), checked: a malformed one is logged escaped
+//! and skipped.
 
-use redis::Value;
+use redis::{FromRedisValue, Value, streams::StreamId};
 use voxpool_domain::untrusted;
 use voxpool_domain::usage::{USAGE_FIELD, UsageEvent};
 
@@ -16,36 +16,25 @@ pub struct Entry {
     pub event: Option<UsageEvent>,
 }
 
-/// A field of an `XINFO` reply (a flat array of name, value or a map).
-pub fn field_of(v: &Value, name: &str) -> Option<Value> {
-    match v {
-        Value::Array(items) => items
-            .chunks(2)
-            .find(|kv| text(&kv[0]).as_deref() == Some(name))
-            .and_then(|kv| kv.get(1).cloned()),
-        Value::Map(pairs) => pairs
-            .iter()
-            .find(|(k, _)| text(k).as_deref() == Some(name))
-            .map(|(_, v)| v.clone()),
-        _ => None,
+impl Entry {
+    /// The entry `s`, its record read from the field [`USAGE_FIELD`]. An entry deleted while
+    /// pending has no fields: malformed (acknowledged and skipped).
+    pub fn of(s: &StreamId) -> Self {
+        Self {
+            event: parse(&s.id, s.map.get(USAGE_FIELD)),
+            id: s.id.clone(),
+        }
     }
-}
 
-/// A string reply.
-pub fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::VerbatimString { text, .. } => Some(text.clone()),
-        _ => None,
-    }
-}
-
-/// A number reply (an integer or its digits).
-pub fn as_u64(v: &Value) -> Option<u64> {
-    match v {
-        Value::Int(n) => u64::try_from(*n).ok(),
-        other => text(other).and_then(|s| s.parse().ok()),
+    /// The entry `id` the redis crate could not type (a field name that is not UTF-8: no
+    /// synthesis writes one): malformed, logged, acknowledged and skipped.
+    pub fn untyped(id: String) -> Self {
+        warn(
+            &id,
+            "an entry the redis client cannot read (a field name is not UTF-8)",
+            "",
+        );
+        Self { id, event: None }
     }
 }
 
@@ -55,65 +44,36 @@ pub fn parse_id(id: &str) -> Option<(u64, u64)> {
     Some((ms.parse().ok()?, seq.parse().ok()?))
 }
 
-/// The entries of an `XREADGROUP` reply (nil when nothing came in time).
-pub fn read_reply(v: &Value) -> Vec<Entry> {
-    match v {
-        Value::Array(streams) => streams
-            .iter()
-            .filter_map(|s| match s {
-                Value::Array(kv) => kv.get(1).map(entries_of),
-                _ => None,
-            })
-            .flatten()
-            .collect(),
-        Value::Map(pairs) => pairs.iter().flat_map(|(_, e)| entries_of(e)).collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// Stream entries `[[id, [field, value, …]], …]`; an entry deleted while pending has no
-/// fields and is malformed (acknowledged and skipped).
-pub fn entries_of(v: &Value) -> Vec<Entry> {
-    let Value::Array(items) = v else {
-        return Vec::new();
-    };
-    items
-        .iter()
-        .filter_map(|item| {
-            let Value::Array(parts) = item else {
-                return None;
-            };
-            let id = text(parts.first()?)?;
-            let json = parts
-                .get(1)
-                .and_then(|f| field_of(f, USAGE_FIELD))
-                .and_then(|v| text(&v));
-            let event = parse(&id, json.as_deref());
-            Some(Entry { id, event })
-        })
-        .collect()
-}
-
 /// Longest string field a record may carry.
 const MAX_FIELD_CHARS: usize = 512;
 
-/// The record of entry `id`, or `None` (logged, escaped) when it is not one.
-pub fn parse(id: &str, json: Option<&str>) -> Option<UsageEvent> {
-    let problem = match json.map(serde_json::from_str::<UsageEvent>) {
+/// The record of entry `id` from its `r` field, or `None` (logged, escaped) when it is not
+/// one.
+pub fn parse(id: &str, field: Option<&Value>) -> Option<UsageEvent> {
+    let json = field.map(String::from_redis_value_ref);
+    let problem = match &json {
         None => "no `r` field".to_owned(),
-        Some(Err(e)) => format!("not a usage record: {e}"),
-        Some(Ok(event)) => match check(&event) {
-            Ok(()) => return Some(event),
-            Err(why) => why,
+        Some(Err(_)) => "the `r` field is not UTF-8 text".to_owned(),
+        Some(Ok(text)) => match serde_json::from_str::<UsageEvent>(text) {
+            Err(e) => format!("not a usage record: {e}"),
+            Ok(event) => match check(&event) {
+                Ok(()) => return Some(event),
+                Err(why) => why,
+            },
         },
     };
+    let text = json.and_then(Result::ok).unwrap_or_default();
+    warn(id, &problem, &text);
+    None
+}
+
+fn warn(id: &str, problem: &str, record: &str) {
     tracing::warn!(
         entry = %untrusted::quote(id),
-        problem = %untrusted::quote(&problem),
-        record = %untrusted::quote(&json.unwrap_or_default().chars().take(200).collect::<String>()),
+        problem = %untrusted::quote(problem),
+        record = %untrusted::quote(&record.chars().take(200).collect::<String>()),
         "malformed usage record skipped"
     );
-    None
 }
 
 fn check(e: &UsageEvent) -> Result<(), String> {
