@@ -145,6 +145,7 @@ async fn synthesize(
         Ok(t) => t,
         Err(m) => return status(StatusCode::BAD_REQUEST, &m),
     };
+    slot.bill(&crate::billing::azure_voice(&body), &text);
     let delivery = match shared.proceed(&slot, Mode::Stream).await {
         Ok(d) => d,
         Err(fault) => return fault_response(&fault),
@@ -155,7 +156,6 @@ async fn synthesize(
         Encoding::Mp3 => "audio/mpeg",
         Encoding::OggOpus => "audio/ogg",
     };
-    slot.bill(&crate::billing::azure_voice(&body), &text);
     match super::render(&shared, encoding, rate, &text) {
         Ok(bytes) => {
             let framed = Framed::raw(&delivery.cut(&bytes, 1));

@@ -112,15 +112,25 @@ pub(crate) struct Slot {
     admitted: bool,
     /// When the work started by [`Shared::proceed`] ends (`None`: no work under way).
     busy_until: Mutex<Option<tokio::time::Instant>>,
-    /// The voice and characters its audio is for, once known ([`Slot::bill`]).
+    /// The voice and characters its audio is for ([`Slot::bill`]).
     billing: Mutex<Option<(String, u64)>>,
+    /// Whether the vendor took the work on (no fault drawn): from then on it bills the text
+    /// even when the caller goes away before the audio (a real vendor finishes and charges
+    /// work it accepted).
+    accepted: std::sync::atomic::AtomicBool,
 }
 
 impl Slot {
-    /// Says what the request's audio is for: `voice` and `text` (counted in Unicode scalars
-    /// once its audio begins to go out: [`Shared::synthesized`]).
+    /// Says what the request's audio would be for: `voice` and `text`, in Unicode scalars.
+    /// Counted ([`Shared::synthesized`]) once its audio begins to go out, or when the caller
+    /// goes away after the vendor accepted the work; never after a fault.
     pub(crate) fn bill(&self, voice: &str, text: &str) {
         *lock(&self.billing) = Some((voice.to_owned(), text.chars().count() as u64));
+    }
+
+    /// The request ends without audio (a fault, a server that is down): nothing is billed.
+    pub(crate) fn unbill(&self) {
+        lock(&self.billing).take();
     }
 
     fn uncount(shared: &Shared, key: &str, admitted: bool) {
@@ -136,6 +146,10 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        if self.accepted.load(std::sync::atomic::Ordering::SeqCst) {
+            // The caller went away while accepted work was under way: it is billed still.
+            Arc::clone(&self.shared).synthesized(self);
+        }
         let busy_until = lock(&self.busy_until).take();
         let still_working = busy_until.filter(|t| *t > tokio::time::Instant::now());
         match (still_working, tokio::runtime::Handle::try_current()) {
@@ -233,6 +247,7 @@ impl Shared {
             admitted,
             busy_until: Mutex::new(None),
             billing: Mutex::new(None),
+            accepted: std::sync::atomic::AtomicBool::new(false),
         };
         if admitted {
             Admission::Admitted(slot)
@@ -257,10 +272,15 @@ impl Shared {
             self.bump(&slot.key, |k| k.faults_injected += 1);
         }
         let broken = match pick {
-            Some(Pick::Fault(fault)) => return Err(fault),
+            Some(Pick::Fault(fault)) => {
+                slot.unbill();
+                return Err(fault);
+            }
             Some(Pick::Break) => true,
             None => false,
         };
+        slot.accepted
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let (delay, pacing) = match (settings.streaming, mode) {
             (None, _) => match settings.latency {
                 Latency::Shared { alone, cores } => {

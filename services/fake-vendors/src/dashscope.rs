@@ -192,11 +192,11 @@ async fn synthesize(
     } else {
         Mode::Document
     };
+    slot.bill(&crate::billing::voice_in(&body, &["input", "voice"]), &text);
     let delivery = match shared.proceed(&slot, mode).await {
         Ok(d) => d,
         Err(fault) => return fault_response(&fault, streaming),
     };
-    slot.bill(&crate::billing::voice_in(&body, &["input", "voice"]), &text);
     let bytes = match super::render(&shared, encoding, rate, &text) {
         Ok(b) => b,
         Err(e) => return super::internal(e),

@@ -242,12 +242,12 @@ async fn speech(
             );
         }
     };
+    slot.bill(&crate::billing::elevenlabs_voice(uri.path()), &text);
     let delivery = match shared.proceed(&slot, mode).await {
         Ok(d) => d,
         Err(fault) => return fault_response(&fault, cap),
     };
     let current = shared.key_stats(&key).admitted_in_flight;
-    slot.bill(&crate::billing::elevenlabs_voice(uri.path()), &text);
     match super::render(&shared, encoding, rate, &text) {
         Ok(bytes) => {
             let framed = Framed::raw(&delivery.cut(&bytes, 1));

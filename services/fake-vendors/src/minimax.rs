@@ -264,15 +264,15 @@ async fn t2a(
     } else {
         Mode::Document
     };
+    slot.bill(
+        &crate::billing::voice_in(&body, &["voice_setting", "voice_id"]),
+        &parsed.text,
+    );
     let delivery = match shared.proceed(&slot, mode).await {
         Ok(d) => d,
         Err(fault) => return fault_response(&fault),
     };
     let tone_ms = shared.settings().tone_ms;
-    slot.bill(
-        &crate::billing::voice_in(&body, &["voice_setting", "voice_id"]),
-        &parsed.text,
-    );
     let bytes = match super::render(&shared, parsed.encoding, parsed.rate, &parsed.text) {
         Ok(b) => b,
         Err(e) => return super::internal(e),

@@ -161,6 +161,7 @@ async fn speech(
         Ok(e) => e,
         Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", None, &m),
     };
+    slot.bill(&crate::billing::voice_in(&body, &["voice"]), &input);
     let delivery = match shared.proceed(&slot, Mode::Stream).await {
         Ok(d) => d,
         Err(fault) => return fault_response(&fault, &key),
@@ -171,7 +172,6 @@ async fn speech(
         Encoding::Mp3 => "audio/mpeg",
         Encoding::OggOpus => "audio/ogg",
     };
-    slot.bill(&crate::billing::voice_in(&body, &["voice"]), &input);
     match super::render(&shared, encoding, 24_000, &input) {
         Ok(bytes) => {
             let framed = Framed::raw(&delivery.cut(&bytes, 1));

@@ -229,15 +229,15 @@ async fn tts(
         Ok(p) => p,
         Err((code, m)) => return answer(StatusCode::BAD_REQUEST, &reqid, code, &m),
     };
+    slot.bill(
+        &crate::billing::voice_in(&body, &["audio", "voice_type"]),
+        &parsed.text,
+    );
     let delivery = match shared.proceed(&slot, Mode::Document).await {
         Ok(d) => d,
         Err(fault) => return fault_response(&fault, &reqid, &appid, &token),
     };
     let tone_ms = shared.settings().tone_ms;
-    slot.bill(
-        &crate::billing::voice_in(&body, &["audio", "voice_type"]),
-        &parsed.text,
-    );
     match super::render(&shared, parsed.encoding, parsed.rate, &parsed.text) {
         Ok(bytes) => {
             let document = json!({

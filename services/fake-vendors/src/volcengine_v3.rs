@@ -328,14 +328,14 @@ async fn unidirectional(
             );
         }
     };
-    let delivery = match shared.proceed(&slot, Mode::Stream).await {
-        Ok(d) => d,
-        Err(fault) => return fault_response(&fault, &app_id, &access_key),
-    };
     slot.bill(
         &crate::billing::voice_in(&body, &["req_params", "speaker"]),
         &parsed.text,
     );
+    let delivery = match shared.proceed(&slot, Mode::Stream).await {
+        Ok(d) => d,
+        Err(fault) => return fault_response(&fault, &app_id, &access_key),
+    };
     let bytes = match super::render(&shared, parsed.encoding, parsed.rate, &parsed.text) {
         Ok(b) => b,
         Err(e) => return super::internal(e),

@@ -240,14 +240,15 @@ pub(super) async fn answer(
         tokio::time::sleep(shared.settings().per_char.saturating_mul(chars)).await;
         Mode::Document
     };
+    slot.bill("", text);
     let delivery = match shared.proceed(&slot, mode).await {
         Ok(delivery) => delivery,
         Err(fault) => return fault_answer(profile, &fault),
     };
     if shared.is_down() {
+        slot.unbill();
         return down_answer();
     }
-    slot.bill("", text);
     if ask.stream {
         return streamed(shared, profile, slot, delivery, (rate, text));
     }
