@@ -1,13 +1,15 @@
 //! The usage consumer on a real redis-server: records read from the stream reach the ledger
 //! once (malformed ones acknowledged and skipped), acknowledged entries are trimmed, and the
 //! entries a killed consumer left pending are taken over and counted once, even those it had
-//! already written to the ledger before it died.
+//! already written to the ledger before it died; then its name is forgotten, while a consumer
+//! that still owns entries keeps its name.
 
 mod common;
 mod usage;
 
 use std::time::{Duration, Instant};
 
+use redis::streams::StreamInfoConsumersReply;
 use tokio_util::sync::CancellationToken;
 use usage::{AT_MS, context, request, tenant_row};
 use voxpool_catalog::{
@@ -48,6 +50,19 @@ async fn xadd(conn: &mut redis::aio::MultiplexedConnection, field: &str, value: 
         .query_async(conn)
         .await
         .expect("xadd");
+}
+
+/// The group's consumers: name → pending entries.
+async fn consumers(conn: &mut redis::aio::MultiplexedConnection) -> Vec<(String, usize)> {
+    let reply: StreamInfoConsumersReply = redis::Cmd::xinfo_consumers(USAGE_STREAM, GROUP)
+        .query_async(conn)
+        .await
+        .expect("xinfo consumers");
+    reply
+        .consumers
+        .into_iter()
+        .map(|c| (c.name, c.pending))
+        .collect()
 }
 
 async fn xlen(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
@@ -208,5 +223,79 @@ async fn a_killed_consumers_pending_entries_are_taken_over_and_counted_once() {
         "the taken-over entries acknowledged and trimmed",
     )
     .await;
+    // The dead consumer, silent past the claim idle time and owning nothing now, is forgotten.
+    let mut c = conn.clone();
+    until(
+        async || {
+            consumers(&mut c)
+                .await
+                .iter()
+                .all(|(name, _)| name != "dead")
+        },
+        "the dead consumer's name removed from the group",
+    )
+    .await;
+    let names: Vec<String> = consumers(&mut conn)
+        .await
+        .into_iter()
+        .map(|c| c.0)
+        .collect();
+    assert_eq!(names, ["survivor"]);
     stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_silent_consumers_owning_no_entry_are_forgotten() {
+    let redis = RedisServer::start();
+    let mut conn = redis_conn(&redis).await;
+    let _: () = redis::Cmd::xgroup_create_mkstream(USAGE_STREAM, GROUP, "0")
+        .query_async(&mut conn)
+        .await
+        .expect("group");
+    write(&mut conn, &request(&context("r", "acme", "p"), 5)).await;
+    // holder reads every entry and never acknowledges them; ghost and me read nothing.
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(GROUP)
+        .arg("holder")
+        .arg("STREAMS")
+        .arg(USAGE_STREAM)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .expect("read as holder");
+    for name in ["ghost", "me"] {
+        let _: i64 = redis::cmd("XGROUP")
+            .arg("CREATECONSUMER")
+            .arg(USAGE_STREAM)
+            .arg(GROUP)
+            .arg(name)
+            .query_async(&mut conn)
+            .await
+            .expect("create consumer");
+    }
+    let store = voxpool_redis::Conn::connect(&redis.url(), Duration::from_secs(5))
+        .await
+        .expect("connect");
+    let mut removed = Vec::new();
+    until(
+        async || {
+            removed.extend(
+                consumer::forget_idle(&store, Duration::from_millis(1), "me")
+                    .await
+                    .expect("forget"),
+            );
+            !removed.is_empty()
+        },
+        "the ghost forgotten",
+    )
+    .await;
+    assert_eq!(removed, ["ghost"]);
+    let mut left = consumers(&mut conn).await;
+    left.sort();
+    assert_eq!(
+        left,
+        [("holder".to_owned(), 5), ("me".to_owned(), 0)],
+        "holder owns its 5 entries, me is the caller"
+    );
 }

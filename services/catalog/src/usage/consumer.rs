@@ -10,7 +10,9 @@
 //! A batch the database refused stays pending and is read again from this consumer's own
 //! pending list. A malformed entry is acknowledged, logged (escaped) and counted, never
 //! retried. Beside the reads: the sweep of unsettled charges older than the grace, trimming
-//! the stream below what the group still needs (`XTRIM MINID`), and retention of raw records.
+//! the stream below what the group still needs (`XTRIM MINID`), forgetting the names of
+//! consumers silent past the claim idle time that own no pending entry (replicas that died or
+//! were replaced: `XGROUP DELCONSUMER`, [`forget_idle`]), and retention of raw records.
 //! Redis down or failing over: the round fails, is counted and retried after the poll
 //! interval; the connection follows the new primary by itself (`voxpool_redis`), and a
 //! group lost with its data (Redis restarted empty) is created again.
@@ -21,10 +23,10 @@
 //! `XRANGE`) and the one that cannot be typed is acknowledged as malformed, so it never stalls
 //! the ledger.
 
-use std::time::Duration;
+use std::{sync::LazyLock, time::Duration};
 
 use redis::{
-    Cmd, FromRedisValue, Value,
+    Cmd, FromRedisValue, RedisError, Script, Value,
     streams::{
         StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamInfoGroupsReply,
         StreamPendingCountReply, StreamPendingReply, StreamRangeReply, StreamReadOptions,
@@ -32,7 +34,7 @@ use redis::{
     },
 };
 use tokio_util::sync::CancellationToken;
-use voxpool_domain::usage::USAGE_STREAM;
+use voxpool_domain::{untrusted, usage::USAGE_STREAM};
 use voxpool_redis::Conn;
 
 use super::{
@@ -169,6 +171,15 @@ impl Consumer {
             let claimed = self.claim().await?;
             self.apply(store, claimed).await?;
             self.trim().await?;
+            let forgotten = forget_idle(&self.conn, self.config.claim_idle, &self.config.name)
+                .await
+                .map_err(|e| {
+                    metrics::error("redis");
+                    format!("usage store: forgetting idle consumers: {e}")
+                })?;
+            for name in forgotten {
+                tracing::info!(consumer = %untrusted::quote(&name), "usage consumer silent past the claim idle time, owning no entry, removed from the group");
+            }
             self.last_trim = now;
         }
         if now - self.last_sweep >= millis(self.config.grace / 4).max(1) {
@@ -371,6 +382,22 @@ impl Consumer {
         }
         Ok(())
     }
+}
+
+static FORGET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("forget.lua")));
+
+/// Removes from the group the consumers silent longer than `idle` that own no pending entry,
+/// except `keep` (this consumer), in one script: a consumer that reads meanwhile keeps its
+/// name and its entries. Returns the names removed.
+pub async fn forget_idle(
+    conn: &Conn,
+    idle: Duration,
+    keep: &str,
+) -> Result<Vec<String>, RedisError> {
+    let mut invocation = FORGET.key(USAGE_STREAM);
+    invocation.arg(GROUP).arg(millis(idle)).arg(keep);
+    let removed = conn.invoke(&invocation).await?;
+    Ok(Vec::<String>::from_redis_value(removed).unwrap_or_default())
 }
 
 fn db_failed(e: &sea_orm::DbErr) -> String {
