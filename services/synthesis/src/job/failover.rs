@@ -72,8 +72,9 @@ pub(super) async fn call_chunk<T: Send + 'static>(
 ) -> Result<ChunkDone, SynthesisError> {
     let pool = &job.pool;
     let mut state = Failover::new(core, job, chunk);
-    // The attempt's Charge, written beside its first Acquire and kept while the scheduler
-    // makes it wait; voided when no call follows.
+    // The attempt's Charge: made for its first Acquire (which reserves its characters and
+    // cost) and kept while the scheduler makes it wait; written to the usage stream once a
+    // key is granted, before the vendor is sent the text.
     let mut pending: Option<Charge> = None;
     loop {
         if state.calls >= state.max_attempts {
@@ -85,40 +86,21 @@ pub(super) async fn call_chunk<T: Send + 'static>(
         }
         let remaining = job.deadline.remaining();
         if remaining.is_zero() {
-            if let Some(charge) = pending.take() {
-                job.meter.void(&charge);
-            }
             return Err(state.deadline_exceeded(attempts, false));
         }
-        let (charge, leased) = match pending.take() {
-            Some(charge) => {
-                let leased = state.lease(remaining, attempts, &charge).await;
-                (charge, leased)
-            }
+        let charge = pending
+            .take()
+            .unwrap_or_else(|| job.meter.next(&chunk.utterance.text));
+        let lease = match state.lease(remaining, attempts, &charge).await? {
+            Some(lease) => lease,
             None => {
-                let charge = job.meter.next(&chunk.utterance.text);
-                let (leased, ()) = tokio::join!(
-                    state.lease(remaining, attempts, &charge),
-                    job.meter.charge(&charge)
-                );
-                (charge, leased)
-            }
-        };
-        let lease = match leased {
-            Ok(Some(lease)) => lease,
-            Ok(None) => {
                 pending = Some(charge);
                 continue;
-            }
-            Err(e) => {
-                job.meter.void(&charge);
-                return Err(e);
             }
         };
         let key_id = lease.key_id.clone();
         let guard = LeaseGuard::new(core.scheduler.clone(), lease);
         let Some((key, upstream)) = state.credential(&key_id) else {
-            job.meter.void(&charge);
             guard.release().await;
             return Err(SynthesisError::SchedulerMismatch {
                 url: core.scheduler.url().to_owned(),
@@ -128,6 +110,10 @@ pub(super) async fn call_chunk<T: Send + 'static>(
                 ),
             });
         };
+        // Durable before the vendor sees the text: a replica killed from here on leaves
+        // a Charge the ledger counts (the vendor bills what it was sent); one killed while
+        // waiting for a key leaves nothing, as the vendor was sent nothing.
+        job.meter.charge(&charge, &key_id).await;
         tracing::debug!(pool = %pool.id, key = %key_id, chunk = chunk.index, request_id = %job.request_id, "vendor call");
         let call = pool.load.call();
         let input = CallInput {

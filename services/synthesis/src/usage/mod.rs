@@ -193,14 +193,14 @@ impl Meter {
 
     /// Writes `charge` to the usage stream (awaited: before the vendor is sent the text);
     /// nothing without a writer.
-    pub async fn charge(&self, charge: &Charge) {
+    pub async fn charge(&self, charge: &Charge, key_id: &str) {
         let Some(writer) = &self.writer else { return };
         let event = UsageEvent::Charge {
             context: self.context.clone(),
             attempt: AttemptUsage {
                 attempt: charge.attempt,
-                key_id: String::new(),
-                upstream_id: String::new(),
+                key_id: key_id.to_owned(),
+                upstream_id: key_id.split('/').next().unwrap_or_default().to_owned(),
                 characters: charge.characters,
                 billed_characters: 0,
                 audio_ms: 0,
@@ -215,6 +215,27 @@ impl Meter {
     /// What the vendor charged for `charge`'s attempt, ended as `settled`: its characters and
     /// cost (0 and 0 when not charged). Counted in the totals and queued as a Settle.
     pub fn settle(&self, charge: &Charge, settled: &Settled) -> (u64, i64) {
+        let (characters, cost_micros, event) = self.settle_event(charge, settled);
+        if let (Some(writer), Some(event)) = (&self.writer, event) {
+            writer.queue(&event);
+        }
+        (characters, cost_micros)
+    }
+
+    /// [`Meter::settle`], the Settle written at once and awaited rather than queued: for a
+    /// refusal, which must reach the stream before anything else can happen to the replica
+    /// (its Charge would otherwise count as charged).
+    pub async fn settle_now(&self, charge: &Charge, settled: &Settled) -> (u64, i64) {
+        let (characters, cost_micros, event) = self.settle_event(charge, settled);
+        if let (Some(writer), Some(event)) = (&self.writer, event) {
+            writer.write_now(&event).await;
+        }
+        (characters, cost_micros)
+    }
+
+    /// Counts `charge`'s attempt as `settled` in the totals and meters, and builds its Settle
+    /// (when records are written).
+    fn settle_event(&self, charge: &Charge, settled: &Settled) -> (u64, i64, Option<UsageEvent>) {
         let gpu_ms = if self.provider() == Provider::SelfHosted && settled.charged {
             settled.call_ms
         } else {
@@ -242,47 +263,24 @@ impl Meter {
             t.failed_attempts += u32::from(failed);
         }
         crate::metrics::usage(self, characters, settled.audio_ms, cost_micros, false);
-        if let Some(writer) = &self.writer {
-            writer.queue(&UsageEvent::Settle {
-                context: self.context.clone(),
-                attempt: AttemptUsage {
-                    attempt: charge.attempt,
-                    key_id: settled.key_id.clone(),
-                    upstream_id: settled.upstream_id.clone(),
-                    characters,
-                    billed_characters: billed,
-                    audio_ms: settled.audio_ms,
-                    gpu_ms,
-                    cost_micros,
-                    outcome: settled
-                        .outcome
-                        .map_or("CUT_OFF", Outcome::wire_name)
-                        .to_owned(),
-                },
-            });
-        }
-        (characters, cost_micros)
-    }
-
-    /// A Charge written for an attempt that was never made (no key was leased): settled at
-    /// nothing, so the ledger does not count it.
-    pub fn void(&self, charge: &Charge) {
-        if let Some(writer) = &self.writer {
-            writer.queue(&UsageEvent::Settle {
-                context: self.context.clone(),
-                attempt: AttemptUsage {
-                    attempt: charge.attempt,
-                    key_id: String::new(),
-                    upstream_id: String::new(),
-                    characters: 0,
-                    billed_characters: 0,
-                    audio_ms: 0,
-                    gpu_ms: 0,
-                    cost_micros: 0,
-                    outcome: "NOT_SENT".to_owned(),
-                },
-            });
-        }
+        let event = self.writer.as_ref().map(|_| UsageEvent::Settle {
+            context: self.context.clone(),
+            attempt: AttemptUsage {
+                attempt: charge.attempt,
+                key_id: settled.key_id.clone(),
+                upstream_id: settled.upstream_id.clone(),
+                characters,
+                billed_characters: billed,
+                audio_ms: settled.audio_ms,
+                gpu_ms,
+                cost_micros,
+                outcome: settled
+                    .outcome
+                    .map_or("CUT_OFF", Outcome::wire_name)
+                    .to_owned(),
+            },
+        });
+        (characters, cost_micros, event)
     }
 
     /// A chunk of `text` served from the audio cache with `audio_ms` of audio: cached

@@ -2,8 +2,10 @@
 //! [`USAGE_STREAM`] (field [`USAGE_FIELD`], JSON), on any of the three Redis topologies
 //! (`voxpool_redis`).
 //!
-//! - A Charge is written at once and awaited ([`Writer::write_now`]; the caller issues it
-//!   beside its Acquire, so it costs no round trip of its own), bounded by the store timeout.
+//! - A Charge is written at once and awaited ([`Writer::write_now`]) once the attempt holds a
+//!   key and before the vendor is sent its text, bounded by the store timeout: a replica
+//!   killed after sending leaves it for the ledger, one killed while waiting for a key
+//!   leaves nothing (the vendor was sent nothing).
 //! - Settles and Dones are queued ([`Writer::queue`]) to one background task that sends them
 //!   in batches (one script call of up to [`BATCH`] XADDs) in the order they were queued.
 //! - Metering never takes synthesis down: while Redis does not answer, a Charge is queued
@@ -45,8 +47,13 @@ const APPEND: &str = r"
 for i = 1, #ARGV do
   redis.call('XADD', KEYS[1], '*', 'r', ARGV[i])
 end
-return #ARGV
+local online = 0
+for _ in string.gmatch(redis.call('INFO', 'replication'), 'state=online') do online = online + 1 end
+return online
 ";
+
+/// How long a batch waits for a replica to acknowledge it (`WAIT`) before it is sent again.
+const REPLICA_ACK_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// The writer (module doc). Cheap to clone.
 #[derive(Clone)]
@@ -119,11 +126,14 @@ impl Writer {
     }
 
     /// Writes `event` now and waits for Redis (at most the store timeout); queued instead
-    /// when Redis is not answering or records are already waiting (module doc).
+    /// when Redis is not answering (module doc). Records already waiting in the queue do not
+    /// hold it back: under load the queue is seldom empty, and a Charge only queued is lost
+    /// with a killed replica while its vendor call goes on. (It may then reach the stream
+    /// before older records of other requests; the ledger does not depend on their order.)
     pub async fn write_now(&self, event: &UsageEvent) {
         let Some(json) = encode(event) else { return };
         let inner = &self.inner;
-        let ready = inner.healthy.load(Ordering::Relaxed) && self.pending() == 0;
+        let ready = inner.healthy.load(Ordering::Relaxed);
         let Some(conn) = inner.conn.get().filter(|_| ready) else {
             inner.push(json);
             return;
@@ -243,8 +253,13 @@ async fn run(inner: Arc<Inner>) {
         for record in &batch {
             invocation.arg(record);
         }
-        match tokio::time::timeout(STORE_TIMEOUT * 2, conn.invoke(&invocation)).await {
-            Ok(Ok(_)) => {
+        let sent = tokio::time::timeout(STORE_TIMEOUT * 2, async {
+            let online = conn.invoke(&invocation).await?;
+            replicated(&conn, &online).await
+        })
+        .await;
+        match sent {
+            Ok(Ok(())) => {
                 inner.sent(batch.len());
                 inner.healthy.store(true, Ordering::Relaxed);
                 backoff = Duration::from_millis(50);
@@ -260,5 +275,32 @@ async fn run(inner: Arc<Inner>) {
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }
         }
+    }
+}
+
+/// Whether a batch just appended is held by a replica as well (Sentinel and Cluster stores,
+/// while the primary has one online; `online` is the script's count): a failover then keeps
+/// it. Otherwise the batch stays queued and is sent again (the ledger counts a record once),
+/// so a failover right after the append cannot lose Settles and Dones that were answered.
+async fn replicated(conn: &Conn, online: &redis::Value) -> redis::RedisResult<()> {
+    let generation = conn.generation();
+    let online = match online {
+        redis::Value::Int(n) => u32::try_from(*n).unwrap_or(0),
+        _ => 0,
+    };
+    let want = conn.topology().default_replica_acks().min(online);
+    if want == 0 {
+        return Ok(());
+    }
+    let acked = conn
+        .wait_replicas(USAGE_STREAM, want, REPLICA_ACK_TIMEOUT, generation)
+        .await?;
+    if acked >= i64::from(want) {
+        Ok(())
+    } else {
+        Err(redis::RedisError::from(std::io::Error::other(format!(
+            "usage records acknowledged by {acked} of {want} replica(s) within {} ms; sent again",
+            REPLICA_ACK_TIMEOUT.as_millis()
+        ))))
     }
 }

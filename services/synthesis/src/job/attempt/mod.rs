@@ -66,11 +66,13 @@ use super::spool::{ChunkOut, Spool};
 
 mod call;
 mod relay;
+mod report;
 
 pub use self::call::attempt_id;
 use self::{
     call::{AbortOnDrop, spawn_call},
     relay::Relay,
+    report::{failed, not_audio, succeeded},
 };
 
 /// Extra time an adapter gets past its own timeout before the attempt is cut off.
@@ -216,8 +218,11 @@ async fn call_under_lease<T>(
         retry_after_ms: failure.and_then(|f| f.retry_after_ms),
     };
     let delivered = relay.delivered;
-    // What the vendor charged for: a call that produced audio, whatever came after.
-    let settle = |relay: &Relay<T>, outcome: Option<Outcome>, rate: Option<u32>| {
+    // What the vendor charged for (`charged`): a call it accepted — it began answering with
+    // audio, or it was sent the text and never refused it (cut off, timed out, fenced: a
+    // vendor finishes and bills such work) — whatever came after. A refusal (an error status,
+    // or a body that is no audio) before any audio costs nothing.
+    let settled = |relay: &Relay<T>, outcome: Option<Outcome>, rate: Option<u32>, charged: bool| {
         let audio_ms = if relay.checked {
             duration::audio_ms(
                 input.utterance.format,
@@ -229,37 +234,59 @@ async fn call_under_lease<T>(
         } else {
             0
         };
-        input.meter.settle(
-            &input.charge,
-            &Settled {
-                key_id: lease.key_id.clone(),
-                upstream_id: lease.upstream_id.clone(),
-                charged: relay.checked && relay.received > 0,
-                billed_characters: Some(billed.load(std::sync::atomic::Ordering::Relaxed))
-                    .filter(|n| *n > 0),
-                audio_ms,
-                call_ms: latency_ms,
-                outcome,
-            },
-        )
+        Settled {
+            key_id: lease.key_id.clone(),
+            upstream_id: lease.upstream_id.clone(),
+            charged,
+            billed_characters: Some(billed.load(std::sync::atomic::Ordering::Relaxed))
+                .filter(|n| *n > 0),
+            audio_ms,
+            call_ms: latency_ms,
+            outcome,
+        }
     };
+    let settle = |relay: &Relay<T>, outcome: Option<Outcome>, rate: Option<u32>, charged: bool| {
+        input
+            .meter
+            .settle(&input.charge, &settled(relay, outcome, rate, charged))
+    };
+    // Whether a failure below was the vendor's refusal before any audio (not charged).
+    let mut refused = false;
     let failure = match stop {
         Stop::Joined(Ok(Ok(end))) => match relay.close() {
             Ok(()) => {
-                let charged = settle(&relay, Some(Outcome::Success), end.sample_rate_hz);
+                let charged = settle(&relay, Some(Outcome::Success), end.sample_rate_hz, true);
                 succeeded(guard, input, latency_ms, charged).await;
                 return (AttemptEnd::Audio(end), Some(record(Outcome::Success, None)));
             }
-            Err(e) => not_audio(&e),
+            Err(e) => {
+                refused = !relay.checked;
+                not_audio(&e)
+            }
         },
         Stop::NotAudio(e) => {
             call.close().await;
+            refused = true;
             not_audio(&e)
         }
-        Stop::Joined(Ok(Err(failure))) => failure,
+        Stop::Joined(Ok(Err(failure))) => {
+            // Refused: an error status, or no answer at all (nothing could be sent, or
+            // nothing came back before the adapter's timeout) and no audio. A success status
+            // whose body then broke was accepted: the vendor bills what it began.
+            refused = match failure.http_status {
+                Some(status) => !(200..300).contains(&status),
+                None => relay.received == 0,
+            };
+            failure
+        }
         Stop::Joined(Err(join_error)) => {
             tracing::error!(provider = input.adapter.provider().as_str(), key = %lease.key_id, panic = join_error.is_panic(), "adapter task failed");
-            settle(&relay, Some(Outcome::UpstreamError), None);
+            settle(
+                &relay,
+                Some(Outcome::UpstreamError),
+                None,
+                relay.received > 0,
+            );
             guard.release().await;
             return (AttemptEnd::Panicked, None);
         }
@@ -269,7 +296,7 @@ async fn call_under_lease<T>(
             call.close().await;
             tokio::time::sleep(input.cancel_grace).await;
             tracing::debug!(key = %lease.key_id, received = relay.received, "call cut off: nobody wants its audio");
-            settle(&relay, None, None);
+            settle(&relay, None, None, true);
             guard.release().await;
             return (AttemptEnd::Failed { delivered }, None);
         }
@@ -277,7 +304,7 @@ async fn call_under_lease<T>(
             // Fenced: the slot may already belong to another caller, so the call was aborted
             // to keep the vendor within the key's capacity. Not the key's fault: no report.
             call.close().await;
-            settle(&relay, Some(Outcome::Timeout), None);
+            settle(&relay, Some(Outcome::Timeout), None, true);
             guard.release().await;
             let failure = VendorFailure {
                 outcome: Outcome::Timeout,
@@ -300,8 +327,18 @@ async fn call_under_lease<T>(
             }
         }
     };
+    if refused {
+        // Written at once, before anything else: were it only queued, a replica killed now
+        // would leave the attempt's Charge unsettled, and the ledger would count a refusal.
+        let refusal = settled(&relay, Some(failure.outcome), None, false);
+        input.meter.settle_now(&input.charge, &refusal).await;
+    }
     let (outcome, failure) = failed(guard, input, failure, latency_ms, |outcome| {
-        settle(&relay, Some(outcome), None)
+        if refused {
+            (0, 0)
+        } else {
+            settle(&relay, Some(outcome), None, true)
+        }
     })
     .await;
     (
@@ -372,79 +409,4 @@ async fn drive<T>(
         }
     }
     stop
-}
-
-/// Reports a call whose audio all went out: SUCCESS with its characters, or, slower than
-/// the upstream's latency limit, CONCURRENCY_LIMITED (the server queued it: module doc).
-/// `charged`: the characters and cost the vendor charged, which settle the lease's budget
-/// reservations.
-async fn succeeded(guard: LeaseGuard, input: &CallInput, latency_ms: u64, charged: (u64, i64)) {
-    let (characters, cost_micros) = charged;
-    let queued = input
-        .upstream
-        .latency_limit
-        .is_some_and(|limit| Duration::from_millis(latency_ms) > limit);
-    if queued {
-        tracing::debug!(key = %guard.lease().key_id, latency_ms, "slower than the upstream's latency_limit_ms: reported as a concurrency signal");
-        guard
-            .finish(
-                Outcome::ConcurrencyLimited,
-                None,
-                latency_ms,
-                characters,
-                cost_micros,
-            )
-            .await;
-    } else {
-        guard
-            .finish(Outcome::Success, None, latency_ms, characters, cost_micros)
-            .await;
-    }
-}
-
-/// Reports a failed call and returns the outcome reported with the failure as recorded: a
-/// queueing upstream that held the call for the whole attempt timeout is overloaded, not
-/// broken (module doc), an overload signal like a 429.
-/// `settle` meters the attempt as ended with the outcome and gives what the vendor charged
-/// (reported, so the budget reservations settle at that).
-async fn failed(
-    guard: LeaseGuard,
-    input: &CallInput,
-    mut failure: VendorFailure,
-    latency_ms: u64,
-    settle: impl FnOnce(Outcome) -> (u64, i64),
-) -> (Outcome, VendorFailure) {
-    let outcome = match failure.outcome {
-        Outcome::Success => Outcome::UpstreamError,
-        Outcome::Timeout
-            if input.upstream.queueing
-                && Duration::from_millis(latency_ms) >= input.attempt_timeout =>
-        {
-            failure
-                .message
-                .push_str(" (a queueing upstream: reported as overload)");
-            Outcome::RateLimited
-        }
-        other => other,
-    };
-    let (characters, cost_micros) = settle(outcome);
-    guard
-        .finish(
-            outcome,
-            failure.retry_after_ms,
-            latency_ms,
-            characters,
-            cost_micros,
-        )
-        .await;
-    (outcome, failure)
-}
-
-fn not_audio(e: &audio::AudioError) -> VendorFailure {
-    VendorFailure {
-        outcome: Outcome::UpstreamError,
-        http_status: None,
-        retry_after_ms: None,
-        message: format!("returned unusable audio: {e}"),
-    }
 }
