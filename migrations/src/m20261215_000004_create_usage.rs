@@ -7,7 +7,8 @@
 //! read twice is inserted once, and only an inserted record changes a total) and
 //! `usage_counted (record_id, attempt)` (an attempt's characters enter the totals once, from
 //! its Settle or from the sweep of its unsettled Charge, whichever inserts the row first; the
-//! request itself is attempt -1).
+//! request itself is attempt -1). `usage_daily.unsettled_characters` / `unsettled_cost_micros`
+//! say how much of a total rests on swept charges nothing settled since.
 
 use sea_orm_migration::{prelude::*, schema::*};
 
@@ -124,6 +125,12 @@ pub enum UsageDaily {
     FailedAttempts,
     /// ISO 4217 code.
     Currency,
+    /// Of `characters`: those the sweep counted from charges still unsettled (the replica
+    /// stopped before the vendor answered; the vendor may never have received them). A late
+    /// Settle takes its swept charge back out.
+    UnsettledCharacters,
+    /// Of `cost_micros`: the cost of those unsettled charges.
+    UnsettledCostMicros,
 }
 
 #[async_trait::async_trait]
@@ -236,6 +243,8 @@ impl MigrationTrait for Migration {
                     .col(big_integer(D::CostMicros))
                     .col(big_integer(D::FailedAttempts))
                     .col(string(D::Currency))
+                    .col(big_integer(D::UnsettledCharacters).default(0))
+                    .col(big_integer(D::UnsettledCostMicros).default(0))
                     .primary_key(
                         Index::create()
                             .col(D::Tenant)

@@ -60,6 +60,11 @@ async fn an_unsettled_charge_counts_after_the_grace_and_a_late_settle_corrects_i
     assert_eq!(store.sweep(AT_MS + 2, AT_MS + 2).await.expect("again"), 0);
     let row = tenant_row(&store, "acme").await.expect("swept");
     assert_eq!((row.requests, row.characters), (1, 100));
+    assert_eq!(
+        (row.unsettled_characters, row.unsettled_cost_micros),
+        (100, 100 * 15),
+        "the swept charge is all unsettled"
+    );
     // The replica was not dead after all: the vendor refused, and the request ended.
     store
         .apply(&[settle(&c, 0, 0), done(&c, 0, 0, 1)], AT_MS + 3)
@@ -68,6 +73,18 @@ async fn an_unsettled_charge_counts_after_the_grace_and_a_late_settle_corrects_i
     let row = tenant_row(&store, "acme").await.expect("corrected");
     assert_eq!((row.requests, row.characters, row.cost_micros), (1, 0, 0));
     assert_eq!(row.failed_attempts, 1);
+    assert_eq!(
+        (row.unsettled_characters, row.unsettled_cost_micros),
+        (0, 0),
+        "a late settle takes its swept charge out of the unsettled figure"
+    );
+    // Redelivered, the late settle changes nothing more.
+    store
+        .apply(&[settle(&c, 0, 0)], AT_MS + 4)
+        .await
+        .expect("again");
+    let row = tenant_row(&store, "acme").await.expect("once");
+    assert_eq!((row.characters, row.unsettled_characters), (0, 0));
     // A settle that comes first leaves its later charge nothing to sweep.
     let d = context("r2", "acme", "openai-tts");
     store
@@ -80,7 +97,23 @@ async fn an_unsettled_charge_counts_after_the_grace_and_a_late_settle_corrects_i
         .expect("charge");
     assert_eq!(store.sweep(AT_MS + 10, AT_MS + 10).await.expect("sweep"), 0);
     let row = tenant_row(&store, "acme").await.expect("row");
-    assert_eq!(row.characters, 40);
+    assert_eq!((row.characters, row.unsettled_characters), (40, 0));
+    // A late settle for a different amount: the difference, and nothing left unsettled.
+    let e = context("r3", "acme", "openai-tts");
+    store
+        .apply(&[charge(&e, 0, 60)], AT_MS)
+        .await
+        .expect("charge");
+    assert_eq!(store.sweep(AT_MS + 11, AT_MS + 11).await.expect("sweep"), 1);
+    let row = tenant_row(&store, "acme").await.expect("row");
+    assert_eq!((row.characters, row.unsettled_characters), (100, 60));
+    store
+        .apply(&[settle(&e, 0, 50)], AT_MS + 12)
+        .await
+        .expect("late settle");
+    let row = tenant_row(&store, "acme").await.expect("row");
+    assert_eq!((row.characters, row.unsettled_characters), (90, 0));
+    assert_eq!((row.cost_micros, row.unsettled_cost_micros), (90 * 15, 0));
 }
 db_test!(an_unsettled_charge_counts_after_the_grace_and_a_late_settle_corrects_it);
 

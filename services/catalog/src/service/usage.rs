@@ -254,5 +254,7 @@ pub fn row_to_pb(r: &UsageRow) -> pb::UsageRow {
         currency: r.currency.clone(),
         gpu_ms: r.gpu_ms,
         failed_attempts: r.failed_attempts,
+        unsettled_characters: r.unsettled_characters,
+        unsettled_cost: r.unsettled_cost_micros as f64 / 1_000_000.0,
     }
 }

@@ -16,6 +16,9 @@
 //!   a Charge nobody settles within the grace is counted as charged by the sweep (the
 //!   synthesis replica died mid-call and the vendor did the work); a Settle arriving after
 //!   that sweep adds the difference between what was charged and what was settled;
+//! - what the sweep counted is also kept as unsettled characters and cost until a late
+//!   Settle takes it back out: the true figure lies between characters − unsettled and
+//!   characters (the vendor may never have received a swept charge's text);
 //! - a request counts once, from its Done or (killed before its end) from its first swept
 //!   Charge; audio, cached characters, cached cost and failed attempts come from the Done
 //!   only (a Settle's audio is kept in the raw record, never added twice).
@@ -103,6 +106,11 @@ pub struct UsageRow {
     pub failed_attempts: i64,
     /// ISO 4217 code.
     pub currency: String,
+    /// Of `characters`: counted from charges the sweep found unsettled (the synthesis
+    /// replica stopped before the vendor answered; the vendor may never have received them).
+    pub unsettled_characters: i64,
+    /// Of `cost_micros`: the cost of those charges.
+    pub unsettled_cost_micros: i64,
 }
 
 impl UsageRow {

@@ -97,7 +97,8 @@ pub async fn rows(
          CAST(SUM(billed_characters) AS BIGINT), CAST(SUM(cached_characters) AS BIGINT), \
          CAST(SUM(audio_ms) AS BIGINT), CAST(SUM(gpu_ms) AS BIGINT), \
          CAST(SUM(cost_micros) AS BIGINT), CAST(SUM(failed_attempts) AS BIGINT), \
-         MAX(currency) FROM usage_daily",
+         MAX(currency), CAST(SUM(unsettled_characters) AS BIGINT), \
+         CAST(SUM(unsettled_cost_micros) AS BIGINT) FROM usage_daily",
         select_dims.join(", ")
     );
     if !conditions.is_empty() {
@@ -138,5 +139,7 @@ fn row(r: &QueryResult) -> Result<UsageRow, DbErr> {
         currency: r
             .try_get_by_index::<Option<String>>(13)?
             .unwrap_or_default(),
+        unsettled_characters: sum(14)?,
+        unsettled_cost_micros: sum(15)?,
     })
 }

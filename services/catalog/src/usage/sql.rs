@@ -20,6 +20,9 @@ pub(super) struct Delta {
     pub(super) gpu_ms: i64,
     pub(super) cost_micros: i64,
     pub(super) failed_attempts: i64,
+    /// Of `characters` / `cost_micros`: swept from charges still unsettled.
+    pub(super) unsettled_characters: i64,
+    pub(super) unsettled_cost_micros: i64,
     pub(super) currency: String,
 }
 
@@ -105,8 +108,8 @@ pub(super) async fn add_totals(
 ) -> Result<(), DbErr> {
     let sql = "INSERT INTO usage_daily (tenant, tier, pack_id, pool, day, requests, characters, \
                billed_characters, cached_characters, audio_ms, gpu_ms, cost_micros, \
-               failed_attempts, currency) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-               ON CONFLICT (tenant, tier, pack_id, pool, day) DO UPDATE SET \
+               failed_attempts, unsettled_characters, unsettled_cost_micros, currency) \
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, tier, pack_id, pool, day) DO UPDATE SET \
                requests = usage_daily.requests + excluded.requests, \
                characters = usage_daily.characters + excluded.characters, \
                billed_characters = usage_daily.billed_characters + excluded.billed_characters, \
@@ -115,6 +118,10 @@ pub(super) async fn add_totals(
                gpu_ms = usage_daily.gpu_ms + excluded.gpu_ms, \
                cost_micros = usage_daily.cost_micros + excluded.cost_micros, \
                failed_attempts = usage_daily.failed_attempts + excluded.failed_attempts, \
+               unsettled_characters = usage_daily.unsettled_characters \
+               + excluded.unsettled_characters, \
+               unsettled_cost_micros = usage_daily.unsettled_cost_micros \
+               + excluded.unsettled_cost_micros, \
                currency = excluded.currency";
     let backend = txn.get_database_backend();
     for ((tenant, tier, pack, pool, day), d) in totals {
@@ -132,6 +139,8 @@ pub(super) async fn add_totals(
             d.gpu_ms.into(),
             d.cost_micros.into(),
             d.failed_attempts.into(),
+            d.unsettled_characters.into(),
+            d.unsettled_cost_micros.into(),
             d.currency.into(),
         ];
         txn.execute_raw(stmt(backend, sql, values)).await?;

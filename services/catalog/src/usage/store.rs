@@ -246,10 +246,14 @@ impl UsageStore {
                 delta.currency = r.try_get_by_index(7)?;
                 if mark(&txn, &record, attempt, "sweep", now_ms).await? {
                     counted += 1;
-                    delta.characters += r.try_get_by_index::<i64>(8)?;
+                    let characters = r.try_get_by_index::<i64>(8)?;
+                    let cost_micros = r.try_get_by_index::<i64>(11)?;
+                    delta.characters += characters;
+                    delta.unsettled_characters += characters;
                     delta.billed_characters += r.try_get_by_index::<i64>(9)?;
                     delta.gpu_ms += r.try_get_by_index::<i64>(10)?;
-                    delta.cost_micros += r.try_get_by_index::<i64>(11)?;
+                    delta.cost_micros += cost_micros;
+                    delta.unsettled_cost_micros += cost_micros;
                     if mark(&txn, &record, -1, "sweep", now_ms).await? {
                         delta.requests += 1;
                     }
@@ -308,7 +312,8 @@ impl UsageStore {
     }
 }
 
-/// A new Settle: its quantities, or (its Charge already swept) the difference.
+/// A new Settle: its quantities, or (its Charge already swept) the difference, taking the
+/// swept Charge out of the unsettled figure.
 async fn settle(
     txn: &DatabaseTransaction,
     record: &str,
@@ -344,6 +349,9 @@ async fn settle(
     delta.billed_characters += settled.billed_characters - before.billed_characters;
     delta.gpu_ms += settled.gpu_ms - before.gpu_ms;
     delta.cost_micros += settled.cost_micros - before.cost_micros;
+    // The swept charge is settled now: no longer part of the unsettled figure.
+    delta.unsettled_characters -= before.characters;
+    delta.unsettled_cost_micros -= before.cost_micros;
     close(txn, record, attempt).await
 }
 

@@ -75,8 +75,12 @@ fn tier_name(t: i32) -> &'static str {
     }
 }
 
-/// The rows as a table: TENANT, the `--by` column when given, then the figures.
+/// The rows as a table: TENANT, the `--by` column when given, then the figures (UNSETTLED,
+/// the characters counted from charges no vendor answer settled, only when any row has some).
 pub fn render_table(rows: &[UsageRow], by: Option<UsageByArg>) -> String {
+    let unsettled = rows
+        .iter()
+        .any(|r| r.unsettled_characters != 0 || r.unsettled_cost != 0.0);
     let by_header = by.map(|b| match b {
         UsageByArg::Tier => "TIER",
         UsageByArg::Pack => "PACK",
@@ -93,6 +97,9 @@ pub fn render_table(rows: &[UsageRow], by: Option<UsageByArg>) -> String {
         "FAILED",
         "COST",
     ]);
+    if unsettled {
+        header.push("UNSETTLED");
+    }
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -115,6 +122,9 @@ pub fn render_table(rows: &[UsageRow], by: Option<UsageByArg>) -> String {
                 r.failed_attempts.to_string(),
                 format!("{:.6} {}", r.cost, r.currency).trim().to_owned(),
             ]);
+            if unsettled {
+                row.push(r.unsettled_characters.to_string());
+            }
             row
         })
         .collect();
@@ -142,6 +152,9 @@ struct JsonRow<'a> {
     failed_attempts: i64,
     cost: f64,
     currency: &'a str,
+    /// Of `characters` / `cost`: counted from charges no vendor answer settled.
+    unsettled_characters: i64,
+    unsettled_cost: f64,
 }
 
 /// The rows as one JSON array.
@@ -163,6 +176,8 @@ pub fn render_json(rows: &[UsageRow]) -> String {
             failed_attempts: r.failed_attempts,
             cost: r.cost,
             currency: &r.currency,
+            unsettled_characters: r.unsettled_characters,
+            unsettled_cost: r.unsettled_cost,
         })
         .collect();
     serde_json::to_string_pretty(&rows).unwrap_or_else(|_| "[]".to_owned())
@@ -199,6 +214,28 @@ mod tests {
         assert!(lines[2].contains("(none)"), "{table}");
         let column = |l: &str| l.find("CHARACTERS").or_else(|| l.find("12345"));
         assert_eq!(column(lines[0]), column(lines[1]), "{table}");
+        assert!(
+            !lines[0].contains("UNSETTLED"),
+            "no unsettled column when nothing is unsettled: {table}"
+        );
+    }
+
+    #[test]
+    fn the_table_shows_unsettled_characters_when_any_row_has_some() {
+        let mut swept = row("acme", "openai-tts", 12345);
+        swept.unsettled_characters = 345;
+        swept.unsettled_cost = 0.005;
+        let rows = [swept, row("", "volc", 7)];
+        let table = render_table(&rows, Some(UsageByArg::Pool));
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].trim_end().ends_with("UNSETTLED"), "{table}");
+        assert!(lines[1].trim_end().ends_with("345"), "{table}");
+        assert!(lines[2].trim_end().ends_with('0'), "{table}");
+        let column = |l: &str| {
+            l.find("UNSETTLED")
+                .or_else(|| l.find(" 345").map(|i| i + 1))
+        };
+        assert_eq!(column(lines[0]), column(lines[1]), "{table}");
     }
 
     #[test]
@@ -208,6 +245,15 @@ mod tests {
         assert_eq!(parsed[0]["tenant"], "acme");
         assert_eq!(parsed[0]["characters"], 10);
         assert_eq!(parsed[0]["currency"], "USD");
+        assert_eq!(parsed[0]["unsettled_characters"], 0, "always present");
+        assert_eq!(parsed[0]["unsettled_cost"], 0.0);
+        let mut swept = row("acme", "p", 10);
+        swept.unsettled_characters = 4;
+        swept.unsettled_cost = 0.25;
+        let json = render_json(&[swept]);
+        let parsed: serde_json::Value = serde_json::from_str(&json).expect("json");
+        assert_eq!(parsed[0]["unsettled_characters"], 4);
+        assert_eq!(parsed[0]["unsettled_cost"], 0.25);
         assert!(
             parsed[0].get("tier").is_none(),
             "ungrouped dimensions are left out"
