@@ -122,14 +122,18 @@ async fn emit(
         .iter()
         .map(|c| c.chars().count() as u64)
         .collect();
-    let mut admitted = job.pool.load.admit(&Ask {
-        pool,
-        slots: job.pool.slots,
-        parallel: core.settings.max_parallel_chunks,
-        chunks: &sizes,
-        priority: job.priority,
-        deadline: &job.deadline,
-    })?;
+    let mut admitted = job
+        .pool
+        .load
+        .admit_paced(&Ask {
+            pool,
+            slots: job.pool.slots,
+            parallel: core.settings.max_parallel_chunks,
+            chunks: &sizes,
+            priority: job.priority,
+            deadline: &job.deadline,
+        })
+        .await?;
     let permits = Arc::new(Semaphore::new(parallel));
     let mut slots: Vec<Slot> = (0..count)
         .map(|_| {

@@ -91,12 +91,9 @@ pub(super) async fn call_chunk<T: Send + 'static>(
         let charge = pending
             .take()
             .unwrap_or_else(|| job.meter.next(&chunk.utterance.text));
-        let lease = match state.lease(remaining, attempts, &charge).await? {
-            Some(lease) => lease,
-            None => {
-                pending = Some(charge);
-                continue;
-            }
+        let Some(lease) = state.lease(remaining, attempts, &charge).await? else {
+            pending = Some(charge);
+            continue;
         };
         let key_id = lease.key_id.clone();
         let guard = LeaseGuard::new(core.scheduler.clone(), lease);

@@ -22,9 +22,14 @@
 //! every request admitted after it, so a later arrival delays it. A newcomer is therefore also
 //! refused when, with its characters added, a request admitted before it (in a class it
 //! competes with) would be estimated to end past that request's own deadline: once admitted, a
-//! request is not starved by later arrivals. Until
-//! [`MIN_OBSERVED`] calls have succeeded here there is no pace yet and every request is
-//! admitted. The backlog is this replica's own: replicas do not see each other's, so each
+//! request is not starved by later arrivals.
+//!
+//! **Before the pool has a pace** (fewer than [`MIN_OBSERVED`] calls succeeded here, as after
+//! a start) nothing can be estimated. A request of one chunk is admitted (it costs one call
+//! and teaches the pace); of longer ones, one at a time goes ahead as the probe and the others
+//! wait ([`Load::admit_paced`]) until the pace is known or the probe ends, then are judged
+//! like any request. Admitting every long text blind let a burst after a start share the pool
+//! so thinly that none of them finished in time. The backlog is this replica's own: replicas do not see each other's, so each
 //! admits as if it had the pool to itself (an estimate on the optimistic side).
 
 mod pace;
@@ -43,6 +48,8 @@ pub const MIN_OBSERVED: u32 = 3;
 #[derive(Debug, Default)]
 pub struct Load {
     state: Mutex<State>,
+    /// Told when the pace becomes known or a probe ends (module doc).
+    changed: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -54,6 +61,8 @@ struct State {
     /// The requests admitted and not yet done: id, class, deadline.
     admitted: Vec<(u64, usize, tokio::time::Instant)>,
     next_id: u64,
+    /// The request admitted without a pace to learn it (module doc), while it runs.
+    probe: Option<u64>,
 }
 
 fn class(priority: Priority) -> usize {
@@ -91,6 +100,7 @@ impl Load {
                 pace: Pace::capped(cores),
                 ..State::default()
             }),
+            changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -110,16 +120,51 @@ impl Load {
         }
     }
 
+    /// [`Load::admit`], except that before the pool has a pace a request of several chunks
+    /// waits while another one probes it (module doc): until the pace is known, the probe
+    /// ends, or its own deadline passes (then it is admitted and judged by what it meets).
+    pub async fn admit_paced<'a>(&'a self, ask: &Ask<'_>) -> Result<Admitted<'a>, SynthesisError> {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut state = self.lock();
+                let paced = state.pace.observed() >= MIN_OBSERVED;
+                if paced || ask.chunks.len() <= 1 || state.probe.is_none() {
+                    let admitted = self.admit_in(&mut state, ask)?;
+                    if !paced && ask.chunks.len() > 1 {
+                        state.probe = Some(admitted.id);
+                    }
+                    return Ok(admitted);
+                }
+            }
+            tokio::select! {
+                () = changed => {}
+                () = tokio::time::sleep_until(ask.deadline.at()) => return self.admit(ask),
+            }
+        }
+    }
+
     /// Admits `ask` (module doc) and counts its characters in the backlog until the returned
     /// [`Admitted`] is done or dropped. Errors: DEADLINE_UNREACHABLE.
     pub fn admit<'a>(&'a self, ask: &Ask<'_>) -> Result<Admitted<'a>, SynthesisError> {
+        let mut state = self.lock();
+        self.admit_in(&mut state, ask)
+    }
+
+    /// [`Load::admit`] with the state already locked.
+    fn admit_in<'a>(
+        &'a self,
+        state: &mut State,
+        ask: &Ask<'_>,
+    ) -> Result<Admitted<'a>, SynthesisError> {
         let total: u64 = ask.chunks.iter().sum();
         let own = Work {
             chars: total,
             calls: ask.chunks.len() as u64,
         };
         let class = class(ask.priority);
-        let mut state = self.lock();
         let full = state.pace.throughput(ask.slots);
         if let Some(full) = full.filter(|_| state.pace.observed() >= MIN_OBSERVED && ask.slots > 0)
         {
@@ -260,7 +305,14 @@ impl Call<'_> {
 impl Drop for Call<'_> {
     fn drop(&mut self) {
         let now = Instant::now();
-        self.load.lock().pace.end(self.start, now, self.chars);
+        let mut state = self.load.lock();
+        let was = state.pace.observed();
+        state.pace.end(self.start, now, self.chars);
+        let learned = was < MIN_OBSERVED && state.pace.observed() >= MIN_OBSERVED;
+        drop(state);
+        if learned {
+            self.load.changed.notify_waiters();
+        }
     }
 }
 
@@ -296,10 +348,16 @@ impl Drop for Admitted<'_> {
         let left = self.left;
         self.take(left);
         let id = self.id;
-        self.load
-            .lock()
-            .admitted
-            .retain(|(admitted, _, _)| *admitted != id);
+        let mut state = self.load.lock();
+        state.admitted.retain(|(admitted, _, _)| *admitted != id);
+        let probe_ended = state.probe == Some(id);
+        if probe_ended {
+            state.probe = None;
+        }
+        drop(state);
+        if probe_ended {
+            self.load.changed.notify_waiters();
+        }
     }
 }
 
@@ -449,5 +507,63 @@ mod tests {
             panic!("4 s of chunks cannot fit 1 s");
         };
         assert_eq!(retry_after, None, "waiting does not help");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn before_a_pace_one_long_request_probes_and_the_others_wait_for_what_it_teaches() {
+        use futures::FutureExt;
+        let load = Load::default();
+        let deadline = Deadline::after(Duration::from_secs(600));
+        let long = [1000; 5];
+        let probe = load
+            .admit_paced(&ask(&long, Priority::Standard, &deadline))
+            .now_or_never()
+            .expect("the first long request goes ahead at once")
+            .expect("admitted");
+        // A one-chunk request is never held: it teaches the pace itself.
+        let short = load
+            .admit_paced(&ask(&[200], Priority::Standard, &deadline))
+            .now_or_never()
+            .expect("a one-chunk request is not held")
+            .expect("admitted");
+        drop(short);
+        let second = ask(&long, Priority::Standard, &deadline);
+        let waiting = load.admit_paced(&second);
+        tokio::pin!(waiting);
+        assert!(
+            futures::poll!(waiting.as_mut()).is_pending(),
+            "a second long request waits while the probe runs"
+        );
+        // The probe's calls teach the pace: the waiting request is judged then.
+        for _ in 0..MIN_OBSERVED {
+            let mut call = load.call();
+            call.chars = Some(1000);
+            tokio::time::advance(Duration::from_millis(10)).await;
+            drop(call);
+        }
+        let admitted = waiting.await;
+        assert!(admitted.is_ok(), "{admitted:?}");
+        drop(probe);
+    }
+
+    #[tokio::test]
+    async fn a_request_waiting_for_a_pace_goes_ahead_when_the_probe_ends() {
+        use futures::FutureExt;
+        let load = Load::default();
+        let deadline = Deadline::after(Duration::from_secs(600));
+        let long = [1000; 5];
+        let probe = load
+            .admit_paced(&ask(&long, Priority::Standard, &deadline))
+            .now_or_never()
+            .expect("at once")
+            .expect("admitted");
+        let second = ask(&long, Priority::Standard, &deadline);
+        let waiting = load.admit_paced(&second);
+        tokio::pin!(waiting);
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+        // The probe failed without teaching anything: the next request probes in its place.
+        drop(probe);
+        let next = waiting.await.expect("admitted as the next probe");
+        assert_eq!(load.lock().probe, Some(next.id));
     }
 }
