@@ -7,8 +7,9 @@
 //!   killed after sending leaves it for the ledger, one killed while waiting for a key
 //!   leaves nothing (the vendor was sent nothing).
 //! - Settles and Dones are queued ([`Writer::queue`]) to one background task that sends them
-//!   in batches (one script call of up to [`BATCH`] XADDs) in the order they were queued.
-//! - Metering never takes synthesis down: while Redis does not answer, a Charge is queued
+//!   in batches (one script call of up to [`BATCH`] XADDs) in the order they were queued,
+//!   each batch kept until a replica holds it (Sentinel, Cluster): a failover keeps it.
+//! - Metering never takes synthesis down: a Charge Redis does not take in time is queued
 //!   instead (behind whatever is already waiting, so its Settle never precedes it), the
 //!   queue is retried with back-off, and past [`Writer::capacity`] entries new ones are
 //!   dropped, counted (`voxpool.usage.records_dropped`) and logged at most once per 10 s.
@@ -41,6 +42,8 @@ pub const BATCH: usize = 256;
 pub const DEFAULT_CAPACITY: usize = 100_000;
 /// How long one write may take before it counts as failed.
 const STORE_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a Charge waits for a store that was failing ([`Writer::write_now`]).
+const UNHEALTHY_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// Appends every record it is given (ARGV) to the stream (KEYS[1]), in order.
 const APPEND: &str = r"
@@ -133,15 +136,22 @@ impl Writer {
     pub async fn write_now(&self, event: &UsageEvent) {
         let Some(json) = encode(event) else { return };
         let inner = &self.inner;
-        let ready = inner.healthy.load(Ordering::Relaxed);
-        let Some(conn) = inner.conn.get().filter(|_| ready) else {
+        let Some(conn) = inner.conn.get() else {
             inner.push(json);
             return;
         };
+        // Tried even while the background writer is failing (a batch's replica acknowledgement
+        // ran out, a slow answer under load): only a Charge on the stream survives this
+        // replica. A store that stopped answering costs a call at most `UNHEALTHY_TIMEOUT`.
+        let bound = if inner.healthy.load(Ordering::Relaxed) {
+            STORE_TIMEOUT
+        } else {
+            UNHEALTHY_TIMEOUT
+        };
         let mut cmd = redis::cmd("XADD");
         cmd.arg(USAGE_STREAM).arg("*").arg(USAGE_FIELD).arg(&json);
-        match tokio::time::timeout(STORE_TIMEOUT, conn.query(&cmd)).await {
-            Ok(Ok(_)) => {}
+        match tokio::time::timeout(bound, conn.query(&cmd)).await {
+            Ok(Ok(_)) => inner.healthy.store(true, Ordering::Relaxed),
             Ok(Err(e)) => {
                 inner.failed(&e.to_string());
                 inner.push(json);
