@@ -27,7 +27,12 @@ use crate::{
     },
 };
 
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/budget.lua")));
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/calendar.lua"),
+        include_str!("lua/budget.lua")
+    ))
+});
 
 /// The row's Redis keys under `prefix`, in the script's order.
 fn row_keys(prefix: &str, row: &BudgetRow) -> [String; 4] {

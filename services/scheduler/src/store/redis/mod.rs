@@ -62,7 +62,12 @@ use crate::model::Lease;
 use conn::{Conn, Topology};
 use reply::map_err;
 
-const PRELUDE: &str = include_str!("lua/prelude.lua");
+/// Every pool script's start: the calendar periods (`lua/calendar.lua`, shared with the budget
+/// script), then the pool's keys and helpers.
+const PRELUDE: &str = concat!(
+    include_str!("lua/calendar.lua"),
+    include_str!("lua/prelude.lua")
+);
 
 struct Scripts {
     acquire: Script,

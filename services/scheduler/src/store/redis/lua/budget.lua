@@ -1,5 +1,5 @@
--- Budget rows (store/budget.rs, redis/budget.rs). Runs without the pool prelude: four keys of
--- one hash slot, the row's own.
+-- Budget rows (store/budget.rs, redis/budget.rs). Runs after calendar.lua, without the pool
+-- prelude: four keys of one hash slot, the row's own.
 --   KEYS[1] '<prefix>:budget:{<id>:<hex subject>}'       HASH win (period start), uc, um
 --                                                        (used characters, cost micros), rc,
 --                                                        rm (reserved)
@@ -13,7 +13,6 @@
 -- reserved / done, 0 refused; limit 'characters' | 'cost' | ''; online replicas counted
 -- after a reservation only (0 otherwise).
 local op = ARGV[1]
-local DAY_MS = 86400000
 local function num(v) return tonumber(v) or 0 end
 
 if op == 'advance' then
@@ -24,37 +23,6 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   + num(redis.call('GET', KEYS[4]))
-
--- The UTC calendar period containing now (QuotaPeriod::window in Rust; prelude.lua's).
-local function civil_from_days(z)
-  z = z + 719468
-  local era = math.floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
-    - math.floor(doe / 146096)) / 365)
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local m = mp < 10 and mp + 3 or mp - 9
-  local y = yoe + era * 400
-  if m <= 2 then y = y + 1 end
-  return y, m
-end
-local function days_from_civil(y, m)
-  if m <= 2 then y = y - 1 end
-  local era = math.floor(y / 400)
-  local yoe = y - era * 400
-  local mp = m > 2 and m - 3 or m + 9
-  local doy = math.floor((153 * mp + 2) / 5)
-  return era * 146097 + yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy - 719468
-end
-local function window(per)
-  local day = math.floor(now / DAY_MS)
-  if per ~= 'month' then return day * DAY_MS, (day + 1) * DAY_MS end
-  local y, m = civil_from_days(day)
-  local ny, nm = y, m + 1
-  if nm > 12 then ny, nm = y + 1, 1 end
-  return days_from_civil(y, m) * DAY_MS, days_from_civil(ny, nm) * DAY_MS
-end
 
 local function amounts(token)
   local a = redis.call('HGET', KEYS[3], token)
@@ -89,7 +57,7 @@ for _, token in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT'
 end
 
 -- A new period starts the used amounts from 0 (calls in flight keep their reservations).
-local start, untl = window(ARGV[2])
+local start, untl = quota_window(ARGV[2], now)
 if num(redis.call('HGET', KEYS[1], 'win')) ~= start then
   redis.call('HSET', KEYS[1], 'win', string.format('%d', start), 'uc', 0, 'um', 0)
 end
