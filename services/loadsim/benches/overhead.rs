@@ -8,8 +8,9 @@
 //!   Reports + releases.
 //!
 //! - **through voxpool, metered**: the same on a second synthesis server writing usage records
-//!   (`--usage-store`, the scheduler's redis-server): a Charge awaited beside each Acquire, a
-//!   Settle and a Done queued to its background writer.
+//!   (`--usage-store`, the scheduler's redis-server): a Charge written and awaited once each
+//!   key is granted, before the vendor call; a Settle and a Done queued to its background
+//!   writer.
 //!
 //! Prints p50/p99 of each, the p50 difference against the floor (≤ 1 ms added), and what
 //! recording usage adds to the p50 (goal ≤ 0.05 ms).
