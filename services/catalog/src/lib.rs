@@ -39,6 +39,6 @@ pub mod reference;
 pub mod repo;
 pub mod seed;
 pub mod server;
-pub mod usage;
 pub mod service;
+pub mod usage;
 pub mod validate;
