@@ -19,7 +19,10 @@ use voxpool_proto::{
 use voxpool_runtime::{auth::ClientToken, endpoints::Endpoints};
 
 use crate::{
-    convert::enums,
+    convert::{
+        enums::{format_pb, priority_pb},
+        metering,
+    },
     model::{Format, ItemError, Priority},
     usage::{BudgetWait, Usage},
 };
@@ -105,7 +108,7 @@ impl Spoken {
             audio: response.audio,
             key_id: response.key_id,
             reference_digest: response.reference_digest,
-            usage: response.usage.as_ref().map(crate::convert::usage),
+            usage: response.usage.as_ref().map(metering::usage),
         }
     }
 }
@@ -269,10 +272,10 @@ impl Synthesizer {
         let mut request = tonic::Request::new(SynthesizeRequest {
             voice: Some(voice),
             text: spec.text.clone(),
-            format: enums::format_pb(job.format) as i32,
+            format: format_pb(job.format) as i32,
             sample_rate_hz: job.sample_rate_hz,
             request_id: format!("{}/{id}", job.job),
-            priority: enums::priority_pb(job.priority) as i32,
+            priority: priority_pb(job.priority) as i32,
             tenant: job.tenant.clone(),
             emotion: spec.emotion.clone(),
             seed: Some(

@@ -1,5 +1,5 @@
 //! What an item's Synthesize calls spent, and a job's items added up (the proto's
-//! `voxpool.synthesis.v1.Usage`, kept without protobuf: `crate::convert::usage` maps it).
+//! `voxpool.synthesis.v1.Usage`, kept without protobuf: `crate::convert::metering::usage` maps it).
 //!
 //! An item's usage is kept in its result document ([`crate::model::ItemResult::usage`]); a
 //! job's is kept as integer fields of its record hash (`u_characters`, ...), added to in the

@@ -355,36 +355,46 @@ fn usage_instruments() -> &'static UsageInstruments {
     })
 }
 
-fn usage_attributes(meter: &crate::usage::Meter, cached: bool) -> [KeyValue; 4] {
-    let context = meter.context();
+/// What a request's usage is counted under: tier, pool and provider (never the tenant).
+#[derive(Clone, Copy, Debug)]
+pub struct UsageLabels<'a> {
+    /// The pack's tier (`UNSPECIFIED` without one).
+    pub tier: &'static str,
+    /// The pool.
+    pub pool: &'a str,
+    /// The pool's provider.
+    pub provider: &'static str,
+}
+
+fn usage_attributes(labels: UsageLabels<'_>, cached: bool) -> [KeyValue; 4] {
     [
-        KeyValue::new("tier", meter.tier_label()),
-        KeyValue::new("pool", context.pool.clone()),
-        KeyValue::new("provider", context.provider.as_str()),
+        KeyValue::new("tier", labels.tier),
+        KeyValue::new("pool", labels.pool.to_owned()),
+        KeyValue::new("provider", labels.provider),
         KeyValue::new("cached", cached),
     ]
 }
 
-/// Characters, audio and cost one attempt or cache hit of `meter`'s request used.
+/// Characters, audio and cost one attempt or cache hit of a request used.
 pub fn usage(
-    meter: &crate::usage::Meter,
+    labels: UsageLabels<'_>,
     characters: u64,
     audio_ms: u64,
     cost_micros: i64,
     cached: bool,
 ) {
     let i = usage_instruments();
-    let attributes = usage_attributes(meter, cached);
+    let attributes = usage_attributes(labels, cached);
     i.characters.add(characters, &attributes);
     i.audio_seconds.add(audio_ms as f64 / 1000.0, &attributes);
     i.cost.add(cost_micros as f64 / 1_000_000.0, &attributes);
 }
 
-/// One metered request ended (`cached`: all of it from the audio cache).
-pub fn usage_request(meter: &crate::usage::Meter, cached: bool) {
+/// One request ended (`cached`: served wholly from the audio cache).
+pub fn usage_request(labels: UsageLabels<'_>, cached: bool) {
     usage_instruments()
         .requests
-        .add(1, &usage_attributes(meter, cached));
+        .add(1, &usage_attributes(labels, cached));
 }
 
 /// A usage record dropped (`crate::usage::writer`).

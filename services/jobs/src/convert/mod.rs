@@ -5,7 +5,7 @@
 //! builds or reads a `pb` message, except the synthesis client (`crate::synth`).
 
 pub mod enums;
-mod metering;
+pub mod metering;
 
 use prost::Message as _;
 use prost_types::Timestamp;

@@ -262,7 +262,13 @@ impl Meter {
             t.cost_micros = t.cost_micros.saturating_add(cost_micros);
             t.failed_attempts += u32::from(failed);
         }
-        crate::metrics::usage(self, characters, settled.audio_ms, cost_micros, false);
+        crate::metrics::usage(
+            self.labels(),
+            characters,
+            settled.audio_ms,
+            cost_micros,
+            false,
+        );
         let event = self.writer.as_ref().map(|_| UsageEvent::Settle {
             context: self.context.clone(),
             attempt: AttemptUsage {
@@ -295,7 +301,7 @@ impl Meter {
             t.cost_micros = t.cost_micros.saturating_add(cost.max(0));
             t.cached_cost_micros = t.cached_cost_micros.saturating_add(cost.max(0));
         }
-        crate::metrics::usage(self, characters, audio_ms, cost.max(0), true);
+        crate::metrics::usage(self.labels(), characters, audio_ms, cost.max(0), true);
     }
 
     /// Marks the request as having delivered all its audio (the Done record's `ok`).
@@ -312,6 +318,15 @@ impl Meter {
     pub fn tier_label(&self) -> &'static str {
         self.tier.map_or("UNSPECIFIED", Tier::as_str)
     }
+
+    /// What the meters count this request under.
+    fn labels(&self) -> crate::metrics::UsageLabels<'_> {
+        crate::metrics::UsageLabels {
+            tier: self.tier_label(),
+            pool: &self.context.pool,
+            provider: self.context.provider.as_str(),
+        }
+    }
 }
 
 /// The request's end, written once its last reference is gone: every attempt, including
@@ -319,7 +334,7 @@ impl Meter {
 impl Drop for Meter {
     fn drop(&mut self) {
         let t = self.totals();
-        crate::metrics::usage_request(self, t.characters == 0 && t.cached_characters > 0);
+        crate::metrics::usage_request(self.labels(), t.characters == 0 && t.cached_characters > 0);
         let Some(writer) = &self.writer else { return };
         writer.queue(&UsageEvent::Done {
             context: self.context.clone(),
