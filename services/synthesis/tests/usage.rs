@@ -197,12 +197,16 @@ async fn a_usage_store_that_does_not_answer_fails_no_request() {
     );
 }
 
+/// A budget refusal as the scheduler words it.
+const SCHEDULER_SAYS: &str = "budget \"acme-daily\" for \"acme\" is exhausted: 9880 characters used and 120 characters reserved by calls in flight of its 10000 characters per day, so this request's 120 characters do not fit; it resets at 2027-01-15T08:00:00Z (in 3600000ms); wait for the reset, or raise the budget's characters in [[budgets]]";
+
 #[test]
 fn budget_exhausted_is_resource_exhausted_on_grpc_and_insufficient_quota_on_http() {
     let details: HashMap<String, String> = [
         ("budget", "acme-daily"),
         ("subject", "acme"),
-        ("used", "10000"),
+        ("used", "9880"),
+        ("reserved", "120"),
         ("limit", "10000"),
         ("resets_at_ms", "1800000000000"),
     ]
@@ -211,7 +215,7 @@ fn budget_exhausted_is_resource_exhausted_on_grpc_and_insufficient_quota_on_http
     .collect();
     let error = || SynthesisError::BudgetExhausted {
         pool: "p".into(),
-        message: "budget acme-daily exhausted".into(),
+        message: SCHEDULER_SAYS.into(),
         details: details.clone(),
         retry_after: Some(Duration::from_secs(3600)),
     };
@@ -227,20 +231,13 @@ fn budget_exhausted_is_resource_exhausted_on_grpc_and_insufficient_quota_on_http
         SynthesisReason::of(&status),
         Some(SynthesisReason::BudgetExhausted)
     );
-    assert!(
-        status.message().contains("acme-daily"),
-        "{}",
-        status.message()
-    );
-    assert!(
-        status.message().contains("10000 of 10000"),
-        "{}",
-        status.message()
-    );
+    // The scheduler's own words pass through: they say what is used, reserved and asked.
+    assert_eq!(status.message(), SCHEDULER_SAYS);
     use tonic_types::StatusExt as _;
     let details = status.get_error_details();
     let info = details.error_info().expect("error info");
     assert_eq!(info.metadata["budget"], "acme-daily");
+    assert_eq!(info.metadata["reserved"], "120");
     assert_eq!(info.metadata["resets_at_ms"], "1800000000000");
     assert_eq!(
         details.retry_info().and_then(|r| r.retry_delay),

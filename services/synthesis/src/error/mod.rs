@@ -396,27 +396,13 @@ mod status;
 #[cfg(test)]
 mod tests;
 
-/// `budget "acme-daily" for tenant acme is used up (10000 of 10000 characters); it resets at
-/// 2026-12-08T00:00:00Z: wait for the reset or raise the budget`: from the scheduler's
-/// figures when it sent them, else its message.
+/// The scheduler's own refusal, which names the budget, what is used and reserved by calls in
+/// flight, what this call asked, the reset and what to do; marked as a budget's when the
+/// scheduler's answer carried no budget (an older scheduler).
 fn budget_text(message: &str, details: &std::collections::HashMap<String, String>) -> String {
-    let get = |k: &str| details.get(k).map_or("", String::as_str);
-    let (budget, subject, used, limit) = (get("budget"), get("subject"), get("used"), get("limit"));
-    if budget.is_empty() {
-        return format!("budget exhausted: {message}");
-    }
-    let resets = get("resets_at_ms")
-        .parse::<i64>()
-        .ok()
-        .and_then(chrono::DateTime::from_timestamp_millis)
-        .map_or_else(|| "the end of its period".to_owned(), |t| t.to_rfc3339());
-    let subject = if subject.is_empty() {
-        String::new()
+    if details.get("budget").is_some_and(|b| !b.is_empty()) {
+        message.to_owned()
     } else {
-        format!(" for {}", voxpool_domain::untrusted::quote(subject))
-    };
-    format!(
-        "budget {}{subject} is used up ({used} of {limit}); it resets at {resets}: wait for the reset or raise the budget in [[budgets]]",
-        voxpool_domain::untrusted::quote(budget)
-    )
+        format!("budget exhausted: {message}")
+    }
 }

@@ -168,7 +168,13 @@ fn metadata(e: SynthesisError) -> HashMap<String, String> {
                 .filter(|(k, _)| {
                     matches!(
                         k.as_str(),
-                        "budget" | "subject" | "used" | "limit" | "resets_at_ms" | "unit"
+                        "budget"
+                            | "subject"
+                            | "used"
+                            | "reserved"
+                            | "limit"
+                            | "resets_at_ms"
+                            | "unit"
                     )
                 })
                 .collect();
