@@ -167,6 +167,7 @@ fn write_config(
 ) -> PathBuf {
     let mut t = format!(
         "[[pools]]\nid = \"{POOL}\"\nprovider = \"openai\"\nmodel = \"tts-1\"\n\
+         price = {{ per_million_characters = 15.0 }}\n\
          [[pools.upstreams]]\nid = \"u\"\nbase_url = \"{base_url}\"\n"
     );
     for k in 0..keys {
@@ -342,6 +343,63 @@ async fn the_sdk_and_curl_list_voices_speak_and_stream_sse() {
         4,
         "no call without a key reached the vendor"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_says_what_it_bills_in_its_headers_and_its_sse_done_event() {
+    let stack = Stack::start(fake_openai(10, 0), 1, 4, 30_000).await;
+    // OpenAI bills Unicode scalars: the Han characters and the emoji count one each.
+    let text = "Bill me, 你好 🎉.";
+    let characters = text.chars().count() as i64;
+    let cost = characters as f64 * 15.0 / 1e6;
+    let curl = |body: &Value| {
+        let out = Command::new("curl")
+            .args(["-sS", "-N", "-D", "-"])
+            .args(["-H", &format!("Authorization: Bearer {KEY_A}")])
+            .args([
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+                &body.to_string(),
+            ])
+            .arg(format!("{}/audio/speech", stack.url))
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let header = |answer: &str, name: &str| -> String {
+        answer
+            .split("\r\n\r\n")
+            .next()
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+            })
+            .unwrap_or_else(|| panic!("no {name} header: {answer:.300}"))
+    };
+    let wav = curl(
+        &json!({"model": "tts-1", "voice": stack.voice, "input": text, "response_format": "wav"}),
+    );
+    assert_eq!(header(&wav, "x-voxpool-characters"), characters.to_string());
+    let said: f64 = header(&wav, "x-voxpool-cost").parse().expect("a number");
+    assert!((said - cost).abs() < 1e-6, "cost {said}, expected {cost}");
+    let sse = curl(
+        &json!({"model": "tts-1", "voice": stack.voice, "input": text, "response_format": "pcm", "stream_format": "sse"}),
+    );
+    let done: Value = sse
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|e| e["type"] == "speech.audio.done")
+        .unwrap_or_else(|| panic!("no speech.audio.done event: {sse:.500}"));
+    let usage = &done["usage"];
+    assert_eq!(usage["characters"], characters, "{done}");
+    assert_eq!(usage["cached_characters"], 0, "{done}");
+    assert!(usage["audio_ms"].as_i64() > Some(0), "{done}");
+    let billed = usage["cost"].as_f64().expect("cost");
+    assert!((billed - cost).abs() < 1e-6, "{done}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
