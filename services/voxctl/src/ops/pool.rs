@@ -121,7 +121,7 @@ pub fn render_budgets(budgets: &[BudgetStatus]) -> String {
         }
         if b.cost_limit > 0.0 {
             limits.push(format!(
-                "cost {:.2}/{:.2}/{:.2} {}",
+                "cost {}/{}/{} {}",
                 b.cost_used, b.cost_reserved, b.cost_limit, b.currency
             ));
         }
