@@ -92,7 +92,7 @@ fn write_config(dir: &Path, base_url: &str, extra: &str) -> PathBuf {
         "[usage]\ncurrency = \"USD\"\n\
          [scheduler]\ndefault_lease_ttl_ms = 3000\nwait_poll_ms = 10\nrecovery_window_ms = 0\n\
          [synthesis]\nattempt_timeout_ms = 2500\ndefault_deadline_ms = 30000\n\
-         cache_fill_ttl_ms = 1000\ncache_secret = {{ file = \"{}\" }}\n{extra}\n",
+         cache_fill_ttl_ms = 1000\nmax_text_chars = 60000\ncache_secret = {{ file = \"{}\" }}\n{extra}\n",
         secret.display()
     ));
     t.push_str(voxpool_e2e::CLIENT_TOKENS_TOML);
@@ -632,4 +632,56 @@ async fn a_budget_shared_by_two_schedulers_holds_through_a_sentinel_failover() {
     let store = Store::Sentinel(Arc::new(sentinel));
     let granted = budget_holds(&store.url(), Some(&store)).await;
     eprintln!("budget through a Sentinel failover: {granted} calls of 120 characters granted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_text_its_budget_cannot_hold_whole_is_refused_before_any_chunk_is_spent() {
+    let fake = FakeVendor::start(FakeConfig::new(VendorKind::OpenAi).cap(10))
+        .await
+        .expect("fake vendor");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &fake.base_url(),
+        "[[budgets]]\nid = \"acme-daily\"\ntenants = [\"acme\"]\ncharacters = 10000\nper = \"day\"\n",
+    );
+    let sched = scheduler(&config, "memory");
+    let blobs = format!("file://{}", dir.path().join("blobs").display());
+    let synth = synthesis(&config, [&sched, &sched], &blobs, None);
+    let mut client = SynthesisClient::new(channel(&synth.addr).await);
+    let speak = |text: String| pb::SynthesizeRequest {
+        voice: Some(pb::synthesize_request::Voice::Snapshot(voice("alloy"))),
+        text,
+        tenant: "acme".into(),
+        format: pb::AudioFormat::Pcm as i32,
+        cache_policy: pb::CachePolicy::Bypass as i32,
+        ..Default::default()
+    };
+    // 12,000 characters: several chunks, more than the whole budget.
+    let long = voxpool_e2e::speech::long_text(12_000);
+    let refused = client
+        .synthesize(speak(long))
+        .await
+        .expect_err("a text the budget cannot hold is refused");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    let details = tonic_types::StatusExt::get_error_details(&refused);
+    assert_eq!(
+        details.error_info().map(|i| i.reason.as_str()),
+        Some("BUDGET_EXHAUSTED"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        fake.voice_characters().values().sum::<u64>(),
+        0,
+        "no chunk of it reached the vendor"
+    );
+    // The budget is untouched: a text that fits is served whole.
+    let fits = voxpool_e2e::speech::long_text(6_000);
+    let chars = fits.chars().count() as u64;
+    let answer = client.synthesize(speak(fits)).await.expect("served");
+    assert_eq!(
+        answer.into_inner().usage.expect("usage").characters,
+        chars as i64
+    );
+    assert_eq!(fake.voice_characters().values().sum::<u64>(), chars);
 }

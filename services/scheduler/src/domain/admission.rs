@@ -43,6 +43,12 @@ pub struct AcquireRequest {
     pub tier: Option<voxpool_domain::snapshot::Tier>,
     /// The cost the call may reach (millionths), reserved against budgets with a cost.
     pub cost_micros: u64,
+    /// What the whole request needs (its other calls included): budgets must have it left,
+    /// though only this call's characters and cost are reserved (`budget` module). Zero =
+    /// this call's.
+    pub request_characters: u64,
+    /// The same for cost (millionths).
+    pub request_cost_micros: u64,
 }
 
 /// How an Acquire got its lease.

@@ -21,7 +21,10 @@ use voxpool_domain::snapshot::Tier;
 use super::{AcquireRequest, Granted, Scheduler};
 use crate::{
     error::{BudgetRefused, SchedulerError},
-    model::{BudgetAmount, BudgetAnswer, BudgetRow, BudgetUse, Lease, LeaseId, LeaseToken, Settle},
+    model::{
+        BudgetAmount, BudgetAnswer, BudgetLimit, BudgetRow, BudgetUse, Lease, LeaseId, LeaseToken,
+        Settle,
+    },
     store::LeaseStore,
 };
 
@@ -204,6 +207,7 @@ impl Scheduler {
             characters: p.characters,
             cost_micros: request.cost_micros,
         };
+        self.whole_request_fits(request, &rows, amount).await?;
         let mut hold = Hold {
             store: self.store.clone(),
             token: p.token.clone(),
@@ -235,6 +239,57 @@ impl Scheduler {
             }
         }
         Ok(hold)
+    }
+
+    /// Refuses at once when a row cannot hold what the whole request needs
+    /// (`request_characters` / `request_cost_micros`, when more than this call): its later
+    /// calls would be refused after its first ones were spent, and the caller would get
+    /// nothing for them. A read, not a reservation: concurrent requests may still each pass
+    /// it, and the reservations (atomic) keep the limit.
+    async fn whole_request_fits(
+        &self,
+        request: &AcquireRequest,
+        rows: &[BudgetRow],
+        call: BudgetAmount,
+    ) -> Result<(), SchedulerError> {
+        let need = BudgetAmount {
+            characters: request.request_characters.max(call.characters),
+            cost_micros: request.request_cost_micros.max(call.cost_micros),
+        };
+        if need == call {
+            return Ok(());
+        }
+        for row in rows {
+            let usage = self.store.budget_use(row).await?;
+            let over = |limit: u64, used: u64, reserved: u64, asked: u64| {
+                limit > 0 && used.saturating_add(reserved).saturating_add(asked) > limit
+            };
+            let limit = if over(
+                row.characters,
+                usage.used.characters,
+                usage.reserved.characters,
+                need.characters,
+            ) {
+                BudgetLimit::Characters
+            } else if over(
+                row.cost_micros,
+                usage.used.cost_micros,
+                usage.reserved.cost_micros,
+                need.cost_micros,
+            ) {
+                BudgetLimit::Cost
+            } else {
+                continue;
+            };
+            return Err(SchedulerError::BudgetExhausted(Box::new(BudgetRefused {
+                row: row.clone(),
+                limit,
+                asked: need,
+                usage,
+                currency: self.budgets.currency.clone(),
+            })));
+        }
+        Ok(())
     }
 
     /// Settles the budget reservations of the lease `id` (module doc); best effort: a row

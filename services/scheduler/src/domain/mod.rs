@@ -199,15 +199,21 @@ impl Scheduler {
 
     /// Frees the lease `id` granted at `granted_at_ms` (`LeaseStore::release_granted`):
     /// `true` if this call freed it.
-    /// A lease released without a Report counts its whole budget reservation: what the vendor
-    /// charged is unknown.
+    /// A lease released without a Report counts its whole budget reservation (what the vendor
+    /// charged is unknown), unless its holder says it never sent the call (`not_sent`).
     pub async fn release(
         &self,
         id: &LeaseId,
         granted_at_ms: Option<i64>,
+        not_sent: bool,
     ) -> Result<bool, SchedulerError> {
         let released = self.store.release_granted(id, granted_at_ms).await?;
-        self.settle_budgets(id, Settle::Reserved).await;
+        let settle = if not_sent {
+            Settle::Nothing
+        } else {
+            Settle::Reserved
+        };
+        self.settle_budgets(id, settle).await;
         Ok(released)
     }
 

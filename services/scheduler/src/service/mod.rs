@@ -271,7 +271,8 @@ impl pb::pool_scheduler_server::PoolScheduler for SchedulerService {
         let caller = caller_of(&request);
         self.ensure_signer().await?;
         let (id, granted_at_ms) = self.release_target(request.get_ref(), &caller)?;
-        let released = self.scheduler.release(&id, granted_at_ms).await?;
+        let not_sent = request.get_ref().not_sent;
+        let released = self.scheduler.release(&id, granted_at_ms, not_sent).await?;
         Ok(Response::new(pb::ReleaseResponse { released }))
     }
 

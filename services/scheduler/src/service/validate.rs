@@ -236,6 +236,21 @@ impl SchedulerService {
             caller: r.caller.clone(),
             tier,
             cost_micros: cost_micros(r.cost_micros)?,
+            request_characters: self::characters(r.request_characters).map_err(|_| {
+                invalid(
+                    "request_characters",
+                    format!(
+                        "{} is out of range 0..={MAX_REPORT_CHARACTERS}",
+                        r.request_characters
+                    ),
+                )
+            })?,
+            request_cost_micros: cost_micros(r.request_cost_micros).map_err(|_| {
+                invalid(
+                    "request_cost_micros",
+                    format!("{} is out of range 0..=10^15", r.request_cost_micros),
+                )
+            })?,
             params: AcquireParams {
                 pool: r.pool.clone(),
                 token: if idempotent {

@@ -256,6 +256,7 @@ async fn release_by_idempotency_key_frees_the_lease_that_key_was_granted(b: Back
             lease_id: lease.lease_id.clone(),
             idempotency_key: "k".into(),
             pool: "p".into(),
+            ..Default::default()
         },
         pb::ReleaseRequest {
             idempotency_key: "k".into(),

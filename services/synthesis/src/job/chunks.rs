@@ -256,7 +256,22 @@ async fn produce(
     out: ChunkOut<ChunkResult>,
     _permit: OwnedSemaphorePermit,
 ) {
+    let _opens = (index == 0).then(|| OpenOnDrop(job.first_leased.clone()));
+    if index > 0 {
+        // Ends when the first chunk holds a lease or is done (the sender lives in the job).
+        let _ = job.first_leased.subscribe().wait_for(|open| *open).await;
+    }
     let mut attempts = Vec::new();
     let result = cached::serve_chunk(&core, &job, index, &out, &mut attempts).await;
     out.tx.send(ChunkMsg::Done((result, attempts)));
+}
+
+/// Lets the other chunks of a request go once its first chunk is done, whatever its end
+/// (served from the cache, failed) — [`Job::first_leased`].
+struct OpenOnDrop(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
+    }
 }

@@ -95,6 +95,10 @@ pub(super) async fn call_chunk<T: Send + 'static>(
             pending = Some(charge);
             continue;
         };
+        if chunk.index == 0 {
+            // The budgets have judged the whole text: the other chunks may ask now.
+            job.first_leased.send_replace(true);
+        }
         let key_id = lease.key_id.clone();
         let guard = LeaseGuard::new(core.scheduler.clone(), lease);
         let Some((key, upstream)) = state.credential(&key_id) else {
@@ -207,6 +211,8 @@ struct Failover<'a> {
     /// only paused (one key and a 429) waits instead of failing at once.
     rate_limited: Vec<String>,
     waiting_out: bool,
+    /// The request's first chunk: its Acquires ask budgets for the whole text.
+    first: bool,
 }
 
 impl<'a> Failover<'a> {
@@ -228,6 +234,7 @@ impl<'a> Failover<'a> {
             calls: 0,
             rate_limited: Vec::new(),
             waiting_out: false,
+            first: chunk.index == 0,
         }
     }
 
@@ -244,6 +251,13 @@ impl<'a> Failover<'a> {
             .tried
             .iter()
             .filter(|k| !(self.waiting_out && self.rate_limited.contains(k)));
+        // The request's first chunk asks the budgets for the whole text (every chunk, as
+        // counted up front): one they cannot hold is refused before anything is spent.
+        let whole = if self.first && job.chunks.len() > 1 {
+            job.meter.up_front(&job.chunks)
+        } else {
+            (0, 0)
+        };
         let request = Acquire {
             pool: pool.id.clone(),
             exclude_keys: self.unusable.iter().chain(excluded).cloned().collect(),
@@ -261,6 +275,8 @@ impl<'a> Failover<'a> {
             tier: Some(job.voice.tier),
             caller: job.meter.context().caller.clone(),
             cost_micros: charge.cost_micros,
+            request_characters: whole.0,
+            request_cost_micros: whole.1,
         };
         let refusal = match core.scheduler.acquire(&request, remaining).await {
             Ok(lease) => return Ok(Some(lease)),

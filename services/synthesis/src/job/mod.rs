@@ -119,6 +119,10 @@ pub struct Job {
     pub seed: Option<u64>,
     /// What the request is metered for (`crate::usage`).
     pub meter: Arc<crate::usage::Meter>,
+    /// Set once the first chunk holds a lease (or is done): the other chunks wait for it
+    /// before asking for theirs, so the first chunk's Acquire, which asks the budgets for the
+    /// whole text, is judged before any other chunk reserves or spends anything.
+    pub first_leased: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Job {

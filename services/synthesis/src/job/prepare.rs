@@ -241,6 +241,7 @@ pub(super) async fn prepare(
         at_ms: crate::usage::now_ms(),
     };
     let meter = Arc::new(Meter::new(context, pool.price.clone(), &core.usage));
+    let first_leased = Arc::new(tokio::sync::watch::channel(chunks.len() <= 1).0);
     Ok(Job {
         pool,
         adapter,
@@ -257,6 +258,7 @@ pub(super) async fn prepare(
         reference,
         seed: r.seed,
         meter,
+        first_leased,
     })
 }
 

@@ -21,6 +21,9 @@ pub struct LeaseGuard {
     scheduler: Scheduler,
     lease: Lease,
     armed: bool,
+    /// The call was handed to a vendor ([`LeaseGuard::sent`]); until then a release says it
+    /// was not sent, so its budget reservations count nothing.
+    sent: bool,
 }
 
 impl LeaseGuard {
@@ -30,7 +33,14 @@ impl LeaseGuard {
             scheduler,
             lease,
             armed: true,
+            sent: false,
         }
+    }
+
+    /// The call is about to be sent to the vendor: from now on a release without a Report
+    /// counts the lease's whole budget reservation.
+    pub fn sent(&mut self) {
+        self.sent = true;
     }
 
     /// The lease.
@@ -78,7 +88,11 @@ impl LeaseGuard {
     }
 
     async fn release_now(&mut self) {
-        match self.scheduler.release(&self.lease.lease_id).await {
+        match self
+            .scheduler
+            .release(&self.lease.lease_id, !self.sent)
+            .await
+        {
             Ok(_) => self.armed = false,
             Err(status) => {
                 tracing::warn!(lease = %shown(&self.lease.lease_id), error = %status.message(), "release failed; retrying once in the background, else the lease expires at its TTL");
@@ -158,10 +172,11 @@ impl Drop for LeaseGuard {
         }
         let scheduler = self.scheduler.clone();
         let lease_id = std::mem::take(&mut self.lease.lease_id);
+        let not_sent = !self.sent;
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(async move {
-                    match scheduler.release(&lease_id).await {
+                    match scheduler.release(&lease_id, not_sent).await {
                         Ok(_) => tracing::debug!(lease = %shown(&lease_id), "released an abandoned lease"),
                         Err(status) => {
                             tracing::warn!(lease = %shown(&lease_id), error = %status.message(), "could not release an abandoned lease; it expires at its TTL");

@@ -242,9 +242,11 @@ impl Scheduler {
     }
 
     /// Release a lease; `false` when it was already gone. Retried on another replica.
-    pub async fn release(&self, lease_id: &str) -> Result<bool, Status> {
+    /// `not_sent`: its call never reached a vendor (its budget reservations count nothing).
+    pub async fn release(&self, lease_id: &str, not_sent: bool) -> Result<bool, Status> {
         self.release_as(pb::ReleaseRequest {
             lease_id: lease_id.to_owned(),
+            not_sent,
             ..Default::default()
         })
         .await

@@ -52,6 +52,12 @@ pub struct Acquire {
     pub caller: String,
     /// What the call may cost, millionths of the currency, reserved against cost budgets.
     pub cost_micros: i64,
+    /// What the whole request needs (every chunk, by the billing rule, and its cost), sent
+    /// on its first chunk: budgets that cannot hold it refuse before anything is spent.
+    /// 0 = only this call.
+    pub request_characters: u64,
+    /// The same for cost, millionths.
+    pub request_cost_micros: i64,
 }
 
 /// A lease the scheduler granted.
@@ -118,6 +124,10 @@ impl Acquire {
             tier: self.tier.map_or(0, |t| t.to_pb() as i32),
             caller: self.caller.clone(),
             cost_micros: self.cost_micros.clamp(0, voxpool_config::MAX_COST_MICROS),
+            request_characters: i64::try_from(self.request_characters).unwrap_or(i64::MAX),
+            request_cost_micros: self
+                .request_cost_micros
+                .clamp(0, voxpool_config::MAX_COST_MICROS),
         }
     }
 }
@@ -156,6 +166,8 @@ mod tests {
             tier: Some(voxpool_domain::snapshot::Tier::Pro),
             caller: "c".into(),
             cost_micros: 34,
+            request_characters: 0,
+            request_cost_micros: 0,
         };
         let pb = acquire.to_pb();
         assert_eq!(pb.lease_ttl_ms, 30_000);

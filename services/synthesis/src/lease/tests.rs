@@ -130,6 +130,8 @@ async fn a_scheduler_silent_past_the_grace_fails_new_calls_at_once_not_at_their_
         tier: None,
         caller: String::new(),
         cost_micros: 0,
+        request_characters: 0,
+        request_cost_micros: 0,
     };
     // A bound far above the grace and far below the call's own 60 s deadline: the call must
     // end because the grace passed, not because the deadline did.

@@ -176,7 +176,7 @@ enum Stop {
 /// renewals, its audio relayed ([`drive`]); then the report (or a release when the call said
 /// nothing about the key).
 async fn call_under_lease<T>(
-    guard: LeaseGuard,
+    mut guard: LeaseGuard,
     input: &CallInput,
     out: ChunkOut<T>,
     lease_ttl: Duration,
@@ -185,6 +185,7 @@ async fn call_under_lease<T>(
     let timeout = input.attempt_timeout;
     let (sink, audio_rx) = AudioSink::new();
     let billed = sink.billed_counter();
+    guard.sent();
     let mut call = spawn_call(input, timeout, attempt_id(), sink);
     let mut relay = Relay {
         out,
