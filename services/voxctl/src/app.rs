@@ -9,7 +9,7 @@ use crate::{
     breaker::BreakerConfig,
     cli::{
         BatchArgs, CacheArgs, CacheCommand, Cli, Command, JobArgs, JobCommand, PacksArgs,
-        PacksCommand, PoolCommand, ProgressArg, SynthArgs,
+        PacksCommand, PoolCommand, PoolStatusArgs, ProgressArg, SynthArgs,
     },
     manifest::{self, Voice},
     ops::{
@@ -35,16 +35,17 @@ pub async fn run(cli: Cli) -> u8 {
     };
     let result = match cli.command {
         Command::Batch(args) => return run_batch(args, token).await,
-        Command::Pool {
-            command:
-                PoolCommand::Status {
-                    pool,
-                    watch,
-                    interval,
-                    scheduler,
-                    synthesis,
-                },
-        } => {
+        Command::Pool { command, status } => {
+            let PoolStatusArgs {
+                pool,
+                watch,
+                interval,
+                scheduler,
+                synthesis,
+            } = match command {
+                Some(PoolCommand::Status(args)) => args,
+                None => status,
+            };
             pool::status(
                 &scheduler,
                 &synthesis,

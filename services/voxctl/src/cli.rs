@@ -15,6 +15,7 @@ mod usage;
 pub use job::{ItemStateArg, JobArgs, JobCommand, JobPriorityArg, SubmitArgs};
 pub use ops::{
     AdminToken, CacheArgs, CacheCommand, CreatePackArgs, PacksArgs, PacksCommand, PoolCommand,
+    PoolStatusArgs,
 };
 pub use usage::{UsageArgs, UsageByArg};
 
@@ -58,11 +59,15 @@ pub enum Command {
     /// manifest refused (--strict, --dry-run with problems, checkpoint of another manifest),
     /// 130 interrupted.
     Batch(BatchArgs),
-    /// Scheduler pools.
+    /// Scheduler pools and budgets (also `voxctl pools`; without a subcommand: `status`).
+    #[command(visible_alias = "pools", args_conflicts_with_subcommands = true)]
     Pool {
         /// Pool subcommand.
         #[command(subcommand)]
-        command: PoolCommand,
+        command: Option<PoolCommand>,
+        /// `status`'s arguments, when no subcommand is given.
+        #[command(flatten)]
+        status: PoolStatusArgs,
     },
     /// Voice packs in the catalog (also `voxctl pack`).
     #[command(visible_alias = "pack")]

@@ -25,27 +25,32 @@ pub struct AdminToken {
     pub admin_token: Option<String>,
 }
 
-/// `voxctl pool ...`.
+/// `voxctl pool ...` (also `voxctl pools`; without a subcommand: `status`).
 #[derive(Debug, Subcommand)]
 pub enum PoolCommand {
-    /// Per-key in-flight/capacity bars, state and cooldowns of POOL (default: every pool).
-    Status {
-        /// Pool id; every pool when omitted.
-        pool: Option<String>,
-        /// Redraw every --interval until Ctrl-C.
-        #[arg(long)]
-        watch: bool,
-        /// Redraw period of --watch.
-        #[arg(long, default_value = "1s", value_parser = positive_duration, requires = "watch")]
-        interval: Duration,
-        /// Scheduler URL, a list `URL,URL,...`, or a DNS name of several replicas.
-        #[arg(long, env = "VOXPOOL_SCHEDULER", default_value = DEFAULT_SCHEDULER)]
-        scheduler: String,
-        /// Synthesis URL, asked which keys hold a usable credential there (the scheduler never
-        /// sees credentials); keys without one show NO_CREDENTIAL.
-        #[arg(long, env = "VOXPOOL_SYNTHESIS", default_value = DEFAULT_SYNTHESIS)]
-        synthesis: String,
-    },
+    /// Per-key in-flight/capacity bars, state and cooldowns of POOL (default: every pool), and
+    /// every budget's use, limit and reset.
+    Status(PoolStatusArgs),
+}
+
+/// `voxctl pool status`'s arguments.
+#[derive(Debug, Args)]
+pub struct PoolStatusArgs {
+    /// Pool id; every pool when omitted.
+    pub pool: Option<String>,
+    /// Redraw every --interval until Ctrl-C.
+    #[arg(long)]
+    pub watch: bool,
+    /// Redraw period of --watch.
+    #[arg(long, default_value = "1s", value_parser = positive_duration, requires = "watch")]
+    pub interval: Duration,
+    /// Scheduler URL, a list `URL,URL,...`, or a DNS name of several replicas.
+    #[arg(long, env = "VOXPOOL_SCHEDULER", default_value = DEFAULT_SCHEDULER)]
+    pub scheduler: String,
+    /// Synthesis URL, asked which keys hold a usable credential there (the scheduler never
+    /// sees credentials); keys without one show NO_CREDENTIAL.
+    #[arg(long, env = "VOXPOOL_SYNTHESIS", default_value = DEFAULT_SYNTHESIS)]
+    pub synthesis: String,
 }
 
 /// `voxctl packs ...`.

@@ -372,3 +372,22 @@ fn bad_job_arguments_are_usage_errors_naming_the_argument() {
         voxpool_proto::scheduler::v1::Priority::Standard
     );
 }
+
+#[test]
+fn pools_without_a_subcommand_is_pool_status() {
+    for args in [
+        &["voxctl", "pools"][..],
+        &["voxctl", "pool", "espeak-local"][..],
+        &["voxctl", "pool", "status", "espeak-local"][..],
+    ] {
+        let cli = Cli::try_parse_from(args).expect("parse");
+        let super::Command::Pool { command, status } = cli.command else {
+            panic!("{args:?} is not the pool command");
+        };
+        let pool = match command {
+            Some(super::PoolCommand::Status(s)) => s.pool,
+            None => status.pool,
+        };
+        assert_eq!(pool.is_some(), args.len() > 2, "{args:?}");
+    }
+}
