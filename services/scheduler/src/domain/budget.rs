@@ -21,10 +21,7 @@ use voxpool_domain::snapshot::Tier;
 use super::{AcquireRequest, Granted, Scheduler};
 use crate::{
     error::{BudgetRefused, SchedulerError},
-    model::{
-        BudgetAmount, BudgetAnswer, BudgetLimit, BudgetRow, BudgetUse, Lease, LeaseId, LeaseToken,
-        Settle,
-    },
+    model::{BudgetAmount, BudgetAnswer, BudgetRow, BudgetUse, Lease, LeaseId, LeaseToken, Settle},
     store::LeaseStore,
 };
 
@@ -261,24 +258,7 @@ impl Scheduler {
         }
         for row in rows {
             let usage = self.store.budget_use(row).await?;
-            let over = |limit: u64, used: u64, reserved: u64, asked: u64| {
-                limit > 0 && used.saturating_add(reserved).saturating_add(asked) > limit
-            };
-            let limit = if over(
-                row.characters,
-                usage.used.characters,
-                usage.reserved.characters,
-                need.characters,
-            ) {
-                BudgetLimit::Characters
-            } else if over(
-                row.cost_micros,
-                usage.used.cost_micros,
-                usage.reserved.cost_micros,
-                need.cost_micros,
-            ) {
-                BudgetLimit::Cost
-            } else {
+            let Some(limit) = row.over(&usage, need) else {
                 continue;
             };
             return Err(SchedulerError::BudgetExhausted(Box::new(BudgetRefused {

@@ -37,6 +37,32 @@ impl BudgetRow {
                 .unwrap_or(0),
         }
     }
+
+    /// Which limit `amount` more would pass, with the row holding `u`, if any (a limit
+    /// already used up refuses even an empty amount).
+    pub fn over(&self, u: &BudgetUse, amount: BudgetAmount) -> Option<BudgetLimit> {
+        let passes = |limit: u64, used: u64, reserved: u64, asked: u64| {
+            limit > 0
+                && (used >= limit || used.saturating_add(reserved).saturating_add(asked) > limit)
+        };
+        if passes(
+            self.characters,
+            u.used.characters,
+            u.reserved.characters,
+            amount.characters,
+        ) {
+            Some(BudgetLimit::Characters)
+        } else if passes(
+            self.cost_micros,
+            u.used.cost_micros,
+            u.reserved.cost_micros,
+            amount.cost_micros,
+        ) {
+            Some(BudgetLimit::Cost)
+        } else {
+            None
+        }
+    }
 }
 
 /// What a request asks of a row: reserved under its lease token until settled or expired.

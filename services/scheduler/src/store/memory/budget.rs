@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use super::{MemoryStore, fill::wall_ms, poisoned};
 use crate::{
-    model::{BudgetAmount, BudgetAnswer, BudgetLimit, BudgetRow, BudgetUse, LeaseToken, Settle},
+    model::{BudgetAmount, BudgetAnswer, BudgetRow, BudgetUse, LeaseToken, Settle},
     store::{StoreResult, budget::Budgets},
 };
 
@@ -87,30 +87,6 @@ impl BudgetRows {
     }
 }
 
-/// Which limit `amount` more would pass on `row`, if any.
-fn over(row: &BudgetRow, u: &BudgetUse, amount: BudgetAmount) -> Option<BudgetLimit> {
-    let passes = |limit: u64, used: u64, reserved: u64, asked: u64| {
-        limit > 0 && (used >= limit || used.saturating_add(reserved).saturating_add(asked) > limit)
-    };
-    if passes(
-        row.characters,
-        u.used.characters,
-        u.reserved.characters,
-        amount.characters,
-    ) {
-        Some(BudgetLimit::Characters)
-    } else if passes(
-        row.cost_micros,
-        u.used.cost_micros,
-        u.reserved.cost_micros,
-        amount.cost_micros,
-    ) {
-        Some(BudgetLimit::Cost)
-    } else {
-        None
-    }
-}
-
 #[async_trait]
 impl Budgets for MemoryStore {
     async fn reserve_budget(
@@ -126,7 +102,7 @@ impl Budgets for MemoryStore {
         if state.held.contains_key(token.as_str()) {
             return Ok(BudgetAnswer::Reserved(u));
         }
-        if let Some(limit) = over(row, &u, amount) {
+        if let Some(limit) = row.over(&u, amount) {
             return Ok(BudgetAnswer::Refused(limit, u));
         }
         let until = u
