@@ -211,8 +211,10 @@ struct Failover<'a> {
     /// only paused (one key and a 429) waits instead of failing at once.
     rate_limited: Vec<String>,
     waiting_out: bool,
-    /// The request's first chunk: its Acquires ask budgets for the whole text.
-    first: bool,
+    /// What the whole request needs (characters, cost micros), asked of the budgets by the
+    /// first chunk's Acquires (every chunk, as counted up front: one the budgets cannot hold is
+    /// refused before anything is spent); (0, 0) on the other chunks and for a single chunk.
+    whole: (u64, i64),
 }
 
 impl<'a> Failover<'a> {
@@ -234,7 +236,11 @@ impl<'a> Failover<'a> {
             calls: 0,
             rate_limited: Vec::new(),
             waiting_out: false,
-            first: chunk.index == 0,
+            whole: if chunk.index == 0 && job.chunks.len() > 1 {
+                job.meter.up_front(&job.chunks)
+            } else {
+                (0, 0)
+            },
         }
     }
 
@@ -251,13 +257,6 @@ impl<'a> Failover<'a> {
             .tried
             .iter()
             .filter(|k| !(self.waiting_out && self.rate_limited.contains(k)));
-        // The request's first chunk asks the budgets for the whole text (every chunk, as
-        // counted up front): one they cannot hold is refused before anything is spent.
-        let whole = if self.first && job.chunks.len() > 1 {
-            job.meter.up_front(&job.chunks)
-        } else {
-            (0, 0)
-        };
         let request = Acquire {
             pool: pool.id.clone(),
             exclude_keys: self.unusable.iter().chain(excluded).cloned().collect(),
@@ -275,8 +274,8 @@ impl<'a> Failover<'a> {
             tier: Some(job.voice.tier),
             caller: job.meter.context().caller.clone(),
             cost_micros: charge.cost_micros,
-            request_characters: whole.0,
-            request_cost_micros: whole.1,
+            request_characters: self.whole.0,
+            request_cost_micros: self.whole.1,
         };
         let refusal = match core.scheduler.acquire(&request, remaining).await {
             Ok(lease) => return Ok(Some(lease)),
