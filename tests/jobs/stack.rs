@@ -346,7 +346,18 @@ pub async fn assert_all_succeeded(
     n: usize,
 ) {
     let j = ended(c, name).await;
-    assert_eq!(state(&j), job::State::Succeeded, "{j:?}");
+    if state(&j) != job::State::Succeeded {
+        // Which items failed, and why: the job alone does not say.
+        let failed: Vec<jpb::JobItem> = items(c, name, "")
+            .await
+            .into_iter()
+            .filter(|i| item_state(i) != jpb::job_item::State::Succeeded)
+            .collect();
+        panic!(
+            "job {name} ended {:?}, not SUCCEEDED: {j:?}; items not succeeded: {failed:?}",
+            state(&j)
+        );
+    }
     assert_eq!(counts(&j).succeeded as usize, n, "{j:?}");
     let all = items(c, name, "").await;
     assert_eq!(all.len(), n);
