@@ -4,6 +4,7 @@
 //! (private; their types are re-exported here):
 //!
 //! - `client_tokens`: `[[client_tokens]]`, the bearer tokens data-plane callers present.
+//! - `clone`: an upstream's `clone` table and the clone scopes of a config.
 //! - `credential`: credential references (an environment variable or a file).
 //! - `http`: `[http]`, the API keys of synthesis's OpenAI-compatible front.
 //! - `settings`: the `[scheduler]` and `[synthesis]` tuning tables with their defaults.
@@ -43,6 +44,7 @@ use serde::{Deserialize, Serialize};
 use voxpool_domain::provider::Provider;
 
 mod client_tokens;
+mod clone;
 mod credential;
 mod http;
 mod load_error;
@@ -52,6 +54,7 @@ mod validate;
 
 pub use self::{
     client_tokens::{ClientTokenConfig, DataPlane},
+    clone::{CloneConfig, CloneScope, MAX_CLONE_SLOTS, clones_per_key},
     credential::CredentialRef,
     http::{HttpApiKey, HttpPriority, HttpSettings},
     settings::{SchedulerSettings, SynthesisSettings},
@@ -230,6 +233,11 @@ pub struct UpstreamConfig {
     /// characters then do not count against a quota). Unset = latency is no signal.
     #[serde(default)]
     pub latency_limit_ms: Option<u64>,
+    /// Cloning is enabled in this upstream's scope, with its limits
+    /// (`clone = { slots = 10, keep_alive = "6d" }`, see [`CloneConfig`]); unset = no
+    /// cloning here.
+    #[serde(default)]
+    pub clone: Option<CloneConfig>,
     /// The keys (app ids) of this account.
     #[serde(default)]
     pub keys: Vec<KeyConfig>,

@@ -377,6 +377,7 @@ impl Config {
         problems.extend(super::client_tokens::problems(&self.client_tokens));
         problems.extend(super::http::problems(&self.http));
         problems.extend(super::usage::problems(self));
+        problems.extend(super::clone::problems(self));
         if problems.is_empty() {
             Ok(())
         } else {
