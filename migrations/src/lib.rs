@@ -14,6 +14,9 @@
 //!   soft removal), their bytes in the blob store by digest.
 //! - `usage_events`, `usage_counted`, `usage_daily`: the usage ledger (raw records for audit,
 //!   which attempts the totals hold, the totals per tenant × tier × pack × pool × day).
+//! - `voice_clones`, `voice_clone_settings`, `voice_clone_imports`: managed voice clones per
+//!   pack and clone scope (primary key `(pack_id, scope)`), each row also the durable work item
+//!   synthesis replicas lease; how many scopes a pack may be cloned into; import requests.
 
 #![warn(missing_docs)]
 
@@ -24,11 +27,15 @@ mod m20261130_000001_create_voice_packs;
 mod m20261130_000002_create_voice_pack_revisions;
 mod m20261203_000003_create_voice_pack_references;
 mod m20261215_000004_create_usage;
+mod m20261220_000005_create_voice_clones;
 
 pub use m20261130_000001_create_voice_packs::VoicePacks;
 pub use m20261130_000002_create_voice_pack_revisions::VoicePackRevisions;
 pub use m20261203_000003_create_voice_pack_references::VoicePackReferences;
 pub use m20261215_000004_create_usage::{UsageCounted, UsageDaily, UsageEvents};
+pub use m20261220_000005_create_voice_clones::{
+    VoiceCloneImports, VoiceCloneSettings, VoiceClones,
+};
 
 /// Every catalog migration, oldest first. Run with [`MigratorTrait::up`] (the catalog does at
 /// start and in `voxpool-catalog migrate`).
@@ -42,6 +49,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000002_create_voice_pack_revisions::Migration),
             Box::new(m20261203_000003_create_voice_pack_references::Migration),
             Box::new(m20261215_000004_create_usage::Migration),
+            Box::new(m20261220_000005_create_voice_clones::Migration),
         ]
     }
 }
