@@ -272,6 +272,34 @@ impl VoiceCatalogAdmin for AdminService {
         self.reference_audio(request).await
     }
 
+    async fn clone_voice(
+        &self,
+        request: Request<pb::CloneVoiceRequest>,
+    ) -> Result<Response<pb::ListClonesResponse>, Status> {
+        self.clone_voice_rpc(request).await
+    }
+
+    async fn list_clones(
+        &self,
+        request: Request<pb::ListClonesRequest>,
+    ) -> Result<Response<pb::ListClonesResponse>, Status> {
+        self.list_clones_rpc(request).await
+    }
+
+    async fn delete_clone(
+        &self,
+        request: Request<pb::DeleteCloneRequest>,
+    ) -> Result<Response<pb::VoiceClone>, Status> {
+        self.delete_clone_rpc(request).await
+    }
+
+    async fn import_clones(
+        &self,
+        request: Request<pb::ImportClonesRequest>,
+    ) -> Result<Response<pb::ImportClonesResponse>, Status> {
+        self.import_clones_rpc(request).await
+    }
+
     async fn list_voice_pack_revisions(
         &self,
         request: Request<pb::ListVoicePackRevisionsRequest>,

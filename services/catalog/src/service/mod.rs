@@ -6,6 +6,7 @@
 
 mod admin;
 mod catalog;
+mod clones;
 mod list;
 mod reference_audio;
 mod usage;
