@@ -102,6 +102,8 @@ pub(crate) struct Shared {
     pub(crate) down: std::sync::atomic::AtomicBool,
     /// The processors [`Latency::Shared`] calls share.
     engine: crate::engine::Engine,
+    /// Cloned voices, their scopes and the fake clock.
+    pub(crate) clones: crate::cloning::Clones,
 }
 
 /// A counted request; uncounted when dropped, or — when dropped while the vendor is still
@@ -187,7 +189,7 @@ pub(crate) enum Admission {
 }
 
 impl Shared {
-    pub(crate) fn new(settings: Settings) -> Arc<Self> {
+    pub(crate) fn new(settings: Settings, clones: crate::cloning::Clones) -> Arc<Self> {
         Arc::new(Self {
             settings: Mutex::new(settings),
             keys: Mutex::new(HashMap::new()),
@@ -199,6 +201,7 @@ impl Shared {
             total: watch::channel(0).0,
             down: std::sync::atomic::AtomicBool::new(false),
             engine: crate::engine::Engine::default(),
+            clones,
         })
     }
 

@@ -43,9 +43,10 @@ pub(super) fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/v1/text-to-speech/{voice_id}", post(convert))
         .route("/v1/text-to-speech/{voice_id}/stream", post(convert_stream))
+        .merge(crate::cloning::elevenlabs::routes())
 }
 
-fn detail(status: StatusCode, kind: &str, code: &str, message: &str) -> Response {
+pub(crate) fn detail(status: StatusCode, kind: &str, code: &str, message: &str) -> Response {
     super::json(
         status,
         json!({"detail": {"type": kind, "code": code, "message": message, "status": code, "request_id": "fake"}}),
@@ -174,35 +175,61 @@ fn validate(body: &[u8]) -> Result<String, String> {
 
 async fn convert(
     State(shared): State<Arc<Shared>>,
-    Path(_voice_id): Path<String>,
+    Path(voice_id): Path<String>,
     RawQuery(query): RawQuery,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    speech(shared, Mode::Document, query, uri, headers, body).await
+    let request = Speech {
+        mode: Mode::Document,
+        voice_id,
+        query,
+        uri,
+        headers,
+        body,
+    };
+    speech(shared, request).await
 }
 
 async fn convert_stream(
     State(shared): State<Arc<Shared>>,
-    Path(_voice_id): Path<String>,
+    Path(voice_id): Path<String>,
     RawQuery(query): RawQuery,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    speech(shared, Mode::Stream, query, uri, headers, body).await
+    let request = Speech {
+        mode: Mode::Stream,
+        voice_id,
+        query,
+        uri,
+        headers,
+        body,
+    };
+    speech(shared, request).await
 }
 
-/// Either route: `mode` is how it delivers its audio.
-async fn speech(
-    shared: Arc<Shared>,
+/// A request of either route: `mode` is how it delivers its audio.
+struct Speech {
     mode: Mode,
+    voice_id: String,
     query: Option<String>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
+}
+
+async fn speech(shared: Arc<Shared>, request: Speech) -> Response {
+    let Speech {
+        mode,
+        voice_id,
+        query,
+        uri,
+        headers,
+        body,
+    } = request;
     let Some(key) = super::header_str(&headers, "xi-api-key").map(str::to_owned) else {
         return detail(
             StatusCode::UNAUTHORIZED,
@@ -220,6 +247,9 @@ async fn speech(
         Admission::Admitted(slot) => slot,
     };
     super::record(&shared, &key, &uri, &headers, &body);
+    if let Some(refused) = crate::cloning::elevenlabs::refusal(&shared, &key, &voice_id) {
+        return refused;
+    }
     let (encoding, rate, content_type) = match output_format(query.as_deref()) {
         Ok(f) => f,
         Err(m) => {

@@ -22,12 +22,20 @@
 //! Every fake also answers `GET /_fake/stats` with the per-key counters as JSON, so a separate
 //! process (a load experiment) can read what the vendor side saw.
 //!
+//! The ElevenLabs and MiniMax fakes also clone voices the way their vendors do ([`CloneConfig`]):
+//! each key belongs to a scope (workspace, account), a clone serves its scope only, slots fill
+//! and free, MiniMax's unused clones expire on a fake clock a test moves forward
+//! (`POST /_fake/clock/advance`), and every clone call is counted per scope
+//! (`GET /_fake/stats/clones`, [`FakeVendor::clone_counts`]).
+//!
 //! Invalid-key answers echo the presented key in their message on purpose (OpenAI, Volcengine):
 //! adapter tests then prove that failures never carry the credential.
 
 pub mod audio;
 mod azure;
 mod billing;
+mod cloning;
+mod config;
 mod control;
 mod dashscope;
 mod elevenlabs;
@@ -46,8 +54,10 @@ mod xml;
 use std::{collections::BTreeMap, fmt, io, net::SocketAddr, str::FromStr, sync::Arc};
 
 use axum::routing::get;
+pub use cloning::{CloneConfig, CloneCounts, CloneState, ClonedVoice};
+pub use config::FakeConfig;
+use control::Shared;
 pub use control::{KeyStats, RecordedRequest};
-use control::{Settings, Shared};
 pub use knobs::{Fault, FaultRates, Latency, Step, Streaming};
 pub use selfhosted::ServerProfile;
 use tokio::{net::TcpListener, task::JoinHandle};
@@ -138,122 +148,6 @@ impl FromStr for VendorKind {
     }
 }
 
-/// How a fake behaves.
-#[derive(Clone, Debug)]
-pub struct FakeConfig {
-    /// The wire format.
-    pub vendor: VendorKind,
-    /// Concurrent requests allowed per key; 0 = unlimited.
-    pub cap: u32,
-    /// Latency of admitted requests.
-    pub latency: Latency,
-    /// Random faults.
-    pub faults: FaultRates,
-    /// `Retry-After` seconds sent with rate-limit answers (cap and random ones).
-    pub retry_after_secs: Option<u64>,
-    /// When set, only these keys are accepted (others get the vendor's auth error).
-    pub valid_keys: Option<Vec<String>>,
-    /// Length of the returned audio, in ms.
-    pub tone_ms: u32,
-    /// Streamed delivery of admitted answers (`None`: the latency, then the whole answer).
-    pub streaming: Option<Streaming>,
-    /// Start each audio payload with [`audio::marker`] of the request's input text.
-    pub markers: bool,
-    /// Generation time per character of text, waited before a self-hosted fake's whole
-    /// (unstreamed) answer on top of its latency: a GPU server's time grows with its text.
-    pub per_char: std::time::Duration,
-}
-
-impl FakeConfig {
-    /// Defaults: cap 10 per key, no latency, no faults, any key, 200 ms of audio, no streaming,
-    /// no markers.
-    pub fn new(vendor: VendorKind) -> Self {
-        Self {
-            vendor,
-            cap: 10,
-            latency: Latency::default(),
-            faults: FaultRates::default(),
-            retry_after_secs: None,
-            valid_keys: None,
-            tone_ms: 200,
-            streaming: None,
-            markers: false,
-            per_char: std::time::Duration::ZERO,
-        }
-    }
-
-    /// Sets the generation time per character of a self-hosted fake's unstreamed answer.
-    pub fn per_char(mut self, per_char: std::time::Duration) -> Self {
-        self.per_char = per_char;
-        self
-    }
-
-    /// Sets the length of the returned audio, in ms.
-    pub fn tone_ms(mut self, tone_ms: u32) -> Self {
-        self.tone_ms = tone_ms;
-        self
-    }
-
-    /// Streams admitted answers on this timeline (replaces the latency; see [`Streaming`]).
-    pub fn streaming(mut self, streaming: Streaming) -> Self {
-        self.streaming = Some(streaming);
-        self
-    }
-
-    /// Turns the text markers in the audio on or off ([`audio::marker`]).
-    pub fn markers(mut self, on: bool) -> Self {
-        self.markers = on;
-        self
-    }
-
-    /// Sets the per-key cap.
-    pub fn cap(mut self, cap: u32) -> Self {
-        self.cap = cap;
-        self
-    }
-
-    /// Sets the latency.
-    pub fn latency(mut self, latency: Latency) -> Self {
-        self.latency = latency;
-        self
-    }
-
-    /// Sets the random fault rates.
-    pub fn faults(mut self, faults: FaultRates) -> Self {
-        self.faults = faults;
-        self
-    }
-
-    /// Sets the `Retry-After` of rate-limit answers.
-    pub fn retry_after_secs(mut self, secs: u64) -> Self {
-        self.retry_after_secs = Some(secs);
-        self
-    }
-
-    /// Accepts only these keys.
-    pub fn valid_keys<I: IntoIterator<Item = S>, S: Into<String>>(mut self, keys: I) -> Self {
-        self.valid_keys = Some(keys.into_iter().map(Into::into).collect());
-        self
-    }
-
-    fn settings(&self) -> Settings {
-        Settings {
-            cap: self.cap,
-            latency: self.latency,
-            faults: self.faults,
-            retry_after_secs: self.retry_after_secs,
-            valid_keys: self
-                .valid_keys
-                .as_ref()
-                .map(|k| k.iter().cloned().collect()),
-            tone_ms: self.tone_ms,
-            streaming: self.streaming,
-            markers: self.markers,
-            per_char: self.per_char,
-        }
-    }
-}
-
 /// A running fake vendor. Dropping it stops the server (held requests are released first).
 pub struct FakeVendor {
     vendor: VendorKind,
@@ -281,7 +175,8 @@ impl FakeVendor {
     /// Serves on an already bound listener (must be called inside a Tokio runtime).
     pub fn serve(listener: TcpListener, config: FakeConfig) -> io::Result<Self> {
         let addr = listener.local_addr()?;
-        let shared = Shared::new(config.settings());
+        let clones = cloning::Clones::new(config.vendor, config.clones.clone());
+        let shared = Shared::new(config.settings(), clones);
         let routes = match config.vendor {
             VendorKind::OpenAi => openai::routes(),
             VendorKind::Azure => azure::routes(),
@@ -294,6 +189,7 @@ impl FakeVendor {
         let app = routes
             .route("/_fake/stats", get(billing::stats_handler))
             .route("/_fake/stats/voices", get(billing::voices_handler))
+            .merge(cloning::control::routes())
             .with_state(Arc::clone(&shared));
         let vendor = config.vendor;
         let task = tokio::spawn(async move {
@@ -337,6 +233,28 @@ impl FakeVendor {
     /// Characters produced per voice id (empty: a self-hosted server's).
     pub fn voice_characters(&self) -> BTreeMap<String, u64> {
         self.shared.voice_characters()
+    }
+
+    /// Clone calls per scope ([`CloneCounts`]; also `GET /_fake/stats/clones`).
+    pub fn clone_counts(&self) -> BTreeMap<String, CloneCounts> {
+        self.shared.clones.counts()
+    }
+
+    /// Every cloned voice the vendor holds now, per scope, with its state.
+    pub fn clones(&self) -> Vec<ClonedVoice> {
+        self.shared.clones.voices()
+    }
+
+    /// Moves the fake clock forward (`POST /_fake/clock/advance`); the fake time now, in
+    /// seconds since the epoch.
+    pub fn advance_clock(&self, by: std::time::Duration) -> u64 {
+        self.shared.clones.clock.advance(by)
+    }
+
+    /// Plays the vendor changing a clone of `scope` (`POST /_fake/clones/state`); `false` when
+    /// the scope holds no such clone.
+    pub fn set_clone_state(&self, scope: &str, voice_id: &str, state: CloneState) -> bool {
+        self.shared.clones.set_state(scope, voice_id, state)
     }
 
     /// Counters of one key (zeros if never seen).

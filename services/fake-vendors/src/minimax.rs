@@ -49,10 +49,12 @@ use super::{
 };
 
 pub(super) fn routes() -> Router<Arc<Shared>> {
-    Router::new().route("/v1/t2a_v2", post(t2a))
+    Router::new()
+        .route("/v1/t2a_v2", post(t2a))
+        .merge(crate::cloning::minimax::routes())
 }
 
-fn base_resp(status: StatusCode, code: i64, message: &str) -> Response {
+pub(crate) fn base_resp(status: StatusCode, code: i64, message: &str) -> Response {
     super::json(
         status,
         json!({"trace_id": "fake", "base_resp": {"status_code": code, "status_msg": message}}),
@@ -259,15 +261,16 @@ async fn t2a(
             );
         }
     };
+    let voice = crate::billing::voice_in(&body, &["voice_setting", "voice_id"]);
+    if let Some(refused) = crate::cloning::minimax::refusal(&shared, &key, &voice) {
+        return refused;
+    }
     let mode = if parsed.stream {
         Mode::Stream
     } else {
         Mode::Document
     };
-    slot.bill(
-        &crate::billing::voice_in(&body, &["voice_setting", "voice_id"]),
-        &parsed.text,
-    );
+    slot.bill(&voice, &parsed.text);
     let delivery = match shared.proceed(&slot, mode).await {
         Ok(d) => d,
         Err(fault) => return fault_response(&fault),
