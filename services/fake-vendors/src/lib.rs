@@ -22,10 +22,12 @@
 //! Every fake also answers `GET /_fake/stats` with the per-key counters as JSON, so a separate
 //! process (a load experiment) can read what the vendor side saw.
 //!
-//! The ElevenLabs and MiniMax fakes also clone voices the way their vendors do ([`CloneConfig`]):
-//! each key belongs to a scope (workspace, account), a clone serves its scope only, slots fill
-//! and free, MiniMax's unused clones expire on a fake clock a test moves forward
-//! (`POST /_fake/clock/advance`), and every clone call is counted per scope
+//! The ElevenLabs, MiniMax and Volcengine fakes also clone voices the way their vendors do
+//! ([`CloneConfig`]): each key belongs to a scope (workspace, account, AppID), a clone serves
+//! its scope only, slots fill (and free where the vendor deletes), MiniMax's unused clones expire
+//! and Volcengine's train on a fake clock a test moves forward (`POST /_fake/clock/advance`),
+//! a test can expire or reclaim a clone (`POST /_fake/clones/state`), and every clone call is
+//! counted per scope
 //! (`GET /_fake/stats/clones`, [`FakeVendor::clone_counts`]).
 //!
 //! Invalid-key answers echo the presented key in their message on purpose (OpenAI, Volcengine):

@@ -39,6 +39,7 @@ pub(super) fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/api/v1/tts", post(tts))
         .merge(super::volcengine_v3::routes())
+        .merge(crate::cloning::volcengine::routes())
 }
 
 fn answer(status: StatusCode, reqid: &str, code: i64, message: &str) -> Response {
@@ -229,10 +230,13 @@ async fn tts(
         Ok(p) => p,
         Err((code, m)) => return answer(StatusCode::BAD_REQUEST, &reqid, code, &m),
     };
-    slot.bill(
-        &crate::billing::voice_in(&body, &["audio", "voice_type"]),
-        &parsed.text,
-    );
+    let voice = crate::billing::voice_in(&body, &["audio", "voice_type"]);
+    if !shared.clones.admits(&appid, &voice) {
+        let message =
+            format!("speaker permission denied: {voice} is not a usable voice of this AppID");
+        return answer(StatusCode::OK, &reqid, 3050, &message);
+    }
+    slot.bill(&voice, &parsed.text);
     let delivery = match shared.proceed(&slot, Mode::Document).await {
         Ok(d) => d,
         Err(fault) => return fault_response(&fault, &reqid, &appid, &token),

@@ -328,10 +328,13 @@ async fn unidirectional(
             );
         }
     };
-    slot.bill(
-        &crate::billing::voice_in(&body, &["req_params", "speaker"]),
-        &parsed.text,
-    );
+    let speaker = crate::billing::voice_in(&body, &["req_params", "speaker"]);
+    if !shared.clones.admits(&app_id, &speaker) {
+        let message =
+            format!("speaker permission denied: {speaker} is not a usable voice of this AppID");
+        return error_line(StatusCode::OK, CLIENT_ERROR, &message);
+    }
+    slot.bill(&speaker, &parsed.text);
     let delivery = match shared.proceed(&slot, Mode::Stream).await {
         Ok(d) => d,
         Err(fault) => return fault_response(&fault, &app_id, &access_key),

@@ -11,13 +11,14 @@
 //! (`POST /_fake/clock/advance`, [`crate::FakeVendor::advance_clock`]), so lifetimes measured
 //! in days (MiniMax's 7 days, a Volcengine training delay) are tested without waiting.
 //!
-//! Each flow lives in its vendor's module ([`elevenlabs`], [`minimax`]); the
+//! Each flow lives in its vendor's module ([`elevenlabs`], [`minimax`], [`volcengine`]); the
 //! control and stats endpoints in [`control`]. Every clone call is counted per scope and per
 //! kind ([`CloneCounts`]).
 
 pub(crate) mod control;
 pub(crate) mod elevenlabs;
 pub(crate) mod minimax;
+pub(crate) mod volcengine;
 
 use std::{
     collections::{BTreeMap, VecDeque},
