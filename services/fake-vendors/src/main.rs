@@ -8,12 +8,16 @@
 //!     --latency-max-ms 1200 --p-server-error 0.01 --retry-after-secs 1
 //! voxpool-fake-vendor --vendor openai --stream-first-byte-ms 200 --stream-rest-ms 1500 \
 //!     --stream-pieces 8 --p-mid-stream-break 0.01 --markers
+//! voxpool-fake-vendor --vendor elevenlabs --clone-scope key-a=ws-1 --clone-scope key-b=ws-1 \
+//!     --clone-slots 3
 //! ```
 
 use std::{net::SocketAddr, process::ExitCode, time::Duration};
 
 use clap::Parser;
-use voxpool_fake_vendors::{FakeConfig, FakeVendor, FaultRates, Latency, Streaming, VendorKind};
+use voxpool_fake_vendors::{
+    CloneConfig, FakeConfig, FakeVendor, FaultRates, Latency, Streaming, VendorKind,
+};
 
 /// A fake TTS vendor with a per-key concurrency cap, latency and fault injection.
 #[derive(Debug, Parser)]
@@ -87,6 +91,16 @@ struct Args {
     /// Length of the returned audio, in ms.
     #[arg(long, env = "VOXPOOL_FAKE_TONE_MS", default_value_t = 200)]
     tone_ms: u32,
+    /// Puts a key in a clone scope, `KEY=SCOPE` (repeatable; a key not listed is its own scope).
+    #[arg(
+        long = "clone-scope",
+        env = "VOXPOOL_FAKE_CLONE_SCOPES",
+        value_delimiter = ','
+    )]
+    clone_scopes: Vec<String>,
+    /// Cloned voices a scope may hold.
+    #[arg(long, env = "VOXPOOL_FAKE_CLONE_SLOTS", default_value_t = 10)]
+    clone_slots: u32,
 }
 
 impl Args {
@@ -142,7 +156,14 @@ impl Args {
         if !self.keys.is_empty() {
             config = config.valid_keys(self.keys.clone());
         }
-        Ok(config)
+        let mut clones = CloneConfig::for_vendor(self.vendor).slots(self.clone_slots);
+        for pair in &self.clone_scopes {
+            let Some((key, scope)) = pair.split_once('=') else {
+                return Err(format!("--clone-scope {pair:?} must be KEY=SCOPE"));
+            };
+            clones = clones.scope(key, scope);
+        }
+        Ok(config.clones(clones))
     }
 }
 
