@@ -88,7 +88,8 @@ pub enum CatalogError {
     /// AddReference on a pack whose provider does not speak from reference audio.
     #[error(
         "voice pack {id:?} has provider {provider}, which speaks no reference audio; reference \
-         clips belong to selfhosted packs (zero-shot servers)"
+         clips belong to selfhosted packs (zero-shot servers) and to managed clones (kind CLONED \
+         with no voice_id and no upstream_ids, cloned at the vendor from the clips)"
     )]
     ReferencesNotAccepted {
         /// The pack.
@@ -157,6 +158,9 @@ pub enum CatalogError {
         /// The most rows GetUsage answers.
         limit: u64,
     },
+    /// A clone operation was refused ([`crate::clones::CloneError`]).
+    #[error(transparent)]
+    Clone(#[from] crate::clones::CloneError),
     /// The database cannot be reached (connection refused, pool timeout, I/O).
     #[error("the catalog database is unreachable; retry later")]
     Unavailable {
@@ -368,6 +372,7 @@ impl From<CatalogError> for Status {
                 );
                 Status::with_error_details(Code::FailedPrecondition, message, details)
             }
+            CatalogError::Clone(e) => e.into(),
             CatalogError::Unavailable { source } => {
                 tracing::warn!(error = %source, "catalog database unreachable");
                 with_info(

@@ -11,6 +11,8 @@
 //! - [`identity`]: the fingerprint that makes "same voice, same params" one pack.
 //! - [`freeze`], [`card`]: snapshots and binding them into card JSON.
 //! - [`reference`]: reference clips (AddReference rules, their bytes in the blob store).
+//! - [`clones`]: managed voice clones per pack and clone scope, and the leased vendor steps
+//!   synthesis replicas run for them.
 //! - [`clip_gate`]: at most a few AddReference uploads decoded at once (bounded memory).
 //! - [`repo`]: the `PackRepository` trait and its sea-orm implementation (SQLite, PostgreSQL).
 //! - [`service`]: the `VoiceCatalog` and `VoiceCatalogAdmin` gRPC services.
@@ -25,6 +27,7 @@
 
 pub mod card;
 pub mod clip_gate;
+pub mod clones;
 pub mod convert;
 pub mod db;
 pub mod error;

@@ -11,7 +11,7 @@
 
 use std::{collections::BTreeMap, path::Path};
 
-use voxpool_config::{Config, Credentials};
+use voxpool_config::{CloneScope, Config, Credentials};
 
 use crate::{error::Violation, model::PackSpec};
 
@@ -24,6 +24,8 @@ pub struct ServedPools {
     source: String,
     /// The config's `[usage]` table (defaults without a config).
     usage: voxpool_config::UsageSettings,
+    /// The clone scopes of every pool (upstreams with a `clone` table, or their keys).
+    scopes: Vec<CloneScope>,
 }
 
 impl ServedPools {
@@ -56,7 +58,24 @@ impl ServedPools {
             ),
             source: source.to_owned(),
             usage: config.usage.clone(),
+            scopes: config.clone_scopes(),
         }
+    }
+
+    /// The clone scopes of `pool`; `None` when the pools are unknown.
+    pub fn clone_scopes(&self, pool: &str) -> Option<Vec<&CloneScope>> {
+        self.pools.as_ref()?;
+        Some(self.scopes.iter().filter(|s| s.pool == pool).collect())
+    }
+
+    /// The clone scope `id` of `pool`.
+    pub fn clone_scope(&self, pool: &str, id: &str) -> Option<&CloneScope> {
+        self.scopes.iter().find(|s| s.pool == pool && s.id == id)
+    }
+
+    /// Where the pools came from (`--config FILE`), for messages.
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// The config's `[usage]` table (retention of raw usage records).

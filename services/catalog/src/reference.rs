@@ -7,7 +7,8 @@
 //!   a clip can always fetch it, whatever happens to the pack later (invariant 7 of
 //!   docs/ARCHITECTURE.md). A put whose pack write then fails leaves an unnamed blob, which
 //!   is harmless (the same bytes are the same blob).
-//! - only packs whose provider speaks from reference audio (`selfhosted`) hold clips, at most
+//! - only packs whose provider speaks from reference audio (`selfhosted`), or managed clones
+//!   (cloned at the vendor from their clips, see [`crate::clones`]), hold clips, at most
 //!   [`MAX_REFERENCES`], each once;
 //! - every clip passed `voxpool_domain::audio::clip::inspect` (WAV/MP3/FLAC, decodable,
 //!   1..30 s, at most 10 MiB) and carries a transcript and a language.
@@ -210,9 +211,15 @@ pub fn check_add(req: &pb::AddReferenceRequest) -> Result<CheckedClip, CatalogEr
     }
 }
 
+/// Whether a pack of content `spec` speaks from (or is cloned from) reference clips: a
+/// `selfhosted` pack, or a managed clone ([`crate::clones::is_managed`]).
+pub fn takes_clips(spec: &crate::model::PackSpec) -> bool {
+    spec.provider == Provider::SelfHosted.as_str() || crate::clones::is_managed(spec)
+}
+
 /// Whether `pack` may hold clips. Errors: [`CatalogError::ReferencesNotAccepted`].
 pub fn accepts(pack: &VoicePack) -> Result<(), CatalogError> {
-    if pack.spec.provider == Provider::SelfHosted.as_str() {
+    if takes_clips(&pack.spec) {
         Ok(())
     } else {
         Err(CatalogError::ReferencesNotAccepted {

@@ -13,7 +13,7 @@
 //! voice_id = "en-us"
 //! tts_model_id = "espeak-local"           # the pool it runs on
 //! tier = "LITE"                           # LITE | STANDARD | PRO | PREMIUM
-//! kind = "STANDARD"                       # optional; CLONED needs upstream_ids
+//! kind = "STANDARD"                       # optional; CLONED needs upstream_ids and voice_id, or neither (a managed clone)
 //! upstream_ids = []                       # optional
 //! locales = ["en-US"]                     # optional
 //! params = { pitch_pct = 10, rate = 1.1, volume_pct = 0 }   # optional, each optional
@@ -63,6 +63,7 @@ struct SeedPack {
     description: String,
     provider: String,
     model: String,
+    #[serde(default)]
     voice_id: String,
     tts_model_id: String,
     tier: String,

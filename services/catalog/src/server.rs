@@ -12,11 +12,12 @@ use voxpool_runtime::startup::{self, NotReady};
 
 use crate::{
     clip_gate::ClipGate,
+    clones::Clones,
     db,
     pools::ServedPools,
     reference::ClipStore,
     repo::{PackRepository, connecting::Connecting, sea::SeaRepository},
-    service::{AdminService, CatalogService, UsageService},
+    service::{AdminService, CatalogService, CloneWorkService, UsageService},
     usage::{Ledger, UsageStore, consumer},
 };
 
@@ -27,6 +28,9 @@ pub const ADMIN_SERVICE_NAME: &str = "voxpool.catalog.v1.VoiceCatalogAdmin";
 
 /// The usage ledger's service name, reported by health.
 pub const USAGE_SERVICE_NAME: &str = "voxpool.catalog.v1.Usage";
+
+/// The clone work service's name (synthesis replicas lease clone steps), reported by health.
+pub const CLONE_WORK_SERVICE_NAME: &str = "voxpool.catalog.v1.CloneWork";
 
 /// How often the health task pings the database.
 const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
@@ -108,7 +112,7 @@ pub fn start_ledger(
     ledger
 }
 
-/// Serves VoiceCatalog, VoiceCatalogAdmin, health and reflection (v1 + v1alpha) on
+/// Serves VoiceCatalog, VoiceCatalogAdmin, CloneWork, health and reflection (v1 + v1alpha) on
 /// `listener` until `shutdown` is cancelled, then drains in-flight RPCs. Health turns
 /// NOT_SERVING while the database does not answer a ping. Reference clips go to an in-memory
 /// blob store (use [`serve_with`] for a real one).
@@ -185,6 +189,13 @@ pub async fn serve_parts(
         .into_server()
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
+    let clone_work = CloneWorkService::new(
+        Clones::new(repo.clone(), Arc::new(pools.clone())),
+        auth.clone(),
+    )
+    .into_server()
+    .max_decoding_message_size(max)
+    .max_encoding_message_size(max);
     let catalog = CatalogService::new(repo.clone())
         .into_server()
         .max_decoding_message_size(max)
@@ -207,13 +218,19 @@ pub async fn serve_parts(
     voxpool_runtime::serve::serve_grpc(
         listener,
         flags,
-        &[SERVICE_NAME, ADMIN_SERVICE_NAME, USAGE_SERVICE_NAME],
+        &[
+            SERVICE_NAME,
+            ADMIN_SERVICE_NAME,
+            USAGE_SERVICE_NAME,
+            CLONE_WORK_SERVICE_NAME,
+        ],
         health,
         |router| {
             router
                 .add_service(catalog)
                 .add_service(admin)
                 .add_service(usage)
+                .add_service(clone_work)
         },
         shutdown,
     )

@@ -3,7 +3,8 @@
 //!
 //! Rules (the names and ranges of docs/API.md): provider is a known adapter; `pitch_pct` -50..50, `rate`
 //! 0.25..4.0, `volume_pct` -100..100, all finite; `model`, `voice_id`, `tts_model_id`
-//! non-empty (the latter a pool id); a CLONED pack names its `upstream_ids`; `display_name`
+//! non-empty (the latter a pool id); a CLONED pack names its `upstream_ids` with its
+//! `voice_id`, or neither (a managed clone, cloned from its reference clips); `display_name`
 //! 1..200 characters; `tier` set; `extra` keys `[a-z0-9_]{1,64}` with values of at most 256
 //! characters. Locales are brought to canonical BCP 47 casing (`en-us` -> `en-US`), so the
 //! market filter matches them the same way on every database.
@@ -100,8 +101,17 @@ pub fn pack_spec(p: &pb::VoicePack, prefix: &str) -> Result<PackSpec, CatalogErr
     if let Err(unknown) = p.provider.parse::<Provider>() {
         c.fail("provider", unknown.to_string());
     }
+    let kind = match p.kind {
+        0 => Some(Kind::Standard),
+        k => Kind::from_pb(k),
+    };
+    // A managed clone names no vendor voice: the catalog clones it per scope from its clips.
+    let managed_clone =
+        kind == Some(Kind::Cloned) && p.voice_id.is_empty() && p.upstream_ids.is_empty();
     c.required_text("model", &p.model, MAX_VENDOR_ID);
-    c.required_text("voice_id", &p.voice_id, MAX_VENDOR_ID);
+    if !managed_clone {
+        c.required_text("voice_id", &p.voice_id, MAX_VENDOR_ID);
+    }
     if !is_valid_id(&p.tts_model_id) {
         c.fail(
             "tts_model_id",
@@ -112,10 +122,6 @@ pub fn pack_spec(p: &pb::VoicePack, prefix: &str) -> Result<PackSpec, CatalogErr
         );
     }
 
-    let kind = match p.kind {
-        0 => Some(Kind::Standard),
-        k => Kind::from_pb(k),
-    };
     if kind.is_none() {
         c.fail(
             "kind",
@@ -123,10 +129,12 @@ pub fn pack_spec(p: &pb::VoicePack, prefix: &str) -> Result<PackSpec, CatalogErr
         );
     }
     upstream_ids(&mut c, &p.upstream_ids);
-    if kind == Some(Kind::Cloned) && p.upstream_ids.is_empty() {
+    if kind == Some(Kind::Cloned) && p.upstream_ids.is_empty() && !managed_clone {
         c.fail(
             "upstream_ids",
-            "required for a CLONED pack: a cloned voice exists only on the account(s) that cloned it",
+            "required for a CLONED pack that names its voice_id: a cloned voice exists only on the \
+             account(s) that cloned it (leave voice_id empty too for a managed clone, which the \
+             catalog clones from its reference clips)",
         );
     }
 
@@ -352,6 +360,20 @@ mod tests {
         assert_eq!(fields(&p), ["voice_pack.upstream_ids"]);
         p.upstream_ids = vec!["acct-a".into()];
         assert!(pack_spec(&p, "voice_pack").is_ok());
+    }
+
+    #[test]
+    fn a_managed_clone_names_neither_voice_id_nor_upstream_ids() {
+        let mut p = good();
+        p.kind = pb::voice_pack::Kind::Cloned as i32;
+        p.voice_id.clear();
+        let spec = pack_spec(&p, "voice_pack").expect("a managed clone");
+        assert!(spec.voice_id.is_empty() && spec.upstream_ids.is_empty());
+        p.upstream_ids = vec!["acct-a".into()];
+        assert_eq!(fields(&p), ["voice_pack.voice_id"]);
+        p.kind = pb::voice_pack::Kind::Standard as i32;
+        p.upstream_ids.clear();
+        assert_eq!(fields(&p), ["voice_pack.voice_id"]);
     }
 
     #[test]

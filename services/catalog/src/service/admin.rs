@@ -11,6 +11,7 @@ use voxpool_runtime::auth::AdminAuth;
 
 use super::{Repo, list::list, require_id};
 use crate::{
+    clones::Clones,
     convert::{listed_reference_to_pb, pack_to_pb, reference_to_pb, revision_to_pb, spec_to_pb},
     error::CatalogError,
     mask,
@@ -37,18 +38,26 @@ pub struct AdminService {
     auth: AdminAuth,
     pools: Arc<ServedPools>,
     clips: ClipStore,
+    clones: Clones,
 }
 
 impl AdminService {
     /// A service over `repo` guarded by `auth`; packs no pool serves are refused (when
     /// `pools` knows the pools); reference clips go to `clips`.
     pub fn new(repo: Repo, auth: AdminAuth, pools: ServedPools, clips: ClipStore) -> Self {
+        let pools = Arc::new(pools);
         Self {
+            clones: Clones::new(repo.clone(), pools.clone()),
             repo,
             auth,
-            pools: Arc::new(pools),
+            pools,
             clips,
         }
+    }
+
+    /// The managed clones.
+    pub(super) fn clones(&self) -> &Clones {
+        &self.clones
     }
 
     /// Checks the request's bearer token (every admin RPC).
@@ -122,12 +131,10 @@ impl VoiceCatalogAdmin for AdminService {
             let mut spec = validate::pack_spec(&merged, "voice_pack")?;
             // Clips change only through AddReference / RemoveReference.
             spec.references = current.spec.references.clone();
-            if !spec.references.is_empty()
-                && spec.provider != voxpool_domain::provider::Provider::SelfHosted.as_str()
-            {
+            if !spec.references.is_empty() && !reference::takes_clips(&spec) {
                 return Err(CatalogError::invalid(
                     "voice_pack.provider",
-                    "the pack holds reference clips, which only selfhosted packs speak: remove them (RemoveReference) first",
+                    "the pack holds reference clips, which only selfhosted packs and managed clones (CLONED, no voice_id, no upstream_ids) take: remove them (RemoveReference) first",
                 ));
             }
             // An edit that keeps the pool and provider stays possible on a pack whose pool

@@ -6,6 +6,7 @@
 
 mod admin;
 mod catalog;
+mod clone_work;
 mod clones;
 mod list;
 mod reference_audio;
@@ -15,6 +16,8 @@ use std::sync::Arc;
 
 pub use admin::AdminService;
 pub use catalog::CatalogService;
+pub use clone_work::CloneWorkService;
+pub use clones::{clone_to_pb, state_to_pb};
 pub use list::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 pub use usage::{DEFAULT_USAGE_PAGE, MAX_USAGE_PAGE, UsageService, filter_of, row_to_pb};
 

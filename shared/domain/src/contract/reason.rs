@@ -275,6 +275,21 @@ reasons! {
         /// FAILED_PRECONDITION: GetUsage matched more rows than it answers (metadata
         /// `limit`); page through them with ListUsage or narrow the query.
         UsageTooManyRows = "USAGE_TOO_MANY_ROWS", Never;
+        /// FAILED_PRECONDITION: the pack is no managed clone (kind CLONED with reference clips,
+        /// no voice_id and no upstream_ids), so the catalog does not clone it (metadata
+        /// `pack_id`).
+        CloneNotManaged = "CLONE_NOT_MANAGED", Never;
+        /// FAILED_PRECONDITION: the pack's pool declares no clone scope (no upstream has a
+        /// `clone` table), or the catalog runs without the pools file (metadata `pool`).
+        NoCloneScopes = "NO_CLONE_SCOPES", Never;
+        /// RESOURCE_EXHAUSTED: the clone scope holds as many clones as it has slots (metadata
+        /// `scope`, `slots`); delete a clone there or pick another scope.
+        CloneSlotsFull = "CLONE_SLOTS_FULL", Never;
+        /// NOT_FOUND: the pack has no clone in this scope (metadata `pack_id`, `scope`).
+        CloneNotFound = "CLONE_NOT_FOUND", Never;
+        /// FAILED_PRECONDITION: a clone work report carries a lease token that is no longer
+        /// the step's (the lease ran out and another worker took it): drop the result.
+        CloneLeaseLost = "CLONE_LEASE_LOST", Never;
     }
 }
 

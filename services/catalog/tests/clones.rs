@@ -1,0 +1,679 @@
+//! Managed voice clones over gRPC on SQLite and PostgreSQL (`db_test!`): CloneVoice's rows,
+//! idempotence and refusals, the CloneWork lease (one worker per step, a run-out lease handed
+//! out again, a stale report refused), the state transitions, DeleteClone and ImportClones.
+//! Lease expiry is driven through the store with explicit times, never by waiting.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::{Backend, TestServer, authed, bad_fields, create, pack_pb};
+use tonic::{Code, transport::Channel};
+use tonic_types::StatusExt as _;
+use voxpool_catalog::{clones::store::CloneStore, pools::ServedPools};
+use voxpool_config::Config;
+use voxpool_fake_vendors::audio::tone_wav;
+use voxpool_proto::catalog::v1::{
+    self as pb, clone_task::Work, clone_work_client::CloneWorkClient,
+    report_clone_work_request::Outcome, voice_clone::CloneState,
+};
+
+const POOLS: &str = r#"
+[[pools]]
+id = "eleven"
+provider = "elevenlabs"
+[[pools.upstreams]]
+id = "team-a"
+clone = { slots = 2 }
+[[pools.upstreams.keys]]
+id = "k1"
+capacity = 2
+[[pools.upstreams]]
+id = "team-b"
+clone = { slots = 1, keep_alive = "6d" }
+[[pools.upstreams.keys]]
+id = "k1"
+capacity = 2
+[[pools.upstreams]]
+id = "team-big"
+clone = { slots = 100 }
+[[pools.upstreams.keys]]
+id = "k1"
+capacity = 2
+[[pools.upstreams]]
+id = "plain"
+[[pools.upstreams.keys]]
+id = "k1"
+capacity = 2
+[[pools]]
+id = "volc"
+provider = "volcengine"
+[[pools.upstreams]]
+id = "acct"
+clone = { slots = 1 }
+[[pools.upstreams.keys]]
+id = "app-1"
+capacity = 2
+[[pools.upstreams.keys]]
+id = "app-2"
+capacity = 2
+[[pools]]
+id = "espeak-local"
+provider = "espeak"
+[[pools.upstreams]]
+id = "local"
+[[pools.upstreams.keys]]
+id = "k"
+capacity = 2
+"#;
+
+async fn server(backend: Backend) -> TestServer {
+    let config = Config::from_toml_str(POOLS).expect("pools");
+    TestServer::start_with_pools(backend, ServedPools::from_config(&config, "clones.toml")).await
+}
+
+/// A managed clone pack on the ElevenLabs pool (`n` makes its identity its own).
+fn managed(n: usize) -> pb::VoicePack {
+    let mut pack = pb::VoicePack {
+        provider: "elevenlabs".into(),
+        model: "eleven_multilingual_v2".into(),
+        voice_id: String::new(),
+        tts_model_id: "eleven".into(),
+        kind: pb::voice_pack::Kind::Cloned as i32,
+        ..pack_pb("unused")
+    };
+    pack.extra.insert("n".into(), n.to_string());
+    pack
+}
+
+/// Creates a managed clone pack with one clip; its id.
+async fn managed_with_clip(server: &TestServer, n: usize) -> String {
+    with_clip(server, managed(n)).await
+}
+
+/// Creates `pack` with one clip; its id.
+async fn with_clip(server: &TestServer, pack: pb::VoicePack) -> String {
+    let pack = create(server, pack).await;
+    server
+        .admin()
+        .await
+        .add_reference(authed(pb::AddReferenceRequest {
+            pack_id: pack.id.clone(),
+            audio: tone_wav(16_000, 1_500).expect("a WAV clip"),
+            transcript: "The quick brown fox.".into(),
+            ..Default::default()
+        }))
+        .await
+        .expect("add reference");
+    pack.id
+}
+
+async fn clone_voice(
+    server: &TestServer,
+    pack_id: &str,
+    scopes: &[&str],
+) -> Result<Vec<pb::VoiceClone>, tonic::Status> {
+    server
+        .admin()
+        .await
+        .clone_voice(authed(pb::CloneVoiceRequest {
+            pack_id: pack_id.into(),
+            scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
+            max_scopes: 0,
+        }))
+        .await
+        .map(|r| r.into_inner().clones)
+}
+
+async fn list(server: &TestServer, pack_id: &str) -> Vec<pb::VoiceClone> {
+    server
+        .admin()
+        .await
+        .list_clones(authed(pb::ListClonesRequest {
+            pack_id: pack_id.into(),
+        }))
+        .await
+        .expect("list clones")
+        .into_inner()
+        .clones
+}
+
+fn reason(status: &tonic::Status) -> String {
+    status
+        .get_error_details()
+        .error_info()
+        .map(|i| i.reason.clone())
+        .unwrap_or_default()
+}
+
+fn states(clones: &[pb::VoiceClone]) -> Vec<(String, CloneState)> {
+    clones
+        .iter()
+        .map(|c| (c.scope.clone(), c.state()))
+        .collect()
+}
+
+async fn work(server: &TestServer) -> CloneWorkClient<Channel> {
+    CloneWorkClient::new(server.channel().await)
+}
+
+async fn claim(server: &TestServer, worker: &str, scopes: &[&str], max: u32) -> Vec<pb::CloneTask> {
+    work(server)
+        .await
+        .claim(authed(pb::ClaimCloneWorkRequest {
+            worker: worker.into(),
+            scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
+            max,
+            lease_ms: 60_000,
+        }))
+        .await
+        .expect("claim")
+        .into_inner()
+        .tasks
+}
+
+async fn report(
+    server: &TestServer,
+    pack_id: &str,
+    scope: &str,
+    token: &str,
+    outcome: Outcome,
+) -> Result<pb::VoiceClone, tonic::Status> {
+    work(server)
+        .await
+        .report(authed(pb::ReportCloneWorkRequest {
+            pack_id: pack_id.into(),
+            scope: scope.into(),
+            lease_token: token.into(),
+            outcome: Some(outcome),
+        }))
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+fn store(server: &TestServer) -> CloneStore {
+    CloneStore::new(server.repo.connection().clone())
+}
+
+fn hour_from_now_us() -> i64 {
+    voxpool_catalog::model::now().timestamp_micros() + 3_600_000_000
+}
+
+async fn clone_voice_creates_rows_idempotently_and_refuses_what_it_cannot_clone(backend: Backend) {
+    let server = server(backend).await;
+    let empty = create(&server, managed(0)).await;
+    let refused = clone_voice(&server, &empty.id, &["team-a"])
+        .await
+        .expect_err("no clips");
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&refused), "CLONE_NOT_MANAGED");
+    assert!(
+        refused.message().contains("AddReference"),
+        "{}",
+        refused.message()
+    );
+
+    let pack = managed_with_clip(&server, 1).await;
+    let first = clone_voice(&server, &pack, &["team-a"])
+        .await
+        .expect("clone");
+    assert_eq!(states(&first), [("team-a".to_owned(), CloneState::Pending)]);
+    let again = clone_voice(&server, &pack, &["team-a"])
+        .await
+        .expect("again");
+    assert_eq!(again, first, "asking twice makes one clone, unchanged");
+
+    let unknown = clone_voice(&server, &pack, &["nope"])
+        .await
+        .expect_err("unknown scope");
+    assert_eq!(unknown.code(), Code::InvalidArgument);
+    assert_eq!(bad_fields(&unknown), ["scopes[0]"]);
+    for known in ["team-a (2 slots)", "team-b (1 slots)", "team-big"] {
+        assert!(unknown.message().contains(known), "{}", unknown.message());
+    }
+    assert!(
+        !unknown.message().contains("plain"),
+        "{}",
+        unknown.message()
+    );
+
+    let hand_made = create(
+        &server,
+        pb::VoicePack {
+            voice_id: "voice-123".into(),
+            upstream_ids: vec!["team-a".into()],
+            ..managed(2)
+        },
+    )
+    .await;
+    let refused = clone_voice(&server, &hand_made.id, &[])
+        .await
+        .expect_err("hand-made");
+    assert_eq!(reason(&refused), "CLONE_NOT_MANAGED");
+    assert!(
+        refused.message().contains("hand-made"),
+        "{}",
+        refused.message()
+    );
+
+    // team-b has one slot: the first pack takes it, the second is refused naming it.
+    let other = managed_with_clip(&server, 3).await;
+    clone_voice(&server, &other, &["team-b"])
+        .await
+        .expect("team-b");
+    let third = managed_with_clip(&server, 4).await;
+    let full = clone_voice(&server, &third, &["team-b"])
+        .await
+        .expect_err("full");
+    assert_eq!(full.code(), Code::ResourceExhausted);
+    assert_eq!(reason(&full), "CLONE_SLOTS_FULL");
+    let info = full
+        .get_error_details()
+        .error_info()
+        .cloned()
+        .expect("info");
+    assert_eq!(info.metadata["scope"], "team-b");
+    assert_eq!(info.metadata["slots"], "1");
+    assert!(full.message().contains("team-b") && full.message().contains("1 clones"));
+
+    // Without scopes: the scope with free slots and the fewest clones (team-big: none yet).
+    let picked = clone_voice(&server, &third, &[]).await.expect("picked");
+    assert_eq!(
+        states(&picked),
+        [("team-big".to_owned(), CloneState::Pending)]
+    );
+    let kept = clone_voice(&server, &third, &[])
+        .await
+        .expect("max_scopes 1 reached");
+    assert_eq!(kept, picked);
+
+    let espeak = create(
+        &server,
+        pb::VoicePack {
+            kind: pb::voice_pack::Kind::Cloned as i32,
+            voice_id: String::new(),
+            ..pack_pb("x")
+        },
+    )
+    .await;
+    let none = server
+        .admin()
+        .await
+        .add_reference(authed(pb::AddReferenceRequest {
+            pack_id: espeak.id.clone(),
+            audio: tone_wav(16_000, 1_500).expect("wav"),
+            transcript: "Hello there.".into(),
+            ..Default::default()
+        }))
+        .await;
+    none.expect("a managed clone takes clips whatever its provider");
+    let none = clone_voice(&server, &espeak.id, &[])
+        .await
+        .expect_err("no scopes");
+    assert_eq!(none.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&none), "NO_CLONE_SCOPES");
+
+    let missing = server
+        .admin()
+        .await
+        .list_clones(authed(pb::ListClonesRequest {
+            pack_id: "vp_000000000000000000000000".into(),
+        }))
+        .await
+        .expect_err("unknown pack");
+    assert_eq!(missing.code(), Code::NotFound);
+}
+db_test!(clone_voice_creates_rows_idempotently_and_refuses_what_it_cannot_clone);
+
+async fn a_clone_goes_create_training_ready_then_deleted_under_leases(backend: Backend) {
+    let server = server(backend).await;
+    let pack = managed_with_clip(&server, 1).await;
+    clone_voice(&server, &pack, &["team-b"])
+        .await
+        .expect("clone");
+
+    let tasks = claim(&server, "w1", &["team-b", "team-a"], 10).await;
+    assert_eq!(tasks.len(), 1);
+    let task = &tasks[0];
+    assert_eq!((task.work(), task.attempt), (Work::Create, 1));
+    assert_eq!(task.provider, "elevenlabs");
+    assert_eq!(task.pool, "eleven");
+    assert_eq!(task.samples.len(), 1);
+    assert!(task.samples[0].digest.starts_with("sha256:"));
+    assert_eq!(task.samples[0].content_type, "audio/wav");
+    assert!(
+        claim(&server, "w2", &["team-b"], 10).await.is_empty(),
+        "leased to w1"
+    );
+
+    let training = report(
+        &server,
+        &pack,
+        "team-b",
+        &task.lease_token,
+        Outcome::Training(pb::CloneTraining {
+            vendor_voice_id: "el-voice-1".into(),
+            poll_after_ms: 1_000,
+        }),
+    )
+    .await
+    .expect("training");
+    assert_eq!(training.state(), CloneState::Training);
+    assert_eq!(training.vendor_voice_id, "el-voice-1");
+    let stale = report(
+        &server,
+        &pack,
+        "team-b",
+        &task.lease_token,
+        Outcome::Deleted(pb::CloneDeleted {}),
+    )
+    .await
+    .expect_err("the lease ended with the report");
+    assert_eq!(stale.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&stale), "CLONE_LEASE_LOST");
+    assert_eq!(
+        states(&list(&server, &pack).await),
+        [("team-b".to_owned(), CloneState::Training)]
+    );
+
+    // The poll is due later: claimed through the store at a time past it.
+    let polls = store(&server)
+        .claim(
+            "w2",
+            &["team-b".to_owned()],
+            10,
+            60_000_000,
+            hour_from_now_us(),
+        )
+        .await
+        .expect("claim poll");
+    assert_eq!(polls.len(), 1);
+    let (row, token) = &polls[0];
+    assert_eq!(row.work.as_str(), "POLL");
+    let ready = report(
+        &server,
+        &pack,
+        "team-b",
+        token,
+        Outcome::Ready(pb::CloneReady {
+            vendor_voice_id: "el-voice-1".into(),
+            expires_at: None,
+        }),
+    )
+    .await
+    .expect("ready");
+    assert_eq!(ready.state(), CloneState::Ready);
+    // team-b has keep_alive = "6d": a KEEPALIVE step is due in six days, not now.
+    let clones = store(&server).list(&pack).await.expect("rows");
+    assert_eq!(clones[0].work.as_str(), "KEEPALIVE");
+    assert!(
+        clones[0].due_at_us > voxpool_catalog::model::now().timestamp_micros() + 5 * 86_400_000_000
+    );
+
+    // DeleteClone: the vendor holds it, so a DELETE step; the row goes when it is reported.
+    let deleting = server
+        .admin()
+        .await
+        .delete_clone(authed(pb::DeleteCloneRequest {
+            pack_id: pack.clone(),
+            scope: "team-b".into(),
+        }))
+        .await
+        .expect("delete")
+        .into_inner();
+    assert_eq!(deleting.vendor_voice_id, "el-voice-1");
+    let tasks = claim(&server, "w3", &["team-b"], 10).await;
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(
+        (tasks[0].work(), tasks[0].vendor_voice_id.as_str()),
+        (Work::Delete, "el-voice-1")
+    );
+    report(
+        &server,
+        &pack,
+        "team-b",
+        &tasks[0].lease_token,
+        Outcome::Deleted(pb::CloneDeleted {}),
+    )
+    .await
+    .expect("deleted");
+    assert!(list(&server, &pack).await.is_empty());
+
+    // A clone the vendor never made goes at once; an unknown one is NOT_FOUND.
+    clone_voice(&server, &pack, &["team-a"])
+        .await
+        .expect("clone again");
+    server
+        .admin()
+        .await
+        .delete_clone(authed(pb::DeleteCloneRequest {
+            pack_id: pack.clone(),
+            scope: "team-a".into(),
+        }))
+        .await
+        .expect("delete pending");
+    assert!(list(&server, &pack).await.is_empty());
+    let gone = server
+        .admin()
+        .await
+        .delete_clone(authed(pb::DeleteCloneRequest {
+            pack_id: pack.clone(),
+            scope: "team-a".into(),
+        }))
+        .await
+        .expect_err("nothing left");
+    assert_eq!(
+        (gone.code(), reason(&gone).as_str()),
+        (Code::NotFound, "CLONE_NOT_FOUND")
+    );
+}
+db_test!(a_clone_goes_create_training_ready_then_deleted_under_leases);
+
+async fn an_expired_clone_is_cloned_again_and_a_run_out_lease_is_handed_out_again(
+    backend: Backend,
+) {
+    let server = server(backend).await;
+    let volc = pb::VoicePack {
+        provider: "volcengine".into(),
+        model: "seed-icl-1.0".into(),
+        tts_model_id: "volc".into(),
+        ..managed(1)
+    };
+    let pack = with_clip(&server, volc).await;
+    clone_voice(&server, &pack, &["acct/app-2"])
+        .await
+        .expect("volcengine key scope");
+    let rows = store(&server);
+    let scopes = ["acct/app-2".to_owned()];
+    let now = voxpool_catalog::model::now().timestamp_micros();
+    let first = rows
+        .claim("w1", &scopes, 1, 5_000_000, now)
+        .await
+        .expect("claim");
+    assert_eq!(first.len(), 1);
+    assert!(
+        rows.claim("w2", &scopes, 1, 5_000_000, now + 4_000_000)
+            .await
+            .expect("claim")
+            .is_empty(),
+        "the lease still runs"
+    );
+    let second = rows
+        .claim("w2", &scopes, 1, 5_000_000, now + 6_000_000)
+        .await
+        .expect("claim");
+    assert_eq!(second.len(), 1, "a run-out lease is handed out again");
+    assert_eq!(second[0].0.attempts, 2);
+    assert_ne!(second[0].1, first[0].1);
+    let late = report(
+        &server,
+        &pack,
+        "acct/app-2",
+        &first[0].1,
+        Outcome::Training(pb::CloneTraining {
+            vendor_voice_id: "S_1".into(),
+            poll_after_ms: 0,
+        }),
+    )
+    .await
+    .expect_err("w1's lease was handed on");
+    assert_eq!(reason(&late), "CLONE_LEASE_LOST");
+    let ready = report(
+        &server,
+        &pack,
+        "acct/app-2",
+        &second[0].1,
+        Outcome::Ready(pb::CloneReady {
+            vendor_voice_id: "S_1".into(),
+            expires_at: None,
+        }),
+    )
+    .await
+    .expect("ready");
+    assert_eq!(ready.state(), CloneState::Ready);
+
+    // The vendor reports it gone: EXPIRED, no vendor id, and CloneVoice makes it PENDING again.
+    clone_voice(&server, &pack, &["acct/app-2"])
+        .await
+        .expect("live: unchanged");
+    let mut rows_now = rows.list(&pack).await.expect("rows");
+    assert_eq!(rows_now[0].work.as_str(), "NONE");
+    // A vendor's "gone" arrives on a step: simulate the keep-alive step the scope would run.
+    let expired = {
+        use sea_orm::{ConnectionTrait, Statement};
+        server
+            .repo
+            .connection()
+            .execute_raw(Statement::from_string(
+                server.repo.connection().get_database_backend(),
+                "UPDATE voice_clones SET work = 'KEEPALIVE', due_at_us = 0",
+            ))
+            .await
+            .expect("make a step due");
+        let due = rows
+            .claim("w3", &scopes, 1, 5_000_000, now + 10_000_000)
+            .await
+            .expect("claim");
+        report(
+            &server,
+            &pack,
+            "acct/app-2",
+            &due[0].1,
+            Outcome::Expired(pb::CloneFailure {
+                error: "speaker Expired".into(),
+                reclaimed: false,
+            }),
+        )
+        .await
+        .expect("expired")
+    };
+    assert_eq!(expired.state(), CloneState::Expired);
+    assert!(expired.vendor_voice_id.is_empty());
+    let again = clone_voice(&server, &pack, &["acct/app-2"])
+        .await
+        .expect("re-clone");
+    assert_eq!(
+        states(&again),
+        [("acct/app-2".to_owned(), CloneState::Pending)]
+    );
+    rows_now = rows.list(&pack).await.expect("rows");
+    assert_eq!(rows_now[0].work.as_str(), "CREATE");
+}
+db_test!(an_expired_clone_is_cloned_again_and_a_run_out_lease_is_handed_out_again);
+
+async fn two_workers_claiming_at_once_get_disjoint_steps(backend: Backend) {
+    let server = server(backend).await;
+    let mut packs = Vec::new();
+    for n in 0..8 {
+        let pack = managed_with_clip(&server, n).await;
+        clone_voice(&server, &pack, &["team-big"])
+            .await
+            .expect("clone");
+        packs.push(pack);
+    }
+    let (a, b) = tokio::join!(
+        claim(&server, "w1", &["team-big"], 8),
+        claim(&server, "w2", &["team-big"], 8)
+    );
+    let ids = |tasks: &[pb::CloneTask]| -> BTreeSet<String> {
+        tasks.iter().map(|t| t.pack_id.clone()).collect()
+    };
+    let (ids_a, ids_b) = (ids(&a), ids(&b));
+    assert!(ids_a.is_disjoint(&ids_b), "{ids_a:?} vs {ids_b:?}");
+    assert_eq!(a.len() + b.len(), 8, "every due step is handed out once");
+    let all: BTreeSet<String> = ids_a.union(&ids_b).cloned().collect();
+    assert_eq!(all, packs.into_iter().collect());
+}
+db_test!(two_workers_claiming_at_once_get_disjoint_steps);
+
+async fn an_import_binds_the_clones_named_after_managed_packs(backend: Backend) {
+    let server = server(backend).await;
+    let pack = managed_with_clip(&server, 1).await;
+    let asked = server
+        .admin()
+        .await
+        .import_clones(authed(pb::ImportClonesRequest {
+            pool: "eleven".into(),
+            scope: "team-a".into(),
+        }))
+        .await
+        .expect("import")
+        .into_inner()
+        .imports;
+    assert_eq!(asked.len(), 1);
+    assert_eq!(
+        (asked[0].scope.as_str(), asked[0].state.as_str()),
+        ("team-a", "REQUESTED")
+    );
+    let tasks = claim(&server, "w1", &["team-a"], 10).await;
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(
+        (tasks[0].work(), tasks[0].pack_id.as_str()),
+        (Work::Import, "")
+    );
+    report(
+        &server,
+        "",
+        "team-a",
+        &tasks[0].lease_token,
+        Outcome::Imported(pb::CloneListing {
+            voices: vec![
+                pb::ListedVendorVoice {
+                    vendor_voice_id: "el-1".into(),
+                    name: pack.clone(),
+                },
+                pb::ListedVendorVoice {
+                    vendor_voice_id: "el-2".into(),
+                    name: "someone's voice".into(),
+                },
+            ],
+        }),
+    )
+    .await
+    .expect("imported");
+    let clones = list(&server, &pack).await;
+    assert_eq!(states(&clones), [("team-a".to_owned(), CloneState::Ready)]);
+    assert_eq!(clones[0].vendor_voice_id, "el-1");
+    let done = server
+        .admin()
+        .await
+        .import_clones(authed(pb::ImportClonesRequest {
+            pool: "eleven".into(),
+            scope: "team-b".into(),
+        }))
+        .await
+        .expect("import b")
+        .into_inner();
+    assert_eq!(done.imports[0].scope, "team-b");
+    let unknown = server
+        .admin()
+        .await
+        .import_clones(authed(pb::ImportClonesRequest {
+            pool: "eleven".into(),
+            scope: "plain".into(),
+        }))
+        .await
+        .expect_err("no clone scope");
+    assert_eq!(bad_fields(&unknown), ["scope"]);
+}
+db_test!(an_import_binds_the_clones_named_after_managed_packs);
