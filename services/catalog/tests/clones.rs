@@ -677,3 +677,70 @@ async fn an_import_binds_the_clones_named_after_managed_packs(backend: Backend) 
     assert_eq!(bad_fields(&unknown), ["scope"]);
 }
 db_test!(an_import_binds_the_clones_named_after_managed_packs);
+
+async fn a_delete_asked_while_a_create_runs_wins_and_keeps_the_vendor_id(backend: Backend) {
+    let server = server(backend).await;
+    let pack = managed_with_clip(&server, 1).await;
+    clone_voice(&server, &pack, &["team-a"])
+        .await
+        .expect("clone");
+    let creating = claim(&server, "w1", &["team-a"], 1).await;
+    assert_eq!(creating[0].work(), Work::Create);
+    let asked = server
+        .admin()
+        .await
+        .delete_clone(authed(pb::DeleteCloneRequest {
+            pack_id: pack.clone(),
+            scope: "team-a".into(),
+        }))
+        .await
+        .expect("delete while creating")
+        .into_inner();
+    assert_eq!(
+        asked.state(),
+        CloneState::Pending,
+        "kept: the vendor may be making it"
+    );
+    assert!(
+        claim(&server, "w2", &["team-a"], 1).await.is_empty(),
+        "still w1's"
+    );
+    let reported = report(
+        &server,
+        &pack,
+        "team-a",
+        &creating[0].lease_token,
+        Outcome::Training(pb::CloneTraining {
+            vendor_voice_id: "el-made".into(),
+            poll_after_ms: 5_000,
+        }),
+    )
+    .await
+    .expect("w1 reports what it made");
+    assert_eq!(reported.vendor_voice_id, "el-made");
+    let deleting = claim(&server, "w2", &["team-a"], 1).await;
+    assert_eq!(
+        deleting.len(),
+        1,
+        "the delete is due now, not after the poll delay"
+    );
+    assert_eq!(
+        (deleting[0].work(), deleting[0].vendor_voice_id.as_str()),
+        (Work::Delete, "el-made")
+    );
+
+    // The clips, not a vendor id, are what a snapshot of a managed clone freezes.
+    let snapshot = server
+        .catalog()
+        .await
+        .freeze_snapshot(pb::FreezeSnapshotRequest {
+            pack_id: pack.clone(),
+        })
+        .await
+        .expect("freeze")
+        .into_inner();
+    assert!(snapshot.voice_id.is_empty());
+    assert!(snapshot.upstream_ids.is_empty());
+    assert_eq!(snapshot.references.len(), 1);
+}
+db_test!(a_delete_asked_while_a_create_runs_wins_and_keeps_the_vendor_id);
