@@ -3,12 +3,15 @@
 //! (`voxpool_redis`).
 //!
 //! - A Charge is written at once and awaited ([`Writer::write_now`]) once the attempt holds a
-//!   key and before the vendor is sent its text, bounded by the store timeout: a replica
+//!   key and before the vendor has its text (the request's body waits for it), bounded by the store timeout: a replica
 //!   killed after sending leaves it for the ledger, one killed while waiting for a key
-//!   leaves nothing (the vendor was sent nothing).
+//!   leaves nothing (the vendor was sent nothing). Charges have a connection of their own,
+//!   so they never wait behind a batch's `WAIT` for a replica.
 //! - Settles and Dones are queued ([`Writer::queue`]) to one background task that sends them
 //!   in batches (one script call of up to [`BATCH`] XADDs) in the order they were queued,
-//!   each batch kept until a replica holds it (Sentinel, Cluster): a failover keeps it.
+//!   each batch kept until a replica holds it (Sentinel, Cluster): a failover keeps it. The
+//!   first record after a quiet spell waits [`LINGER`] for company, so a light load does not
+//!   cost a script call per request.
 //! - Metering never takes synthesis down: a Charge Redis does not take in time is queued
 //!   instead (behind whatever is already waiting, so its Settle never precedes it), the
 //!   queue is retried with back-off, and past [`Writer::capacity`] entries new ones are
@@ -55,8 +58,28 @@ for _ in string.gmatch(redis.call('INFO', 'replication'), 'state=online') do onl
 return online
 ";
 
+/// How long the first record after a quiet spell waits for others to share its batch.
+const LINGER: Duration = Duration::from_millis(5);
+
 /// How long a batch waits for a replica to acknowledge it (`WAIT`) before it is sent again.
 const REPLICA_ACK_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// The writer's two connections to the store. A batch's `WAIT` holds its connection until a
+/// replica acknowledges (up to [`REPLICA_ACK_TIMEOUT`]); Charges, which a request awaits
+/// before its vendor call, go on their own so they never queue behind it.
+struct Conns {
+    charges: Conn,
+    batches: Conn,
+}
+
+impl Conns {
+    async fn connect(url: &str) -> Result<Self, String> {
+        Ok(Self {
+            charges: Conn::connect(url, STORE_TIMEOUT).await?,
+            batches: Conn::connect(url, STORE_TIMEOUT).await?,
+        })
+    }
+}
 
 /// The writer (module doc). Cheap to clone.
 #[derive(Clone)]
@@ -75,7 +98,7 @@ impl std::fmt::Debug for Writer {
 struct Inner {
     url: String,
     shown: String,
-    conn: OnceLock<Conn>,
+    conns: OnceLock<Conns>,
     queue: Mutex<VecDeque<String>>,
     capacity: usize,
     notify: Notify,
@@ -94,7 +117,7 @@ impl Writer {
             inner: Arc::new(Inner {
                 url: url.to_owned(),
                 shown: redact(url),
-                conn: OnceLock::new(),
+                conns: OnceLock::new(),
                 queue: Mutex::new(VecDeque::new()),
                 capacity: capacity.max(1),
                 notify: Notify::new(),
@@ -136,7 +159,7 @@ impl Writer {
     pub async fn write_now(&self, event: &UsageEvent) {
         let Some(json) = encode(event) else { return };
         let inner = &self.inner;
-        let Some(conn) = inner.conn.get() else {
+        let Some(Conns { charges: conn, .. }) = inner.conns.get() else {
             inner.push(json);
             return;
         };
@@ -210,6 +233,14 @@ impl Inner {
         self.notify.notify_one();
     }
 
+    /// A batch the primary took but too few replicas acknowledged: logged like a failure,
+    /// but the store still answers, so a Charge keeps its full bound ([`Writer::write_now`]).
+    fn lagging(&self, why: &str) {
+        if matches!(self.errors.admit(std::time::Instant::now()), Admit::Pass) {
+            tracing::warn!(store = %self.shown, error = %why, pending = self.queue.lock().map_or(0, |q| q.len()), "usage records not yet held by a replica; sending them again");
+        }
+    }
+
     fn failed(&self, why: &str) {
         self.healthy.store(false, Ordering::Relaxed);
         if matches!(self.errors.admit(std::time::Instant::now()), Admit::Pass) {
@@ -237,14 +268,15 @@ impl Inner {
 /// store does not answer.
 async fn run(inner: Arc<Inner>) {
     let mut backoff = Duration::from_millis(50);
+    let mut idle = true;
     loop {
-        let conn = match inner.conn.get() {
-            Some(conn) => conn.clone(),
-            None => match Conn::connect(&inner.url, STORE_TIMEOUT).await {
-                Ok(conn) => {
+        let conn = match inner.conns.get() {
+            Some(conns) => conns.batches.clone(),
+            None => match Conns::connect(&inner.url).await {
+                Ok(conns) => {
                     tracing::info!(store = %inner.shown, "usage store connected");
                     inner.healthy.store(true, Ordering::Relaxed);
-                    inner.conn.get_or_init(|| conn).clone()
+                    inner.conns.get_or_init(|| conns).batches.clone()
                 }
                 Err(e) => {
                     inner.failed(&e);
@@ -257,22 +289,40 @@ async fn run(inner: Arc<Inner>) {
         let batch = inner.peek();
         if batch.is_empty() {
             let _ = tokio::time::timeout(Duration::from_secs(1), inner.notify.notified()).await;
+            idle = true;
             continue;
         }
+        if idle && batch.len() < BATCH {
+            // The first record after a quiet spell: let the requests ending meanwhile join
+            // its batch (their Charges are on the stream already).
+            idle = false;
+            tokio::time::sleep(LINGER).await;
+            continue;
+        }
+        idle = false;
         let mut invocation = inner.script.key(USAGE_STREAM);
         for record in &batch {
             invocation.arg(record);
         }
         let sent = tokio::time::timeout(STORE_TIMEOUT * 2, async {
             let online = conn.invoke(&invocation).await?;
+            // The primary answered: a Charge written now is held there, whatever the
+            // replica says next.
+            inner.healthy.store(true, Ordering::Relaxed);
             replicated(&conn, &online).await
         })
         .await;
         match sent {
-            Ok(Ok(())) => {
+            Ok(Ok(Replicated::Yes)) => {
                 inner.sent(batch.len());
-                inner.healthy.store(true, Ordering::Relaxed);
                 backoff = Duration::from_millis(50);
+            }
+            Ok(Ok(Replicated::Short(why))) => {
+                // A slow replica, not a store that does not answer: the batch is sent again
+                // (the ledger counts a record once) and Charges keep their full bound.
+                inner.lagging(&why);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
             }
             Ok(Err(e)) => {
                 inner.failed(&e.to_string());
@@ -292,7 +342,7 @@ async fn run(inner: Arc<Inner>) {
 /// while the primary has one online; `online` is the script's count): a failover then keeps
 /// it. Otherwise the batch stays queued and is sent again (the ledger counts a record once),
 /// so a failover right after the append cannot lose Settles and Dones that were answered.
-async fn replicated(conn: &Conn, online: &redis::Value) -> redis::RedisResult<()> {
+async fn replicated(conn: &Conn, online: &redis::Value) -> redis::RedisResult<Replicated> {
     let generation = conn.generation();
     let online = match online {
         redis::Value::Int(n) => u32::try_from(*n).unwrap_or(0),
@@ -300,17 +350,24 @@ async fn replicated(conn: &Conn, online: &redis::Value) -> redis::RedisResult<()
     };
     let want = conn.topology().default_replica_acks().min(online);
     if want == 0 {
-        return Ok(());
+        return Ok(Replicated::Yes);
     }
     let acked = conn
         .wait_replicas(USAGE_STREAM, want, REPLICA_ACK_TIMEOUT, generation)
         .await?;
-    if acked >= i64::from(want) {
-        Ok(())
+    Ok(if acked >= i64::from(want) {
+        Replicated::Yes
     } else {
-        Err(redis::RedisError::from(std::io::Error::other(format!(
+        Replicated::Short(format!(
             "usage records acknowledged by {acked} of {want} replica(s) within {} ms; sent again",
             REPLICA_ACK_TIMEOUT.as_millis()
-        ))))
-    }
+        ))
+    })
+}
+
+/// Whether a batch the primary took is held by enough replicas too ([`replicated`]).
+enum Replicated {
+    Yes,
+    /// Fewer replicas than wanted acknowledged it in time: why, for the log.
+    Short(String),
 }
