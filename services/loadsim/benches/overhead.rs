@@ -134,6 +134,7 @@ fn main() {
             upstream: &upstream,
             timeout: Duration::from_secs(10),
             attempt_id: "bench",
+            gate: Default::default(),
         };
 
         // Warm-up: connections, scripts, caches.

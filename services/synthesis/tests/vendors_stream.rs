@@ -132,6 +132,7 @@ impl Harness {
                 upstream: &me.upstream,
                 timeout: Duration::from_secs(20),
                 attempt_id: "stream-test",
+                gate: Default::default(),
             };
             let result = me.adapter.stream(request, &sink).await;
             (result.map(|_| ()).map_err(|f| f.message), sink.written())

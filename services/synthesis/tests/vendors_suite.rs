@@ -164,6 +164,7 @@ impl Harness {
             upstream: &self.upstream,
             timeout,
             attempt_id: &attempt_id,
+            gate: Default::default(),
         };
         self.adapter.synthesize(request).await
     }
@@ -353,6 +354,7 @@ async fn a_refused_connection_is_timeout(kind: VendorKind) {
         upstream: &upstream,
         timeout: Duration::from_secs(5),
         attempt_id: "refused",
+        gate: Default::default(),
     };
     let failure = h
         .adapter

@@ -53,6 +53,7 @@ async fn call(
             upstream: &upstream,
             timeout: Duration::from_secs(10),
             attempt_id,
+            gate: Default::default(),
         })
         .await
 }

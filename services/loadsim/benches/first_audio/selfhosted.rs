@@ -277,6 +277,7 @@ pub async fn direct(
                     upstream: &upstream,
                     timeout: Duration::from_secs(10),
                     attempt_id: "bench",
+                    gate: Default::default(),
                 },
                 &sink,
             )

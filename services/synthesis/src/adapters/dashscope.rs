@@ -318,7 +318,7 @@ impl CloudVendor for DashScope {
             .header("X-DashScope-SSE", "enable")
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&body(request, &wire));
-        let mut opened = http::open(PROVIDER, builder, request.timeout, Some(secret)).await?;
+        let mut opened = http::open(PROVIDER, builder, request.timeout, Some(secret), &request.gate).await?;
         let end = StreamEnd {
             sample_rate_hz: Some(wire.sample_rate),
         };

@@ -344,6 +344,8 @@ impl VendorAdapter for EspeakAdapter {
                 check_output(request.utterance.format, request.utterance.sample_rate_hz).map(|()| a)
             })
             .map_err(|e| Self::failure(Outcome::ClientError, e.to_string()))?;
+        // Nothing is spoken before the attempt's usage Charge is written.
+        request.gate.opened().await;
         let run = self.run(
             &args,
             &request.utterance.text,

@@ -133,6 +133,7 @@ async fn call(
             upstream: &upstream,
             timeout,
             attempt_id: "t-1",
+            gate: Default::default(),
         })
         .await
 }

@@ -22,6 +22,7 @@
 //! reporting and releasing belong to `crate::job`.
 
 pub mod espeak;
+pub mod gate;
 pub mod registry;
 // Cloud adapters: `pub mod <name>;` lines go here (openai, azure, volcengine, elevenlabs,
 // minimax, dashscope), and one `add` line each in `registry::builtin`.
@@ -148,6 +149,9 @@ pub struct VendorRequest<'a> {
     pub timeout: Duration,
     /// Unique id for this attempt (vendors such as Volcengine want a fresh reqid).
     pub attempt_id: &'a str,
+    /// Where the request waits for its usage Charge before the vendor has its text
+    /// ([`gate`]); open by default.
+    pub gate: gate::Gate,
 }
 
 /// How a vendor call failed, classified for the scheduler (docs/VENDORS.md error table).

@@ -174,7 +174,7 @@ impl CloudVendor for OpenAi {
             .post(endpoint(request.upstream.base_url.as_deref()))
             .bearer_auth(secret.expose())
             .json(&body(request, &wire));
-        let opened = http::open(PROVIDER, builder, request.timeout, Some(secret)).await?;
+        let opened = http::open(PROVIDER, builder, request.timeout, Some(secret), &request.gate).await?;
         http::stream_raw_audio(PROVIDER, opened, sink, Some(secret), |reply| {
             classify(reply, secret)
         })
@@ -352,6 +352,7 @@ mod tests {
             upstream: &upstream,
             timeout: Duration::from_secs(1),
             attempt_id: "a1",
+            gate: Default::default(),
         };
         let w = wire(&voice, AudioFormat::Wav, None).unwrap();
         assert_eq!(

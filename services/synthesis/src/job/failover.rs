@@ -27,7 +27,7 @@ use super::{
     spool::ChunkOut,
 };
 use crate::{
-    adapters::{KeyCredential, UpstreamTarget, Utterance},
+    adapters::{KeyCredential, UpstreamTarget, Utterance, gate::Gate},
     error::SynthesisError,
     lease::{Acquire, AcquireError, Lease, LeaseGuard},
     metrics,
@@ -74,7 +74,7 @@ pub(super) async fn call_chunk<T: Send + 'static>(
     let mut state = Failover::new(core, job, chunk);
     // The attempt's Charge: made for its first Acquire (which reserves its characters and
     // cost) and kept while the scheduler makes it wait; written to the usage stream once a
-    // key is granted, before the vendor is sent the text.
+    // key is granted, before the vendor has the text.
     let mut pending: Option<Charge> = None;
     loop {
         if state.calls >= state.max_attempts {
@@ -111,10 +111,25 @@ pub(super) async fn call_chunk<T: Send + 'static>(
                 ),
             });
         };
-        // Durable before the vendor sees the text: a replica killed from here on leaves
+        // Durable before the vendor has the text: a replica killed once it is written leaves
         // a Charge the ledger counts (the vendor bills what it was sent); one killed while
-        // waiting for a key leaves nothing, as the vendor was sent nothing.
-        job.meter.charge(&charge, &key_id).await;
+        // waiting for a key leaves nothing, as the vendor was sent nothing. The call starts
+        // meanwhile, its body held at the gate until the Charge is written.
+        let (opener, gate) = if job.meter.records() {
+            let (opener, gate) = Gate::closed();
+            (Some(opener), gate)
+        } else {
+            (None, Gate::default())
+        };
+        let charged = {
+            let (meter, charge, key_id) = (&job.meter, charge.clone(), &key_id);
+            async move {
+                if let Some(opener) = opener {
+                    meter.charge(&charge, key_id).await;
+                    opener.open();
+                }
+            }
+        };
         tracing::debug!(pool = %pool.id, key = %key_id, chunk = chunk.index, request_id = %job.request_id, "vendor call");
         let call = pool.load.call();
         let input = CallInput {
@@ -128,16 +143,19 @@ pub(super) async fn call_chunk<T: Send + 'static>(
             cancel_grace: pool.cancel_grace,
             meter: job.meter.clone(),
             charge,
+            gate,
         };
-        let (end, record) = attempt::run(
-            guard,
-            &input,
-            out.clone(),
-            job.deadline,
-            core.lease_ttl,
-            &core.background,
-        )
-        .await;
+        let ((), (end, record)) = tokio::join!(
+            charged,
+            attempt::run(
+                guard,
+                &input,
+                out.clone(),
+                job.deadline,
+                core.lease_ttl,
+                &core.background,
+            )
+        );
         let client_error = record
             .as_ref()
             .filter(|r| r.outcome == Outcome::ClientError)

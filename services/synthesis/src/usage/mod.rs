@@ -191,8 +191,13 @@ impl Meter {
         )
     }
 
-    /// Writes `charge` to the usage stream (awaited: before the vendor is sent the text);
-    /// nothing without a writer.
+    /// Whether this meter writes records (a usage store is set).
+    pub fn records(&self) -> bool {
+        self.writer.is_some()
+    }
+
+    /// Writes `charge` to the usage stream (awaited: the vendor request's body waits for it,
+    /// `crate::adapters::gate`); nothing without a writer.
     pub async fn charge(&self, charge: &Charge, key_id: &str) {
         let Some(writer) = &self.writer else { return };
         let event = UsageEvent::Charge {

@@ -179,6 +179,8 @@ impl VendorAdapter for Scripted {
         request: VendorRequest<'_>,
         sink: &AudioSink,
     ) -> Result<StreamEnd, VendorFailure> {
+        // A vendor has the request once its body arrives, after the attempt's usage Charge.
+        request.gate.opened().await;
         self.calls.lock().expect("calls lock").push(Call {
             key_id: request.key.key_id.clone(),
             secret: request.key.secret.as_ref().map(|s| s.expose().to_owned()),

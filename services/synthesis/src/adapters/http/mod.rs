@@ -19,7 +19,7 @@ use reqwest::{Client, RequestBuilder, StatusCode, header::HeaderMap};
 use voxpool_domain::{contract::Outcome, secret::Secret};
 
 pub use self::{classify::*, params::*};
-use super::{AudioSink, VendorFailure};
+use super::{AudioSink, VendorFailure, gate::Gate};
 
 /// `User-Agent` sent to every vendor (Azure requires one).
 pub const USER_AGENT: &str = concat!("voxpool-synthesis/", env!("CARGO_PKG_VERSION"));
@@ -77,18 +77,22 @@ pub struct Opened {
 }
 
 /// Sends `builder` with the per-attempt `timeout` (covering connect, headers and the whole
-/// body) and waits for the status and headers. Transport problems become `TIMEOUT` failures.
+/// body) and waits for the status and headers, its body held at `gate` ([`Gate`]).
+/// Transport problems become `TIMEOUT` failures.
 pub async fn open(
     provider: &str,
     builder: RequestBuilder,
     timeout: Duration,
     secret: Option<&Secret>,
+    gate: &Gate,
 ) -> Result<Opened, VendorFailure> {
-    let response = builder
-        .timeout(timeout)
-        .send()
-        .await
-        .map_err(|e| transport_failure(provider, &e, None, timeout, secret))?;
+    let builder = builder.timeout(timeout);
+    let sent = if gate.is_open() {
+        builder.send().await
+    } else {
+        held(builder, gate).await
+    };
+    let response = sent.map_err(|e| transport_failure(provider, &e, None, timeout, secret))?;
     Ok(Opened {
         status: response.status(),
         headers: response.headers().clone(),
@@ -96,6 +100,34 @@ pub async fn open(
         timeout,
         read: 0,
     })
+}
+
+/// Sends the request of `builder` with its body held until `gate` opens: the head goes now,
+/// the body (sent with its length, as it would have been) once the gate opens. A body that is
+/// not one piece of bytes (multipart) cannot be held apart: then the whole request waits.
+async fn held(builder: RequestBuilder, gate: &Gate) -> reqwest::Result<reqwest::Response> {
+    let (client, request) = builder.build_split();
+    let mut request = request?;
+    let body = request.body_mut().take();
+    match body.as_ref().and_then(reqwest::Body::as_bytes) {
+        Some(bytes) => {
+            let bytes = Bytes::copy_from_slice(bytes);
+            request
+                .headers_mut()
+                .insert(reqwest::header::CONTENT_LENGTH, bytes.len().into());
+            let gate = gate.clone();
+            let after_gate = futures::stream::once(async move {
+                gate.opened().await;
+                Ok::<_, std::convert::Infallible>(bytes)
+            });
+            *request.body_mut() = Some(reqwest::Body::wrap_stream(after_gate));
+        }
+        None => {
+            gate.opened().await;
+            *request.body_mut() = body;
+        }
+    }
+    client.execute(request).await
 }
 
 impl Opened {
@@ -162,14 +194,16 @@ impl Opened {
 }
 
 /// Sends `builder` with the per-attempt `timeout` (covering connect, headers and the whole
-/// body) and reads the body. Transport problems become `TIMEOUT` failures.
+/// body), its body held at `gate`, and reads the body. Transport problems become `TIMEOUT`
+/// failures.
 pub async fn send(
     provider: &str,
     builder: RequestBuilder,
     timeout: Duration,
     secret: Option<&Secret>,
+    gate: &Gate,
 ) -> Result<HttpReply, VendorFailure> {
-    open(provider, builder, timeout, secret)
+    open(provider, builder, timeout, secret, gate)
         .await?
         .read_all(provider, secret)
         .await
@@ -364,3 +398,7 @@ pub fn upstream_str<'a>(
 pub fn upstream_config_failure(provider: &str, message: impl AsRef<str>) -> VendorFailure {
     failure(provider, Outcome::UpstreamError, None, None, message, None)
 }
+
+#[cfg(test)]
+#[path = "gate_tests.rs"]
+mod gate_tests;

@@ -20,7 +20,7 @@ pub(super) async fn exchange(
     secret: Option<&Secret>,
 ) -> Result<StreamEnd, VendorFailure> {
     let profile = target.profile;
-    let mut opened = http::open(PROVIDER, builder, request.timeout, secret).await?;
+    let mut opened = http::open(PROVIDER, builder, request.timeout, secret, &request.gate).await?;
     if !opened.status.is_success() {
         let reply = opened.read_all(PROVIDER, secret).await?;
         return Err(profiles::classify(profile, &reply, secret));

@@ -368,7 +368,7 @@ impl CloudVendor for Volcengine {
                 format!("Bearer;{}", secret.expose()),
             )
             .json(&body(request, &wire));
-        let reply = http::send(PROVIDER, builder, request.timeout, Some(secret)).await?;
+        let reply = http::send(PROVIDER, builder, request.timeout, Some(secret), &request.gate).await?;
         let bytes = classify(&reply, secret)?;
         if crate::audio::sniff(request.utterance.format, &bytes).is_err() {
             return Err(http::failure(
@@ -625,6 +625,7 @@ mod tests {
             upstream: &upstream,
             timeout: Duration::from_secs(1),
             attempt_id: "att-7",
+            gate: Default::default(),
         };
         let w = wire(&voice, "m", AudioFormat::Pcm, Some(16_000)).unwrap();
         assert_eq!(

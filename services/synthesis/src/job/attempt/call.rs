@@ -56,6 +56,7 @@ pub(super) fn spawn_call(
                 upstream: &input.upstream,
                 timeout,
                 attempt_id: &attempt_id,
+                gate: input.gate.clone(),
             };
             input.adapter.stream(request, &sink).await
         }

@@ -52,7 +52,7 @@ use voxpool_domain::contract::Outcome;
 use crate::{
     adapters::{
         AudioSink, KeyCredential, StreamEnd, UpstreamTarget, Utterance, VendorAdapter,
-        VendorFailure,
+        VendorFailure, gate::Gate,
     },
     audio,
     deadline::Deadline,
@@ -100,8 +100,11 @@ pub struct CallInput {
     pub cancel_grace: Duration,
     /// The request's meter: the attempt is settled there as it ends (`crate::usage`).
     pub meter: Arc<Meter>,
-    /// The attempt's Charge, written before the call.
+    /// The attempt's Charge, written as the call starts: its body waits at `gate` until
+    /// then.
     pub charge: Charge,
+    /// Opens once the Charge is written ([`crate::adapters::gate`]).
+    pub gate: Gate,
 }
 
 /// How an attempt ended.

@@ -1,0 +1,69 @@
+//! `open` with a closed gate, against a bare TCP server that reads what arrives.
+
+use std::time::Duration;
+
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::TcpListener,
+};
+
+use super::{Gate, open, shared_client};
+
+/// Reads from `stream` into `buf` until it holds `needle`.
+async fn read_until(stream: &mut tokio::net::TcpStream, buf: &mut Vec<u8>, needle: &[u8]) {
+    let mut piece = [0u8; 4096];
+    while !buf.windows(needle.len()).any(|w| w == needle) {
+        let n = stream.read(&mut piece).await.expect("read");
+        assert!(n > 0, "the connection closed before {needle:?} arrived");
+        buf.extend_from_slice(&piece[..n]);
+    }
+}
+
+#[tokio::test]
+async fn the_head_goes_at_once_and_the_body_only_once_the_gate_opens() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/speak", listener.local_addr().expect("addr"));
+    let (opener, gate) = Gate::closed();
+    let body = r#"{"input":"held until the charge is written"}"#;
+    let client = tokio::spawn({
+        let gate = gate.clone();
+        async move {
+            let builder = shared_client()
+                .expect("client")
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body);
+            let opened = open("test", builder, Duration::from_secs(10), None, &gate)
+                .await
+                .expect("answer");
+            opened.status.as_u16()
+        }
+    });
+    let (mut stream, _) = listener.accept().await.expect("accept");
+    let mut got = Vec::new();
+    // Bounded only so that a gate holding the head too fails instead of hanging.
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        read_until(&mut stream, &mut got, b"\r\n\r\n"),
+    )
+    .await
+    .expect("the head never came while the gate was closed");
+    // The head arrived while the gate is closed, with the body's length and none of it.
+    let head = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    assert!(!gate.is_open());
+    assert!(
+        head.contains(&format!("content-length: {}", body.len())),
+        "{head}"
+    );
+    assert!(
+        head.ends_with("\r\n\r\n"),
+        "body bytes came with the head: {head}"
+    );
+    opener.open();
+    read_until(&mut stream, &mut got, body.as_bytes()).await;
+    stream
+        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+        .await
+        .expect("answer");
+    assert_eq!(client.await.expect("client task"), 200);
+}
