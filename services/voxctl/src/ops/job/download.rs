@@ -194,8 +194,13 @@ pub async fn download(jobs: &Jobs, name: &str, options: &DownloadOptions) -> Res
             () = interrupted.wait() => {
                 // A write under way runs to its end (the runtime waits for it at exit): its
                 // file is then whole under its final name, or its temporary file is gone.
+                // Files that were finished before the interrupt was seen count as complete.
                 tasks.abort_all();
-                while tasks.join_next().await.is_some() {}
+                while let Some(done) = tasks.join_next().await {
+                    if let Ok((index, outcome)) = done {
+                        fetched[index] = Some(outcome);
+                    }
+                }
                 let complete = fetched.iter().flatten().filter(|f| !matches!(f, Fetched::Failed(..))).count();
                 crate::say!(
                     "voxctl: interrupted: {complete} file(s) complete in {}; run `voxctl job download {name} {}` again to resume (complete files are kept)",
