@@ -14,6 +14,7 @@
 
 pub mod error;
 pub mod imports;
+pub mod marks;
 pub mod model;
 pub mod store;
 pub mod transition;

@@ -163,6 +163,25 @@ fn outcome_of(req: &pb::ReportCloneWorkRequest) -> Result<Outcome, CatalogError>
     })
 }
 
+/// The checked pack, scope and vendor voice id of a MarkGone / MarkUsed.
+fn marked<'a>(
+    pack_id: &str,
+    scope: &str,
+    vendor_voice_id: &'a str,
+) -> Result<&'a str, CatalogError> {
+    require_id("pack_id", pack_id)?;
+    check_scope("scope", scope)?;
+    if vendor_voice_id.is_empty() {
+        return Err(CatalogError::invalid(
+            "vendor_voice_id",
+            "required: the vendor voice id the synthesis sent",
+        ));
+    }
+    voxpool_domain::untrusted::check_field(vendor_voice_id, 256)
+        .map_err(|p| CatalogError::invalid("vendor_voice_id", p.to_string()))?;
+    Ok(vendor_voice_id)
+}
+
 #[tonic::async_trait]
 impl CloneWork for CloneWorkService {
     async fn claim(
@@ -254,5 +273,33 @@ impl CloneWork for CloneWorkService {
         } else {
             clone_to_pb(&clone)
         }))
+    }
+
+    async fn mark_gone(
+        &self,
+        request: Request<pb::MarkCloneGoneRequest>,
+    ) -> Result<Response<pb::VoiceClone>, Status> {
+        self.auth.authorize(request.metadata())?;
+        let req = request.get_ref();
+        let voice_id = marked(&req.pack_id, &req.scope, &req.vendor_voice_id)?;
+        let clone = self
+            .clones
+            .mark_gone(&req.pack_id, &req.scope, voice_id, &req.error)
+            .await?;
+        Ok(Response::new(clone_to_pb(&clone)))
+    }
+
+    async fn mark_used(
+        &self,
+        request: Request<pb::MarkCloneUsedRequest>,
+    ) -> Result<Response<pb::VoiceClone>, Status> {
+        self.auth.authorize(request.metadata())?;
+        let req = request.get_ref();
+        let voice_id = marked(&req.pack_id, &req.scope, &req.vendor_voice_id)?;
+        let clone = self
+            .clones
+            .mark_used(&req.pack_id, &req.scope, voice_id)
+            .await?;
+        Ok(Response::new(clone_to_pb(&clone)))
     }
 }
