@@ -328,6 +328,9 @@ async fn run_packs(args: PacksArgs) -> Result<(), OpError> {
             let gone = catalog.remove_reference(&pack, &digest).await?;
             crate::say!("voxctl: removed clip {} from pack {pack}", gone.digest);
         }
+        PacksCommand::CloneVoice(a) => crate::ops::clones::clone(&mut catalog, a).await?,
+        PacksCommand::Clones(a) => crate::ops::clones::clones(&mut catalog, a).await?,
+        PacksCommand::Import(a) => crate::ops::clones::import(&mut catalog, a).await?,
     }
     Ok(())
 }

@@ -9,9 +9,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::format::Format;
 
+mod clones;
 mod job;
 mod ops;
 mod usage;
+pub use clones::{CloneArgs, ClonesArgs, ImportArgs};
 pub use job::{ItemStateArg, JobArgs, JobCommand, JobPriorityArg, SubmitArgs};
 pub use ops::{
     AdminToken, CacheArgs, CacheCommand, CreatePackArgs, PacksArgs, PacksCommand, PoolCommand,

@@ -98,8 +98,9 @@ pub enum PacksCommand {
         /// Pack id.
         id: String,
     },
-    /// Add a reference clip (WAV, MP3 or FLAC, 1..30 s, at most 10 MiB) to a selfhosted pack
-    /// (admin): the pack moves to a new version; snapshots frozen before keep their clips.
+    /// Add a reference clip (WAV, MP3 or FLAC, 1..30 s, at most 10 MiB) to a selfhosted pack or
+    /// a managed clone (admin): the pack moves to a new version; snapshots frozen before keep
+    /// their clips.
     AddReference {
         /// Pack id.
         pack: String,
@@ -133,6 +134,15 @@ pub enum PacksCommand {
         /// The clip's digest (`sha256:...`, as add-reference printed it).
         digest: String,
     },
+    /// Clone a managed clone pack at the vendor, once per clone scope (admin): the clones start
+    /// PENDING and a synthesis replica runs the vendor's flow; prints every clone of the pack.
+    #[command(name = "clone")]
+    CloneVoice(super::CloneArgs),
+    /// A pack's clones per scope (admin); `--delete SCOPE` deletes one.
+    Clones(super::ClonesArgs),
+    /// Read a pool's clone scopes from the vendor's list API and bind the clones the catalog
+    /// made to their packs (admin); prints what the last import of each scope found.
+    Import(super::ImportArgs),
 }
 
 /// `voxctl packs create`.
@@ -150,8 +160,9 @@ pub struct CreatePackArgs {
     /// Vendor model id.
     #[arg(long, default_value = "")]
     pub model: String,
-    /// Vendor voice id.
-    #[arg(long)]
+    /// Vendor voice id; leave it out (with --upstream-id) for a managed clone, a CLONED pack
+    /// the catalog clones from its reference clips (`voxctl pack clone`).
+    #[arg(long, default_value = "")]
     pub voice_id: String,
     /// TTS model id (the scheduler pool) the pack pins.
     #[arg(long)]
@@ -162,7 +173,8 @@ pub struct CreatePackArgs {
     /// LITE, STANDARD, PRO or PREMIUM.
     #[arg(long, default_value = "STANDARD")]
     pub tier: String,
-    /// An account (upstream id) holding the voice; repeatable; required for CLONED.
+    /// An account (upstream id) holding the voice; repeatable; required for a CLONED pack that
+    /// names its --voice-id.
     #[arg(long = "upstream-id")]
     pub upstream_ids: Vec<String>,
     /// A BCP 47 locale; repeatable.

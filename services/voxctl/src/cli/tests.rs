@@ -391,3 +391,64 @@ fn pools_without_a_subcommand_is_pool_status() {
         assert_eq!(pool.is_some(), args.len() > 2, "{args:?}");
     }
 }
+
+#[test]
+fn clone_commands_parse_their_scopes_and_refuse_what_the_catalog_would() {
+    let parse = |args: &[&str]| {
+        let mut all = vec!["voxctl", "pack"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all).map_err(|e| e.to_string())
+    };
+    let Ok(Cli {
+        command:
+            Command::Packs(PacksArgs {
+                command: PacksCommand::CloneVoice(c),
+                ..
+            }),
+        ..
+    }) = parse(&[
+        "clone",
+        "vp_1",
+        "--scope",
+        "a",
+        "--scope",
+        "b/k1",
+        "--max-scopes",
+        "2",
+    ])
+    else {
+        panic!("pack clone parses");
+    };
+    assert_eq!(
+        (c.pack.as_str(), c.scopes, c.max_scopes, c.json),
+        (
+            "vp_1",
+            vec!["a".to_owned(), "b/k1".to_owned()],
+            Some(2),
+            false
+        )
+    );
+    let Ok(Cli {
+        command:
+            Command::Packs(PacksArgs {
+                command: PacksCommand::Clones(c),
+                ..
+            }),
+        ..
+    }) = parse(&["clones", "vp_1", "--delete", "a", "--json"])
+    else {
+        panic!("pack clones parses");
+    };
+    assert_eq!((c.delete.as_deref(), c.json), (Some("a"), true));
+    for bad in [
+        &["clone", "vp_1", "--max-scopes", "0"][..],
+        &["clone", "vp_1", "--max-scopes", "65"],
+        &["clone", "vp_1", "--scope", " "],
+        &["clones", "vp_1", "--delete"],
+        &["import"],
+        &["import", "--pool", ""],
+    ] {
+        assert!(parse(bad).is_err(), "{bad:?} is refused");
+    }
+    assert!(parse(&["import", "--pool", "eleven", "--scope", "team-a", "--json"]).is_ok());
+}

@@ -1,7 +1,8 @@
-//! Operator commands: pool status, voice packs and their reference clips, one-off synthesis,
-//! the audio cache, durable batch jobs, the usage ledger.
+//! Operator commands: pool status, voice packs, their reference clips and vendor clones, one-off
+//! synthesis, the audio cache, durable batch jobs, the usage ledger.
 
 pub mod cache;
+pub mod clones;
 pub mod job;
 pub mod packs;
 pub mod pool;
