@@ -39,12 +39,15 @@
 //!   to `tonic::Status`.
 //! - [`metrics`]: OpenTelemetry instruments (requests, vendor attempts).
 //! - [`admin`]: `SynthesisAdmin` (cache purge and stats, behind the admin token).
+//! - [`clones`]: the clone worker, which runs the vendor steps of managed voice clones that
+//!   it claims from the catalog's `CloneWork`.
 //! - [`server`]: wiring for the binary and the tests.
 
 pub mod adapters;
 pub mod admin;
 pub mod cache;
 pub mod catalog;
+pub mod clones;
 pub mod convert;
 pub mod deadline;
 pub mod error;

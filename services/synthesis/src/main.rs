@@ -94,6 +94,18 @@ struct Args {
     /// catalog's ledger; off unless set. Synthesis serves whether or not it answers.
     #[arg(long, env = "VOXPOOL_USAGE_STORE")]
     usage_store: Option<String>,
+    /// Run the clone worker: claim the vendor steps of managed voice clones from the
+    /// catalog's CloneWork (admin token) for the clone scopes of --config this replica holds
+    /// a key for. `false` leaves them to other replicas.
+    #[arg(long, env = "VOXPOOL_CLONE_WORKER", default_value_t = true, action = clap::ArgAction::Set)]
+    clone_worker: bool,
+    /// How long the clone worker leases a claimed step, ms (1000..=600000); a replica that
+    /// dies mid-step leaves it to another after this.
+    #[arg(long, env = "VOXPOOL_CLONE_LEASE_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1_000..=600_000))]
+    clone_lease_ms: u64,
+    /// How long a clone in training waits before the worker asks the vendor again, ms.
+    #[arg(long, env = "VOXPOOL_CLONE_POLL_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(500..=600_000))]
+    clone_poll_ms: u64,
     #[command(flatten)]
     server: voxpool_runtime::limits::ServerFlags,
 }
@@ -305,5 +317,33 @@ async fn serve(args: Args, config: Config, seal: Seal) -> Result<(), String> {
         let _ = writeln!(out, "voxpool-synthesis http front on {url}").and_then(|()| out.flush());
     }
     let http = http.map(|(listener, _)| listener);
-    server::serve_with_http(listener, http, core, &args.server, shutdown).await
+    let clones = if args.clone_worker {
+        let token = ClientToken::load(
+            args.admin_token_file.as_deref(),
+            "VOXPOOL_ADMIN_TOKEN",
+            std::env::var("VOXPOOL_ADMIN_TOKEN").ok().as_deref(),
+        )?;
+        let timing = voxpool_synthesis::clones::Timing {
+            lease: Duration::from_millis(args.clone_lease_ms),
+            poll_after: Duration::from_millis(args.clone_poll_ms),
+        };
+        voxpool_synthesis::clones::spawn(
+            &config,
+            &core,
+            &args.catalog,
+            token,
+            timing,
+            shutdown.clone(),
+        )?
+    } else {
+        None
+    };
+    let served =
+        server::serve_with_http(listener, http, core, &args.server, shutdown.clone()).await;
+    if let Some(worker) = clones {
+        // Steps under way finish within their lease; one cut off here runs again elsewhere.
+        shutdown.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), worker).await;
+    }
+    served
 }
