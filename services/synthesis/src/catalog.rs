@@ -1,7 +1,11 @@
 //! The catalog as synthesis uses it: `FreezeSnapshot(pack_id)` for requests that name a pack,
 //! and the market listing (`ListVoicePacks`, enabled packs) for the HTTP front's voice list.
 //! Catalog NOT_FOUND / FAILED_PRECONDITION / INVALID_ARGUMENT pass through with context; a
-//! catalog that cannot be reached is UNAVAILABLE naming its URL.
+//! catalog that cannot be reached is UNAVAILABLE naming its URL. Managed voice clones (which
+//! clone is READY in which scope, cloning on need, a clone gone or used) are read and written
+//! through the catalog's admin RPCs with the deployment's admin token: [`clones`].
+
+pub mod clones;
 
 use std::time::Duration;
 
@@ -11,7 +15,8 @@ use voxpool_domain::{
     snapshot::Snapshot,
 };
 use voxpool_proto::catalog::v1::{
-    FreezeSnapshotRequest, ListVoicePacksRequest, voice_catalog_client::VoiceCatalogClient,
+    FreezeSnapshotRequest, ListVoicePacksRequest, clone_work_client::CloneWorkClient,
+    voice_catalog_admin_client::VoiceCatalogAdminClient, voice_catalog_client::VoiceCatalogClient,
 };
 use voxpool_runtime::telemetry::TraceContextInterceptor;
 
@@ -43,8 +48,12 @@ pub struct MarketPack {
 #[derive(Clone, Debug)]
 pub struct Catalog {
     client: VoiceCatalogClient<InterceptedService<Channel, TraceContextInterceptor>>,
+    admin: VoiceCatalogAdminClient<InterceptedService<Channel, TraceContextInterceptor>>,
+    work: CloneWorkClient<InterceptedService<Channel, TraceContextInterceptor>>,
     health: tonic_health::pb::health_client::HealthClient<Channel>,
     url: String,
+    /// What this replica knows of managed clones ([`clones::CloneBook`]).
+    book: std::sync::Arc<clones::CloneBook>,
 }
 
 impl Catalog {
@@ -55,8 +64,14 @@ impl Catalog {
             .connect_lazy();
         Ok(Self {
             client: VoiceCatalogClient::with_interceptor(channel.clone(), TraceContextInterceptor),
+            admin: VoiceCatalogAdminClient::with_interceptor(
+                channel.clone(),
+                TraceContextInterceptor,
+            ),
+            work: CloneWorkClient::with_interceptor(channel.clone(), TraceContextInterceptor),
             health: tonic_health::pb::health_client::HealthClient::new(channel),
             url: url.to_owned(),
+            book: std::sync::Arc::default(),
         })
     }
 

@@ -146,6 +146,12 @@ impl AdminAuth {
         self.token.is_some()
     }
 
+    /// The token, for a service that calls another's admin RPCs with the deployment's one
+    /// admin token (synthesis reading managed clones from the catalog). Never log it.
+    pub fn token(&self) -> Option<&Secret> {
+        self.token.as_ref()
+    }
+
     /// Checks `authorization: Bearer <token>` in `metadata`.
     ///
     /// Errors: FAILED_PRECONDITION when no token is configured on the server;

@@ -203,6 +203,13 @@ fn outcome_for_code(code: &str) -> Option<Outcome> {
     })
 }
 
+/// Whether a failed call's answer says the workspace does not hold the voice id it was sent
+/// (`voice_not_found`, a 404, or a 400 in older answers): for a managed clone, its clone is
+/// gone from this key's scope (`crate::job::clone_route`), not a fault of the key.
+pub fn clone_gone(http_status: Option<u16>, message: &str) -> bool {
+    matches!(http_status, Some(400 | 404)) && message.contains("voice_not_found")
+}
+
 fn classify(reply: &HttpReply, secret: &Secret) -> VendorFailure {
     let doc: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
     let detail = &doc["detail"];

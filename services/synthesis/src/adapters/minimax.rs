@@ -31,7 +31,8 @@
 //! # Errors (by `base_resp.status_code`, then the status)
 //! 1002 (rate) / 1039 (token rate) → `RATE_LIMITED`; 1041 (connection limit) →
 //! `CONCURRENCY_LIMITED`; 1000/1001 → `UPSTREAM_ERROR`; 1004 → `KEY_INVALID`;
-//! 1008 → `QUOTA_EXHAUSTED`; 2013/20132 → `CLIENT_ERROR`; others → by status, or
+//! 1008 → `QUOTA_EXHAUSTED`; 2013/20132 and 2054 (a voice id the account does not hold) →
+//! `CLIENT_ERROR`; others → by status, or
 //! `UPSTREAM_ERROR` with 200. Status 0 without decodable audio → `UPSTREAM_ERROR`.
 
 use async_trait::async_trait;
@@ -209,9 +210,21 @@ fn outcome_for_code(code: i64) -> Option<Outcome> {
         1000 | 1001 => Outcome::UpstreamError,
         1004 => Outcome::KeyInvalid,
         1008 => Outcome::QuotaExhausted,
-        2013 | 20132 => Outcome::ClientError,
+        // 2054 "voice id not exist": the account holds no such voice (a clone of another
+        // account, expired or deleted). Never the key's fault: not cooled, not failed over.
+        2013 | 20132 | VOICE_NOT_HELD => Outcome::ClientError,
         _ => return None,
     })
+}
+
+/// `base_resp.status_code` of a voice id the account does not hold.
+const VOICE_NOT_HELD: i64 = 2054;
+
+/// Whether a failed call's answer says the account does not hold the voice id it was sent
+/// (status_code 2054): for a managed clone, its clone is gone from this key's scope
+/// (`crate::job::clone_route`).
+pub fn clone_gone(_http_status: Option<u16>, message: &str) -> bool {
+    message.contains(&format!("status_code {VOICE_NOT_HELD}:"))
 }
 
 /// Classifies an answer document or event (`base_resp` nonzero, or no usable status) into a
@@ -529,6 +542,7 @@ mod tests {
             (1008, Some(Outcome::QuotaExhausted)),
             (2013, Some(Outcome::ClientError)),
             (20132, Some(Outcome::ClientError)),
+            (2054, Some(Outcome::ClientError)),
             (4242, None),
         ] {
             assert_eq!(outcome_for_code(code), outcome, "{code}");

@@ -33,8 +33,10 @@ impl SynthesisError {
             | Self::CatalogRefused { .. }
             | Self::ReferenceMissing { .. }
             | Self::ReferenceCorrupt { .. }
-            | Self::SchedulerMismatch { .. } => Code::FailedPrecondition,
+            | Self::SchedulerMismatch { .. }
+            | Self::CloneFailed { .. } => Code::FailedPrecondition,
             Self::BlobUnavailable { .. }
+            | Self::ClonePending { .. }
             | Self::CatalogUnavailable { .. }
             | Self::SchedulerUnavailable { .. } => Code::Unavailable,
             Self::CatalogFailed { .. } | Self::Audio { .. } | Self::AdapterPanicked { .. } => {
@@ -73,6 +75,8 @@ impl SynthesisError {
             Self::BlobUnavailable { .. } => SynthesisReason::BlobStoreUnavailable,
             Self::CatalogUnavailable { .. } => SynthesisReason::CatalogUnavailable,
             Self::CatalogFailed { .. } => SynthesisReason::CatalogFailed,
+            Self::ClonePending { .. } => SynthesisReason::ClonePending,
+            Self::CloneFailed { .. } => SynthesisReason::CloneFailed,
             Self::SchedulerUnavailable { .. } => SynthesisReason::SchedulerUnavailable,
             Self::SchedulerMismatch { .. } => SynthesisReason::SchedulerConfigMismatch,
             Self::PoolFull { .. } => SynthesisReason::PoolFull,
@@ -115,6 +119,7 @@ impl SynthesisError {
             | Self::BudgetExhausted { retry_after, .. }
             | Self::Exhausted { retry_after, .. }
             | Self::DeadlineUnreachable { retry_after, .. } => *retry_after,
+            Self::ClonePending { retry_after, .. } => Some(*retry_after),
             Self::Interrupted { cause, .. } => cause.retry_after(),
             _ => None,
         }

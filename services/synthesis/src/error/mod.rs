@@ -173,6 +173,29 @@ pub enum SynthesisError {
         /// What went wrong.
         message: String,
     },
+    /// A managed clone pack has no READY clone in a scope of its pool yet: one is being made.
+    #[error(
+        "voice pack {pack_id:?} is a cloned voice that is being made in clone scope {}; retry shortly",
+        scopes.join(", ")
+    )]
+    ClonePending {
+        /// The pack.
+        pack_id: String,
+        /// Where the clone is being made.
+        scopes: Vec<String>,
+        /// When to ask again.
+        retry_after: Duration,
+    },
+    /// A managed clone pack cannot be cloned where it would be served.
+    #[error("voice pack {pack_id:?} cannot be cloned: {message}")]
+    CloneFailed {
+        /// The pack.
+        pack_id: String,
+        /// The scope concerned, when one is.
+        scope: String,
+        /// Why, and what an operator does about it.
+        message: String,
+    },
     /// The scheduler could not be reached (or its store is down).
     #[error("the scheduler at {url} is unavailable: {message}")]
     SchedulerUnavailable {

@@ -232,6 +232,12 @@ fn metadata(e: SynthesisError) -> HashMap<String, String> {
             ("delivered_bytes", delivered_bytes.to_string()),
         ]),
         SynthesisError::AdapterPanicked { provider } => pairs(&[("provider", provider)]),
+        SynthesisError::ClonePending {
+            pack_id, scopes, ..
+        } => pairs(&[("pack_id", pack_id), ("scopes", scopes.join(","))]),
+        SynthesisError::CloneFailed {
+            pack_id, scope, ..
+        } => pairs(&[("pack_id", pack_id), ("scope", scope)]),
         // Answered above (no reason, a resource, or the cause's own metadata).
         SynthesisError::InvalidArgument { .. }
         | SynthesisError::Param(_)

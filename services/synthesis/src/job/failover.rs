@@ -24,6 +24,7 @@ use voxpool_domain::contract::Outcome;
 use super::{
     Core, Job,
     attempt::{self, AttemptEnd, CallInput},
+    clone_route,
     spool::ChunkOut,
 };
 use crate::{
@@ -91,7 +92,8 @@ pub(super) async fn call_chunk<T: Send + 'static>(
         let charge = pending
             .take()
             .unwrap_or_else(|| job.meter.next(&chunk.utterance.text));
-        let Some(lease) = state.lease(remaining, attempts, &charge).await? else {
+        let leased = state.lease(remaining, attempts, &charge).await;
+        let Some(lease) = clone_route::refused(core, job, leased).await? else {
             pending = Some(charge);
             continue;
         };
@@ -110,6 +112,10 @@ pub(super) async fn call_chunk<T: Send + 'static>(
                     pool.id
                 ),
             });
+        };
+        let Some(utterance) = clone_route::utterance(job, &chunk.utterance, &key_id) else {
+            guard.release().await;
+            return Err(clone_route::outside(core, job, &key_id));
         };
         // Durable before the vendor has the text: a replica killed once it is written leaves
         // a Charge the ledger counts (the vendor bills what it was sent); one killed while
@@ -136,7 +142,7 @@ pub(super) async fn call_chunk<T: Send + 'static>(
             pool_id: pool.id.clone(),
             provider: pool.provider.to_string(),
             adapter: job.adapter.clone(),
-            utterance: chunk.utterance.clone(),
+            utterance,
             key,
             upstream,
             attempt_timeout: Duration::from_millis(core.settings.attempt_timeout_ms),
@@ -171,6 +177,7 @@ pub(super) async fn call_chunk<T: Send + 'static>(
                 let chars = chunk.utterance.text.chars().count();
                 metrics::characters(&pool.id, chars);
                 call.succeeded(chars as u64);
+                clone_route::used(core, job, &key_id);
                 return Ok(ChunkDone {
                     key_id,
                     sample_rate_hz: end.sample_rate_hz,
@@ -192,6 +199,9 @@ pub(super) async fn call_chunk<T: Send + 'static>(
             }
             AttemptEnd::Failed { .. } => {
                 if let Some(attempt) = client_error {
+                    if let Some(gone) = clone_route::gone(core, job, &attempt).await {
+                        return Err(gone);
+                    }
                     return Err(SynthesisError::VendorRejected {
                         pool: pool.id.clone(),
                         attempt: Box::new(attempt),
@@ -277,8 +287,8 @@ impl<'a> Failover<'a> {
             .filter(|k| !(self.waiting_out && self.rate_limited.contains(k)));
         let request = Acquire {
             pool: pool.id.clone(),
-            exclude_keys: self.unusable.iter().chain(excluded).cloned().collect(),
-            upstream_ids: job.voice.upstream_ids.clone(),
+            exclude_keys: clone_route::excluded(job, self.unusable.iter().chain(excluded)),
+            upstream_ids: clone_route::upstream_ids(job),
             lease_ttl: core.lease_ttl,
             wait: remaining,
             request_id: job.request_id.clone(),

@@ -16,6 +16,7 @@ pub mod admission;
 pub mod attempt;
 pub mod cached;
 pub mod chunks;
+pub mod clone_route;
 pub mod delivery;
 pub mod failover;
 pub mod prepare;
@@ -123,6 +124,9 @@ pub struct Job {
     /// before asking for theirs, so the first chunk's Acquire, which asks the budgets for the
     /// whole text, is judged before any other chunk reserves or spends anything.
     pub first_leased: Arc<tokio::sync::watch::Sender<bool>>,
+    /// For a managed clone pack: the scopes whose clone is READY and their vendor ids; the
+    /// job is sent only to their keys ([`clone_route`]). `None` for every other voice.
+    pub clone: Option<Arc<clone_route::CloneRoute>>,
 }
 
 impl Job {

@@ -5,7 +5,8 @@
 //! Order: request id, priority and tenant, text (empty / whitespace-only / over `max_text_chars`), format,
 //! `wav_streaming_header` (WAV only) and sample rate, the voice (`snapshot` | `snapshot_json` | `pack_id` via the catalog), its
 //! digest, the request's overrides (sealed anew), its provider, its pool (`ttsModelId`), provider = pool provider, the adapter and the
-//! credentials, the snapshot's upstreams, the adapter's `check`, then the split of the text
+//! credentials, the snapshot's upstreams, a managed clone's READY scopes ([`clone_route`]:
+//! CLONE_PENDING while none is), the adapter's `check`, then the split of the text
 //! (and, for text of several chunks without a rate, the adapter's default rate asked of all).
 //!
 //! Short first chunk: when a key the request may use answers whole
@@ -19,7 +20,7 @@ use std::sync::Arc;
 
 use voxpool_domain::{provider::Provider, snapshot::Snapshot};
 
-use super::{Core, Job, Overrides, Request, Unknown, VoiceSource};
+use super::{Core, Job, Overrides, Request, Unknown, VoiceSource, clone_route};
 use crate::{adapters::AudioFormat, deadline::Deadline, error::SynthesisError, text, usage::Meter};
 use voxpool_domain::usage::UsageContext;
 
@@ -177,10 +178,23 @@ pub(super) async fn prepare(
             known: pool.upstream_ids.join(", "),
         });
     }
+    // A managed clone is spoken with a vendor id per scope: the adapter checks the voice as a
+    // READY scope's key sends it; its clips are what it was cloned from, not spoken.
+    let clone = clone_route::resolve(core, &voice, &pool).await?;
+    let checked = match clone.as_ref().and_then(|c| c.ready.values().next()) {
+        Some(voice_id) => Snapshot {
+            voice_id: voice_id.clone(),
+            ..voice.clone()
+        },
+        None => voice.clone(),
+    };
     adapter
-        .check(&voice, format, sample_rate_hz)
+        .check(&checked, format, sample_rate_hz)
         .map_err(SynthesisError::Param)?;
-    let reference = pick_reference(core, &voice, &r.emotion, r.seed, adapter.as_ref()).await?;
+    let reference = match clone {
+        Some(_) => None,
+        None => pick_reference(core, &voice, &r.emotion, r.seed, adapter.as_ref()).await?,
+    };
     let answers_whole = priority != crate::lease::Priority::Batch
         && pool
             .keys
@@ -259,6 +273,7 @@ pub(super) async fn prepare(
         seed: r.seed,
         meter,
         first_leased,
+        clone,
     })
 }
 

@@ -238,6 +238,15 @@ reasons! {
         /// scheduler's refusal passed on, metadata `budget`, `subject`, `used`, `limit`,
         /// `resets_at_ms`, `RetryInfo` until the reset). Not worth a retry before then.
         BudgetExhausted = "BUDGET_EXHAUSTED", Never;
+        /// UNAVAILABLE: the pack is a managed clone with no READY clone in a scope this pool
+        /// serves yet: one is being made (metadata `pack_id`, `scopes` where); retry after
+        /// `RetryInfo`.
+        ClonePending = "CLONE_PENDING", Again;
+        /// FAILED_PRECONDITION: the pack's clone cannot be made where it would be served: the
+        /// vendor refused it in a scope (metadata `pack_id`, `scope`, `error`), or the catalog
+        /// refused to clone it (no clone scope, every slot taken: the message names the scope
+        /// and its slots). An operator acts (DeleteClone, CloneVoice, more slots).
+        CloneFailed = "CLONE_FAILED", Never;
     }
 }
 

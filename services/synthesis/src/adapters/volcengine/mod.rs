@@ -26,7 +26,8 @@
 //! concurrency" → `CONCURRENCY_LIMITED` (other types → `RATE_LIMITED`, a `…_lifetime` quota in
 //! the message → `QUOTA_EXHAUSTED`),
 //! 55000000 (also a stream broken mid-way) → `UPSTREAM_ERROR`, 40402003 / 45000001 →
-//! `CLIENT_ERROR`, 45000000 by status (401/403 → `KEY_INVALID`). The codes of the concurrency
+//! `CLIENT_ERROR`, "speaker permission denied" (a speaker the AppID does not hold, e.g. another
+//! AppID's clone) → `CLIENT_ERROR`, other 45000000 by status (401/403 → `KEY_INVALID`). The codes of the concurrency
 //! refusal and of auth failures are unverified (the vendor's table gives the message, not a
 //! code of its own): classified by message first. V1 does not stream: its audio is written
 //! once, whole.
@@ -48,6 +49,7 @@
 //! Unset params are not sent (vendor default 1.0). Text limit: 1024 UTF-8 bytes.
 //!
 //! # Errors (classified by the body, then the status)
+//! "speaker permission denied" → `CLIENT_ERROR` (the speaker is not this AppID's);
 //! A message containing "grant not found", or HTTP 401/403 → `KEY_INVALID`; a message naming a
 //! `…lifetime` quota → `QUOTA_EXHAUSTED` (before the code: such a message may come with 3003);
 //! 3003 (or any message naming `concurrency`) → `CONCURRENCY_LIMITED` (the appid runs its
@@ -280,6 +282,11 @@ fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
 /// The outcome of a Volcengine answer that is not a success (module doc, "Errors").
 fn outcome_of(status: u16, code: Option<i64>, message: &str) -> Outcome {
     let lower = message.to_ascii_lowercase();
+    // The AppID holds no such speaker (a clone bought by another AppID, expired, reclaimed):
+    // the voice's fault, not the key's, whatever the status.
+    if lower.contains(SPEAKER_NOT_HELD) {
+        return Outcome::ClientError;
+    }
     if status == 401 || status == 403 || lower.contains("grant not found") {
         return Outcome::KeyInvalid;
     }
@@ -299,6 +306,16 @@ fn outcome_of(status: u16, code: Option<i64>, message: &str) -> Outcome {
         _ if status == 200 => Outcome::UpstreamError,
         _ => http::outcome_for_status(status),
     }
+}
+
+/// What V3 (and V1 with 3050) say of a speaker the AppID does not hold.
+const SPEAKER_NOT_HELD: &str = "speaker permission denied";
+
+/// Whether a failed call's answer says the AppID does not hold the speaker it was sent (V1
+/// code 3050, V3 "speaker permission denied"): for a managed clone, its clone is gone from
+/// this key's scope (`crate::job::clone_route`).
+pub fn clone_gone(_http_status: Option<u16>, message: &str) -> bool {
+    message.contains("code 3050:") || message.to_ascii_lowercase().contains(SPEAKER_NOT_HELD)
 }
 
 fn classify(reply: &HttpReply, secret: &Secret) -> Result<Vec<u8>, VendorFailure> {
@@ -681,6 +698,12 @@ mod tests {
             (200, Some(3010), "text too long", Outcome::ClientError),
             (200, Some(3011), "invalid text", Outcome::ClientError),
             (200, Some(3050), "voice not found", Outcome::ClientError),
+            (
+                200,
+                Some(45000000),
+                "speaker permission denied: S_x is not a usable voice of this AppID",
+                Outcome::ClientError,
+            ),
             (200, Some(9999), "", Outcome::UpstreamError),
             (502, None, "", Outcome::UpstreamError),
             (429, None, "", Outcome::RateLimited),
