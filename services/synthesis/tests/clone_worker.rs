@@ -1,0 +1,464 @@
+//! The clone worker on real processes: `voxpool-catalog` (SQLite, clips in a local blob store)
+//! and `voxpool-synthesis` binaries (the same blob store; no scheduler: clone steps take no
+//! lease), against the fake vendors' clone APIs (in process, per-scope visibility, counted
+//! clone calls, a fake clock).
+//!
+//! - ElevenLabs: a worker that claimed the CREATE and died before calling the vendor leaves it
+//!   to its lease; the synthesis replica then makes the clone READY in its workspace with
+//!   exactly one vendor create (none in the other workspace), and the dead worker's late report
+//!   is refused as stale. DeleteClone frees the vendor's slot and removes the row.
+//! - MiniMax: CREATE uploads and clones in the key's account: READY, expiring 7 days on.
+//! - Volcengine: CREATE trains a configured speaker id (TRAINING); the replica is SIGKILLed;
+//!   after the fake clock passes the training, another replica's POLL makes it READY with the
+//!   same speaker id and no second upload.
+//!
+//! The catalog binary is found beside the test's target directory (`cargo build --workspace
+//! --bins`, as `make test` does, builds it).
+
+use std::{
+    io::{BufRead as _, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use tonic::{Code, Request, transport::Channel};
+use voxpool_fake_vendors::{CloneConfig, FakeConfig, FakeVendor, VendorKind, audio::tone_wav};
+use voxpool_proto::catalog::v1::{
+    self as pb, clone_work_client::CloneWorkClient,
+    voice_catalog_admin_client::VoiceCatalogAdminClient, voice_clone::CloneState,
+};
+
+const ADMIN: &str = "clone-worker-admin-token-0123456789";
+
+/// A child process killed on drop, with the address of its first stdout line.
+struct Service {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(mut command: Command) -> Service {
+    if std::env::var_os("RUST_LOG").is_none() {
+        command.env(
+            "RUST_LOG",
+            std::env::var("CLONE_TEST_LOG").unwrap_or_else(|_| "error".into()),
+        );
+    }
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("first line");
+    let addr = line
+        .split(" listening on ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{command:?} printed {line:?} instead of its address"))
+        .trim()
+        .to_owned();
+    Service { child, addr }
+}
+
+/// `target/<profile>/voxpool-catalog`, beside this test's `deps/`.
+fn catalog_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .join("voxpool-catalog");
+    assert!(
+        path.exists(),
+        "{} not built: run `cargo build --workspace --bins` (make test does)",
+        path.display()
+    );
+    path
+}
+
+/// A catalog, the pools file, a blob store and a synthesis replica started on demand.
+struct Stack {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    blobs: String,
+    catalog: Service,
+}
+
+impl Stack {
+    fn start(pools: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("pools.toml");
+        std::fs::write(&config, pools).expect("pools file");
+        let blobs = format!("file://{}", dir.path().join("blobs").display());
+        let mut c = Command::new(catalog_binary());
+        c.args(["--listen", "127.0.0.1:0", "--blob-store", &blobs])
+            .arg("--database")
+            .arg(format!(
+                "sqlite://{}?mode=rwc",
+                dir.path().join("catalog.db").display()
+            ))
+            .arg("--config")
+            .arg(&config)
+            .env("VOXPOOL_ADMIN_TOKEN", ADMIN);
+        let catalog = start(c);
+        Self {
+            dir,
+            config,
+            blobs,
+            catalog,
+        }
+    }
+
+    /// A synthesis replica whose keys' credentials are `env`.
+    fn synthesis(&self, env: &[(&str, &str)]) -> Service {
+        let mut y = Command::new(env!("CARGO_BIN_EXE_voxpool-synthesis"));
+        y.arg("--config")
+            .arg(&self.config)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--cache",
+                "off",
+                "--blob-store",
+                &self.blobs,
+            ])
+            .args(["--scheduler", "http://127.0.0.1:1"])
+            .args(["--catalog", &format!("http://{}", self.catalog.addr)])
+            .args(["--clone-lease-ms", "3000", "--clone-poll-ms", "500"])
+            .env("VOXPOOL_ADMIN_TOKEN", ADMIN)
+            .env_remove("VOXPOOL_CLIENT_TOKEN");
+        for (k, v) in env {
+            y.env(k, v);
+        }
+        start(y)
+    }
+
+    async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.catalog.addr))
+            .expect("url")
+            .connect()
+            .await
+            .expect("catalog")
+    }
+
+    async fn admin(&self) -> VoiceCatalogAdminClient<Channel> {
+        VoiceCatalogAdminClient::new(self.channel().await)
+    }
+
+    /// A managed clone pack on `pool` with one clip; its id.
+    async fn pack(&self, provider: &str, model: &str, pool: &str) -> String {
+        let mut admin = self.admin().await;
+        let pack = pb::VoicePack {
+            display_name: format!("{provider} clone"),
+            provider: provider.into(),
+            model: model.into(),
+            tts_model_id: pool.into(),
+            tier: pb::Tier::Standard as i32,
+            kind: pb::voice_pack::Kind::Cloned as i32,
+            locales: vec!["en-US".into()],
+            ..Default::default()
+        };
+        let id = admin
+            .create_voice_pack(authed(pb::CreateVoicePackRequest {
+                voice_pack: Some(pack),
+            }))
+            .await
+            .expect("create pack")
+            .into_inner()
+            .id;
+        admin
+            .add_reference(authed(pb::AddReferenceRequest {
+                pack_id: id.clone(),
+                audio: tone_wav(16_000, 1_500).expect("clip"),
+                transcript: "The quick brown fox.".into(),
+                ..Default::default()
+            }))
+            .await
+            .expect("add reference");
+        let _ = self.dir.path();
+        id
+    }
+
+    async fn clone_voice(&self, pack_id: &str, scope: &str) {
+        self.admin()
+            .await
+            .clone_voice(authed(pb::CloneVoiceRequest {
+                pack_id: pack_id.into(),
+                scopes: vec![scope.into()],
+                max_scopes: 0,
+            }))
+            .await
+            .expect("clone voice");
+    }
+
+    async fn clones(&self, pack_id: &str) -> Vec<pb::VoiceClone> {
+        self.admin()
+            .await
+            .list_clones(authed(pb::ListClonesRequest {
+                pack_id: pack_id.into(),
+            }))
+            .await
+            .expect("list clones")
+            .into_inner()
+            .clones
+    }
+
+    /// The pack's clones once `done` holds of them (within 30 s, checked every 100 ms: the
+    /// catalog has no change feed to wait on).
+    async fn until(
+        &self,
+        pack_id: &str,
+        what: &str,
+        done: impl Fn(&[pb::VoiceClone]) -> bool,
+    ) -> Vec<pb::VoiceClone> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let clones = self.clones(pack_id).await;
+            if done(&clones) {
+                return clones;
+            }
+            assert!(Instant::now() < deadline, "never {what}: {clones:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn authed<T>(message: T) -> Request<T> {
+    let mut r = Request::new(message);
+    r.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {ADMIN}").parse().expect("header"),
+    );
+    r
+}
+
+fn state_is(state: CloneState) -> impl Fn(&[pb::VoiceClone]) -> bool {
+    move |c| c.len() == 1 && c[0].state == state as i32
+}
+
+const ELEVEN: &str = r#"
+[[pools]]
+id = "eleven"
+provider = "elevenlabs"
+model = "eleven_multilingual_v2"
+[[pools.upstreams]]
+id = "team-a"
+base_url = "{url}"
+clone = { slots = 5 }
+[[pools.upstreams.keys]]
+id = "a1"
+capacity = 2
+credential = { env = "CLONE_TEST_A1" }
+[[pools.upstreams.keys]]
+id = "a2"
+capacity = 2
+credential = { env = "CLONE_TEST_A2" }
+[[pools.upstreams]]
+id = "team-b"
+base_url = "{url}"
+clone = { slots = 5 }
+[[pools.upstreams.keys]]
+id = "b1"
+capacity = 2
+credential = { env = "CLONE_TEST_B1" }
+"#;
+
+const ELEVEN_KEYS: &[(&str, &str)] = &[
+    ("CLONE_TEST_A1", "eleven-secret-a1"),
+    ("CLONE_TEST_A2", "eleven-secret-a2"),
+    ("CLONE_TEST_B1", "eleven-secret-b1"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elevenlabs_clone_is_made_once_in_its_workspace_and_deleted_there() {
+    let clones = CloneConfig::for_vendor(VendorKind::ElevenLabs)
+        .scope("eleven-secret-a1", "ws-a")
+        .scope("eleven-secret-a2", "ws-a")
+        .scope("eleven-secret-b1", "ws-b");
+    let fake = FakeVendor::start(FakeConfig::new(VendorKind::ElevenLabs).clones(clones))
+        .await
+        .expect("fake");
+    let stack = Stack::start(&ELEVEN.replace("{url}", &fake.base_url()));
+    let pack = stack
+        .pack("elevenlabs", "eleven_multilingual_v2", "eleven")
+        .await;
+    stack.clone_voice(&pack, "team-a").await;
+
+    // A worker claims the CREATE and dies before calling the vendor.
+    let mut work = CloneWorkClient::new(stack.channel().await);
+    let dead = work
+        .claim(authed(pb::ClaimCloneWorkRequest {
+            worker: "dead-replica".into(),
+            scopes: vec!["team-a".into()],
+            max: 1,
+            lease_ms: 1_000,
+        }))
+        .await
+        .expect("claim")
+        .into_inner()
+        .tasks;
+    assert_eq!(dead.len(), 1, "the CREATE is due: {dead:?}");
+
+    let _synthesis = stack.synthesis(ELEVEN_KEYS);
+    let ready = stack
+        .until(&pack, "READY", state_is(CloneState::Ready))
+        .await;
+    let held: Vec<_> = fake
+        .clones()
+        .into_iter()
+        .filter(|v| v.scope == "ws-a")
+        .collect();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(ready[0].vendor_voice_id, held[0].voice_id);
+    assert_eq!(
+        held[0].name, pack,
+        "named by the pack id, so ImportClones binds it back"
+    );
+    let counts = fake.clone_counts();
+    assert_eq!(counts["ws-a"].create, 1, "{counts:?}");
+    assert!(
+        !counts.contains_key("ws-b"),
+        "nothing in the other workspace: {counts:?}"
+    );
+
+    // The dead worker's late report is refused and changes nothing.
+    let late = work
+        .report(authed(pb::ReportCloneWorkRequest {
+            pack_id: pack.clone(),
+            scope: "team-a".into(),
+            lease_token: dead[0].lease_token.clone(),
+            outcome: Some(pb::report_clone_work_request::Outcome::Failed(
+                pb::CloneFailure {
+                    error: "late".into(),
+                    reclaimed: false,
+                },
+            )),
+        }))
+        .await
+        .expect_err("a stale lease token");
+    assert_eq!(late.code(), Code::FailedPrecondition, "{late:?}");
+    assert_eq!(stack.clones(&pack).await[0].state, CloneState::Ready as i32);
+
+    stack
+        .admin()
+        .await
+        .delete_clone(authed(pb::DeleteCloneRequest {
+            pack_id: pack.clone(),
+            scope: "team-a".into(),
+        }))
+        .await
+        .expect("delete clone");
+    stack.until(&pack, "deleted", <[_]>::is_empty).await;
+    assert_eq!(fake.clone_counts()["ws-a"].delete, 1);
+    assert!(
+        fake.clones().iter().all(|v| v.scope != "ws-a"),
+        "the slot is free: {:?}",
+        fake.clones()
+    );
+}
+
+const MINIMAX: &str = r#"
+[[pools]]
+id = "mm"
+provider = "minimax"
+model = "speech-02-hd"
+[[pools.upstreams]]
+id = "acct-a"
+base_url = "{url}"
+clone = { slots = 5 }
+[[pools.upstreams.keys]]
+id = "k1"
+capacity = 2
+credential = { env = "CLONE_TEST_MM" }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minimax_clone_is_ready_and_expires_a_week_on() {
+    let clones = CloneConfig::for_vendor(VendorKind::MiniMax).scope("mm-secret", "group-a");
+    let fake = FakeVendor::start(FakeConfig::new(VendorKind::MiniMax).clones(clones))
+        .await
+        .expect("fake");
+    let stack = Stack::start(&MINIMAX.replace("{url}", &fake.base_url()));
+    let pack = stack.pack("minimax", "speech-02-hd", "mm").await;
+    let _synthesis = stack.synthesis(&[("CLONE_TEST_MM", "mm-secret")]);
+    stack.clone_voice(&pack, "acct-a").await;
+    let ready = stack
+        .until(&pack, "READY", state_is(CloneState::Ready))
+        .await;
+    let id = &ready[0].vendor_voice_id;
+    assert!(id.starts_with(&format!("{pack}-")), "{id}");
+    let week = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        + 7 * 86_400;
+    let expires = ready[0].expires_at.as_ref().expect("expires_at").seconds;
+    let expires = u64::try_from(expires).expect("positive");
+    assert!(
+        expires.abs_diff(week) < 600,
+        "expires {expires}, a week on is {week}"
+    );
+    let counts = fake.clone_counts()["group-a"];
+    assert_eq!((counts.upload, counts.create, counts.refused), (1, 1, 0));
+    assert!(
+        fake.clones()
+            .iter()
+            .any(|v| v.scope == "group-a" && &v.voice_id == id)
+    );
+}
+
+const VOLC: &str = r#"
+[[pools]]
+id = "volc"
+provider = "volcengine"
+model = "volcano_icl"
+[[pools.upstreams]]
+id = "acct"
+base_url = "{url}"
+clone = { slots = 2 }
+params = { cluster = "volcano_icl", speaker_ids = { app1 = ["S_one", "S_two"] } }
+[[pools.upstreams.keys]]
+id = "app1"
+capacity = 2
+credential = { env = "CLONE_TEST_VOLC" }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volcengine_training_survives_a_killed_replica_and_is_polled_ready() {
+    let clones = CloneConfig::for_vendor(VendorKind::Volcengine).training(Duration::from_secs(60));
+    let fake = FakeVendor::start(FakeConfig::new(VendorKind::Volcengine).clones(clones))
+        .await
+        .expect("fake");
+    let stack = Stack::start(&VOLC.replace("{url}", &fake.base_url()));
+    let pack = stack.pack("volcengine", "volcano_icl", "volc").await;
+    let creds = [("CLONE_TEST_VOLC", "volc-token")];
+    let first = stack.synthesis(&creds);
+    stack.clone_voice(&pack, "acct/app1").await;
+    let training = stack
+        .until(&pack, "TRAINING", state_is(CloneState::Training))
+        .await;
+    assert_eq!(training[0].vendor_voice_id, "S_one");
+    drop(first); // SIGKILL, whatever step it was running
+
+    fake.advance_clock(Duration::from_secs(120));
+    let _second = stack.synthesis(&creds);
+    let ready = stack
+        .until(&pack, "READY", state_is(CloneState::Ready))
+        .await;
+    assert_eq!(ready[0].vendor_voice_id, "S_one");
+    let counts = fake.clone_counts()["app1"];
+    assert_eq!(counts.create, 1, "one training upload: {counts:?}");
+    assert!(
+        counts.status >= 2,
+        "the free slot was looked up, then polled: {counts:?}"
+    );
+}
