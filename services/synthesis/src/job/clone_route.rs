@@ -1,6 +1,6 @@
 //! Routing follows clones: a managed clone pack (kind CLONED with reference clips, no
 //! `voiceId`, no `upstreamIds`) is spoken only on keys of the clone scopes where its clone is
-//! READY, with that scope's vendor voice id (invariant 12 of docs/ARCHITECTURE.md).
+//! READY, with that scope's vendor voice id (invariant 16 of docs/ARCHITECTURE.md).
 //!
 //! Before any lease, [`resolve`] reads the pack's clones (`crate::catalog::clones`, cached per
 //! replica for a few seconds) and keeps the READY scopes this pool serves: a scope is an
