@@ -12,6 +12,10 @@
 //!   after the fake clock passes the training, another replica's POLL makes it READY with the
 //!   same speaker id and no second upload.
 //!
+//! - The clone rate: with `max_clones_per_minute = 1`, two packs' CREATEs in one scope are
+//!   handed out one per minute, counted in the database, so a second catalog replica on the
+//!   same database holds the second back too.
+//!
 //! The catalog binary is found beside the test's target directory (`cargo build --workspace
 //! --bins`, as `make test` does, builds it).
 
@@ -85,6 +89,21 @@ fn catalog_binary() -> PathBuf {
     path
 }
 
+/// A catalog process on the SQLite database of `dir`.
+fn catalog(dir: &Path, config: &Path, blobs: &str) -> Service {
+    let mut c = Command::new(catalog_binary());
+    c.args(["--listen", "127.0.0.1:0", "--blob-store", blobs])
+        .arg("--database")
+        .arg(format!(
+            "sqlite://{}?mode=rwc",
+            dir.join("catalog.db").display()
+        ))
+        .arg("--config")
+        .arg(config)
+        .env("VOXPOOL_ADMIN_TOKEN", ADMIN);
+    start(c)
+}
+
 /// A catalog, the pools file, a blob store and a synthesis replica started on demand.
 struct Stack {
     dir: tempfile::TempDir,
@@ -99,17 +118,7 @@ impl Stack {
         let config = dir.path().join("pools.toml");
         std::fs::write(&config, pools).expect("pools file");
         let blobs = format!("file://{}", dir.path().join("blobs").display());
-        let mut c = Command::new(catalog_binary());
-        c.args(["--listen", "127.0.0.1:0", "--blob-store", &blobs])
-            .arg("--database")
-            .arg(format!(
-                "sqlite://{}?mode=rwc",
-                dir.path().join("catalog.db").display()
-            ))
-            .arg("--config")
-            .arg(&config)
-            .env("VOXPOOL_ADMIN_TOKEN", ADMIN);
-        let catalog = start(c);
+        let catalog = catalog(dir.path(), &config, &blobs);
         Self {
             dir,
             config,
@@ -154,8 +163,8 @@ impl Stack {
         VoiceCatalogAdminClient::new(self.channel().await)
     }
 
-    /// A managed clone pack on `pool` with one clip; its id.
-    async fn pack(&self, provider: &str, model: &str, pool: &str) -> String {
+    /// A managed clone pack on `pool` with one clip (a tone of `ms`); its id.
+    async fn pack(&self, provider: &str, model: &str, pool: &str, ms: u32) -> String {
         let mut admin = self.admin().await;
         let pack = pb::VoicePack {
             display_name: format!("{provider} clone"),
@@ -178,13 +187,12 @@ impl Stack {
         admin
             .add_reference(authed(pb::AddReferenceRequest {
                 pack_id: id.clone(),
-                audio: tone_wav(16_000, 1_500).expect("clip"),
+                audio: tone_wav(16_000, ms).expect("clip"),
                 transcript: "The quick brown fox.".into(),
                 ..Default::default()
             }))
             .await
             .expect("add reference");
-        let _ = self.dir.path();
         id
     }
 
@@ -289,7 +297,7 @@ async fn elevenlabs_clone_is_made_once_in_its_workspace_and_deleted_there() {
         .expect("fake");
     let stack = Stack::start(&ELEVEN.replace("{url}", &fake.base_url()));
     let pack = stack
-        .pack("elevenlabs", "eleven_multilingual_v2", "eleven")
+        .pack("elevenlabs", "eleven_multilingual_v2", "eleven", 1_500)
         .await;
     stack.clone_voice(&pack, "team-a").await;
 
@@ -388,7 +396,7 @@ async fn minimax_clone_is_ready_and_expires_a_week_on() {
         .await
         .expect("fake");
     let stack = Stack::start(&MINIMAX.replace("{url}", &fake.base_url()));
-    let pack = stack.pack("minimax", "speech-02-hd", "mm").await;
+    let pack = stack.pack("minimax", "speech-02-hd", "mm", 1_500).await;
     let _synthesis = stack.synthesis(&[("CLONE_TEST_MM", "mm-secret")]);
     stack.clone_voice(&pack, "acct-a").await;
     let ready = stack
@@ -439,7 +447,7 @@ async fn volcengine_training_survives_a_killed_replica_and_is_polled_ready() {
         .await
         .expect("fake");
     let stack = Stack::start(&VOLC.replace("{url}", &fake.base_url()));
-    let pack = stack.pack("volcengine", "volcano_icl", "volc").await;
+    let pack = stack.pack("volcengine", "volcano_icl", "volc", 1_500).await;
     let creds = [("CLONE_TEST_VOLC", "volc-token")];
     let first = stack.synthesis(&creds);
     stack.clone_voice(&pack, "acct/app1").await;
@@ -460,5 +468,63 @@ async fn volcengine_training_survives_a_killed_replica_and_is_polled_ready() {
     assert!(
         counts.status >= 2,
         "the free slot was looked up, then polled: {counts:?}"
+    );
+}
+
+/// `max` due steps of `scope` claimed from the catalog at `addr`.
+async fn claim(addr: &str, scope: &str, max: u32) -> Vec<pb::CloneTask> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("url")
+        .connect()
+        .await
+        .expect("catalog");
+    CloneWorkClient::new(channel)
+        .claim(authed(pb::ClaimCloneWorkRequest {
+            worker: "test-worker".into(),
+            scopes: vec![scope.into()],
+            max,
+            lease_ms: 60_000,
+        }))
+        .await
+        .expect("claim")
+        .into_inner()
+        .tasks
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clone_rate_of_a_scope_holds_creates_back_on_every_catalog_replica() {
+    let pools = ELEVEN
+        .replace("{url}", "http://127.0.0.1:1")
+        .replace(
+            "id = \"team-a\"\nbase_url = \"http://127.0.0.1:1\"\nclone = { slots = 5 }",
+            "id = \"team-a\"\nbase_url = \"http://127.0.0.1:1\"\nclone = { slots = 5, max_clones_per_minute = 1 }",
+        );
+    assert!(pools.contains("max_clones_per_minute = 1"), "{pools}");
+    let stack = Stack::start(&pools);
+    let first = stack
+        .pack("elevenlabs", "eleven_multilingual_v2", "eleven", 1_500)
+        .await;
+    // Another clip: another identity.
+    let second = stack
+        .pack("elevenlabs", "eleven_multilingual_v2", "eleven", 1_600)
+        .await;
+    assert_ne!(first, second);
+    stack.clone_voice(&first, "team-a").await;
+    stack.clone_voice(&second, "team-a").await;
+    stack.clone_voice(&second, "team-b").await;
+
+    let handed = claim(&stack.catalog.addr, "team-a", 10).await;
+    assert_eq!(handed.len(), 1, "one CREATE a minute in team-a: {handed:?}");
+    assert_eq!(claim(&stack.catalog.addr, "team-a", 10).await.len(), 0);
+    let replica = catalog(stack.dir.path(), &stack.config, &stack.blobs);
+    assert_eq!(
+        claim(&replica.addr, "team-a", 10).await.len(),
+        0,
+        "the count is in the database: another catalog replica holds it back too"
+    );
+    assert_eq!(
+        claim(&replica.addr, "team-b", 10).await.len(),
+        1,
+        "a scope without a clone rate is not held back"
     );
 }

@@ -3,7 +3,8 @@
 //! the credentials) lease the steps through `CloneWork` and report what the vendor said.
 //!
 //! [`Clones`] is the one facade the gRPC edge calls (no protobuf below it); [`store`] keeps
-//! the rows, [`transition`] says what an outcome does to a row, [`model`] holds the types.
+//! the rows, [`claim`] leases due steps under each scope's clone rate, [`transition`] says
+//! what an outcome does to a row, [`model`] holds the types.
 //! Invariants:
 //! - one clone per pack and scope (primary key), so asking twice, from any replica, creates
 //!   one; a scope never holds more live clones (PENDING, TRAINING, READY) than its slots
@@ -12,6 +13,7 @@
 //!   its row: a worker whose lease ran out cannot overwrite what the next one did;
 //! - vendor voice ids live here only, never in a snapshot (they differ per scope).
 
+pub mod claim;
 pub mod error;
 pub mod imports;
 pub mod marks;
@@ -26,7 +28,7 @@ use voxpool_domain::snapshot::Kind;
 
 pub use error::CloneError;
 use imports::ImportEnd;
-use model::{Claimed, Import, ImportResult, Outcome, Recipe, Sample, Target, VoiceClone};
+use model::{Import, ImportResult, Outcome, Recipe, Sample, VoiceClone};
 use store::CloneStore;
 use transition::Next;
 
@@ -235,54 +237,6 @@ impl Clones {
             store.request_import(id, pool, now_us).await?;
         }
         store.imports(&ids).await
-    }
-
-    /// Leases up to `max` due steps (clone rows first, then imports) in `scopes` to `worker`
-    /// for `lease_ms`, each with what the worker needs to run it.
-    pub async fn claim(
-        &self,
-        worker: &str,
-        scopes: &[String],
-        max: u32,
-        lease_ms: u32,
-    ) -> Result<Vec<Claimed>, CatalogError> {
-        let store = self.store()?;
-        let now_us = micros_now();
-        let lease_us = i64::from(lease_ms) * 1_000;
-        let mut out = Vec::new();
-        for (clone, token) in store.claim(worker, scopes, max, lease_us, now_us).await? {
-            let pack = self.repo.get(&clone.pack_id).await?;
-            out.push(Claimed {
-                attempt: clone.attempts,
-                target: Target::Clone(clone, recipe(&pack)),
-                lease_token: token,
-                lease_until_us: now_us + lease_us,
-            });
-        }
-        let room = max.saturating_sub(u32::try_from(out.len()).unwrap_or(max));
-        if room > 0 {
-            for (scope, pool, token, attempt) in store
-                .claim_imports(worker, scopes, room, lease_us, now_us)
-                .await?
-            {
-                let provider = self
-                    .pools
-                    .clone_scope(&pool, &scope)
-                    .map(|s| s.provider.clone())
-                    .unwrap_or_default();
-                out.push(Claimed {
-                    target: Target::Import {
-                        scope,
-                        pool,
-                        provider,
-                    },
-                    lease_token: token,
-                    lease_until_us: now_us + lease_us,
-                    attempt,
-                });
-            }
-        }
-        Ok(out)
     }
 
     /// Applies a worker's outcome to the step `token` leases (`pack_id` empty: an import).

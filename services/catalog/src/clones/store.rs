@@ -9,11 +9,9 @@
 //! carries the claim's token. One clone per pack and scope comes from the primary key.
 
 use sea_orm::{
-    ActiveValue::Set,
-    ColumnTrait, Condition, DatabaseConnection, DatabaseTransaction, EntityTrait, PaginatorTrait,
-    QueryFilter, QueryOrder, QuerySelect, SqliteTransactionMode, TransactionOptions,
-    TransactionTrait,
-    sea_query::{Expr, ExprTrait},
+    ActiveValue::Set, ColumnTrait, Condition, DatabaseConnection, DatabaseTransaction, EntityTrait,
+    PaginatorTrait, QueryFilter, QueryOrder, SqliteTransactionMode, TransactionOptions,
+    TransactionTrait, sea_query::Expr,
 };
 
 use super::{
@@ -36,7 +34,7 @@ pub struct CloneStore {
 }
 
 /// A fresh lease token: 128 random bits in hex.
-fn new_token() -> String {
+pub(super) fn new_token() -> String {
     hex::encode(rand::random::<[u8; 16]>())
 }
 
@@ -314,61 +312,6 @@ impl CloneStore {
             .await?;
         txn.commit().await?;
         Ok((clone, false))
-    }
-
-    /// Leases up to `max` due steps in `scopes` to `worker` until `now_us + lease_us`, oldest
-    /// due first: each with a fresh token and its attempt count (this claim included).
-    pub async fn claim(
-        &self,
-        worker: &str,
-        scopes: &[String],
-        max: u32,
-        lease_us: i64,
-        now_us: i64,
-    ) -> Result<Vec<(VoiceClone, String)>, CatalogError> {
-        use voice_clone::Column;
-        let due = || {
-            Condition::all()
-                .add(Column::Work.ne(Work::None.as_str()))
-                .add(Column::DueAtUs.lte(now_us))
-                .add(
-                    Condition::any()
-                        .add(Column::LeaseUntilUs.is_null())
-                        .add(Column::LeaseUntilUs.lte(now_us)),
-                )
-        };
-        let candidates = voice_clone::Entity::find()
-            .filter(due())
-            .filter(Column::Scope.is_in(scopes.iter().map(String::as_str)))
-            .order_by_asc(Column::DueAtUs)
-            .order_by_asc(Column::PackId)
-            .order_by_asc(Column::Scope)
-            .limit(u64::from(max) * 2)
-            .all(&self.db)
-            .await?;
-        let mut out = Vec::new();
-        for row in candidates {
-            if out.len() >= max as usize {
-                break;
-            }
-            let token = new_token();
-            let claimed = voice_clone::Entity::update_many()
-                .col_expr(Column::LeaseOwner, Expr::value(worker))
-                .col_expr(Column::LeaseUntilUs, Expr::value(now_us + lease_us))
-                .col_expr(Column::LeaseToken, Expr::value(token.as_str()))
-                .col_expr(Column::Attempts, Expr::col(Column::Attempts).add(1))
-                .col_expr(Column::UpdatedAtUs, Expr::value(now_us))
-                .filter(pk(&row.pack_id, &row.scope))
-                .filter(due())
-                .exec(&self.db)
-                .await?;
-            if claimed.rows_affected == 1
-                && let Some(fresh) = self.get(&row.pack_id, &row.scope).await?
-            {
-                out.push((fresh, token));
-            }
-        }
-        Ok(out)
     }
 
     /// The row `token` leases, or why not: [`CloneError::NotFound`], [`CloneError::LeaseLost`].
