@@ -295,3 +295,26 @@ async fn keep_alive(ctx: &Context, step: Step<'_>) -> Result<Outcome, Outcome> {
         Err(f) => Ok(flows::from_failure(f)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn voice_ids_follow_minimax_rules_and_name_their_pack() {
+        let id = new_voice_id("vp_0123456789abcdef01234567");
+        assert!(id.len() >= 8 && id.starts_with("vp_0123456789abcdef01234567-"));
+        assert!(
+            id.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        );
+        assert_eq!(pack_of(&id), "vp_0123456789abcdef01234567");
+        assert_ne!(
+            id,
+            new_voice_id("vp_0123456789abcdef01234567"),
+            "random suffix"
+        );
+        let odd = new_voice_id("9 pack.id");
+        assert!(odd.starts_with("v9_pack_id-"), "{odd}");
+    }
+}

@@ -272,3 +272,54 @@ pub fn spawn(
     let worker = worker::Worker::new(client, scopes, ctx, options);
     Ok(Some(tokio::spawn(worker.run(shutdown))))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOML: &str = r#"
+[[pools]]
+id = "volc"
+provider = "volcengine"
+[[pools.upstreams]]
+id = "acct"
+clone = { slots = 2 }
+[[pools.upstreams.keys]]
+id = "app-1"
+capacity = 1
+credential = { env = "PATH" }
+[[pools.upstreams.keys]]
+id = "app-2"
+capacity = 1
+credential = { env = "VOXPOOL_CLONE_TEST_NEVER_SET" }
+
+[[pools]]
+id = "eleven"
+provider = "elevenlabs"
+[[pools.upstreams]]
+id = "team"
+clone = { slots = 2 }
+[[pools.upstreams.keys]]
+id = "k1"
+capacity = 1
+credential = { env = "PATH" }
+[[pools.upstreams.keys]]
+id = "k2"
+capacity = 1
+credential = { env = "PATH" }
+"#;
+
+    #[test]
+    fn scopes_hold_the_keys_with_credentials_and_steps_take_them_in_turn() {
+        let config = Config::from_toml_str(TOML).unwrap();
+        let (scopes, missing) = scopes_of(&config, &Pools::from_config(&config));
+        assert_eq!(missing, ["acct/app-2"]);
+        let ids: Vec<&str> = scopes.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["acct/app-1", "team"]);
+        let team = &scopes[1];
+        let key = |attempt| team.key_for(attempt).map(|(k, _)| k.key_id.clone());
+        assert_eq!(key(1).as_deref(), Some("team/k1"));
+        assert_eq!(key(2).as_deref(), Some("team/k2"));
+        assert_eq!(key(3).as_deref(), Some("team/k1"));
+    }
+}

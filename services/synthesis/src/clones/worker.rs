@@ -146,15 +146,11 @@ impl Worker {
             return;
         };
         let call = budget.min(MAX_CALL);
-        let outcome = match tokio::time::timeout(budget, flows::run(&self.ctx, task, scope, call))
-            .await
-        {
-            Ok(outcome) => outcome,
-            Err(_) => {
-                tracing::warn!(pack_id = %task.pack_id, scope = %task.scope, work = task.work.as_str(),
-                        "clone step did not finish within its lease; another claim runs it again");
-                return;
-            }
+        let run = flows::run(&self.ctx, task, scope, call);
+        let Ok(outcome) = tokio::time::timeout(budget, run).await else {
+            tracing::warn!(pack_id = %task.pack_id, scope = %task.scope, work = task.work.as_str(),
+                "clone step did not finish within its lease; another claim runs it again");
+            return;
         };
         log_outcome(task, &outcome);
         if remaining(task.lease_until).is_none() {
