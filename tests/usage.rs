@@ -226,6 +226,8 @@ struct Ended {
     tenant: usize,
     replica: usize,
     code: Code,
+    /// The refusal's message (empty on success).
+    message: String,
     cached_characters: i64,
     characters: i64,
 }
@@ -354,18 +356,20 @@ async fn ledger_equals_vendor(store: Store) {
             });
             request.set_timeout(Duration::from_secs(30));
             calls.push(tokio::spawn(async move {
-                let (code, cached_characters, characters) = match client.synthesize(request).await {
-                    Ok(r) => {
-                        let u = r.into_inner().usage.unwrap_or_default();
-                        (Code::Ok, u.cached_characters, u.characters)
-                    }
-                    Err(s) => (s.code(), 0, 0),
-                };
+                let (code, message, cached_characters, characters) =
+                    match client.synthesize(request).await {
+                        Ok(r) => {
+                            let u = r.into_inner().usage.unwrap_or_default();
+                            (Code::Ok, String::new(), u.cached_characters, u.characters)
+                        }
+                        Err(s) => (s.code(), s.message().to_owned(), 0, 0),
+                    };
                 ended.fetch_add(1, Ordering::SeqCst);
                 Ended {
                     tenant: t,
                     replica,
                     code,
+                    message,
                     cached_characters,
                     characters,
                 }
@@ -387,7 +391,18 @@ async fn ledger_equals_vendor(store: Store) {
     }
 
     let ok = outcomes.iter().filter(|e| e.code == Code::Ok).count();
-    assert!(ok >= total / 2, "only {ok} of {total} calls succeeded");
+    // Per code: how many, and the first message.
+    let mut codes: BTreeMap<String, (usize, &str)> = BTreeMap::new();
+    for e in &outcomes {
+        codes
+            .entry(format!("{:?}", e.code))
+            .or_insert((0, &e.message))
+            .0 += 1;
+    }
+    assert!(
+        ok >= total / 2,
+        "only {ok} of {total} calls succeeded: {codes:?}"
+    );
     let expected = vendor_characters(&fake);
     assert!(
         expected.values().all(|n| *n > 0),
