@@ -8,7 +8,10 @@
 //!   answer streams: the answer arrives whole, every service drains and exits, and the last
 //!   line says the stack stopped on Ctrl-C;
 //! - started in the background by a script (SIGINT ignored on entry, as a non-interactive
-//!   shell leaves it for a background job), `kill -INT` on its pid stops it just the same.
+//!   shell leaves it for a background job), `kill -INT` on its pid stops it just the same;
+//! - the README's cloning walk-through, as written: the seeded managed clone pack is cloned on
+//!   the fake ElevenLabs make run starts (one create at the fake, READY in the workspace's
+//!   scope), and the speech made with it is real audio from that clone.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -19,7 +22,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use voxpool_e2e::{bin_dir, binary, grpcurl_available, walkthrough, workspace_root};
+use voxpool_e2e::{
+    bin_dir, binary, grpcurl_available, walkthrough, walkthrough_script, workspace_root,
+};
 
 #[test]
 fn a_taken_port_is_named_before_anything_starts() {
@@ -310,8 +315,99 @@ fn the_fake_gpu_server_is_stopped_and_started_by_pid_and_stops_with_the_stack() 
     );
 }
 
+#[test]
+fn the_cloning_walkthrough_clones_the_seeded_pack_once_and_speaks_with_it() {
+    let stack = Stack::start();
+    let script = walkthrough_script("README.md", "cloning").replace(
+        "../target/debug/voxctl",
+        &binary("voxctl").display().to_string(),
+    );
+    assert!(
+        !script.contains("../target"),
+        "every voxctl of the block runs the built one: {script}"
+    );
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -euo pipefail\n{script}"))
+        .current_dir(stack.dir.path())
+        .envs(stack.ports.iter().map(|(k, v)| (*k, v.to_string())))
+        .env_remove("VOXPOOL_CATALOG")
+        .env_remove("VOXPOOL_SYNTHESIS")
+        .output()
+        .expect("bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the cloning walk-through failed:\n{script}\nstdout: {stdout}\nstderr: {stderr}\nstack: {}",
+        stack.stderr_text()
+    );
+    // `voxctl pack clones` printed the READY row: scope, state, the workspace's voice id.
+    let ready: Vec<&str> = stdout
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("READY"))
+        .unwrap_or_else(|| panic!("no READY clone printed: {stdout}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        ready[0], "fake-workspace",
+        "the upstream is the scope: {stdout}"
+    );
+    let voice_id = ready[2];
+
+    // The fake's own count: exactly one clone made, in the one workspace, and it is the id the
+    // catalog holds, used by the synthesis that spoke.
+    let clones = fake_json(&stack, "/_fake/stats/clones");
+    let scopes = clones["scopes"].as_object().expect("scopes");
+    let creates: u64 = scopes
+        .values()
+        .map(|c| c["create"].as_u64().expect("create"))
+        .sum();
+    assert_eq!(creates, 1, "one clone create at the fake: {clones}");
+    assert_eq!(scopes["workspace-1"]["refused"], 0, "{clones}");
+    let voices = clones["voices"].as_array().expect("voices");
+    assert_eq!(voices.len(), 1, "{clones}");
+    assert_eq!(voices[0]["voice_id"], voice_id, "{clones}");
+    assert_eq!(voices[0]["scope"], "workspace-1", "{clones}");
+    assert!(
+        voices[0]["last_used_at"].is_u64(),
+        "synthesis spoke with the clone: {clones}"
+    );
+    let keys = fake_json(&stack, "/_fake/stats");
+    let spoken: u64 = ["dev-elevenlabs-key-1", "dev-elevenlabs-key-2"]
+        .iter()
+        .filter_map(|k| keys[k]["successes"].as_u64())
+        .sum();
+    assert!(spoken >= 1, "the workspace's keys answered audio: {keys}");
+
+    // The WAV: 16-bit mono PCM, more than half a second, not silence.
+    let wav = stack.dir.path().join("scratch/ada-cloned.wav");
+    let mut reader = hound::WavReader::open(&wav).expect("ada-cloned.wav is a WAV");
+    let spec = reader.spec();
+    assert_eq!((spec.channels, spec.bits_per_sample), (1, 16), "{spec:?}");
+    let samples: Vec<f64> = reader
+        .samples::<i16>()
+        .map(|s| f64::from(s.expect("a sample")))
+        .collect();
+    let seconds = samples.len() as f64 / f64::from(spec.sample_rate);
+    assert!(seconds > 0.5, "only {seconds:.2} s of audio");
+    let rms = (samples.iter().map(|s| s * s).sum::<f64>() / samples.len() as f64).sqrt();
+    assert!(rms > 300.0, "the audio is silent (RMS {rms:.0})");
+}
+
+/// The JSON the stack's fake ElevenLabs serves at `path`.
+fn fake_json(stack: &Stack, path: &str) -> serde_json::Value {
+    let port = stack.port("VOXPOOL_PORT_ELEVENLABS");
+    let out = Command::new("curl")
+        .args(["-sf", &format!("http://127.0.0.1:{port}{path}")])
+        .output()
+        .expect("curl");
+    assert!(out.status.success(), "GET {path}: {out:?}");
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
 /// The `VOXPOOL_PORT_*` variables of deploy/local/ports.sh.
-const PORT_VARS: [(&str, &str); 8] = [
+const PORT_VARS: [(&str, &str); 9] = [
     ("VOXPOOL_PORT_SCHEDULER", "scheduler"),
     ("VOXPOOL_PORT_CATALOG", "catalog"),
     ("VOXPOOL_PORT_SYNTHESIS", "synthesis"),
@@ -319,6 +415,7 @@ const PORT_VARS: [(&str, &str); 8] = [
     ("VOXPOOL_PORT_JOBS", "jobs"),
     ("VOXPOOL_PORT_JOBS_REDIS", "jobs-redis"),
     ("VOXPOOL_PORT_GPU_SERVER", "fake-gpu-server"),
+    ("VOXPOOL_PORT_ELEVENLABS", "fake-elevenlabs"),
     ("VOXPOOL_PORT_CONSOLE", "console"),
 ];
 

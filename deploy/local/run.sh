@@ -2,17 +2,18 @@
 # `make run`: scheduler (in-process store), catalog (SQLite, seeded with deploy/config/packs.toml),
 # synthesis (local espeak-ng engine, with its OpenAI-compatible HTTP front) and jobs (with its own
 # redis-server for the queue, when redis-server is installed), with the example config, plus a
-# fake GPU server for the zero-shot pool, and the browser console over them (docs/CONSOLE.md). Ports and the run directory: deploy/local/ports.sh
-# (VOXPOOL_PORT_*, VOXPOOL_RUN_DIR).
+# fake GPU server for the zero-shot pool and a fake ElevenLabs that clones voices (pool
+# elevenlabs-clones), and the browser console over them (docs/CONSOLE.md). Ports and the run
+# directory: deploy/local/ports.sh (VOXPOOL_PORT_*, VOXPOOL_RUN_DIR).
 #
 # Stopping. Every process runs in a session of its own (setsid), so a terminal's Ctrl-C reaches
 # this script only, which then sends each process one SIGTERM, in dependency order: the console,
 # then jobs, then
-# synthesis, then catalog and scheduler, then the jobs Redis and the fake GPU server, each
+# synthesis, then catalog and scheduler, then the jobs Redis and the two fake vendors, each
 # group once the one before has exited, so every service drains (calls in flight finish) while
 # what it depends on still answers. A second Ctrl-C kills what is left at once (SIGKILL). If one
 # of the services (or the jobs Redis) dies, the others are stopped the same way and its name is
-# said. The fake GPU server may die (`make gpu-server-stop`, to see a server fail): the stack
+# said. The fakes may die (a vendor outage): the stack stays up. The fake GPU server may die (`make gpu-server-stop`, to see a server fail): the stack
 # stays up, `make gpu-server-start` starts it again, and the stack stops that one too.
 # Ports taken by another process (a second `make run`) are named before anything starts, and
 # the ready line is printed only once every service has said it listens, so it comes last.
@@ -60,17 +61,22 @@ export VOXPOOL_HTTP_API_KEY=${VOXPOOL_HTTP_API_KEY:-dev-http-key-local}
 export VOXPOOL_JOBS_WEBHOOK_SECRET=${VOXPOOL_JOBS_WEBHOOK_SECRET:-dev-webhook-secret-local}
 # The console's read-only sign-in token (the admin token signs admins in).
 export VOXPOOL_CONSOLE_TOKEN=${VOXPOOL_CONSOLE_TOKEN:-dev-console-token-local}
+# The fake ElevenLabs' two keys (pool elevenlabs-clones): dev values it accepts, both in its one
+# workspace, so they share the voices cloned there.
+export VOXPOOL_FAKE_ELEVENLABS_KEY_1=${VOXPOOL_FAKE_ELEVENLABS_KEY_1:-dev-elevenlabs-key-1}
+export VOXPOOL_FAKE_ELEVENLABS_KEY_2=${VOXPOOL_FAKE_ELEVENLABS_KEY_2:-dev-elevenlabs-key-2}
 DB="sqlite://$DATA/voxpool.db?mode=rwc"
 
-# The example config names the fake GPU server's default URL: on another port, a copy in the
-# run dir names that one.
+# The example config names the fakes' default URLs: on other ports, a copy in the run dir
+# names those.
 if [ -n "${VOXPOOL_CONFIG:-}" ]; then
     CONFIG=$VOXPOOL_CONFIG
-elif [ "$VOXPOOL_PORT_GPU_SERVER" = 50071 ]; then
+elif [ "$VOXPOOL_PORT_GPU_SERVER" = 50071 ] && [ "$VOXPOOL_PORT_ELEVENLABS" = 50072 ]; then
     CONFIG=deploy/config/example.toml
 else
     CONFIG="$DATA/example.toml"
-    sed "s|http://127.0.0.1:50071|http://127.0.0.1:$VOXPOOL_PORT_GPU_SERVER|" deploy/config/example.toml >"$CONFIG"
+    sed -e "s|http://127.0.0.1:50071|http://127.0.0.1:$VOXPOOL_PORT_GPU_SERVER|" \
+        -e "s|http://127.0.0.1:50072|http://127.0.0.1:$VOXPOOL_PORT_ELEVENLABS|" deploy/config/example.toml >"$CONFIG"
 fi
 
 # One stack per run dir: its SQLite file, Redis files and pid files are this stack's.
@@ -89,7 +95,8 @@ elif [ ! -x "$BIN/voxpool-jobs" ]; then
     jobs_skipped="$BIN/voxpool-jobs not built (make build): the jobs service is not started; the rest of the stack runs"
 fi
 ports="scheduler:$VOXPOOL_PORT_SCHEDULER catalog:$VOXPOOL_PORT_CATALOG synthesis:$VOXPOOL_PORT_SYNTHESIS"
-ports="$ports synthesis-http:$VOXPOOL_PORT_HTTP fake-gpu-server:$VOXPOOL_PORT_GPU_SERVER console:$VOXPOOL_PORT_CONSOLE"
+ports="$ports synthesis-http:$VOXPOOL_PORT_HTTP fake-gpu-server:$VOXPOOL_PORT_GPU_SERVER"
+ports="$ports fake-elevenlabs:$VOXPOOL_PORT_ELEVENLABS console:$VOXPOOL_PORT_CONSOLE"
 [ -z "$jobs_skipped" ] && ports="$ports jobs:$VOXPOOL_PORT_JOBS jobs-redis:$VOXPOOL_PORT_JOBS_REDIS"
 
 taken=()
@@ -124,7 +131,7 @@ gpu_server_pid() {
 # (each group once the one before has exited); a group still running after 120 s is killed.
 stop_all() {
     local group name pid pids waited
-    for group in "console" "jobs" "synthesis" "catalog scheduler" "jobs-redis fake-gpu-server"; do
+    for group in "console" "jobs" "synthesis" "catalog scheduler" "jobs-redis fake-gpu-server fake-elevenlabs"; do
         pids=()
         for name in $group; do
             pid=${pid_of[$name]:-}
@@ -220,6 +227,12 @@ export VOXPOOL_SCHEDULER__RECOVERY_WINDOW_MS=${VOXPOOL_SCHEDULER__RECOVERY_WINDO
 start fake-gpu-server "$VOXPOOL_PORT_GPU_SERVER" "$BIN/voxpool-fake-vendor" --vendor selfhosted-vllm-omni \
     --listen "127.0.0.1:$VOXPOOL_PORT_GPU_SERVER" --cap 4 --latency-ms 300
 echo "${pid_of[fake-gpu-server]}" >"$DATA/fake-gpu-server.pid"
+# The elevenlabs-clones pool's vendor: a fake ElevenLabs whose two keys share one workspace with
+# 3 clone slots, cloning at once (instant voice clones are ready when created) and counting its
+# clone calls (GET /_fake/stats/clones). Its death stops nothing either.
+start fake-elevenlabs "$VOXPOOL_PORT_ELEVENLABS" "$BIN/voxpool-fake-vendor" --vendor elevenlabs \
+    --listen "127.0.0.1:$VOXPOOL_PORT_ELEVENLABS" --cap 4 --latency-ms 100 --tone-ms 1500 --clone-slots 3 \
+    --clone-scope "$VOXPOOL_FAKE_ELEVENLABS_KEY_1=workspace-1" --clone-scope "$VOXPOOL_FAKE_ELEVENLABS_KEY_2=workspace-1"
 # The jobs queue and the usage stream: one redis-server of the stack's own, started before the
 # catalog and synthesis (synthesis writes usage records to it, the catalog consumes them into
 # its ledger: `voxctl usage`). Without redis-server neither jobs nor the ledger run.
@@ -277,7 +290,7 @@ start console "$VOXPOOL_PORT_CONSOLE" env VOXPOOL_CLIENT_TOKEN="$VOXPOOL_CLIENT_
     --scheduler "http://127.0.0.1:$VOXPOOL_PORT_SCHEDULER" --catalog "http://127.0.0.1:$VOXPOOL_PORT_CATALOG" \
     --synthesis "http://127.0.0.1:$VOXPOOL_PORT_SYNTHESIS" "${console_jobs[@]}"
 watched[${pid_of[console]}]=console
-echo "voxpool running: scheduler 127.0.0.1:$VOXPOOL_PORT_SCHEDULER, catalog 127.0.0.1:$VOXPOOL_PORT_CATALOG, synthesis 127.0.0.1:$VOXPOOL_PORT_SYNTHESIS (OpenAI-compatible HTTP: http://127.0.0.1:$VOXPOOL_PORT_HTTP/v1), $jobs_ready, fake GPU server 127.0.0.1:$VOXPOOL_PORT_GPU_SERVER (pid ${pid_of[fake-gpu-server]}: make gpu-server-stop stops it)"
+echo "voxpool running: scheduler 127.0.0.1:$VOXPOOL_PORT_SCHEDULER, catalog 127.0.0.1:$VOXPOOL_PORT_CATALOG, synthesis 127.0.0.1:$VOXPOOL_PORT_SYNTHESIS (OpenAI-compatible HTTP: http://127.0.0.1:$VOXPOOL_PORT_HTTP/v1), $jobs_ready, fake GPU server 127.0.0.1:$VOXPOOL_PORT_GPU_SERVER (pid ${pid_of[fake-gpu-server]}: make gpu-server-stop stops it), fake ElevenLabs 127.0.0.1:$VOXPOOL_PORT_ELEVENLABS"
 echo "console: http://127.0.0.1:$VOXPOOL_PORT_CONSOLE/login (sign in with \$VOXPOOL_ADMIN_TOKEN to act, or \$VOXPOOL_CONSOLE_TOKEN, default dev-console-token-local, to look)"
 echo "run dir: $DATA (the catalog's SQLite file, the blob store, the jobs Redis, each process's stdout)"
 echo "admin token: \$VOXPOOL_ADMIN_TOKEN (default dev-admin-token-local). Ctrl-C stops everything: calls in flight finish first; Ctrl-C again kills at once."
@@ -294,7 +307,7 @@ while [ -z "$stopping" ]; do
     [ -n "${dead:-}" ] && break
 done
 if [ -n "$stopping" ] && [ -z "${dead:-}" ]; then
-    echo "make run: $stopping: stopping the stack (console, jobs, synthesis, catalog and scheduler, then Redis and the GPU server); calls in flight finish first, $stopping again kills at once" >&2
+    echo "make run: $stopping: stopping the stack (console, jobs, synthesis, catalog and scheduler, then Redis and the fake vendors); calls in flight finish first, $stopping again kills at once" >&2
     asked=$EPOCHREALTIME
     trap - EXIT
     stop_all
