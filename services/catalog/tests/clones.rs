@@ -744,3 +744,283 @@ async fn a_delete_asked_while_a_create_runs_wins_and_keeps_the_vendor_id(backend
     assert_eq!(snapshot.references.len(), 1);
 }
 db_test!(a_delete_asked_while_a_create_runs_wins_and_keeps_the_vendor_id);
+
+/// Claims the one due step of `scope`, checks it is `pack`'s CREATE and reports it READY as
+/// `vendor_voice_id`.
+async fn make_ready(server: &TestServer, pack: &str, scope: &str, vendor_voice_id: &str) {
+    let tasks = claim(server, "w-ready", &[scope], 10).await;
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    assert_eq!(
+        (tasks[0].pack_id.as_str(), tasks[0].work()),
+        (pack, Work::Create)
+    );
+    report(
+        server,
+        pack,
+        scope,
+        &tasks[0].lease_token,
+        Outcome::Ready(pb::CloneReady {
+            vendor_voice_id: vendor_voice_id.into(),
+            expires_at: None,
+        }),
+    )
+    .await
+    .expect("ready");
+}
+
+/// The steps a claim of `scope` hands out now, as (pack, work), reported at once with
+/// `deleted` for DELETE steps (the vendor freed the slot).
+async fn claim_and_delete(server: &TestServer, scope: &str) -> BTreeSet<(String, Work)> {
+    let mut out = BTreeSet::new();
+    for task in claim(server, "w-evict", &[scope], 10).await {
+        if task.work() == Work::Delete {
+            report(
+                server,
+                &task.pack_id,
+                scope,
+                &task.lease_token,
+                Outcome::Deleted(pb::CloneDeleted {}),
+            )
+            .await
+            .expect("deleted");
+        }
+        out.insert((task.pack_id.clone(), task.work()));
+    }
+    out
+}
+
+async fn a_full_scope_evicts_its_least_recently_used_clone_where_the_vendor_can_delete(
+    backend: Backend,
+) {
+    let server = server(backend).await;
+    let rows = store(&server);
+    // team-a (ElevenLabs) has 2 slots: p1 then p2 READY; p2 used before p1, so p2 is the LRU
+    // although p1 was made first.
+    let p1 = managed_with_clip(&server, 1).await;
+    clone_voice(&server, &p1, &["team-a"]).await.expect("p1");
+    make_ready(&server, &p1, "team-a", "el-1").await;
+    let p2 = managed_with_clip(&server, 2).await;
+    clone_voice(&server, &p2, &["team-a"]).await.expect("p2");
+    make_ready(&server, &p2, "team-a", "el-2").await;
+    let now = voxpool_catalog::model::now().timestamp_micros();
+    rows.mark_used(&p2, "team-a", "el-2", None, now + 1_000)
+        .await
+        .expect("p2 used");
+    rows.mark_used(&p1, "team-a", "el-1", None, now + 2_000)
+        .await
+        .expect("p1 used later");
+
+    let p3 = managed_with_clip(&server, 3).await;
+    let asked = clone_voice(&server, &p3, &["team-a"])
+        .await
+        .expect("full: the LRU clone is evicted for it");
+    assert_eq!(states(&asked), [("team-a".to_owned(), CloneState::Pending)]);
+    let evicted = rows.get(&p2, "team-a").await.expect("row").expect("p2");
+    assert_eq!(
+        (evicted.state.as_str(), evicted.work.as_str()),
+        ("READY", "DELETE"),
+        "the least recently used clone gets a DELETE step"
+    );
+    let kept = rows.get(&p1, "team-a").await.expect("row").expect("p1");
+    assert_eq!(
+        kept.work.as_str(),
+        "NONE",
+        "the more recently used clone stays"
+    );
+
+    // The vendor still holds p2 until its delete is reported: p3's CREATE waits for it.
+    let first = claim(&server, "w1", &["team-a"], 10).await;
+    let steps: Vec<_> = first
+        .iter()
+        .map(|t| (t.pack_id.clone(), t.work()))
+        .collect();
+    assert_eq!(
+        steps,
+        [(p2.clone(), Work::Delete)],
+        "no CREATE before the delete"
+    );
+    assert_eq!(first[0].vendor_voice_id, "el-2");
+
+    // Another pack while p2 is being deleted: p1 is READY and not yet evicted, so it goes;
+    // a fifth finds only PENDING clones holding the slots and is refused naming the scope.
+    let p4 = managed_with_clip(&server, 4).await;
+    clone_voice(&server, &p4, &["team-a"])
+        .await
+        .expect("p4 evicts p1");
+    assert_eq!(
+        rows.get(&p1, "team-a")
+            .await
+            .expect("row")
+            .expect("p1")
+            .work
+            .as_str(),
+        "DELETE"
+    );
+    let p5 = managed_with_clip(&server, 5).await;
+    let refused = clone_voice(&server, &p5, &["team-a"])
+        .await
+        .expect_err("nothing READY to evict");
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert_eq!(reason(&refused), "CLONE_SLOTS_FULL");
+    let info = refused
+        .get_error_details()
+        .error_info()
+        .cloned()
+        .expect("info");
+    assert_eq!(
+        (
+            info.metadata["scope"].as_str(),
+            info.metadata["slots"].as_str()
+        ),
+        ("team-a", "2")
+    );
+    assert!(
+        refused.message().contains("none can be evicted"),
+        "{}",
+        refused.message()
+    );
+
+    // p2's delete reported: one slot is free at the vendor, so p3's CREATE (asked first) goes
+    // with p1's DELETE; p4's waits for p1's delete.
+    report(
+        &server,
+        &p2,
+        "team-a",
+        &first[0].lease_token,
+        Outcome::Deleted(pb::CloneDeleted {}),
+    )
+    .await
+    .expect("p2 deleted");
+    assert!(rows.get(&p2, "team-a").await.expect("row").is_none());
+    let second = claim_and_delete(&server, "team-a").await;
+    assert_eq!(
+        second,
+        BTreeSet::from([(p1.clone(), Work::Delete), (p3.clone(), Work::Create)])
+    );
+    let third = claim_and_delete(&server, "team-a").await;
+    assert_eq!(third, BTreeSet::from([(p4.clone(), Work::Create)]));
+}
+db_test!(a_full_scope_evicts_its_least_recently_used_clone_where_the_vendor_can_delete);
+
+const MINIMAX_POOLS: &str = r#"
+[[pools]]
+id = "mm"
+provider = "minimax"
+[[pools.upstreams]]
+id = "group-1"
+clone = { slots = 1 }
+[[pools.upstreams.keys]]
+id = "k1"
+capacity = 2
+[[pools.upstreams]]
+id = "group-2"
+clone = { slots = 1 }
+[[pools.upstreams.keys]]
+id = "k1"
+capacity = 2
+"#;
+
+async fn cloning_without_scopes_evicts_in_the_scope_whose_clone_was_used_least_recently(
+    backend: Backend,
+) {
+    let config = Config::from_toml_str(MINIMAX_POOLS).expect("pools");
+    let server =
+        TestServer::start_with_pools(backend, ServedPools::from_config(&config, "mm.toml")).await;
+    let rows = store(&server);
+    let minimax = |n| pb::VoicePack {
+        provider: "minimax".into(),
+        model: "speech-02-hd".into(),
+        tts_model_id: "mm".into(),
+        ..managed(n)
+    };
+    let x = with_clip(&server, minimax(1)).await;
+    let y = with_clip(&server, minimax(2)).await;
+    let picked = clone_voice(&server, &x, &[]).await.expect("x");
+    assert_eq!(
+        states(&picked),
+        [("group-1".to_owned(), CloneState::Pending)]
+    );
+    make_ready(&server, &x, "group-1", "mm-x").await;
+    let picked = clone_voice(&server, &y, &[]).await.expect("y");
+    assert_eq!(
+        states(&picked),
+        [("group-2".to_owned(), CloneState::Pending)]
+    );
+    make_ready(&server, &y, "group-2", "mm-y").await;
+    let now = voxpool_catalog::model::now().timestamp_micros();
+    rows.mark_used(&x, "group-1", "mm-x", None, now + 2_000)
+        .await
+        .expect("x used");
+    rows.mark_used(&y, "group-2", "mm-y", None, now + 1_000)
+        .await
+        .expect("y used earlier");
+
+    // Both scopes full: the one whose clone was used least recently (group-2) makes room.
+    let z = with_clip(&server, minimax(3)).await;
+    let picked = clone_voice(&server, &z, &[]).await.expect("z evicts");
+    assert_eq!(
+        states(&picked),
+        [("group-2".to_owned(), CloneState::Pending)]
+    );
+    assert_eq!(
+        claim_and_delete(&server, "group-2").await,
+        BTreeSet::from([(y.clone(), Work::Delete)])
+    );
+    assert_eq!(
+        claim_and_delete(&server, "group-2").await,
+        BTreeSet::from([(z.clone(), Work::Create)])
+    );
+    assert!(rows.get(&x, "group-1").await.expect("row").is_some());
+}
+db_test!(cloning_without_scopes_evicts_in_the_scope_whose_clone_was_used_least_recently);
+
+async fn a_full_volcengine_scope_refuses_naming_the_scope_and_its_slots(backend: Backend) {
+    let server = server(backend).await;
+    let volc = |n| pb::VoicePack {
+        provider: "volcengine".into(),
+        model: "seed-icl-1.0".into(),
+        tts_model_id: "volc".into(),
+        ..managed(n)
+    };
+    let a = with_clip(&server, volc(1)).await;
+    clone_voice(&server, &a, &["acct/app-1"]).await.expect("a");
+    make_ready(&server, &a, "acct/app-1", "S_a").await;
+    let b = with_clip(&server, volc(2)).await;
+    let refused = clone_voice(&server, &b, &["acct/app-1"])
+        .await
+        .expect_err("bought slots are not evicted");
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert_eq!(reason(&refused), "CLONE_SLOTS_FULL");
+    let info = refused
+        .get_error_details()
+        .error_info()
+        .cloned()
+        .expect("info");
+    assert_eq!(
+        (
+            info.metadata["scope"].as_str(),
+            info.metadata["slots"].as_str()
+        ),
+        ("acct/app-1", "1")
+    );
+    for part in ["acct/app-1", "1 clones", "bought"] {
+        assert!(refused.message().contains(part), "{}", refused.message());
+    }
+    let a_row = store(&server).get(&a, "acct/app-1").await.expect("row");
+    assert_eq!(a_row.expect("a").work.as_str(), "NONE", "nothing evicted");
+
+    // Without scopes: the other key's scope; then both are full and nothing is evicted.
+    clone_voice(&server, &b, &[]).await.expect("b on app-2");
+    make_ready(&server, &b, "acct/app-2", "S_b").await;
+    let c = with_clip(&server, volc(3)).await;
+    let full = clone_voice(&server, &c, &[])
+        .await
+        .expect_err("every scope full");
+    assert_eq!(reason(&full), "CLONE_SLOTS_FULL");
+    assert!(
+        full.message().contains("acct/app-1 (1 slots)") && full.message().contains("acct/app-2"),
+        "{}",
+        full.message()
+    );
+}
+db_test!(a_full_volcengine_scope_refuses_naming_the_scope_and_its_slots);

@@ -14,8 +14,11 @@
 //! same instant may both hand one out. A CREATE held back stays due and goes out in a later
 //! claim once the window has room; other steps (POLL, DELETE, KEEPALIVE, IMPORT) are never
 //! held back.
+//!
+//! **Slots.** A CREATE never handed out is also held back while its scope's slots are all
+//! occupied at the vendor: it waits for the delete of a clone it evicted ([`super::slots`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use sea_orm::{
     ColumnTrait, Condition, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
@@ -25,7 +28,7 @@ use sea_orm::{
 use super::{
     Clones, micros_now,
     model::{Claimed, CloneState, Target, VoiceClone, Work},
-    recipe,
+    recipe, slots,
     store::{CloneStore, from_row, new_token, pk},
 };
 use crate::{error::CatalogError, repo::entity::voice_clone};
@@ -158,6 +161,8 @@ impl Clones {
         let mut out = Vec::new();
         // Scopes whose clone rate is used up in this window.
         let mut full: HashSet<String> = HashSet::new();
+        // Waiting CREATEs handed out here, per scope (they occupy a slot from now on).
+        let mut taken: HashMap<String, u64> = HashMap::new();
         for row in store.due(scopes, u64::from(max) * 4, now_us).await? {
             if out.len() >= max as usize {
                 break;
@@ -179,9 +184,22 @@ impl Clones {
                     continue;
                 }
             }
+            let waiting = slots::is_waiting(&row);
+            if waiting
+                && let Some(scope) = self.pools.clone_scope(&pack.spec.tts_model_id, &row.scope)
+            {
+                let here = taken.get(&row.scope).copied().unwrap_or(0);
+                if store.occupied_count(&row.scope).await? + here >= u64::from(scope.slots) {
+                    tracing::debug!(scope = %row.scope, "slots occupied: CREATE waits for a delete");
+                    continue;
+                }
+            }
             let Some(token) = store.lease(&row, worker, lease_us, now_us).await? else {
                 continue;
             };
+            if waiting {
+                *taken.entry(row.scope.clone()).or_default() += 1;
+            }
             if let Some(fresh) = store.get(&row.pack_id, &row.scope).await? {
                 out.push(Claimed {
                     attempt: fresh.attempts,

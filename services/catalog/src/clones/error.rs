@@ -28,12 +28,26 @@ pub enum CloneError {
         /// What is missing and what to do.
         why: String,
     },
-    /// A scope holds as many clones as it has slots.
+    /// A scope holds as many clones as it has slots and its vendor cannot delete one to free
+    /// a slot.
     #[error(
-        "clone scope {scope:?} holds {slots} clones, all of its slots: delete one there \
-         (DeleteClone) or clone into another scope"
+        "clone scope {scope:?} holds {slots} clones, all of its slots, and its vendor frees no \
+         slot by deleting a clone (the slots are bought), so none is evicted: delete one there \
+         (DeleteClone) so the slot takes the next clone, buy slots, or clone into another scope"
     )]
     SlotsFull {
+        /// The scope.
+        scope: String,
+        /// Its slots.
+        slots: u32,
+    },
+    /// A scope holds as many clones as it has slots and none of them can be evicted now.
+    #[error(
+        "clone scope {scope:?} holds {slots} clones, all of its slots, and none can be evicted \
+         now (each is still being made, already being deleted, or this pack's): retry once one \
+         is READY, delete one there (DeleteClone), or clone into another scope"
+    )]
+    NothingToEvict {
         /// The scope.
         scope: String,
         /// Its slots.
@@ -90,7 +104,8 @@ impl From<CloneError> for Status {
                 CatalogReason::NoCloneScopes,
                 metadata(&[("pool", pool)]),
             ),
-            CloneError::SlotsFull { scope, slots } => (
+            CloneError::SlotsFull { scope, slots }
+            | CloneError::NothingToEvict { scope, slots } => (
                 Code::ResourceExhausted,
                 CatalogReason::CloneSlotsFull,
                 metadata(&[("scope", scope), ("slots", &slots.to_string())]),

@@ -3,12 +3,14 @@
 //! the credentials) lease the steps through `CloneWork` and report what the vendor said.
 //!
 //! [`Clones`] is the one facade the gRPC edge calls (no protobuf below it); [`store`] keeps
-//! the rows, [`claim`] leases due steps under each scope's clone rate, [`transition`] says
-//! what an outcome does to a row, [`model`] holds the types.
+//! the rows, [`claim`] leases due steps under each scope's clone rate, [`slots`] takes a
+//! scope's slots (evicting the least recently used clone where the vendor can delete),
+//! [`transition`] says what an outcome does to a row, [`model`] holds the types.
 //! Invariants:
 //! - one clone per pack and scope (primary key), so asking twice, from any replica, creates
-//!   one; a scope never holds more live clones (PENDING, TRAINING, READY) than its slots
-//!   through CloneVoice on one database writer (see docs/CATALOG.md for PostgreSQL);
+//!   one; a scope never holds more clones at the vendor than its slots: CloneVoice takes a
+//!   slot or evicts for one on one database writer (see docs/CATALOG.md for PostgreSQL), and
+//!   a CREATE waiting for an evicted clone's slot is not handed out before its delete;
 //! - a step is leased to one worker at a time, and only the current lease's token changes
 //!   its row: a worker whose lease ran out cannot overwrite what the next one did;
 //! - vendor voice ids live here only, never in a snapshot (they differ per scope).
@@ -18,6 +20,7 @@ pub mod error;
 pub mod imports;
 pub mod marks;
 pub mod model;
+pub mod slots;
 pub mod store;
 pub mod transition;
 
@@ -108,12 +111,13 @@ impl Clones {
     }
 
     /// Clones the managed clone pack `pack_id` into `scopes` (or, when empty, up to its
-    /// `max_scopes` scopes with free slots, fewest clones first). `max_scopes` > 0 sets the
+    /// `max_scopes` scopes with free slots, fewest clones first, then full ones to evict
+    /// from, see [`slots`]). `max_scopes` > 0 sets the
     /// pack's limit. Answers every clone of the pack.
     ///
     /// Errors: NotFound, [`CloneError::NotManaged`], [`CloneError::NoScopes`], INVALID_ARGUMENT
     /// `scopes[i]` naming the known scopes, [`CloneError::SlotsFull`],
-    /// [`CloneError::AllScopesFull`].
+    /// [`CloneError::NothingToEvict`], [`CloneError::AllScopesFull`].
     pub async fn clone_voice(
         &self,
         pack_id: &str,
@@ -154,15 +158,22 @@ impl Clones {
             out
         };
         for scope in targets {
-            store
-                .request(pack_id, &scope.id, scope.slots, now_us)
-                .await?;
+            let evicted = store.request(pack_id, scope, now_us).await?;
             tracing::info!(pack_id, scope = %scope.id, "clone requested");
+            if let Some(lru) = evicted {
+                tracing::info!(
+                    pack_id = %lru.pack_id,
+                    scope = %lru.scope,
+                    for_pack = pack_id,
+                    "scope full: least recently used clone evicted"
+                );
+            }
         }
         store.list(pack_id).await
     }
 
-    /// Up to `max` scopes minus the live ones, with free slots, fewest clones first.
+    /// Up to `max` scopes minus the live ones: those with free slots, fewest clones first,
+    /// then full ones with a clone to evict, least recently used clone first ([`slots`]).
     async fn pick<'a>(
         &self,
         store: &CloneStore,
@@ -182,13 +193,18 @@ impl Clones {
             return Ok(Vec::new());
         }
         let mut free = Vec::new();
+        let mut evicting = Vec::new();
         for scope in known.iter().filter(|s| !live.contains(&s.id.as_str())) {
-            let held = store.live_count(&scope.id).await?;
+            let held = store.holding_count(&scope.id).await?;
             if held < scope.slots {
                 free.push((held, *scope));
+            } else if slots::can_evict(&scope.provider)
+                && let Some(lru) = store.eviction_candidate(&scope.id, pack_id).await?
+            {
+                evicting.push((slots::lru_key(&lru), *scope));
             }
         }
-        if free.is_empty() && live.is_empty() {
+        if free.is_empty() && evicting.is_empty() && live.is_empty() {
             return Err(CloneError::AllScopesFull {
                 pool: pool.to_owned(),
                 listing: listing(known),
@@ -196,7 +212,13 @@ impl Clones {
             .into());
         }
         free.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.id.cmp(&b.1.id)));
-        Ok(free.into_iter().take(wanted).map(|(_, s)| s).collect())
+        evicting.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.id.cmp(&b.1.id)));
+        Ok(free
+            .into_iter()
+            .map(|(_, s)| s)
+            .chain(evicting.into_iter().map(|(_, s)| s))
+            .take(wanted)
+            .collect())
     }
 
     /// The clones of a pack. Errors: NotFound.

@@ -10,8 +10,8 @@
 
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, Condition, DatabaseConnection, DatabaseTransaction, EntityTrait,
-    PaginatorTrait, QueryFilter, QueryOrder, SqliteTransactionMode, TransactionOptions,
-    TransactionTrait, sea_query::Expr,
+    QueryFilter, QueryOrder, SqliteTransactionMode, TransactionOptions, TransactionTrait,
+    sea_query::Expr,
 };
 
 use super::{
@@ -38,7 +38,7 @@ pub(super) fn new_token() -> String {
     hex::encode(rand::random::<[u8; 16]>())
 }
 
-fn live_states() -> Vec<&'static str> {
+pub(super) fn live_states() -> Vec<&'static str> {
     CloneState::ALL
         .into_iter()
         .filter(|s| s.is_live())
@@ -158,16 +158,6 @@ impl CloneStore {
             .transpose()
     }
 
-    /// Clones holding (or about to hold) a slot in each of `scopes` (PENDING, TRAINING, READY).
-    pub async fn live_count(&self, scope: &str) -> Result<u32, CatalogError> {
-        let n = voice_clone::Entity::find()
-            .filter(voice_clone::Column::Scope.eq(scope))
-            .filter(voice_clone::Column::State.is_in(live_states()))
-            .count(&self.db)
-            .await?;
-        Ok(u32::try_from(n).unwrap_or(u32::MAX))
-    }
-
     /// The pack's `max_scopes` ([`DEFAULT_MAX_SCOPES`] when never set).
     pub async fn max_scopes(&self, pack_id: &str) -> Result<u32, CatalogError> {
         let row = clone_setting::Entity::find_by_id(pack_id.to_owned())
@@ -201,64 +191,6 @@ impl CloneStore {
             )
             .exec_without_returning(&self.db)
             .await?;
-        Ok(())
-    }
-
-    /// Makes the pack's clone in `scope` PENDING with CREATE due now, unless it is live
-    /// already (then unchanged). Errors: [`CloneError::SlotsFull`] when the scope holds
-    /// `slots` live clones of other packs.
-    pub async fn request(
-        &self,
-        pack_id: &str,
-        scope: &str,
-        slots: u32,
-        now_us: i64,
-    ) -> Result<(), CatalogError> {
-        let txn = self.begin_write().await?;
-        let current = voice_clone::Entity::find()
-            .filter(pk(pack_id, scope))
-            .one(&txn)
-            .await?
-            .map(from_row)
-            .transpose()?;
-        if current.as_ref().is_some_and(|c| c.state.is_live()) {
-            txn.rollback().await?;
-            return Ok(());
-        }
-        let held = voice_clone::Entity::find()
-            .filter(voice_clone::Column::Scope.eq(scope))
-            .filter(voice_clone::Column::State.is_in(live_states()))
-            .count(&txn)
-            .await?;
-        if held >= u64::from(slots) {
-            txn.rollback().await?;
-            return Err(CloneError::SlotsFull {
-                scope: scope.to_owned(),
-                slots,
-            }
-            .into());
-        }
-        let mut fresh = pending(pack_id, scope, now_us);
-        if let Some(old) = &current {
-            fresh.created_at_us = old.created_at_us;
-            fresh.last_used_at_us = old.last_used_at_us;
-            voice_clone::Entity::update_many()
-                .set(to_row(&fresh, now_us))
-                .filter(pk(pack_id, scope))
-                .filter(voice_clone::Column::State.is_not_in(live_states()))
-                .exec(&txn)
-                .await?;
-        } else {
-            // A racing request from another replica inserted it first: that one stands.
-            voice_clone::Entity::insert(to_row(&fresh, now_us))
-                .on_conflict_do_nothing_on([
-                    voice_clone::Column::PackId,
-                    voice_clone::Column::Scope,
-                ])
-                .exec_without_returning(&txn)
-                .await?;
-        }
-        txn.commit().await?;
         Ok(())
     }
 
@@ -298,18 +230,7 @@ impl CloneStore {
         clone.work = Work::Delete;
         clone.due_at_us = now_us;
         clone.attempts = 0;
-        // The lease stays: a worker mid-step reports what it made, and the delete follows.
-        voice_clone::Entity::update_many()
-            .col_expr(
-                voice_clone::Column::Work,
-                Expr::value(Work::Delete.as_str()),
-            )
-            .col_expr(voice_clone::Column::DueAtUs, Expr::value(now_us))
-            .col_expr(voice_clone::Column::Attempts, Expr::value(0))
-            .col_expr(voice_clone::Column::UpdatedAtUs, Expr::value(now_us))
-            .filter(pk(pack_id, scope))
-            .exec(&txn)
-            .await?;
+        due_delete(&txn, pack_id, scope, now_us).await?;
         txn.commit().await?;
         Ok((clone, false))
     }
@@ -374,6 +295,28 @@ impl CloneStore {
         // Not written: either the lease moved on, or only the work changed.
         self.leased(pack_id, scope, token).await.map(|_| false)
     }
+}
+
+/// Gives the row work DELETE due at `now_us`. The lease stays: a worker mid-step reports what
+/// it made, and the delete follows.
+pub(super) async fn due_delete(
+    txn: &DatabaseTransaction,
+    pack_id: &str,
+    scope: &str,
+    now_us: i64,
+) -> Result<(), CatalogError> {
+    voice_clone::Entity::update_many()
+        .col_expr(
+            voice_clone::Column::Work,
+            Expr::value(Work::Delete.as_str()),
+        )
+        .col_expr(voice_clone::Column::DueAtUs, Expr::value(now_us))
+        .col_expr(voice_clone::Column::Attempts, Expr::value(0))
+        .col_expr(voice_clone::Column::UpdatedAtUs, Expr::value(now_us))
+        .filter(pk(pack_id, scope))
+        .exec(txn)
+        .await?;
+    Ok(())
 }
 
 fn lease_lost(pack_id: &str, scope: &str) -> CatalogError {

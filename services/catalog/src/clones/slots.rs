@@ -1,0 +1,212 @@
+//! A scope's slots: how asking for a clone takes one, making room by evicting the least
+//! recently used clone where the vendor frees a slot on delete, and when a clone waiting for
+//! that room may go to the vendor.
+//!
+//! **Holding a slot.** A clone holds one of its scope's slots from the moment it is asked for
+//! (PENDING) while it is live (PENDING, TRAINING, READY) and not being deleted. A request is
+//! taken while fewer than `slots` clones hold one.
+//!
+//! **Eviction.** When every slot is held and the vendor can delete ([`can_evict`]: ElevenLabs,
+//! MiniMax, DashScope), the least recently used READY clone of another pack (never-used ones
+//! first, oldest created first; then by `last_used_at`) gets a DELETE step due now, in the same
+//! transaction that makes the new clone PENDING. No PENDING or TRAINING clone is evicted, nor
+//! one already being deleted. Where the vendor cannot delete (Volcengine: slots are bought),
+//! or nothing can be evicted, the request is refused naming the scope and its slots.
+//!
+//! **Waiting for the vendor's slot.** The evicted clone still takes its slot at the vendor
+//! until its delete is reported, so a new clone's CREATE is handed out by a claim only while
+//! fewer than `slots` clones *occupy* the scope: live ones whose CREATE went out (claimed at
+//! least once, or past PENDING), those being deleted included. A PENDING clone never claimed
+//! occupies nothing yet. Outside eviction this never holds a CREATE back (a request is taken
+//! only with a slot free).
+
+use sea_orm::{
+    ColumnTrait, Condition, ConnectionTrait, EntityTrait, Order, PaginatorTrait, QueryFilter,
+    QueryOrder, TryInsertResult,
+    sea_query::{Expr, Func},
+};
+use voxpool_config::CloneScope;
+use voxpool_domain::provider::Provider;
+
+use super::{
+    CloneError,
+    model::{CloneState, VoiceClone, Work},
+    store::{CloneStore, due_delete, from_row, live_states, pending, pk, to_row},
+};
+use crate::{error::CatalogError, repo::entity::voice_clone};
+
+/// Whether `provider`'s vendor frees a slot when a clone is deleted, so a full scope makes room
+/// by evicting: ElevenLabs, MiniMax and DashScope do; Volcengine's slots are bought.
+pub fn can_evict(provider: &str) -> bool {
+    matches!(
+        provider.parse::<Provider>(),
+        Ok(Provider::ElevenLabs | Provider::MiniMax | Provider::DashScope)
+    )
+}
+
+/// Clones of `scope` holding a slot: live and not being deleted.
+fn holding(scope: &str) -> Condition {
+    use voice_clone::Column;
+    Condition::all()
+        .add(Column::Scope.eq(scope))
+        .add(Column::State.is_in(live_states()))
+        .add(Column::Work.ne(Work::Delete.as_str()))
+}
+
+/// Clones of `scope` occupying a slot at the vendor: live, and their CREATE went out.
+fn occupying(scope: &str) -> Condition {
+    use voice_clone::Column;
+    let waiting = Condition::all()
+        .add(Column::State.eq(CloneState::Pending.as_str()))
+        .add(Column::Work.eq(Work::Create.as_str()))
+        .add(Column::Attempts.eq(0));
+    Condition::all()
+        .add(Column::Scope.eq(scope))
+        .add(Column::State.is_in(live_states()))
+        .add(waiting.not())
+}
+
+/// Whether `row` is a CREATE never handed out (module doc: it occupies no slot yet).
+pub fn is_waiting(row: &VoiceClone) -> bool {
+    row.state == CloneState::Pending && row.work == Work::Create && row.attempts == 0
+}
+
+/// Where `clone` stands in eviction order, smallest first: never used before used, then by
+/// last use, then by creation (module doc).
+pub fn lru_key(clone: &VoiceClone) -> (i64, i64) {
+    (clone.last_used_at_us.unwrap_or(0), clone.created_at_us)
+}
+
+/// The least recently used clone of `scope` that `pack_id`'s clone may evict (module doc).
+async fn lru_victim<C: ConnectionTrait>(
+    db: &C,
+    scope: &str,
+    pack_id: &str,
+) -> Result<Option<VoiceClone>, CatalogError> {
+    use voice_clone::Column;
+    let last_used = Func::coalesce([Expr::col(Column::LastUsedAtUs), Expr::val(0i64)]);
+    voice_clone::Entity::find()
+        .filter(Column::Scope.eq(scope))
+        .filter(Column::State.eq(CloneState::Ready.as_str()))
+        .filter(Column::Work.ne(Work::Delete.as_str()))
+        .filter(Column::PackId.ne(pack_id))
+        .order_by(Expr::from(last_used), Order::Asc)
+        .order_by_asc(Column::CreatedAtUs)
+        .order_by_asc(Column::PackId)
+        .one(db)
+        .await?
+        .map(from_row)
+        .transpose()
+}
+
+impl CloneStore {
+    /// Clones holding a slot of `scope` (module doc).
+    pub async fn holding_count(&self, scope: &str) -> Result<u32, CatalogError> {
+        let n = voice_clone::Entity::find()
+            .filter(holding(scope))
+            .count(self.db())
+            .await?;
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+    }
+
+    /// Clones occupying a slot of `scope` at the vendor (module doc).
+    pub async fn occupied_count(&self, scope: &str) -> Result<u64, CatalogError> {
+        Ok(voice_clone::Entity::find()
+            .filter(occupying(scope))
+            .count(self.db())
+            .await?)
+    }
+
+    /// The clone `pack_id` would evict from `scope` now, if any.
+    pub async fn eviction_candidate(
+        &self,
+        scope: &str,
+        pack_id: &str,
+    ) -> Result<Option<VoiceClone>, CatalogError> {
+        lru_victim(self.db(), scope, pack_id).await
+    }
+
+    /// Makes the pack's clone in `scope` PENDING with CREATE due now, unless it is live
+    /// already (then unchanged); with every slot held, evicts where the vendor can delete
+    /// (module doc). Answers the clone it evicted.
+    ///
+    /// Errors: [`CloneError::SlotsFull`] (the vendor cannot delete),
+    /// [`CloneError::NothingToEvict`].
+    pub async fn request(
+        &self,
+        pack_id: &str,
+        scope: &CloneScope,
+        now_us: i64,
+    ) -> Result<Option<VoiceClone>, CatalogError> {
+        let txn = self.begin_write().await?;
+        let current = voice_clone::Entity::find()
+            .filter(pk(pack_id, &scope.id))
+            .one(&txn)
+            .await?
+            .map(from_row)
+            .transpose()?;
+        if current.as_ref().is_some_and(|c| c.state.is_live()) {
+            txn.rollback().await?;
+            return Ok(None);
+        }
+        let held = voice_clone::Entity::find()
+            .filter(holding(&scope.id))
+            .count(&txn)
+            .await?;
+        let evicting = can_evict(&scope.provider);
+        let mut evicted = None;
+        if held >= u64::from(scope.slots) {
+            let victim = if evicting {
+                lru_victim(&txn, &scope.id, pack_id).await?
+            } else {
+                None
+            };
+            let Some(victim) = victim else {
+                txn.rollback().await?;
+                let (scope, slots) = (scope.id.clone(), scope.slots);
+                return Err(if evicting {
+                    CloneError::NothingToEvict { scope, slots }
+                } else {
+                    CloneError::SlotsFull { scope, slots }
+                }
+                .into());
+            };
+            evicted = Some(victim);
+        }
+        let mut fresh = pending(pack_id, &scope.id, now_us);
+        let written = if let Some(old) = &current {
+            fresh.created_at_us = old.created_at_us;
+            fresh.last_used_at_us = old.last_used_at_us;
+            voice_clone::Entity::update_many()
+                .set(to_row(&fresh, now_us))
+                .filter(pk(pack_id, &scope.id))
+                .filter(voice_clone::Column::State.is_not_in(live_states()))
+                .exec(&txn)
+                .await?
+                .rows_affected
+        } else {
+            match voice_clone::Entity::insert(to_row(&fresh, now_us))
+                .on_conflict_do_nothing_on([
+                    voice_clone::Column::PackId,
+                    voice_clone::Column::Scope,
+                ])
+                .exec_without_returning(&txn)
+                .await?
+            {
+                TryInsertResult::Inserted(n) => n,
+                TryInsertResult::Empty | TryInsertResult::Conflicted => 0,
+            }
+        };
+        if written == 0 {
+            // A racing request from another replica made it first: that one stands, and it
+            // made any room it needed.
+            txn.rollback().await?;
+            return Ok(None);
+        }
+        if let Some(victim) = &evicted {
+            due_delete(&txn, &victim.pack_id, &victim.scope, now_us).await?;
+        }
+        txn.commit().await?;
+        Ok(evicted)
+    }
+}
