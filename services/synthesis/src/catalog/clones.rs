@@ -294,6 +294,7 @@ impl Catalog {
             .as_ref()
             .filter(|l| !fresh && l.at.elapsed() < LIST_TTL)
             .map(|l| l.clones.clone());
+        let from_cache = cached.is_some();
         let clones = match cached {
             Some(clones) => clones,
             None => Arc::new(self.list_clones(pack_id, token, timeout).await?),
@@ -303,6 +304,10 @@ impl Catalog {
                 || c.state.in_progress()
                 || c.state == CloneState::Failed)
         });
+        if from_cache && !stuck {
+            // Served from the cache: its age stands, so a busy pack still reads again.
+            return Ok(clones);
+        }
         let clones = if stuck {
             Arc::new(self.clone_voice(pack_id, &[], token, timeout).await?)
         } else {
