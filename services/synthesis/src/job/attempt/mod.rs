@@ -138,9 +138,10 @@ pub async fn run<T: Send + 'static>(
     tracker: &TaskTracker,
 ) -> (AttemptEnd, Option<AttemptRecord>) {
     let input = input.clone();
+    let reports = tracker.clone();
     let attempt = tracker.spawn(
         async move {
-            let (end, record) = call_under_lease(guard, &input, out, lease_ttl).await;
+            let (end, record) = call_under_lease(guard, &input, out, lease_ttl, &reports).await;
             if let Some(r) = &record {
                 metrics::attempt(&input.pool_id, &input.provider, r);
             }
@@ -183,6 +184,7 @@ async fn call_under_lease<T>(
     input: &CallInput,
     out: ChunkOut<T>,
     lease_ttl: Duration,
+    reports: &TaskTracker,
 ) -> (AttemptEnd, Option<AttemptRecord>) {
     let started = Instant::now();
     let timeout = input.attempt_timeout;
@@ -260,7 +262,13 @@ async fn call_under_lease<T>(
         Stop::Joined(Ok(Ok(end))) => match relay.close() {
             Ok(()) => {
                 let charged = settle(&relay, Some(Outcome::Success), end.sample_rate_hz, true);
-                succeeded(guard, input, latency_ms, charged).await;
+                // The vendor has finished and the caller has all the audio: the report (which
+                // releases the key) goes on without holding the answer back.
+                let input = input.clone();
+                reports.spawn(
+                    async move { succeeded(guard, &input, latency_ms, charged).await }
+                        .instrument(tracing::Span::current()),
+                );
                 return (AttemptEnd::Audio(end), Some(record(Outcome::Success, None)));
             }
             Err(e) => {
