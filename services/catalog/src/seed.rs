@@ -416,9 +416,14 @@ mod tests {
             "tts_model_id = \"espeak-locale\"",
             1,
         );
+        // The stray pack's index: the `[[packs]]` tables before it.
+        let at = seed
+            .find("tts_model_id = \"espeak-local\"")
+            .expect("a shipped espeak pack");
+        let index = seed[..at].matches("[[packs]]").count() - 1;
         let e = parse_at(&stray, false, &pools, base).unwrap_err();
         assert!(
-            e.contains("packs[1].tts_model_id") && e.contains("\"espeak-locale\""),
+            e.contains(&format!("packs[{index}].tts_model_id")) && e.contains("\"espeak-locale\""),
             "{e}"
         );
     }

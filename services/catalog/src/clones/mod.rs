@@ -133,13 +133,18 @@ impl Clones {
         if max_scopes > 0 {
             store.set_max_scopes(pack_id, max_scopes, now_us).await?;
         }
-        let targets: Vec<&CloneScope> = if scopes.is_empty() {
+        let (targets, cap): (Vec<&CloneScope>, _) = if scopes.is_empty() {
             let max = if max_scopes > 0 {
                 max_scopes
             } else {
                 store.max_scopes(pack_id).await?
             };
-            self.pick(&store, pack_id, pool, &known, max).await?
+            // Picked outside the write: each request re-checks the pack's live clones
+            // against `max` in its own transaction.
+            (
+                self.pick(&store, pack_id, pool, &known, max).await?,
+                Some(max),
+            )
         } else {
             let mut out = Vec::new();
             for (i, id) in scopes.iter().enumerate() {
@@ -155,10 +160,10 @@ impl Clones {
                 })?;
                 out.push(*found);
             }
-            out
+            (out, None)
         };
         for scope in targets {
-            let evicted = store.request(pack_id, scope, now_us).await?;
+            let evicted = store.request(pack_id, scope, cap, now_us).await?;
             tracing::info!(pack_id, scope = %scope.id, "clone requested");
             if let Some(lru) = evicted {
                 tracing::info!(

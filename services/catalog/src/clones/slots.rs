@@ -21,8 +21,8 @@
 //! only with a slot free).
 
 use sea_orm::{
-    ColumnTrait, Condition, ConnectionTrait, EntityTrait, Order, PaginatorTrait, QueryFilter,
-    QueryOrder, TryInsertResult,
+    ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait, Order, PaginatorTrait,
+    QueryFilter, QueryOrder, Statement, TryInsertResult,
     sea_query::{Expr, Func},
 };
 use voxpool_config::CloneScope;
@@ -127,8 +127,10 @@ impl CloneStore {
     }
 
     /// Makes the pack's clone in `scope` PENDING with CREATE due now, unless it is live
-    /// already (then unchanged); with every slot held, evicts where the vendor can delete
-    /// (module doc). Answers the clone it evicted.
+    /// already (then unchanged) or, with a `cap`, the pack already has that many live clones
+    /// (then nothing happens: a scope picked for the pack by one caller is not added to by
+    /// another that picked a different one at the same time); with every slot held, evicts
+    /// where the vendor can delete (module doc). Answers the clone it evicted.
     ///
     /// Errors: [`CloneError::SlotsFull`] (the vendor cannot delete),
     /// [`CloneError::NothingToEvict`].
@@ -136,9 +138,31 @@ impl CloneStore {
         &self,
         pack_id: &str,
         scope: &CloneScope,
+        cap: Option<u32>,
         now_us: i64,
     ) -> Result<Option<VoiceClone>, CatalogError> {
         let txn = self.begin_write().await?;
+        if let Some(cap) = cap {
+            // One request per pack at a time: SQLite's write transaction is one already;
+            // PostgreSQL locks the pack's row.
+            if txn.get_database_backend() == DbBackend::Postgres {
+                txn.execute_raw(Statement::from_sql_and_values(
+                    DbBackend::Postgres,
+                    "SELECT id FROM voice_packs WHERE id = $1 FOR UPDATE",
+                    [pack_id.into()],
+                ))
+                .await?;
+            }
+            let live = voice_clone::Entity::find()
+                .filter(voice_clone::Column::PackId.eq(pack_id))
+                .filter(voice_clone::Column::State.is_in(live_states()))
+                .count(&txn)
+                .await?;
+            if live >= u64::from(cap) {
+                txn.rollback().await?;
+                return Ok(None);
+            }
+        }
         let current = voice_clone::Entity::find()
             .filter(pk(pack_id, &scope.id))
             .one(&txn)
