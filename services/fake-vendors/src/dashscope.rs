@@ -40,10 +40,12 @@ use super::{
 };
 
 pub(super) fn routes() -> Router<Arc<Shared>> {
-    Router::new().route(
-        "/api/v1/services/audio/tts/SpeechSynthesizer",
-        post(synthesize),
-    )
+    Router::new()
+        .route(
+            "/api/v1/services/audio/tts/SpeechSynthesizer",
+            post(synthesize),
+        )
+        .merge(crate::cloning::dashscope::routes())
 }
 
 fn error(status: StatusCode, code: &str, message: &str) -> Response {
@@ -187,6 +189,9 @@ async fn synthesize(
         Ok(p) => p,
         Err(m) => return error(StatusCode::BAD_REQUEST, "InvalidParameter", &m),
     };
+    if let Some(refused) = crate::cloning::dashscope::refusal(&shared, &key, &body) {
+        return refused;
+    }
     let mode = if streaming {
         Mode::Stream
     } else {

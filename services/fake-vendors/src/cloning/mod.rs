@@ -1,7 +1,8 @@
 //! Cloned voices in the fakes: who may use them, how many fit, how long they live.
 //!
 //! Every cloud vendor binds a cloned voice to a **scope** above the key: the ElevenLabs
-//! workspace, the MiniMax account (GroupId), the Volcengine AppID. [`CloneConfig::scopes`] maps
+//! workspace, the MiniMax account (GroupId), the Volcengine AppID, the DashScope account (per
+//! region; a voice speaks only through its `target_model`). [`CloneConfig::scopes`] maps
 //! each key to its scope (a key not listed is a scope of its own); keys of one scope share its
 //! clones, its slots ([`CloneConfig::slots`]) and its clone rate limit
 //! ([`CloneConfig::max_clones_per_minute`]). A clone is found by `(scope, voice id)`: MiniMax
@@ -11,11 +12,12 @@
 //! (`POST /_fake/clock/advance`, [`crate::FakeVendor::advance_clock`]), so lifetimes measured
 //! in days (MiniMax's 7 days, a Volcengine training delay) are tested without waiting.
 //!
-//! Each flow lives in its vendor's module ([`elevenlabs`], [`minimax`], [`volcengine`]); the
-//! control and stats endpoints in [`control`]. Every clone call is counted per scope and per
-//! kind ([`CloneCounts`]).
+//! Each flow lives in its vendor's module ([`dashscope`], [`elevenlabs`], [`minimax`],
+//! [`volcengine`]); the control and stats endpoints in [`control`]. Every clone call is
+//! counted per scope and per kind ([`CloneCounts`]).
 
 pub(crate) mod control;
+pub(crate) mod dashscope;
 pub(crate) mod elevenlabs;
 pub(crate) mod minimax;
 pub(crate) mod volcengine;
@@ -47,9 +49,10 @@ pub struct CloneConfig {
     /// MiniMax defaults to 60).
     pub max_clones_per_minute: Option<u32>,
     /// MiniMax: a clone not used by a synthesis within this time of its creation expires
-    /// (default 7 days).
+    /// (default 7 days); DashScope: a voice unused this long since its last use (or creation)
+    /// goes offline (default a year).
     pub unused_lifetime: Duration,
-    /// Volcengine: time on the fake clock from an upload to `Success` (default 60 s).
+    /// Volcengine, DashScope: time on the fake clock from an upload to `Success` (default 60 s).
     pub training: Duration,
     /// Volcengine: trainings allowed per speaker id (default 10).
     pub trainings_per_slot: u32,
@@ -57,14 +60,16 @@ pub struct CloneConfig {
 
 impl CloneConfig {
     /// The defaults of `vendor`: 10 slots, no rate limit (MiniMax: 60 clones a minute), a
-    /// 7-day unused lifetime, 60 s of training, 10 trainings per slot.
+    /// 7-day unused lifetime, 60 s of training, 10 trainings per slot; DashScope: 1,000 slots
+    /// and a year unused.
     pub fn for_vendor(vendor: VendorKind) -> Self {
+        let dashscope = vendor == VendorKind::DashScope;
         Self {
             scopes: BTreeMap::new(),
-            slots: 10,
+            slots: if dashscope { 1_000 } else { 10 },
             slots_per_scope: BTreeMap::new(),
             max_clones_per_minute: (vendor == VendorKind::MiniMax).then_some(60),
-            unused_lifetime: Duration::from_secs(7 * DAY_SECS),
+            unused_lifetime: Duration::from_secs(if dashscope { 365 } else { 7 } * DAY_SECS),
             training: Duration::from_secs(60),
             trainings_per_slot: 10,
         }
@@ -255,26 +260,24 @@ impl Clones {
         lock(&self.counts).clone()
     }
 
-    /// Applies the lifetime rules at fake time `now`: a Volcengine training ends, an unused
-    /// MiniMax clone expires.
+    /// Applies the lifetime rules at fake time `now`: a Volcengine or DashScope training ends,
+    /// an unused MiniMax or DashScope clone expires.
     fn age(&self, voice: &mut ClonedVoice, now: u64) {
         if voice.state == CloneState::Training
             && now >= voice.created_at + self.config.training.as_secs()
         {
             voice.state = CloneState::Success;
         }
-        if voice.state == CloneState::Success
-            && voice.last_used_at.is_none()
-            && self.expires_unused()
-            && now >= voice.created_at + self.config.unused_lifetime.as_secs()
-        {
+        // MiniMax drops a clone never used; DashScope one unused since its last use.
+        let since = match self.vendor {
+            VendorKind::MiniMax if voice.last_used_at.is_none() => Some(voice.created_at),
+            VendorKind::DashScope => Some(voice.last_used_at.unwrap_or(voice.created_at)),
+            _ => None,
+        };
+        let lifetime = self.config.unused_lifetime.as_secs();
+        if voice.state.usable() && since.is_some_and(|t| now >= t + lifetime) {
             voice.state = CloneState::Expired;
         }
-    }
-
-    /// Only MiniMax drops a clone never used.
-    fn expires_unused(&self) -> bool {
-        self.vendor == VendorKind::MiniMax
     }
 
     /// Every clone now, aged.
