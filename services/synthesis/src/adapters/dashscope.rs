@@ -36,7 +36,8 @@
 //! → `UPSTREAM_ERROR`; `InvalidApiKey`, `AccessDenied*` → `KEY_INVALID`; `Arrearage` (account
 //! in arrears) → `QUOTA_EXHAUSTED`; `InvalidParameter*`, `BadRequest*`, `DataInspectionFailed`
 //! → `CLIENT_ERROR`; else by status (from `:HTTP_STATUS/` for events). A stream without audio →
-//! `UPSTREAM_ERROR`.
+//! `UPSTREAM_ERROR`. A cloned voice the key's account does not hold (400 `InvalidParameter`
+//! `voice not found`) is a CLIENT_ERROR that [`clone_gone`] recognises.
 
 use async_trait::async_trait;
 use base64::Engine as _;
@@ -182,7 +183,7 @@ fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
 }
 
 /// The outcome for a DashScope error code, when known.
-fn outcome_for_code(code: &str) -> Option<Outcome> {
+pub fn outcome_for_code(code: &str) -> Option<Outcome> {
     let starts = |p: &str| code.starts_with(p);
     Some(if starts("Throttling") {
         Outcome::RateLimited
@@ -198,6 +199,15 @@ fn outcome_for_code(code: &str) -> Option<Outcome> {
     } else {
         return None;
     })
+}
+
+/// Whether a failed call's answer says the key's account does not hold the voice id it was
+/// sent (HTTP 400 `InvalidParameter`, `voice not found`: another account's clone, a deleted
+/// one, or one offline after a year unused): for a managed clone, its clone is gone from this
+/// key's scope (`crate::job::clone_route`), not a fault of the key. A voice of the account
+/// spoken through another model than its `target_model` is a plain CLIENT_ERROR.
+pub fn clone_gone(http_status: Option<u16>, message: &str) -> bool {
+    http_status == Some(400) && message.contains("InvalidParameter: voice not found")
 }
 
 /// One server-sent event.
@@ -318,7 +328,14 @@ impl CloudVendor for DashScope {
             .header("X-DashScope-SSE", "enable")
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&body(request, &wire));
-        let mut opened = http::open(PROVIDER, builder, request.timeout, Some(secret), &request.gate).await?;
+        let mut opened = http::open(
+            PROVIDER,
+            builder,
+            request.timeout,
+            Some(secret),
+            &request.gate,
+        )
+        .await?;
         let end = StreamEnd {
             sample_rate_hz: Some(wire.sample_rate),
         };
@@ -511,5 +528,19 @@ mod tests {
         ] {
             assert_eq!(outcome_for_code(code), outcome, "{code}");
         }
+    }
+
+    #[test]
+    fn a_voice_the_account_does_not_hold_is_a_clone_gone_not_a_model_mismatch() {
+        let gone = "dashscope: HTTP 400 InvalidParameter: voice not found: cosyvoice-v2-vp1-0a";
+        assert!(clone_gone(Some(400), gone));
+        assert!(!clone_gone(Some(500), gone));
+        let other_model = "dashscope: HTTP 400 InvalidParameter: voice cosyvoice-v2-vp1-0a was \
+                           enrolled for target_model cosyvoice-v2, not model cosyvoice-v3-flash";
+        assert!(!clone_gone(Some(400), other_model));
+        assert!(!clone_gone(
+            Some(400),
+            "dashscope: HTTP 400 InvalidParameter: input.text"
+        ));
     }
 }

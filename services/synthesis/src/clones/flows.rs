@@ -7,6 +7,7 @@
 //! | elevenlabs | `voices/add` → ready | ready | `DELETE voices/{id}` | ready | `GET voices` (cloned) |
 //! | minimax | `files/upload` + `voice_clone` → ready, expires in 7 d | ready | `delete_voice` | one short T2A | `get_voice` |
 //! | volcengine | `mega_tts/audio/upload` → training | `mega_tts/status` | deleted here only (slots are bought) | `status` | `status` of the key's speaker ids |
+//! | dashscope | `create_voice` (data URI sample) → training | `query_voice`, `OK` → ready, expires in 1 y | `delete_voice` | one short synthesis | `list_voice` |
 //! | others | failed: not supported yet | failed | deleted (never made) | failed | failed |
 //!
 //! Transient failures (429, 5xx, timeouts, a key the vendor refuses) are `retry` with the
@@ -19,7 +20,7 @@ use std::{sync::Arc, time::Duration};
 use reqwest::Client;
 use voxpool_domain::{contract::Outcome as Verdict, provider::Provider, reference::Reference};
 
-use super::{Outcome, ScopeKeys, Task, Work, elevenlabs, minimax, volcengine};
+use super::{Outcome, ScopeKeys, Task, Work, dashscope, elevenlabs, minimax, volcengine};
 use crate::{
     adapters::{KeyCredential, ReferenceAudio, UpstreamTarget, VendorFailure, registry::Registry},
     error::SynthesisError,
@@ -99,6 +100,7 @@ pub async fn run(ctx: &Context, task: &Task, scope: &ScopeKeys, timeout: Duratio
         Provider::ElevenLabs => elevenlabs::run(ctx, step).await,
         Provider::MiniMax => minimax::run(ctx, step).await,
         Provider::Volcengine => volcengine::run(ctx, step).await,
+        Provider::DashScope => dashscope::run(ctx, step).await,
         other => match task.work {
             // Nothing was ever made at the vendor.
             Work::Delete => Outcome::Deleted,

@@ -14,11 +14,12 @@
 //!
 //! Modules: [`client`] (the `CloneWork` edge: protobuf in and out, nothing below it),
 //! [`worker`] (the loop), [`flows`] (one step → one vendor flow), and one module per vendor
-//! flow ([`elevenlabs`], [`minimax`], [`volcengine`]).
+//! flow ([`dashscope`], [`elevenlabs`], [`minimax`], [`volcengine`]).
 //!
 //! [`Gate`]: crate::adapters::gate::Gate
 
 pub mod client;
+pub mod dashscope;
 pub mod elevenlabs;
 pub mod flows;
 pub mod minimax;

@@ -209,8 +209,9 @@ pub async fn resolve(
 /// Whether a failed call says the vendor does not hold the voice id it was sent in the key's
 /// scope (each adapter recognises its own answer).
 pub fn clone_gone(provider: Provider, attempt: &AttemptRecord) -> bool {
-    use crate::adapters::{elevenlabs, minimax, volcengine};
+    use crate::adapters::{dashscope, elevenlabs, minimax, volcengine};
     match provider {
+        Provider::DashScope => dashscope::clone_gone(attempt.http_status, &attempt.message),
         Provider::ElevenLabs => elevenlabs::clone_gone(attempt.http_status, &attempt.message),
         Provider::MiniMax => minimax::clone_gone(attempt.http_status, &attempt.message),
         Provider::Volcengine => volcengine::clone_gone(attempt.http_status, &attempt.message),
