@@ -13,7 +13,8 @@ build:
 	$(CARGO) build --workspace --bins
 
 ## run: start scheduler (memory store), catalog (SQLite, seeded), synthesis (espeak-ng), jobs
-## (its own redis-server) and a fake GPU server; ports from VOXPOOL_PORT_* (deploy/local/ports.sh)
+## (its own redis-server), a fake GPU server and a fake ElevenLabs (voice cloning); ports from
+## VOXPOOL_PORT_* (deploy/local/ports.sh)
 run: setup build
 	deploy/local/run.sh
 

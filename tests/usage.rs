@@ -391,17 +391,21 @@ async fn ledger_equals_vendor(store: Store) {
     }
 
     let ok = outcomes.iter().filter(|e| e.code == Code::Ok).count();
-    // Per code: how many, and the first message.
+    // The load happened: most calls sent to the surviving replica succeeded (those sent to
+    // the killed one after its death fail by design). Per code: how many, the first message.
+    let survivor: Vec<&Ended> = outcomes.iter().filter(|e| e.replica == 1).collect();
+    let survived = survivor.iter().filter(|e| e.code == Code::Ok).count();
     let mut codes: BTreeMap<String, (usize, &str)> = BTreeMap::new();
-    for e in &outcomes {
+    for e in &survivor {
         codes
             .entry(format!("{:?}", e.code))
             .or_insert((0, &e.message))
             .0 += 1;
     }
     assert!(
-        ok >= total / 2,
-        "only {ok} of {total} calls succeeded: {codes:?}"
+        survived >= survivor.len() / 2,
+        "only {survived} of the surviving replica's {} calls succeeded: {codes:?}",
+        survivor.len()
     );
     let expected = vendor_characters(&fake);
     assert!(

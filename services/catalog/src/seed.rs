@@ -18,7 +18,7 @@
 //! locales = ["en-US"]                     # optional
 //! params = { pitch_pct = 10, rate = 1.1, volume_pct = 0 }   # optional, each optional
 //! extra = { }                             # optional vendor options (part of the identity)
-//! # optional, selfhosted packs only: reference clips, paths relative to the seed file
+//! # optional, selfhosted packs and managed clones: reference clips, paths relative to the seed file
 //! references = [{ file = "clips/ada.wav", transcript = "What the clip says.", language = "en-US", emotion = "calm", weight = 1 }]
 //! ```
 //!
