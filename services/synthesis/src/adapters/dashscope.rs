@@ -23,7 +23,8 @@
 //! | `params.rate` r | `rate` = r | 0.5..2 |
 //! | `params.pitchPct` p | `pitch` = 1 + p/100 (multiplier) | 0.5..2 |
 //! | `params.volumePct` v | `volume` = 50 + v/2 (integer, 50 = default) | 0..100; an odd v (not a whole volume step) is refused, never rounded |
-//! | `extra.*` | — | refused (none supported) |
+//! | `extra.target_model` | `model` | the model a cloned voice was enrolled for (a voice speaks only through it); wins over the pack's and the pool's model |
+//! | other `extra.*` | — | refused |
 //! | `PCM` / `MP3` | `format` `pcm` / `mp3` | |
 //! | `WAV` | `pcm`, behind a RIFF header written here (sizes unknown while streaming) | |
 //! | `OGG_OPUS` | — | refused: the `opus` output's container is not documented |
@@ -88,7 +89,7 @@ fn wire(
     sample_rate_hz: Option<u32>,
 ) -> Result<Wire, ParamError> {
     http::require_voice_id(PROVIDER, voice)?;
-    http::refuse_unknown_extra(PROVIDER, voice, &[])?;
+    http::refuse_unknown_extra(PROVIDER, voice, &["target_model"])?;
     let p = &voice.params;
     let rate = p
         .rate
@@ -179,7 +180,12 @@ fn body(request: &VendorRequest<'_>, wire: &Wire) -> Value {
     if let Some(volume) = wire.volume {
         input["volume"] = json!(volume);
     }
-    json!({"model": http::model_of(&request.utterance.voice, &request.utterance.pool_model), "input": input})
+    let voice = &request.utterance.voice;
+    let model = voice.extra.get("target_model").map_or_else(
+        || http::model_of(voice, &request.utterance.pool_model),
+        String::as_str,
+    );
+    json!({"model": model, "input": input})
 }
 
 /// The outcome for a DashScope error code, when known.
@@ -371,10 +377,12 @@ impl CloudVendor for DashScope {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use voxpool_domain::snapshot::Params;
 
     use super::*;
-    use crate::adapters::VendorAdapter as _;
+    use crate::adapters::{KeyCredential, UpstreamTarget, Utterance, VendorAdapter as _};
 
     fn snapshot(params: Params, extra: &[(&str, &str)]) -> Snapshot {
         let mut s = voxpool_fake_vendors::snapshot(PROVIDER, "cosyvoice-v2", "longxiaochun_v2");
@@ -434,6 +442,41 @@ mod tests {
             (wav.format, wav.sample_rate, wav.wrap_wav),
             ("pcm", 24_000, true)
         );
+    }
+
+    #[test]
+    fn a_target_model_in_extra_is_the_model_a_cloned_voice_is_spoken_through() {
+        let voice = Arc::new(snapshot(
+            Params::default(),
+            &[("target_model", "cosyvoice-v3-plus")],
+        ));
+        let utterance = Utterance {
+            text: "Hi.".to_owned(),
+            voice: Arc::clone(&voice),
+            pool_model: "cosyvoice-v2".to_owned(),
+            format: AudioFormat::Mp3,
+            sample_rate_hz: None,
+            reference: None,
+            seed: None,
+        };
+        let key = KeyCredential {
+            key_id: "u/k".to_owned(),
+            app_id: "k".to_owned(),
+            secret: None,
+        };
+        let upstream = UpstreamTarget::default();
+        let request = VendorRequest {
+            utterance: &utterance,
+            key: &key,
+            upstream: &upstream,
+            timeout: std::time::Duration::from_secs(1),
+            attempt_id: "a",
+            gate: Default::default(),
+        };
+        let w = wire(&voice, AudioFormat::Mp3, None).expect("target_model is accepted");
+        assert_eq!(body(&request, &w)["model"], "cosyvoice-v3-plus");
+        let other = snapshot(Params::default(), &[("speaker", "x")]);
+        assert!(wire(&other, AudioFormat::Mp3, None).is_err());
     }
 
     #[test]
