@@ -48,7 +48,8 @@ const STORE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long a Charge waits for a store that was failing ([`Writer::write_now`]).
 const UNHEALTHY_TIMEOUT: Duration = Duration::from_millis(50);
 
-/// Appends every record it is given (ARGV) to the stream (KEYS[1]), in order.
+/// Appends every record it is given (ARGV) to the stream (KEYS[1]), in order, and answers
+/// how many replicas are online (for the `WAIT` of Sentinel and Cluster stores).
 const APPEND: &str = r"
 for i = 1, #ARGV do
   redis.call('XADD', KEYS[1], '*', 'r', ARGV[i])
@@ -56,6 +57,14 @@ end
 local online = 0
 for _ in string.gmatch(redis.call('INFO', 'replication'), 'state=online') do online = online + 1 end
 return online
+";
+
+/// [`APPEND`] for a single server, which waits for no replica: no `INFO` to build and read.
+const APPEND_SINGLE: &str = r"
+for i = 1, #ARGV do
+  redis.call('XADD', KEYS[1], '*', 'r', ARGV[i])
+end
+return 0
 ";
 
 /// How long the first record after a quiet spell waits for others to share its batch.
@@ -106,6 +115,7 @@ struct Inner {
     dropped: AtomicU64,
     errors: Limiter,
     script: redis::Script,
+    script_single: redis::Script,
 }
 
 impl Writer {
@@ -125,6 +135,7 @@ impl Writer {
                 dropped: AtomicU64::new(0),
                 errors: Limiter::new(Duration::from_secs(10)),
                 script: redis::Script::new(APPEND),
+                script_single: redis::Script::new(APPEND_SINGLE),
             }),
         };
         tokio::spawn(run(writer.inner.clone()));
@@ -300,7 +311,12 @@ async fn run(inner: Arc<Inner>) {
             continue;
         }
         idle = false;
-        let mut invocation = inner.script.key(USAGE_STREAM);
+        let script = if conn.topology().default_replica_acks() == 0 {
+            &inner.script_single
+        } else {
+            &inner.script
+        };
+        let mut invocation = script.key(USAGE_STREAM);
         for record in &batch {
             invocation.arg(record);
         }
