@@ -158,9 +158,9 @@ pub enum CatalogError {
         /// The most rows GetUsage answers.
         limit: u64,
     },
-    /// A clone operation was refused ([`crate::clones::CloneError`]).
+    /// A clone operation was refused ([`crate::clones::error::CloneError`]).
     #[error(transparent)]
-    Clone(#[from] crate::clones::CloneError),
+    Clone(#[from] crate::clones::error::CloneError),
     /// The database cannot be reached (connection refused, pool timeout, I/O).
     #[error("the catalog database is unreachable; retry later")]
     Unavailable {

@@ -30,13 +30,14 @@ use axum::{
     response::Response,
     routing::post,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{
     audio::Encoding,
     control::{Admission, Mode, Shared},
     knobs::Fault,
     stream::{self, Framed},
+    wire,
 };
 
 pub(super) fn routes() -> Router<Arc<Shared>> {
@@ -46,18 +47,11 @@ pub(super) fn routes() -> Router<Arc<Shared>> {
         .merge(crate::cloning::elevenlabs::routes())
 }
 
-pub(crate) fn detail(status: StatusCode, kind: &str, code: &str, message: &str) -> Response {
-    super::json(
-        status,
-        json!({"detail": {"type": kind, "code": code, "message": message, "status": code, "request_id": "fake"}}),
-    )
-}
-
 fn fault_response(fault: &Fault, cap: u32) -> Response {
     match fault {
         Fault::RateLimited { retry_after_secs } => {
             let mut response = super::with_retry_after(
-                detail(
+                wire::elevenlabs_detail(
                     StatusCode::TOO_MANY_REQUESTS,
                     "rate_limit_error",
                     "too_many_concurrent_requests",
@@ -73,32 +67,32 @@ fn fault_response(fault: &Fault, cap: u32) -> Response {
                 .insert("maximum-concurrent-requests", HeaderValue::from(cap));
             response
         }
-        Fault::Busy => detail(
+        Fault::Busy => wire::elevenlabs_detail(
             StatusCode::TOO_MANY_REQUESTS,
             "service_unavailable",
             "system_busy",
             "The system is busy",
         ),
         Fault::ServerError => super::bare_503(),
-        Fault::Unauthorized => detail(
+        Fault::Unauthorized => wire::elevenlabs_detail(
             StatusCode::UNAUTHORIZED,
             "authentication_error",
             "invalid_api_key",
             "Invalid API key",
         ),
-        Fault::QuotaExhausted => detail(
+        Fault::QuotaExhausted => wire::elevenlabs_detail(
             StatusCode::UNAUTHORIZED,
             "quota_error",
             "quota_exceeded",
             "This request exceeds your quota",
         ),
-        Fault::InvalidText => detail(
+        Fault::InvalidText => wire::elevenlabs_detail(
             StatusCode::UNPROCESSABLE_ENTITY,
             "validation_error",
             "invalid_text",
             "text is invalid",
         ),
-        Fault::ErrorIn200 => detail(
+        Fault::ErrorIn200 => wire::elevenlabs_detail(
             StatusCode::OK,
             "rate_limit_error",
             "too_many_concurrent_requests",
@@ -231,7 +225,7 @@ async fn speech(shared: Arc<Shared>, request: Speech) -> Response {
         body,
     } = request;
     let Some(key) = super::header_str(&headers, "xi-api-key").map(str::to_owned) else {
-        return detail(
+        return wire::elevenlabs_detail(
             StatusCode::UNAUTHORIZED,
             "authentication_error",
             "missing_api_key",
@@ -253,7 +247,7 @@ async fn speech(shared: Arc<Shared>, request: Speech) -> Response {
     let (encoding, rate, content_type) = match output_format(query.as_deref()) {
         Ok(f) => f,
         Err(m) => {
-            return detail(
+            return wire::elevenlabs_detail(
                 StatusCode::BAD_REQUEST,
                 "invalid_request",
                 "invalid_output_format",
@@ -264,7 +258,7 @@ async fn speech(shared: Arc<Shared>, request: Speech) -> Response {
     let text = match validate(&body) {
         Ok(t) => t,
         Err(m) => {
-            return detail(
+            return wire::elevenlabs_detail(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "validation_error",
                 "invalid_request",

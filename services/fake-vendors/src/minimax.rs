@@ -46,6 +46,7 @@ use super::{
     control::{Admission, Mode, Shared},
     knobs::Fault,
     stream::{self, Failure, Framed},
+    wire,
 };
 
 pub(super) fn routes() -> Router<Arc<Shared>> {
@@ -54,29 +55,24 @@ pub(super) fn routes() -> Router<Arc<Shared>> {
         .merge(crate::cloning::minimax::routes())
 }
 
-pub(crate) fn base_resp(status: StatusCode, code: i64, message: &str) -> Response {
-    super::json(
-        status,
-        json!({"trace_id": "fake", "base_resp": {"status_code": code, "status_msg": message}}),
-    )
-}
-
 fn fault_response(fault: &Fault) -> Response {
     match fault {
         Fault::RateLimited { retry_after_secs } => super::with_retry_after(
-            base_resp(StatusCode::OK, 1002, "rate limit exceeded"),
+            wire::minimax_base_resp(StatusCode::OK, 1002, "rate limit exceeded"),
             *retry_after_secs,
         ),
-        Fault::ErrorIn200 => base_resp(StatusCode::OK, 1002, "rate limit exceeded"),
-        Fault::Busy => base_resp(StatusCode::OK, 1000, "unknown error"),
+        Fault::ErrorIn200 => wire::minimax_base_resp(StatusCode::OK, 1002, "rate limit exceeded"),
+        Fault::Busy => wire::minimax_base_resp(StatusCode::OK, 1000, "unknown error"),
         Fault::ServerError => super::bare_503(),
-        Fault::Unauthorized => base_resp(
+        Fault::Unauthorized => wire::minimax_base_resp(
             StatusCode::OK,
             1004,
             "login fail: please check your API key",
         ),
-        Fault::QuotaExhausted => base_resp(StatusCode::OK, 1008, "insufficient balance"),
-        Fault::InvalidText => base_resp(StatusCode::OK, 2013, "invalid params: text"),
+        Fault::QuotaExhausted => {
+            wire::minimax_base_resp(StatusCode::OK, 1008, "insufficient balance")
+        }
+        Fault::InvalidText => wire::minimax_base_resp(StatusCode::OK, 2013, "invalid params: text"),
     }
 }
 
@@ -254,7 +250,7 @@ async fn t2a(
     let parsed = match validate(&body) {
         Ok(p) => p,
         Err(m) => {
-            return base_resp(
+            return wire::minimax_base_resp(
                 StatusCode::BAD_REQUEST,
                 2013,
                 &format!("invalid params: {m}"),

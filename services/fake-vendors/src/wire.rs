@@ -145,3 +145,26 @@ pub(crate) fn only_fields(
         },
     }
 }
+
+/// An ElevenLabs error answer: `{"detail": {type, code, message, status, request_id}}`, as the
+/// speech and voice routes send it.
+pub(crate) fn elevenlabs_detail(
+    status: StatusCode,
+    kind: &str,
+    code: &str,
+    message: &str,
+) -> Response {
+    json(
+        status,
+        serde_json::json!({"detail": {"type": kind, "code": code, "message": message, "status": code, "request_id": "fake"}}),
+    )
+}
+
+/// A MiniMax answer carrying only its outcome: `{"trace_id", "base_resp": {status_code,
+/// status_msg}}`, as the speech and voice routes send it.
+pub(crate) fn minimax_base_resp(status: StatusCode, code: i64, message: &str) -> Response {
+    json(
+        status,
+        serde_json::json!({"trace_id": "fake", "base_resp": {"status_code": code, "status_msg": message}}),
+    )
+}

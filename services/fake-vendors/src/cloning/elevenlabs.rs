@@ -31,7 +31,7 @@ use rand::Rng as _;
 use serde_json::{Value, json};
 
 use super::{CloneState, Refusal};
-use crate::{control::Shared, elevenlabs::detail};
+use crate::{control::Shared, wire};
 
 /// The voices every workspace has.
 const PREMADE: &[(&str, &str)] = &[("premade-rachel", "Rachel"), ("premade-adam", "Adam")];
@@ -47,13 +47,13 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
 fn scope(shared: &Shared, headers: &HeaderMap) -> Result<String, Box<Response>> {
     match crate::header_str(headers, "xi-api-key") {
         Some(key) if shared.key_allowed(key) => Ok(shared.clones.scope_of(key)),
-        Some(_) => Err(Box::new(detail(
+        Some(_) => Err(Box::new(wire::elevenlabs_detail(
             StatusCode::UNAUTHORIZED,
             "authentication_error",
             "invalid_api_key",
             "Invalid API key",
         ))),
-        None => Err(Box::new(detail(
+        None => Err(Box::new(wire::elevenlabs_detail(
             StatusCode::UNAUTHORIZED,
             "authentication_error",
             "missing_api_key",
@@ -63,7 +63,7 @@ fn scope(shared: &Shared, headers: &HeaderMap) -> Result<String, Box<Response>> 
 }
 
 fn invalid(message: &str) -> Response {
-    detail(
+    wire::elevenlabs_detail(
         StatusCode::UNPROCESSABLE_ENTITY,
         "validation_error",
         "invalid_request",
@@ -144,7 +144,7 @@ async fn add(State(shared): State<Arc<Shared>>, headers: HeaderMap, request: Req
         Err(refusal) => {
             shared.clones.count(&scope, |c| c.refused += 1);
             match refusal {
-                Refusal::SlotsFull { slots } => detail(
+                Refusal::SlotsFull { slots } => wire::elevenlabs_detail(
                     StatusCode::BAD_REQUEST,
                     "invalid_request",
                     "voice_limit_reached",
@@ -153,12 +153,14 @@ async fn add(State(shared): State<Arc<Shared>>, headers: HeaderMap, request: Req
                          delete one or upgrade the plan for more."
                     ),
                 ),
-                Refusal::RateLimited | Refusal::RetrainsExhausted { .. } => detail(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "rate_limit_error",
-                    "rate_limit_exceeded",
-                    "Too many voice clones were created in the last minute",
-                ),
+                Refusal::RateLimited | Refusal::RetrainsExhausted { .. } => {
+                    wire::elevenlabs_detail(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "rate_limit_error",
+                        "rate_limit_exceeded",
+                        "Too many voice clones were created in the last minute",
+                    )
+                }
             }
         }
     }
@@ -203,7 +205,7 @@ async fn remove(
 
 /// The vendor's answer to a voice id the workspace does not hold.
 fn not_found(voice_id: &str) -> Response {
-    detail(
+    wire::elevenlabs_detail(
         StatusCode::NOT_FOUND,
         "not_found",
         "voice_not_found",

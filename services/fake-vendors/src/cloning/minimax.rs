@@ -44,7 +44,7 @@ use axum::{
 use serde_json::{Value, json};
 
 use super::{CloneState, Refusal};
-use crate::{control::Shared, minimax::base_resp};
+use crate::{control::Shared, wire};
 
 /// The system voices every account has.
 const SYSTEM: &[(&str, &str)] = &[
@@ -66,14 +66,14 @@ fn ok(mut body: Value) -> Response {
 }
 
 fn invalid(message: &str) -> Response {
-    base_resp(StatusCode::OK, 2013, &format!("invalid params, {message}"))
+    wire::minimax_base_resp(StatusCode::OK, 2013, &format!("invalid params, {message}"))
 }
 
 /// The scope of the bearer key, or the vendor's auth answer.
 fn scope(shared: &Shared, headers: &HeaderMap) -> Result<String, Box<Response>> {
     match crate::bearer(headers) {
         Some(key) if shared.key_allowed(&key) => Ok(shared.clones.scope_of(&key)),
-        _ => Err(Box::new(base_resp(
+        _ => Err(Box::new(wire::minimax_base_resp(
             StatusCode::OK,
             1004,
             "login fail: please check your API key",
@@ -215,7 +215,7 @@ async fn clone_voice(
         .get(&scope, &voice_id)
         .is_some_and(|v| v.state.usable())
     {
-        return refused(base_resp(
+        return refused(wire::minimax_base_resp(
             StatusCode::OK,
             2039,
             "voice clone voice id duplicate",
@@ -227,7 +227,7 @@ async fn clone_voice(
             "voice slots full ({slots} / {slots}); delete a cloned voice first"
         ))),
         Err(Refusal::RateLimited | Refusal::RetrainsExhausted { .. }) => {
-            refused(base_resp(StatusCode::OK, 1002, "rate limit"))
+            refused(wire::minimax_base_resp(StatusCode::OK, 1002, "rate limit"))
         }
     }
 }
@@ -307,7 +307,7 @@ async fn delete_voice(
         Some(voice) if voice.state.usable() && shared.clones.delete(&scope, voice_id) => {
             ok(json!({"voice_id": voice_id, "created_time": date(voice.created_at)}))
         }
-        _ => base_resp(StatusCode::OK, 2054, "voice id not exist"),
+        _ => wire::minimax_base_resp(StatusCode::OK, 2054, "voice id not exist"),
     }
 }
 
@@ -317,6 +317,10 @@ pub(crate) fn refusal(shared: &Shared, key: &str, voice_id: &str) -> Option<Resp
     if shared.clones.admits(key, voice_id) {
         None
     } else {
-        Some(base_resp(StatusCode::OK, 2054, "voice id not exist"))
+        Some(wire::minimax_base_resp(
+            StatusCode::OK,
+            2054,
+            "voice id not exist",
+        ))
     }
 }

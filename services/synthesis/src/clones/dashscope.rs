@@ -34,7 +34,7 @@ use voxpool_domain::{provider::Provider, secret::Secret, snapshot::Snapshot};
 
 use super::{
     Outcome, Work,
-    flows::{self, Context, Step},
+    step::{self, Context, Step},
 };
 use crate::adapters::{
     AudioFormat, Utterance, VendorRequest, dashscope as adapter,
@@ -56,7 +56,7 @@ const PAGE: usize = 1_000;
 pub async fn run(ctx: &Context, step: Step<'_>) -> Outcome {
     let secret = match http::require_secret(PROVIDER, step.key) {
         Ok(s) => s,
-        Err(f) => return flows::from_failure(f),
+        Err(f) => return step::from_failure(f),
     };
     let result = match step.task.work {
         Work::Create => create(ctx, step, secret).await,
@@ -121,7 +121,7 @@ async fn call(
     )
     .await
     .map_err(|f| Refused {
-        outcome: flows::from_failure(f),
+        outcome: step::from_failure(f),
         gone: false,
     })?;
     let doc: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
@@ -138,7 +138,7 @@ async fn call(
     )
     .failure(PROVIDER, Some(secret));
     let gone = adapter::clone_gone(Some(reply.status.as_u16()), &failure.message);
-    let outcome = match flows::from_failure(failure) {
+    let outcome = match step::from_failure(failure) {
         Outcome::Failed(m) => Outcome::Failed(format!("scope {}: {m}", step.scope.id)),
         other => other,
     };
@@ -146,13 +146,13 @@ async fn call(
 }
 
 async fn create(ctx: &Context, step: Step<'_>, secret: &Secret) -> Result<Outcome, Outcome> {
-    let clips = flows::clips(ctx, step.task).await?;
+    let clips = step::clips(ctx, step.task).await?;
     let Some(clip) = clips.first() else {
         return Err(Outcome::Failed("no clip to clone from".into()));
     };
     let sample = format!(
         "data:{};base64,{}",
-        flows::media_type(clip),
+        step::media_type(clip),
         base64::engine::general_purpose::STANDARD.encode(&clip.bytes)
     );
     let mut input = json!({
@@ -312,7 +312,7 @@ async fn keep_alive(ctx: &Context, step: Step<'_>) -> Result<Outcome, Outcome> {
         Err(f) if adapter::clone_gone(f.http_status, &f.message) => {
             Ok(gone(&step, id, "synthesis: voice not found"))
         }
-        Err(f) => Ok(flows::from_failure(f)),
+        Err(f) => Ok(step::from_failure(f)),
     }
 }
 

@@ -15,7 +15,7 @@ use voxpool_domain::{provider::Provider, secret::Secret};
 
 use super::{
     Outcome, Work,
-    flows::{self, Context, Step},
+    step::{self, Context, Step},
 };
 use crate::adapters::{
     gate::Gate,
@@ -29,7 +29,7 @@ const DEFAULT_BASE: &str = "https://api.elevenlabs.io";
 pub async fn run(ctx: &Context, step: Step<'_>) -> Outcome {
     let secret = match http::require_secret(PROVIDER, step.key) {
         Ok(s) => s,
-        Err(f) => return flows::from_failure(f),
+        Err(f) => return step::from_failure(f),
     };
     let result = match step.task.work {
         Work::Create => create(ctx, step, secret).await,
@@ -46,7 +46,7 @@ pub async fn run(ctx: &Context, step: Step<'_>) -> Outcome {
 /// `{base}/v1/voices` and then `segments`, each one path segment.
 fn url(step: &Step<'_>, segments: &[&str]) -> Result<reqwest::Url, Outcome> {
     let base = http::base_url(step.upstream.base_url.as_deref(), DEFAULT_BASE);
-    let bad = |why: String| flows::from_failure(http::upstream_config_failure(PROVIDER, why));
+    let bad = |why: String| step::from_failure(http::upstream_config_failure(PROVIDER, why));
     let mut url = reqwest::Url::parse(&base)
         .map_err(|e| bad(format!("upstream base_url is not a URL: {e}")))?;
     url.path_segments_mut()
@@ -85,7 +85,7 @@ fn refusal(step: &Step<'_>, reply: &HttpReply, secret: &Secret) -> Outcome {
     }
     let outcome =
         (code == "rate_limit_exceeded").then_some(voxpool_domain::contract::Outcome::RateLimited);
-    flows::from_failure(
+    step::from_failure(
         http::ErrorAnswer::of(reply, code, &message, outcome).failure(PROVIDER, Some(secret)),
     )
 }
@@ -104,16 +104,16 @@ async fn send(
         &Gate::default(),
     )
     .await
-    .map_err(flows::from_failure)
+    .map_err(step::from_failure)
 }
 
 async fn create(ctx: &Context, step: Step<'_>, secret: &Secret) -> Result<Outcome, Outcome> {
-    let clips = flows::clips(ctx, step.task).await?;
+    let clips = step::clips(ctx, step.task).await?;
     let mut form = Form::new().text("name", step.task.pack_id.clone());
     for (i, clip) in clips.iter().enumerate() {
         let part = Part::bytes(clip.bytes.to_vec())
-            .file_name(flows::file_name(i, clip))
-            .mime_str(flows::media_type(clip))
+            .file_name(step::file_name(i, clip))
+            .mime_str(step::media_type(clip))
             .map_err(|e| Outcome::Failed(format!("clip {i}: {e}")))?;
         form = form.part("files", part);
     }

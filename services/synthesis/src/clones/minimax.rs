@@ -34,7 +34,7 @@ use voxpool_domain::{provider::Provider, secret::Secret, snapshot::Snapshot};
 
 use super::{
     Outcome, Work,
-    flows::{self, Context, Step},
+    step::{self, Context, Step},
 };
 use crate::adapters::{
     AudioFormat, Utterance, VendorRequest,
@@ -53,7 +53,7 @@ const KEEPALIVE_TEXT: &str = "Hi.";
 pub async fn run(ctx: &Context, step: Step<'_>) -> Outcome {
     let secret = match http::require_secret(PROVIDER, step.key) {
         Ok(s) => s,
-        Err(f) => return flows::from_failure(f),
+        Err(f) => return step::from_failure(f),
     };
     let result = match step.task.work {
         Work::Create => create(ctx, step, secret).await,
@@ -99,7 +99,7 @@ pub fn pack_of(voice_id: &str) -> &str {
 fn url(step: &Step<'_>, path: &str) -> Result<Url, Outcome> {
     let base = http::base_url(step.upstream.base_url.as_deref(), DEFAULT_BASE);
     let mut url = Url::parse(&format!("{base}{path}")).map_err(|e| {
-        flows::from_failure(http::upstream_config_failure(
+        step::from_failure(http::upstream_config_failure(
             PROVIDER,
             format!("upstream base_url is not a URL: {e}"),
         ))
@@ -125,7 +125,7 @@ async fn call(
         &Gate::default(),
     )
     .await
-    .map_err(|f| (None, flows::from_failure(f)))?;
+    .map_err(|f| (None, step::from_failure(f)))?;
     let doc: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
     let code = doc["base_resp"]["status_code"].as_i64();
     if reply.status.is_success() && code == Some(0) {
@@ -154,20 +154,20 @@ fn refusal(
     let label = code.map(|c| format!("status_code {c}")).unwrap_or_default();
     let failure =
         http::ErrorAnswer::of(reply, label, message, verdict).failure(PROVIDER, Some(secret));
-    match flows::from_failure(failure) {
+    match step::from_failure(failure) {
         Outcome::Failed(m) => Outcome::Failed(format!("scope {}: {m}", step.scope.id)),
         other => other,
     }
 }
 
 async fn create(ctx: &Context, step: Step<'_>, secret: &Secret) -> Result<Outcome, Outcome> {
-    let clips = flows::clips(ctx, step.task).await?;
+    let clips = step::clips(ctx, step.task).await?;
     let Some(clip) = clips.first() else {
         return Err(Outcome::Failed("no clip to clone from".into()));
     };
     let part = Part::bytes(clip.bytes.to_vec())
-        .file_name(flows::file_name(0, clip))
-        .mime_str(flows::media_type(clip))
+        .file_name(step::file_name(0, clip))
+        .mime_str(step::media_type(clip))
         .map_err(|e| Outcome::Failed(format!("clip 0: {e}")))?;
     let form = Form::new()
         .text("purpose", "voice_clone")
@@ -292,7 +292,7 @@ async fn keep_alive(ctx: &Context, step: Step<'_>) -> Result<Outcome, Outcome> {
             error: f.message,
             reclaimed: false,
         }),
-        Err(f) => Ok(flows::from_failure(f)),
+        Err(f) => Ok(step::from_failure(f)),
     }
 }
 

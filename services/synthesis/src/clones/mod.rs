@@ -23,6 +23,7 @@ pub mod dashscope;
 pub mod elevenlabs;
 pub mod flows;
 pub mod minimax;
+pub mod step;
 pub mod volcengine;
 pub mod worker;
 
@@ -260,7 +261,7 @@ pub fn spawn(
         return Ok(None);
     }
     let client = client::CloneWorkClientHandle::connect_lazy(catalog_url, token)?;
-    let ctx = flows::Context {
+    let ctx = step::Context {
         http: crate::adapters::http::shared_client()?,
         clips: core.references.clone(),
         adapters: Arc::new(core.adapters.clone()),

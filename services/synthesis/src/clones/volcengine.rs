@@ -23,7 +23,7 @@ use voxpool_domain::{provider::Provider, secret::Secret};
 
 use super::{
     Outcome, Work,
-    flows::{self, Context, Step},
+    step::{self, Context, Step},
 };
 use crate::adapters::{gate::Gate, http};
 
@@ -35,7 +35,7 @@ const DEFAULT_RESOURCE: &str = "volc.megatts.voiceclone";
 pub async fn run(ctx: &Context, step: Step<'_>) -> Outcome {
     let secret = match http::require_secret(PROVIDER, step.key) {
         Ok(s) => s,
-        Err(f) => return flows::from_failure(f),
+        Err(f) => return step::from_failure(f),
     };
     let result = match step.task.work {
         Work::Create => create(ctx, step, secret).await,
@@ -93,7 +93,7 @@ async fn call(
         &Gate::default(),
     )
     .await
-    .map_err(flows::from_failure)?;
+    .map_err(step::from_failure)?;
     let doc: Value = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
     let code = doc["BaseResp"]["StatusCode"].as_i64();
     if reply.status.is_success() && code == Some(0) {
@@ -108,7 +108,7 @@ async fn call(
         .then_some(voxpool_domain::contract::Outcome::ClientError);
     let failure =
         http::ErrorAnswer::of(&reply, label, message, verdict).failure(PROVIDER, Some(secret));
-    Err(match flows::from_failure(failure) {
+    Err(match step::from_failure(failure) {
         Outcome::Failed(m) => Outcome::Failed(format!("scope {}: {m}", step.scope.id)),
         other => other,
     })
@@ -155,7 +155,7 @@ async fn create(ctx: &Context, step: Step<'_>, secret: &Secret) -> Result<Outcom
             ids.join(", ")
         )));
     };
-    let clips = flows::clips(ctx, step.task).await?;
+    let clips = step::clips(ctx, step.task).await?;
     let Some(clip) = clips.first() else {
         return Err(Outcome::Failed("no clip to clone from".into()));
     };
@@ -165,7 +165,7 @@ async fn create(ctx: &Context, step: Step<'_>, secret: &Secret) -> Result<Outcom
         "speaker_id": speaker,
         "audios": [{
             "audio_bytes": base64::engine::general_purpose::STANDARD.encode(&clip.bytes),
-            "audio_format": flows::extension(clip),
+            "audio_format": step::extension(clip),
             "text": clip.reference.transcript,
         }],
         "source": 2,

@@ -25,7 +25,8 @@ use tokio_util::sync::CancellationToken;
 use super::{
     Outcome, ScopeKeys, Task,
     client::{ClientError, CloneWorkClientHandle},
-    flows::{self, Context},
+    flows,
+    step::Context,
 };
 
 /// At most one warning about an unreachable catalog this often.
