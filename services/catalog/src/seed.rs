@@ -20,6 +20,7 @@
 //! extra = { }                             # optional vendor options (part of the identity)
 //! # optional, selfhosted packs and managed clones: reference clips, paths relative to the seed file
 //! references = [{ file = "clips/ada.wav", transcript = "What the clip says.", language = "en-US", emotion = "calm", weight = 1 }]
+//! replicate = { max_scopes = 3 }          # optional, managed clones only: most clone scopes at once (1..=64, default 1)
 //! ```
 //!
 //! A pack's clips are checked like AddReference's (`crate::reference`), put into the blob
@@ -79,6 +80,15 @@ struct SeedPack {
     extra: BTreeMap<String, String>,
     #[serde(default)]
     references: Vec<SeedReference>,
+    #[serde(default)]
+    replicate: Option<SeedReplicate>,
+}
+
+/// A managed clone's `replicate = { max_scopes = N }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeedReplicate {
+    max_scopes: u32,
 }
 
 /// One clip of a seeded pack.
@@ -103,6 +113,8 @@ pub struct SeedEntry {
     pub spec: PackSpec,
     /// The bytes of each of its clips.
     pub clips: Vec<Vec<u8>>,
+    /// A managed clone's `replicate.max_scopes`.
+    pub max_scopes: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -247,10 +259,14 @@ fn parse_at(
             Ok(mut spec) => {
                 let unserved = pools.check(&spec, &prefix);
                 if unserved.is_empty() {
-                    match clips_of(&p, i, &spec, base) {
-                        Ok((refs, clips)) => {
+                    match replicate(&p, i).and_then(|m| Ok((clips_of(&p, i, &spec, base)?, m))) {
+                        Ok(((refs, clips), max_scopes)) => {
                             spec.references = refs;
-                            specs.push(SeedEntry { spec, clips });
+                            specs.push(SeedEntry {
+                                spec,
+                                clips,
+                                max_scopes,
+                            });
                         }
                         Err(e) => problems.push(e),
                     }
@@ -271,6 +287,30 @@ fn parse_at(
     } else {
         Err(problems.join("; "))
     }
+}
+
+/// Entry `i`'s `replicate.max_scopes`: only for a managed clone (kind CLONED, no voice_id, no
+/// upstream_ids), 1..=64.
+fn replicate(p: &SeedPack, i: usize) -> Result<Option<u32>, String> {
+    let Some(r) = &p.replicate else {
+        return Ok(None);
+    };
+    let field = format!("packs[{i}].replicate.max_scopes");
+    let managed = p
+        .kind
+        .as_deref()
+        .is_some_and(|k| k.eq_ignore_ascii_case("CLONED"))
+        && p.voice_id.is_empty()
+        && p.upstream_ids.is_empty();
+    if !managed {
+        return Err(format!(
+            "{field}: only a managed clone (kind CLONED with no voice_id and no upstream_ids) is cloned into scopes"
+        ));
+    }
+    if !(1..=64).contains(&r.max_scopes) {
+        return Err(format!("{field}: must be 1..=64, got {}", r.max_scopes));
+    }
+    Ok(Some(r.max_scopes))
 }
 
 fn to_pb(p: &SeedPack, i: usize) -> Result<pb::VoicePack, CatalogError> {
@@ -325,28 +365,38 @@ pub async fn apply(
     entries: Vec<SeedEntry>,
 ) -> Result<Vec<SeedOutcome>, CatalogError> {
     let mut outcomes = Vec::with_capacity(entries.len());
-    for SeedEntry { spec, clips: bytes } in entries {
+    for SeedEntry {
+        spec,
+        clips: bytes,
+        max_scopes,
+    } in entries
+    {
         let display_name = spec.display_name.clone();
-        if let Some(id) = grown_from(repo, &spec).await? {
-            outcomes.push(SeedOutcome::Existing { id, display_name });
-            continue;
-        }
-        for (r, audio) in spec.references.iter().zip(bytes) {
-            clips.put(&r.digest, audio).await?;
-        }
-        match repo.create(spec).await {
-            Ok(pack) => outcomes.push(SeedOutcome::Created {
-                id: pack.id,
-                display_name,
-            }),
-            Err(CatalogError::AlreadyExists { existing_id }) => {
-                outcomes.push(SeedOutcome::Existing {
+        let outcome = if let Some(id) = grown_from(repo, &spec).await? {
+            SeedOutcome::Existing { id, display_name }
+        } else {
+            for (r, audio) in spec.references.iter().zip(bytes) {
+                clips.put(&r.digest, audio).await?;
+            }
+            match repo.create(spec).await {
+                Ok(pack) => SeedOutcome::Created {
+                    id: pack.id,
+                    display_name,
+                },
+                Err(CatalogError::AlreadyExists { existing_id }) => SeedOutcome::Existing {
                     id: existing_id,
                     display_name,
-                });
+                },
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
+        };
+        if let (Some(n), Some(db)) = (max_scopes, repo.database()) {
+            let (SeedOutcome::Created { id, .. } | SeedOutcome::Existing { id, .. }) = &outcome;
+            crate::clones::store::CloneStore::new(db)
+                .set_max_scopes(id, n, now().timestamp_micros())
+                .await?;
         }
+        outcomes.push(outcome);
     }
     Ok(outcomes)
 }
@@ -459,6 +509,54 @@ mod tests {
                 "no {provider} pack"
             );
         }
+    }
+
+    #[test]
+    fn replicate_sets_a_managed_clones_max_scopes_and_is_refused_elsewhere() {
+        let base = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/config"));
+        let pack = |kind: &str, voice_id: &str, replicate: &str| {
+            format!(
+                r#"[[packs]]
+display_name = "Ada"
+provider = "elevenlabs"
+model = "eleven_multilingual_v2"
+voice_id = "{voice_id}"
+tts_model_id = "elevenlabs-clones"
+kind = "{kind}"
+tier = "PREMIUM"
+references = [{{ file = "clips/ada.wav", transcript = "Hello.", language = "en-US" }}]
+replicate = {replicate}
+"#
+            )
+        };
+        let pools = ServedPools::unknown();
+        let entries = parse_at(
+            &pack("CLONED", "", "{ max_scopes = 3 }"),
+            false,
+            &pools,
+            base,
+        )
+        .expect("a managed clone takes replicate");
+        assert_eq!(entries[0].max_scopes, Some(3));
+        let e = parse_at(
+            &pack("CLONED", "", "{ max_scopes = 0 }"),
+            false,
+            &pools,
+            base,
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("packs[0].replicate.max_scopes: must be 1..=64"),
+            "{e}"
+        );
+        // A hand-made clone (its voice id on the accounts it names) is not cloned by voxpool.
+        let hand_made = pack("CLONED", "v1", "{ max_scopes = 2 }")
+            .replace("kind = ", "upstream_ids = [\"acct\"]\nkind = ");
+        let e = parse_at(&hand_made, false, &pools, base).unwrap_err();
+        assert!(
+            e.contains("packs[0].replicate.max_scopes: only a managed clone"),
+            "{e}"
+        );
     }
 
     #[test]

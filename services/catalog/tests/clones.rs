@@ -1024,3 +1024,48 @@ async fn a_full_volcengine_scope_refuses_naming_the_scope_and_its_slots(backend:
     );
 }
 db_test!(a_full_volcengine_scope_refuses_naming_the_scope_and_its_slots);
+
+/// A seeded managed clone's `replicate = { max_scopes }` is the number of scopes CloneVoice
+/// without scopes fills.
+async fn a_seeded_replicate_sets_how_many_scopes_a_clone_fills(backend: Backend) {
+    let server = server(backend).await;
+    let dir = tempfile::tempdir().expect("seed dir");
+    std::fs::write(
+        dir.path().join("clip.wav"),
+        tone_wav(16_000, 1_500).expect("a WAV clip"),
+    )
+    .expect("clip file");
+    let seed = dir.path().join("packs.toml");
+    std::fs::write(
+        &seed,
+        r#"[[packs]]
+display_name = "Seeded clone"
+provider = "elevenlabs"
+model = "eleven_multilingual_v2"
+tts_model_id = "eleven"
+kind = "CLONED"
+tier = "PRO"
+references = [{ file = "clip.wav", transcript = "The quick brown fox.", language = "en-US" }]
+replicate = { max_scopes = 2 }
+"#,
+    )
+    .expect("seed file");
+    let pools = ServedPools::from_config(&Config::from_toml_str(POOLS).expect("pools"), "t");
+    let entries = voxpool_catalog::seed::load(&seed, &pools).expect("a valid seed");
+    let blobs = voxpool_runtime::blob::BlobStore::open(Some(&format!(
+        "file://{}",
+        server.blobs.path().display()
+    )))
+    .expect("blob store");
+    let clips = voxpool_catalog::reference::ClipStore::new(
+        blobs.folder(voxpool_catalog::reference::FOLDER),
+    );
+    let outcomes = voxpool_catalog::seed::apply(&server.repo, &clips, entries)
+        .await
+        .expect("seeded");
+    let (voxpool_catalog::seed::SeedOutcome::Created { id, .. }
+    | voxpool_catalog::seed::SeedOutcome::Existing { id, .. }) = &outcomes[0];
+    let clones = clone_voice(&server, id, &[]).await.expect("cloned");
+    assert_eq!(clones.len(), 2, "two scopes, as replicate says: {clones:?}");
+}
+db_test!(a_seeded_replicate_sets_how_many_scopes_a_clone_fills);
