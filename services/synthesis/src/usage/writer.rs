@@ -227,12 +227,14 @@ fn encode(event: &UsageEvent) -> Option<String> {
 
 impl Inner {
     fn push(&self, json: String) {
-        let full = match self.queue.lock() {
+        // Only the first record after the queue ran empty wakes the writer: it takes
+        // whatever came meanwhile with it, and a queue already waiting is sent next anyway.
+        let (full, first) = match self.queue.lock() {
             Ok(mut q) if q.len() < self.capacity => {
                 q.push_back(json);
-                false
+                (false, q.len() == 1)
             }
-            _ => true,
+            _ => (true, false),
         };
         if full {
             self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -241,7 +243,9 @@ impl Inner {
                 tracing::error!(store = %self.shown, capacity = self.capacity, dropped = self.dropped.load(Ordering::Relaxed), held = self.errors.take_held(), "usage records dropped: the usage store has not answered and the queue is full");
             }
         }
-        self.notify.notify_one();
+        if first {
+            self.notify.notify_one();
+        }
     }
 
     /// A batch the primary took but too few replicas acknowledged: logged like a failure,
