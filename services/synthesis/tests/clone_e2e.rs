@@ -25,112 +25,33 @@
 //! The catalog binary is found beside the test's target directory (`cargo build --workspace
 //! --bins`, as `make test` does, builds it).
 
-use std::{
-    io::{BufRead as _, BufReader},
-    net::SocketAddr,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
+mod common;
 
-use tokio::net::TcpListener;
+use std::time::Duration;
+
+use common::clones::{
+    self, ELEVEN_POOLS, Service, Workdir, authed, channel, eleven_fake, eleven_secret,
+};
 use tokio_util::sync::CancellationToken;
-use tonic::{Code, Request, transport::Channel};
+use tonic::Code;
 use tonic_types::StatusExt as _;
-use voxpool_config::Config;
-use voxpool_domain::{contract::SynthesisReason, secret::Secret};
-use voxpool_fake_vendors::{CloneConfig, FakeConfig, FakeVendor, VendorKind, audio::tone_wav};
+use voxpool_domain::contract::SynthesisReason;
+use voxpool_fake_vendors::{CloneConfig, FakeConfig, FakeVendor, VendorKind};
 use voxpool_proto::{
-    catalog::v1::{
-        self as pb, voice_catalog_admin_client::VoiceCatalogAdminClient,
-        voice_catalog_client::VoiceCatalogClient, voice_clone::CloneState,
-    },
+    catalog::v1::{self as pb, voice_catalog_client::VoiceCatalogClient, voice_clone::CloneState},
     scheduler::v1::{self as spb, pool_scheduler_client::PoolSchedulerClient},
-    synthesis::v1::{self as ypb, synthesis_client::SynthesisClient},
+    synthesis::v1 as ypb,
 };
-use voxpool_runtime::auth::AdminAuth;
 
-const ADMIN: &str = "clone-e2e-admin-token-0123456789";
 /// Longest a test waits for the catalog or a replica to reach a state it polls for.
 const PATIENCE: Duration = Duration::from_secs(40);
-
-/// A child process killed on drop, with the address of its first stdout line.
-struct Service {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(mut command: Command) -> Service {
-    command.env(
-        "RUST_LOG",
-        std::env::var("CLONE_TEST_LOG").unwrap_or_else(|_| "error".into()),
-    );
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("first line");
-    let addr = line
-        .split(" listening on ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("{command:?} printed {line:?} instead of its address"))
-        .trim()
-        .to_owned();
-    Service { child, addr }
-}
-
-/// `target/<profile>/voxpool-catalog`, beside this test's `deps/`.
-fn catalog_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let path = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("voxpool-catalog");
-    assert!(
-        path.exists(),
-        "{} not built: run `cargo build --workspace --bins` (make test does)",
-        path.display()
-    );
-    path
-}
-
-fn authed<T>(message: T) -> Request<T> {
-    let mut r = Request::new(message);
-    r.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {ADMIN}").parse().expect("metadata"),
-    );
-    r
-}
-
-async fn channel(addr: &str) -> Channel {
-    Channel::from_shared(format!("http://{addr}"))
-        .expect("url")
-        .connect()
-        .await
-        .unwrap_or_else(|e| panic!("connect {addr}: {e}"))
-}
 
 /// The catalog process, an in-process scheduler and synthesis replicas over one pools file
 /// (`{dir}` in it is the directory holding each key's credential file, named by the key).
 struct Stack {
-    dir: tempfile::TempDir,
-    config: PathBuf,
-    blobs: String,
+    work: Workdir,
     catalog: Service,
-    scheduler: SocketAddr,
+    scheduler: std::net::SocketAddr,
     replicas: Vec<Service>,
     shutdown: CancellationToken,
 }
@@ -145,35 +66,12 @@ impl Stack {
     /// Starts everything for `pools` with `credentials` (key file name → secret) and
     /// `replicas` synthesis replicas.
     async fn start(pools: &str, credentials: &[(&str, &str)], replicas: usize) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        for (file, secret) in credentials {
-            std::fs::write(dir.path().join(file), secret).expect("credential file");
-        }
-        let text = pools.replace("{dir}", &dir.path().display().to_string());
-        let config = dir.path().join("pools.toml");
-        std::fs::write(&config, &text).expect("pools file");
-        let parsed = Config::from_toml_str(&text).expect("config parses");
-        parsed
-            .validate(voxpool_config::Credentials::Ignore)
-            .expect("config valid");
-        let blobs = format!("file://{}", dir.path().join("blobs").display());
-        let mut c = Command::new(catalog_binary());
-        c.args(["--listen", "127.0.0.1:0", "--blob-store", &blobs])
-            .arg("--database")
-            .arg(format!(
-                "sqlite://{}?mode=rwc",
-                dir.path().join("catalog.db").display()
-            ))
-            .arg("--config")
-            .arg(&config)
-            .env("VOXPOOL_ADMIN_TOKEN", ADMIN);
-        let catalog = start(c);
+        let work = Workdir::new(pools, credentials);
+        let catalog = work.catalog("127.0.0.1:0");
         let shutdown = CancellationToken::new();
-        let scheduler = scheduler(&parsed, shutdown.clone()).await;
+        let scheduler = clones::admin_scheduler(&work.parsed, shutdown.clone()).await;
         let mut stack = Self {
-            dir,
-            config,
-            blobs,
+            work,
             catalog,
             scheduler,
             replicas: Vec::new(),
@@ -188,55 +86,14 @@ impl Stack {
 
     /// A synthesis replica with its clone worker.
     fn synthesis(&self) -> Service {
-        let mut y = Command::new(env!("CARGO_BIN_EXE_voxpool-synthesis"));
-        y.arg("--config")
-            .arg(&self.config)
-            .args(["--listen", "127.0.0.1:0", "--cache", "off"])
-            .args(["--blob-store", &self.blobs])
-            .args(["--scheduler", &format!("http://{}", self.scheduler)])
-            .args(["--catalog", &format!("http://{}", self.catalog.addr)])
-            .args(["--clone-lease-ms", "3000", "--clone-poll-ms", "500"])
-            .env("VOXPOOL_ADMIN_TOKEN", ADMIN)
-            .env_remove("VOXPOOL_CLIENT_TOKEN")
-            .current_dir(self.dir.path());
-        start(y)
-    }
-
-    async fn admin(&self) -> VoiceCatalogAdminClient<Channel> {
-        VoiceCatalogAdminClient::new(channel(&self.catalog.addr).await)
+        let scheduler = format!("http://{}", self.scheduler);
+        clones::start(self.work.synthesis(&scheduler, &self.catalog.addr))
     }
 
     /// A managed clone pack on `pool` with one clip (a tone of `ms`); its id.
     async fn pack(&self, provider: &str, model: &str, pool: &str, ms: u32) -> String {
-        let mut admin = self.admin().await;
-        let pack = pb::VoicePack {
-            display_name: format!("{provider} clone {ms}"),
-            provider: provider.into(),
-            model: model.into(),
-            tts_model_id: pool.into(),
-            tier: pb::Tier::Standard as i32,
-            kind: pb::voice_pack::Kind::Cloned as i32,
-            locales: vec!["en-US".into()],
-            ..Default::default()
-        };
-        let id = admin
-            .create_voice_pack(authed(pb::CreateVoicePackRequest {
-                voice_pack: Some(pack),
-            }))
-            .await
-            .expect("create pack")
-            .into_inner()
-            .id;
-        admin
-            .add_reference(authed(pb::AddReferenceRequest {
-                pack_id: id.clone(),
-                audio: tone_wav(16_000, ms).expect("clip"),
-                transcript: "The quick brown fox.".into(),
-                ..Default::default()
-            }))
-            .await
-            .expect("add reference");
-        id
+        let pack = clones::cloned_pack(format!("{provider} clone {ms}"), provider, model, pool);
+        clones::create_pack(&self.catalog.addr, pack, clones::tone_reference(ms)).await
     }
 
     async fn clone_voice(
@@ -245,46 +102,21 @@ impl Stack {
         scope: &str,
         max_scopes: u32,
     ) -> Result<Vec<pb::VoiceClone>, tonic::Status> {
-        self.admin()
-            .await
-            .clone_voice(authed(pb::CloneVoiceRequest {
-                pack_id: pack_id.into(),
-                scopes: vec![scope.into()],
-                max_scopes,
-            }))
-            .await
-            .map(|r| r.into_inner().clones)
+        clones::clone_voice(&self.catalog.addr, pack_id, scope, max_scopes).await
     }
 
     async fn clones(&self, pack_id: &str) -> Vec<pb::VoiceClone> {
-        self.admin()
-            .await
-            .list_clones(authed(pb::ListClonesRequest {
-                pack_id: pack_id.into(),
-            }))
-            .await
-            .expect("list clones")
-            .into_inner()
-            .clones
+        clones::list_clones(&self.catalog.addr, pack_id).await
     }
 
-    /// The pack's clones once `done` holds of them (checked every 100 ms: the catalog has no
-    /// change feed to wait on).
+    /// The pack's clones once `done` holds of them (see [`clones::until`]).
     async fn until(
         &self,
         pack_id: &str,
         what: &str,
         done: impl Fn(&[pb::VoiceClone]) -> bool,
     ) -> Vec<pb::VoiceClone> {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let clones = self.clones(pack_id).await;
-            if done(&clones) {
-                return clones;
-            }
-            assert!(Instant::now() < deadline, "never {what}: {clones:?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        clones::until(&self.catalog.addr, pack_id, what, PATIENCE, done).await
     }
 
     /// The pack's clone in `scope` once READY.
@@ -316,16 +148,7 @@ impl Stack {
         replica: usize,
         pack_id: &str,
     ) -> Result<ypb::SynthesizeResponse, tonic::Status> {
-        let mut request = Request::new(ypb::SynthesizeRequest {
-            voice: Some(ypb::synthesize_request::Voice::PackId(pack_id.into())),
-            text: "Hello from the cloned voice.".into(),
-            ..Default::default()
-        });
-        request.set_timeout(Duration::from_secs(30));
-        SynthesisClient::new(channel(&self.replicas[replica].addr).await)
-            .synthesize(request)
-            .await
-            .map(tonic::Response::into_inner)
+        clones::synthesize(&self.replicas[replica].addr, pack_id).await
     }
 
     /// `n` requests for `pack_id` at once, spread over the replicas.
@@ -338,20 +161,9 @@ impl Stack {
         futures::future::join_all(calls).await
     }
 
-    /// The first answer on `replica` that is served, asking again while the answer is
-    /// UNAVAILABLE (a clone being made, or the replica's few seconds of cached clone rows).
+    /// The first answer on `replica` that is served (see [`clones::until_served`]).
     async fn until_served(&self, replica: usize, pack_id: &str) -> ypb::SynthesizeResponse {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            match self.synthesize(replica, pack_id).await {
-                Ok(served) => return served,
-                Err(status) => {
-                    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-                    assert!(Instant::now() < deadline, "never served: {status:?}");
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        clones::until_served(&self.replicas[replica].addr, pack_id, PATIENCE).await
     }
 
     async fn disable_key(&self, pool: &str, key_id: &str) {
@@ -365,84 +177,15 @@ impl Stack {
     }
 }
 
-/// A scheduler on the memory store whose admin RPCs take [`ADMIN`].
-async fn scheduler(config: &Config, shutdown: CancellationToken) -> SocketAddr {
-    let store = voxpool_scheduler::server::open_store("memory", config)
-        .await
-        .expect("memory store");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let config = config.clone();
-    tokio::spawn(async move {
-        voxpool_scheduler::server::serve(
-            listener,
-            store,
-            &config,
-            AdminAuth::with_token(Secret::new(ADMIN)),
-            shutdown,
-        )
-        .await
-        .expect("scheduler serve");
-    });
-    addr
-}
-
-const ELEVEN: &str = r#"
-[scheduler]
-wait_poll_ms = 10
-
-[[pools]]
-id = "eleven"
-provider = "elevenlabs"
-model = "eleven_multilingual_v2"
-[[pools.upstreams]]
-id = "team-a"
-base_url = "{url}"
-clone = { slots = {slots} }
-[[pools.upstreams.keys]]
-id = "a1"
-capacity = 2
-credential = { file = "{dir}/a1" }
-[[pools.upstreams.keys]]
-id = "a2"
-capacity = 2
-credential = { file = "{dir}/a2" }
-[[pools.upstreams]]
-id = "team-b"
-base_url = "{url}"
-clone = { slots = 5 }
-[[pools.upstreams.keys]]
-id = "b1"
-capacity = 2
-credential = { file = "{dir}/b1" }
-"#;
-
-fn eleven_secret(k: &str) -> String {
-    format!("eleven-secret-{k}")
-}
-
 /// The fake ElevenLabs (workspace ws-a holds `ws_a_slots` clones) and a stack whose team-a
 /// scope has `slots` slots.
 async fn eleven(replicas: usize, slots: u32, ws_a_slots: u32) -> (FakeVendor, Stack) {
-    let clones = CloneConfig::for_vendor(VendorKind::ElevenLabs)
-        .scope(eleven_secret("a1"), "ws-a")
-        .scope(eleven_secret("a2"), "ws-a")
-        .scope(eleven_secret("b1"), "ws-b")
-        .scope_slots("ws-a", ws_a_slots);
-    let fake = FakeVendor::start(FakeConfig::new(VendorKind::ElevenLabs).clones(clones))
-        .await
-        .expect("fake");
-    let pools = ELEVEN
+    let fake = eleven_fake(Some(ws_a_slots)).await;
+    let pools = ELEVEN_POOLS
         .replace("{url}", &fake.base_url())
         .replace("{slots}", &slots.to_string());
-    let secrets: Vec<(String, String)> = ["a1", "a2", "b1"]
-        .iter()
-        .map(|k| ((*k).to_owned(), eleven_secret(k)))
-        .collect();
-    let credentials: Vec<(&str, &str)> = secrets
-        .iter()
-        .map(|(k, s)| (k.as_str(), s.as_str()))
-        .collect();
+    let secrets = ["a1", "a2", "b1"].map(|k| (k, eleven_secret(k)));
+    let credentials = secrets.each_ref().map(|(k, s)| (*k, s.as_str()));
     let stack = Stack::start(&pools, &credentials, replicas).await;
     (fake, stack)
 }

@@ -15,31 +15,21 @@
 //! The catalog binary is found beside the test's target directory (`cargo build --workspace
 //! --bins`, as `make test` does, builds it).
 
-use std::{
-    io::{BufRead as _, BufReader},
-    net::SocketAddr,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
+mod common;
 
-use tokio::net::TcpListener;
+use std::{net::SocketAddr, time::Duration};
+
+use common::clones::{self, Service, Workdir};
 use tokio_util::sync::CancellationToken;
-use tonic::{Code, Request, transport::Channel};
-use voxpool_config::Config;
-use voxpool_domain::secret::Secret;
+use tonic::Code;
 use voxpool_fake_vendors::{
-    CloneConfig, CloneState as FakeState, FakeConfig, FakeVendor, VendorKind, audio::tone_wav,
+    CloneConfig, CloneState as FakeState, FakeConfig, FakeVendor, VendorKind,
 };
 use voxpool_proto::{
-    catalog::v1::{
-        self as pb, voice_catalog_admin_client::VoiceCatalogAdminClient, voice_clone::CloneState,
-    },
-    synthesis::v1::{self as ypb, synthesis_client::SynthesisClient},
+    catalog::v1::{self as pb, voice_clone::CloneState},
+    synthesis::v1 as ypb,
 };
-use voxpool_runtime::auth::AdminAuth;
 
-const ADMIN: &str = "clone-restart-admin-token-0123456789";
 const MODEL: &str = "cosyvoice-v2";
 /// Longest a test waits for the catalog or a replica to reach a state it polls for.
 const PATIENCE: Duration = Duration::from_secs(40);
@@ -80,104 +70,11 @@ fn secret(key: &str) -> String {
     format!("dashscope-secret-{key}")
 }
 
-/// A child process killed (SIGKILL) on drop, with the address of its first stdout line.
-struct Service {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(mut command: Command) -> Service {
-    command.env(
-        "RUST_LOG",
-        std::env::var("CLONE_TEST_LOG").unwrap_or_else(|_| "error".into()),
-    );
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("first line");
-    let addr = line
-        .split(" listening on ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("{command:?} printed {line:?} instead of its address"))
-        .trim()
-        .to_owned();
-    Service { child, addr }
-}
-
-/// `target/<profile>/voxpool-catalog`, beside this test's `deps/`.
-fn catalog_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let path = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("voxpool-catalog");
-    assert!(
-        path.exists(),
-        "{} not built: run `cargo build --workspace --bins` (make test does)",
-        path.display()
-    );
-    path
-}
-
-fn authed<T>(message: T) -> Request<T> {
-    let mut r = Request::new(message);
-    r.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {ADMIN}").parse().expect("metadata"),
-    );
-    r
-}
-
-async fn channel(addr: &str) -> Channel {
-    Channel::from_shared(format!("http://{addr}"))
-        .expect("url")
-        .connect()
-        .await
-        .unwrap_or_else(|e| panic!("connect {addr}: {e}"))
-}
-
-/// A scheduler on the memory store whose admin RPCs take [`ADMIN`].
-async fn scheduler(config: &Config, shutdown: CancellationToken) -> SocketAddr {
-    let store = voxpool_scheduler::server::open_store("memory", config)
-        .await
-        .expect("memory store");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let config = config.clone();
-    tokio::spawn(async move {
-        voxpool_scheduler::server::serve(
-            listener,
-            store,
-            &config,
-            AdminAuth::with_token(Secret::new(ADMIN)),
-            shutdown,
-        )
-        .await
-        .expect("scheduler serve");
-    });
-    addr
-}
-
 /// The fake DashScope (acct-a: keys a1, a2; acct-b: key b1), the catalog process, an
 /// in-process scheduler and one synthesis replica, each of the processes restartable.
 struct Stack {
     fake: FakeVendor,
-    dir: tempfile::TempDir,
-    config: PathBuf,
-    blobs: String,
+    work: Workdir,
     catalog: Option<Service>,
     catalog_addr: String,
     scheduler: SocketAddr,
@@ -201,24 +98,14 @@ impl Stack {
         let fake = FakeVendor::start(FakeConfig::new(VendorKind::DashScope).clones(clones))
             .await
             .expect("fake");
-        let dir = tempfile::tempdir().expect("tempdir");
-        for key in ["a1", "a2", "b1"] {
-            std::fs::write(dir.path().join(key), secret(key)).expect("credential file");
-        }
-        let text = POOLS
-            .replace("{url}", &fake.base_url())
-            .replace("{dir}", &dir.path().display().to_string());
-        let config = dir.path().join("pools.toml");
-        std::fs::write(&config, &text).expect("pools file");
-        let parsed = Config::from_toml_str(&text).expect("config parses");
-        let blobs = format!("file://{}", dir.path().join("blobs").display());
+        let secrets = ["a1", "a2", "b1"].map(|k| (k, secret(k)));
+        let credentials = secrets.each_ref().map(|(k, s)| (*k, s.as_str()));
+        let work = Workdir::new(&POOLS.replace("{url}", &fake.base_url()), &credentials);
         let shutdown = CancellationToken::new();
-        let scheduler = scheduler(&parsed, shutdown.clone()).await;
+        let scheduler = clones::admin_scheduler(&work.parsed, shutdown.clone()).await;
         let mut stack = Self {
             fake,
-            dir,
-            config,
-            blobs,
+            work,
             catalog: None,
             catalog_addr: "127.0.0.1:0".into(),
             scheduler,
@@ -232,111 +119,41 @@ impl Stack {
 
     /// Starts the catalog on its database, at the address it had before (first: any port).
     fn start_catalog(&mut self) {
-        let mut c = Command::new(catalog_binary());
-        c.args(["--listen", &self.catalog_addr, "--blob-store", &self.blobs])
-            .arg("--database")
-            .arg(format!(
-                "sqlite://{}?mode=rwc",
-                self.dir.path().join("catalog.db").display()
-            ))
-            .arg("--config")
-            .arg(&self.config)
-            .env("VOXPOOL_ADMIN_TOKEN", ADMIN);
-        let catalog = start(c);
+        let catalog = self.work.catalog(&self.catalog_addr);
         self.catalog_addr = catalog.addr.clone();
         self.catalog = Some(catalog);
     }
 
     /// A synthesis replica with its clone worker.
     fn start_replica(&mut self) {
-        let mut y = Command::new(env!("CARGO_BIN_EXE_voxpool-synthesis"));
-        y.arg("--config")
-            .arg(&self.config)
-            .args(["--listen", "127.0.0.1:0", "--cache", "off"])
-            .args(["--blob-store", &self.blobs])
-            .args(["--scheduler", &format!("http://{}", self.scheduler)])
-            .args(["--catalog", &format!("http://{}", self.catalog_addr)])
-            .args(["--clone-lease-ms", "3000", "--clone-poll-ms", "500"])
-            .env("VOXPOOL_ADMIN_TOKEN", ADMIN)
-            .env_remove("VOXPOOL_CLIENT_TOKEN")
-            .current_dir(self.dir.path());
-        self.replica = Some(start(y));
-    }
-
-    async fn admin(&self) -> VoiceCatalogAdminClient<Channel> {
-        VoiceCatalogAdminClient::new(channel(&self.catalog_addr).await)
+        let scheduler = format!("http://{}", self.scheduler);
+        let y = self.work.synthesis(&scheduler, &self.catalog_addr);
+        self.replica = Some(clones::start(y));
     }
 
     /// A managed clone pack on pool `ds` with one clip; its id.
     async fn pack(&self) -> String {
-        let mut admin = self.admin().await;
-        let pack = pb::VoicePack {
-            display_name: "dashscope clone".into(),
-            provider: "dashscope".into(),
-            model: MODEL.into(),
-            tts_model_id: "ds".into(),
-            tier: pb::Tier::Standard as i32,
-            kind: pb::voice_pack::Kind::Cloned as i32,
-            locales: vec!["en-US".into()],
-            ..Default::default()
+        let pack = clones::cloned_pack("dashscope clone", "dashscope", MODEL, "ds");
+        let reference = pb::AddReferenceRequest {
+            language: "en-US".into(),
+            ..clones::tone_reference(1_500)
         };
-        let id = admin
-            .create_voice_pack(authed(pb::CreateVoicePackRequest {
-                voice_pack: Some(pack),
-            }))
-            .await
-            .expect("create pack")
-            .into_inner()
-            .id;
-        admin
-            .add_reference(authed(pb::AddReferenceRequest {
-                pack_id: id.clone(),
-                audio: tone_wav(16_000, 1_500).expect("clip"),
-                transcript: "The quick brown fox.".into(),
-                language: "en-US".into(),
-                ..Default::default()
-            }))
-            .await
-            .expect("add reference");
-        id
+        clones::create_pack(&self.catalog_addr, pack, reference).await
     }
 
     async fn clone_into(&self, pack_id: &str, scope: &str) {
-        self.admin()
-            .await
-            .clone_voice(authed(pb::CloneVoiceRequest {
-                pack_id: pack_id.into(),
-                scopes: vec![scope.into()],
-                max_scopes: 0,
-            }))
+        clones::clone_voice(&self.catalog_addr, pack_id, scope, 0)
             .await
             .expect("clone voice");
     }
 
-    async fn clones(&self, pack_id: &str) -> Vec<pb::VoiceClone> {
-        self.admin()
-            .await
-            .list_clones(authed(pb::ListClonesRequest {
-                pack_id: pack_id.into(),
-            }))
-            .await
-            .expect("list clones")
-            .into_inner()
-            .clones
-    }
-
-    /// The pack's only clone once it is in `state` (checked every 100 ms: the catalog has no
-    /// change feed to wait on).
+    /// The pack's only clone once it is in `state` (see [`clones::until`]).
     async fn until(&self, pack_id: &str, state: CloneState) -> pb::VoiceClone {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let mut clones = self.clones(pack_id).await;
-            if clones.len() == 1 && clones[0].state == state as i32 {
-                return clones.remove(0);
-            }
-            assert!(Instant::now() < deadline, "never {state:?}: {clones:?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let what = format!("{state:?}");
+        let done = clones::state_is(state);
+        clones::until(&self.catalog_addr, pack_id, &what, PATIENCE, done)
+            .await
+            .remove(0)
     }
 
     /// The clone TRAINING in acct-a, checked DEPLOYING at the fake.
@@ -355,33 +172,17 @@ impl Stack {
     }
 
     async fn synthesize(&self, pack_id: &str) -> Result<ypb::SynthesizeResponse, tonic::Status> {
-        let mut request = Request::new(ypb::SynthesizeRequest {
-            voice: Some(ypb::synthesize_request::Voice::PackId(pack_id.into())),
-            text: "Hello from the cloned voice.".into(),
-            ..Default::default()
-        });
-        request.set_timeout(Duration::from_secs(30));
-        let replica = self.replica.as_ref().expect("a replica runs");
-        SynthesisClient::new(channel(&replica.addr).await)
-            .synthesize(request)
-            .await
-            .map(tonic::Response::into_inner)
+        clones::synthesize(&self.replica_addr(), pack_id).await
     }
 
-    /// The first answer that is served, asking again while it is UNAVAILABLE (a clone being
-    /// made, or the replica's few seconds of cached clone rows).
+    /// The first answer that is served (see [`clones::until_served`]).
     async fn until_served(&self, pack_id: &str) -> ypb::SynthesizeResponse {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            match self.synthesize(pack_id).await {
-                Ok(served) => return served,
-                Err(status) => {
-                    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-                    assert!(Instant::now() < deadline, "never served: {status:?}");
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        clones::until_served(&self.replica_addr(), pack_id, PATIENCE).await
+    }
+
+    fn replica_addr(&self) -> String {
+        let replica = self.replica.as_ref().expect("a replica runs");
+        replica.addr.clone()
     }
 
     fn creates(&self) -> u64 {

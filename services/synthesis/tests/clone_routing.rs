@@ -19,26 +19,23 @@
 mod common;
 
 use std::{
-    io::{BufRead as _, BufReader},
     net::SocketAddr,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
+use common::clones::{
+    self, ADMIN, ELEVEN_POOLS, Service, Workdir, authed, channel, eleven_fake,
+    eleven_secret as secret,
+};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::{Code, Request, transport::Channel};
-use voxpool_config::Config;
+use tonic::{Code, transport::Channel};
 use voxpool_domain::{contract::SynthesisReason, secret::Secret};
-use voxpool_fake_vendors::{CloneConfig, FakeConfig, FakeVendor, VendorKind, audio::tone_wav};
+use voxpool_fake_vendors::{FakeVendor, audio::tone_wav};
 use voxpool_proto::{
-    catalog::v1::{
-        self as pb, clone_work_client::CloneWorkClient,
-        voice_catalog_admin_client::VoiceCatalogAdminClient, voice_clone::CloneState,
-    },
+    catalog::v1::{self as pb, clone_work_client::CloneWorkClient, voice_clone::CloneState},
     scheduler::v1::{self as spb, pool_scheduler_client::PoolSchedulerClient},
-    synthesis::v1::{self as ypb, synthesis_client::SynthesisClient},
+    synthesis::v1 as ypb,
 };
 use voxpool_runtime::{
     auth::{AdminAuth, ClientToken},
@@ -49,112 +46,11 @@ use voxpool_synthesis::{
     server::{self, Options},
 };
 
-const ADMIN: &str = "clone-routing-admin-token-0123456789";
-
-/// A child process killed on drop, with the address of its first stdout line.
-struct Service {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `target/<profile>/voxpool-catalog`, beside this test's `deps/`.
-fn catalog_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let path = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("voxpool-catalog");
-    assert!(
-        path.exists(),
-        "{} not built: run `cargo build --workspace --bins` (make test does)",
-        path.display()
-    );
-    path
-}
-
-fn start_catalog(dir: &Path, config: &Path, blobs: &str) -> Service {
-    let mut command = Command::new(catalog_binary());
-    command
-        .args(["--listen", "127.0.0.1:0", "--blob-store", blobs])
-        .arg("--database")
-        .arg(format!(
-            "sqlite://{}?mode=rwc",
-            dir.join("catalog.db").display()
-        ))
-        .arg("--config")
-        .arg(config)
-        .env("VOXPOOL_ADMIN_TOKEN", ADMIN)
-        .env(
-            "RUST_LOG",
-            std::env::var("CLONE_TEST_LOG").unwrap_or_else(|_| "error".into()),
-        );
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn catalog");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("first line");
-    let addr = line
-        .split(" listening on ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("the catalog printed {line:?} instead of its address"))
-        .trim()
-        .to_owned();
-    Service { child, addr }
-}
-
-const POOLS: &str = r#"
-[scheduler]
-wait_poll_ms = 10
-
-[[pools]]
-id = "eleven"
-provider = "elevenlabs"
-model = "eleven_multilingual_v2"
-[[pools.upstreams]]
-id = "team-a"
-base_url = "{url}"
-clone = { slots = 5 }
-[[pools.upstreams.keys]]
-id = "a1"
-capacity = 2
-credential = { file = "{dir}/a1" }
-[[pools.upstreams.keys]]
-id = "a2"
-capacity = 2
-credential = { file = "{dir}/a2" }
-[[pools.upstreams]]
-id = "team-b"
-base_url = "{url}"
-clone = { slots = 5 }
-[[pools.upstreams.keys]]
-id = "b1"
-capacity = 2
-credential = { file = "{dir}/b1" }
-"#;
-
-/// The secret of key `k` (what the fake counts requests by).
-fn secret(k: &str) -> String {
-    format!("eleven-secret-{k}")
-}
-
 /// The fake, the catalog process, an in-process scheduler and synthesis replicas.
 struct Stack {
-    _dir: tempfile::TempDir,
+    work: Workdir,
     fake: FakeVendor,
     catalog: Service,
-    config: Config,
     scheduler: SocketAddr,
     replicas: Vec<SocketAddr>,
     shutdown: CancellationToken,
@@ -168,35 +64,20 @@ impl Drop for Stack {
 
 impl Stack {
     async fn start(replicas: usize) -> Self {
-        let clones = CloneConfig::for_vendor(VendorKind::ElevenLabs)
-            .scope(secret("a1"), "ws-a")
-            .scope(secret("a2"), "ws-a")
-            .scope(secret("b1"), "ws-b");
-        let fake = FakeVendor::start(FakeConfig::new(VendorKind::ElevenLabs).clones(clones))
-            .await
-            .expect("fake");
-        let dir = tempfile::tempdir().expect("tempdir");
-        for k in ["a1", "a2", "b1"] {
-            std::fs::write(dir.path().join(k), secret(k)).expect("credential file");
-        }
-        let text = POOLS
+        let fake = eleven_fake(None).await;
+        let pools = ELEVEN_POOLS
             .replace("{url}", &fake.base_url())
-            .replace("{dir}", &dir.path().display().to_string());
-        let path = dir.path().join("pools.toml");
-        std::fs::write(&path, &text).expect("pools file");
-        let config = Config::from_toml_str(&text).expect("config parses");
-        config
-            .validate(voxpool_config::Credentials::Ignore)
-            .expect("config valid");
-        let blobs = format!("file://{}", dir.path().join("blobs").display());
-        let catalog = start_catalog(dir.path(), &path, &blobs);
+            .replace("{slots}", "5");
+        let secrets = ["a1", "a2", "b1"].map(|k| (k, secret(k)));
+        let credentials = secrets.each_ref().map(|(k, s)| (*k, s.as_str()));
+        let work = Workdir::new(&pools, &credentials);
+        let catalog = work.catalog("127.0.0.1:0");
         let shutdown = CancellationToken::new();
-        let (scheduler, _) = common::start_scheduler(&config, shutdown.clone()).await;
+        let (scheduler, _) = common::start_scheduler(&work.parsed, shutdown.clone()).await;
         let mut stack = Self {
-            _dir: dir,
+            work,
             fake,
             catalog,
-            config,
             scheduler,
             replicas: Vec::new(),
             shutdown,
@@ -220,7 +101,7 @@ impl Stack {
             usage_store: None,
         };
         let core = server::build(
-            &self.config,
+            &self.work.parsed,
             registry::builtin(&AdapterOptions::default()),
             &options,
         )
@@ -237,66 +118,28 @@ impl Stack {
     }
 
     async fn channel(&self) -> Channel {
-        Channel::from_shared(format!("http://{}", self.catalog.addr))
-            .expect("url")
-            .connect()
-            .await
-            .expect("catalog")
+        channel(&self.catalog.addr).await
     }
 
     /// A managed clone pack on the pool with one clip; its id.
     async fn pack(&self) -> String {
-        let mut admin = VoiceCatalogAdminClient::new(self.channel().await);
-        let pack = pb::VoicePack {
-            display_name: "routed clone".into(),
-            provider: "elevenlabs".into(),
-            model: "eleven_multilingual_v2".into(),
-            tts_model_id: "eleven".into(),
-            tier: pb::Tier::Standard as i32,
-            kind: pb::voice_pack::Kind::Cloned as i32,
-            locales: vec!["en-US".into()],
-            ..Default::default()
-        };
-        let id = admin
-            .create_voice_pack(authed(pb::CreateVoicePackRequest {
-                voice_pack: Some(pack),
-            }))
-            .await
-            .expect("create pack")
-            .into_inner()
-            .id;
-        admin
-            .add_reference(authed(pb::AddReferenceRequest {
-                pack_id: id.clone(),
-                audio: tone_wav(16_000, 1_500).expect("clip"),
-                transcript: "The quick brown fox.".into(),
-                ..Default::default()
-            }))
-            .await
-            .expect("add reference");
-        id
+        let pack = clones::cloned_pack(
+            "routed clone",
+            "elevenlabs",
+            "eleven_multilingual_v2",
+            "eleven",
+        );
+        clones::create_pack(&self.catalog.addr, pack, clones::tone_reference(1_500)).await
     }
 
     async fn clones(&self, pack_id: &str) -> Vec<pb::VoiceClone> {
-        VoiceCatalogAdminClient::new(self.channel().await)
-            .list_clones(authed(pb::ListClonesRequest {
-                pack_id: pack_id.into(),
-            }))
-            .await
-            .expect("list clones")
-            .into_inner()
-            .clones
+        clones::list_clones(&self.catalog.addr, pack_id).await
     }
 
     /// Plays the clone worker: clones `pack_id` into `scope` at the fake with key `key` and
     /// reports it READY with the vendor's id; answers the id.
     async fn ready_clone(&self, pack_id: &str, scope: &str, key: &str) -> String {
-        VoiceCatalogAdminClient::new(self.channel().await)
-            .clone_voice(authed(pb::CloneVoiceRequest {
-                pack_id: pack_id.into(),
-                scopes: vec![scope.into()],
-                max_scopes: 0,
-            }))
+        clones::clone_voice(&self.catalog.addr, pack_id, scope, 0)
             .await
             .expect("clone voice");
         let mut work = CloneWorkClient::new(self.channel().await);
@@ -361,30 +204,11 @@ impl Stack {
         replica: usize,
         pack_id: &str,
     ) -> Result<ypb::SynthesizeResponse, tonic::Status> {
-        let channel = Channel::from_shared(format!("http://{}", self.replicas[replica]))
-            .expect("url")
-            .connect()
-            .await
-            .expect("synthesis");
-        let mut request = Request::new(ypb::SynthesizeRequest {
-            voice: Some(ypb::synthesize_request::Voice::PackId(pack_id.into())),
-            text: "Hello from the cloned voice.".into(),
-            ..Default::default()
-        });
-        request.set_timeout(Duration::from_secs(30));
-        SynthesisClient::new(channel)
-            .synthesize(request)
-            .await
-            .map(tonic::Response::into_inner)
+        clones::synthesize(&self.replicas[replica].to_string(), pack_id).await
     }
 
     async fn pool_status(&self) -> spb::PoolStatus {
-        let channel = Channel::from_shared(format!("http://{}", self.scheduler))
-            .expect("url")
-            .connect()
-            .await
-            .expect("scheduler");
-        PoolSchedulerClient::new(channel)
+        PoolSchedulerClient::new(channel(&self.scheduler.to_string()).await)
             .get_pool_status(spb::GetPoolStatusRequest {
                 pool: "eleven".into(),
             })
@@ -396,15 +220,6 @@ impl Stack {
     fn requests(&self, key: &str) -> u64 {
         self.fake.key_stats(&secret(key)).total_requests
     }
-}
-
-fn authed<T>(message: T) -> Request<T> {
-    let mut r = Request::new(message);
-    r.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {ADMIN}").parse().expect("metadata"),
-    );
-    r
 }
 
 fn assert_clone_pending(status: &tonic::Status, scope: &str) {

@@ -19,238 +19,77 @@
 //! The catalog binary is found beside the test's target directory (`cargo build --workspace
 //! --bins`, as `make test` does, builds it).
 
-use std::{
-    io::{BufRead as _, BufReader},
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
-};
+mod common;
 
-use tonic::{Code, Request, transport::Channel};
-use voxpool_fake_vendors::{CloneConfig, FakeConfig, FakeVendor, VendorKind, audio::tone_wav};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::clones::{self, Service, Workdir, authed, channel, state_is};
+use tonic::{Code, transport::Channel};
+use voxpool_fake_vendors::{CloneConfig, FakeConfig, FakeVendor, VendorKind};
 use voxpool_proto::catalog::v1::{
     self as pb, clone_work_client::CloneWorkClient,
     voice_catalog_admin_client::VoiceCatalogAdminClient, voice_clone::CloneState,
 };
 
-const ADMIN: &str = "clone-worker-admin-token-0123456789";
-
-/// A child process killed on drop, with the address of its first stdout line.
-struct Service {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(mut command: Command) -> Service {
-    if std::env::var_os("RUST_LOG").is_none() {
-        command.env(
-            "RUST_LOG",
-            std::env::var("CLONE_TEST_LOG").unwrap_or_else(|_| "error".into()),
-        );
-    }
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("first line");
-    let addr = line
-        .split(" listening on ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("{command:?} printed {line:?} instead of its address"))
-        .trim()
-        .to_owned();
-    Service { child, addr }
-}
-
-/// `target/<profile>/voxpool-catalog`, beside this test's `deps/`.
-fn catalog_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let path = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("voxpool-catalog");
-    assert!(
-        path.exists(),
-        "{} not built: run `cargo build --workspace --bins` (make test does)",
-        path.display()
-    );
-    path
-}
-
-/// A catalog process on the SQLite database of `dir`.
-fn catalog(dir: &Path, config: &Path, blobs: &str) -> Service {
-    let mut c = Command::new(catalog_binary());
-    c.args(["--listen", "127.0.0.1:0", "--blob-store", blobs])
-        .arg("--database")
-        .arg(format!(
-            "sqlite://{}?mode=rwc",
-            dir.join("catalog.db").display()
-        ))
-        .arg("--config")
-        .arg(config)
-        .env("VOXPOOL_ADMIN_TOKEN", ADMIN);
-    start(c)
-}
-
 /// A catalog, the pools file, a blob store and a synthesis replica started on demand.
 struct Stack {
-    dir: tempfile::TempDir,
-    config: PathBuf,
-    blobs: String,
+    work: Workdir,
     catalog: Service,
 }
 
 impl Stack {
     fn start(pools: &str) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let config = dir.path().join("pools.toml");
-        std::fs::write(&config, pools).expect("pools file");
-        let blobs = format!("file://{}", dir.path().join("blobs").display());
-        let catalog = catalog(dir.path(), &config, &blobs);
-        Self {
-            dir,
-            config,
-            blobs,
-            catalog,
-        }
+        let work = Workdir::new(pools, &[]);
+        let catalog = work.catalog("127.0.0.1:0");
+        Self { work, catalog }
     }
 
-    /// A synthesis replica whose keys' credentials are `env`.
+    /// A synthesis replica whose keys' credentials are `env` (no scheduler: clone steps take
+    /// no lease).
     fn synthesis(&self, env: &[(&str, &str)]) -> Service {
-        let mut y = Command::new(env!("CARGO_BIN_EXE_voxpool-synthesis"));
-        y.arg("--config")
-            .arg(&self.config)
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--cache",
-                "off",
-                "--blob-store",
-                &self.blobs,
-            ])
-            .args(["--scheduler", "http://127.0.0.1:1"])
-            .args(["--catalog", &format!("http://{}", self.catalog.addr)])
-            .args(["--clone-lease-ms", "3000", "--clone-poll-ms", "500"])
-            .env("VOXPOOL_ADMIN_TOKEN", ADMIN)
-            .env_remove("VOXPOOL_CLIENT_TOKEN");
+        let mut y = self
+            .work
+            .synthesis("http://127.0.0.1:1", &self.catalog.addr);
         for (k, v) in env {
             y.env(k, v);
         }
-        start(y)
+        clones::start(y)
     }
 
     async fn channel(&self) -> Channel {
-        Channel::from_shared(format!("http://{}", self.catalog.addr))
-            .expect("url")
-            .connect()
-            .await
-            .expect("catalog")
+        channel(&self.catalog.addr).await
     }
 
     async fn admin(&self) -> VoiceCatalogAdminClient<Channel> {
-        VoiceCatalogAdminClient::new(self.channel().await)
+        clones::admin(&self.catalog.addr).await
     }
 
     /// A managed clone pack on `pool` with one clip (a tone of `ms`); its id.
     async fn pack(&self, provider: &str, model: &str, pool: &str, ms: u32) -> String {
-        let mut admin = self.admin().await;
-        let pack = pb::VoicePack {
-            display_name: format!("{provider} clone"),
-            provider: provider.into(),
-            model: model.into(),
-            tts_model_id: pool.into(),
-            tier: pb::Tier::Standard as i32,
-            kind: pb::voice_pack::Kind::Cloned as i32,
-            locales: vec!["en-US".into()],
-            ..Default::default()
-        };
-        let id = admin
-            .create_voice_pack(authed(pb::CreateVoicePackRequest {
-                voice_pack: Some(pack),
-            }))
-            .await
-            .expect("create pack")
-            .into_inner()
-            .id;
-        admin
-            .add_reference(authed(pb::AddReferenceRequest {
-                pack_id: id.clone(),
-                audio: tone_wav(16_000, ms).expect("clip"),
-                transcript: "The quick brown fox.".into(),
-                ..Default::default()
-            }))
-            .await
-            .expect("add reference");
-        id
+        let pack = clones::cloned_pack(format!("{provider} clone"), provider, model, pool);
+        clones::create_pack(&self.catalog.addr, pack, clones::tone_reference(ms)).await
     }
 
     async fn clone_voice(&self, pack_id: &str, scope: &str) {
-        self.admin()
-            .await
-            .clone_voice(authed(pb::CloneVoiceRequest {
-                pack_id: pack_id.into(),
-                scopes: vec![scope.into()],
-                max_scopes: 0,
-            }))
+        clones::clone_voice(&self.catalog.addr, pack_id, scope, 0)
             .await
             .expect("clone voice");
     }
 
     async fn clones(&self, pack_id: &str) -> Vec<pb::VoiceClone> {
-        self.admin()
-            .await
-            .list_clones(authed(pb::ListClonesRequest {
-                pack_id: pack_id.into(),
-            }))
-            .await
-            .expect("list clones")
-            .into_inner()
-            .clones
+        clones::list_clones(&self.catalog.addr, pack_id).await
     }
 
-    /// The pack's clones once `done` holds of them (within 30 s, checked every 100 ms: the
-    /// catalog has no change feed to wait on).
+    /// The pack's clones once `done` holds of them, within 30 s (see [`clones::until`]).
     async fn until(
         &self,
         pack_id: &str,
         what: &str,
         done: impl Fn(&[pb::VoiceClone]) -> bool,
     ) -> Vec<pb::VoiceClone> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let clones = self.clones(pack_id).await;
-            if done(&clones) {
-                return clones;
-            }
-            assert!(Instant::now() < deadline, "never {what}: {clones:?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let patience = Duration::from_secs(30);
+        clones::until(&self.catalog.addr, pack_id, what, patience, done).await
     }
-}
-
-fn authed<T>(message: T) -> Request<T> {
-    let mut r = Request::new(message);
-    r.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {ADMIN}").parse().expect("header"),
-    );
-    r
-}
-
-fn state_is(state: CloneState) -> impl Fn(&[pb::VoiceClone]) -> bool {
-    move |c| c.len() == 1 && c[0].state == state as i32
 }
 
 const ELEVEN: &str = r#"
@@ -473,12 +312,7 @@ async fn volcengine_training_survives_a_killed_replica_and_is_polled_ready() {
 
 /// `max` due steps of `scope` claimed from the catalog at `addr`.
 async fn claim(addr: &str, scope: &str, max: u32) -> Vec<pb::CloneTask> {
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .expect("url")
-        .connect()
-        .await
-        .expect("catalog");
-    CloneWorkClient::new(channel)
+    CloneWorkClient::new(channel(addr).await)
         .claim(authed(pb::ClaimCloneWorkRequest {
             worker: "test-worker".into(),
             scopes: vec![scope.into()],
@@ -516,7 +350,7 @@ async fn the_clone_rate_of_a_scope_holds_creates_back_on_every_catalog_replica()
     let handed = claim(&stack.catalog.addr, "team-a", 10).await;
     assert_eq!(handed.len(), 1, "one CREATE a minute in team-a: {handed:?}");
     assert_eq!(claim(&stack.catalog.addr, "team-a", 10).await.len(), 0);
-    let replica = catalog(stack.dir.path(), &stack.config, &stack.blobs);
+    let replica = stack.work.catalog("127.0.0.1:0");
     assert_eq!(
         claim(&replica.addr, "team-a", 10).await.len(),
         0,

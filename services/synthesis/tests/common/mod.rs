@@ -3,6 +3,7 @@
 //! clients. Snapshot helpers build sealed snapshots; `scripted` holds a programmable adapter.
 #![allow(dead_code)]
 
+pub mod clones;
 pub mod scripted;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
