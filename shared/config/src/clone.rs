@@ -8,7 +8,7 @@
 //! ```toml
 //! [[pools.upstreams]]
 //! id = "eleven-team-a"
-//! clone = { slots = 10, keep_alive = "6d", max_clones_per_minute = 30 }
+//! clone = { slots = 10, keep_alive = "6d", max_clones_per_minute = 30, min_residence = "10m" }
 //! ```
 //!
 //! A scope is named by its upstream id, or `upstream/key` for a provider whose clones live per
@@ -25,6 +25,9 @@ use crate::{Config, ConfigProblem};
 /// Most clone slots one scope may declare (a sanity bound, above every vendor's plans).
 pub const MAX_CLONE_SLOTS: u32 = 10_000;
 
+/// How long a clone made or used stays safe from eviction when `min_residence` is unset.
+pub const DEFAULT_MIN_RESIDENCE: Duration = Duration::from_secs(10 * 60);
+
 /// An upstream's `clone` table: cloning is enabled in its scope.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -40,9 +43,25 @@ pub struct CloneConfig {
     /// rate limit). Unset = no limit of its own.
     #[serde(default)]
     pub max_clones_per_minute: Option<u32>,
+    /// How long a clone made or used in the scope is safe from eviction, as `humantime` reads
+    /// it (`"10m"`, `"1h"`; `"0s"` = no minimum): with every slot held by clones that recent,
+    /// a new clone is refused rather than evicting one (each eviction costs a delete and a
+    /// create at the vendor). Unset = [`DEFAULT_MIN_RESIDENCE`].
+    #[serde(default)]
+    pub min_residence: Option<String>,
 }
 
 impl CloneConfig {
+    /// [`CloneConfig::min_residence`] as a duration ([`DEFAULT_MIN_RESIDENCE`] when unset); the
+    /// error names the value.
+    pub fn min_residence(&self) -> Result<Duration, String> {
+        let Some(raw) = &self.min_residence else {
+            return Ok(DEFAULT_MIN_RESIDENCE);
+        };
+        humantime::parse_duration(raw.trim())
+            .map_err(|e| format!("{raw:?} is not a duration like \"10m\" or \"1h\": {e}"))
+    }
+
     /// [`CloneConfig::keep_alive`] as a duration (`None` when unset); the error names the
     /// value.
     pub fn keep_alive(&self) -> Result<Option<Duration>, String> {
@@ -83,11 +102,14 @@ pub struct CloneScope {
     pub keep_alive: Option<Duration>,
     /// Most clone calls per minute (`None`: no limit of its own).
     pub max_clones_per_minute: Option<u32>,
+    /// How long a clone made or used here is safe from eviction.
+    pub min_residence: Duration,
 }
 
 impl Config {
     /// Every clone scope of the config, in pool, upstream, key order. Call on a validated
-    /// config: a `keep_alive` that does not parse is left out (`None`).
+    /// config: a `keep_alive` that does not parse is left out (`None`), a `min_residence`
+    /// that does not parse is the default.
     pub fn clone_scopes(&self) -> Vec<CloneScope> {
         let mut out = Vec::new();
         for pool in &self.pools {
@@ -103,6 +125,7 @@ impl Config {
                     slots: clone.slots,
                     keep_alive: clone.keep_alive().ok().flatten(),
                     max_clones_per_minute: clone.max_clones_per_minute,
+                    min_residence: clone.min_residence().unwrap_or(DEFAULT_MIN_RESIDENCE),
                 };
                 if per_key {
                     out.extend(
@@ -149,6 +172,9 @@ pub(super) fn problems(config: &Config) -> Vec<ConfigProblem> {
                     "max_clones_per_minute",
                     "must be at least 1 (leave it out for no limit of its own)".into(),
                 );
+            }
+            if let Err(e) = clone.min_residence() {
+                push("min_residence", e);
             }
         }
     }
@@ -211,6 +237,51 @@ capacity = 2
         assert_eq!(scopes[2].key.as_deref(), Some("app-2"));
         assert_eq!(scopes[2].upstream, "acct");
         assert_eq!(scopes[2].keep_alive, None);
+        assert_eq!(team.min_residence, super::DEFAULT_MIN_RESIDENCE);
+    }
+
+    #[test]
+    fn min_residence_is_read_defaulted_and_checked() {
+        let text = CONFIG.replace(
+            "clone = { slots = 1 }",
+            "clone = { slots = 1, min_residence = \"90s\" }",
+        );
+        let config = Config::from_toml_str(&text).expect("parse");
+        config.validate(Credentials::Ignore).expect("valid");
+        let scopes = config.clone_scopes();
+        assert_eq!(scopes[0].min_residence, std::time::Duration::from_secs(600));
+        assert_eq!(scopes[1].min_residence, std::time::Duration::from_secs(90));
+        let none = CONFIG.replace(
+            "clone = { slots = 1 }",
+            "clone = { slots = 1, min_residence = \"0s\" }",
+        );
+        let config = Config::from_toml_str(&none).expect("parse");
+        config
+            .validate(Credentials::Ignore)
+            .expect("0s: no minimum");
+        assert_eq!(
+            config.clone_scopes()[1].min_residence,
+            std::time::Duration::ZERO
+        );
+
+        let bad = CONFIG.replace(
+            "clone = { slots = 1 }",
+            "clone = { slots = 1, min_residence = \"a while\" }",
+        );
+        let config = Config::from_toml_str(&bad).expect("parse");
+        let Err(ConfigError::Invalid(problems)) = config.validate(Credentials::Ignore) else {
+            panic!("expected problems");
+        };
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(
+            problems[0].path,
+            "pools[1].upstreams[0].clone.min_residence"
+        );
+        assert!(
+            problems[0].message.contains("a while"),
+            "{}",
+            problems[0].message
+        );
     }
 
     #[test]
