@@ -24,7 +24,7 @@ id = "eleven"
 provider = "elevenlabs"
 [[pools.upstreams]]
 id = "team-a"
-clone = { slots = 2 }
+clone = { slots = 2, min_residence = "0s" }
 [[pools.upstreams.keys]]
 id = "k1"
 capacity = 2
@@ -422,6 +422,13 @@ async fn a_clone_goes_create_training_ready_then_deleted_under_leases(backend: B
         .expect("delete")
         .into_inner();
     assert_eq!(deleting.vendor_voice_id, "el-voice-1");
+    assert!(deleting.deleting, "the answer shows the pending delete");
+    let listed = list(&server, &pack).await;
+    assert_eq!(
+        (listed[0].state(), listed[0].deleting),
+        (CloneState::Ready, true),
+        "still READY (and served) while its delete is pending"
+    );
     let tasks = claim(&server, "w3", &["team-b"], 10).await;
     assert_eq!(tasks.len(), 1);
     assert_eq!(
@@ -465,6 +472,27 @@ async fn a_clone_goes_create_training_ready_then_deleted_under_leases(backend: B
     assert_eq!(
         (gone.code(), reason(&gone).as_str()),
         (Code::NotFound, "CLONE_NOT_FOUND")
+    );
+
+    // A pack that is no managed clone has none to delete: it says so.
+    let stock = create(&server, pack_pb("stock")).await;
+    let not_managed = server
+        .admin()
+        .await
+        .delete_clone(authed(pb::DeleteCloneRequest {
+            pack_id: stock.id.clone(),
+            scope: "team-a".into(),
+        }))
+        .await
+        .expect_err("a stock pack");
+    assert_eq!(
+        (not_managed.code(), reason(&not_managed).as_str()),
+        (Code::FailedPrecondition, "CLONE_NOT_MANAGED")
+    );
+    assert!(
+        not_managed.message().contains("STANDARD"),
+        "{}",
+        not_managed.message()
     );
 }
 db_test!(a_clone_goes_create_training_ready_then_deleted_under_leases);
@@ -606,6 +634,22 @@ async fn two_workers_claiming_at_once_get_disjoint_steps(backend: Backend) {
 }
 db_test!(two_workers_claiming_at_once_get_disjoint_steps);
 
+async fn import(
+    server: &TestServer,
+    pool: &str,
+    scope: &str,
+) -> Result<Vec<pb::CloneImport>, tonic::Status> {
+    server
+        .admin()
+        .await
+        .import_clones(authed(pb::ImportClonesRequest {
+            pool: pool.into(),
+            scope: scope.into(),
+        }))
+        .await
+        .map(|r| r.into_inner().imports)
+}
+
 async fn an_import_binds_the_clones_named_after_managed_packs(backend: Backend) {
     let server = server(backend).await;
     let pack = managed_with_clip(&server, 1).await;
@@ -654,17 +698,77 @@ async fn an_import_binds_the_clones_named_after_managed_packs(backend: Backend) 
     let clones = list(&server, &pack).await;
     assert_eq!(states(&clones), [("team-a".to_owned(), CloneState::Ready)]);
     assert_eq!(clones[0].vendor_voice_id, "el-1");
-    let done = server
-        .admin()
+
+    // Asked again: the finished run (its state, time and result) and the new one queued.
+    let again = import(&server, "eleven", "team-a").await.expect("again");
+    let shown: Vec<_> = again
+        .iter()
+        .map(|i| (i.scope.as_str(), i.state.as_str()))
+        .collect();
+    assert_eq!(shown, [("team-a", "DONE"), ("team-a", "REQUESTED")]);
+    assert_eq!(
+        again[0].requested_at, asked[0].requested_at,
+        "the finished run's time"
+    );
+    let bound: Vec<_> = again[0]
+        .bound
+        .iter()
+        .map(|b| (b.pack_id.as_str(), b.vendor_voice_id.as_str()))
+        .collect();
+    assert_eq!(bound, [(pack.as_str(), "el-1")]);
+    assert_eq!(again[0].unbound, ["el-2"]);
+    assert!(again[1].bound.is_empty() && again[1].unbound.is_empty());
+
+    // The second run: the vendor lists the catalog's own clone under another name; it is
+    // bound to its pack, never unbound.
+    let tasks = claim(&server, "w1", &["team-a"], 10).await;
+    assert_eq!(tasks.len(), 1);
+    report(
+        &server,
+        "",
+        "team-a",
+        &tasks[0].lease_token,
+        Outcome::Imported(pb::CloneListing {
+            voices: vec![
+                pb::ListedVendorVoice {
+                    vendor_voice_id: "el-1".into(),
+                    name: "renamed at the vendor".into(),
+                },
+                pb::ListedVendorVoice {
+                    vendor_voice_id: "el-2".into(),
+                    name: "someone's voice".into(),
+                },
+            ],
+        }),
+    )
+    .await
+    .expect("imported again");
+    let stored = store(&server)
+        .imports(&["team-a".to_owned()])
         .await
-        .import_clones(authed(pb::ImportClonesRequest {
-            pool: "eleven".into(),
-            scope: "team-b".into(),
-        }))
+        .expect("imports");
+    assert!(stored[0].queued.is_none(), "nothing queued: {stored:?}");
+    let last = stored[0].last.as_ref().expect("a finished run");
+    assert_eq!(last.state, "DONE");
+    assert_eq!(last.result.bound, [(pack.clone(), "el-1".to_owned())]);
+    assert_eq!(last.result.unbound, ["el-2"]);
+    assert!(last.finished_at_us >= last.requested_at_us);
+
+    let done = import(&server, "eleven", "team-b").await.expect("import b");
+    assert_eq!(
+        (done[0].scope.as_str(), done[0].state.as_str()),
+        ("team-b", "REQUESTED")
+    );
+    let no_pool = import(&server, "nosuchpool", "")
         .await
-        .expect("import b")
-        .into_inner();
-    assert_eq!(done.imports[0].scope, "team-b");
+        .expect_err("no such pool");
+    assert_eq!(no_pool.code(), Code::InvalidArgument);
+    assert_eq!(bad_fields(&no_pool), ["pool"]);
+    assert!(
+        no_pool.message().contains("\"nosuchpool\"") && no_pool.message().contains("eleven"),
+        "{}",
+        no_pool.message()
+    );
     let unknown = server
         .admin()
         .await
@@ -803,10 +907,10 @@ async fn a_full_scope_evicts_its_least_recently_used_clone_where_the_vendor_can_
     clone_voice(&server, &p2, &["team-a"]).await.expect("p2");
     make_ready(&server, &p2, "team-a", "el-2").await;
     let now = voxpool_catalog::model::now().timestamp_micros();
-    rows.mark_used(&p2, "team-a", "el-2", None, now + 1_000)
+    rows.mark_used(&p2, "team-a", "el-2", None, now - 2_000)
         .await
         .expect("p2 used");
-    rows.mark_used(&p1, "team-a", "el-1", None, now + 2_000)
+    rows.mark_used(&p1, "team-a", "el-1", None, now - 1_000)
         .await
         .expect("p1 used later");
 
@@ -908,13 +1012,13 @@ id = "mm"
 provider = "minimax"
 [[pools.upstreams]]
 id = "group-1"
-clone = { slots = 1 }
+clone = { slots = 1, min_residence = "0s" }
 [[pools.upstreams.keys]]
 id = "k1"
 capacity = 2
 [[pools.upstreams]]
 id = "group-2"
-clone = { slots = 1 }
+clone = { slots = 1, min_residence = "0s" }
 [[pools.upstreams.keys]]
 id = "k1"
 capacity = 2
@@ -948,10 +1052,10 @@ async fn cloning_without_scopes_evicts_in_the_scope_whose_clone_was_used_least_r
     );
     make_ready(&server, &y, "group-2", "mm-y").await;
     let now = voxpool_catalog::model::now().timestamp_micros();
-    rows.mark_used(&x, "group-1", "mm-x", None, now + 2_000)
+    rows.mark_used(&x, "group-1", "mm-x", None, now - 1_000)
         .await
         .expect("x used");
-    rows.mark_used(&y, "group-2", "mm-y", None, now + 1_000)
+    rows.mark_used(&y, "group-2", "mm-y", None, now - 2_000)
         .await
         .expect("y used earlier");
 
@@ -973,6 +1077,136 @@ async fn cloning_without_scopes_evicts_in_the_scope_whose_clone_was_used_least_r
     assert!(rows.get(&x, "group-1").await.expect("row").is_some());
 }
 db_test!(cloning_without_scopes_evicts_in_the_scope_whose_clone_was_used_least_recently);
+
+/// One ElevenLabs scope of 3 slots with the default minimum residence (10 minutes).
+const RESIDENCE_POOLS: &str = r#"
+[[pools]]
+id = "el"
+provider = "elevenlabs"
+[[pools.upstreams]]
+id = "team"
+clone = { slots = 3 }
+[[pools.upstreams.keys]]
+id = "k1"
+capacity = 2
+"#;
+
+/// Moves the clone's creation and last use `minutes` into the past (as if that much time had
+/// passed since).
+async fn age(server: &TestServer, pack: &str, scope: &str, minutes: i64) {
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, sea_query::Expr};
+    use voxpool_catalog::repo::entity::voice_clone::{Column, Entity};
+    let then = voxpool_catalog::model::now().timestamp_micros() - minutes * 60_000_000;
+    let changed = Entity::update_many()
+        .col_expr(Column::CreatedAtUs, Expr::value(then))
+        .col_expr(Column::LastUsedAtUs, Expr::value(Some(then)))
+        .filter(Column::PackId.eq(pack))
+        .filter(Column::Scope.eq(scope))
+        .exec(server.repo.connection())
+        .await
+        .expect("age");
+    assert_eq!(changed.rows_affected, 1);
+}
+
+async fn a_clone_made_or_used_within_min_residence_is_not_evicted(backend: Backend) {
+    let config = Config::from_toml_str(RESIDENCE_POOLS).expect("pools");
+    let server =
+        TestServer::start_with_pools(backend, ServedPools::from_config(&config, "el.toml")).await;
+    let rows = store(&server);
+    let el = |n| pb::VoicePack {
+        tts_model_id: "el".into(),
+        ..managed(n)
+    };
+    let mut packs = Vec::new();
+    for n in 1..=4 {
+        packs.push(with_clip(&server, el(n)).await);
+    }
+
+    // Four packs spoken in turn over three slots: each request uses the pack's clone, or asks
+    // for one. The three made first stay; the fourth is refused rather than evicting (which
+    // would delete and create a clone at the vendor on every request).
+    let (mut creates, mut deletes, mut refusals) = (0, 0, Vec::new());
+    for i in 0..8 {
+        let pack = &packs[i % 4];
+        let ready = list(&server, pack)
+            .await
+            .into_iter()
+            .find(|c| c.state() == CloneState::Ready);
+        if let Some(c) = ready {
+            let now = voxpool_catalog::model::now().timestamp_micros();
+            rows.mark_used(pack, "team", &c.vendor_voice_id, None, now)
+                .await
+                .expect("used");
+            continue;
+        }
+        match clone_voice(&server, pack, &[]).await {
+            Ok(_) => {
+                for task in claim(&server, "w", &["team"], 10).await {
+                    let outcome = match task.work() {
+                        Work::Create => {
+                            creates += 1;
+                            Outcome::Ready(pb::CloneReady {
+                                vendor_voice_id: format!("el-{}", task.pack_id),
+                                expires_at: None,
+                            })
+                        }
+                        Work::Delete => {
+                            deletes += 1;
+                            Outcome::Deleted(pb::CloneDeleted {})
+                        }
+                        other => panic!("unexpected step {other:?}"),
+                    };
+                    report(&server, &task.pack_id, "team", &task.lease_token, outcome)
+                        .await
+                        .expect("report");
+                }
+            }
+            Err(refused) => refusals.push(refused),
+        }
+    }
+    assert_eq!((creates, deletes), (3, 0));
+    assert_eq!(refusals.len(), 2, "the fourth pack, both times");
+    let refused = &refusals[0];
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert_eq!(reason(refused), "CLONE_SLOTS_FULL");
+    let info = refused
+        .get_error_details()
+        .error_info()
+        .cloned()
+        .expect("info");
+    assert_eq!(
+        (
+            info.metadata["scope"].as_str(),
+            info.metadata["slots"].as_str()
+        ),
+        ("team", "3")
+    );
+    for part in ["\"team\"", "3 clones", "within the last 10m", "add slots"] {
+        assert!(refused.message().contains(part), "{}", refused.message());
+    }
+    // Naming the scope: the same refusal.
+    let named = clone_voice(&server, &packs[3], &["team"])
+        .await
+        .expect_err("named scope");
+    assert_eq!(reason(&named), "CLONE_SLOTS_FULL");
+    assert!(
+        named.message().contains("within the last 10m"),
+        "{}",
+        named.message()
+    );
+
+    // Once a clone has gone unused past the residence, it is the one evicted.
+    age(&server, &packs[1], "team", 11).await;
+    clone_voice(&server, &packs[3], &[])
+        .await
+        .expect("evicts the clone unused for 11 minutes");
+    for (i, pack) in packs.iter().enumerate().take(3) {
+        let row = rows.get(pack, "team").await.expect("row").expect("clone");
+        let want = if i == 1 { "DELETE" } else { "NONE" };
+        assert_eq!(row.work.as_str(), want, "{pack}");
+    }
+}
+db_test!(a_clone_made_or_used_within_min_residence_is_not_evicted);
 
 async fn a_full_volcengine_scope_refuses_naming_the_scope_and_its_slots(backend: Backend) {
     let server = server(backend).await;

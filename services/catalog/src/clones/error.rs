@@ -53,6 +53,22 @@ pub enum CloneError {
         /// Its slots.
         slots: u32,
     },
+    /// A scope holds as many clones as it has slots and every one that could be evicted was
+    /// made or used within its `min_residence`.
+    #[error(
+        "clone scope {scope:?} holds {slots} clones, all of its slots, and every clone in it was \
+         made or used within the last {min_residence} (its min_residence), so none is evicted: \
+         retry once one has gone unused that long, add slots to the scope, or clone into \
+         another scope"
+    )]
+    AllRecent {
+        /// The scope.
+        scope: String,
+        /// Its slots.
+        slots: u32,
+        /// The scope's `min_residence`, as humantime writes it.
+        min_residence: String,
+    },
     /// Every scope of the pool is full.
     #[error(
         "every clone scope of pool {pool:?} is full ({listing}): delete a clone (DeleteClone) or \
@@ -105,7 +121,8 @@ impl From<CloneError> for Status {
                 metadata(&[("pool", pool)]),
             ),
             CloneError::SlotsFull { scope, slots }
-            | CloneError::NothingToEvict { scope, slots } => (
+            | CloneError::NothingToEvict { scope, slots }
+            | CloneError::AllRecent { scope, slots, .. } => (
                 Code::ResourceExhausted,
                 CatalogReason::CloneSlotsFull,
                 metadata(&[("scope", scope), ("slots", &slots.to_string())]),

@@ -2,6 +2,8 @@
 //! leased to a synthesis replica the way clone rows are (conditional claim, token-checked
 //! report).
 
+use std::collections::HashMap;
+
 use sea_orm::{
     ActiveValue::Set,
     ColumnTrait, Condition, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
@@ -10,8 +12,8 @@ use sea_orm::{
 
 use super::{
     CloneError,
-    model::{CloneState, Import, ImportResult, Work},
-    store::{CloneStore, pending, to_row},
+    model::{CloneState, FinishedImport, Import, ImportResult, QueuedImport, Work},
+    store::{CloneStore, live_states, pending, to_row},
     transition::{MAX_ATTEMPTS, backoff_ms, error_text},
 };
 use crate::{
@@ -46,17 +48,36 @@ pub enum ImportEnd {
 }
 
 fn from_row(m: clone_import::Model) -> Import {
-    Import {
-        result: m
-            .result
-            .as_deref()
-            .and_then(|r| serde_json::from_str(r).ok())
-            .unwrap_or_default(),
-        scope: m.scope,
-        state: m.state,
+    let last = m
+        .result
+        .as_deref()
+        .and_then(|r| serde_json::from_str::<FinishedImport>(r).ok())
+        .or_else(|| legacy_finished(&m));
+    let queued = (m.state == REQUESTED).then(|| QueuedImport {
         requested_at_us: m.requested_at_us,
-        error: m.error,
+        error: m.error.clone(),
+    });
+    Import {
+        scope: m.scope,
+        last,
+        queued,
     }
+}
+
+/// A run finished before results recorded their own state and times: the row's.
+fn legacy_finished(m: &clone_import::Model) -> Option<FinishedImport> {
+    let result = match m.state.as_str() {
+        DONE => serde_json::from_str(m.result.as_deref()?).ok()?,
+        FAILED => ImportResult::default(),
+        _ => return None,
+    };
+    Some(FinishedImport {
+        state: m.state.clone(),
+        requested_at_us: m.requested_at_us,
+        finished_at_us: m.updated_at_us,
+        result,
+        error: m.error.clone(),
+    })
 }
 
 fn due(now_us: i64) -> Condition {
@@ -72,6 +93,20 @@ fn due(now_us: i64) -> Condition {
 }
 
 impl CloneStore {
+    /// The vendor voice ids of `scope`'s live clones, with their packs.
+    pub async fn held_ids(&self, scope: &str) -> Result<HashMap<String, String>, CatalogError> {
+        use voice_clone::Column;
+        Ok(voice_clone::Entity::find()
+            .filter(Column::Scope.eq(scope))
+            .filter(Column::State.is_in(live_states()))
+            .filter(Column::VendorVoiceId.is_not_null())
+            .all(self.db())
+            .await?
+            .into_iter()
+            .filter_map(|m| Some((m.vendor_voice_id?, m.pack_id)))
+            .collect())
+    }
+
     /// Records a clone the vendor already holds as READY (import), unless the pack has a
     /// live clone in the scope. Whether it was bound.
     pub async fn bind(
@@ -113,7 +148,8 @@ impl CloneStore {
         Ok(true)
     }
 
-    /// Asks for an import of `scope` (of `pool`); one already waiting is left alone.
+    /// Asks for an import of `scope` (of `pool`); one already waiting is left alone. The last
+    /// finished run stays in `result` until the new one finishes.
     pub async fn request_import(
         &self,
         scope: &str,
@@ -146,6 +182,7 @@ impl CloneStore {
                     .col_expr(Column::RequestedAtUs, Expr::value(now_us))
                     .col_expr(Column::DueAtUs, Expr::value(now_us))
                     .col_expr(Column::Attempts, Expr::value(0))
+                    .col_expr(Column::Error, Expr::value(Option::<String>::None))
                     .col_expr(Column::UpdatedAtUs, Expr::value(now_us))
                     .filter(Column::Scope.eq(scope))
                     .filter(Column::State.ne(REQUESTED))
@@ -213,19 +250,22 @@ impl CloneStore {
         Ok(out)
     }
 
-    /// The attempts and pool of the import `token` leases. Errors: [`CloneError::LeaseLost`].
+    /// The attempts, pool and request time of the import `token` leases. Errors:
+    /// [`CloneError::LeaseLost`].
     pub async fn leased_import(
         &self,
         scope: &str,
         token: &str,
-    ) -> Result<(u32, String), CatalogError> {
+    ) -> Result<(u32, String, i64), CatalogError> {
         let row = clone_import::Entity::find_by_id(scope.to_owned())
             .one(self.db())
             .await?;
         match row {
-            Some(r) if r.lease_token.as_deref() == Some(token) => {
-                Ok((u32::try_from(r.attempts).unwrap_or(0), r.pool))
-            }
+            Some(r) if r.lease_token.as_deref() == Some(token) => Ok((
+                u32::try_from(r.attempts).unwrap_or(0),
+                r.pool,
+                r.requested_at_us,
+            )),
             _ => Err(import_lease_lost(scope)),
         }
     }
@@ -239,26 +279,38 @@ impl CloneStore {
         now_us: i64,
     ) -> Result<(), CatalogError> {
         use clone_import::Column;
-        let (attempts, _) = self.leased_import(scope, token).await?;
-        let (state, due_at, result, error) = match end {
-            ImportEnd::Done(result) => (
-                DONE,
+        let (attempts, _, requested_at_us) = self.leased_import(scope, token).await?;
+        let finished = |state: &str, result: &ImportResult, error: Option<String>| {
+            let run = FinishedImport {
+                state: state.to_owned(),
+                requested_at_us,
+                finished_at_us: now_us,
+                result: result.clone(),
+                error: error.clone(),
+            };
+            (Some(serde_json::to_string(&run).unwrap_or_default()), error)
+        };
+        let none = ImportResult::default();
+        let (state, due_at, (result, error)) = match end {
+            ImportEnd::Done(result) => (DONE, now_us, finished(DONE, result, None)),
+            ImportEnd::Failed(e) => (FAILED, now_us, finished(FAILED, &none, Some(error_text(e)))),
+            ImportEnd::Retry { error, .. } if attempts >= MAX_ATTEMPTS => (
+                FAILED,
                 now_us,
-                Some(serde_json::to_string(result).unwrap_or_default()),
-                None,
+                finished(FAILED, &none, Some(error_text(error))),
             ),
-            ImportEnd::Failed(e) => (FAILED, now_us, None, Some(error_text(e))),
-            ImportEnd::Retry { error, .. } if attempts >= MAX_ATTEMPTS => {
-                (FAILED, now_us, None, Some(error_text(error)))
-            }
             ImportEnd::Retry { after_ms, error } => {
                 let wait = Ord::max(*after_ms, backoff_ms(attempts));
                 let wait_us = i64::try_from(wait.saturating_mul(1_000)).unwrap_or(i64::MAX);
+                // The last finished run's result stays.
+                let kept = clone_import::Entity::find_by_id(scope.to_owned())
+                    .one(self.db())
+                    .await?
+                    .and_then(|r| r.result);
                 (
                     REQUESTED,
                     now_us.saturating_add(wait_us),
-                    None,
-                    Some(error_text(error)),
+                    (kept, Some(error_text(error))),
                 )
             }
         };

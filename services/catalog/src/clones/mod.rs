@@ -3,8 +3,9 @@
 //! the credentials) lease the steps through `CloneWork` and report what the vendor said.
 //!
 //! [`Clones`] is the one facade the gRPC edge calls (no protobuf below it); [`store`] keeps
-//! the rows, [`claim`] leases due steps under each scope's clone rate, [`slots`] takes a
-//! scope's slots (evicting the least recently used clone where the vendor can delete),
+//! the rows, [`claim`] leases due steps under each scope's clone rate, [`slots`] picks scopes
+//! and takes their slots (evicting the least recently used clone where the vendor can delete,
+//! never one made or used within the scope's `min_residence`), [`imports`] reads vendor lists,
 //! [`transition`] says what an outcome does to a row, [`model`] holds the types.
 //! Invariants:
 //! - one clone per pack and scope (primary key), so asking twice, from any replica, creates
@@ -110,6 +111,41 @@ impl Clones {
         })
     }
 
+    /// Checks `pool` is configured (when the pools are known). Errors: INVALID_ARGUMENT `pool`.
+    fn known_pool(&self, pool: &str) -> Result<(), CatalogError> {
+        let probe = PackSpec {
+            display_name: String::new(),
+            description: String::new(),
+            provider: String::new(),
+            model: String::new(),
+            voice_id: String::new(),
+            tts_model_id: pool.to_owned(),
+            kind: Kind::default(),
+            upstream_ids: Vec::new(),
+            params: Default::default(),
+            extra: Default::default(),
+            tier: voxpool_domain::snapshot::Tier::Standard,
+            locales: Vec::new(),
+            references: Vec::new(),
+        };
+        match self
+            .pools
+            .check(&probe, "pool")
+            .into_iter()
+            .find(|v| v.field == "pool.tts_model_id")
+        {
+            Some(v) => Err(CatalogError::invalid(
+                "pool",
+                format!(
+                    "{} is no configured pool: {}",
+                    voxpool_domain::untrusted::quote(pool),
+                    v.description
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Clones the managed clone pack `pack_id` into `scopes` (or, when empty, up to its
     /// `max_scopes` scopes with free slots, fewest clones first, then full ones to evict
     /// from, see [`slots`]). `max_scopes` > 0 sets the
@@ -177,55 +213,6 @@ impl Clones {
         store.list(pack_id).await
     }
 
-    /// Up to `max` scopes minus the live ones: those with free slots, fewest clones first,
-    /// then full ones with a clone to evict, least recently used clone first ([`slots`]).
-    async fn pick<'a>(
-        &self,
-        store: &CloneStore,
-        pack_id: &str,
-        pool: &str,
-        known: &[&'a CloneScope],
-        max: u32,
-    ) -> Result<Vec<&'a CloneScope>, CatalogError> {
-        let current = store.list(pack_id).await?;
-        let live: Vec<&str> = current
-            .iter()
-            .filter(|c| c.state.is_live())
-            .map(|c| c.scope.as_str())
-            .collect();
-        let wanted = (max as usize).saturating_sub(live.len());
-        if wanted == 0 {
-            return Ok(Vec::new());
-        }
-        let mut free = Vec::new();
-        let mut evicting = Vec::new();
-        for scope in known.iter().filter(|s| !live.contains(&s.id.as_str())) {
-            let held = store.holding_count(&scope.id).await?;
-            if held < scope.slots {
-                free.push((held, *scope));
-            } else if slots::can_evict(&scope.provider)
-                && let Some(lru) = store.eviction_candidate(&scope.id, pack_id).await?
-            {
-                evicting.push((slots::lru_key(&lru), *scope));
-            }
-        }
-        if free.is_empty() && evicting.is_empty() && live.is_empty() {
-            return Err(CloneError::AllScopesFull {
-                pool: pool.to_owned(),
-                listing: listing(known),
-            }
-            .into());
-        }
-        free.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.id.cmp(&b.1.id)));
-        evicting.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.id.cmp(&b.1.id)));
-        Ok(free
-            .into_iter()
-            .map(|(_, s)| s)
-            .chain(evicting.into_iter().map(|(_, s)| s))
-            .take(wanted)
-            .collect())
-    }
-
     /// The clones of a pack. Errors: NotFound.
     pub async fn list(&self, pack_id: &str) -> Result<Vec<VoiceClone>, CatalogError> {
         self.repo.get(pack_id).await?;
@@ -233,16 +220,29 @@ impl Clones {
     }
 
     /// Deletes the pack's clone in `scope` (at once when the vendor cannot hold it, else by a
-    /// worker's DELETE step). Answers it as it stands. Errors: [`CloneError::NotFound`].
+    /// worker's DELETE step). Answers it as it stands. Errors: NotFound (no such pack),
+    /// [`CloneError::NotManaged`] (no such clone, and the pack is no managed clone),
+    /// [`CloneError::NotFound`].
     pub async fn delete(&self, pack_id: &str, scope: &str) -> Result<VoiceClone, CatalogError> {
-        let (clone, gone) = self.store()?.delete(pack_id, scope, micros_now()).await?;
+        let (clone, gone) = match self.store()?.delete(pack_id, scope, micros_now()).await {
+            Err(CatalogError::Clone(not_found @ CloneError::NotFound { .. })) => {
+                let pack = self.repo.get(pack_id).await?;
+                if !is_managed(&pack.spec) {
+                    managed(&pack)?;
+                }
+                return Err(not_found.into());
+            }
+            other => other?,
+        };
         tracing::info!(pack_id, scope, removed_now = gone, "clone delete requested");
         Ok(clone)
     }
 
     /// Asks for an import of `scope` of `pool` (every clone scope of the pool when empty);
-    /// answers what the last import of each found. Errors: NoScopes, INVALID_ARGUMENT `scope`.
+    /// answers, per scope, the last finished run and the queued one. Errors: INVALID_ARGUMENT
+    /// `pool` (no such pool), NoScopes, INVALID_ARGUMENT `scope`.
     pub async fn import(&self, pool: &str, scope: &str) -> Result<Vec<Import>, CatalogError> {
+        self.known_pool(pool)?;
         let known = self.scopes_of(pool)?;
         let ids: Vec<String> = if scope.is_empty() {
             known.iter().map(|s| s.id.clone()).collect()
@@ -326,12 +326,20 @@ impl Clones {
         token: &str,
         outcome: &Outcome,
     ) -> Result<VoiceClone, CatalogError> {
-        let (_, pool) = store.leased_import(scope, token).await?;
+        let (_, pool, _) = store.leased_import(scope, token).await?;
         let now_us = micros_now();
         let end = match outcome {
             Outcome::Imported(voices) => {
                 let mut result = ImportResult::default();
+                let held = store.held_ids(scope).await?;
                 for voice in voices {
+                    if let Some(pack_id) = held.get(&voice.vendor_voice_id) {
+                        // The catalog holds it already: bound to its pack, whatever its name.
+                        result
+                            .bound
+                            .push((pack_id.clone(), voice.vendor_voice_id.clone()));
+                        continue;
+                    }
                     let pack = self.repo.get(&voice.name).await.ok();
                     let bindable = pack
                         .as_ref()

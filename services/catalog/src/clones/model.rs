@@ -235,25 +235,50 @@ pub enum Outcome {
     Imported(Vec<ListedVoice>),
 }
 
-/// The state of an import request.
+/// A scope's import: the last run that finished, and the one queued (asked for, not yet
+/// finished), either of which may be missing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Import {
     /// The scope.
     pub scope: String,
-    /// `REQUESTED`, `DONE` or `FAILED`.
-    pub state: String,
-    /// When it was (last) requested, µs.
+    /// The last run that finished.
+    pub last: Option<FinishedImport>,
+    /// A run asked for and not yet finished (waiting for a worker, running, or retrying).
+    pub queued: Option<QueuedImport>,
+}
+
+/// An import run asked for and not yet finished.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueuedImport {
+    /// When it was asked for, µs.
     pub requested_at_us: i64,
-    /// What the last run found.
-    pub result: ImportResult,
-    /// Why the last run failed.
+    /// Why its last attempt failed (it is retried).
     pub error: Option<String>,
 }
 
-/// What an import bound: vendor voice ids to packs, and ids naming no managed clone pack.
+/// An import run that finished, as stored in the import's `result` column.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinishedImport {
+    /// `DONE` or `FAILED`.
+    pub state: String,
+    /// When it was asked for, µs.
+    pub requested_at_us: i64,
+    /// When its worker reported it, µs.
+    pub finished_at_us: i64,
+    /// What it found (empty when it failed).
+    #[serde(flatten)]
+    pub result: ImportResult,
+    /// Why it failed.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// What an import found: vendor voice ids bound to packs (bound by it, or held by the catalog
+/// already), and ids no pack of the scope holds or may be bound to.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImportResult {
-    /// `(pack_id, vendor_voice_id)` bound as READY clones.
+    /// `(pack_id, vendor_voice_id)`: bound by the import as READY clones, or clones of the
+    /// scope the catalog held already.
     pub bound: Vec<(String, String)>,
     /// Vendor voice ids left alone.
     pub unbound: Vec<String>,

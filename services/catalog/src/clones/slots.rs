@@ -13,6 +13,13 @@
 //! one already being deleted. Where the vendor cannot delete (Volcengine: slots are bought),
 //! or nothing can be evicted, the request is refused naming the scope and its slots.
 //!
+//! **Minimum residence.** Nor is a clone evicted that was made (its CREATE handed out, or
+//! bound by an import) or used within the scope's `min_residence` (default 10 minutes): with
+//! more packs in use than slots, evicting on every request would delete and create a clone at
+//! the vendor per request (each create is paid). When every clone that could be evicted is
+//! that recent, the request is refused ([`CloneError::AllRecent`]) naming the scope, its slots
+//! and the residence: the caller waits, or an operator adds slots.
+//!
 //! **Waiting for the vendor's slot.** The evicted clone still takes its slot at the vendor
 //! until its delete is reported, so a new clone's CREATE is handed out by a claim only while
 //! fewer than `slots` clones *occupy* the scope: live ones whose CREATE went out (claimed at
@@ -23,13 +30,13 @@
 use sea_orm::{
     ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait, Order, PaginatorTrait,
     QueryFilter, QueryOrder, Statement, TryInsertResult,
-    sea_query::{Expr, Func},
+    sea_query::{Expr, ExprTrait, Func},
 };
 use voxpool_config::CloneScope;
 use voxpool_domain::provider::Provider;
 
 use super::{
-    CloneError,
+    CloneError, Clones, micros_now,
     model::{CloneState, VoiceClone, Work},
     store::{CloneStore, due_delete, from_row, live_states, pending, pk, to_row},
 };
@@ -77,16 +84,41 @@ pub fn lru_key(clone: &VoiceClone) -> (i64, i64) {
     (clone.last_used_at_us.unwrap_or(0), clone.created_at_us)
 }
 
-/// The least recently used clone of `scope` that `pack_id`'s clone may evict (module doc).
+/// The latest time a clone of `scope` may have been made or used to be evicted at `now_us`
+/// (module doc: minimum residence).
+pub fn residence_cutoff(scope: &CloneScope, now_us: i64) -> i64 {
+    let residence = i64::try_from(scope.min_residence.as_micros()).unwrap_or(i64::MAX);
+    now_us.saturating_sub(residence)
+}
+
+/// `10m`, `1h`, `90s`: a residence as the config writes it.
+pub fn residence_text(scope: &CloneScope) -> String {
+    let secs = scope.min_residence.as_secs();
+    match secs {
+        0 => "0s".to_owned(),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// The least recently used clone of `scope` that `pack_id`'s clone may evict (module doc),
+/// among those made and used no later than `cutoff_us` when given.
 async fn lru_victim<C: ConnectionTrait>(
     db: &C,
     scope: &str,
     pack_id: &str,
+    cutoff_us: Option<i64>,
 ) -> Result<Option<VoiceClone>, CatalogError> {
     use voice_clone::Column;
     let last_used = Func::coalesce([Expr::col(Column::LastUsedAtUs), Expr::val(0i64)]);
-    voice_clone::Entity::find()
-        .filter(Column::Scope.eq(scope))
+    let mut find = voice_clone::Entity::find();
+    if let Some(cutoff) = cutoff_us {
+        find = find
+            .filter(Expr::expr(last_used.clone()).lte(cutoff))
+            .filter(Column::CreatedAtUs.lte(cutoff));
+    }
+    find.filter(Column::Scope.eq(scope))
         .filter(Column::State.eq(CloneState::Ready.as_str()))
         .filter(Column::Work.ne(Work::Delete.as_str()))
         .filter(Column::PackId.ne(pack_id))
@@ -117,13 +149,21 @@ impl CloneStore {
             .await?)
     }
 
-    /// The clone `pack_id` would evict from `scope` now, if any.
+    /// The clone `pack_id` would evict from `scope` at `now_us`, if any, and whether a clone
+    /// is held back only by the scope's minimum residence (module doc).
     pub async fn eviction_candidate(
         &self,
-        scope: &str,
+        scope: &CloneScope,
         pack_id: &str,
-    ) -> Result<Option<VoiceClone>, CatalogError> {
-        lru_victim(self.db(), scope, pack_id).await
+        now_us: i64,
+    ) -> Result<(Option<VoiceClone>, bool), CatalogError> {
+        let cutoff = residence_cutoff(scope, now_us);
+        let victim = lru_victim(self.db(), &scope.id, pack_id, Some(cutoff)).await?;
+        let recent = victim.is_none()
+            && lru_victim(self.db(), &scope.id, pack_id, None)
+                .await?
+                .is_some();
+        Ok((victim, recent))
     }
 
     /// Makes the pack's clone in `scope` PENDING with CREATE due now, unless it is live
@@ -133,7 +173,7 @@ impl CloneStore {
     /// where the vendor can delete (module doc). Answers the clone it evicted.
     ///
     /// Errors: [`CloneError::SlotsFull`] (the vendor cannot delete),
-    /// [`CloneError::NothingToEvict`].
+    /// [`CloneError::NothingToEvict`], [`CloneError::AllRecent`].
     pub async fn request(
         &self,
         pack_id: &str,
@@ -180,18 +220,27 @@ impl CloneStore {
         let evicting = can_evict(&scope.provider);
         let mut evicted = None;
         if held >= u64::from(scope.slots) {
+            let cutoff = residence_cutoff(scope, now_us);
             let victim = if evicting {
-                lru_victim(&txn, &scope.id, pack_id).await?
+                lru_victim(&txn, &scope.id, pack_id, Some(cutoff)).await?
             } else {
                 None
             };
             let Some(victim) = victim else {
+                let recent =
+                    evicting && lru_victim(&txn, &scope.id, pack_id, None).await?.is_some();
                 txn.rollback().await?;
-                let (scope, slots) = (scope.id.clone(), scope.slots);
-                return Err(if evicting {
-                    CloneError::NothingToEvict { scope, slots }
+                let (id, slots) = (scope.id.clone(), scope.slots);
+                return Err(if recent {
+                    CloneError::AllRecent {
+                        scope: id,
+                        slots,
+                        min_residence: residence_text(scope),
+                    }
+                } else if evicting {
+                    CloneError::NothingToEvict { scope: id, slots }
                 } else {
-                    CloneError::SlotsFull { scope, slots }
+                    CloneError::SlotsFull { scope: id, slots }
                 }
                 .into());
             };
@@ -233,4 +282,88 @@ impl CloneStore {
         txn.commit().await?;
         Ok(evicted)
     }
+}
+
+impl Clones {
+    /// Up to `max` scopes minus the live ones: those with free slots, fewest clones first,
+    /// then full ones with a clone to evict, least recently used clone first ([`slots`]).
+    pub(super) async fn pick<'a>(
+        &self,
+        store: &CloneStore,
+        pack_id: &str,
+        pool: &str,
+        known: &[&'a CloneScope],
+        max: u32,
+    ) -> Result<Vec<&'a CloneScope>, CatalogError> {
+        let current = store.list(pack_id).await?;
+        let live: Vec<&str> = current
+            .iter()
+            .filter(|c| c.state.is_live())
+            .map(|c| c.scope.as_str())
+            .collect();
+        let wanted = (max as usize).saturating_sub(live.len());
+        if wanted == 0 {
+            return Ok(Vec::new());
+        }
+        let mut free = Vec::new();
+        let mut evicting = Vec::new();
+        // Full scopes whose clones are all within their minimum residence.
+        let mut recent = Vec::new();
+        let now_us = micros_now();
+        for scope in known.iter().filter(|s| !live.contains(&s.id.as_str())) {
+            let held = store.holding_count(&scope.id).await?;
+            if held < scope.slots {
+                free.push((held, *scope));
+            } else if can_evict(&scope.provider) {
+                match store.eviction_candidate(scope, pack_id, now_us).await? {
+                    (Some(lru), _) => evicting.push((lru_key(&lru), *scope)),
+                    (None, true) => recent.push(*scope),
+                    (None, false) => {}
+                }
+            }
+        }
+        if free.is_empty() && evicting.is_empty() && live.is_empty() {
+            return Err(match recent.as_slice() {
+                [only] if known.len() == 1 => CloneError::AllRecent {
+                    scope: only.id.clone(),
+                    slots: only.slots,
+                    min_residence: residence_text(only),
+                },
+                _ => CloneError::AllScopesFull {
+                    pool: pool.to_owned(),
+                    listing: full_listing(known, &recent),
+                },
+            }
+            .into());
+        }
+        free.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.id.cmp(&b.1.id)));
+        evicting.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.id.cmp(&b.1.id)));
+        Ok(free
+            .into_iter()
+            .map(|(_, s)| s)
+            .chain(evicting.into_iter().map(|(_, s)| s))
+            .take(wanted)
+            .collect())
+    }
+}
+
+/// `listing`, each scope in `recent` adding that every clone in it was made or used within
+/// its minimum residence: `a (2 slots, every clone made or used within the last 10m)`.
+fn full_listing(scopes: &[&CloneScope], recent: &[&CloneScope]) -> String {
+    scopes
+        .iter()
+        .map(|s| {
+            if recent.iter().any(|r| r.id == s.id) {
+                format!(
+                    "{} ({} slots, every clone made or used within the last {})",
+                    s.id,
+                    s.slots,
+                    residence_text(s)
+                )
+            } else {
+                format!("{} ({} slots)", s.id, s.slots)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

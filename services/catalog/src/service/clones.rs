@@ -8,7 +8,10 @@ use voxpool_proto::catalog::v1 as pb;
 
 use super::{AdminService, require_id};
 use crate::{
-    clones::model::{CloneState, Import, VoiceClone},
+    clones::{
+        imports::REQUESTED,
+        model::{CloneState, Import, VoiceClone, Work},
+    },
     error::CatalogError,
     model::from_micros,
 };
@@ -59,29 +62,46 @@ pub fn clone_to_pb(c: &VoiceClone) -> pb::VoiceClone {
         last_used_at: c.last_used_at_us.map(time),
         expires_at: c.expires_at_us.map(time),
         error: c.error.clone().unwrap_or_default(),
+        deleting: c.work == Work::Delete,
     }
 }
 
-fn import_to_pb(i: &Import) -> pb::CloneImport {
-    pb::CloneImport {
-        scope: i.scope.clone(),
-        state: i.state.clone(),
-        requested_at: Some(timestamp_pb(from_micros(i.requested_at_us))),
-        bound: i
-            .result
-            .bound
-            .iter()
-            .map(|(pack_id, vendor_voice_id)| pb::VoiceClone {
-                pack_id: pack_id.clone(),
-                scope: i.scope.clone(),
-                state: pb::voice_clone::CloneState::Ready as i32,
-                vendor_voice_id: vendor_voice_id.clone(),
-                ..Default::default()
-            })
-            .collect(),
-        unbound: i.result.unbound.clone(),
-        error: i.error.clone().unwrap_or_default(),
+/// A scope's import as messages: its last finished run, then the queued one (either may be
+/// missing).
+fn import_to_pb(i: &Import) -> Vec<pb::CloneImport> {
+    let time = |us: i64| Some(timestamp_pb(from_micros(us)));
+    let mut out = Vec::new();
+    if let Some(last) = &i.last {
+        out.push(pb::CloneImport {
+            scope: i.scope.clone(),
+            state: last.state.clone(),
+            requested_at: time(last.requested_at_us),
+            bound: last
+                .result
+                .bound
+                .iter()
+                .map(|(pack_id, vendor_voice_id)| pb::VoiceClone {
+                    pack_id: pack_id.clone(),
+                    scope: i.scope.clone(),
+                    state: pb::voice_clone::CloneState::Ready as i32,
+                    vendor_voice_id: vendor_voice_id.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            unbound: last.result.unbound.clone(),
+            error: last.error.clone().unwrap_or_default(),
+        });
     }
+    if let Some(queued) = &i.queued {
+        out.push(pb::CloneImport {
+            scope: i.scope.clone(),
+            state: REQUESTED.to_owned(),
+            requested_at: time(queued.requested_at_us),
+            error: queued.error.clone().unwrap_or_default(),
+            ..Default::default()
+        });
+    }
+    out
 }
 
 fn listed(clones: &[VoiceClone]) -> pb::ListClonesResponse {
@@ -168,7 +188,7 @@ impl AdminService {
         }
         let imports = self.clones().import(&req.pool, &req.scope).await?;
         Ok(Response::new(pb::ImportClonesResponse {
-            imports: imports.iter().map(import_to_pb).collect(),
+            imports: imports.iter().flat_map(import_to_pb).collect(),
         }))
     }
 }
