@@ -1,6 +1,7 @@
 //! The ledger's tables on SQLite and PostgreSQL: a record delivered twice counts once, an
 //! unsettled charge counts after the grace and a late settle corrects it, retention deletes
-//! raw records only, and two replicas applying the same batch at once count it once.
+//! raw records only, two replicas applying the same batch at once count it once, totals in two
+//! currencies are two rows, and a request refused before any vendor counts as refused.
 
 mod common;
 mod usage;
@@ -9,7 +10,11 @@ use std::sync::Arc;
 
 use common::Backend;
 use usage::{AT_MS, by_tenant, charge, context, done, request, settle, tenant_row};
-use voxpool_catalog::{repo::PackRepository, usage::UsageStore};
+use voxpool_catalog::{
+    repo::PackRepository,
+    usage::{Group, UsageFilter, UsageStore},
+};
+use voxpool_domain::usage::{DoneUsage, UsageContext, UsageEvent};
 
 async fn store(backend: Backend) -> (UsageStore, common::TestDb) {
     let (repo, db) = common::repo(backend).await;
@@ -167,3 +172,99 @@ async fn two_replicas_applying_one_batch_at_once_count_it_once(backend: Backend)
     assert_eq!((rows[0].requests, rows[0].characters), (200, 2000));
 }
 db_test!(two_replicas_applying_one_batch_at_once_count_it_once);
+
+async fn totals_in_two_currencies_are_two_rows_each_with_its_own_cost(backend: Backend) {
+    let (store, _db) = store(backend).await;
+    // The same tenant, pack, pool and day, before and after `[usage] currency` changed.
+    let usd = context("r1", "acme", "p");
+    let mut eur = context("r2", "acme", "p");
+    eur.currency = "EUR".to_owned();
+    let mut events = request(&usd, 120);
+    events.extend(request(&eur, 30));
+    store.apply(&events, AT_MS).await.expect("apply");
+    // And once more in a later batch: added to the row of its own currency.
+    let mut eur_later = context("r3", "acme", "p");
+    eur_later.currency = "EUR".to_owned();
+    store
+        .apply(&request(&eur_later, 10), AT_MS)
+        .await
+        .expect("apply later");
+    let figures = |rows: &[voxpool_catalog::usage::UsageRow]| {
+        rows.iter()
+            .map(|r| (r.currency.clone(), r.requests, r.characters, r.cost_micros))
+            .collect::<Vec<_>>()
+    };
+    let want = vec![
+        ("EUR".to_owned(), 2, 40, 40 * 15),
+        ("USD".to_owned(), 1, 120, 120 * 15),
+    ];
+    assert_eq!(figures(&by_tenant(&store).await), want, "grouped by tenant");
+    for group_by in [
+        vec![Group::Tenant, Group::Pack],
+        vec![Group::Tenant, Group::Month],
+        vec![
+            Group::Tenant,
+            Group::Tier,
+            Group::Pack,
+            Group::Pool,
+            Group::Day,
+        ],
+    ] {
+        let filter = UsageFilter {
+            tenant: Some("acme".to_owned()),
+            group_by: group_by.clone(),
+            ..UsageFilter::default()
+        };
+        let rows = store.rows(&filter, None, 100).await.expect("rows");
+        assert_eq!(figures(&rows), want, "grouped by {group_by:?}");
+        // A page boundary between the two currencies skips and repeats nothing.
+        let first = store.rows(&filter, None, 1).await.expect("page 1");
+        let key = first[0].key();
+        let second = store.rows(&filter, Some(&key), 1).await.expect("page 2");
+        let paged: Vec<_> = first.into_iter().chain(second).collect();
+        assert_eq!(figures(&paged), want, "paged, grouped by {group_by:?}");
+    }
+}
+db_test!(totals_in_two_currencies_are_two_rows_each_with_its_own_cost);
+
+fn ended(c: &UsageContext, ok: bool, failed: u32) -> UsageEvent {
+    UsageEvent::Done {
+        context: c.clone(),
+        done: DoneUsage {
+            cached_characters: 0,
+            audio_ms: 0,
+            cached_cost_micros: 0,
+            failed_attempts: failed,
+            ok,
+        },
+    }
+}
+
+async fn a_request_no_vendor_was_sent_counts_as_refused_not_as_failed(backend: Backend) {
+    let (store, _db) = store(backend).await;
+    // Refused by a budget: no attempt, no audio.
+    let refused = context("r1", "acme", "p");
+    // Every vendor attempt failed: not a refusal, a failure.
+    let failed = context("r2", "acme", "p");
+    // Charged, then cut off before any audio: a vendor was sent its text.
+    let cut = context("r3", "acme", "p");
+    let mut events = vec![ended(&refused, false, 0)];
+    events.extend([charge(&failed, 0, 10), settle(&failed, 0, 0)]);
+    events.push(ended(&failed, false, 1));
+    events.extend([charge(&cut, 0, 10), ended(&cut, false, 0)]);
+    events.extend(request(&context("r4", "acme", "p"), 20));
+    store.apply(&events, AT_MS).await.expect("apply");
+    // Delivered again: counted once.
+    store
+        .apply(&[ended(&refused, false, 0)], AT_MS)
+        .await
+        .expect("again");
+    let row = tenant_row(&store, "acme").await.expect("acme row");
+    assert_eq!(row.requests, 4, "every request that reached metering");
+    assert_eq!(row.refused_requests, 1, "only the one no vendor was sent");
+    assert_eq!(
+        row.failed_attempts, 2,
+        "vendor attempts that failed, never refusals"
+    );
+}
+db_test!(a_request_no_vendor_was_sent_counts_as_refused_not_as_failed);

@@ -246,6 +246,7 @@ pub fn row_to_pb(r: &UsageRow) -> pb::UsageRow {
         pool: r.pool.clone(),
         day: r.day.clone(),
         requests: r.requests,
+        refused_requests: r.refused_requests,
         characters: r.characters,
         billed_characters: r.billed_characters,
         cached_characters: r.cached_characters,

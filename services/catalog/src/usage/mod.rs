@@ -1,6 +1,6 @@
-//! The usage ledger: what synthesis spoke, per tenant × tier × pack × pool × UTC day, read
-//! from the usage stream and kept beside the packs (the billing entity) in the catalog's
-//! database (docs/OPERATIONS.md#usage-ledger).
+//! The usage ledger: what synthesis spoke, per tenant × tier × pack × pool × UTC day ×
+//! currency, read from the usage stream and kept beside the packs (the billing entity) in the
+//! catalog's database (docs/OPERATIONS.md#usage-ledger).
 //!
 //! - [`consumer`]: the stream consumer (a consumer group on
 //!   [`voxpool_domain::usage::USAGE_STREAM`], batches, claiming a dead consumer's entries,
@@ -21,7 +21,13 @@
 //!   characters (the vendor may never have received a swept charge's text);
 //! - a request counts once, from its Done or (killed before its end) from its first swept
 //!   Charge; audio, cached characters, cached cost and failed attempts come from the Done
-//!   only (a Settle's audio is kept in the raw record, never added twice).
+//!   only (a Settle's audio is kept in the raw record, never added twice);
+//! - a request also counts as refused, from its Done, when it ended without its audio, served
+//!   nothing from the cache, had no failed attempt and no Charge of it is stored: no vendor
+//!   was sent its text (a budget or key quota refused it, no key was free, its caller left
+//!   while it waited);
+//! - totals are kept and summed per currency (`[usage] currency` when synthesis priced the
+//!   request): a change of currency starts new rows, never adds to the old ones.
 
 pub mod consumer;
 pub mod entry;
@@ -88,8 +94,10 @@ pub struct UsageRow {
     pub pool: String,
     /// `YYYY-MM-DD`, `YYYY-MM`, or empty.
     pub day: String,
-    /// Requests.
+    /// Requests (every request that reached metering, refused ones included).
     pub requests: i64,
+    /// Of `requests`: ended without audio before any vendor was sent their text.
+    pub refused_requests: i64,
     /// Vendor characters.
     pub characters: i64,
     /// Characters vendors said they billed.
@@ -104,7 +112,7 @@ pub struct UsageRow {
     pub cost_micros: i64,
     /// Failed vendor attempts.
     pub failed_attempts: i64,
-    /// ISO 4217 code.
+    /// ISO 4217 code of every cost on the row (always grouped by: one row per currency).
     pub currency: String,
     /// Of `characters`: counted from charges the sweep found unsettled (the synthesis
     /// replica stopped before the vendor answered; the vendor may never have received them).
@@ -114,7 +122,7 @@ pub struct UsageRow {
 }
 
 impl UsageRow {
-    /// The row's position in the listing order: its grouped dimensions.
+    /// The row's position in the listing order: its grouped dimensions, then its currency.
     pub fn key(&self) -> Vec<String> {
         vec![
             self.tenant.clone(),
@@ -122,6 +130,7 @@ impl UsageRow {
             self.pack_id.clone(),
             self.pool.clone(),
             self.day.clone(),
+            self.currency.clone(),
         ]
     }
 }

@@ -1,15 +1,16 @@
-//! Reading the daily totals: filtered, grouped (tenant, tier, pack, pool, day or month),
-//! summed, in key order, paged by the last row's key (keyset: a page boundary never skips or
-//! repeats a group, whatever is added meanwhile).
+//! Reading the daily totals: filtered, grouped (tenant, tier, pack, pool, day or month, and
+//! always currency: totals of two currencies are never summed, a group priced in two has one
+//! row per currency), summed, in key order, paged by the last row's key (keyset: a page
+//! boundary never skips or repeats a group, whatever is added meanwhile).
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, QueryResult, Value};
 use voxpool_domain::snapshot::Tier;
 
 use super::{Group, UsageFilter, UsageRow, sql::stmt};
 
-/// The SQL expression of each listing dimension (tenant, tier, pack, pool, day) under
-/// `groups`, `None` when not grouped by it.
-fn dimensions(groups: &[Group]) -> [Option<&'static str>; 5] {
+/// The SQL expression of each listing dimension (tenant, tier, pack, pool, day, currency)
+/// under `groups`, `None` when not grouped by it (currency: always grouped by).
+fn dimensions(groups: &[Group]) -> [Option<&'static str>; 6] {
     let has = |g| groups.contains(&g);
     let time = if has(Group::Day) {
         Some("day")
@@ -24,6 +25,7 @@ fn dimensions(groups: &[Group]) -> [Option<&'static str>; 5] {
         has(Group::Pack).then_some("pack_id"),
         has(Group::Pool).then_some("pool"),
         time,
+        Some("currency"),
     ]
 }
 
@@ -79,9 +81,7 @@ pub async fn rows(
         .filter_map(|(i, d)| d.map(|d| (i, d)))
         .collect();
     let exprs: Vec<&str> = grouped.iter().map(|(_, e)| *e).collect();
-    if let Some(after) = after
-        && !grouped.is_empty()
-    {
+    if let Some(after) = after {
         let marks = vec!["?"; grouped.len()].join(", ");
         conditions.push(format!("({}) > ({marks})", exprs.join(", ")));
         for (i, _) in &grouped {
@@ -97,17 +97,16 @@ pub async fn rows(
          CAST(SUM(billed_characters) AS BIGINT), CAST(SUM(cached_characters) AS BIGINT), \
          CAST(SUM(audio_ms) AS BIGINT), CAST(SUM(gpu_ms) AS BIGINT), \
          CAST(SUM(cost_micros) AS BIGINT), CAST(SUM(failed_attempts) AS BIGINT), \
-         MAX(currency), CAST(SUM(unsettled_characters) AS BIGINT), \
-         CAST(SUM(unsettled_cost_micros) AS BIGINT) FROM usage_daily",
+         CAST(SUM(unsettled_characters) AS BIGINT), \
+         CAST(SUM(unsettled_cost_micros) AS BIGINT), CAST(SUM(refused_requests) AS BIGINT) \
+         FROM usage_daily",
         select_dims.join(", ")
     );
     if !conditions.is_empty() {
         sql.push_str(" WHERE ");
         sql.push_str(&conditions.join(" AND "));
     }
-    if !exprs.is_empty() {
-        sql.push_str(&format!(" GROUP BY {0} ORDER BY {0}", exprs.join(", ")));
-    }
+    sql.push_str(&format!(" GROUP BY {0} ORDER BY {0}", exprs.join(", ")));
     sql.push_str(" LIMIT ?");
     values.push(i64::try_from(limit).unwrap_or(i64::MAX).into());
     let found = db
@@ -128,18 +127,17 @@ fn row(r: &QueryResult) -> Result<UsageRow, DbErr> {
         pack_id: text(2)?,
         pool: text(3)?,
         day: text(4)?,
-        requests: sum(5)?,
-        characters: sum(6)?,
-        billed_characters: sum(7)?,
-        cached_characters: sum(8)?,
-        audio_ms: sum(9)?,
-        gpu_ms: sum(10)?,
-        cost_micros: sum(11)?,
-        failed_attempts: sum(12)?,
-        currency: r
-            .try_get_by_index::<Option<String>>(13)?
-            .unwrap_or_default(),
+        currency: text(5)?,
+        requests: sum(6)?,
+        characters: sum(7)?,
+        billed_characters: sum(8)?,
+        cached_characters: sum(9)?,
+        audio_ms: sum(10)?,
+        gpu_ms: sum(11)?,
+        cost_micros: sum(12)?,
+        failed_attempts: sum(13)?,
         unsettled_characters: sum(14)?,
         unsettled_cost_micros: sum(15)?,
+        refused_requests: sum(16)?,
     })
 }

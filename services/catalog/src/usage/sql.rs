@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement, Value};
 use voxpool_domain::usage::UsageContext;
 
-/// The five dimensions of a daily total.
-pub(super) type DayKey = (String, String, String, String, String);
+/// The key of a daily total: tenant, tier, pack, pool, day and currency (rows of two
+/// currencies are never summed).
+pub(super) type DayKey = (String, String, String, String, String, String);
 
 /// What a batch adds to one daily total.
 #[derive(Clone, Debug, Default)]
@@ -20,10 +21,11 @@ pub(super) struct Delta {
     pub(super) gpu_ms: i64,
     pub(super) cost_micros: i64,
     pub(super) failed_attempts: i64,
+    /// Requests that ended without their audio before any vendor was sent their text.
+    pub(super) refused_requests: i64,
     /// Of `characters` / `cost_micros`: swept from charges still unsettled.
     pub(super) unsettled_characters: i64,
     pub(super) unsettled_cost_micros: i64,
-    pub(super) currency: String,
 }
 
 /// `v` as a column value (saturating).
@@ -43,6 +45,7 @@ pub(super) fn day_key(c: &UsageContext) -> DayKey {
         c.pack_id.clone(),
         c.pool.clone(),
         day_of(c.at_ms).unwrap_or_default(),
+        c.currency.clone(),
     )
 }
 
@@ -106,10 +109,11 @@ pub(super) async fn add_totals(
     txn: &DatabaseTransaction,
     totals: BTreeMap<DayKey, Delta>,
 ) -> Result<(), DbErr> {
-    let sql = "INSERT INTO usage_daily (tenant, tier, pack_id, pool, day, requests, characters, \
-               billed_characters, cached_characters, audio_ms, gpu_ms, cost_micros, \
-               failed_attempts, unsettled_characters, unsettled_cost_micros, currency) \
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, tier, pack_id, pool, day) DO UPDATE SET \
+    let sql = "INSERT INTO usage_daily (tenant, tier, pack_id, pool, day, currency, requests, \
+               characters, billed_characters, cached_characters, audio_ms, gpu_ms, cost_micros, \
+               failed_attempts, refused_requests, unsettled_characters, unsettled_cost_micros) \
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+               ON CONFLICT (tenant, tier, pack_id, pool, day, currency) DO UPDATE SET \
                requests = usage_daily.requests + excluded.requests, \
                characters = usage_daily.characters + excluded.characters, \
                billed_characters = usage_daily.billed_characters + excluded.billed_characters, \
@@ -118,19 +122,20 @@ pub(super) async fn add_totals(
                gpu_ms = usage_daily.gpu_ms + excluded.gpu_ms, \
                cost_micros = usage_daily.cost_micros + excluded.cost_micros, \
                failed_attempts = usage_daily.failed_attempts + excluded.failed_attempts, \
+               refused_requests = usage_daily.refused_requests + excluded.refused_requests, \
                unsettled_characters = usage_daily.unsettled_characters \
                + excluded.unsettled_characters, \
                unsettled_cost_micros = usage_daily.unsettled_cost_micros \
-               + excluded.unsettled_cost_micros, \
-               currency = excluded.currency";
+               + excluded.unsettled_cost_micros";
     let backend = txn.get_database_backend();
-    for ((tenant, tier, pack, pool, day), d) in totals {
+    for ((tenant, tier, pack, pool, day, currency), d) in totals {
         let values = vec![
             tenant.into(),
             tier.into(),
             pack.into(),
             pool.into(),
             day.into(),
+            currency.into(),
             d.requests.into(),
             d.characters.into(),
             d.billed_characters.into(),
@@ -139,9 +144,9 @@ pub(super) async fn add_totals(
             d.gpu_ms.into(),
             d.cost_micros.into(),
             d.failed_attempts.into(),
+            d.refused_requests.into(),
             d.unsettled_characters.into(),
             d.unsettled_cost_micros.into(),
-            d.currency.into(),
         ];
         txn.execute_raw(stmt(backend, sql, values)).await?;
     }

@@ -195,7 +195,6 @@ impl UsageStore {
                 continue; // counted by its Settle, or by the sweep
             }
             let delta = totals.entry(day_key(e.context())).or_default();
-            delta.currency.clone_from(&e.context().currency);
             match e {
                 UsageEvent::Charge { .. } => {}
                 UsageEvent::Settle { attempt: a, .. } => {
@@ -241,9 +240,9 @@ impl UsageStore {
                     r.try_get_by_index(4)?,
                     r.try_get_by_index(5)?,
                     r.try_get_by_index(6)?,
+                    r.try_get_by_index(7)?,
                 );
                 let delta = totals.entry(key).or_default();
-                delta.currency = r.try_get_by_index(7)?;
                 if mark(&txn, &record, attempt, "sweep", now_ms).await? {
                     counted += 1;
                     let characters = r.try_get_by_index::<i64>(8)?;
@@ -355,7 +354,10 @@ async fn settle(
     close(txn, record, attempt).await
 }
 
-/// A new Done: the request (unless a sweep counted it), audio, cache hits, failures.
+/// A new Done: the request (unless a sweep counted it), audio, cache hits, failures, and
+/// whether it was refused: it ended without its audio, nothing served from the cache, no
+/// attempt failed and no Charge of it is stored (no vendor was sent its text: a budget or
+/// key quota refused it, no key was free, or its caller left while it waited).
 async fn finish(
     txn: &DatabaseTransaction,
     record: &str,
@@ -370,5 +372,19 @@ async fn finish(
     delta.audio_ms += int(done.audio_ms);
     delta.cost_micros += done.cached_cost_micros;
     delta.failed_attempts += i64::from(done.failed_attempts);
+    let unserved =
+        !done.ok && done.audio_ms == 0 && done.cached_characters == 0 && done.failed_attempts == 0;
+    if unserved && !charged(txn, record).await? {
+        delta.refused_requests += 1;
+    }
     Ok(())
+}
+
+/// Whether any Charge of request `record` is stored (a vendor was about to be sent its text).
+async fn charged(txn: &DatabaseTransaction, record: &str) -> Result<bool, DbErr> {
+    let sql = "SELECT 1 FROM usage_events WHERE record_id = ? AND kind = 'charge' LIMIT 1";
+    let found = txn
+        .query_one_raw(stmt(txn.get_database_backend(), sql, vec![record.into()]))
+        .await?;
+    Ok(found.is_some())
 }
