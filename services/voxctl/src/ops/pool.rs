@@ -105,7 +105,8 @@ async fn fetch(
 }
 
 /// The budget table: `budget SUBJECT PER used/reserved/limit reset`, one line per row
-/// (characters and cost where the budget limits them); empty without budgets.
+/// (characters, and cost with 6 decimals as every cost voxctl prints, where the budget limits
+/// them); empty without budgets.
 pub fn render_budgets(budgets: &[BudgetStatus]) -> String {
     if budgets.is_empty() {
         return String::new();
@@ -121,7 +122,7 @@ pub fn render_budgets(budgets: &[BudgetStatus]) -> String {
         }
         if b.cost_limit > 0.0 {
             limits.push(format!(
-                "cost {}/{}/{} {}",
+                "cost {:.6}/{:.6}/{:.6} {}",
                 b.cost_used, b.cost_reserved, b.cost_limit, b.currency
             ));
         }
@@ -267,6 +268,20 @@ mod tests {
         assert!(text.contains("resets 2027-01-01T00:00:00Z"), "{text}");
         assert!(!text.contains("cost"), "no cost limit: {text}");
         assert!(render_budgets(&[]).is_empty());
+        let text = render_budgets(&[BudgetStatus {
+            id: "acme-cost".into(),
+            subject: "acme".into(),
+            per: "month".into(),
+            cost_used: 1.0,
+            cost_reserved: 0.000_015,
+            cost_limit: 1.0,
+            currency: "EUR".into(),
+            ..Default::default()
+        }]);
+        assert!(
+            text.contains("cost 1.000000/0.000015/1.000000 EUR"),
+            "costs with 6 decimals: {text}"
+        );
     }
 
     #[test]

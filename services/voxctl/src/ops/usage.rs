@@ -1,6 +1,8 @@
 //! `voxctl usage`: the usage ledger (`voxpool.catalog.v1.Usage/ListUsage`, every page) as a
-//! table with aligned columns, or `--json`.
+//! table with aligned columns, or `--json`. Every row is in one currency (its own: the
+//! catalog never sums two), so a tenant priced in two has two rows.
 
+use chrono::NaiveDate;
 use serde::Serialize;
 use tonic::{codegen::InterceptedService, transport::Channel};
 use voxpool_proto::catalog::v1::{
@@ -24,8 +26,47 @@ pub struct Ask {
     pub month: Option<String>,
 }
 
+/// `--month` checked: `YYYY-MM` with a month 01..12 (a usage error, exit 2, otherwise).
+pub fn check_month(month: &str) -> Result<(), OpError> {
+    let digits = month.bytes().enumerate().all(|(i, b)| {
+        if i == 4 {
+            b == b'-'
+        } else {
+            b.is_ascii_digit()
+        }
+    });
+    let valid = month.len() == 7
+        && digits
+        && NaiveDate::parse_from_str(&format!("{month}-01"), "%Y-%m-%d").is_ok();
+    if valid {
+        return Ok(());
+    }
+    Err(OpError::usage(format!(
+        "--month {month:?}: must be a UTC month written YYYY-MM (month 01..12), e.g. 2026-12; \
+         leave --month out for every month"
+    )))
+}
+
+/// The error of `what` answered by `status` from `service` at `url`: an UNIMPLEMENTED answer
+/// says the address serves no usage ledger (another service, e.g. synthesis, answered).
+fn failure(what: &str, service: &str, url: &str, status: &tonic::Status) -> OpError {
+    if status.code() == tonic::Code::Unimplemented {
+        return OpError::failed(format!(
+            "{what} ({service}): UNIMPLEMENTED: {url} does not serve voxpool.catalog.v1.Usage \
+             (is --catalog / VOXPOOL_CATALOG the catalog's address? make run's is {})",
+            crate::cli::DEFAULT_CATALOG
+        ));
+    }
+    OpError::status(what, service, status)
+}
+
 /// Every row of `ask`, all pages, from the catalog at `url`.
+///
+/// Errors: a malformed `--month` (usage, before any call); the catalog's refusals.
 pub async fn fetch(url: &str, token: Option<&str>, ask: &Ask) -> Result<Vec<UsageRow>, OpError> {
+    if let Some(month) = &ask.month {
+        check_month(month)?;
+    }
     let channel = connect::channel(url)?;
     let token = AdminToken::new(token).map_err(OpError::usage)?;
     let mut client: UsageClient<InterceptedService<Channel, AdminToken>> =
@@ -55,7 +96,7 @@ pub async fn fetch(url: &str, token: Option<&str>, ask: &Ask) -> Result<Vec<Usag
         let page = client
             .list_usage(query)
             .await
-            .map_err(|s| OpError::status("ListUsage", &service, &s))?
+            .map_err(|s| failure("ListUsage", &service, url, &s))?
             .into_inner();
         rows.extend(page.rows);
         if page.next_page_token.is_empty() {
@@ -75,8 +116,10 @@ fn tier_name(t: i32) -> &'static str {
     }
 }
 
-/// The rows as a table: TENANT, the `--by` column when given, then the figures (UNSETTLED,
-/// the characters counted from charges no vendor answer settled, only when any row has some).
+/// The rows as a table: TENANT, the `--by` column when given, then the figures (REFUSED:
+/// of REQUESTS, those no vendor was sent; FAILED: vendor attempts that failed; COST in the
+/// row's own currency; UNSETTLED, the characters counted from charges no vendor answer
+/// settled, only when any row has some).
 pub fn render_table(rows: &[UsageRow], by: Option<UsageByArg>) -> String {
     let unsettled = rows
         .iter()
@@ -91,6 +134,7 @@ pub fn render_table(rows: &[UsageRow], by: Option<UsageByArg>) -> String {
     header.extend(by_header);
     header.extend([
         "REQUESTS",
+        "REFUSED",
         "CHARACTERS",
         "CACHED",
         "AUDIO S",
@@ -116,6 +160,7 @@ pub fn render_table(rows: &[UsageRow], by: Option<UsageByArg>) -> String {
             }));
             row.extend([
                 r.requests.to_string(),
+                r.refused_requests.to_string(),
                 r.characters.to_string(),
                 r.cached_characters.to_string(),
                 format!("{:.1}", r.audio_ms as f64 / 1000.0),
@@ -144,6 +189,8 @@ struct JsonRow<'a> {
     #[serde(skip_serializing_if = "str::is_empty")]
     day: &'a str,
     requests: i64,
+    /// Of `requests`: those no vendor was sent (refused before any attempt).
+    refused_requests: i64,
     characters: i64,
     billed_characters: i64,
     cached_characters: i64,
@@ -168,6 +215,7 @@ pub fn render_json(rows: &[UsageRow]) -> String {
             pool: &r.pool,
             day: &r.day,
             requests: r.requests,
+            refused_requests: r.refused_requests,
             characters: r.characters,
             billed_characters: r.billed_characters,
             cached_characters: r.cached_characters,
@@ -239,6 +287,43 @@ mod tests {
     }
 
     #[test]
+    fn each_row_shows_its_own_currency_and_its_refused_requests() {
+        let mut eur = row("acme", "", 30);
+        eur.currency = "EUR".to_owned();
+        eur.cost = 0.44;
+        eur.refused_requests = 1;
+        let table = render_table(&[eur, row("acme", "", 120)], None);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].contains("REQUESTS  REFUSED"), "{table}");
+        assert!(lines[1].trim_end().ends_with("0.440000 EUR"), "{table}");
+        assert!(lines[2].trim_end().ends_with("0.250000 USD"), "{table}");
+        let refused = |l: &str| l.split_whitespace().nth(2).map(str::to_owned);
+        assert_eq!(refused(lines[1]).as_deref(), Some("1"), "{table}");
+        assert_eq!(refused(lines[2]).as_deref(), Some("0"), "{table}");
+    }
+
+    #[test]
+    fn month_must_be_yyyy_mm_with_a_real_month() {
+        for good in ["2026-01", "2026-12"] {
+            assert!(check_month(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "2026-13",
+            "2026-00",
+            "2026-1",
+            "2026/12",
+            "26-12",
+            "2026-12-01",
+            "+202-12",
+        ] {
+            let e = check_month(bad).expect_err(bad);
+            assert_eq!(e.exit_code, 2, "{bad}");
+            assert!(e.message.contains("YYYY-MM"), "{}", e.message);
+        }
+    }
+
+    #[test]
     fn json_lists_every_row_with_its_figures() {
         let json = render_json(&[row("acme", "p", 10)]);
         let parsed: serde_json::Value = serde_json::from_str(&json).expect("json");
@@ -246,6 +331,7 @@ mod tests {
         assert_eq!(parsed[0]["characters"], 10);
         assert_eq!(parsed[0]["currency"], "USD");
         assert_eq!(parsed[0]["unsettled_characters"], 0, "always present");
+        assert_eq!(parsed[0]["refused_requests"], 0, "always present");
         assert_eq!(parsed[0]["unsettled_cost"], 0.0);
         let mut swept = row("acme", "p", 10);
         swept.unsettled_characters = 4;
