@@ -53,6 +53,7 @@ impl BudgetRefused {
 
     fn amount(&self, v: u64) -> String {
         match self.limit {
+            BudgetLimit::Characters if v == 1 => "1 character".to_owned(),
             BudgetLimit::Characters => format!("{v} characters"),
             BudgetLimit::Cost => format!("{:.6} {}", v as f64 / 1e6, self.currency),
         }
@@ -103,7 +104,7 @@ impl std::fmt::Display for BudgetRefused {
         };
         write!(
             f,
-            "budget {:?} for {} is exhausted: {} used and {} reserved by calls in flight of its {} per {}, so this request's {} do not fit; it resets at {} (in {}ms); wait for the reset, or raise the budget's {field} in [[budgets]]",
+            "budget {:?} for {} is exhausted: {} used and {} reserved by calls in flight of its {} per {}, so this request's {} {} not fit; it resets at {} (in {}ms); wait for the reset, or raise the budget's {field} in [[budgets]]",
             self.row.budget,
             if self.row.subject == "*" {
                 "all it covers (pooled)".to_owned()
@@ -115,6 +116,11 @@ impl std::fmt::Display for BudgetRefused {
             self.amount(limit),
             self.row.per.as_str(),
             self.amount(asked),
+            if self.limit == BudgetLimit::Characters && asked == 1 {
+                "does"
+            } else {
+                "do"
+            },
             rfc3339(self.usage.resets_at_ms),
             self.retry_ms(),
         )
@@ -154,8 +160,53 @@ pub fn quota_suffix(notes: &[QuotaNote], characters: u64, why: &str) -> String {
         })
         .collect();
     format!(
-        "; the character quota of {} cannot hold this request's {characters} characters ({why}): {}",
+        "; the character quota of {} cannot hold this request's {characters} {} ({why}): {}",
         if notes.len() == 1 { "key" } else { "keys" },
+        if characters == 1 {
+            "character"
+        } else {
+            "characters"
+        },
         listed.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use voxpool_config::QuotaPeriod;
+
+    use super::*;
+
+    #[test]
+    fn one_character_is_singular_in_refusals() {
+        let refused = |asked: u64| {
+            BudgetRefused {
+                row: BudgetRow {
+                    budget: "b".to_owned(),
+                    subject: "acme".to_owned(),
+                    per: QuotaPeriod::Day,
+                    characters: 10,
+                    cost_micros: 0,
+                },
+                limit: BudgetLimit::Characters,
+                asked: BudgetAmount {
+                    characters: asked,
+                    cost_micros: 0,
+                },
+                usage: BudgetUse::default(),
+                currency: "EUR".to_owned(),
+            }
+            .to_string()
+        };
+        assert!(refused(1).contains("this request's 1 character does not fit"));
+        assert!(refused(2).contains("this request's 2 characters do not fit"));
+        let note = QuotaNote {
+            key: "u0/k0".to_owned(),
+            used: 10,
+            limit: 10,
+            resets_at_ms: 0,
+        };
+        let one = quota_suffix(std::slice::from_ref(&note), 1, "over quota");
+        assert!(one.contains("this request's 1 character ("), "{one}");
+    }
 }
