@@ -1,7 +1,8 @@
 //! The catalog as synthesis uses it: `FreezeSnapshot(pack_id)` for requests that name a pack,
 //! and the market listing (`ListVoicePacks`, enabled packs) for the HTTP front's voice list.
 //! Catalog NOT_FOUND / FAILED_PRECONDITION / INVALID_ARGUMENT pass through with context; a
-//! catalog that cannot be reached is UNAVAILABLE naming its URL. Managed voice clones (which
+//! catalog that cannot be reached is UNAVAILABLE naming its URL. Answers of clone calls map by
+//! their typed reason first: only PACK_NOT_FOUND is a pack not found. Managed voice clones (which
 //! clone is READY in which scope, cloning on need, a clone gone or used) are read and written
 //! through the catalog's admin RPCs with the deployment's admin token: [`clones`].
 
@@ -9,9 +10,10 @@ pub mod clones;
 
 use std::time::Duration;
 
-use tonic::{Code, service::interceptor::InterceptedService, transport::Channel};
+use tonic::{Code, Status, service::interceptor::InterceptedService, transport::Channel};
 use voxpool_domain::{
     contract::{CatalogReason, Reason as _, Retry, is_transport},
+    secret::Secret,
     snapshot::Snapshot,
 };
 use voxpool_proto::catalog::v1::{
@@ -205,5 +207,118 @@ impl Catalog {
                 message: format!("returned an unusable snapshot: {e}"),
             })?;
         Ok(snapshot)
+    }
+}
+
+/// Answers of the catalog's clone RPCs ([`clones`]) as synthesis errors.
+impl Catalog {
+    /// A catalog answer to a clone call, as a synthesis error.
+    fn clone_refusal(&self, pack_id: &str, s: &Status) -> SynthesisError {
+        let message = voxpool_domain::untrusted::quote(s.message());
+        let url = self.url.clone();
+        let scope = tonic_types::StatusExt::get_error_details(s)
+            .error_info()
+            .and_then(|i| i.metadata.get("scope").cloned())
+            .unwrap_or_default();
+        match (CatalogReason::of(s), s.code()) {
+            (Some(reason), _) if reason.retry() == Retry::Again => {
+                SynthesisError::CatalogUnavailable { url, message }
+            }
+            // Only the pack itself missing is PACK_NOT_FOUND: a clone call's other NOT_FOUND
+            // (CLONE_NOT_FOUND: no clone row in the scope) says nothing of the pack.
+            (Some(CatalogReason::PackNotFound), _) => SynthesisError::CatalogNotFound {
+                pack_id: pack_id.to_owned(),
+                message,
+            },
+            (_, Code::FailedPrecondition | Code::ResourceExhausted | Code::InvalidArgument) => {
+                SynthesisError::CloneFailed {
+                    pack_id: pack_id.to_owned(),
+                    scope,
+                    message,
+                }
+            }
+            (_, Code::Unauthenticated | Code::PermissionDenied) => SynthesisError::CloneFailed {
+                pack_id: pack_id.to_owned(),
+                scope,
+                message: format!(
+                    "the catalog refused this replica's admin token ({message}): synthesis and \
+                     the catalog must share VOXPOOL_ADMIN_TOKEN"
+                ),
+            },
+            (_, code)
+                if is_transport(s)
+                    || matches!(
+                        code,
+                        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled
+                    ) =>
+            {
+                SynthesisError::CatalogUnavailable { url, message }
+            }
+            (_, code) => SynthesisError::CatalogFailed {
+                url,
+                message: format!("{code:?}: {message}"),
+            },
+        }
+    }
+
+    fn no_answer(&self, timeout: Duration) -> SynthesisError {
+        SynthesisError::CatalogUnavailable {
+            url: self.url.clone(),
+            message: format!("no answer within {}ms", timeout.as_millis()),
+        }
+    }
+
+    fn unusable_token(&self, pack_id: &str, message: String) -> SynthesisError {
+        SynthesisError::CloneFailed {
+            pack_id: pack_id.to_owned(),
+            scope: String::new(),
+            message,
+        }
+    }
+}
+
+/// What clone calls are asked with: the admin token as bearer metadata, and a deadline.
+fn request<T>(message: T, token: &Secret, timeout: Duration) -> Result<tonic::Request<T>, String> {
+    let mut req = tonic::Request::new(message);
+    req.set_timeout(timeout);
+    let value = format!("Bearer {}", token.expose())
+        .parse()
+        .map_err(|_| "the admin token is not valid metadata".to_owned())?;
+    req.metadata_mut().insert("authorization", value);
+    Ok(req)
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic_types::{ErrorDetails, StatusExt as _};
+
+    use super::*;
+
+    async fn refusal(reason: CatalogReason) -> SynthesisError {
+        let status = Status::with_error_details(
+            Code::NotFound,
+            "not found",
+            ErrorDetails::with_error_info(
+                reason.as_str(),
+                "voxpool.dev",
+                std::collections::HashMap::new(),
+            ),
+        );
+        Catalog::connect_lazy("http://127.0.0.1:1")
+            .unwrap()
+            .clone_refusal("p1", &status)
+    }
+
+    #[tokio::test]
+    async fn a_clone_call_answers_pack_not_found_only_for_the_reason_pack_not_found() {
+        assert!(matches!(
+            refusal(CatalogReason::PackNotFound).await,
+            SynthesisError::CatalogNotFound { .. }
+        ));
+        let clone = refusal(CatalogReason::CloneNotFound).await;
+        assert!(
+            !matches!(clone, SynthesisError::CatalogNotFound { .. }),
+            "{clone:?}"
+        );
     }
 }

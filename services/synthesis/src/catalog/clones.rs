@@ -1,7 +1,8 @@
 //! Managed voice clones as synthesis reads and writes them in the catalog (admin token):
 //! `ListClones` (cached per replica for [`LIST_TTL`]), `CloneVoice` on need, `MarkGone` when a
-//! vendor says a clone is not in its scope, `MarkUsed` after a synthesis on one (at most once
-//! per clone per [`USED_EVERY`] per replica).
+//! vendor says a clone is not in its scope (the cache replaced, the id remembered gone for
+//! [`GONE_KEPT`]), `MarkUsed` after a synthesis on one (at most once per clone per
+//! [`USED_EVERY`] per replica).
 //!
 //! Single flight per replica: a pack's reads and clone requests run one at a time under the
 //! pack's lock, so 50 requests arriving together for a pack with no clone make one
@@ -13,15 +14,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tonic::{Code, Status};
-use voxpool_domain::{
-    contract::{CatalogReason, Reason as _, Retry, is_transport},
-    secret::Secret,
-};
+use voxpool_domain::{contract::CatalogReason, secret::Secret};
 use voxpool_proto::catalog::v1 as pb;
 use voxpool_runtime::auth::AdminAuth;
 
-use super::Catalog;
+use super::{Catalog, request};
 use crate::error::SynthesisError;
 
 /// How long a replica serves a pack's clones from its cache before reading them again.
@@ -31,6 +28,9 @@ pub const USED_EVERY: Duration = Duration::from_secs(60);
 /// Least time between two requests for more room (a clone in another scope) for one pack
 /// from one replica.
 pub const SPILL_EVERY: Duration = Duration::from_secs(10);
+/// How long a replica remembers a vendor id found gone, so that requests routed to it before
+/// do not send it to the vendor again.
+pub const GONE_KEPT: Duration = Duration::from_secs(300);
 /// Most packs whose clones a replica keeps in its cache (older entries go first).
 const MAX_PACKS: usize = 4_096;
 
@@ -102,13 +102,14 @@ struct Listed {
     clones: Arc<Vec<Clone>>,
 }
 
-/// What one replica knows of managed clones: each pack's clones as last read, and when it
-/// last asked for more room or reported a use.
+/// What one replica knows of managed clones: each pack's clones as last read, when it last
+/// asked for more room or reported a use, and the vendor ids it found gone.
 #[derive(Default)]
 pub struct CloneBook {
     packs: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Listed>>>>>,
     spilled: Mutex<HashMap<String, Instant>>,
     used: Mutex<HashMap<(String, String), Instant>>,
+    gone: Mutex<HashMap<(String, String), Instant>>,
 }
 
 impl std::fmt::Debug for CloneBook {
@@ -142,17 +143,21 @@ impl CloneBook {
         map.insert(key.to_owned(), now);
         true
     }
-}
 
-/// What clone calls are asked with: the admin token as bearer metadata, and a deadline.
-fn request<T>(message: T, token: &Secret, timeout: Duration) -> Result<tonic::Request<T>, String> {
-    let mut req = tonic::Request::new(message);
-    req.set_timeout(timeout);
-    let value = format!("Bearer {}", token.expose())
-        .parse()
-        .map_err(|_| "the admin token is not valid metadata".to_owned())?;
-    req.metadata_mut().insert("authorization", value);
-    Ok(req)
+    /// Records (`gone`) or forgets that `vendor_voice_id` in `scope` of the pack is gone.
+    fn set_gone(&self, pack_id: &str, scope: &str, vendor_voice_id: &str, gone: bool) {
+        let key = (pack_id.to_owned(), format!("{scope}\n{vendor_voice_id}"));
+        let mut map = self.gone.lock().unwrap_or_else(PoisonError::into_inner);
+        if !gone {
+            map.remove(&key);
+            return;
+        }
+        let now = Instant::now();
+        if map.len() >= MAX_PACKS {
+            map.retain(|_, at| now.duration_since(*at) < GONE_KEPT);
+        }
+        map.insert(key, now);
+    }
 }
 
 impl Catalog {
@@ -165,53 +170,6 @@ impl Catalog {
                       VOXPOOL_ADMIN_TOKEN (or --admin-token-file) set to the catalog's"
                 .to_owned(),
         })
-    }
-
-    /// A catalog answer to a clone call, as a synthesis error.
-    fn clone_refusal(&self, pack_id: &str, s: &Status) -> SynthesisError {
-        let message = voxpool_domain::untrusted::quote(s.message());
-        let url = self.url.clone();
-        let scope = tonic_types::StatusExt::get_error_details(s)
-            .error_info()
-            .and_then(|i| i.metadata.get("scope").cloned())
-            .unwrap_or_default();
-        match (CatalogReason::of(s), s.code()) {
-            (Some(reason), _) if reason.retry() == Retry::Again => {
-                SynthesisError::CatalogUnavailable { url, message }
-            }
-            (_, Code::NotFound) => SynthesisError::CatalogNotFound {
-                pack_id: pack_id.to_owned(),
-                message,
-            },
-            (_, Code::FailedPrecondition | Code::ResourceExhausted | Code::InvalidArgument) => {
-                SynthesisError::CloneFailed {
-                    pack_id: pack_id.to_owned(),
-                    scope,
-                    message,
-                }
-            }
-            (_, Code::Unauthenticated | Code::PermissionDenied) => SynthesisError::CloneFailed {
-                pack_id: pack_id.to_owned(),
-                scope,
-                message: format!(
-                    "the catalog refused this replica's admin token ({message}): synthesis and \
-                     the catalog must share VOXPOOL_ADMIN_TOKEN"
-                ),
-            },
-            (_, code)
-                if is_transport(s)
-                    || matches!(
-                        code,
-                        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled
-                    ) =>
-            {
-                SynthesisError::CatalogUnavailable { url, message }
-            }
-            (_, code) => SynthesisError::CatalogFailed {
-                url,
-                message: format!("{code:?}: {message}"),
-            },
-        }
     }
 
     async fn list_clones(
@@ -260,21 +218,6 @@ impl Catalog {
             .map_err(|s| self.clone_refusal(pack_id, &s))?;
         tracing::info!(pack_id, scopes = ?scopes, "asked the catalog for a clone");
         Ok(clones_of(answer.into_inner().clones))
-    }
-
-    fn no_answer(&self, timeout: Duration) -> SynthesisError {
-        SynthesisError::CatalogUnavailable {
-            url: self.url.clone(),
-            message: format!("no answer within {}ms", timeout.as_millis()),
-        }
-    }
-
-    fn unusable_token(&self, pack_id: &str, message: String) -> SynthesisError {
-        SynthesisError::CloneFailed {
-            pack_id: pack_id.to_owned(),
-            scope: String::new(),
-            message,
-        }
     }
 
     /// The pack's clones (from this replica's cache while younger than [`LIST_TTL`], unless
@@ -346,9 +289,23 @@ impl Catalog {
         Ok(in_progress(&clones))
     }
 
+    /// Whether this replica found `vendor_voice_id` gone from `scope` (within [`GONE_KEPT`]):
+    /// a request routed to it before must not send it to the vendor.
+    pub fn found_gone(&self, pack_id: &str, scope: &str, vendor_voice_id: &str) -> bool {
+        let key = (pack_id.to_owned(), format!("{scope}\n{vendor_voice_id}"));
+        let gone = self
+            .book
+            .gone
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        gone.get(&key).is_some_and(|at| at.elapsed() < GONE_KEPT)
+    }
+
     /// A vendor answered that it does not hold `vendor_voice_id` in `scope`: the catalog marks
-    /// the clone EXPIRED and is asked to clone it there again. Answers the scopes where a
-    /// clone is being made.
+    /// the clone EXPIRED (a row already gone, deleted meanwhile, is gone too) and is asked to
+    /// clone it there again; this replica stops using the id at once and reads the pack's clones
+    /// anew. A request finding the scope's clone being made again answers from the cache.
+    /// Answers the scopes where a clone is being made.
     pub async fn clone_gone(
         &self,
         admin: &AdminAuth,
@@ -359,8 +316,49 @@ impl Catalog {
         timeout: Duration,
     ) -> Result<Vec<String>, SynthesisError> {
         let token = self.token(admin, pack_id)?;
+        self.book.set_gone(pack_id, scope, vendor_voice_id, true);
         let slot = self.book.pack(pack_id);
         let mut held = slot.lock().await;
+        let remaking = |l: &&Listed| {
+            l.at.elapsed() < LIST_TTL
+                && l.clones
+                    .iter()
+                    .any(|c| c.scope == scope && c.state.in_progress())
+        };
+        if let Some(listed) = held.as_ref().filter(remaking) {
+            return Ok(in_progress(&listed.clones));
+        }
+        *held = None;
+        match self
+            .remade(pack_id, scope, vendor_voice_id, error, token, timeout)
+            .await
+        {
+            Ok(clones) => {
+                let clones = Arc::new(clones);
+                *held = Some(Listed {
+                    at: Instant::now(),
+                    clones: clones.clone(),
+                });
+                Ok(in_progress(&clones))
+            }
+            Err(e) => {
+                // Not recorded: the next request that meets the id reports it again.
+                self.book.set_gone(pack_id, scope, vendor_voice_id, false);
+                Err(e)
+            }
+        }
+    }
+
+    /// MarkGone, then CloneVoice in `scope`: the pack's clones.
+    async fn remade(
+        &self,
+        pack_id: &str,
+        scope: &str,
+        vendor_voice_id: &str,
+        error: &str,
+        token: &Secret,
+        timeout: Duration,
+    ) -> Result<Vec<Clone>, SynthesisError> {
         let req = request(
             pb::MarkCloneGoneRequest {
                 pack_id: pack_id.to_owned(),
@@ -373,24 +371,27 @@ impl Catalog {
         )
         .map_err(|message| self.unusable_token(pack_id, message))?;
         let mut work = self.work.clone();
-        tokio::time::timeout(timeout, work.mark_gone(req))
+        match tokio::time::timeout(timeout, work.mark_gone(req))
             .await
             .map_err(|_| self.no_answer(timeout))?
-            .map_err(|s| self.clone_refusal(pack_id, &s))?;
-        tracing::info!(
-            pack_id,
-            scope,
-            "the vendor no longer holds the clone: marked gone"
-        );
-        let clones = Arc::new(
-            self.clone_voice(pack_id, &[scope.to_owned()], token, timeout)
-                .await?,
-        );
-        *held = Some(Listed {
-            at: Instant::now(),
-            clones: clones.clone(),
-        });
-        Ok(in_progress(&clones))
+        {
+            Ok(_) => tracing::info!(
+                pack_id,
+                scope,
+                "the vendor no longer holds the clone: marked gone"
+            ),
+            // No row in the scope any more (deleted meanwhile): gone already.
+            Err(s) if CatalogReason::of(&s) == Some(CatalogReason::CloneNotFound) => {
+                tracing::info!(
+                    pack_id,
+                    scope,
+                    "the vendor no longer holds the clone, whose row is gone too"
+                );
+            }
+            Err(s) => return Err(self.clone_refusal(pack_id, &s)),
+        }
+        self.clone_voice(pack_id, &[scope.to_owned()], token, timeout)
+            .await
     }
 
     /// A synthesis on the clone `vendor_voice_id` in `scope` succeeded: tells the catalog

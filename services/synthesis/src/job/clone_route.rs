@@ -31,7 +31,7 @@ use crate::{
     adapters::Utterance,
     catalog::clones::{Clone, CloneState},
     error::SynthesisError,
-    lease::Lease,
+    lease::{Lease, LeaseGuard},
     pools::Pool,
     record::AttemptRecord,
 };
@@ -189,6 +189,23 @@ fn pending(pack_id: &str, scopes: Vec<String>) -> SynthesisError {
     }
 }
 
+/// The vendor id a managed clone is checked with before it is routed (the adapters' checks
+/// need one; the vendors' clone ids carry no suffix that changes what a check accepts).
+pub const UNROUTED_ID: &str = "managed-clone";
+
+/// `voice` as the adapter's `check` sees it: a managed clone with the vendor id of `route`'s
+/// first READY scope, or [`UNROUTED_ID`] before routing; every other voice as it is.
+pub fn checked(voice: &Snapshot, route: Option<&CloneRoute>) -> Snapshot {
+    if !is_managed(voice) {
+        return voice.clone();
+    }
+    let id = route.and_then(|r| r.ready.values().next());
+    Snapshot {
+        voice_id: id.map_or(UNROUTED_ID, String::as_str).to_owned(),
+        ..voice.clone()
+    }
+}
+
 /// The route of `voice` over `pool` when it is a managed clone (module doc), before any
 /// lease; `None` for every other voice.
 pub async fn resolve(
@@ -303,6 +320,9 @@ async fn gone_in(
 
 /// A lease answer; for a managed clone, a refusal for lack of keys (every READY scope full,
 /// cooling or disabled) asks for a clone in one more scope and says where it is being made.
+/// A key whose scope's vendor id this replica has found gone since the route was made
+/// ([`found_gone`]) is released unused and the request answered CLONE_PENDING, as is a wait
+/// for a key once every READY scope's id is found gone: the vendor is not sent a dead id again.
 pub async fn refused(
     core: &Core,
     job: &Job,
@@ -310,8 +330,38 @@ pub async fn refused(
 ) -> Result<Option<Lease>, SynthesisError> {
     match leased {
         Err(error) => Err(spill(core, job, error).await),
-        ok => ok,
+        Ok(Some(lease)) => match found_gone(core, job, Some(&lease.key_id)) {
+            Some(gone) => {
+                LeaseGuard::new(core.scheduler.clone(), lease)
+                    .release()
+                    .await;
+                Err(gone)
+            }
+            None => Ok(Some(lease)),
+        },
+        Ok(None) => found_gone(core, job, None).map_or(Ok(None), Err),
     }
+}
+
+/// CLONE_PENDING when this replica found the vendor id of `key_id`'s scope gone (a clone gone
+/// reported by another request: it is being made again there), or with no key, every READY
+/// scope's. `None` while the route holds.
+fn found_gone(core: &Core, job: &Job, key_id: Option<&str>) -> Option<SynthesisError> {
+    let route = job.clone.as_ref()?;
+    let gone = |scope: &str, id: &str| core.catalog.found_gone(&route.pack_id, scope, id);
+    let scopes = match key_id {
+        Some(key_id) => {
+            let (scope, id) = route.voice_id_for(key_id)?;
+            gone(scope, id).then(|| vec![scope.to_owned()])?
+        }
+        // A route always holds a READY scope.
+        None => route
+            .ready
+            .iter()
+            .all(|(s, id)| gone(s, id))
+            .then(|| route.ready.keys().cloned().collect())?,
+    };
+    Some(pending(&route.pack_id, scopes))
 }
 
 async fn spill(core: &Core, job: &Job, error: SynthesisError) -> SynthesisError {
@@ -511,5 +561,22 @@ credential = { env = "PATH" }
         voice.voice_id = "hand-made".into();
         voice.upstream_ids = vec!["team-a".into()];
         assert!(!is_managed(&voice));
+    }
+
+    #[test]
+    fn a_managed_clone_is_checked_with_a_stand_in_id_before_routing_and_its_scopes_id_after() {
+        let mut voice = voxpool_fake_vendors::snapshot("elevenlabs", "m", "");
+        voice.kind = Kind::Cloned;
+        assert_eq!(checked(&voice, None).voice_id, UNROUTED_ID);
+        let pools = pools();
+        let clones = [clone("team-b", CloneState::Ready, "v-b")];
+        let route = route_of("p1", pools.get("eleven").unwrap(), &clones).unwrap();
+        assert_eq!(checked(&voice, Some(&route)).voice_id, "v-b");
+        let stock = voxpool_fake_vendors::snapshot("elevenlabs", "m", "");
+        assert_eq!(
+            checked(&stock, None).voice_id,
+            "",
+            "not a managed clone: unchanged"
+        );
     }
 }

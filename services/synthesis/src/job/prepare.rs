@@ -5,8 +5,9 @@
 //! Order: request id, priority and tenant, text (empty / whitespace-only / over `max_text_chars`), format,
 //! `wav_streaming_header` (WAV only) and sample rate, the voice (`snapshot` | `snapshot_json` | `pack_id` via the catalog), its
 //! digest, the request's overrides (sealed anew), its provider, its pool (`ttsModelId`), provider = pool provider, the adapter and the
-//! credentials, the snapshot's upstreams, a managed clone's READY scopes ([`clone_route`]:
-//! CLONE_PENDING while none is), the adapter's `check`, then the split of the text
+//! credentials, the snapshot's upstreams, the adapter's `check` (before any clone is asked
+//! for), a managed clone's READY scopes ([`clone_route`]: CLONE_PENDING while none is; the
+//! `check` again with a READY scope's vendor id), then the split of the text
 //! (and, for text of several chunks without a rate, the adapter's default rate asked of all).
 //!
 //! Short first chunk: when a key the request may use answers whole
@@ -178,19 +179,21 @@ pub(super) async fn prepare(
             known: pool.upstream_ids.join(", "),
         });
     }
-    // A managed clone is spoken with a vendor id per scope: the adapter checks the voice as a
-    // READY scope's key sends it; its clips are what it was cloned from, not spoken.
-    let clone = clone_route::resolve(core, &voice, &pool).await?;
-    let checked = match clone.as_ref().and_then(|c| c.ready.values().next()) {
-        Some(voice_id) => Snapshot {
-            voice_id: voice_id.clone(),
-            ..voice.clone()
-        },
-        None => voice.clone(),
+    // Checked before any clone routing, so a request the adapter refuses never asks for a
+    // clone. A managed clone is spoken with a vendor id per scope, known once routed: it is
+    // checked with a stand-in id first, then as a READY scope's key sends it; its clips are
+    // what it was cloned from, not spoken.
+    let check = |route| {
+        let checked = clone_route::checked(&voice, route);
+        adapter
+            .check(&checked, format, sample_rate_hz)
+            .map_err(SynthesisError::Param)
     };
-    adapter
-        .check(&checked, format, sample_rate_hz)
-        .map_err(SynthesisError::Param)?;
+    check(None)?;
+    let clone = clone_route::resolve(core, &voice, &pool).await?;
+    if let Some(route) = &clone {
+        check(Some(route))?;
+    }
     let reference = match clone {
         Some(_) => None,
         None => pick_reference(core, &voice, &r.emotion, r.seed, adapter.as_ref()).await?,
