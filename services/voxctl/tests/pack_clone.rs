@@ -1,7 +1,8 @@
 //! `voxctl pack clone|clones|import` against a real `voxpool-catalog` process (SQLite, a file
 //! blob store, a pools config whose ElevenLabs upstreams declare clone scopes). No synthesis
 //! replica runs, so no vendor step is taken: the clones stay PENDING and imports REQUESTED,
-//! which is what these commands show and change.
+//! which is what these commands show and change (one test leases a CREATE through CloneWork
+//! as a replica would, so a delete must wait for it).
 //!
 //! Needs the catalog binary next to voxctl's: `cargo build -p voxpool-catalog --bins`
 //! (`cargo test --workspace` builds it).
@@ -417,6 +418,24 @@ fn refusals_show_the_code_the_reason_and_the_catalogs_message() {
         not_managed.stderr
     );
 
+    // Nor has it a clone to delete: it says so rather than "no clone in that scope".
+    let no_clone = catalog.voxctl(&[
+        "pack",
+        "clones",
+        standard.stdout.trim(),
+        "--delete",
+        "team-a",
+    ]);
+    assert_eq!(no_clone.code, 1, "{}", no_clone.stderr);
+    assert!(
+        no_clone.stderr.contains("DeleteClone (catalog at ")
+            && no_clone
+                .stderr
+                .contains("FAILED_PRECONDITION CLONE_NOT_MANAGED"),
+        "{}",
+        no_clone.stderr
+    );
+
     let unauthenticated = catalog.voxctl_with_token(None, &["pack", "clones", &pack]);
     assert_eq!(unauthenticated.code, 1, "{}", unauthenticated.stderr);
     assert!(
@@ -428,6 +447,95 @@ fn refusals_show_the_code_the_reason_and_the_catalogs_message() {
 
     let usage = catalog.voxctl(&["pack", "clone", &pack, "--max-scopes", "0"]);
     assert_eq!(usage.code, 2, "{}", usage.stderr);
+    // Usage lines name the command as written and show the catalog flags as optional.
+    for (command, line) in [
+        ("clone", "Usage: voxctl pack clone <PACK>"),
+        ("clones", "Usage: voxctl pack clones <PACK>"),
+        ("import", "Usage: voxctl pack import --pool <POOL>"),
+    ] {
+        let run = catalog.voxctl(&["pack", command]);
+        assert_eq!(run.code, 2, "{}", run.stderr);
+        assert!(
+            run.stderr.contains(line)
+                && run
+                    .stderr
+                    .contains("[--catalog <CATALOG>] [--admin-token <ADMIN_TOKEN>]"),
+            "{}",
+            run.stderr
+        );
+    }
+}
+
+/// Leases the due CREATE steps of `scope` as a synthesis replica would (CloneWork.Claim with
+/// the admin token), so a delete asked now waits for the worker.
+fn claim_creates(url: &str, scope: &str) -> usize {
+    use voxpool_proto::catalog::v1::{ClaimCloneWorkRequest, clone_work_client::CloneWorkClient};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let mut client = CloneWorkClient::connect(url.to_owned())
+            .await
+            .expect("connect");
+        let mut request = tonic::Request::new(ClaimCloneWorkRequest {
+            worker: "pack-clone-test".into(),
+            scopes: vec![scope.to_owned()],
+            max: 10,
+            lease_ms: 600_000,
+        });
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {ADMIN_TOKEN}").parse().expect("metadata"),
+        );
+        client
+            .claim(request)
+            .await
+            .expect("claim")
+            .into_inner()
+            .tasks
+            .len()
+    })
+}
+
+#[test]
+fn a_pending_delete_shows_in_the_table_the_tally_and_json() {
+    let catalog = start_catalog();
+    let pack = catalog.managed_clone(4);
+    catalog
+        .voxctl(&["pack", "clone", &pack, "--scope", "team-a"])
+        .ok();
+    assert_eq!(claim_creates(&catalog.url, "team-a"), 1);
+
+    // A worker runs its CREATE: the delete waits for it, and every view says so.
+    let deleting = catalog
+        .voxctl(&["pack", "clones", &pack, "--delete", "team-a"])
+        .ok();
+    assert!(
+        deleting.stderr.contains("deleting the clone in team-a"),
+        "{}",
+        deleting.stderr
+    );
+    let table = rows(&deleting.stdout);
+    assert_eq!(
+        table[0][..2],
+        ["team-a", "PENDING (deleting)"],
+        "{}",
+        deleting.stdout
+    );
+    let listed = catalog
+        .voxctl(&["pack", "clones", &pack, "--json"])
+        .ok()
+        .json();
+    assert_eq!(listed["clones"][0]["deleting"], true, "{listed}");
+    let again = catalog
+        .voxctl(&["pack", "clone", &pack, "--scope", "team-a"])
+        .ok();
+    assert!(
+        again.stderr.contains("1 clone(s): 1 PENDING (deleting)"),
+        "{}",
+        again.stderr
+    );
 }
 
 #[test]
@@ -488,6 +596,16 @@ fn import_shows_the_requested_import_of_each_scope() {
             && no_scopes.stderr.contains("NO_CLONE_SCOPES"),
         "{}",
         no_scopes.stderr
+    );
+    let unknown_pool = catalog.voxctl(&["pack", "import", "--pool", "nosuchpool"]);
+    assert_eq!(unknown_pool.code, 1, "{}", unknown_pool.stderr);
+    assert!(
+        unknown_pool.stderr.contains("INVALID_ARGUMENT")
+            && unknown_pool.stderr.contains("nosuchpool")
+            && unknown_pool.stderr.contains("eleven")
+            && !unknown_pool.stderr.contains("NO_CLONE_SCOPES"),
+        "{}",
+        unknown_pool.stderr
     );
     let unknown_scope = catalog.voxctl(&["pack", "import", "--pool", "eleven", "--scope", "plain"]);
     assert_eq!(unknown_scope.code, 1, "{}", unknown_scope.stderr);

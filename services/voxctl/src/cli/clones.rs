@@ -10,6 +10,8 @@ const MAX_SCOPES: u32 = 64;
 
 /// `voxctl pack clone PACK_ID [--scope S]... [--max-scopes N] [--json]`.
 #[derive(Debug, Args)]
+#[command(override_usage = "voxctl pack clone <PACK> [--scope <SCOPE>]... \
+    [--max-scopes <MAX_SCOPES>] [--json] [--catalog <CATALOG>] [--admin-token <ADMIN_TOKEN>]")]
 pub struct CloneArgs {
     /// The managed clone pack (kind CLONED with reference clips, no voice id, no upstream ids).
     #[arg(value_parser = non_empty)]
@@ -29,6 +31,10 @@ pub struct CloneArgs {
 
 /// `voxctl pack clones PACK_ID [--delete SCOPE] [--json]`.
 #[derive(Debug, Args)]
+#[command(
+    override_usage = "voxctl pack clones <PACK> [--delete <SCOPE>] [--json] \
+    [--catalog <CATALOG>] [--admin-token <ADMIN_TOKEN>]"
+)]
 pub struct ClonesArgs {
     /// The pack.
     #[arg(value_parser = non_empty)]
@@ -45,6 +51,10 @@ pub struct ClonesArgs {
 
 /// `voxctl pack import --pool POOL [--scope S] [--json]`.
 #[derive(Debug, Args)]
+#[command(
+    override_usage = "voxctl pack import --pool <POOL> [--scope <SCOPE>] [--json] \
+    [--catalog <CATALOG>] [--admin-token <ADMIN_TOKEN>]"
+)]
 pub struct ImportArgs {
     /// The pool whose clone scopes are read.
     #[arg(long, value_parser = non_empty)]

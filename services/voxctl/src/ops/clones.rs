@@ -141,7 +141,7 @@ pub async fn clones(catalog: &mut Catalog, args: ClonesArgs) -> Result<(), OpErr
     Ok(())
 }
 
-/// `voxctl pack import`: what the last import of each scope found.
+/// `voxctl pack import`: per scope, the last finished import and the one queued now.
 pub async fn import(catalog: &mut Catalog, args: ImportArgs) -> Result<(), OpError> {
     let scope = args.scope.as_deref().unwrap_or_default();
     let imports = catalog.import_clones(&args.pool, scope).await?;
@@ -150,10 +150,16 @@ pub async fn import(catalog: &mut Catalog, args: ImportArgs) -> Result<(), OpErr
     } else {
         crate::show!("{}", render_imports(&imports));
     }
-    if imports.iter().any(|i| i.state == "REQUESTED") {
+    let queued: Vec<String> = imports
+        .iter()
+        .filter(|i| i.state == "REQUESTED")
+        .map(|i| printable(&i.scope))
+        .collect();
+    if !queued.is_empty() {
         crate::say!(
-            "voxctl: pool {}: a synthesis replica reads the vendor's list; run the same command again to see what it found",
-            printable(&args.pool)
+            "voxctl: pool {}: an import is queued for {}: a synthesis replica reads the vendor's list; run the same command again to see what it found (its DONE or FAILED row)",
+            printable(&args.pool),
+            queued.join(", ")
         );
     }
     Ok(())
@@ -185,27 +191,36 @@ fn or_dash(text: &str) -> String {
     }
 }
 
-/// `2 clone(s): 1 PENDING, 1 READY`, or `no clones` (and how to make one).
+/// The STATE a clone is shown with: its state, and `(deleting)` while a delete is pending
+/// (`READY (deleting)`: still served until the vendor's copy is deleted).
+pub fn shown_state(c: &VoiceClone) -> String {
+    let name = state(c).as_str_name();
+    if c.deleting {
+        format!("{name} (deleting)")
+    } else {
+        name.to_owned()
+    }
+}
+
+/// `2 clone(s): 1 PENDING, 1 READY (deleting)`, or `no clones` (and how to make one).
 pub fn tally(clones: &[VoiceClone]) -> String {
     if clones.is_empty() {
         return "no clones (voxctl pack clone makes them)".to_owned();
     }
-    let mut counts: Vec<(CloneState, usize)> = Vec::new();
+    let mut counts: Vec<((i32, bool), String, usize)> = Vec::new();
     for c in clones {
-        match counts.iter_mut().find(|(s, _)| *s == state(c)) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((state(c), 1)),
+        let key = (state(c) as i32, c.deleting);
+        match counts.iter_mut().find(|(k, _, _)| *k == key) {
+            Some((_, _, n)) => *n += 1,
+            None => counts.push((key, shown_state(c), 1)),
         }
     }
-    counts.sort_by_key(|(s, _)| *s as i32);
-    let parts: Vec<String> = counts
-        .iter()
-        .map(|(s, n)| format!("{n} {}", s.as_str_name()))
-        .collect();
+    counts.sort_by_key(|(k, _, _)| *k);
+    let parts: Vec<String> = counts.iter().map(|(_, s, n)| format!("{n} {s}")).collect();
     format!("{} clone(s): {}", clones.len(), parts.join(", "))
 }
 
-/// The clones table: SCOPE, STATE, VENDOR VOICE ID, CREATED, LAST USED, EXPIRES, ERROR (times
+/// The clones table: SCOPE, STATE ([`shown_state`]), VENDOR VOICE ID, CREATED, LAST USED, EXPIRES, ERROR (times
 /// in UTC, `-` when unset).
 pub fn render_clones(clones: &[VoiceClone]) -> String {
     let when = |t| time(t).unwrap_or_else(|| "-".to_owned());
@@ -214,7 +229,7 @@ pub fn render_clones(clones: &[VoiceClone]) -> String {
         .map(|c| {
             [
                 printable(&c.scope),
-                state(c).as_str_name().to_owned(),
+                shown_state(c),
                 or_dash(&c.vendor_voice_id),
                 when(c.created_at.as_ref()),
                 when(c.last_used_at.as_ref()),
@@ -235,8 +250,11 @@ pub fn render_clones(clones: &[VoiceClone]) -> String {
     table(&header, &rows)
 }
 
-/// The imports table: SCOPE, STATE, REQUESTED, BOUND (`vendor id → pack`), UNBOUND (vendor ids
-/// no managed clone pack claims), ERROR.
+/// The imports table, a row per run: a scope's last finished run (`DONE` or `FAILED`, with
+/// what it found), then the run queued after it (`REQUESTED`), either of which may be missing.
+/// SCOPE, STATE, REQUESTED (when that run was asked for), BOUND (`vendor id → pack`: bound by
+/// the run or already the pack's clone), UNBOUND (vendor ids no pack of the scope holds or may
+/// be bound to), ERROR.
 pub fn render_imports(imports: &[CloneImport]) -> String {
     let rows: Vec<[String; 6]> = imports
         .iter()
@@ -293,6 +311,7 @@ struct CloneJson {
     last_used_at: Option<String>,
     expires_at: Option<String>,
     error: String,
+    deleting: bool,
 }
 
 impl CloneJson {
@@ -306,6 +325,7 @@ impl CloneJson {
             last_used_at: time(c.last_used_at.as_ref()),
             expires_at: time(c.expires_at.as_ref()),
             error: c.error.clone(),
+            deleting: c.deleting,
         }
     }
 }
