@@ -360,7 +360,7 @@ pub async fn until_served(
 }
 
 /// An ElevenLabs pools file: pool `eleven` with upstream team-a (keys a1, a2; `{slots}` clone
-/// slots) and team-b (key b1; 5 slots), both at the fake's `{url}`, each key reading its
+/// slots, evictable at once: no minimum residence) and team-b (key b1; 5 slots), both at the fake's `{url}`, each key reading its
 /// credential from the file `{dir}/<key>` (see [`Workdir::new`] and [`eleven_secret`]).
 pub const ELEVEN_POOLS: &str = r#"
 [scheduler]
@@ -373,7 +373,7 @@ model = "eleven_multilingual_v2"
 [[pools.upstreams]]
 id = "team-a"
 base_url = "{url}"
-clone = { slots = {slots} }
+clone = { slots = {slots}, min_residence = "0s" }
 [[pools.upstreams.keys]]
 id = "a1"
 capacity = 2
