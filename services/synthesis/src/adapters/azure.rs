@@ -316,7 +316,14 @@ impl CloudVendor for Azure {
                 &request.utterance.voice.voice_id,
                 &wire,
             ));
-        let opened = http::open(PROVIDER, builder, request.timeout, Some(secret), &request.gate).await?;
+        let opened = http::open(
+            PROVIDER,
+            builder,
+            request.timeout,
+            Some(secret),
+            &request.gate,
+        )
+        .await?;
         http::stream_raw_audio(PROVIDER, opened, sink, Some(secret), |reply| {
             if reply.status.is_success() {
                 let snippet =

@@ -254,7 +254,14 @@ impl CloudVendor for ElevenLabs {
             .post(url)
             .header("xi-api-key", secret.expose())
             .json(&body(request, &wire));
-        let opened = http::open(PROVIDER, builder, request.timeout, Some(secret), &request.gate).await?;
+        let opened = http::open(
+            PROVIDER,
+            builder,
+            request.timeout,
+            Some(secret),
+            &request.gate,
+        )
+        .await?;
         // What ElevenLabs billed the call, in characters (its `character-cost` header).
         if let Some(cost) = opened
             .headers

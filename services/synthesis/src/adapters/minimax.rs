@@ -336,7 +336,14 @@ impl CloudVendor for MiniMax {
             .post(url)
             .bearer_auth(secret.expose())
             .json(&body(request, &wire));
-        let mut opened = http::open(PROVIDER, builder, request.timeout, Some(secret), &request.gate).await?;
+        let mut opened = http::open(
+            PROVIDER,
+            builder,
+            request.timeout,
+            Some(secret),
+            &request.gate,
+        )
+        .await?;
         let status = opened.status.as_u16();
         let is_sse = http::media_type(&opened.headers).is_some_and(|m| m == "text/event-stream");
         if !opened.status.is_success() || !is_sse {

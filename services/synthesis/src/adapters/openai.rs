@@ -174,7 +174,14 @@ impl CloudVendor for OpenAi {
             .post(endpoint(request.upstream.base_url.as_deref()))
             .bearer_auth(secret.expose())
             .json(&body(request, &wire));
-        let opened = http::open(PROVIDER, builder, request.timeout, Some(secret), &request.gate).await?;
+        let opened = http::open(
+            PROVIDER,
+            builder,
+            request.timeout,
+            Some(secret),
+            &request.gate,
+        )
+        .await?;
         http::stream_raw_audio(PROVIDER, opened, sink, Some(secret), |reply| {
             classify(reply, secret)
         })

@@ -235,9 +235,9 @@ fn metadata(e: SynthesisError) -> HashMap<String, String> {
         SynthesisError::ClonePending {
             pack_id, scopes, ..
         } => pairs(&[("pack_id", pack_id), ("scopes", scopes.join(","))]),
-        SynthesisError::CloneFailed {
-            pack_id, scope, ..
-        } => pairs(&[("pack_id", pack_id), ("scope", scope)]),
+        SynthesisError::CloneFailed { pack_id, scope, .. } => {
+            pairs(&[("pack_id", pack_id), ("scope", scope)])
+        }
         // Answered above (no reason, a resource, or the cause's own metadata).
         SynthesisError::InvalidArgument { .. }
         | SynthesisError::Param(_)

@@ -385,7 +385,14 @@ impl CloudVendor for Volcengine {
                 format!("Bearer;{}", secret.expose()),
             )
             .json(&body(request, &wire));
-        let reply = http::send(PROVIDER, builder, request.timeout, Some(secret), &request.gate).await?;
+        let reply = http::send(
+            PROVIDER,
+            builder,
+            request.timeout,
+            Some(secret),
+            &request.gate,
+        )
+        .await?;
         let bytes = classify(&reply, secret)?;
         if crate::audio::sniff(request.utterance.format, &bytes).is_err() {
             return Err(http::failure(

@@ -139,7 +139,14 @@ impl Volcengine {
             .header("X-Api-Resource-Id", resource)
             .header("X-Api-Request-Id", request.attempt_id)
             .json(&body);
-        let mut opened = http::open(PROVIDER, builder, request.timeout, Some(secret), &request.gate).await?;
+        let mut opened = http::open(
+            PROVIDER,
+            builder,
+            request.timeout,
+            Some(secret),
+            &request.gate,
+        )
+        .await?;
         let status = opened.status.as_u16();
         let mut lines = http::LineReader::default();
         let mut done = false;
