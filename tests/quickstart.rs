@@ -121,22 +121,39 @@ fn readme_quick_flow_produces_real_speech() {
     let row = loop {
         let out = run_script(dir.path(), "voxctl usage", &usage_script);
         let table = String::from_utf8_lossy(&out.stdout).into_owned();
-        // TENANT PACK REQUESTS CHARACTERS CACHED AUDIO S FAILED COST
+        // Cells by the header's names (every name before AUDIO S is one word, as are the cells).
+        let header: Vec<&str> = table
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        let at = |name: &str| header.iter().position(|h| *h == name);
         let row = table
             .lines()
             .skip(1)
             .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
-            .find(|cells| cells.get(2).is_some_and(|r| r != "0"));
+            .find(|cells| {
+                at("REQUESTS")
+                    .and_then(|i| cells.get(i))
+                    .is_some_and(|r| r != "0")
+            });
         if let Some(row) = row {
-            break row;
+            let cell = |name: &str| {
+                at(name)
+                    .and_then(|i| row.get(i).cloned())
+                    .unwrap_or_else(|| panic!("no {name} column:\n{table}"))
+            };
+            break (row.clone(), cell("REQUESTS"), cell("CHARACTERS"));
         }
         assert!(
             std::time::Instant::now() < deadline,
             "voxctl usage never showed the quick flow's request:\n{table}"
         );
     };
-    assert_eq!(row[2], "1", "one request: {row:?}");
-    assert_eq!(row[3], spoken, "the characters spoken: {row:?}");
+    let (row, requests, characters) = row;
+    assert_eq!(requests, "1", "one request: {row:?}");
+    assert_eq!(characters, spoken, "the characters spoken: {row:?}");
 
     for name in ["http-curl", "http-python"] {
         run_script(dir.path(), name, &walkthrough_script("README.md", name));
