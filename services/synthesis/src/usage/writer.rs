@@ -111,7 +111,8 @@ struct Inner {
     queue: Mutex<VecDeque<String>>,
     capacity: usize,
     notify: Notify,
-    healthy: AtomicBool,
+    /// Whether the last Charge got its answer in time (its bound: [`Writer::write_now`]).
+    charges_answer: AtomicBool,
     dropped: AtomicU64,
     errors: Limiter,
     script: redis::Script,
@@ -131,7 +132,7 @@ impl Writer {
                 queue: Mutex::new(VecDeque::new()),
                 capacity: capacity.max(1),
                 notify: Notify::new(),
-                healthy: AtomicBool::new(false),
+                charges_answer: AtomicBool::new(false),
                 dropped: AtomicU64::new(0),
                 errors: Limiter::new(Duration::from_secs(10)),
                 script: redis::Script::new(APPEND),
@@ -174,27 +175,28 @@ impl Writer {
             inner.push(json);
             return;
         };
-        // Tried even while the background writer is failing (a batch's replica acknowledgement
-        // ran out, a slow answer under load): only a Charge on the stream survives this
-        // replica. A store that stopped answering costs a call at most `UNHEALTHY_TIMEOUT`.
-        let bound = if inner.healthy.load(Ordering::Relaxed) {
+        // Only a Charge on the stream survives this replica, so it gets the full bound while
+        // Charges are answered, whatever the background batches meet (a slow replica, a slow
+        // answer under load); once a Charge went unanswered, the next waits at most
+        // `UNHEALTHY_TIMEOUT`, so a store that stopped answering costs each call little.
+        let bound = if inner.charges_answer.load(Ordering::Relaxed) {
             STORE_TIMEOUT
         } else {
             UNHEALTHY_TIMEOUT
         };
         let mut cmd = redis::cmd("XADD");
         cmd.arg(USAGE_STREAM).arg("*").arg(USAGE_FIELD).arg(&json);
-        match tokio::time::timeout(bound, conn.query(&cmd)).await {
-            Ok(Ok(_)) => inner.healthy.store(true, Ordering::Relaxed),
-            Ok(Err(e)) => {
-                inner.failed(&e.to_string());
-                inner.push(json);
+        let why = match tokio::time::timeout(bound, conn.query(&cmd)).await {
+            Ok(Ok(_)) => {
+                inner.charges_answer.store(true, Ordering::Relaxed);
+                return;
             }
-            Err(_) => {
-                inner.failed("no answer in time");
-                inner.push(json);
-            }
-        }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "no answer in time".to_owned(),
+        };
+        inner.charges_answer.store(false, Ordering::Relaxed);
+        inner.failed(&why);
+        inner.push(json);
     }
 
     /// Queues `event` for the background task.
@@ -257,7 +259,6 @@ impl Inner {
     }
 
     fn failed(&self, why: &str) {
-        self.healthy.store(false, Ordering::Relaxed);
         if matches!(self.errors.admit(std::time::Instant::now()), Admit::Pass) {
             tracing::error!(store = %self.shown, error = %why, pending = self.queue.lock().map_or(0, |q| q.len()), "usage store write failed; records are kept and retried");
         }
@@ -290,7 +291,7 @@ async fn run(inner: Arc<Inner>) {
             None => match Conns::connect(&inner.url).await {
                 Ok(conns) => {
                     tracing::info!(store = %inner.shown, "usage store connected");
-                    inner.healthy.store(true, Ordering::Relaxed);
+                    inner.charges_answer.store(true, Ordering::Relaxed);
                     inner.conns.get_or_init(|| conns).batches.clone()
                 }
                 Err(e) => {
@@ -328,7 +329,7 @@ async fn run(inner: Arc<Inner>) {
             let online = conn.invoke(&invocation).await?;
             // The primary answered: a Charge written now is held there, whatever the
             // replica says next.
-            inner.healthy.store(true, Ordering::Relaxed);
+            inner.charges_answer.store(true, Ordering::Relaxed);
             replicated(&conn, &online).await
         })
         .await;
