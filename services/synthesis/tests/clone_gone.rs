@@ -13,19 +13,19 @@
 //! - A managed clone pack with `extra.n` (which ElevenLabs cannot apply) is refused
 //!   INVALID_ARGUMENT naming `extra.n` at once, and no clone is asked for.
 //!
-//! The harness is this file's own (a trimmed copy of the clone tests' shared one). The catalog
-//! binary is found beside the test's target directory (`cargo build --workspace --bins`, as
-//! `make test` does, builds it).
+//! The harness is the clone tests' shared one (`tests/common/clones.rs`). The catalog binary is
+//! found beside the test's target directory (`cargo build --workspace --bins`, as `make test`
+//! does, builds it).
+
+mod common;
 
 use std::{
     collections::HashMap,
-    io::{BufRead as _, BufReader},
     net::SocketAddr,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
+use common::clones::{ADMIN, Service, Workdir, admin_scheduler, authed, channel};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Request, transport::Channel};
@@ -48,8 +48,6 @@ use voxpool_synthesis::{
     adapters::registry::{self, AdapterOptions},
     server::{self, Options},
 };
-
-const ADMIN: &str = "clone-gone-admin-token-0123456789";
 
 /// How long a synthesis replica serves a pack's clones from its cache
 /// (`catalog::clones::LIST_TTL`).
@@ -93,61 +91,11 @@ fn secret(key: &str) -> String {
     format!("eleven-secret-{key}")
 }
 
-/// The catalog process, killed (SIGKILL) on drop.
-struct CatalogProcess {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for CatalogProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `$CLONE_TEST_CATALOG` when set, else `target/<profile>/voxpool-catalog`, beside this test's
-/// `deps/`.
-fn catalog_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("CLONE_TEST_CATALOG") {
-        return path.into();
-    }
-    let exe = std::env::current_exe().expect("current exe");
-    let path = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("voxpool-catalog");
-    assert!(
-        path.exists(),
-        "{} not built: run `cargo build --workspace --bins` (make test does)",
-        path.display()
-    );
-    path
-}
-
-fn authed<T>(message: T) -> Request<T> {
-    let mut r = Request::new(message);
-    r.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {ADMIN}").parse().expect("metadata"),
-    );
-    r
-}
-
-async fn channel(addr: &str) -> Channel {
-    Channel::from_shared(format!("http://{addr}"))
-        .expect("url")
-        .connect()
-        .await
-        .unwrap_or_else(|e| panic!("connect {addr}: {e}"))
-}
-
 /// The fake, the catalog process, an in-process scheduler and one synthesis replica.
 struct Stack {
-    _dir: tempfile::TempDir,
+    _dir: Workdir,
     fake: FakeVendor,
-    catalog: CatalogProcess,
+    catalog: Service,
     replica: SocketAddr,
     shutdown: CancellationToken,
 }
@@ -167,22 +115,14 @@ impl Stack {
         let fake = FakeVendor::start(FakeConfig::new(VendorKind::ElevenLabs).clones(clones))
             .await
             .expect("fake");
-        let dir = tempfile::tempdir().expect("tempdir");
-        for key in ["a1", "a2", "b1"] {
-            std::fs::write(dir.path().join(key), secret(key)).expect("credential file");
-        }
-        let text = POOLS
-            .replace("{url}", &fake.base_url())
-            .replace("{dir}", &dir.path().display().to_string());
-        let config_path = dir.path().join("pools.toml");
-        std::fs::write(&config_path, &text).expect("pools file");
-        let config = Config::from_toml_str(&text).expect("config parses");
-        config
-            .validate(voxpool_config::Credentials::Ignore)
-            .expect("config valid");
-        let catalog = start_catalog(dir.path(), &config_path);
+        let secrets = ["a1", "a2", "b1"].map(|k| (k, secret(k)));
+        let credentials: Vec<(&str, &str)> =
+            secrets.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let dir = Workdir::new(&POOLS.replace("{url}", &fake.base_url()), &credentials);
+        let config = dir.parsed.clone();
+        let catalog = dir.catalog("127.0.0.1:0");
         let shutdown = CancellationToken::new();
-        let scheduler = start_scheduler(&config, shutdown.clone()).await;
+        let scheduler = admin_scheduler(&config, shutdown.clone()).await;
         let replica = start_synthesis(&config, &scheduler, &catalog.addr, &shutdown).await;
         Self {
             _dir: dir,
@@ -369,58 +309,6 @@ impl Stack {
     fn creates(&self) -> u64 {
         self.fake.clone_counts().values().map(|c| c.create).sum()
     }
-}
-
-/// The catalog binary on `dir`'s SQLite database and blob store and the pools file `config`.
-fn start_catalog(dir: &Path, config: &Path) -> CatalogProcess {
-    let mut command = Command::new(catalog_binary());
-    command
-        .args(["--listen", "127.0.0.1:0"])
-        .arg("--blob-store")
-        .arg(format!("file://{}", dir.join("blobs").display()))
-        .arg("--database")
-        .arg(format!(
-            "sqlite://{}?mode=rwc",
-            dir.join("catalog.db").display()
-        ))
-        .arg("--config")
-        .arg(config)
-        .env("VOXPOOL_ADMIN_TOKEN", ADMIN)
-        .env(
-            "RUST_LOG",
-            std::env::var("CLONE_TEST_LOG").unwrap_or_else(|_| "error".into()),
-        );
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("first line");
-    let addr = line
-        .split(" listening on ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("the catalog printed {line:?} instead of its address"))
-        .trim()
-        .to_owned();
-    CatalogProcess { child, addr }
-}
-
-async fn start_scheduler(config: &Config, shutdown: CancellationToken) -> SocketAddr {
-    let store = voxpool_scheduler::server::open_store("memory", config)
-        .await
-        .expect("memory store");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let config = config.clone();
-    tokio::spawn(async move {
-        voxpool_scheduler::server::serve(listener, store, &config, AdminAuth::disabled(), shutdown)
-            .await
-            .expect("scheduler serve");
-    });
-    addr
 }
 
 /// A synthesis replica in process (no clone worker runs: the test plays it).
