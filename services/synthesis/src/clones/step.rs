@@ -14,9 +14,6 @@ use crate::{
     references::ReferenceClips,
 };
 
-/// How long a training clone waits before it is polled again, by default.
-pub const DEFAULT_POLL_AFTER: Duration = Duration::from_secs(10);
-
 /// What every flow needs besides the task.
 #[derive(Clone)]
 pub struct Context {
