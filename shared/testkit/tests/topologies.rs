@@ -22,6 +22,26 @@ fn cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// `commands` (one per line) sent to `port` over one connection; the answers, one per line.
+fn cli_session(port: u16, commands: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run redis-cli");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(commands.as_bytes())
+        .expect("write commands");
+    let out = child.wait_with_output().expect("redis-cli output");
+    assert!(out.status.success(), "redis-cli -p {port} failed");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 /// Whether `port` answers PING within `limit` (a paused server accepts and never answers).
 fn answers_ping(port: u16, limit: Duration) -> bool {
     let mut child = Command::new("redis-cli")
@@ -65,7 +85,9 @@ fn cluster_comes_up_serves_and_promotes_a_replica() {
     assert!(seeds.contains(&format!("127.0.0.1:{primary}")), "{url}");
     // Without -c: a wrong node would answer MOVED instead of the value.
     assert_eq!(cli(primary, &["GET", "{a}x"]), "1");
-    assert_eq!(cli(primary, &["WAIT", "1", "1000"]), "1");
+    // WAIT counts the replicas holding its own connection's writes (a fresh connection has
+    // none, so it answers at once): write again and wait on one connection.
+    assert_eq!(cli_session(primary, "SET {a}x 1\nWAIT 1 1000\n"), "OK\n1");
 
     let replicas = cluster.replica_ports_of(primary);
     assert_eq!(replicas.len(), 1, "{replicas:?}");
@@ -121,8 +143,7 @@ fn sentinel_comes_up_serves_and_fails_over() {
     };
     let primary = sentinel.primary_port();
     assert_eq!(primary, *first);
-    assert_eq!(cli(primary, &["SET", "k", "v"]), "OK");
-    assert_eq!(cli(primary, &["WAIT", "1", "1000"]), "1");
+    assert_eq!(cli_session(primary, "SET k v\nWAIT 1 1000\n"), "OK\n1");
 
     assert_eq!(sentinel.kill_primary(), primary);
     let killed = Instant::now();
