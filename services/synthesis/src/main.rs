@@ -263,6 +263,7 @@ async fn serve(args: Args, config: Config, seal: Seal) -> Result<(), String> {
             voxpool_synthesis::usage::Writer::start(
                 url,
                 voxpool_synthesis::usage::writer::DEFAULT_CAPACITY,
+                config.usage.on_store_down,
             )
         })
         .transpose()?;

@@ -195,13 +195,14 @@ async fn records_go_to_the_usage_stream_charge_then_settle_then_done() {
 }
 
 #[tokio::test]
-async fn a_usage_store_that_does_not_answer_fails_no_request() {
+async fn a_usage_store_that_does_not_answer_fails_no_request_when_told_to_serve() {
     let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![]);
     let opts = Opts {
         usage_store: Some("redis://127.0.0.1:1".into()),
         ..Opts::default()
     };
-    let stack = Stack::start_with(&priced_pool(), adapter.registry(), opts).await;
+    let toml = format!("[usage]\non_store_down = \"serve\"\n{}", priced_pool());
+    let stack = Stack::start_with(&toml, adapter.registry(), opts).await;
     let voice = snapshot("openai", "p", "alloy", "{}");
     let resp = stack
         .synthesize(request(&voice, TEXT))
@@ -210,6 +211,40 @@ async fn a_usage_store_that_does_not_answer_fails_no_request() {
     assert_eq!(
         resp.usage.expect("usage").characters,
         TEXT.chars().count() as i64
+    );
+}
+
+#[tokio::test]
+async fn a_usage_store_that_does_not_answer_refuses_the_call_before_the_vendor_has_its_text() {
+    let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![]);
+    let opts = Opts {
+        usage_store: Some("redis://127.0.0.1:1".into()),
+        ..Opts::default()
+    };
+    // The default, `on_store_down = "refuse"`: the Charge is tried for a quarter of the attempt timeout.
+    let toml = format!("[synthesis]\nattempt_timeout_ms = 500\n{}", priced_pool());
+    let stack = Stack::start_with(&toml, adapter.registry(), opts).await;
+    let voice = snapshot("openai", "p", "alloy", "{}");
+    let status = stack
+        .synthesize(request(&voice, TEXT))
+        .await
+        .expect_err("refused: the usage store never answered");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(
+        SynthesisReason::of(&status),
+        Some(SynthesisReason::UsageStoreUnavailable),
+        "{status:?}"
+    );
+    assert!(
+        status.message().contains("redis://127.0.0.1:1")
+            && status.message().contains("the vendor was sent nothing"),
+        "the message names the store and what happened: {}",
+        status.message()
+    );
+    assert!(
+        adapter.calls().is_empty(),
+        "the vendor was sent no text: {:?}",
+        adapter.calls()
     );
 }
 

@@ -58,7 +58,7 @@ pub use self::{
     credential::CredentialRef,
     http::{HttpApiKey, HttpPriority, HttpSettings},
     settings::{SchedulerSettings, SynthesisSettings},
-    usage::{BudgetConfig, MAX_COST_MICROS, PriceConfig, UsageSettings},
+    usage::{BudgetConfig, MAX_COST_MICROS, PriceConfig, StoreDown, UsageSettings},
     validate::{ConfigError, ConfigProblem, Credentials, is_valid_id},
 };
 

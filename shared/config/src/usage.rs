@@ -6,6 +6,7 @@
 //! currency = "USD"          # ISO 4217 code every price and budget is in
 //! cache_hit_factor = 0.0    # share of the price a cache hit costs the tenant (default nothing)
 //! retention_days = 90       # raw usage records the catalog keeps for audit
+//! on_store_down = "refuse"  # or "serve": see `UsageSettings::on_store_down`
 //!
 //! [[pools]]
 //! id = "volc-standard"
@@ -39,6 +40,24 @@ pub struct UsageSettings {
     /// Days the catalog keeps raw usage records (for audit) before deleting them; the daily
     /// totals stay. 1..=3650, default 90.
     pub retention_days: u32,
+    /// What a vendor call does when the usage store (`--usage-store`) does not take its
+    /// Charge: `refuse` (default) sends the vendor nothing until the Charge is written,
+    /// waiting up to a quarter of the attempt timeout (or the call's deadline), then fails the call
+    /// UNAVAILABLE `USAGE_STORE_UNAVAILABLE`, so every text a vendor bills is on the stream
+    /// before the vendor has it; `serve` waits at most 500 ms and calls the vendor anyway,
+    /// keeping the record to send later (lost if the replica dies before the store answers).
+    pub on_store_down: StoreDown,
+}
+
+/// `[usage] on_store_down` ([`UsageSettings::on_store_down`]).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreDown {
+    /// Nothing goes to a vendor before its Charge is written.
+    #[default]
+    Refuse,
+    /// The call goes on; its Charge is sent once the store answers.
+    Serve,
 }
 
 impl Default for UsageSettings {
@@ -47,6 +66,7 @@ impl Default for UsageSettings {
             currency: "USD".to_owned(),
             cache_hit_factor: 0.0,
             retention_days: 90,
+            on_store_down: StoreDown::Refuse,
         }
     }
 }

@@ -100,6 +100,7 @@ pub async fn synthesis_metered(
         voxpool_synthesis::usage::Writer::start(
             url,
             voxpool_synthesis::usage::writer::DEFAULT_CAPACITY,
+            config.usage.on_store_down,
         )
         .expect("usage store")
     });

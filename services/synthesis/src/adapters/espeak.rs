@@ -345,7 +345,13 @@ impl VendorAdapter for EspeakAdapter {
             })
             .map_err(|e| Self::failure(Outcome::ClientError, e.to_string()))?;
         // Nothing is spoken before the attempt's usage Charge is written.
-        request.gate.opened().await;
+        if !request.gate.opened().await {
+            return Err(Self::failure(
+                Outcome::Timeout,
+                "not spoken: the call's usage record could not be written".into(),
+            ));
+        }
+        request.gate.mark_sent();
         let run = self.run(
             &args,
             &request.utterance.text,

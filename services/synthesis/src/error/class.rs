@@ -37,6 +37,7 @@ impl SynthesisError {
             | Self::CloneFailed { .. } => Code::FailedPrecondition,
             Self::BlobUnavailable { .. }
             | Self::ClonePending { .. }
+            | Self::UsageStoreUnavailable { .. }
             | Self::CatalogUnavailable { .. }
             | Self::SchedulerUnavailable { .. } => Code::Unavailable,
             Self::CatalogFailed { .. } | Self::Audio { .. } | Self::AdapterPanicked { .. } => {
@@ -77,6 +78,7 @@ impl SynthesisError {
             Self::CatalogFailed { .. } => SynthesisReason::CatalogFailed,
             Self::ClonePending { .. } => SynthesisReason::ClonePending,
             Self::CloneFailed { .. } => SynthesisReason::CloneFailed,
+            Self::UsageStoreUnavailable { .. } => SynthesisReason::UsageStoreUnavailable,
             Self::SchedulerUnavailable { .. } => SynthesisReason::SchedulerUnavailable,
             Self::SchedulerMismatch { .. } => SynthesisReason::SchedulerConfigMismatch,
             Self::PoolFull { .. } => SynthesisReason::PoolFull,
@@ -112,9 +114,9 @@ impl SynthesisError {
     /// When another try may succeed (`RetryInfo`), if known.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Self::CatalogUnavailable { .. } | Self::SchedulerUnavailable { .. } => {
-                Some(UNREACHABLE_RETRY)
-            }
+            Self::CatalogUnavailable { .. }
+            | Self::SchedulerUnavailable { .. }
+            | Self::UsageStoreUnavailable { .. } => Some(UNREACHABLE_RETRY),
             Self::PoolFull { retry_after, .. }
             | Self::BudgetExhausted { retry_after, .. }
             | Self::Exhausted { retry_after, .. }

@@ -196,6 +196,17 @@ pub enum SynthesisError {
         /// Why, and what an operator does about it.
         message: String,
     },
+    /// The usage store did not take an attempt's Charge in time (`[usage] on_store_down =
+    /// "refuse"`): the vendor was sent nothing.
+    #[error(
+        "the usage store {store} did not take the call's usage record ({message}), so the vendor was sent nothing (usage.on_store_down = \"refuse\"); retry once the store answers"
+    )]
+    UsageStoreUnavailable {
+        /// The store, as logs show it (no password).
+        store: String,
+        /// Why the record was not written.
+        message: String,
+    },
     /// The scheduler could not be reached (or its store is down).
     #[error("the scheduler at {url} is unavailable: {message}")]
     SchedulerUnavailable {

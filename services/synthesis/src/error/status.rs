@@ -235,6 +235,7 @@ fn metadata(e: SynthesisError) -> HashMap<String, String> {
         SynthesisError::ClonePending {
             pack_id, scopes, ..
         } => pairs(&[("pack_id", pack_id), ("scopes", scopes.join(","))]),
+        SynthesisError::UsageStoreUnavailable { store, .. } => pairs(&[("store", store)]),
         SynthesisError::CloneFailed { pack_id, scope, .. } => {
             pairs(&[("pack_id", pack_id), ("scope", scope)])
         }

@@ -24,11 +24,11 @@ use voxpool_domain::contract::Outcome;
 use super::{
     Core, Job,
     attempt::{self, AttemptEnd, CallInput},
-    clone_route,
+    charge, clone_route,
     spool::ChunkOut,
 };
 use crate::{
-    adapters::{KeyCredential, UpstreamTarget, Utterance, gate::Gate},
+    adapters::{KeyCredential, UpstreamTarget, Utterance},
     error::SynthesisError,
     lease::{Acquire, AcquireError, Lease, LeaseGuard},
     metrics,
@@ -117,25 +117,12 @@ pub(super) async fn call_chunk<T: Send + 'static>(
             guard.release().await;
             return Err(clone_route::outside(core, job, &key_id));
         };
-        // Durable before the vendor has the text: a replica killed once it is written leaves
-        // a Charge the ledger counts (the vendor bills what it was sent); one killed while
-        // waiting for a key leaves nothing, as the vendor was sent nothing. The call starts
-        // meanwhile, its body held at the gate until the Charge is written.
-        let (opener, gate) = if job.meter.records() {
-            let (opener, gate) = Gate::closed();
-            (Some(opener), gate)
-        } else {
-            (None, Gate::default())
-        };
-        let charged = {
-            let (meter, charge, key_id) = (&job.meter, charge.clone(), &key_id);
-            async move {
-                if let Some(opener) = opener {
-                    meter.charge(&charge, key_id).await;
-                    opener.open();
-                }
-            }
-        };
+        // The Charge is written before the vendor has the text (`super::charge`), tried for
+        // a quarter of the attempt timeout at most: the vendor keeps the rest to answer.
+        let attempt_timeout = Duration::from_millis(core.settings.attempt_timeout_ms);
+        let until =
+            tokio::time::Instant::now() + (attempt_timeout / 4).min(job.deadline.remaining());
+        let (gate, charged) = charge::gated(&job.meter, &charge, &key_id, until);
         tracing::debug!(pool = %pool.id, key = %key_id, chunk = chunk.index, request_id = %job.request_id, "vendor call");
         let call = pool.load.call();
         let input = CallInput {
@@ -145,13 +132,13 @@ pub(super) async fn call_chunk<T: Send + 'static>(
             utterance,
             key,
             upstream,
-            attempt_timeout: Duration::from_millis(core.settings.attempt_timeout_ms),
+            attempt_timeout,
             cancel_grace: pool.cancel_grace,
             meter: job.meter.clone(),
             charge,
             gate,
         };
-        let ((), (end, record)) = tokio::join!(
+        let (written, (end, record)) = tokio::join!(
             charged,
             attempt::run(
                 guard,
@@ -162,6 +149,8 @@ pub(super) async fn call_chunk<T: Send + 'static>(
                 &core.background,
             )
         );
+        // Refused at the gate: the vendor was sent nothing and no key is blamed.
+        written?;
         let client_error = record
             .as_ref()
             .filter(|r| r.outcome == Outcome::ClientError)

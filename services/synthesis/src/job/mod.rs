@@ -15,6 +15,7 @@
 pub mod admission;
 pub mod attempt;
 pub mod cached;
+mod charge;
 pub mod chunks;
 pub mod clone_route;
 pub mod delivery;

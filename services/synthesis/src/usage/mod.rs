@@ -197,9 +197,17 @@ impl Meter {
     }
 
     /// Writes `charge` to the usage stream (awaited: the vendor request's body waits for it,
-    /// `crate::adapters::gate`); nothing without a writer.
-    pub async fn charge(&self, charge: &Charge, key_id: &str) {
-        let Some(writer) = &self.writer else { return };
+    /// `crate::adapters::gate`); nothing without a writer. Errors: the store did not take it
+    /// by `until` and the vendor must be sent nothing ([`Writer::charge`]).
+    pub async fn charge(
+        &self,
+        charge: &Charge,
+        key_id: &str,
+        until: tokio::time::Instant,
+    ) -> Result<(), crate::error::SynthesisError> {
+        let Some(writer) = &self.writer else {
+            return Ok(());
+        };
         let event = UsageEvent::Charge {
             context: self.context.clone(),
             attempt: AttemptUsage {
@@ -214,7 +222,12 @@ impl Meter {
                 outcome: String::new(),
             },
         };
-        writer.write_now(&event).await;
+        writer.charge(&event, until).await.map_err(|message| {
+            crate::error::SynthesisError::UsageStoreUnavailable {
+                store: writer.shown().to_owned(),
+                message,
+            }
+        })
     }
 
     /// What the vendor charged for `charge`'s attempt, ended as `settled`: its characters and

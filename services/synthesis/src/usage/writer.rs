@@ -12,9 +12,13 @@
 //!   each batch kept until a replica holds it (Sentinel, Cluster): a failover keeps it. The
 //!   first record after a quiet spell waits [`LINGER`] for company, so a light load does not
 //!   cost a script call per request.
-//! - Metering never takes synthesis down: a Charge Redis does not take in time is queued
-//!   instead (behind whatever is already waiting, so its Settle never precedes it), the
-//!   queue is retried with back-off, and past [`Writer::capacity`] entries new ones are
+//! - A Charge the store does not take: with `[usage] on_store_down = "refuse"` (the default,
+//!   [`Writer::charge`]) it is tried again with back-off until the attempt's bound, and the
+//!   vendor is sent nothing until it is written (the call fails when it never is), so a
+//!   replica killed at any moment leaves every text a vendor was sent on the stream. With
+//!   `serve` metering never takes synthesis down: the Charge is queued instead (behind
+//!   whatever is already waiting, so its Settle never precedes it) and the call goes on.
+//! - The queue is retried with back-off, and past [`Writer::capacity`] entries new ones are
 //!   dropped, counted (`voxpool.usage.records_dropped`) and logged at most once per 10 s.
 //! - [`Writer::drain`] sends what is queued at shutdown, within a bound.
 //!
@@ -32,6 +36,7 @@ use std::{
 };
 
 use tokio::sync::Notify;
+use voxpool_config::StoreDown;
 use voxpool_domain::usage::{USAGE_FIELD, USAGE_STREAM, UsageEvent};
 use voxpool_redis::{
     Conn,
@@ -114,6 +119,8 @@ struct Inner {
     /// Whether the last Charge got its answer in time (its bound: [`Writer::write_now`]).
     charges_answer: AtomicBool,
     dropped: AtomicU64,
+    /// `[usage] on_store_down`.
+    store_down: StoreDown,
     errors: Limiter,
     script: redis::Script,
     script_single: redis::Script,
@@ -122,7 +129,7 @@ struct Inner {
 impl Writer {
     /// A writer to the Redis at `url` (the scheduler's `--store` forms), connecting in the
     /// background: synthesis serves whether or not it is up. Errors: a URL no retry can fix.
-    pub fn start(url: &str, capacity: usize) -> Result<Self, String> {
+    pub fn start(url: &str, capacity: usize, store_down: StoreDown) -> Result<Self, String> {
         Conn::check_url(url).map_err(|e| format!("--usage-store {}: {e}", redact(url)))?;
         let writer = Self {
             inner: Arc::new(Inner {
@@ -134,6 +141,7 @@ impl Writer {
                 notify: Notify::new(),
                 charges_answer: AtomicBool::new(false),
                 dropped: AtomicU64::new(0),
+                store_down,
                 errors: Limiter::new(Duration::from_secs(10)),
                 script: redis::Script::new(APPEND),
                 script_single: redis::Script::new(APPEND_SINGLE),
@@ -197,6 +205,50 @@ impl Writer {
         inner.charges_answer.store(false, Ordering::Relaxed);
         inner.failed(&why);
         inner.push(json);
+    }
+
+    /// Writes the Charge `event` before its vendor call may go: with `on_store_down =
+    /// "refuse"`, tries until it is written or `until` passes (then the error says why; the
+    /// vendor must be sent nothing); with `serve`, [`Writer::write_now`] and always `Ok`.
+    pub async fn charge(
+        &self,
+        event: &UsageEvent,
+        until: tokio::time::Instant,
+    ) -> Result<(), String> {
+        if self.inner.store_down == StoreDown::Serve {
+            self.write_now(event).await;
+            return Ok(());
+        }
+        let Some(json) = encode(event) else {
+            return Ok(());
+        };
+        let inner = &self.inner;
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(USAGE_STREAM).arg("*").arg(USAGE_FIELD).arg(&json);
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            let why = match inner.conns.get() {
+                None => "not connected yet".to_owned(),
+                Some(Conns { charges, .. }) => {
+                    match tokio::time::timeout(STORE_TIMEOUT.min(left), charges.query(&cmd)).await {
+                        Ok(Ok(_)) => {
+                            inner.charges_answer.store(true, Ordering::Relaxed);
+                            return Ok(());
+                        }
+                        Ok(Err(e)) => e.to_string(),
+                        Err(_) => "no answer in time".to_owned(),
+                    }
+                }
+            };
+            inner.failed(&why);
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Err(why);
+            }
+            tokio::time::sleep(backoff.min(left)).await;
+            backoff = (backoff * 2).min(STORE_TIMEOUT);
+        }
     }
 
     /// Queues `event` for the background task.

@@ -247,7 +247,8 @@ impl Stack {
             references,
             admin: voxpool_runtime::auth::AdminAuth::disabled(),
             usage_store: usage_store.map(|url| {
-                voxpool_synthesis::usage::Writer::start(&url, 1000).expect("usage store url")
+                voxpool_synthesis::usage::Writer::start(&url, 1000, config.usage.on_store_down)
+                    .expect("usage store url")
             }),
         };
         let core = server::build(&config, registry, &options).expect("build synthesis");

@@ -180,7 +180,14 @@ impl VendorAdapter for Scripted {
         sink: &AudioSink,
     ) -> Result<StreamEnd, VendorFailure> {
         // A vendor has the request once its body arrives, after the attempt's usage Charge.
-        request.gate.opened().await;
+        if !request.gate.opened().await {
+            return Err(VendorFailure {
+                outcome: voxpool_domain::contract::Outcome::Timeout,
+                http_status: None,
+                retry_after_ms: None,
+                message: "not sent: the usage record was not written".into(),
+            });
+        }
         self.calls.lock().expect("calls lock").push(Call {
             key_id: request.key.key_id.clone(),
             secret: request.key.secret.as_ref().map(|s| s.expose().to_owned()),

@@ -247,6 +247,10 @@ reasons! {
         /// refused to clone it (no clone scope, every slot taken: the message names the scope
         /// and its slots). An operator acts (DeleteClone, CloneVoice, more slots).
         CloneFailed = "CLONE_FAILED", Never;
+        /// UNAVAILABLE: the usage store (`--usage-store`) did not take the attempt's usage
+        /// record in time and `[usage] on_store_down = "refuse"`: the vendor was sent nothing
+        /// (metadata `store`); retry after `RetryInfo`, once the store answers.
+        UsageStoreUnavailable = "USAGE_STORE_UNAVAILABLE", Again;
     }
 }
 

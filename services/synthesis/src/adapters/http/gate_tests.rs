@@ -59,11 +59,55 @@ async fn the_head_goes_at_once_and_the_body_only_once_the_gate_opens() {
         head.ends_with("\r\n\r\n"),
         "body bytes came with the head: {head}"
     );
+    assert!(!gate.body_sent());
     opener.open();
     read_until(&mut stream, &mut got, body.as_bytes()).await;
+    assert!(gate.body_sent(), "the connection took the body");
     stream
         .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
         .await
         .expect("answer");
     assert_eq!(client.await.expect("client task"), 200);
+}
+
+#[tokio::test]
+async fn a_refused_gate_never_sends_the_body_and_open_fails() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/speak", listener.local_addr().expect("addr"));
+    let (opener, gate) = Gate::closed();
+    let body = r#"{"input":"never to be sent"}"#;
+    let client = tokio::spawn({
+        let gate = gate.clone();
+        async move {
+            let builder = shared_client()
+                .expect("client")
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body);
+            open("test", builder, Duration::from_secs(10), None, &gate)
+                .await
+                .map(|o| o.status.as_u16())
+        }
+    });
+    let (mut stream, _) = listener.accept().await.expect("accept");
+    let mut got = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        read_until(&mut stream, &mut got, b"\r\n\r\n"),
+    )
+    .await
+    .expect("the head never came while the gate was closed");
+    opener.refuse();
+    let failure = client
+        .await
+        .expect("client task")
+        .expect_err("a refused gate fails the request");
+    assert!(failure.message.contains("usage record"), "{failure:?}");
+    assert!(!gate.body_sent());
+    // What reached the server is the head alone: the connection ends without the body.
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut rest)).await;
+    got.extend_from_slice(&rest);
+    let seen = String::from_utf8_lossy(&got);
+    assert!(!seen.contains("never to be sent"), "the body went: {seen}");
 }

@@ -87,10 +87,20 @@ pub async fn open(
     gate: &Gate,
 ) -> Result<Opened, VendorFailure> {
     let builder = builder.timeout(timeout);
-    let sent = if gate.is_open() {
-        builder.send().await
+    // A metered call's body always goes through `held`, open gate or not: only there is it
+    // known whether the connection took the body (`Gate::body_sent`).
+    let sent = if !gate.holds() {
+        Some(builder.send().await)
     } else {
         held(builder, gate).await
+    };
+    let Some(sent) = sent.filter(|_| !gate.is_refused()) else {
+        return Err(VendorFailure {
+            outcome: Outcome::Timeout,
+            http_status: None,
+            retry_after_ms: None,
+            message: "not sent: the call's usage record could not be written".into(),
+        });
     };
     let response = sent.map_err(|e| transport_failure(provider, &e, None, timeout, secret))?;
     Ok(Opened {
@@ -105,9 +115,13 @@ pub async fn open(
 /// Sends the request of `builder` with its body held until `gate` opens: the head goes now,
 /// the body (sent with its length, as it would have been) once the gate opens. A body that is
 /// not one piece of bytes (multipart) cannot be held apart: then the whole request waits.
-async fn held(builder: RequestBuilder, gate: &Gate) -> reqwest::Result<reqwest::Response> {
+/// `None`: the gate was refused before anything was sent.
+async fn held(builder: RequestBuilder, gate: &Gate) -> Option<reqwest::Result<reqwest::Response>> {
     let (client, request) = builder.build_split();
-    let mut request = request?;
+    let mut request = match request {
+        Ok(r) => r,
+        Err(e) => return Some(Err(e)),
+    };
     let body = request.body_mut().take();
     match body.as_ref().and_then(reqwest::Body::as_bytes) {
         Some(bytes) => {
@@ -117,17 +131,27 @@ async fn held(builder: RequestBuilder, gate: &Gate) -> reqwest::Result<reqwest::
                 .insert(reqwest::header::CONTENT_LENGTH, bytes.len().into());
             let gate = gate.clone();
             let after_gate = futures::stream::once(async move {
-                gate.opened().await;
-                Ok::<_, std::convert::Infallible>(bytes)
+                if gate.opened().await {
+                    // Polled by the connection: the head went and the body goes now.
+                    gate.mark_sent();
+                    Ok(bytes)
+                } else {
+                    // A refused gate: the request breaks off before its body (`open`).
+                    Err(std::io::Error::other("usage record not written"))
+                }
             });
             *request.body_mut() = Some(reqwest::Body::wrap_stream(after_gate));
         }
         None => {
-            gate.opened().await;
+            if !gate.opened().await {
+                // Never sent (`open` answers for the refused gate).
+                return None;
+            }
+            gate.mark_sent();
             *request.body_mut() = body;
         }
     }
-    client.execute(request).await
+    Some(client.execute(request).await)
 }
 
 impl Opened {

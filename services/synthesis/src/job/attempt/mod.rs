@@ -282,12 +282,13 @@ async fn call_under_lease<T>(
             not_audio(&e)
         }
         Stop::Joined(Ok(Err(failure))) => {
-            // Refused: an error status, or no answer at all (nothing could be sent, or
-            // nothing came back before the adapter's timeout) and no audio. A success status
-            // whose body then broke was accepted: the vendor bills what it began.
+            // Refused: an error status, or no answer at all and no audio while the text was
+            // never handed over (nothing could be sent). A success status whose body then
+            // broke was accepted (the vendor bills what it began), and so was a text the
+            // vendor had when its answer did not come in time (it finishes and bills it).
             refused = match failure.http_status {
                 Some(status) => !(200..300).contains(&status),
-                None => relay.received == 0,
+                None => relay.received == 0 && !input.gate.body_sent(),
             };
             failure
         }
@@ -316,7 +317,9 @@ async fn call_under_lease<T>(
             // Fenced: the slot may already belong to another caller, so the call was aborted
             // to keep the vendor within the key's capacity. Not the key's fault: no report.
             call.close().await;
-            settle(&relay, Some(Outcome::Timeout), None, true);
+            // Charged once its text went; a body still held went nowhere.
+            let sent = !input.gate.holds() || input.gate.body_sent();
+            settle(&relay, Some(Outcome::Timeout), None, sent);
             guard.release().await;
             let failure = VendorFailure {
                 outcome: Outcome::Timeout,
@@ -339,6 +342,16 @@ async fn call_under_lease<T>(
             }
         }
     };
+    if input.gate.is_refused() {
+        // Its Charge was never written, so the vendor was sent nothing: no key is blamed (the
+        // failover answers USAGE_STORE_UNAVAILABLE), and a Charge the store took too late to
+        // count is settled free.
+        input
+            .meter
+            .settle(&input.charge, &settled(&relay, None, None, false));
+        guard.release().await;
+        return (AttemptEnd::Failed { delivered }, None);
+    }
     if refused {
         // Written at once, before anything else: were it only queued, a replica killed now
         // would leave the attempt's Charge unsettled, and the ledger would count a refusal.
