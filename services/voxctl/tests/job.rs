@@ -462,24 +462,18 @@ async fn an_interrupted_download_says_how_to_resume_and_leaves_no_partial_file()
         .env_remove("VOXPOOL_JOBS")
         .args(["job", "download", "jobs/j1"])
         .arg(&out)
-        .args(["--jobs", &url, "--token", TOKEN, "--concurrency", "1"])
+        .args(["--jobs", &url, "--token", TOKEN, "--concurrency", "2"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("voxctl");
-    // Interrupt once the first item's file is complete (in place under its name) and the
-    // hanging one is being read: a download may start the next read before it has renamed the
-    // last file into place.
-    let complete = || {
-        std::fs::read_dir(&out).is_ok_and(|entries| {
-            entries.flatten().any(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                !name.contains(".part") && !name.starts_with(".voxctl-tmp-")
-            })
-        })
-    };
+    // Interrupt once the first item's file is complete (in place under its name, which it
+    // gets only once whole) and the hanging one is being read (two at once: either may start
+    // first). The directory also holds the run's lock file from the start: not a file of an
+    // item.
+    let complete = || out.join("a.wav").is_file();
     let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !(fake.reads().keys().any(|k| k.ends_with("/hang")) && complete()) {
         assert!(

@@ -144,6 +144,20 @@ pub fn summarize(job: &Job, items: &[ItemReport], now: SystemTime) -> Summary {
     summary
 }
 
+/// The size of `item`'s file in `dir` under its final name, if there is one (files get that
+/// name only once whole: [`output::write_atomic`]).
+fn on_disk(dir: &std::path::Path, item: &JobItem, format: Format) -> Option<u64> {
+    std::fs::metadata(dir.join(output::file_name(&item.id, format)))
+        .ok()
+        .filter(std::fs::Metadata::is_file)
+        .map(|m| m.len())
+}
+
+/// Whether `item`'s audio is in `dir` with the size the job says: no need to fetch it again.
+fn present(dir: &std::path::Path, item: &JobItem, format: Format) -> bool {
+    on_disk(dir, item, format).is_some_and(|n| item.audio_bytes > 0 && n == item.audio_bytes as u64)
+}
+
 /// Downloads `name`'s audio into the directory (see the module doc); returns the exit code.
 pub async fn download(jobs: &Jobs, name: &str, options: &DownloadOptions) -> Result<u8, OpError> {
     let started = Instant::now();
@@ -174,10 +188,7 @@ pub async fn download(jobs: &Jobs, name: &str, options: &DownloadOptions) -> Res
             continue;
         }
         let file = output::file_name(&item.id, format);
-        let present = std::fs::metadata(dir.join(&file)).is_ok_and(|m| {
-            m.is_file() && item.audio_bytes > 0 && m.len() == item.audio_bytes as u64
-        });
-        if present {
+        if present(dir, item, format) {
             fetched[index] = Some(Fetched::Present);
             continue;
         }
@@ -194,14 +205,19 @@ pub async fn download(jobs: &Jobs, name: &str, options: &DownloadOptions) -> Res
             () = interrupted.wait() => {
                 // A write under way runs to its end (the runtime waits for it at exit): its
                 // file is then whole under its final name, or its temporary file is gone.
-                // Files that were finished before the interrupt was seen count as complete.
+                // What counts as complete is what is on disk: a task aborted just after it
+                // renamed its file into place has no result to say so.
                 tasks.abort_all();
-                while let Some(done) = tasks.join_next().await {
-                    if let Ok((index, outcome)) = done {
-                        fetched[index] = Some(outcome);
-                    }
-                }
-                let complete = fetched.iter().flatten().filter(|f| !matches!(f, Fetched::Failed(..))).count();
+                while tasks.join_next().await.is_some() {}
+                let complete = items
+                    .iter()
+                    .filter(|item| view::item_state(item) == job_item::State::Succeeded)
+                    .filter(|item| {
+                        on_disk(dir, item, format).is_some_and(|n| {
+                            item.audio_bytes <= 0 || n == item.audio_bytes as u64
+                        })
+                    })
+                    .count();
                 crate::say!(
                     "voxctl: interrupted: {complete} file(s) complete in {}; run `voxctl job download {name} {}` again to resume (complete files are kept)",
                     dir.display(),
