@@ -385,6 +385,7 @@ async fn an_answer_says_what_it_bills_in_its_headers_and_its_sse_done_event() {
     assert_eq!(header(&wav, "x-voxpool-characters"), characters.to_string());
     let said: f64 = header(&wav, "x-voxpool-cost").parse().expect("a number");
     assert!((said - cost).abs() < 1e-6, "cost {said}, expected {cost}");
+    assert_eq!(header(&wav, "x-voxpool-currency"), "USD");
     let sse = curl(
         &json!({"model": "tts-1", "voice": stack.voice, "input": text, "response_format": "pcm", "stream_format": "sse"}),
     );

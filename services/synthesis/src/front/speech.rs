@@ -137,6 +137,7 @@ pub async fn speech(
     tracing::Span::current().record("pool", job.pool.id.as_str());
     let (format, request_id, pool) = (job.format, job.request_id.clone(), job.pool.id.clone());
     let (characters, cost_micros) = job.meter.up_front(&job.chunks);
+    let currency = job.meter.context().currency.clone();
     let mut audio = delivery::start(core, job, started, Via::Http(ROUTE));
     // Nothing is answered before the first audio: until then a failure is still an HTTP error.
     let first = match audio.next().await {
@@ -170,6 +171,7 @@ pub async fn speech(
         ("x-voxpool-pool", pool),
         ("x-voxpool-characters", characters.to_string()),
         ("x-voxpool-cost", cost),
+        ("x-voxpool-currency", currency),
     ] {
         if let Ok(v) = HeaderValue::from_str(&value) {
             response.headers_mut().insert(name, v);
