@@ -194,15 +194,22 @@ async fn records_go_to_the_usage_stream_charge_then_settle_then_done() {
     assert_eq!(settled, [0, TEXT.chars().count() as u64], "the 429 is free");
 }
 
-#[tokio::test]
-async fn a_usage_store_that_does_not_answer_fails_no_request_when_told_to_serve() {
+/// A stack priced by [`priced_pool`] under `settings` (TOML tables put before the pools)
+/// whose usage store never answers, its vendor a [`Scripted`] adapter.
+async fn with_a_dead_usage_store(settings: &str) -> (Stack, std::sync::Arc<Scripted>) {
     let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![]);
     let opts = Opts {
         usage_store: Some("redis://127.0.0.1:1".into()),
         ..Opts::default()
     };
-    let toml = format!("[usage]\non_store_down = \"serve\"\n{}", priced_pool());
+    let toml = format!("{settings}{}", priced_pool());
     let stack = Stack::start_with(&toml, adapter.registry(), opts).await;
+    (stack, adapter)
+}
+
+#[tokio::test]
+async fn a_usage_store_that_does_not_answer_fails_no_request_when_told_to_serve() {
+    let (stack, _) = with_a_dead_usage_store("[usage]\non_store_down = \"serve\"\n").await;
     let voice = snapshot("openai", "p", "alloy", "{}");
     let resp = stack
         .synthesize(request(&voice, TEXT))
@@ -216,14 +223,9 @@ async fn a_usage_store_that_does_not_answer_fails_no_request_when_told_to_serve(
 
 #[tokio::test]
 async fn a_usage_store_that_does_not_answer_refuses_the_call_before_the_vendor_has_its_text() {
-    let (adapter, _) = Scripted::new("openai", TextLimit::Chars(4096), vec![]);
-    let opts = Opts {
-        usage_store: Some("redis://127.0.0.1:1".into()),
-        ..Opts::default()
-    };
-    // The default, `on_store_down = "refuse"`: the Charge is tried for a quarter of the attempt timeout.
-    let toml = format!("[synthesis]\nattempt_timeout_ms = 500\n{}", priced_pool());
-    let stack = Stack::start_with(&toml, adapter.registry(), opts).await;
+    // The default, `on_store_down = "refuse"`: the Charge is tried for a quarter of the
+    // attempt timeout.
+    let (stack, adapter) = with_a_dead_usage_store("[synthesis]\nattempt_timeout_ms = 500\n").await;
     let voice = snapshot("openai", "p", "alloy", "{}");
     let status = stack
         .synthesize(request(&voice, TEXT))

@@ -19,12 +19,30 @@ async fn read_until(stream: &mut tokio::net::TcpStream, buf: &mut Vec<u8>, needl
     }
 }
 
-#[tokio::test]
-async fn the_head_goes_at_once_and_the_body_only_once_the_gate_opens() {
+/// What arrives on `stream` up to the end of a request's head. Bounded only so that a gate
+/// holding the head too fails instead of hanging.
+async fn head_of(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        read_until(stream, &mut got, b"\r\n\r\n"),
+    )
+    .await
+    .expect("the head never came while the gate was closed");
+    got
+}
+
+/// A bare server, and a client task posting `body` to it through `open` held at `gate`: the
+/// server's side of the connection and the client's answer (its status).
+async fn post_through(
+    gate: &Gate,
+    body: &'static str,
+) -> (
+    tokio::net::TcpStream,
+    tokio::task::JoinHandle<Result<u16, super::VendorFailure>>,
+) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("http://{}/speak", listener.local_addr().expect("addr"));
-    let (opener, gate) = Gate::closed();
-    let body = r#"{"input":"held until the charge is written"}"#;
     let client = tokio::spawn({
         let gate = gate.clone();
         async move {
@@ -33,21 +51,21 @@ async fn the_head_goes_at_once_and_the_body_only_once_the_gate_opens() {
                 .post(url)
                 .header("content-type", "application/json")
                 .body(body);
-            let opened = open("test", builder, Duration::from_secs(10), None, &gate)
+            open("test", builder, Duration::from_secs(10), None, &gate)
                 .await
-                .expect("answer");
-            opened.status.as_u16()
+                .map(|o| o.status.as_u16())
         }
     });
-    let (mut stream, _) = listener.accept().await.expect("accept");
-    let mut got = Vec::new();
-    // Bounded only so that a gate holding the head too fails instead of hanging.
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        read_until(&mut stream, &mut got, b"\r\n\r\n"),
-    )
-    .await
-    .expect("the head never came while the gate was closed");
+    let (stream, _) = listener.accept().await.expect("accept");
+    (stream, client)
+}
+
+#[tokio::test]
+async fn the_head_goes_at_once_and_the_body_only_once_the_gate_opens() {
+    let (opener, gate) = Gate::closed();
+    let body = r#"{"input":"held until the charge is written"}"#;
+    let (mut stream, client) = post_through(&gate, body).await;
+    let mut got = head_of(&mut stream).await;
     // The head arrived while the gate is closed, with the body's length and none of it.
     let head = String::from_utf8_lossy(&got).to_ascii_lowercase();
     assert!(!gate.is_open());
@@ -67,36 +85,15 @@ async fn the_head_goes_at_once_and_the_body_only_once_the_gate_opens() {
         .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
         .await
         .expect("answer");
-    assert_eq!(client.await.expect("client task"), 200);
+    assert_eq!(client.await.expect("client task").expect("answer"), 200);
 }
 
 #[tokio::test]
 async fn a_refused_gate_never_sends_the_body_and_open_fails() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}/speak", listener.local_addr().expect("addr"));
     let (opener, gate) = Gate::closed();
     let body = r#"{"input":"never to be sent"}"#;
-    let client = tokio::spawn({
-        let gate = gate.clone();
-        async move {
-            let builder = shared_client()
-                .expect("client")
-                .post(url)
-                .header("content-type", "application/json")
-                .body(body);
-            open("test", builder, Duration::from_secs(10), None, &gate)
-                .await
-                .map(|o| o.status.as_u16())
-        }
-    });
-    let (mut stream, _) = listener.accept().await.expect("accept");
-    let mut got = Vec::new();
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        read_until(&mut stream, &mut got, b"\r\n\r\n"),
-    )
-    .await
-    .expect("the head never came while the gate was closed");
+    let (mut stream, client) = post_through(&gate, body).await;
+    let mut got = head_of(&mut stream).await;
     opener.refuse();
     let failure = client
         .await
