@@ -98,9 +98,10 @@ struct Args {
         value_delimiter = ','
     )]
     clone_scopes: Vec<String>,
-    /// Cloned voices a scope may hold.
-    #[arg(long, env = "VOXPOOL_FAKE_CLONE_SLOTS", default_value_t = 10)]
-    clone_slots: u32,
+    /// Cloned voices a scope may hold (default: the vendor's own, 1,000 for DashScope, 10
+    /// for the others).
+    #[arg(long, env = "VOXPOOL_FAKE_CLONE_SLOTS")]
+    clone_slots: Option<u32>,
 }
 
 impl Args {
@@ -156,7 +157,10 @@ impl Args {
         if !self.keys.is_empty() {
             config = config.valid_keys(self.keys.clone());
         }
-        let mut clones = CloneConfig::for_vendor(self.vendor).slots(self.clone_slots);
+        let mut clones = CloneConfig::for_vendor(self.vendor);
+        if let Some(slots) = self.clone_slots {
+            clones = clones.slots(slots);
+        }
         for pair in &self.clone_scopes {
             let Some((key, scope)) = pair.split_once('=') else {
                 return Err(format!("--clone-scope {pair:?} must be KEY=SCOPE"));
