@@ -710,6 +710,20 @@ async fn an_import_binds_the_clones_named_after_managed_packs(backend: Backend) 
         again[0].requested_at, asked[0].requested_at,
         "the finished run's time"
     );
+    let (asked_at, finished_at) = (
+        again[0].requested_at.expect("asked at"),
+        again[0]
+            .finished_at
+            .expect("the finished run says when it finished"),
+    );
+    assert!(
+        (finished_at.seconds, finished_at.nanos) >= (asked_at.seconds, asked_at.nanos),
+        "finished {finished_at:?} before asked {asked_at:?}"
+    );
+    assert!(
+        again[1].finished_at.is_none(),
+        "the queued run has not finished"
+    );
     let bound: Vec<_> = again[0]
         .bound
         .iter()

@@ -76,6 +76,7 @@ fn import_to_pb(i: &Import) -> Vec<pb::CloneImport> {
             scope: i.scope.clone(),
             state: last.state.clone(),
             requested_at: time(last.requested_at_us),
+            finished_at: time(last.finished_at_us),
             bound: last
                 .result
                 .bound

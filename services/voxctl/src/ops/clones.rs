@@ -256,7 +256,7 @@ pub fn render_clones(clones: &[VoiceClone]) -> String {
 /// the run or already the pack's clone), UNBOUND (vendor ids no pack of the scope holds or may
 /// be bound to), ERROR.
 pub fn render_imports(imports: &[CloneImport]) -> String {
-    let rows: Vec<[String; 6]> = imports
+    let rows: Vec<[String; 7]> = imports
         .iter()
         .map(|i| {
             let bound: Vec<String> = i
@@ -275,13 +275,22 @@ pub fn render_imports(imports: &[CloneImport]) -> String {
                 printable(&i.scope),
                 or_dash(&i.state),
                 time(i.requested_at.as_ref()).unwrap_or_else(|| "-".to_owned()),
+                time(i.finished_at.as_ref()).unwrap_or_else(|| "-".to_owned()),
                 or_dash(&bound.join(", ")),
                 or_dash(&unbound.join(", ")),
                 printable(&i.error),
             ]
         })
         .collect();
-    let header = ["SCOPE", "STATE", "REQUESTED", "BOUND", "UNBOUND", "ERROR"];
+    let header = [
+        "SCOPE",
+        "STATE",
+        "REQUESTED",
+        "FINISHED",
+        "BOUND",
+        "UNBOUND",
+        "ERROR",
+    ];
     table(&header, &rows)
 }
 
@@ -351,6 +360,7 @@ struct ImportJson {
     scope: String,
     state: String,
     requested_at: Option<String>,
+    finished_at: Option<String>,
     bound: Vec<BoundJson>,
     unbound: Vec<String>,
     error: String,
@@ -369,6 +379,7 @@ impl ImportJson {
             scope: i.scope.clone(),
             state: i.state.clone(),
             requested_at: time(i.requested_at.as_ref()),
+            finished_at: time(i.finished_at.as_ref()),
             bound: i
                 .bound
                 .iter()

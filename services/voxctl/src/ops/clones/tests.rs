@@ -108,6 +108,7 @@ fn imports_show_bound_and_unbound_ids() {
     );
     assert_eq!(value["imports"][0]["unbound"][1], "v-8");
     assert!(value["imports"][0]["requestedAt"].is_null());
+    assert!(value["imports"][0]["finishedAt"].is_null());
 }
 
 #[test]
