@@ -16,6 +16,9 @@ use crate::{
     usage::{Charge, Meter},
 };
 
+/// Longest an attempt waits for its Charge (with the key's slot held meanwhile).
+pub(super) const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The gate for the attempt of `charge` on key `key_id`, and the write that opens (or
 /// refuses) it, tried until `until`; no gate when the meter writes no records.
 pub(super) fn gated<'a>(

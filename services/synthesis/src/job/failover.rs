@@ -118,10 +118,11 @@ pub(super) async fn call_chunk<T: Send + 'static>(
             return Err(clone_route::outside(core, job, &key_id));
         };
         // The Charge is written before the vendor has the text (`super::charge`), tried for
-        // a quarter of the attempt timeout at most: the vendor keeps the rest to answer.
+        // a quarter of the attempt timeout and 2 s at most: the vendor keeps the rest to
+        // answer, and a store that is down holds the key's slot only that long.
         let attempt_timeout = Duration::from_millis(core.settings.attempt_timeout_ms);
-        let until =
-            tokio::time::Instant::now() + (attempt_timeout / 4).min(job.deadline.remaining());
+        let wait = (attempt_timeout / 4).min(charge::MAX_WAIT);
+        let until = tokio::time::Instant::now() + wait.min(job.deadline.remaining());
         let (gate, charged) = charge::gated(&job.meter, &charge, &key_id, until);
         tracing::debug!(pool = %pool.id, key = %key_id, chunk = chunk.index, request_id = %job.request_id, "vendor call");
         let call = pool.load.call();

@@ -9,6 +9,7 @@
 //! Done when the request's last reference is gone (so attempts that outlive their caller
 //! are in it).
 
+mod append;
 pub mod duration;
 pub mod writer;
 

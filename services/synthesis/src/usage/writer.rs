@@ -2,11 +2,12 @@
 //! [`USAGE_STREAM`] (field [`USAGE_FIELD`], JSON), on any of the three Redis topologies
 //! (`voxpool_redis`).
 //!
-//! - A Charge is written at once and awaited ([`Writer::write_now`]) once the attempt holds a
-//!   key and before the vendor has its text (the request's body waits for it), bounded by the store timeout: a replica
+//! - A Charge is written at once and awaited ([`Writer::charge`]) once the attempt holds a
+//!   key and before the vendor has its text (the request's body waits for it): a replica
 //!   killed after sending leaves it for the ledger, one killed while waiting for a key
 //!   leaves nothing (the vendor was sent nothing). Charges have a connection of their own,
-//!   so they never wait behind a batch's `WAIT` for a replica.
+//!   so they never wait behind a batch's `WAIT` for a replica; each waits for a replica of
+//!   its own (Sentinel, Cluster: [`super::append`]) up to 250 ms, and goes on without one.
 //! - Settles and Dones are queued ([`Writer::queue`]) to one background task that sends them
 //!   in batches (one script call of up to [`BATCH`] XADDs) in the order they were queued,
 //!   each batch kept until a replica holds it (Sentinel, Cluster): a failover keeps it. The
@@ -35,6 +36,7 @@ use std::{
     time::Duration,
 };
 
+use super::append::{Replicated, append};
 use tokio::sync::Notify;
 use voxpool_config::StoreDown;
 use voxpool_domain::usage::{USAGE_FIELD, USAGE_STREAM, UsageEvent};
@@ -53,30 +55,8 @@ const STORE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long a Charge waits for a store that was failing ([`Writer::write_now`]).
 const UNHEALTHY_TIMEOUT: Duration = Duration::from_millis(50);
 
-/// Appends every record it is given (ARGV) to the stream (KEYS[1]), in order, and answers
-/// how many replicas are online (for the `WAIT` of Sentinel and Cluster stores).
-const APPEND: &str = r"
-for i = 1, #ARGV do
-  redis.call('XADD', KEYS[1], '*', 'r', ARGV[i])
-end
-local online = 0
-for _ in string.gmatch(redis.call('INFO', 'replication'), 'state=online') do online = online + 1 end
-return online
-";
-
-/// [`APPEND`] for a single server, which waits for no replica: no `INFO` to build and read.
-const APPEND_SINGLE: &str = r"
-for i = 1, #ARGV do
-  redis.call('XADD', KEYS[1], '*', 'r', ARGV[i])
-end
-return 0
-";
-
 /// How long the first record after a quiet spell waits for others to share its batch.
 const LINGER: Duration = Duration::from_millis(5);
-
-/// How long a batch waits for a replica to acknowledge it (`WAIT`) before it is sent again.
-const REPLICA_ACK_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// The writer's two connections to the store. A batch's `WAIT` holds its connection until a
 /// replica acknowledges (up to [`REPLICA_ACK_TIMEOUT`]); Charges, which a request awaits
@@ -122,8 +102,6 @@ struct Inner {
     /// `[usage] on_store_down`.
     store_down: StoreDown,
     errors: Limiter,
-    script: redis::Script,
-    script_single: redis::Script,
 }
 
 impl Writer {
@@ -143,8 +121,6 @@ impl Writer {
                 dropped: AtomicU64::new(0),
                 store_down,
                 errors: Limiter::new(Duration::from_secs(10)),
-                script: redis::Script::new(APPEND),
-                script_single: redis::Script::new(APPEND_SINGLE),
             }),
         };
         tokio::spawn(run(writer.inner.clone()));
@@ -223,17 +199,24 @@ impl Writer {
             return Ok(());
         };
         let inner = &self.inner;
-        let mut cmd = redis::cmd("XADD");
-        cmd.arg(USAGE_STREAM).arg("*").arg(USAGE_FIELD).arg(&json);
+        let records = [json];
         let mut backoff = Duration::from_millis(20);
         loop {
             let left = until.saturating_duration_since(tokio::time::Instant::now());
+            // Held by a replica too where there is one (`append`): a failover right after it
+            // keeps the Charge of a text the vendor is about to have.
             let why = match inner.conns.get() {
-                None => "not connected yet".to_owned(),
+                None => "never connected since start-up: it refuses or does not answer".to_owned(),
                 Some(Conns { charges, .. }) => {
-                    match tokio::time::timeout(STORE_TIMEOUT.min(left), charges.query(&cmd)).await {
-                        Ok(Ok(_)) => {
+                    let bound = STORE_TIMEOUT.min(left);
+                    match tokio::time::timeout(bound, append(charges, &records)).await {
+                        Ok(Ok(held)) => {
                             inner.charges_answer.store(true, Ordering::Relaxed);
+                            if let Replicated::Short(why) = held {
+                                // On the primary: the call goes on rather than wait on a
+                                // replica that lags.
+                                inner.lagging(&why);
+                            }
                             return Ok(());
                         }
                         Ok(Err(e)) => e.to_string(),
@@ -368,26 +351,17 @@ async fn run(inner: Arc<Inner>) {
             continue;
         }
         idle = false;
-        let script = if conn.topology().default_replica_acks() == 0 {
-            &inner.script_single
-        } else {
-            &inner.script
-        };
-        let mut invocation = script.key(USAGE_STREAM);
-        for record in &batch {
-            invocation.arg(record);
-        }
-        let sent = tokio::time::timeout(STORE_TIMEOUT * 2, async {
-            let online = conn.invoke(&invocation).await?;
-            // The primary answered: a Charge written now is held there, whatever the
-            // replica says next.
+        let sent = tokio::time::timeout(STORE_TIMEOUT * 2, append(&conn, &batch)).await;
+        if matches!(sent, Ok(Ok(_))) {
+            // The primary answered: a Charge written now is held there.
             inner.charges_answer.store(true, Ordering::Relaxed);
-            replicated(&conn, &online).await
-        })
-        .await;
+        }
         match sent {
             Ok(Ok(Replicated::Yes)) => {
                 inner.sent(batch.len());
+                if backoff > Duration::from_millis(50) {
+                    tracing::info!(store = %inner.shown, pending = inner.queue.lock().map_or(0, |q| q.len()), "usage store answers again; the records kept meanwhile are being sent");
+                }
                 backoff = Duration::from_millis(50);
             }
             Ok(Ok(Replicated::Short(why))) => {
@@ -409,38 +383,4 @@ async fn run(inner: Arc<Inner>) {
             }
         }
     }
-}
-
-/// Whether a batch just appended is held by a replica as well (Sentinel and Cluster stores,
-/// while the primary has one online; `online` is the script's count): a failover then keeps
-/// it. Otherwise the batch stays queued and is sent again (the ledger counts a record once),
-/// so a failover right after the append cannot lose Settles and Dones that were answered.
-async fn replicated(conn: &Conn, online: &redis::Value) -> redis::RedisResult<Replicated> {
-    let generation = conn.generation();
-    let online = match online {
-        redis::Value::Int(n) => u32::try_from(*n).unwrap_or(0),
-        _ => 0,
-    };
-    let want = conn.topology().default_replica_acks().min(online);
-    if want == 0 {
-        return Ok(Replicated::Yes);
-    }
-    let acked = conn
-        .wait_replicas(USAGE_STREAM, want, REPLICA_ACK_TIMEOUT, generation)
-        .await?;
-    Ok(if acked >= i64::from(want) {
-        Replicated::Yes
-    } else {
-        Replicated::Short(format!(
-            "usage records acknowledged by {acked} of {want} replica(s) within {} ms; sent again",
-            REPLICA_ACK_TIMEOUT.as_millis()
-        ))
-    })
-}
-
-/// Whether a batch the primary took is held by enough replicas too ([`replicated`]).
-enum Replicated {
-    Yes,
-    /// Fewer replicas than wanted acknowledged it in time: why, for the log.
-    Short(String),
 }
