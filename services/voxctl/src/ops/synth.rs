@@ -132,12 +132,14 @@ pub async fn synth(job: SynthJob) -> Result<(), OpError> {
         cache_policy: job.cache_policy,
     };
     let template = settings.template(&job.voice, &job.emotion, job.seed);
+    // One id per run (its parts are `#1`, `#2`, …): runs stay apart in logs and the ledger.
+    let request_id = format!("voxctl-synth-{:016x}", rand::random::<u64>());
     let spoken = caller
         .speak(
             &template,
             &job.text,
             &PartLimit::new(job.max_chars),
-            "voxctl-synth",
+            &request_id,
         )
         .await;
     if let Some(progress) = progress {
