@@ -214,7 +214,9 @@ impl Catalog {
 impl Catalog {
     /// A catalog answer to a clone call, as a synthesis error.
     fn clone_refusal(&self, pack_id: &str, s: &Status) -> SynthesisError {
-        let message = voxpool_domain::untrusted::quote(s.message());
+        // The catalog's own words, escaped: whole enough to say what to do (which scope, its
+        // slots, when to retry).
+        let message = voxpool_domain::untrusted::quote_within(s.message(), 1024);
         let url = self.url.clone();
         let scope = tonic_types::StatusExt::get_error_details(s)
             .error_info()

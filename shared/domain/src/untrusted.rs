@@ -15,9 +15,15 @@ pub const QUOTE_CHARS: usize = 64;
 /// `value` as a quoted, escaped string of at most [`QUOTE_CHARS`] characters; a longer value
 /// is cut and its full length said (`"abc…" (1048576 bytes)`). Safe in messages and logs.
 pub fn quote(value: &str) -> String {
-    let mut out = String::with_capacity(value.len().min(QUOTE_CHARS * 2) + 24);
+    quote_within(value, QUOTE_CHARS)
+}
+
+/// [`quote`] showing up to `max_chars` characters: for a longer message a service of ours
+/// wrote (a catalog refusal passed on), whose sense would be lost in [`QUOTE_CHARS`].
+pub fn quote_within(value: &str, max_chars: usize) -> String {
+    let mut out = String::with_capacity(value.len().min(max_chars * 2) + 24);
     let mut chars = value.chars();
-    let head: String = chars.by_ref().take(QUOTE_CHARS).collect();
+    let head: String = chars.by_ref().take(max_chars).collect();
     let _ = write!(out, "{head:?}");
     if chars.next().is_some() {
         out.pop();
@@ -89,6 +95,20 @@ mod tests {
         assert!(q.len() < 100, "{q}");
         assert!(q.ends_with("…\" (1048576 bytes)"), "{q}");
         assert!(!quote(&"\n".repeat(10_000)).contains('\n'));
+    }
+
+    #[test]
+    fn quote_within_shows_up_to_its_bound_escaped() {
+        let message = format!(
+            "clone scope \"s\" holds 3 clones{}",
+            ", all in use".repeat(10)
+        );
+        assert_eq!(quote_within(&message, 1024), format!("{message:?}"));
+        let cut = quote_within(&"y\n".repeat(2000), 1024);
+        assert!(
+            !cut.contains('\n') && cut.ends_with("…\" (4000 bytes)"),
+            "{cut}"
+        );
     }
 
     #[test]
