@@ -91,10 +91,10 @@ struct Args {
     http_allow_anonymous: bool,
     /// Write a usage record of every request to this Redis (the scheduler's `--store` URL
     /// forms: redis://, rediss://, redis-sentinel://…#master, redis-cluster://…), for the
-    /// catalog's ledger; off unless set. While it does not answer, a call waits for its usage
-    /// record up to 2 s (a quarter of the attempt timeout at most) and then fails UNAVAILABLE
-    /// USAGE_STORE_UNAVAILABLE, the vendor sent nothing; with `[usage] on_store_down =
-    /// "serve"` calls are served and their records sent later.
+    /// catalog's ledger; off unless set. While it does not answer, calls wait for it (holding
+    /// no key) and fail UNAVAILABLE USAGE_STORE_UNAVAILABLE when their deadline runs out,
+    /// the vendor sent nothing; with `[usage] on_store_down = "serve"` calls are served and
+    /// their records sent later.
     #[arg(long, env = "VOXPOOL_USAGE_STORE")]
     usage_store: Option<String>,
     /// Run the clone worker: claim the vendor steps of managed voice clones from the

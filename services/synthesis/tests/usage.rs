@@ -223,9 +223,12 @@ async fn a_usage_store_that_does_not_answer_fails_no_request_when_told_to_serve(
 
 #[tokio::test]
 async fn a_usage_store_that_does_not_answer_refuses_the_call_before_the_vendor_has_its_text() {
-    // The default, `on_store_down = "refuse"`: the Charge is tried for a quarter of the
-    // attempt timeout.
-    let (stack, adapter) = with_a_dead_usage_store("[synthesis]\nattempt_timeout_ms = 500\n").await;
+    // The default, `on_store_down = "refuse"`: the call waits for the store, holding no
+    // key, until its deadline leaves no room.
+    let (stack, adapter) = with_a_dead_usage_store(
+        "[synthesis]\nattempt_timeout_ms = 500\ndefault_deadline_ms = 1500\n",
+    )
+    .await;
     let voice = snapshot("openai", "p", "alloy", "{}");
     let status = stack
         .synthesize(request(&voice, TEXT))

@@ -41,10 +41,11 @@ pub struct UsageSettings {
     /// totals stay. 1..=3650, default 90.
     pub retention_days: u32,
     /// What a vendor call does when the usage store (`--usage-store`) does not take its
-    /// Charge: `refuse` (default) sends the vendor nothing until the Charge is written,
-    /// waiting up to a quarter of the attempt timeout, 2 s at most (the key's slot held
-    /// meanwhile), then fails the call UNAVAILABLE `USAGE_STORE_UNAVAILABLE`, so every text
-    /// a vendor bills is on the stream
+    /// Charge: `refuse` (default) sends the vendor nothing until the Charge is written
+    /// (up to a quarter of the attempt timeout, 2 s at most, with the key held; then calls
+    /// wait for the store holding no key), and fails the call UNAVAILABLE
+    /// `USAGE_STORE_UNAVAILABLE` when its deadline runs out, so every text a vendor bills is
+    /// on the stream
     /// before the vendor has it; `serve` waits at most 500 ms and calls the vendor anyway,
     /// keeping the record to send later (lost if the replica dies before the store answers).
     pub on_store_down: StoreDown,

@@ -89,6 +89,7 @@ pub(super) async fn call_chunk<T: Send + 'static>(
         if remaining.is_zero() {
             return Err(state.deadline_exceeded(attempts, false));
         }
+        charge::store_ready(&job.meter, &job.deadline).await?;
         let charge = pending
             .take()
             .unwrap_or_else(|| job.meter.next(&chunk.utterance.text));
@@ -150,8 +151,12 @@ pub(super) async fn call_chunk<T: Send + 'static>(
                 &core.background,
             )
         );
-        // Refused at the gate: the vendor was sent nothing and no key is blamed.
-        written?;
+        // Refused at the gate: the vendor was sent nothing, no key is blamed, and the key is
+        // free again; asked again after a pause while the deadline allows (a failover).
+        if let Err(e) = written {
+            charge::pause_or(e, job.deadline.remaining()).await?;
+            continue;
+        }
         let client_error = record
             .as_ref()
             .filter(|r| r.outcome == Outcome::ClientError)

@@ -48,8 +48,6 @@ pub(super) enum Replicated {
 /// Appends `records` (JSON) to the usage stream in one script call and says whether a
 /// replica holds them as well (module doc). Errors: the store's.
 pub(super) async fn append(conn: &Conn, records: &[String]) -> redis::RedisResult<Replicated> {
-    // Taken before the write: a `WAIT` on a connection rebuilt since would check nothing.
-    let generation = conn.generation();
     let replicas = conn.topology().default_replica_acks();
     let script = if replicas == 0 {
         &*APPEND_SINGLE
@@ -68,6 +66,9 @@ pub(super) async fn append(conn: &Conn, records: &[String]) -> redis::RedisResul
     if want == 0 {
         return Ok(Replicated::Yes);
     }
+    // The connection the script just ran on (a Sentinel store looks its primary up lazily,
+    // so the generation is known only once the write went).
+    let generation = conn.generation();
     let acked = conn
         .wait_replicas(USAGE_STREAM, want, REPLICA_ACK_TIMEOUT, generation)
         .await?;

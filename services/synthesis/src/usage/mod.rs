@@ -192,6 +192,20 @@ impl Meter {
         )
     }
 
+    /// `Err` while the usage store is known not to take Charges (`Writer::answers`): the call
+    /// should not take a key meanwhile.
+    pub fn store_answers(&self) -> Result<(), crate::error::SynthesisError> {
+        match &self.writer {
+            Some(w) if !w.answers() => Err(crate::error::SynthesisError::UsageStoreUnavailable {
+                store: w.shown().to_owned(),
+                message: "it has not answered since start-up or since it failed to take a usage \
+                          record"
+                    .into(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether this meter writes records (a usage store is set).
     pub fn records(&self) -> bool {
         self.writer.is_some()

@@ -55,6 +55,18 @@ const STORE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long a Charge waits for a store that was failing ([`Writer::write_now`]).
 const UNHEALTHY_TIMEOUT: Duration = Duration::from_millis(50);
 
+/// How often a store that did not take a Charge is asked whether it answers again.
+const PROBE_EVERY: Duration = Duration::from_millis(250);
+
+/// Whether the store answers a `PING` within the store timeout.
+async fn probe(conn: &Conn) -> bool {
+    let ping = redis::cmd("PING");
+    matches!(
+        tokio::time::timeout(STORE_TIMEOUT, conn.query(&ping)).await,
+        Ok(Ok(_))
+    )
+}
+
 /// How long the first record after a quiet spell waits for others to share its batch.
 const LINGER: Duration = Duration::from_millis(5);
 
@@ -227,11 +239,21 @@ impl Writer {
             inner.failed(&why);
             let left = until.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
+                // Calls wait before taking a key until the store answers again (`answers`).
+                inner.charges_answer.store(false, Ordering::Relaxed);
                 return Err(why);
             }
             tokio::time::sleep(backoff.min(left)).await;
             backoff = (backoff * 2).min(STORE_TIMEOUT);
         }
+    }
+
+    /// Whether calls may go on to a key: the store took the last Charge (or answers again
+    /// since), or `on_store_down = "serve"`. A store that did not take a Charge is probed in
+    /// the background until it answers.
+    pub fn answers(&self) -> bool {
+        self.inner.store_down == StoreDown::Serve
+            || self.inner.charges_answer.load(Ordering::Relaxed)
     }
 
     /// Queues `event` for the background task.
@@ -337,9 +359,22 @@ async fn run(inner: Arc<Inner>) {
                 }
             },
         };
+        let mut answers = inner.charges_answer.load(Ordering::Relaxed);
+        if !answers && probe(&conn).await {
+            // Calls waiting for the store (`Writer::answers`) may ask for keys again, whatever
+            // the batches meet meanwhile.
+            tracing::info!(store = %inner.shown, "usage store answers again");
+            inner.charges_answer.store(true, Ordering::Relaxed);
+            answers = true;
+        }
         let batch = inner.peek();
         if batch.is_empty() {
-            let _ = tokio::time::timeout(Duration::from_secs(1), inner.notify.notified()).await;
+            let wait = if answers {
+                Duration::from_secs(1)
+            } else {
+                PROBE_EVERY
+            };
+            let _ = tokio::time::timeout(wait, inner.notify.notified()).await;
             idle = true;
             continue;
         }
