@@ -23,21 +23,18 @@
 //! `InvalidApiKey` / `Arrearage` with the scope's next key); `InvalidParameter` (a bad sample,
 //! a full account) is `failed`, naming the scope.
 
-use std::{
-    sync::Arc,
-    time::{Duration, SystemTime},
-};
+use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use serde_json::{Value, json};
-use voxpool_domain::{provider::Provider, secret::Secret, snapshot::Snapshot};
+use voxpool_domain::{provider::Provider, secret::Secret};
 
 use super::{
     Outcome, Work,
     step::{self, Context, Step},
 };
 use crate::adapters::{
-    AudioFormat, Utterance, VendorRequest, dashscope as adapter,
+    dashscope as adapter,
     gate::Gate,
     http::{self, ErrorAnswer},
 };
@@ -47,8 +44,6 @@ const DEFAULT_BASE: &str = "https://dashscope.aliyuncs.com";
 const PATH: &str = "/api/v1/services/audio/tts/customization";
 /// DashScope takes a voice offline once unused this long.
 pub const UNUSED_LIFETIME: Duration = Duration::from_secs(365 * 86_400);
-/// What the keep-alive synthesis says.
-const KEEPALIVE_TEXT: &str = "Hi.";
 /// Voices asked for per `list_voice` page.
 const PAGE: usize = 1_000;
 
@@ -262,52 +257,9 @@ async fn import(ctx: &Context, step: Step<'_>, secret: &Secret) -> Result<Outcom
     Ok(Outcome::Imported(found))
 }
 
-/// A snapshot speaking the clone `voice_id` through the model it was enrolled for.
-fn voice(step: &Step<'_>, voice_id: &str) -> Result<Snapshot, Outcome> {
-    let doc = json!({
-        "packId": step.task.pack_id,
-        "packVersion": "1",
-        "provider": PROVIDER,
-        "model": target_model(step),
-        "voiceId": voice_id,
-        "ttsModelId": step.task.pool,
-        "tier": "STANDARD",
-        "kind": "CLONED",
-        "frozenAt": "2026-01-01T00:00:00Z",
-        "digest": "",
-    });
-    serde_json::from_value::<Snapshot>(doc)
-        .map(Snapshot::seal)
-        .map_err(|e| Outcome::Failed(format!("cannot describe the clone to the adapter: {e}")))
-}
-
 async fn keep_alive(ctx: &Context, step: Step<'_>) -> Result<Outcome, Outcome> {
     let id = step.voice_id()?;
-    let Some(speaker) = ctx.adapters.get(&Provider::DashScope) else {
-        return Err(Outcome::Retry {
-            after: Duration::ZERO,
-            error: "this build has no DashScope adapter to keep the clone alive with".into(),
-        });
-    };
-    let utterance = Utterance {
-        text: KEEPALIVE_TEXT.to_owned(),
-        voice: Arc::new(voice(&step, id)?),
-        pool_model: step.scope.pool_model.clone(),
-        format: AudioFormat::Mp3,
-        sample_rate_hz: None,
-        reference: None,
-        seed: None,
-    };
-    let attempt_id = format!("clone-keepalive-{}", rand::random::<u64>());
-    let request = VendorRequest {
-        utterance: &utterance,
-        key: step.key,
-        upstream: step.upstream,
-        timeout: step.timeout,
-        attempt_id: &attempt_id,
-        gate: Gate::default(),
-    };
-    match speaker.synthesize(request).await {
+    match step::speak_once(ctx, &step, Provider::DashScope, target_model(&step), id).await? {
         Ok(_) => Ok(ready(id)),
         Err(f) if adapter::clone_gone(f.http_status, &f.message) => {
             Ok(gone(&step, id, "synthesis: voice not found"))

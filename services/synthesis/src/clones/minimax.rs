@@ -20,24 +20,20 @@
 //! too, with the scope's next key; 2013 (invalid params, slots full) is `failed`, naming the
 //! scope; 2039 (a duplicate id) is tried again with a new id.
 
-use std::{
-    sync::Arc,
-    time::{Duration, SystemTime},
-};
+use std::time::{Duration, SystemTime};
 
 use reqwest::{
     Url,
     multipart::{Form, Part},
 };
 use serde_json::{Value, json};
-use voxpool_domain::{provider::Provider, secret::Secret, snapshot::Snapshot};
+use voxpool_domain::{provider::Provider, secret::Secret};
 
 use super::{
     Outcome, Work,
     step::{self, Context, Step},
 };
 use crate::adapters::{
-    AudioFormat, Utterance, VendorRequest,
     gate::Gate,
     http::{self, HttpReply},
 };
@@ -46,8 +42,6 @@ const PROVIDER: &str = Provider::MiniMax.as_str();
 const DEFAULT_BASE: &str = "https://api.minimax.io";
 /// MiniMax drops a clone not used by a synthesis within this long of its creation.
 pub const UNUSED_LIFETIME: Duration = Duration::from_secs(7 * 86_400);
-/// What the keep-alive synthesis says.
-const KEEPALIVE_TEXT: &str = "Hi.";
 
 /// Runs the step (module doc).
 pub async fn run(ctx: &Context, step: Step<'_>) -> Outcome {
@@ -238,52 +232,9 @@ async fn import(ctx: &Context, step: Step<'_>, secret: &Secret) -> Result<Outcom
     ))
 }
 
-/// A snapshot speaking the clone `voice_id` on the task's pool.
-fn voice(step: &Step<'_>, voice_id: &str) -> Result<Snapshot, Outcome> {
-    let doc = json!({
-        "packId": step.task.pack_id,
-        "packVersion": "1",
-        "provider": PROVIDER,
-        "model": step.task.model,
-        "voiceId": voice_id,
-        "ttsModelId": step.task.pool,
-        "tier": "STANDARD",
-        "kind": "CLONED",
-        "frozenAt": "2026-01-01T00:00:00Z",
-        "digest": "",
-    });
-    serde_json::from_value::<Snapshot>(doc)
-        .map(Snapshot::seal)
-        .map_err(|e| Outcome::Failed(format!("cannot describe the clone to the adapter: {e}")))
-}
-
 async fn keep_alive(ctx: &Context, step: Step<'_>) -> Result<Outcome, Outcome> {
     let id = step.voice_id()?;
-    let Some(adapter) = ctx.adapters.get(&Provider::MiniMax) else {
-        return Err(Outcome::Retry {
-            after: Duration::ZERO,
-            error: "this build has no MiniMax adapter to keep the clone alive with".into(),
-        });
-    };
-    let utterance = Utterance {
-        text: KEEPALIVE_TEXT.to_owned(),
-        voice: Arc::new(voice(&step, id)?),
-        pool_model: step.scope.pool_model.clone(),
-        format: AudioFormat::Mp3,
-        sample_rate_hz: None,
-        reference: None,
-        seed: None,
-    };
-    let attempt_id = format!("clone-keepalive-{}", rand::random::<u64>());
-    let request = VendorRequest {
-        utterance: &utterance,
-        key: step.key,
-        upstream: step.upstream,
-        timeout: step.timeout,
-        attempt_id: &attempt_id,
-        gate: Gate::default(),
-    };
-    match adapter.synthesize(request).await {
+    match step::speak_once(ctx, &step, Provider::MiniMax, &step.task.model, id).await? {
         Ok(_) => Ok(Outcome::Ready {
             vendor_voice_id: id.to_owned(),
             expires_at: None,

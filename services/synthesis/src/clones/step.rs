@@ -5,11 +5,16 @@
 use std::{sync::Arc, time::Duration};
 
 use reqwest::Client;
-use voxpool_domain::{contract::Outcome as Verdict, reference::Reference};
+use voxpool_domain::{
+    contract::Outcome as Verdict, provider::Provider, reference::Reference, snapshot::Snapshot,
+};
 
 use super::{Outcome, ScopeKeys, Task};
 use crate::{
-    adapters::{KeyCredential, ReferenceAudio, UpstreamTarget, VendorFailure, registry::Registry},
+    adapters::{
+        AudioFormat, KeyCredential, ReferenceAudio, UpstreamTarget, Utterance, VendorFailure,
+        VendorRequest, gate::Gate, registry::Registry,
+    },
     error::SynthesisError,
     references::ReferenceClips,
 };
@@ -136,4 +141,60 @@ pub fn extension(clip: &ReferenceAudio) -> &'static str {
 /// The clip's media type (`audio/wav`, …).
 pub fn media_type(clip: &ReferenceAudio) -> &'static str {
     clip.format.media_type()
+}
+
+/// What a keep-alive speaks.
+const KEEPALIVE_TEXT: &str = "Hi.";
+
+/// One real synthesis of a short text with the clone `voice_id` of `provider` enrolled for
+/// `model`, through this build's adapter (a vendor keeps a clone that is used): the adapter's
+/// answer. `Err`: no adapter for `provider` (retried), or the clone cannot be described.
+pub(super) async fn speak_once(
+    ctx: &Context,
+    step: &Step<'_>,
+    provider: Provider,
+    model: &str,
+    voice_id: &str,
+) -> Result<Result<(), VendorFailure>, Outcome> {
+    let Some(adapter) = ctx.adapters.get(&provider) else {
+        return Err(Outcome::Retry {
+            after: Duration::ZERO,
+            // `MiniMax`, `DashScope`: the vendor's own spelling.
+            error: format!("this build has no {provider:?} adapter to keep the clone alive with"),
+        });
+    };
+    let doc = serde_json::json!({
+        "packId": step.task.pack_id,
+        "packVersion": "1",
+        "provider": provider.as_str(),
+        "model": model,
+        "voiceId": voice_id,
+        "ttsModelId": step.task.pool,
+        "tier": "STANDARD",
+        "kind": "CLONED",
+        "frozenAt": "2026-01-01T00:00:00Z",
+        "digest": "",
+    });
+    let voice = serde_json::from_value::<Snapshot>(doc)
+        .map(Snapshot::seal)
+        .map_err(|e| Outcome::Failed(format!("cannot describe the clone to the adapter: {e}")))?;
+    let utterance = Utterance {
+        text: KEEPALIVE_TEXT.to_owned(),
+        voice: Arc::new(voice),
+        pool_model: step.scope.pool_model.clone(),
+        format: AudioFormat::Mp3,
+        sample_rate_hz: None,
+        reference: None,
+        seed: None,
+    };
+    let attempt_id = format!("clone-keepalive-{}", rand::random::<u64>());
+    let request = VendorRequest {
+        utterance: &utterance,
+        key: step.key,
+        upstream: step.upstream,
+        timeout: step.timeout,
+        attempt_id: &attempt_id,
+        gate: Gate::default(),
+    };
+    Ok(adapter.synthesize(request).await.map(drop))
 }
