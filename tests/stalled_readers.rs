@@ -128,6 +128,10 @@ async fn stalled_readers_hold_little_memory_release_their_leases_and_are_cut_off
     assert_eq!(cut, HTTP_READERS + GRPC_READERS);
 
     let peak_kb = status_kb(pid, "VmHWM:");
+    eprintln!(
+        "peak RSS {peak_kb} kB, baseline {baseline_kb} kB, rise {} kB",
+        peak_kb.saturating_sub(baseline_kb)
+    );
     let answered: u64 = fake.stats().values().map(|k| k.successes).sum();
     assert!(
         answered >= 70,

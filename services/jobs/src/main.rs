@@ -101,11 +101,13 @@ struct Args {
     server: voxpool_runtime::limits::ServerFlags,
 }
 
-/// mimalloc, as the other services.
+/// mimalloc, as the other services, told to return freed memory promptly
+/// (`voxpool_runtime::allocator`): job audio streams through here.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    voxpool_runtime::allocator::return_freed_memory_promptly();
     let args = Args::parse();
     voxpool_runtime::serve::block_on(
         "voxpool-jobs",

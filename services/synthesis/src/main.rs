@@ -121,11 +121,13 @@ enum CacheSwitch {
 }
 
 /// mimalloc instead of the system allocator, as in `voxpool-scheduler`: gRPC and HTTP
-/// requests allocate and free many small buffers, which glibc malloc serves slowly.
+/// requests allocate and free many small buffers, which glibc malloc serves slowly. Told to
+/// return freed memory promptly (`voxpool_runtime::allocator`): audio streams through here.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    voxpool_runtime::allocator::return_freed_memory_promptly();
     let args = Args::parse();
     let policy = if args.require_credentials {
         Credentials::Require

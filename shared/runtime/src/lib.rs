@@ -3,6 +3,7 @@
 //! Types and reasons the processes agree on live in `voxpool-domain`, the pools file in
 //! `voxpool-config`; this crate builds on both.
 //!
+//! - [`allocator`]: the servers' allocator told to return freed memory promptly.
 //! - [`serve`]: binding, health, reflection and graceful shutdown shared by every binary.
 //! - [`conn`]: connection limits every listener shares (head, idle and body timeouts, cap).
 //! - [`limits`]: request timeout, message size, load shedding and TLS flags for servers.
@@ -13,6 +14,7 @@
 //! - [`endpoints`]: client-side balancing over a service's replicas (`URL[,URL...]`, DNS).
 //! - [`blob`]: the one blob store audio lives in (`--blob-store URL`: local, S3, GCS, Azure).
 
+pub mod allocator;
 pub mod auth;
 pub mod blob;
 pub mod conn;
