@@ -218,7 +218,7 @@ async fn emit(
                 };
                 // The request's span goes along: the chunk's Acquire joins the caller's trace.
                 producers.spawn(
-                    produce(core.clone(), job.clone(), next, chunk_out, permit)
+                    Box::pin(produce(core.clone(), job.clone(), next, chunk_out, permit))
                         .instrument(tracing::Span::current()),
                 );
                 next += 1;

@@ -119,7 +119,8 @@ pub fn start(core: Arc<Core>, job: Job, started: Instant, via: metrics::Via) -> 
         };
         metrics::request(via, &pool, code, started.elapsed());
     };
-    tokio::spawn(work.instrument(tracing::Span::current()));
+    // Boxed: the task then moves and stores a pointer, not the whole request's state machine.
+    tokio::spawn(Box::pin(work).instrument(tracing::Span::current()));
     Delivery {
         rx: ReceiverStream::new(rx),
         failed,

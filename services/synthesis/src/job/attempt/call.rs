@@ -49,7 +49,7 @@ pub(super) fn spawn_call(
 ) -> AbortOnDrop<Result<StreamEnd, VendorFailure>> {
     let input = input.clone();
     AbortOnDrop(tokio::spawn(
-        async move {
+        Box::pin(async move {
             let request = VendorRequest {
                 utterance: &input.utterance,
                 key: &input.key,
@@ -59,7 +59,7 @@ pub(super) fn spawn_call(
                 gate: input.gate.clone(),
             };
             input.adapter.stream(request, &sink).await
-        }
+        })
         .instrument(tracing::Span::current()),
     ))
 }

@@ -140,13 +140,13 @@ pub async fn run<T: Send + 'static>(
     let input = input.clone();
     let reports = tracker.clone();
     let attempt = tracker.spawn(
-        async move {
+        Box::pin(async move {
             let (end, record) = call_under_lease(guard, &input, out, lease_ttl, &reports).await;
             if let Some(r) = &record {
                 metrics::attempt(&input.pool_id, &input.provider, r);
             }
             (end, record)
-        }
+        })
         .instrument(tracing::Span::current()),
     );
     tokio::select! {
@@ -266,7 +266,7 @@ async fn call_under_lease<T>(
                 // releases the key) goes on without holding the answer back.
                 let input = input.clone();
                 reports.spawn(
-                    async move { succeeded(guard, &input, latency_ms, charged).await }
+                    Box::pin(async move { succeeded(guard, &input, latency_ms, charged).await })
                         .instrument(tracing::Span::current()),
                 );
                 return (AttemptEnd::Audio(end), Some(record(Outcome::Success, None)));
