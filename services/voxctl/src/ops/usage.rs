@@ -176,8 +176,10 @@ pub fn render_table(rows: &[UsageRow], by: Option<UsageByArg>) -> String {
     crate::console::table(&header, &cells)
 }
 
-/// One row as `--json` prints it.
+/// One row as `--json` prints it: camelCase, as every other `--json` of voxctl and the
+/// usage API's JSON mapping (`billedCharacters`, `unsettledCost`).
 #[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
 struct JsonRow<'a> {
     tenant: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
@@ -330,16 +332,20 @@ mod tests {
         assert_eq!(parsed[0]["tenant"], "acme");
         assert_eq!(parsed[0]["characters"], 10);
         assert_eq!(parsed[0]["currency"], "USD");
-        assert_eq!(parsed[0]["unsettled_characters"], 0, "always present");
-        assert_eq!(parsed[0]["refused_requests"], 0, "always present");
-        assert_eq!(parsed[0]["unsettled_cost"], 0.0);
+        assert_eq!(
+            parsed[0]["audioMs"], 1500,
+            "camelCase, as voxctl's other --json"
+        );
+        assert_eq!(parsed[0]["unsettledCharacters"], 0, "always present");
+        assert_eq!(parsed[0]["refusedRequests"], 0, "always present");
+        assert_eq!(parsed[0]["unsettledCost"], 0.0);
         let mut swept = row("acme", "p", 10);
         swept.unsettled_characters = 4;
         swept.unsettled_cost = 0.25;
         let json = render_json(&[swept]);
         let parsed: serde_json::Value = serde_json::from_str(&json).expect("json");
-        assert_eq!(parsed[0]["unsettled_characters"], 4);
-        assert_eq!(parsed[0]["unsettled_cost"], 0.25);
+        assert_eq!(parsed[0]["unsettledCharacters"], 4);
+        assert_eq!(parsed[0]["unsettledCost"], 0.25);
         assert!(
             parsed[0].get("tier").is_none(),
             "ungrouped dimensions are left out"
