@@ -28,30 +28,19 @@ use voxpool_e2e::{
 
 #[test]
 fn a_taken_port_is_named_before_anything_starts() {
-    // The catalog's port: held here, or already held by a stack someone runs (also taken).
-    // 50052 lies in Linux's ephemeral range, so another process's outgoing connection can sit
-    // on it for a while (no listener: nothing to find taken, yet nothing can bind it); wait,
-    // bounded, until it is either ours or someone's listener.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let _held = loop {
-        match TcpListener::bind("127.0.0.1:50052") {
-            Ok(listener) => break Some(listener),
-            Err(_) if std::net::TcpStream::connect("127.0.0.1:50052").is_ok() => break None,
-            Err(e) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "127.0.0.1:50052 stayed unbindable without a listener: {e}"
-                );
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-    };
+    // The catalog's port, held here: one the system hands out, moved there with
+    // VOXPOOL_PORT_CATALOG. The default (50052) lies in Linux's ephemeral range, where any
+    // process's long-lived outgoing connection (another test's stack) can sit on it with no
+    // listener for minutes: nothing to find taken, yet nothing can bind it.
+    let held = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = held.local_addr().expect("its address").port();
     let run_dir = tempfile::tempdir().expect("tempdir");
     let mut command = Command::new(workspace_root().join("deploy/local/run.sh"));
     for (name, _) in PORT_VARS {
         command.env_remove(name);
     }
     let output = command
+        .env("VOXPOOL_PORT_CATALOG", port.to_string())
         .env("VOXPOOL_RUN_DIR", run_dir.path())
         .output()
         .expect("run run.sh");
@@ -59,7 +48,7 @@ fn a_taken_port_is_named_before_anything_starts() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("port 50052 (the catalog's) is taken")
+        stderr.contains(&format!("port {port} (the catalog's) is taken"))
             && stderr.contains("VOXPOOL_PORT_CATALOG"),
         "the taken port, its service and the variable that moves it are named: {stderr}"
     );
@@ -67,6 +56,7 @@ fn a_taken_port_is_named_before_anything_starts() {
         !stdout.contains("voxpool running") && !stderr.contains("migrations applied"),
         "nothing started: {stdout}{stderr}"
     );
+    drop(held);
 }
 
 #[test]

@@ -259,6 +259,16 @@ impl Harness {
         self.store.advance_clock(pool, ms).await.unwrap();
     }
 
+    /// Waits until `n` Acquires wait for `pool` in this replica's queue *and* in the store's
+    /// line. The queue counts a waiter before the store has its ticket, so a test that orders
+    /// waiters waits for the line: otherwise the next one could reach it first.
+    pub async fn wait_in_line(&self, pool: &str, what: &str, n: i32) {
+        self.wait_until(pool, what, |s| {
+            s.waiters == n && s.class_waiters.iter().map(|c| c.waiters).sum::<i32>() == n
+        })
+        .await;
+    }
+
     /// Polls GetPoolStatus until `pred` holds (a readiness signal, bounded to 10 s).
     pub async fn wait_until(&self, pool: &str, what: &str, pred: impl Fn(&pb::PoolStatus) -> bool) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

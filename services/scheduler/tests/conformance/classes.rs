@@ -26,7 +26,8 @@ fn classed(priority: pb::Priority, tenant: &str, wait_ms: i64) -> pb::AcquireReq
         .wait_ms(wait_ms)
 }
 
-/// Starts a waiting Acquire named `name` and returns once the pool counts `queued` waiters.
+/// Starts a waiting Acquire named `name` and returns once the pool counts `queued` waiters,
+/// in this replica's queue and in the store's line.
 async fn spawn_classed_waiter(
     h: &Harness,
     name: &'static str,
@@ -43,7 +44,7 @@ async fn spawn_classed_waiter(
             .into_inner();
         (name, lease)
     });
-    h.wait_until("p", name, |s| s.waiters == queued).await;
+    h.wait_in_line("p", name, queued).await;
     task
 }
 

@@ -29,9 +29,9 @@ async fn waiters_get_released_slots_in_fifo_order(b: Backend) {
         })
     };
     let w1 = spawn_waiter("w1");
-    h.wait_until("p", "w1 queued", |s| s.waiters == 1).await;
+    h.wait_in_line("p", "w1 queued", 1).await;
     let w2 = spawn_waiter("w2");
-    h.wait_until("p", "w2 queued", |s| s.waiters == 2).await;
+    h.wait_in_line("p", "w2 queued", 2).await;
     assert!(h.release(&first.lease_id).await);
     let (name, l1) = w1.await.unwrap();
     assert_eq!(name, "w1");
