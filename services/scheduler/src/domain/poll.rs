@@ -45,14 +45,20 @@ impl Scheduler {
                 if queue.stop_polling_if_idle() {
                     return;
                 }
-                let tokens = if renewed.elapsed() >= renew_every {
-                    renewed = Instant::now();
+                // A renewal counts once the store took it: one that failed is sent again on
+                // the next poll, not a third of the TTL later (two lost renewals in a row
+                // would let a live waiter's ticket expire).
+                let sent = Instant::now();
+                let tokens = if sent.duration_since(renewed) >= renew_every {
                     queue.tokens()
                 } else {
                     Vec::new()
                 };
                 match store.keep_waiting(&pool, &tokens, ttl).await {
                     Ok(states) => {
+                        if !tokens.is_empty() {
+                            renewed = sent;
+                        }
                         for (token, state) in tokens.iter().zip(states) {
                             let event = match state {
                                 TicketState::Waiting | TicketState::Granted(_) => continue,
