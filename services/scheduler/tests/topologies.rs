@@ -738,18 +738,60 @@ async fn a_stalled_first_sentinel_does_not_keep_the_replica_from_the_new_primary
     sentinel.resume_port(first);
 }
 
-/// `WAIT` calls the Redis at `port` has served (`INFO commandstats`).
-fn wait_calls(port: u16) -> u64 {
+/// Calls of `command` (lower case) the Redis `redis-cli` reaches with `address` has served
+/// (`INFO commandstats`, which counts the commands scripts run too).
+fn calls(address: &[&str], command: &str) -> u64 {
     let out = std::process::Command::new("redis-cli")
-        .args(["-p", &port.to_string(), "INFO", "commandstats"])
+        .args(address)
+        .args(["INFO", "commandstats"])
         .output()
         .expect("redis-cli");
+    let prefix = format!("cmdstat_{command}:calls=");
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_wait:calls="))
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
         .and_then(|rest| rest.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+/// `WAIT` calls the Redis at `port` has served.
+fn wait_calls(port: u16) -> u64 {
+    calls(&["-p", &port.to_string()], "wait")
+}
+
+/// A store that waits for no replica (a single server, by default) never asks Redis how many
+/// replicas are online: that `INFO replication` was a tenth of each grant's time in Redis. One
+/// told to wait for a replica (`store_replica_acks = 1`) asks at every grant, on the same server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_ask_for_the_replica_count_only_where_they_wait_for_replicas() {
+    let _beside = UNDER_LOAD.read().await;
+    for (acks, per_grant) in [("", 0), ("store_replica_acks = 1\n", 1)] {
+        let redis = voxpool_testkit::RedisServer::start();
+        let socket = redis.socket().display().to_string();
+        let address = ["-s", socket.as_str()];
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = write_config(dir.path(), &["p0"], acks);
+        let r = spawn(&config, &redis.url());
+        let mut c = client(&r).await;
+        // The first reading's own INFO is counted once it has answered: one more in the second.
+        let before = calls(&address, "info");
+        let grants = KEYS_PER_POOL * CAP as usize;
+        for _ in 0..grants {
+            c.acquire(pb::AcquireRequest {
+                pool: "p0".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("granted");
+        }
+        let asked = calls(&address, "info") - before - 1;
+        assert_eq!(
+            asked,
+            per_grant * grants as u64,
+            "{grants} grants with {acks:?} sent INFO {asked} times"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -81,8 +81,15 @@ struct Scripts {
 }
 
 impl Scripts {
-    fn new() -> Self {
-        let s = |body: &str| Script::new(&format!("{PRELUDE}\n{body}"));
+    /// The scripts; `count_replicas`: whether grants count the primary's online replicas
+    /// (`online_replicas` in the prelude, an `INFO replication` per grant), which only a store
+    /// that waits for replica acknowledgements reads.
+    fn new(count_replicas: bool) -> Self {
+        let s = |body: &str| {
+            Script::new(&format!(
+                "local COUNT_REPLICAS = {count_replicas}\n{PRELUDE}\n{body}"
+            ))
+        };
         Self {
             acquire: s(include_str!("lua/acquire.lua")),
             release: s(include_str!("lua/release.lua")),
@@ -188,16 +195,17 @@ impl RedisStore {
         let source = conn
             .subscriber_source(url)
             .map_err(StoreError::Unavailable)?;
+        let replica_acks = options
+            .replica_acks
+            .unwrap_or_else(|| conn.topology().default_replica_acks());
         let store = Self {
             wake: std::sync::Arc::new(wake::Wake::start(
                 source,
                 options.key_prefix.clone(),
                 options.timeout,
             )),
-            scripts: std::sync::Arc::new(Scripts::new()),
-            replica_acks: options
-                .replica_acks
-                .unwrap_or_else(|| conn.topology().default_replica_acks()),
+            scripts: std::sync::Arc::new(Scripts::new(replica_acks > 0)),
+            replica_acks,
             conn,
             acks: std::sync::Arc::default(),
             options,

@@ -231,7 +231,10 @@ local function recovering(now)
 end
 
 -- Replicas connected and in sync with this primary right now: the most a WAIT could count.
+-- 0 without asking when the store waits for no replica (COUNT_REPLICAS, set by the script's
+-- first line, mod.rs `Scripts`): `INFO replication` costs Redis about 6 µs, a tenth of a grant.
 local function online_replicas()
+  if not COUNT_REPLICAS then return 0 end
   local n = 0
   for _ in string.gmatch(redis.call('INFO', 'replication'), 'state=online') do n = n + 1 end
   return n
