@@ -77,6 +77,7 @@ pub fn build(config: &Config, adapters: Registry, options: &Options) -> Result<A
             &options.scheduler_url,
             options.client_token.clone(),
             Duration::from_millis(config.synthesis.scheduler_unavailable_grace_ms),
+            Duration::from_millis(config.synthesis.scheduler_probe_interval_ms),
         )?,
         catalog: Catalog::connect_lazy(&options.catalog_url)?,
         settings: config.synthesis.clone(),

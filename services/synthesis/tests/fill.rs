@@ -28,6 +28,7 @@ async fn scheduler() -> (
         &format!("http://{addr}"),
         ClientToken::none(),
         Duration::from_secs(5),
+        voxpool_runtime::endpoints::PROBE_INTERVAL,
     )
     .expect("client");
     (client, store, shutdown)

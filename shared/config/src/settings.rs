@@ -154,6 +154,11 @@ pub struct SynthesisSettings {
     /// calls fail at once with UNAVAILABLE instead of waiting out their deadline. Long enough
     /// to ride out a scheduler restart or a store failover. Default 5000.
     pub scheduler_unavailable_grace_ms: u64,
+    /// How often synthesis checks each scheduler endpoint's health (and at once after a call
+    /// failed UNAVAILABLE): an endpoint not SERVING leaves the balancer until it answers again,
+    /// and a SERVING answer keeps an idle replica from counting the scheduler as silent (so it
+    /// must be below `scheduler_unavailable_grace_ms`). Default 500; at least 50.
+    pub scheduler_probe_interval_ms: u64,
     /// Part of every audio cache key: raise it after an adapter change that alters the audio
     /// a request produces, and every entry stored before is a miss from then on (old entries
     /// age out by their TTL or the size bound). Default 1.
@@ -189,6 +194,7 @@ impl Default for SynthesisSettings {
             default_deadline_ms: 60_000,
             max_parallel_chunks: 4,
             scheduler_unavailable_grace_ms: 5_000,
+            scheduler_probe_interval_ms: 500,
             cache_version: 1,
             cache_max_bytes: 1 << 30,
             cache_fill_ttl_ms: 10_000,

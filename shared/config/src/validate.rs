@@ -338,6 +338,20 @@ impl Config {
         if self.synthesis.max_attempts == 0 {
             push("synthesis.max_attempts".into(), "must be at least 1".into());
         }
+        let (probe, grace) = (
+            self.synthesis.scheduler_probe_interval_ms,
+            self.synthesis.scheduler_unavailable_grace_ms,
+        );
+        if probe < 50 || probe >= grace {
+            push(
+                "synthesis.scheduler_probe_interval_ms".into(),
+                format!(
+                    "must be at least 50 and below synthesis.scheduler_unavailable_grace_ms \
+                     ({grace}), got {probe}: an idle replica hears from the scheduler only \
+                     through these probes"
+                ),
+            );
+        }
         if !(1..=64).contains(&self.synthesis.max_parallel_chunks) {
             push(
                 "synthesis.max_parallel_chunks".into(),

@@ -125,6 +125,33 @@ fn zero_text_limit_and_zero_attempt_timeout_are_refused_naming_their_paths() {
 }
 
 #[test]
+fn the_scheduler_probe_interval_must_sit_below_the_unavailable_grace() {
+    for (lines, got) in [
+        ("scheduler_probe_interval_ms = 10\n", "got 10"),
+        ("scheduler_probe_interval_ms = 5000\n", "got 5000"),
+        (
+            "scheduler_unavailable_grace_ms = 400\nscheduler_probe_interval_ms = 500\n",
+            "got 500",
+        ),
+    ] {
+        let text = problems(&format!("{ONE_POOL}[synthesis]\n{lines}"));
+        assert!(
+            text.contains("synthesis.scheduler_probe_interval_ms: must be at least 50 and below")
+                && text.contains(got),
+            "{lines}: {text}"
+        );
+    }
+    assert_eq!(
+        problems(&format!(
+            "{ONE_POOL}[synthesis]\nscheduler_probe_interval_ms = 4999\n"
+        )),
+        "",
+        "just below the default grace (5000)"
+    );
+    assert_eq!(problems(ONE_POOL), "", "the defaults (500 below 5000)");
+}
+
+#[test]
 fn an_absurd_max_waiters_is_refused_with_the_accepted_range() {
     let text = problems(&format!("{ONE_POOL}[scheduler]\nmax_waiters = 100000000\n"));
     assert!(

@@ -68,6 +68,12 @@ impl Endpoints {
     /// Parses `spec` (`URL[,URL...]`, named `flag` in errors) and starts the prober. Needs a
     /// Tokio runtime. Errors: an empty list or a malformed URL, as a one-line reason.
     pub fn start(flag: &str, spec: &str) -> Result<Self, String> {
+        Self::start_probing(flag, spec, PROBE_INTERVAL)
+    }
+
+    /// [`Endpoints::start`], the endpoints probed every `every` instead of every
+    /// [`PROBE_INTERVAL`].
+    pub fn start_probing(flag: &str, spec: &str, every: Duration) -> Result<Self, String> {
         let mut targets = Vec::new();
         for url in spec.split(',').map(str::trim).filter(|u| !u.is_empty()) {
             // Validates the URL (and the TLS set-up for https) once, up front.
@@ -107,6 +113,7 @@ impl Endpoints {
             last_ms: std::sync::atomic::AtomicU64::new(0),
         });
         let prober = Prober {
+            every,
             heard: heard.clone(),
             flag: flag.to_owned(),
             targets,
@@ -148,6 +155,8 @@ impl Endpoints {
 
 /// The task that keeps the balancer's endpoint set equal to the healthy endpoints.
 struct Prober {
+    /// Time between probes.
+    every: Duration,
     heard: Arc<Heard>,
     flag: String,
     targets: Vec<Target>,
@@ -183,7 +192,7 @@ impl Prober {
                 return; // the channel is gone: nothing left to balance for
             }
             tokio::select! {
-                () = tokio::time::sleep(PROBE_INTERVAL) => {}
+                () = tokio::time::sleep(self.every) => {}
                 () = self.kick.notified() => {}
             }
         }

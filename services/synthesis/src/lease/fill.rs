@@ -293,6 +293,7 @@ mod tests {
             "http://127.0.0.1:1",
             ClientToken::none(),
             Duration::from_millis(200),
+            voxpool_runtime::endpoints::PROBE_INTERVAL,
         )
         .expect("client")
     }

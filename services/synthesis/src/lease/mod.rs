@@ -105,8 +105,15 @@ impl Scheduler {
     /// Needs a Tokio runtime (the endpoint prober is a task).
     /// While no endpoint has answered its health check SERVING for `grace`, every call fails
     /// at once with UNAVAILABLE instead of retrying until its deadline.
-    pub fn connect_lazy(spec: &str, token: ClientToken, grace: Duration) -> Result<Self, String> {
-        let endpoints = voxpool_runtime::endpoints::Endpoints::start("--scheduler", spec)?;
+    /// Each endpoint's health is checked every `probe_every`.
+    pub fn connect_lazy(
+        spec: &str,
+        token: ClientToken,
+        grace: Duration,
+        probe_every: Duration,
+    ) -> Result<Self, String> {
+        let endpoints =
+            voxpool_runtime::endpoints::Endpoints::start_probing("--scheduler", spec, probe_every)?;
         let channel = endpoints.channel.clone();
         Ok(Self {
             client: PoolSchedulerClient::with_interceptor(channel.clone(), token),

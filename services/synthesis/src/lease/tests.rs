@@ -114,6 +114,7 @@ async fn a_scheduler_silent_past_the_grace_fails_new_calls_at_once_not_at_their_
         "http://127.0.0.1:1",
         ClientToken::none(),
         Duration::from_millis(200),
+        voxpool_runtime::endpoints::PROBE_INTERVAL,
     )
     .expect("client");
     let acquire = Acquire {
