@@ -761,17 +761,19 @@ fn wait_calls(port: u16) -> u64 {
 }
 
 /// A store that waits for no replica (a single server, by default) never asks Redis how many
-/// replicas are online: that `INFO replication` was a tenth of each grant's time in Redis. One
-/// told to wait for a replica (`store_replica_acks = 1`) asks at every grant, on the same server.
+/// replicas are online, neither for a grant nor for the budget reservation beside it: that
+/// `INFO replication` was a tenth of each grant's time in Redis. One told to wait for a replica
+/// (`store_replica_acks = 1`) asks for both, on the same server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grants_ask_for_the_replica_count_only_where_they_wait_for_replicas() {
     let _beside = UNDER_LOAD.read().await;
-    for (acks, per_grant) in [("", 0), ("store_replica_acks = 1\n", 1)] {
+    let budget = "[[budgets]]\nid = \"b\"\ntenants = [\"t\"]\ncharacters = 100000\nper = \"day\"\n";
+    for (acks, per_grant) in [("", 0), ("store_replica_acks = 1\n", 2)] {
         let redis = voxpool_testkit::RedisServer::start();
         let socket = redis.socket().display().to_string();
         let address = ["-s", socket.as_str()];
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = write_config(dir.path(), &["p0"], acks);
+        let config = write_config(dir.path(), &["p0"], &format!("{acks}{budget}"));
         let r = spawn(&config, &redis.url());
         let mut c = client(&r).await;
         // The first reading's own INFO is counted once it has answered: one more in the second.
@@ -780,6 +782,8 @@ async fn grants_ask_for_the_replica_count_only_where_they_wait_for_replicas() {
         for _ in 0..grants {
             c.acquire(pb::AcquireRequest {
                 pool: "p0".into(),
+                tenant: "t".into(),
+                characters: 10,
                 ..Default::default()
             })
             .await
@@ -789,7 +793,7 @@ async fn grants_ask_for_the_replica_count_only_where_they_wait_for_replicas() {
         assert_eq!(
             asked,
             per_grant * grants as u64,
-            "{grants} grants with {acks:?} sent INFO {asked} times"
+            "{grants} grants under a budget with {acks:?} sent INFO {asked} times"
         );
     }
 }

@@ -74,7 +74,9 @@ impl RedisStore {
             .arg(token)
             .arg(amount_asked.characters)
             .arg(amount_asked.cost_micros)
-            .arg(ms);
+            .arg(ms)
+            // Only a store that waits for replicas reads their count (mod.rs `Scripts`).
+            .arg(if self.replica_acks > 0 { "1" } else { "0" });
         let reply = items(
             self.bounded("a budget script", self.conn.invoke(&inv))
                 .await?,
