@@ -49,15 +49,15 @@ pub(super) enum Replicated {
 /// replica holds them as well (module doc). Errors: the store's.
 pub(super) async fn append(conn: &Conn, records: &[String]) -> redis::RedisResult<Replicated> {
     let replicas = conn.topology().default_replica_acks();
-    if replicas == 0 {
-        if let [record] = records {
-            // One record on a single server (a Charge, awaited before its vendor call): a
-            // plain XADD, which Redis runs in a fraction of a script call's time.
-            let mut xadd = redis::cmd("XADD");
-            xadd.arg(USAGE_STREAM).arg("*").arg(USAGE_FIELD).arg(record);
-            conn.query(&xadd).await?;
-            return Ok(Replicated::Yes);
-        }
+    if replicas == 0
+        && let [record] = records
+    {
+        // One record on a single server (a Charge, awaited before its vendor call): a plain
+        // XADD, which Redis runs in a fraction of a script call's time.
+        let mut xadd = redis::cmd("XADD");
+        xadd.arg(USAGE_STREAM).arg("*").arg(USAGE_FIELD).arg(record);
+        conn.query(&xadd).await?;
+        return Ok(Replicated::Yes);
     }
     let script = if replicas == 0 {
         &*APPEND_SINGLE
