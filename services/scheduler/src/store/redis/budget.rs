@@ -10,10 +10,8 @@
 //! The rows a lease reserved are noted in `<prefix>:budget-lease:{<token>}` (a STRING with
 //! the lease's reservation TTL as its PX).
 
-use std::sync::LazyLock;
-
 use async_trait::async_trait;
-use redis::{Script, Value};
+use redis::Value;
 
 use super::{
     RedisStore,
@@ -26,13 +24,6 @@ use crate::{
         budget::{Budgets, decode_rows, encode_rows},
     },
 };
-
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/calendar.lua"),
-        include_str!("lua/budget.lua")
-    ))
-});
 
 /// The row's Redis keys under `prefix`, in the script's order.
 fn row_keys(prefix: &str, row: &BudgetRow) -> [String; 4] {
@@ -63,7 +54,7 @@ impl RedisStore {
         amount_asked: BudgetAmount,
         ms: u64,
     ) -> StoreResult<(bool, Option<BudgetLimit>, BudgetUse, i64)> {
-        let mut inv = SCRIPT.prepare_invoke();
+        let mut inv = self.scripts.budget.prepare_invoke();
         for k in row_keys(&self.options.key_prefix, row) {
             inv.key(k);
         }
@@ -74,9 +65,7 @@ impl RedisStore {
             .arg(token)
             .arg(amount_asked.characters)
             .arg(amount_asked.cost_micros)
-            .arg(ms)
-            // Only a store that waits for replicas reads their count (mod.rs `Scripts`).
-            .arg(if self.replica_acks > 0 { "1" } else { "0" });
+            .arg(ms);
         let reply = items(
             self.bounded("a budget script", self.conn.invoke(&inv))
                 .await?,

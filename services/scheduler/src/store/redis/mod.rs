@@ -78,19 +78,24 @@ struct Scripts {
     seed: Script,
     admin: Script,
     waiting: Script,
+    /// `lua/budget.lua` (after the calendar, without the pool prelude).
+    budget: Script,
 }
 
 impl Scripts {
-    /// The scripts; `count_replicas`: whether grants count the primary's online replicas
-    /// (`online_replicas` in the prelude, an `INFO replication` per grant), which only a store
-    /// that waits for replica acknowledgements reads.
+    /// The scripts; `count_replicas`: whether grants and budget reservations count the
+    /// primary's online replicas (`COUNT_REPLICAS`, the first line of every script: an
+    /// `INFO replication` each time), which only a store that waits for replica
+    /// acknowledgements reads.
     fn new(count_replicas: bool) -> Self {
-        let s = |body: &str| {
-            Script::new(&format!(
-                "local COUNT_REPLICAS = {count_replicas}\n{PRELUDE}\n{body}"
-            ))
-        };
+        let head = format!("local COUNT_REPLICAS = {count_replicas}\n");
+        let s = |body: &str| Script::new(&format!("{head}{PRELUDE}\n{body}"));
         Self {
+            budget: Script::new(&format!(
+                "{head}{}{}",
+                include_str!("lua/calendar.lua"),
+                include_str!("lua/budget.lua")
+            )),
             acquire: s(include_str!("lua/acquire.lua")),
             release: s(include_str!("lua/release.lua")),
             renew: s(include_str!("lua/renew.lua")),

@@ -1,5 +1,5 @@
--- Budget rows (store/budget.rs, redis/budget.rs). Runs after calendar.lua, without the pool
--- prelude: four keys of one hash slot, the row's own.
+-- Budget rows (store/budget.rs, redis/budget.rs). Runs after COUNT_REPLICAS (mod.rs `Scripts`)
+-- and calendar.lua, without the pool prelude: four keys of one hash slot, the row's own.
 --   KEYS[1] '<prefix>:budget:{<id>:<hex subject>}'       HASH win (period start), uc, um
 --                                                        (used characters, cost micros), rc,
 --                                                        rm (reserved)
@@ -9,7 +9,6 @@
 --   ARGV[1] operation: reserve | charged | nothing | reserved | use | advance
 --   ARGV[2] period (day | month)  ARGV[3] character limit (0 none)  ARGV[4] cost limit (0 none)
 --   ARGV[5] lease token  ARGV[6] characters  ARGV[7] cost micros  ARGV[8] TTL or advance (ms)
---   ARGV[9] '1' when the store waits for replicas (then a reservation counts them), else '0'
 -- Returns {answer, limit, uc, rc, um, rm, period end, now, online replicas}: answer 1
 -- reserved / done, 0 refused; limit 'characters' | 'cost' | ''; online replicas counted
 -- after a reservation only (0 otherwise).
@@ -84,7 +83,7 @@ if op == 'reserve' then
       -- Kept past the period's end and the reservation's, in real time.
       local keep = math.max(untl - now, ttl) + DAY_MS
       for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], keep) end
-      if ARGV[9] == '1' then
+      if COUNT_REPLICAS then
         for _ in string.gmatch(redis.call('INFO', 'replication'), 'state=online') do
           online = online + 1
         end
